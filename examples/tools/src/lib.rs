@@ -1,0 +1,235 @@
+//! Cordon's example tools, one component with five tools:
+//!
+//! - `echo(text)` returns the text.
+//! - `reindex(collection, total = 120, step_ms = 100)` indexes in steps of 40, reporting
+//!   progress and checking for cancellation between steps, while it holds a lock on the
+//!   collection.
+//! - `locks()` lists the locks currently held, so a client can see that cleanup ran.
+//! - `spin(seconds)` burns CPU and never checks for cancellation: only a hard stop ends it.
+//! - `order_book(title)` holds a title, waits 30 s for "payment", then orders it.
+//!
+//! Locks are files in the tool's data directory (`/data`, preopened by the host), so they
+//! outlive the instance. A call releases its lock when it returns; after a stop, `cleanup`
+//! releases the lock named in the call's cleanup note.
+
+use std::fs;
+use std::io::{ErrorKind, Write};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use cordon_guest::{CleanupContext, Plugin, Tool, ToolError};
+use schemars::JsonSchema;
+use serde::Deserialize;
+
+const LOCK_DIR: &str = "/data/locks";
+
+/// A lock file in the data directory, removed when the guard drops (a call that returns) or
+/// by `cleanup` (a call that was stopped).
+struct Lock {
+    path: PathBuf,
+}
+
+impl Lock {
+    fn acquire(name: &str) -> Result<Self, ToolError> {
+        fs::create_dir_all(LOCK_DIR).map_err(|error| {
+            ToolError::new(format!("no data directory for locks ({LOCK_DIR}): {error}"))
+        })?;
+        let path = lock_path(name);
+        match fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&path)
+        {
+            Ok(mut file) => file.write_all(name.as_bytes())?,
+            Err(error) if error.kind() == ErrorKind::AlreadyExists => {
+                return Err(ToolError::new(format!("{name} is locked by another call")));
+            }
+            Err(error) => return Err(error.into()),
+        }
+        // If this call is stopped, cleanup learns which lock to release from the note.
+        cordon_guest::set_cleanup_note(name.as_bytes());
+        Ok(Self { path })
+    }
+}
+
+impl Drop for Lock {
+    fn drop(&mut self) {
+        let _ = fs::remove_file(&self.path);
+        cordon_guest::clear_cleanup_note();
+    }
+}
+
+/// The file holding lock `name`: every byte outside `[A-Za-z0-9_-]` is hex-escaped, so any
+/// collection name maps to one safe file name.
+fn lock_path(name: &str) -> PathBuf {
+    let mut file = String::new();
+    for byte in name.bytes() {
+        if byte.is_ascii_alphanumeric() || byte == b'-' || byte == b'_' {
+            file.push(byte as char);
+        } else {
+            file.push_str(&format!(".{byte:02x}"));
+        }
+    }
+    PathBuf::from(LOCK_DIR).join(format!("{file}.lock"))
+}
+
+#[derive(Deserialize, JsonSchema)]
+struct EchoArgs {
+    /// The text to return.
+    text: String,
+}
+
+fn echo(args: EchoArgs) -> Result<String, ToolError> {
+    Ok(args.text)
+}
+
+#[derive(Deserialize, JsonSchema)]
+struct ReindexArgs {
+    /// The collection to reindex; it is locked while the call runs.
+    collection: String,
+    /// How many documents to index.
+    #[serde(default = "default_total")]
+    #[schemars(range(min = 0))]
+    total: u64,
+    /// How long each step of 40 documents takes, in milliseconds.
+    #[serde(default = "default_step_ms")]
+    #[schemars(range(min = 0))]
+    step_ms: u64,
+}
+
+fn default_total() -> u64 {
+    120
+}
+
+fn default_step_ms() -> u64 {
+    100
+}
+
+const REINDEX_STEP: u64 = 40;
+
+fn reindex(args: ReindexArgs) -> Result<String, ToolError> {
+    let _lock = Lock::acquire(&args.collection)?;
+    let mut done = 0;
+    while done < args.total {
+        cordon_guest::check_cancelled()?;
+        // A WASI clock sleep: a host call the host can stop the guest inside.
+        std::thread::sleep(Duration::from_millis(args.step_ms));
+        done = (done + REINDEX_STEP).min(args.total);
+        let message = format!("Indexed {done} of {} documents", args.total);
+        cordon_guest::progress(done as f64, Some(args.total as f64), &message);
+    }
+    Ok(format!(
+        "Reindexed {} documents in {}",
+        args.total, args.collection
+    ))
+}
+
+#[derive(Deserialize, JsonSchema)]
+struct NoArgs {}
+
+fn locks(_: NoArgs) -> Result<String, ToolError> {
+    let mut held = Vec::new();
+    match fs::read_dir(LOCK_DIR) {
+        Ok(entries) => {
+            for entry in entries {
+                held.push(fs::read_to_string(entry?.path())?);
+            }
+        }
+        Err(error) if error.kind() == ErrorKind::NotFound => {}
+        Err(error) => return Err(error.into()),
+    }
+    held.sort();
+    Ok(serde_json::to_string(&held)?)
+}
+
+#[derive(Deserialize, JsonSchema)]
+struct SpinArgs {
+    /// How long to burn CPU, in seconds.
+    #[schemars(range(min = 0))]
+    seconds: f64,
+}
+
+/// Iterations between two clock reads: about a millisecond of work, far below the 100 ms
+/// the contract allows between reads.
+const SPIN_BATCH: u32 = 1 << 16;
+
+fn spin(args: SpinArgs) -> Result<String, ToolError> {
+    let _lock = Lock::acquire("spin")?;
+    let start = Instant::now();
+    let limit = Duration::from_secs_f64(args.seconds);
+    let mut state: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut rounds: u64 = 0;
+    while start.elapsed() < limit {
+        for _ in 0..SPIN_BATCH {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+        }
+        rounds = std::hint::black_box(rounds + 1);
+    }
+    Ok(format!(
+        "Spun for {:.3} s ({rounds} rounds, state {state:x})",
+        start.elapsed().as_secs_f64()
+    ))
+}
+
+#[derive(Deserialize, JsonSchema)]
+struct OrderArgs {
+    /// The book to order.
+    title: String,
+}
+
+const PAYMENT_WAIT: Duration = Duration::from_secs(30);
+
+fn order_book(args: OrderArgs) -> Result<String, ToolError> {
+    let _hold = Lock::acquire(&format!("hold:{}", args.title))?;
+    // Waiting for "payment": a long host-call sleep, stoppable only by the host.
+    std::thread::sleep(PAYMENT_WAIT);
+    Ok(format!("Ordered {}", args.title))
+}
+
+struct ExampleTools;
+
+impl Plugin for ExampleTools {
+    fn tools() -> Vec<Tool> {
+        vec![
+            Tool::new("echo", "Returns the text it is given.", echo)
+                .read_only()
+                .idempotent(),
+            Tool::new(
+                "reindex",
+                "Reindexes a collection in steps of 40 documents, reporting progress; holds a lock on the collection while it runs.",
+                reindex,
+            ),
+            Tool::new(
+                "locks",
+                "Lists the locks currently held, as a JSON array of names.",
+                locks,
+            )
+            .read_only(),
+            Tool::new(
+                "spin",
+                "Burns CPU for the given number of seconds without ever checking for cancellation; holds the lock `spin`.",
+                spin,
+            ),
+            Tool::new(
+                "order_book",
+                "Places a hold on a book, waits 30 s for payment, then orders it; a stopped order releases its hold.",
+                order_book,
+            ),
+        ]
+    }
+
+    fn cleanup(context: CleanupContext) {
+        if let Some(name) = context.note_text() {
+            let _ = fs::remove_file(lock_path(name));
+            let message = format!(
+                "cleanup after {} ({:?}): released {name}",
+                context.tool, context.reason
+            );
+            cordon_guest::log(cordon_guest::LogLevel::Info, &message);
+        }
+    }
+}
+
+cordon_guest::export_plugin!(ExampleTools);

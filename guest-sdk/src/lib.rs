@@ -1,0 +1,449 @@
+//! # cordon-guest: write Cordon tools in Rust
+//!
+//! A Cordon tool is a typed Rust function inside a WebAssembly component. The host runs
+//! every call in a fresh instance, can stop it at any instruction, and afterwards runs your
+//! [`Plugin::cleanup`] in another fresh instance. This crate gives you the pieces:
+//!
+//! - [`Tool::new`] turns `fn(Args) -> Result<Output, ToolError>` into a tool; the arguments'
+//!   JSON Schema is generated from `Args` (derive [`serde::Deserialize`] and
+//!   [`schemars::JsonSchema`]), so the host rejects bad arguments before your code runs.
+//! - [`progress`] reports progress; [`check_cancelled`] returns `Err` once the caller
+//!   cancelled or a timeout passed, ready for `?`; [`time_left`] says how long remains.
+//! - [`set_cleanup_note`] leaves a note outside the instance; `cleanup` gets it back.
+//! - [`export_plugin!`] exports several tools and the cleanup handler from one component.
+//!
+//! ## Example
+//!
+//! ```no_run
+//! use cordon_guest::{CleanupContext, Plugin, Tool, ToolError};
+//! use schemars::JsonSchema;
+//! use serde::Deserialize;
+//!
+//! #[derive(Deserialize, JsonSchema)]
+//! struct ImportArgs {
+//!     /// The file to import.
+//!     path: String,
+//! }
+//!
+//! fn import(args: ImportArgs) -> Result<String, ToolError> {
+//!     cordon_guest::set_cleanup_note(args.path.as_bytes());
+//!     for step in 1..=10 {
+//!         cordon_guest::check_cancelled()?;
+//!         // ... one step of real work ...
+//!         cordon_guest::progress(step as f64, Some(10.0), &format!("step {step} of 10"));
+//!     }
+//!     Ok(format!("imported {}", args.path))
+//! }
+//!
+//! struct Importer;
+//!
+//! impl Plugin for Importer {
+//!     fn tools() -> Vec<Tool> {
+//!         vec![Tool::new("import", "Imports a file.", import)]
+//!     }
+//!
+//!     fn cleanup(context: CleanupContext) {
+//!         if let Some(path) = context.note_text() {
+//!             cordon_guest::log(cordon_guest::LogLevel::Warn, &format!("rolling back {path}"));
+//!         }
+//!     }
+//! }
+//!
+//! cordon_guest::export_plugin!(Importer);
+//! ```
+//!
+//! Build it for `wasm32-wasip2` as a `cdylib`; the resulting `.wasm` file is the component.
+
+use std::fmt;
+use std::time::Duration;
+
+use schemars::JsonSchema;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+#[doc(hidden)]
+pub mod bindings {
+    wit_bindgen::generate!({
+        path: "wit",
+        world: "plugin",
+        pub_export_macro: true,
+        export_macro_name: "__export_plugin_bindings",
+        default_bindings_module: "::cordon_guest::bindings",
+    });
+}
+
+use bindings::cordon::tool::host;
+use bindings::cordon::tool::types as wit;
+
+pub use bindings::cordon::tool::types::LogLevel;
+
+/// The tools of a component and what to do after a stopped call.
+///
+/// Implement it on a unit struct and pass the struct to [`export_plugin!`].
+pub trait Plugin {
+    /// Every tool the component offers. Called for each call (instances are fresh), so keep
+    /// it cheap: build the list, do no work.
+    fn tools() -> Vec<Tool>;
+
+    /// Undo what a stopped call left behind. Runs exactly once after any call that was
+    /// cancelled, timed out or trapped, in a fresh instance with a short time budget. It
+    /// must be idempotent and rely only on state outside the instance: files in the tool's
+    /// data directory and the note left with [`set_cleanup_note`].
+    fn cleanup(context: CleanupContext) {
+        let _ = context;
+    }
+}
+
+/// Report progress: `done` out of `total` (if known), with a message for people.
+///
+/// `done` must grow between reports; the host drops reports that do not grow and coalesces
+/// bursts. Each report also resets the tool's idle timeout.
+pub fn progress(done: f64, total: Option<f64>, message: &str) {
+    host::progress(done, total, (!message.is_empty()).then_some(message));
+}
+
+/// `Err(Cancelled)` once the call should stop (the client cancelled it, a timeout passed or
+/// the host is shutting down). Check it between units of work and propagate it with `?`.
+pub fn check_cancelled() -> Result<(), Cancelled> {
+    if host::cancelled() {
+        Err(Cancelled)
+    } else {
+        Ok(())
+    }
+}
+
+/// Time left before the host stops this call, or `None` when no limit applies.
+pub fn time_left() -> Option<Duration> {
+    host::time_left().map(Duration::from_millis)
+}
+
+/// Leave a note for [`Plugin::cleanup`], kept by the host outside the instance. A new note
+/// replaces the previous one; an empty note clears it.
+pub fn set_cleanup_note(note: &[u8]) {
+    host::set_cleanup_note(note);
+}
+
+/// Clear the cleanup note: nothing is left to undo.
+pub fn clear_cleanup_note() {
+    host::set_cleanup_note(&[]);
+}
+
+/// Write a line to the operator's log (not to the client).
+pub fn log(level: LogLevel, message: &str) {
+    host::log(level, message);
+}
+
+/// The error [`check_cancelled`] returns once the call should stop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cancelled;
+
+impl fmt::Display for Cancelled {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("cancelled")
+    }
+}
+
+impl std::error::Error for Cancelled {}
+
+/// A tool's failure, shown to the client as an error result (`isError: true`).
+///
+/// Any [`std::error::Error`] converts into it, so `?` works on I/O, JSON and [`Cancelled`]
+/// errors alike; [`ToolError::new`] makes one from a message.
+#[derive(Debug)]
+pub struct ToolError(String);
+
+impl ToolError {
+    /// A failure with this message.
+    pub fn new(message: impl Into<String>) -> Self {
+        Self(message.into())
+    }
+
+    /// The message the client will see.
+    pub fn message(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for ToolError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl<E: std::error::Error> From<E> for ToolError {
+    fn from(error: E) -> Self {
+        Self(error.to_string())
+    }
+}
+
+/// One piece of a result. See [`CallResult`].
+pub use bindings::cordon::tool::types::Content;
+/// Bytes with a media type, for image and audio content.
+pub use bindings::cordon::tool::types::Media;
+
+/// A tool's full result: content for the model, optional structured JSON, and an error flag.
+#[derive(Debug, Clone, Default)]
+pub struct CallResult {
+    /// Content for the model, in order.
+    pub content: Vec<Content>,
+    /// Structured JSON that matches the tool's output schema.
+    pub structured: Option<serde_json::Value>,
+    /// The tool ran but failed in a way the model should see.
+    pub is_error: bool,
+}
+
+impl CallResult {
+    /// A result with one text item.
+    pub fn text(text: impl Into<String>) -> Self {
+        Self {
+            content: vec![Content::Text(text.into())],
+            ..Self::default()
+        }
+    }
+
+    /// Add a content item.
+    pub fn with(mut self, content: Content) -> Self {
+        self.content.push(content);
+        self
+    }
+}
+
+/// What a tool function may return: text, a [`CallResult`], or [`Json`] for structured output.
+pub trait IntoCallResult {
+    /// The JSON Schema of the structured result, when the type has one.
+    fn output_schema() -> Option<serde_json::Value> {
+        None
+    }
+
+    /// Convert into the result sent to the host.
+    fn into_call_result(self) -> Result<CallResult, ToolError>;
+}
+
+impl IntoCallResult for String {
+    fn into_call_result(self) -> Result<CallResult, ToolError> {
+        Ok(CallResult::text(self))
+    }
+}
+
+impl IntoCallResult for &'static str {
+    fn into_call_result(self) -> Result<CallResult, ToolError> {
+        Ok(CallResult::text(self))
+    }
+}
+
+impl IntoCallResult for CallResult {
+    fn into_call_result(self) -> Result<CallResult, ToolError> {
+        Ok(self)
+    }
+}
+
+/// Structured output: the value is sent as `structuredContent` (and as JSON text for clients
+/// that only read content), and the tool advertises `T`'s schema as its output schema.
+pub struct Json<T>(pub T);
+
+impl<T: Serialize + JsonSchema> IntoCallResult for Json<T> {
+    fn output_schema() -> Option<serde_json::Value> {
+        Some(schema_of::<T>())
+    }
+
+    fn into_call_result(self) -> Result<CallResult, ToolError> {
+        let value = serde_json::to_value(&self.0)?;
+        Ok(CallResult {
+            content: vec![Content::Text(value.to_string())],
+            structured: Some(value),
+            is_error: false,
+        })
+    }
+}
+
+type Handler = Box<dyn Fn(serde_json::Value) -> Result<CallResult, ToolError>>;
+
+/// A tool: its name, description, schemas and the function that runs it.
+pub struct Tool {
+    info: wit::ToolInfo,
+    handler: Handler,
+}
+
+impl Tool {
+    /// A tool named `name` that runs `handler`. The input schema comes from `A`; if the
+    /// handler returns [`Json<T>`], the output schema comes from `T`.
+    pub fn new<A, R, F>(name: &str, description: &str, handler: F) -> Self
+    where
+        A: DeserializeOwned + JsonSchema,
+        R: IntoCallResult,
+        F: Fn(A) -> Result<R, ToolError> + 'static,
+    {
+        let info = wit::ToolInfo {
+            name: name.to_owned(),
+            title: None,
+            description: description.to_owned(),
+            input_schema: schema_of::<A>().to_string(),
+            output_schema: R::output_schema().map(|schema| schema.to_string()),
+            annotations: None,
+        };
+        let handler = Box::new(move |arguments: serde_json::Value| {
+            let arguments = serde_json::from_value(arguments)
+                .map_err(|error| ToolError::new(format!("invalid arguments: {error}")))?;
+            handler(arguments)?.into_call_result()
+        });
+        Self { info, handler }
+    }
+
+    /// A display name for people.
+    pub fn title(mut self, title: &str) -> Self {
+        self.info.title = Some(title.to_owned());
+        self
+    }
+
+    /// Mark the tool as read-only (it changes nothing).
+    pub fn read_only(mut self) -> Self {
+        self.annotations().read_only = Some(true);
+        self
+    }
+
+    /// Mark the tool as destructive (it may overwrite or delete data).
+    pub fn destructive(mut self) -> Self {
+        self.annotations().destructive = Some(true);
+        self
+    }
+
+    /// Mark the tool as idempotent.
+    pub fn idempotent(mut self) -> Self {
+        self.annotations().idempotent = Some(true);
+        self
+    }
+
+    fn annotations(&mut self) -> &mut wit::ToolAnnotations {
+        self.info.annotations.get_or_insert(wit::ToolAnnotations {
+            read_only: None,
+            destructive: None,
+            idempotent: None,
+            open_world: None,
+        })
+    }
+}
+
+/// Why a call was stopped; see [`CleanupContext`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum StopReason {
+    /// The client cancelled the call.
+    Cancelled,
+    /// No progress for longer than the idle timeout.
+    IdleTimeout,
+    /// The call ran past its maximum duration.
+    MaxDuration,
+    /// The guest trapped, with the trap message.
+    Trapped(String),
+    /// The guest ran out of memory.
+    OutOfMemory,
+    /// The host is shutting down.
+    Shutdown,
+}
+
+/// What [`Plugin::cleanup`] is told about the stopped call.
+#[derive(Debug, Clone)]
+pub struct CleanupContext {
+    /// The host's id of the stopped call.
+    pub call_id: String,
+    /// The tool that was called.
+    pub tool: String,
+    /// The call's arguments.
+    pub arguments: serde_json::Value,
+    /// Why it stopped.
+    pub reason: StopReason,
+    /// The last note the call left with [`set_cleanup_note`].
+    pub note: Option<Vec<u8>>,
+}
+
+impl CleanupContext {
+    /// The note as UTF-8 text, if there is one and it is text.
+    pub fn note_text(&self) -> Option<&str> {
+        self.note
+            .as_deref()
+            .and_then(|note| std::str::from_utf8(note).ok())
+    }
+}
+
+/// Export a [`Plugin`]'s tools and cleanup handler from this component.
+///
+/// Use it once per component, at the crate root: `cordon_guest::export_plugin!(MyTools);`.
+#[macro_export]
+macro_rules! export_plugin {
+    ($plugin:ty) => {
+        const _: () = {
+            struct CordonExport;
+
+            impl $crate::bindings::exports::cordon::tool::tool::Guest for CordonExport {
+                fn list() -> ::std::vec::Vec<$crate::bindings::cordon::tool::types::ToolInfo> {
+                    $crate::__private::list::<$plugin>()
+                }
+
+                fn call(
+                    name: ::std::string::String,
+                    arguments: ::std::string::String,
+                ) -> ::std::result::Result<$crate::bindings::cordon::tool::types::CallResult, ::std::string::String>
+                {
+                    $crate::__private::call::<$plugin>(&name, &arguments)
+                }
+
+                fn cleanup(context: $crate::bindings::cordon::tool::types::CleanupContext) {
+                    $crate::__private::cleanup::<$plugin>(context)
+                }
+            }
+
+            $crate::bindings::__export_plugin_bindings!(CordonExport with_types_in $crate::bindings);
+        };
+    };
+}
+
+/// The glue behind [`export_plugin!`]; not part of the API.
+#[doc(hidden)]
+pub mod __private {
+    use super::*;
+
+    pub fn list<P: Plugin>() -> Vec<wit::ToolInfo> {
+        P::tools().into_iter().map(|tool| tool.info).collect()
+    }
+
+    pub fn call<P: Plugin>(name: &str, arguments: &str) -> Result<wit::CallResult, String> {
+        let tool = P::tools()
+            .into_iter()
+            .find(|tool| tool.info.name == name)
+            .ok_or_else(|| format!("unknown tool: {name}"))?;
+        let arguments: serde_json::Value = serde_json::from_str(arguments)
+            .map_err(|error| format!("arguments are not JSON: {error}"))?;
+        let result = (tool.handler)(arguments).map_err(|error| error.0)?;
+        Ok(wit::CallResult {
+            content: result.content,
+            structured: result.structured.map(|value| value.to_string()),
+            is_error: result.is_error,
+        })
+    }
+
+    pub fn cleanup<P: Plugin>(context: wit::CleanupContext) {
+        let reason = match context.reason {
+            wit::StopReason::Cancelled => StopReason::Cancelled,
+            wit::StopReason::IdleTimeout => StopReason::IdleTimeout,
+            wit::StopReason::MaxDuration => StopReason::MaxDuration,
+            wit::StopReason::Trapped(message) => StopReason::Trapped(message),
+            wit::StopReason::OutOfMemory => StopReason::OutOfMemory,
+            wit::StopReason::Shutdown => StopReason::Shutdown,
+        };
+        P::cleanup(CleanupContext {
+            call_id: context.call_id,
+            tool: context.tool,
+            arguments: serde_json::from_str(&context.arguments).unwrap_or(serde_json::Value::Null),
+            reason,
+            note: context.note,
+        });
+    }
+}
+
+/// The JSON Schema of `T`, as MCP wants it: root `type: object`, no `$schema` noise needed.
+fn schema_of<T: JsonSchema>() -> serde_json::Value {
+    let mut schema = schemars::schema_for!(T).to_value();
+    if let Some(object) = schema.as_object_mut() {
+        object.entry("type").or_insert_with(|| "object".into());
+    }
+    schema
+}

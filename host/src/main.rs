@@ -1,0 +1,180 @@
+//! The `cordon` command line.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{Context, Result};
+use clap::{Parser, Subcommand};
+use cordon::paths;
+use cordon::runtime::{ComponentOptions, Content, Outcome, Runtime, RuntimeSettings};
+
+#[derive(Parser)]
+#[command(
+    name = "cordon",
+    version,
+    about = "Run untrusted tools compiled to WebAssembly components, and always be able to stop them."
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// List a component's tools with their input schemas, as JSON.
+    List {
+        /// The component (.wasm).
+        component: PathBuf,
+    },
+    /// Call one tool once, printing progress to stderr and the result to stdout.
+    Call {
+        /// The component (.wasm).
+        component: PathBuf,
+        /// The tool to call.
+        tool: String,
+        /// The arguments, as a JSON object.
+        #[arg(default_value = "{}")]
+        arguments: String,
+        /// The tool's data directory, preopened at /data [default: ~/.local/share/cordon/<component>].
+        #[arg(long)]
+        data_dir: Option<PathBuf>,
+        /// Stop the call after this many seconds.
+        #[arg(long)]
+        timeout: Option<f64>,
+    },
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("CORDON_LOG")
+                .unwrap_or_else(|_| "info".into()),
+        )
+        .init();
+    let cli = Cli::parse();
+    let runtime = tokio::runtime::Runtime::new().expect("starting the tokio runtime");
+    match runtime.block_on(run(cli)) {
+        Ok(code) => code,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(cli: Cli) -> Result<ExitCode> {
+    match cli.command {
+        Command::List { component } => {
+            let runtime = load(&component, None).await?;
+            let tools: Vec<_> = runtime
+                .tools()
+                .map(|tool| {
+                    serde_json::json!({
+                        "name": tool.name,
+                        "description": tool.description,
+                        "inputSchema": tool.input_schema,
+                        "outputSchema": tool.output_schema,
+                    })
+                })
+                .collect();
+            println!("{}", serde_json::to_string_pretty(&tools)?);
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Call {
+            component,
+            tool,
+            arguments,
+            data_dir,
+            timeout,
+        } => {
+            let arguments: serde_json::Value =
+                serde_json::from_str(&arguments).context("the arguments are not JSON")?;
+            let mut options = ComponentOptions::default();
+            if let Some(seconds) = timeout {
+                options.limits.max_duration = Some(std::time::Duration::from_secs_f64(seconds));
+            }
+            let runtime = load(&component, Some((options, data_dir))).await?;
+            call(&runtime, &tool, &arguments).await
+        }
+    }
+}
+
+async fn load(
+    path: &std::path::Path,
+    options: Option<(ComponentOptions, Option<PathBuf>)>,
+) -> Result<Runtime> {
+    let mut runtime = Runtime::new(RuntimeSettings::default())?;
+    let (mut options, data_dir) = options.unwrap_or_default();
+    let name = path
+        .file_stem()
+        .map(|stem| stem.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let data_dir = data_dir.unwrap_or_else(|| paths::default_data_dir(&name));
+    std::fs::create_dir_all(&data_dir)
+        .with_context(|| format!("creating {}", data_dir.display()))?;
+    options.data_dir = Some(data_dir);
+    runtime.load_file(path, options).await?;
+    Ok(runtime)
+}
+
+async fn call(runtime: &Runtime, tool: &str, arguments: &serde_json::Value) -> Result<ExitCode> {
+    let call = runtime.call(tool, arguments).await?;
+    let handle = call.handle();
+    let mut progress = handle.progress();
+    let mut run = std::pin::pin!(call.run());
+    let mut interrupted = false;
+    let print_progress =
+        |progress: &mut tokio::sync::watch::Receiver<Option<cordon::runtime::Progress>>| {
+            if let Some(report) = progress.borrow_and_update().clone() {
+                let total = report
+                    .total
+                    .map(|total| format!("/{total}"))
+                    .unwrap_or_default();
+                eprintln!(
+                    "progress {}{total} {}",
+                    report.done,
+                    report.message.unwrap_or_default()
+                );
+            }
+        };
+    let report = loop {
+        tokio::select! {
+            report = &mut run => break report,
+            Ok(()) = progress.changed() => print_progress(&mut progress),
+            _ = tokio::signal::ctrl_c(), if !interrupted => {
+                eprintln!("interrupted: stopping the call");
+                interrupted = true;
+                handle.cancel();
+            }
+        }
+    };
+    if progress.has_changed().unwrap_or(false) {
+        print_progress(&mut progress);
+    }
+    if let Some(cleanup) = &report.cleanup {
+        eprintln!("cleanup: {:?}", cleanup.outcome);
+    }
+    match report.outcome {
+        Outcome::Completed(result) => {
+            for item in &result.content {
+                match item {
+                    Content::Text(text) => println!("{text}"),
+                    other => println!("{other:?}"),
+                }
+            }
+            if let Some(structured) = &result.structured {
+                println!("{structured}");
+            }
+            Ok(if result.is_error {
+                ExitCode::FAILURE
+            } else {
+                ExitCode::SUCCESS
+            })
+        }
+        other => {
+            eprintln!("call ended: {other:?}");
+            Ok(ExitCode::FAILURE)
+        }
+    }
+}

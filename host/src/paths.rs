@@ -1,0 +1,18 @@
+//! Where Cordon keeps state on disk and finds the example tools.
+
+use std::path::PathBuf;
+
+/// The folder `cargo xtask guests` builds the example components into.
+pub fn default_tools_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/guests")
+}
+
+/// Where a component's data directory lives unless configured: under
+/// `$XDG_DATA_HOME/cordon` (else `~/.local/share/cordon`, else the temp dir).
+pub fn default_data_dir(component: &str) -> PathBuf {
+    let base = std::env::var_os("XDG_DATA_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".local/share")))
+        .unwrap_or_else(std::env::temp_dir);
+    base.join("cordon").join(component)
+}

@@ -1,0 +1,509 @@
+//! # The stop sequence
+//!
+//! This module is the one owner of how a call runs and how it is stopped. A call goes
+//! through at most three phases, all inside [`Call::run`]:
+//!
+//! 1. **Running.** A fresh `Store` and instance run the guest's `call`. The driver waits
+//!    for the result, a stop request (the caller's [`CallHandle::cancel`], the runtime's
+//!    shutdown) or a deadline (idle timeout, which progress pushes back; maximum duration).
+//! 2. **Grace.** The stop is visible to the guest: `cancelled()` is true and `time-left()`
+//!    is zero. A cooperative guest returns within the tool's grace period.
+//! 3. **Hard stop.** Grace is over: the hard-stop flag is set and the epoch is bumped (the
+//!    "kick"), so a spinning guest traps at its next epoch check, within microseconds; the
+//!    driver, polling with `biased` priority for the stop, drops the call's future, which
+//!    unwinds a guest parked in a host call (a WASI sleep or poll).
+//!
+//! The store is never entered again after a trap or a drop (wasmtime poisons it). If the
+//! call was stopped or trapped, `cleanup` then runs exactly once, in a fresh store and
+//! instance with the same capabilities and its own budget, bounded the same way. Its
+//! failures are logged and reported, never retried. The call's permit in the instance
+//! pool is released only after cleanup, so pool usage always returns to its baseline.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
+use wasmtime::{Engine, Store, Trap, UpdateDeadline};
+
+use super::bindings::{self, CleanupContext, Content, StopReason};
+use super::component::LoadedComponent;
+use super::control::{CallControl, Progress, StopRequest};
+use super::guest::GuestState;
+
+/// How a call ended. Every call ends in exactly one.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outcome {
+    /// The tool returned a result (which may itself carry `is_error`).
+    Completed(ToolResult),
+    /// The tool returned an error message.
+    ToolError(String),
+    /// The caller cancelled the call.
+    Cancelled,
+    /// A timeout stopped the call.
+    TimedOut(Timeout),
+    /// The guest trapped; the trap message.
+    Trapped(String),
+    /// The guest trapped after the tool's memory limit refused to grow its memory.
+    OutOfMemory,
+    /// The result exceeded the tool's result size limit.
+    ResultTooLarge { bytes: usize, limit: usize },
+    /// The tool returned something that breaks the contract (e.g. structured output that
+    /// is not a JSON object).
+    InvalidResult(String),
+    /// The runtime shut down while the call ran.
+    Shutdown,
+    /// The host could not start the instance (e.g. the data directory is missing).
+    StartFailed(String),
+}
+
+impl Outcome {
+    /// The reason handed to `cleanup`, for the outcomes after which cleanup runs.
+    fn stop_reason(&self) -> Option<StopReason> {
+        Some(match self {
+            Outcome::Cancelled => StopReason::Cancelled,
+            Outcome::TimedOut(Timeout::Idle(_)) => StopReason::IdleTimeout,
+            Outcome::TimedOut(Timeout::MaxDuration(_)) => StopReason::MaxDuration,
+            Outcome::Trapped(message) => StopReason::Trapped(message.clone()),
+            Outcome::OutOfMemory => StopReason::OutOfMemory,
+            Outcome::Shutdown => StopReason::Shutdown,
+            _ => return None,
+        })
+    }
+}
+
+/// Which timeout stopped a call, with its configured length.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Timeout {
+    /// No progress for this long.
+    Idle(Duration),
+    /// The call ran this long.
+    MaxDuration(Duration),
+}
+
+/// A tool's result, with its structured output parsed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolResult {
+    pub content: Vec<Content>,
+    pub structured: Option<serde_json::Value>,
+    pub is_error: bool,
+}
+
+/// How a cleanup went.
+#[derive(Debug, Clone, PartialEq)]
+pub enum CleanupOutcome {
+    Completed,
+    /// It trapped (or could not start); the message.
+    Failed(String),
+    /// It ran past its budget and was stopped.
+    TimedOut,
+}
+
+/// Everything known about a finished call.
+#[derive(Debug, Clone)]
+pub struct CallReport {
+    pub call_id: u64,
+    pub tool: String,
+    pub outcome: Outcome,
+    /// Whether the guest had to be stopped by force (it did not return within grace).
+    pub hard_stopped: bool,
+    /// When the guest stopped running: the moment its future returned or was dropped.
+    pub stopped_at: Instant,
+    /// The cleanup that followed, if the outcome called for one.
+    pub cleanup: Option<CleanupReport>,
+}
+
+#[derive(Debug, Clone)]
+pub struct CleanupReport {
+    pub outcome: CleanupOutcome,
+    /// When the cleanup's fresh instance was about to be created.
+    pub started_at: Instant,
+}
+
+/// Lets a caller watch and cancel a running call. Cheap to clone.
+#[derive(Clone)]
+pub struct CallHandle {
+    control: Arc<CallControl>,
+}
+
+impl CallHandle {
+    /// Ask the call to stop: the guest sees it at once, and after the grace period it is
+    /// stopped by force. Idempotent; a cancel after the call finished does nothing.
+    pub fn cancel(&self) {
+        self.control.request_stop(StopRequest::Cancel);
+    }
+
+    /// The latest progress report. Only strictly increasing reports get through, and bursts
+    /// collapse to the latest one.
+    pub fn progress(&self) -> watch::Receiver<Option<Progress>> {
+        self.control.subscribe_progress()
+    }
+}
+
+/// A call that holds a slot in the instance pool and is ready to run.
+pub struct Call {
+    pub(crate) id: u64,
+    pub(crate) engine: Engine,
+    pub(crate) component: Arc<LoadedComponent>,
+    pub(crate) tool: String,
+    pub(crate) arguments: String,
+    pub(crate) control: Arc<CallControl>,
+    pub(crate) shutdown: watch::Receiver<bool>,
+    pub(crate) permit: OwnedSemaphorePermit,
+    pub(crate) cleanup_permits: Arc<Semaphore>,
+}
+
+impl Call {
+    /// The call's id, unique while the runtime lives.
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    pub fn handle(&self) -> CallHandle {
+        CallHandle {
+            control: self.control.clone(),
+        }
+    }
+
+    /// Run the call to its one outcome, then its cleanup if it needs one.
+    pub async fn run(self) -> CallReport {
+        let (outcome, hard_stopped) = self.drive().await;
+        let stopped_at = Instant::now();
+        let cleanup = match outcome.stop_reason() {
+            Some(reason) => Some(self.cleanup(reason).await),
+            None => None,
+        };
+        drop(self.permit);
+        CallReport {
+            call_id: self.id,
+            tool: self.tool,
+            outcome,
+            hard_stopped,
+            stopped_at,
+            cleanup,
+        }
+    }
+
+    async fn drive(&self) -> (Outcome, bool) {
+        let limits = &self.component.options.limits;
+        let backstop = limits
+            .max_duration
+            .map(|max| self.control.started() + max + limits.grace);
+        let mut store = match new_store(
+            &self.engine,
+            &self.component,
+            self.control.clone(),
+            backstop,
+        ) {
+            Ok(store) => store,
+            Err(error) => return (Outcome::StartFailed(format!("{error:#}")), false),
+        };
+        let pre = self.component.pre.clone();
+        let (tool, arguments) = (self.tool.clone(), self.arguments.clone());
+        let mut call = Box::pin(async move {
+            let plugin = pre.instantiate_async(&mut store).await?;
+            plugin
+                .cordon_tool_tool()
+                .call_call(&mut store, &tool, &arguments)
+                .await
+        });
+
+        // Phase 1: running.
+        let control = self.control.clone();
+        let mut shutdown = self.shutdown.clone();
+        let result = loop {
+            let deadline = self.next_deadline();
+            tokio::select! {
+                biased;
+                () = control.wake.notified() => break None,
+                () = shutdown_signalled(&mut shutdown) => {
+                    control.request_stop(StopRequest::Shutdown);
+                    break None;
+                }
+                () = sleep_until(deadline) => {
+                    if let Some(request) = self.expired_deadline() {
+                        control.request_stop(request);
+                        break None;
+                    }
+                    // Progress moved the idle deadline; wait again.
+                }
+                result = &mut call => break Some(result),
+            }
+        };
+
+        // Phase 2: grace. A separate task kicks the epoch when grace ends, so that a
+        // spinning guest traps within microseconds rather than at its next tick.
+        let result = match result {
+            Some(result) => Some(result),
+            None => {
+                let grace = limits.grace;
+                let kicker =
+                    tokio::spawn(kick_after(grace, self.control.clone(), self.engine.clone()));
+                let result = tokio::select! {
+                    biased;
+                    () = tokio::time::sleep(grace) => None,
+                    result = &mut call => Some(result),
+                };
+                kicker.abort();
+                result
+            }
+        };
+
+        // Phase 3: hard stop. Dropping the future unwinds the guest wherever it is parked.
+        let Some(result) = result else {
+            self.control.hard_stop.store(true, Ordering::Release);
+            drop(call);
+            return (self.stopped_outcome(), true);
+        };
+        drop(call);
+        let hard_stopped = self.control.hard_stop.load(Ordering::Acquire);
+        (self.classify(result), hard_stopped)
+    }
+
+    fn next_deadline(&self) -> Option<Instant> {
+        match (self.control.idle_deadline(), self.control.max_deadline()) {
+            (Some(idle), Some(max)) => Some(idle.min(max)),
+            (idle, max) => idle.or(max),
+        }
+    }
+
+    fn expired_deadline(&self) -> Option<StopRequest> {
+        let now = Instant::now();
+        if self.control.max_deadline().is_some_and(|max| now >= max) {
+            Some(StopRequest::MaxDuration)
+        } else if self.control.idle_deadline().is_some_and(|idle| now >= idle) {
+            Some(StopRequest::IdleTimeout)
+        } else {
+            None
+        }
+    }
+
+    /// The outcome of a call stopped at the request of someone outside the guest.
+    fn stopped_outcome(&self) -> Outcome {
+        let limits = &self.component.options.limits;
+        match self.control.stop_request() {
+            Some(StopRequest::Cancel) => Outcome::Cancelled,
+            Some(StopRequest::IdleTimeout) => {
+                Outcome::TimedOut(Timeout::Idle(limits.idle_timeout.unwrap_or_default()))
+            }
+            Some(StopRequest::Shutdown) => Outcome::Shutdown,
+            // No request: the epoch backstop fired at the maximum duration.
+            Some(StopRequest::MaxDuration) | None => Outcome::TimedOut(Timeout::MaxDuration(
+                limits.max_duration.unwrap_or_default(),
+            )),
+        }
+    }
+
+    fn classify(&self, result: wasmtime::Result<Result<bindings::CallResult, String>>) -> Outcome {
+        let stop_requested = self.control.stop_request().is_some();
+        match result {
+            Ok(Ok(result)) => self.check_result(result),
+            // An error after a stop request is the guest's cooperative way out.
+            Ok(Err(_)) if stop_requested => self.stopped_outcome(),
+            Ok(Err(message)) => Outcome::ToolError(message),
+            Err(error) => {
+                if self.control.memory_refused.load(Ordering::Relaxed) {
+                    Outcome::OutOfMemory
+                } else if stop_requested || error.downcast_ref::<Trap>() == Some(&Trap::Interrupt) {
+                    self.stopped_outcome()
+                } else {
+                    Outcome::Trapped(trap_message(&error))
+                }
+            }
+        }
+    }
+
+    fn check_result(&self, result: bindings::CallResult) -> Outcome {
+        let limit = self.component.options.limits.result_bytes;
+        let bytes = result_size(&result);
+        if bytes > limit {
+            return Outcome::ResultTooLarge { bytes, limit };
+        }
+        let structured = match result
+            .structured
+            .as_deref()
+            .map(serde_json::from_str::<serde_json::Value>)
+        {
+            None => None,
+            Some(Ok(value @ serde_json::Value::Object(_))) => Some(value),
+            Some(Ok(_)) => {
+                return Outcome::InvalidResult("structured output is not a JSON object".into());
+            }
+            Some(Err(error)) => {
+                return Outcome::InvalidResult(format!("structured output is not JSON: {error}"));
+            }
+        };
+        Outcome::Completed(ToolResult {
+            content: result.content,
+            structured,
+            is_error: result.is_error,
+        })
+    }
+
+    async fn cleanup(&self, reason: StopReason) -> CleanupReport {
+        // Cleanup capacity is reserved apart from calls, one slot per call: never waits long.
+        let _permit = self
+            .cleanup_permits
+            .clone()
+            .acquire_owned()
+            .await
+            .expect("the cleanup semaphore is never closed");
+        let started_at = Instant::now();
+        let context = CleanupContext {
+            call_id: self.id.to_string(),
+            tool: self.tool.clone(),
+            arguments: self.arguments.clone(),
+            reason,
+            note: self.control.take_note(),
+        };
+        let budget = self.component.options.limits.cleanup_budget;
+        let outcome = run_cleanup(&self.engine, &self.component, context, budget).await;
+        match &outcome {
+            CleanupOutcome::Completed => {}
+            CleanupOutcome::Failed(message) => {
+                tracing::warn!(component = %self.component.name, tool = %self.tool, call = self.id, "cleanup failed: {message}");
+            }
+            CleanupOutcome::TimedOut => {
+                tracing::warn!(component = %self.component.name, tool = %self.tool, call = self.id, "cleanup ran past its budget of {budget:?} and was stopped");
+            }
+        }
+        CleanupReport {
+            outcome,
+            started_at,
+        }
+    }
+}
+
+async fn run_cleanup(
+    engine: &Engine,
+    component: &Arc<LoadedComponent>,
+    context: CleanupContext,
+    budget: Duration,
+) -> CleanupOutcome {
+    let deadline = Instant::now() + budget;
+    let mut limits = component.options.limits.clone();
+    limits.idle_timeout = None;
+    limits.max_duration = Some(budget);
+    let control = CallControl::new(&limits);
+    let mut store = match new_store(engine, component, control, Some(deadline)) {
+        Ok(store) => store,
+        Err(error) => return CleanupOutcome::Failed(format!("{error:#}")),
+    };
+    let pre = component.pre.clone();
+    let cleanup = async move {
+        let plugin = pre.instantiate_async(&mut store).await?;
+        plugin
+            .cordon_tool_tool()
+            .call_cleanup(&mut store, &context)
+            .await
+    };
+    match run_bounded(cleanup, deadline).await {
+        Some(Ok(())) => CleanupOutcome::Completed,
+        Some(Err(error)) if error.downcast_ref::<Trap>() == Some(&Trap::Interrupt) => {
+            CleanupOutcome::TimedOut
+        }
+        Some(Err(error)) => CleanupOutcome::Failed(trap_message(&error)),
+        None => CleanupOutcome::TimedOut,
+    }
+}
+
+/// Run guest code that has no caller to cancel it (`list` at load time, `cleanup`) until
+/// `deadline`. The store's epoch callback traps at the same deadline; the timeout here
+/// also covers a guest parked in a host call.
+pub(crate) async fn run_bounded<F: Future>(future: F, deadline: Instant) -> Option<F::Output> {
+    tokio::time::timeout_at(deadline.into(), future).await.ok()
+}
+
+/// A store for one instance of `component`, with its limits, host-call fuel, and an epoch
+/// callback that yields to tokio every tick (so a spinning guest cannot starve other calls)
+/// and traps once the hard-stop flag is set or `backstop` passes.
+pub(crate) fn new_store(
+    engine: &Engine,
+    component: &LoadedComponent,
+    control: Arc<CallControl>,
+    backstop: Option<Instant>,
+) -> anyhow::Result<Store<GuestState>> {
+    let options = &component.options;
+    let state = GuestState::new(
+        component.name.clone(),
+        &options.limits,
+        options.data_dir.as_deref(),
+        control,
+    )?;
+    let mut store = Store::new(engine, state);
+    store.limiter(|state| &mut state.limiter);
+    // Host-call fuel also bounds the result copied out of the guest: leave room above the
+    // result limit so an oversized result is measured and refused by `check_result`.
+    store.set_hostcall_fuel(
+        options
+            .limits
+            .hostcall_bytes
+            .max(options.limits.result_bytes.saturating_mul(2)),
+    );
+    store.set_epoch_deadline(1);
+    store.epoch_deadline_callback(move |store| {
+        let hard_stop = store.data().control().hard_stop.load(Ordering::Acquire);
+        if hard_stop || backstop.is_some_and(|backstop| Instant::now() >= backstop) {
+            Ok(UpdateDeadline::Interrupt)
+        } else {
+            Ok(UpdateDeadline::YieldCustom(
+                1,
+                Box::pin(tokio::task::yield_now()),
+            ))
+        }
+    });
+    Ok(store)
+}
+
+async fn kick_after(grace: Duration, control: Arc<CallControl>, engine: Engine) {
+    tokio::time::sleep(grace).await;
+    control.hard_stop.store(true, Ordering::Release);
+    engine.increment_epoch();
+}
+
+async fn sleep_until(deadline: Option<Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline.into()).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Resolves once the runtime's shutdown flag is set (at once if it already is).
+async fn shutdown_signalled(shutdown: &mut watch::Receiver<bool>) {
+    if shutdown.wait_for(|down| *down).await.is_err() {
+        // The runtime is gone without a shutdown: nothing will ever signal.
+        std::future::pending::<()>().await;
+    }
+}
+
+fn result_size(result: &bindings::CallResult) -> usize {
+    let content: usize = result
+        .content
+        .iter()
+        .map(|item| match item {
+            Content::Text(text) => text.len(),
+            Content::Image(media) | Content::Audio(media) => {
+                media.data.len() + media.mime_type.len()
+            }
+            Content::ResourceLink(link) => {
+                link.uri.len() + link.name.len() + link.description.as_ref().map_or(0, String::len)
+            }
+            Content::EmbeddedResource(resource) => {
+                resource.uri.len()
+                    + resource.text.as_ref().map_or(0, String::len)
+                    + resource.blob.as_ref().map_or(0, Vec::len)
+            }
+        })
+        .sum();
+    content + result.structured.as_ref().map_or(0, String::len)
+}
+
+/// The trap's own message (e.g. "wasm `unreachable` instruction executed"), without the
+/// backtrace wasmtime attaches.
+fn trap_message(error: &wasmtime::Error) -> String {
+    match error.downcast_ref::<Trap>() {
+        Some(trap) => trap.to_string(),
+        None => format!("{error:#}"),
+    }
+}

@@ -1,0 +1,178 @@
+//! Loading a tool component: checking the file is a component of our world, compiling it
+//! (through the cache), pre-instantiating it once, and reading its tool list.
+//!
+//! Every problem becomes a [`LoadError`] that names the file and says what is wrong, so a
+//! platform operator can fix the right plugin.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use serde_json::Value;
+use wasmtime::Engine;
+use wasmtime::component::Linker;
+
+use super::bindings::{PluginPre, ToolAnnotations, ToolInfo};
+use super::engine::compile_component;
+use super::guest::GuestState;
+use super::limits::ToolLimits;
+
+/// Why a component could not be loaded.
+#[derive(Debug, thiserror::Error)]
+#[error("{origin}: {problem}")]
+pub struct LoadError {
+    /// The file (or name) the component came from.
+    pub origin: String,
+    /// What is wrong with it.
+    pub problem: String,
+}
+
+impl LoadError {
+    pub(crate) fn new(origin: &str, problem: impl Into<String>) -> Self {
+        Self {
+            origin: origin.to_owned(),
+            problem: problem.into(),
+        }
+    }
+}
+
+/// How the operator runs one component.
+#[derive(Debug, Clone, Default)]
+pub struct ComponentOptions {
+    /// Limits for every call of its tools.
+    pub limits: ToolLimits,
+    /// A host directory preopened read-write at `/data` in the guest; `None` gives no file
+    /// system at all.
+    pub data_dir: Option<PathBuf>,
+}
+
+/// A tool as clients see it: the guest's description with its schemas parsed.
+#[derive(Debug, Clone)]
+pub struct ToolSpec {
+    pub name: String,
+    pub title: Option<String>,
+    pub description: String,
+    /// JSON Schema of the arguments; root `type: object`.
+    pub input_schema: Value,
+    /// JSON Schema of the structured result, if any; root `type: object`.
+    pub output_schema: Option<Value>,
+    pub annotations: Option<ToolAnnotations>,
+}
+
+/// A loaded component, ready to instantiate.
+pub(crate) struct LoadedComponent {
+    pub(crate) name: Arc<str>,
+    pub(crate) pre: PluginPre<GuestState>,
+    pub(crate) options: ComponentOptions,
+    pub(crate) tools: Vec<ToolSpec>,
+}
+
+const WASM_MAGIC: &[u8] = b"\0asm";
+const CORE_MODULE_VERSION: [u8; 4] = [1, 0, 0, 0];
+const COMPONENT_LAYER: [u8; 2] = [1, 0];
+
+/// Check the header, compile, and pre-instantiate against our linker.
+pub(crate) fn prepare(
+    engine: &Engine,
+    linker: &Linker<GuestState>,
+    origin: &str,
+    bytes: &[u8],
+    cache_dir: Option<&Path>,
+) -> Result<PluginPre<GuestState>, LoadError> {
+    let is_text = bytes.trim_ascii_start().starts_with(b"(");
+    if !is_text {
+        if bytes.len() < 8 || &bytes[..4] != WASM_MAGIC {
+            return Err(LoadError::new(
+                origin,
+                "not a WebAssembly file (no `\\0asm` header)",
+            ));
+        }
+        if bytes[4..8] == CORE_MODULE_VERSION {
+            return Err(LoadError::new(
+                origin,
+                "is a core WebAssembly module, not a component; build it for wasm32-wasip2 \
+                 (or wrap it with `wasm-tools component new`)",
+            ));
+        }
+        if bytes[6..8] != COMPONENT_LAYER {
+            return Err(LoadError::new(
+                origin,
+                "not a WebAssembly component (unknown header layer)",
+            ));
+        }
+    }
+    let component = compile_component(engine, bytes, cache_dir)
+        .map_err(|error| LoadError::new(origin, format!("invalid component: {error:#}")))?;
+    let instance_pre = linker.instantiate_pre(&component).map_err(|error| {
+        LoadError::new(
+            origin,
+            format!("imports something Cordon does not provide: {error:#}"),
+        )
+    })?;
+    PluginPre::new(instance_pre).map_err(|error| {
+        LoadError::new(
+            origin,
+            format!("does not implement the cordon:tool@0.1.0 `plugin` world (export `cordon:tool/tool`): {error:#}"),
+        )
+    })
+}
+
+/// Turn the guest's `list` into specs, rejecting anything clients could not use.
+pub(crate) fn tool_specs(origin: &str, infos: Vec<ToolInfo>) -> Result<Vec<ToolSpec>, LoadError> {
+    let mut specs: Vec<ToolSpec> = Vec::with_capacity(infos.len());
+    for info in infos {
+        let name = info.name;
+        check_tool_name(&name)
+            .map_err(|problem| LoadError::new(origin, format!("tool {name:?}: {problem}")))?;
+        if specs.iter().any(|spec| spec.name == name) {
+            return Err(LoadError::new(
+                origin,
+                format!("tool {name:?} is listed twice"),
+            ));
+        }
+        let input_schema = object_schema(&info.input_schema).map_err(|problem| {
+            LoadError::new(origin, format!("tool {name:?}: input schema {problem}"))
+        })?;
+        let output_schema = info
+            .output_schema
+            .as_deref()
+            .map(object_schema)
+            .transpose()
+            .map_err(|problem| {
+                LoadError::new(origin, format!("tool {name:?}: output schema {problem}"))
+            })?;
+        specs.push(ToolSpec {
+            name,
+            title: info.title,
+            description: info.description,
+            input_schema,
+            output_schema,
+            annotations: info.annotations,
+        });
+    }
+    Ok(specs)
+}
+
+/// MCP tool names: 1-128 characters of `A-Z a-z 0-9 _ - .`.
+fn check_tool_name(name: &str) -> Result<(), String> {
+    if name.is_empty() || name.len() > 128 {
+        return Err("a name must have 1 to 128 characters".into());
+    }
+    if let Some(bad) = name
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.')))
+    {
+        return Err(format!(
+            "a name may only use A-Z, a-z, 0-9, `_`, `-` and `.`, not {bad:?}"
+        ));
+    }
+    Ok(())
+}
+
+fn object_schema(text: &str) -> Result<Value, String> {
+    let schema: Value =
+        serde_json::from_str(text).map_err(|error| format!("is not valid JSON: {error}"))?;
+    match schema.get("type") {
+        Some(Value::String(kind)) if kind == "object" => Ok(schema),
+        _ => Err("must be a JSON object with `\"type\": \"object\"` at its root".into()),
+    }
+}

@@ -1,0 +1,153 @@
+//! The control block of one call: shared by the driver that owns the stop sequence
+//! (`call.rs`), the guest's host imports (`guest.rs`) and the caller's [`CallHandle`].
+//!
+//! [`CallHandle`]: super::CallHandle
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::sync::{Notify, watch};
+
+use super::limits::ToolLimits;
+
+/// A progress report, as the guest made it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Progress {
+    /// Work done so far; strictly increasing from one report to the next.
+    pub done: f64,
+    /// The amount at which the work is done, if known.
+    pub total: Option<f64>,
+    /// A message for people.
+    pub message: Option<String>,
+}
+
+/// Why a call is being stopped, as requested from outside the guest.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StopRequest {
+    /// The caller cancelled.
+    Cancel,
+    /// No progress for the idle timeout.
+    IdleTimeout,
+    /// The maximum duration passed.
+    MaxDuration,
+    /// The runtime is shutting down.
+    Shutdown,
+}
+
+pub(crate) struct CallControl {
+    started: Instant,
+    idle_timeout: Option<Duration>,
+    max_duration: Option<Duration>,
+    /// The first stop request wins; later ones are ignored.
+    stop: Mutex<Option<StopRequest>>,
+    /// Mirrors `stop.is_some()` for the guest's cheap `cancelled()` check.
+    stopping: AtomicBool,
+    /// Set when the grace period is over: the epoch callback traps from then on.
+    pub(crate) hard_stop: AtomicBool,
+    /// Wakes the driver when a stop is requested.
+    pub(crate) wake: Notify,
+    /// Milliseconds since `started` of the last accepted progress report.
+    last_progress_ms: AtomicU64,
+    progress: watch::Sender<Option<Progress>>,
+    note: Mutex<Option<Vec<u8>>>,
+    pub(crate) memory_refused: Arc<AtomicBool>,
+}
+
+impl CallControl {
+    pub(crate) fn new(limits: &ToolLimits) -> Arc<Self> {
+        Arc::new(Self {
+            started: Instant::now(),
+            idle_timeout: limits.idle_timeout,
+            max_duration: limits.max_duration,
+            stop: Mutex::new(None),
+            stopping: AtomicBool::new(false),
+            hard_stop: AtomicBool::new(false),
+            wake: Notify::new(),
+            last_progress_ms: AtomicU64::new(0),
+            progress: watch::Sender::new(None),
+            note: Mutex::new(None),
+            memory_refused: Arc::new(AtomicBool::new(false)),
+        })
+    }
+
+    /// Ask the call to stop. Returns whether this request was the first.
+    pub(crate) fn request_stop(&self, request: StopRequest) -> bool {
+        let mut stop = self.stop.lock().unwrap();
+        if stop.is_some() {
+            return false;
+        }
+        *stop = Some(request);
+        self.stopping.store(true, Ordering::Release);
+        drop(stop);
+        self.wake.notify_one();
+        true
+    }
+
+    pub(crate) fn stop_request(&self) -> Option<StopRequest> {
+        *self.stop.lock().unwrap()
+    }
+
+    pub(crate) fn is_stopping(&self) -> bool {
+        self.stopping.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn started(&self) -> Instant {
+        self.started
+    }
+
+    /// When the idle timeout fires, given the progress so far.
+    pub(crate) fn idle_deadline(&self) -> Option<Instant> {
+        let last = Duration::from_millis(self.last_progress_ms.load(Ordering::Relaxed));
+        self.idle_timeout.map(|idle| self.started + last + idle)
+    }
+
+    pub(crate) fn max_deadline(&self) -> Option<Instant> {
+        self.max_duration.map(|max| self.started + max)
+    }
+
+    /// Time before the host stops the call: zero once a stop was requested.
+    pub(crate) fn time_left(&self) -> Option<Duration> {
+        if self.is_stopping() {
+            return Some(Duration::ZERO);
+        }
+        let deadline = match (self.idle_deadline(), self.max_deadline()) {
+            (Some(idle), Some(max)) => Some(idle.min(max)),
+            (idle, max) => idle.or(max),
+        }?;
+        Some(deadline.saturating_duration_since(Instant::now()))
+    }
+
+    /// Accept a report if it grows; the watch channel keeps only the latest (coalescing).
+    pub(crate) fn report_progress(&self, report: Progress) {
+        if !report.done.is_finite() {
+            return;
+        }
+        let accepted = self.progress.send_if_modified(|latest| {
+            if latest
+                .as_ref()
+                .is_some_and(|latest| report.done <= latest.done)
+            {
+                return false;
+            }
+            *latest = Some(report);
+            true
+        });
+        if accepted {
+            let elapsed = self.started.elapsed().as_millis() as u64;
+            self.last_progress_ms.store(elapsed, Ordering::Relaxed);
+        }
+    }
+
+    pub(crate) fn subscribe_progress(&self) -> watch::Receiver<Option<Progress>> {
+        self.progress.subscribe()
+    }
+
+    pub(crate) fn set_note(&self, note: Vec<u8>) {
+        *self.note.lock().unwrap() = (!note.is_empty()).then_some(note);
+    }
+
+    pub(crate) fn take_note(&self) -> Option<Vec<u8>> {
+        self.note.lock().unwrap().take()
+    }
+}

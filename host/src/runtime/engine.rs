@@ -1,0 +1,177 @@
+//! The process-wide wasmtime `Engine`: its configuration, the epoch ticker thread, and the
+//! on-disk compile cache.
+//!
+//! The engine runs every guest with epoch interruption (the hard stop), async support (a
+//! call can be dropped while parked in a host call) and the pooling allocator with
+//! copy-on-write memory images (a fresh instance per call costs about a microsecond).
+//! Component-model concurrency is off: our exports are sync-lifted, and with it off host
+//! calls and instantiation are measurably cheaper (research/wasmtime-hardstop.md §5).
+
+use std::fs;
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::thread;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use sha2::{Digest, Sha256};
+use wasmtime::component::Component;
+use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
+
+/// Engine-wide settings: what cannot vary per tool.
+#[derive(Debug, Clone)]
+pub struct EngineSettings {
+    /// Calls that may run at once; the pool holds two instance slots per call (the call
+    /// and its cleanup) plus one for loading.
+    pub max_concurrent_calls: usize,
+    /// The largest linear memory any tool may be granted.
+    pub max_memory_bytes: usize,
+    /// Wasm stack per call. Wasmtime fixes it per engine, so it applies to every tool.
+    pub max_wasm_stack: usize,
+    /// How often the epoch ticks: the worst-case latency of a stop that is not kicked, and
+    /// how often a spinning guest yields to other calls.
+    pub epoch_tick: Duration,
+    /// Where compiled components are cached; `None` compiles on every start.
+    pub cache_dir: Option<PathBuf>,
+}
+
+impl Default for EngineSettings {
+    fn default() -> Self {
+        Self {
+            max_concurrent_calls: 64,
+            max_memory_bytes: 256 << 20,
+            max_wasm_stack: 512 << 10,
+            epoch_tick: Duration::from_millis(1),
+            cache_dir: default_cache_dir(),
+        }
+    }
+}
+
+/// `$XDG_CACHE_HOME/cordon`, else `~/.cache/cordon`.
+pub fn default_cache_dir() -> Option<PathBuf> {
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".cache")))?;
+    Some(base.join("cordon"))
+}
+
+/// Core instances a component may hold: a Rust wasip2 component has a handful (the module,
+/// its adapter shims); this leaves room for larger ones.
+const CORE_INSTANCES_PER_SLOT: u32 = 16;
+const MEMORIES_PER_SLOT: u32 = 4;
+const TABLES_PER_SLOT: u32 = 8;
+
+/// Build the engine and start its epoch ticker.
+pub fn build_engine(settings: &EngineSettings) -> Result<Engine> {
+    let slots = u32::try_from(settings.max_concurrent_calls * 2 + 1)
+        .context("max_concurrent_calls is too large")?;
+    let mut pool = PoolingAllocationConfig::default();
+    pool.total_component_instances(slots)
+        .total_core_instances(slots * CORE_INSTANCES_PER_SLOT)
+        .total_memories(slots * MEMORIES_PER_SLOT)
+        .total_tables(slots * TABLES_PER_SLOT)
+        .total_stacks(slots)
+        .max_memory_size(settings.max_memory_bytes);
+
+    let mut config = Config::new();
+    config
+        .epoch_interruption(true)
+        .concurrency_support(false)
+        .max_wasm_stack(settings.max_wasm_stack)
+        .memory_init_cow(true)
+        .allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+    let engine = Engine::new(&config)
+        .map_err(anyhow::Error::from)
+        .context("configuring the wasmtime engine")?;
+    start_epoch_ticker(&engine, settings.epoch_tick);
+    Ok(engine)
+}
+
+/// One plain OS thread ticks the epoch (never a tokio task: a busy runtime would delay the
+/// ticks that stop busy guests). It holds the engine weakly and ends with it.
+fn start_epoch_ticker(engine: &Engine, tick: Duration) {
+    let weak = engine.weak();
+    thread::Builder::new()
+        .name("cordon-epoch".into())
+        .spawn(move || {
+            while let Some(engine) = weak.upgrade() {
+                engine.increment_epoch();
+                drop(engine);
+                thread::sleep(tick);
+            }
+        })
+        .expect("spawning the epoch ticker thread");
+}
+
+/// Compile `bytes`, or load the result of an earlier compile from `cache_dir`.
+///
+/// Entries are keyed by the SHA-256 of the component and the engine's compatibility hash,
+/// and carry the SHA-256 of their own payload: a corrupt, truncated or foreign entry is
+/// detected (or rejected by wasmtime) and the component is compiled again.
+pub fn compile_component(
+    engine: &Engine,
+    bytes: &[u8],
+    cache_dir: Option<&Path>,
+) -> Result<Component> {
+    let Some(cache_dir) = cache_dir else {
+        return Component::new(engine, bytes).map_err(anyhow::Error::from);
+    };
+    let entry = cache_dir.join(format!("{}.cwasm", cache_key(engine, bytes)));
+    if let Some(component) = load_cached(engine, &entry) {
+        return Ok(component);
+    }
+    let component = Component::new(engine, bytes).map_err(anyhow::Error::from)?;
+    if let Err(error) = store_cached(&component, cache_dir, &entry) {
+        tracing::warn!(path = %entry.display(), "could not write the compile cache: {error:#}");
+    }
+    Ok(component)
+}
+
+fn cache_key(engine: &Engine, bytes: &[u8]) -> String {
+    let mut engine_hash = DefaultHasher::new();
+    engine
+        .precompile_compatibility_hash()
+        .hash(&mut engine_hash);
+    format!(
+        "{}-{:016x}",
+        hex(&Sha256::digest(bytes)),
+        engine_hash.finish()
+    )
+}
+
+fn load_cached(engine: &Engine, entry: &Path) -> Option<Component> {
+    let file = fs::read(entry).ok()?;
+    let (digest, payload) = file.split_at_checked(32)?;
+    if Sha256::digest(payload).as_slice() != digest {
+        tracing::warn!(path = %entry.display(), "compile cache entry is corrupt; compiling again");
+        return None;
+    }
+    // SAFETY: the payload is what `Component::serialize` wrote for this engine
+    // configuration (the key covers the compatibility hash) and its digest matches, so it
+    // is our own artifact, unmodified. Wasmtime itself rejects artifacts of another version
+    // or configuration with an error.
+    match unsafe { Component::deserialize(engine, payload) } {
+        Ok(component) => Some(component),
+        Err(error) => {
+            tracing::warn!(path = %entry.display(), "compile cache entry rejected ({error}); compiling again");
+            None
+        }
+    }
+}
+
+fn store_cached(component: &Component, cache_dir: &Path, entry: &Path) -> Result<()> {
+    fs::create_dir_all(cache_dir)?;
+    let payload = component.serialize().map_err(anyhow::Error::from)?;
+    let temp = entry.with_extension(format!("tmp{}", std::process::id()));
+    let mut file = fs::File::create(&temp)?;
+    file.write_all(&Sha256::digest(&payload))?;
+    file.write_all(&payload)?;
+    file.sync_all()?;
+    fs::rename(&temp, entry)?;
+    Ok(())
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|byte| format!("{byte:02x}")).collect()
+}

@@ -1,0 +1,120 @@
+//! What lives in a call's `Store`: the WASI context, the limiter, and the host side of the
+//! `cordon:tool/host` imports.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use anyhow::{Context, Result};
+use wasmtime::component::ResourceTable;
+use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+
+use super::bindings::cordon::tool::{host, types};
+use super::control::{CallControl, Progress};
+use super::limits::{GuestLimiter, ToolLimits};
+
+/// Where the tool's data directory appears inside the guest.
+pub const GUEST_DATA_DIR: &str = "/data";
+
+pub(crate) struct GuestState {
+    wasi: WasiCtx,
+    table: ResourceTable,
+    pub(crate) limiter: GuestLimiter,
+    control: Arc<CallControl>,
+    note_bytes: usize,
+    /// The component's name, for the operator's log.
+    component: Arc<str>,
+}
+
+impl GuestState {
+    /// State for one store. WASI is locked down: no environment, no arguments, no network,
+    /// stdin closed, stdout discarded (stdout may be the MCP channel), stderr to our stderr;
+    /// the data directory, when the operator granted one, is the only file system.
+    pub(crate) fn new(
+        component: Arc<str>,
+        limits: &ToolLimits,
+        data_dir: Option<&Path>,
+        control: Arc<CallControl>,
+    ) -> Result<Self> {
+        let mut wasi = WasiCtxBuilder::new();
+        wasi.inherit_stderr()
+            .allow_tcp(false)
+            .allow_udp(false)
+            .allow_ip_name_lookup(false);
+        if let Some(dir) = data_dir {
+            wasi.preopened_dir(dir, GUEST_DATA_DIR, FsPerms::ReadWrite)
+                .map_err(anyhow::Error::from)
+                .with_context(|| format!("opening the data directory {}", dir.display()))?;
+        }
+        Ok(Self {
+            wasi: wasi.build(),
+            table: ResourceTable::new(),
+            limiter: GuestLimiter::new(limits, control.memory_refused.clone()),
+            control,
+            note_bytes: limits.note_bytes,
+            component,
+        })
+    }
+
+    pub(crate) fn control(&self) -> &CallControl {
+        &self.control
+    }
+}
+
+impl WasiView for GuestState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
+    }
+}
+
+impl types::Host for GuestState {}
+
+impl host::Host for GuestState {
+    fn progress(
+        &mut self,
+        done: f64,
+        total: Option<f64>,
+        message: Option<String>,
+    ) -> wasmtime::Result<()> {
+        self.control.report_progress(Progress {
+            done,
+            total,
+            message,
+        });
+        Ok(())
+    }
+
+    fn cancelled(&mut self) -> wasmtime::Result<bool> {
+        Ok(self.control.is_stopping())
+    }
+
+    fn time_left(&mut self) -> wasmtime::Result<Option<u64>> {
+        Ok(self.control.time_left().map(|left| left.as_millis() as u64))
+    }
+
+    fn set_cleanup_note(&mut self, note: Vec<u8>) -> wasmtime::Result<()> {
+        if note.len() > self.note_bytes {
+            wasmtime::bail!(
+                "cleanup note of {} bytes exceeds the limit of {} bytes",
+                note.len(),
+                self.note_bytes
+            );
+        }
+        self.control.set_note(note);
+        Ok(())
+    }
+
+    fn log(&mut self, level: types::LogLevel, message: String) -> wasmtime::Result<()> {
+        let component = &*self.component;
+        match level {
+            types::LogLevel::Trace => tracing::trace!(target: "guest", component, "{message}"),
+            types::LogLevel::Debug => tracing::debug!(target: "guest", component, "{message}"),
+            types::LogLevel::Info => tracing::info!(target: "guest", component, "{message}"),
+            types::LogLevel::Warn => tracing::warn!(target: "guest", component, "{message}"),
+            types::LogLevel::Error => tracing::error!(target: "guest", component, "{message}"),
+        }
+        Ok(())
+    }
+}

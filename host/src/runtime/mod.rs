@@ -1,0 +1,314 @@
+//! # The runtime: tool components, instances, and stopping them
+//!
+//! The runtime owns the wasmtime engine, the loaded components and the instance pool. The
+//! layers above it (protocol, transports) ask it for a [`Call`], run it, and may cancel it
+//! through its [`CallHandle`]; everything about stopping a call lives in [`call`].
+//!
+//! - [`engine`]: the engine configuration, the epoch ticker, the compile cache.
+//! - [`component`]: loading and checking a component, reading its tool list.
+//! - [`call`]: one call, from instance to outcome, and the cleanup after a stop.
+//! - [`control`]: the control block a call shares with its guest and its handle.
+//! - [`guest`]: the store's data and the host side of the guest's imports.
+//! - [`limits`]: per-tool limits.
+
+mod bindings;
+pub mod call;
+pub mod component;
+mod control;
+pub mod engine;
+mod guest;
+pub mod limits;
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+use serde_json::Value;
+use tokio::sync::{Semaphore, watch};
+use wasmtime::Engine;
+use wasmtime::component::{HasSelf, Linker};
+
+pub use bindings::{Content, EmbeddedResource, Media, ResourceLink, ToolAnnotations};
+pub use call::{
+    Call, CallHandle, CallReport, CleanupOutcome, CleanupReport, Outcome, Timeout, ToolResult,
+};
+pub use component::{ComponentOptions, LoadError, ToolSpec};
+pub use control::Progress;
+pub use engine::EngineSettings;
+pub use guest::GUEST_DATA_DIR;
+pub use limits::ToolLimits;
+
+use component::LoadedComponent;
+use control::CallControl;
+use guest::GuestState;
+
+/// Runtime-wide settings.
+#[derive(Debug, Clone)]
+pub struct RuntimeSettings {
+    pub engine: EngineSettings,
+    /// How long a call waits for a free slot when every slot is busy, before it is refused.
+    pub queue_timeout: Duration,
+    /// Time budget for a component's `list` at load time.
+    pub list_budget: Duration,
+}
+
+impl Default for RuntimeSettings {
+    fn default() -> Self {
+        Self {
+            engine: EngineSettings::default(),
+            queue_timeout: Duration::from_secs(5),
+            list_budget: Duration::from_secs(5),
+        }
+    }
+}
+
+/// Why a call could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum CallError {
+    #[error("unknown tool: {0}")]
+    UnknownTool(String),
+    #[error("arguments must be a JSON object")]
+    ArgumentsNotObject,
+    #[error(
+        "the server is busy: all {slots} call slots stayed in use for {waited:?}; try again later"
+    )]
+    Busy { slots: usize, waited: Duration },
+    #[error("the server is shutting down")]
+    ShuttingDown,
+}
+
+/// What the pool holds right now; all zero when no call runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PoolUsage {
+    /// Calls holding a slot (running, or running their cleanup).
+    pub calls: usize,
+    /// Component instances alive in the pooling allocator.
+    pub component_instances: u64,
+    /// Core instances alive in the pooling allocator.
+    pub core_instances: u64,
+    /// Linear memories alive in the pooling allocator.
+    pub memories: usize,
+}
+
+/// Loaded tool components and the means to run them.
+pub struct Runtime {
+    engine: Engine,
+    linker: Linker<GuestState>,
+    settings: RuntimeSettings,
+    components: Vec<Arc<LoadedComponent>>,
+    /// Tool name → index into `components`.
+    tools: HashMap<String, usize>,
+    call_permits: Arc<Semaphore>,
+    cleanup_permits: Arc<Semaphore>,
+    shutdown: watch::Sender<bool>,
+    next_call_id: AtomicU64,
+}
+
+impl Runtime {
+    /// An engine, a linker with WASI (async) and the Cordon host imports, and no components.
+    pub fn new(settings: RuntimeSettings) -> Result<Self> {
+        let engine = engine::build_engine(&settings.engine)?;
+        let mut linker = Linker::new(&engine);
+        wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
+        bindings::Plugin::add_to_linker::<_, HasSelf<_>>(&mut linker, |state| state)?;
+        let slots = settings.engine.max_concurrent_calls;
+        Ok(Self {
+            engine,
+            linker,
+            components: Vec::new(),
+            tools: HashMap::new(),
+            call_permits: Arc::new(Semaphore::new(slots)),
+            cleanup_permits: Arc::new(Semaphore::new(slots)),
+            shutdown: watch::Sender::new(false),
+            next_call_id: AtomicU64::new(1),
+            settings,
+        })
+    }
+
+    /// Load the component in `path`; its name is the file's stem.
+    pub async fn load_file(
+        &mut self,
+        path: &Path,
+        options: ComponentOptions,
+    ) -> Result<(), LoadError> {
+        let origin = path.display().to_string();
+        let bytes = std::fs::read(path)
+            .map_err(|error| LoadError::new(&origin, format!("cannot read: {error}")))?;
+        let name = path.file_stem().map_or_else(
+            || origin.clone(),
+            |stem| stem.to_string_lossy().into_owned(),
+        );
+        self.load_named(&name, &origin, &bytes, options).await
+    }
+
+    /// Load a component from bytes (binary, or component WAT text).
+    pub async fn load_bytes(
+        &mut self,
+        name: &str,
+        bytes: &[u8],
+        options: ComponentOptions,
+    ) -> Result<(), LoadError> {
+        self.load_named(name, name, bytes, options).await
+    }
+
+    async fn load_named(
+        &mut self,
+        name: &str,
+        origin: &str,
+        bytes: &[u8],
+        options: ComponentOptions,
+    ) -> Result<(), LoadError> {
+        let cache_dir = self.settings.engine.cache_dir.clone();
+        let pre = component::prepare(
+            &self.engine,
+            &self.linker,
+            origin,
+            bytes,
+            cache_dir.as_deref(),
+        )?;
+        let mut loaded = LoadedComponent {
+            name: name.into(),
+            pre,
+            options,
+            tools: Vec::new(),
+        };
+        let infos = self
+            .list_tools(&loaded)
+            .await
+            .map_err(|problem| LoadError::new(origin, problem))?;
+        loaded.tools = component::tool_specs(origin, infos)?;
+        let index = self.components.len();
+        for tool in &loaded.tools {
+            if let Some(&other) = self.tools.get(&tool.name) {
+                let other = &self.components[other].name;
+                return Err(LoadError::new(
+                    origin,
+                    format!("tool {:?} is also offered by component {other}", tool.name),
+                ));
+            }
+        }
+        for tool in &loaded.tools {
+            self.tools.insert(tool.name.clone(), index);
+        }
+        self.components.push(Arc::new(loaded));
+        Ok(())
+    }
+
+    /// Run the guest's `list` in a bounded instance.
+    async fn list_tools(
+        &self,
+        component: &LoadedComponent,
+    ) -> Result<Vec<bindings::ToolInfo>, String> {
+        let budget = self.settings.list_budget;
+        let deadline = Instant::now() + budget;
+        let mut limits = component.options.limits.clone();
+        limits.idle_timeout = None;
+        limits.max_duration = Some(budget);
+        let control = CallControl::new(&limits);
+        let _permit = self
+            .call_permits
+            .acquire()
+            .await
+            .expect("the call semaphore is never closed");
+        let mut store = call::new_store(&self.engine, component, control, Some(deadline))
+            .map_err(|error| format!("{error:#}"))?;
+        let pre = component.pre.clone();
+        let list = async move {
+            let plugin = pre.instantiate_async(&mut store).await?;
+            plugin.cordon_tool_tool().call_list(&mut store).await
+        };
+        match call::run_bounded(list, deadline).await {
+            Some(Ok(tools)) => Ok(tools),
+            Some(Err(error)) => Err(format!("`list` failed: {error:#}")),
+            None => Err(format!("`list` did not return within {budget:?}")),
+        }
+    }
+
+    /// Every tool, in load order (component by component, each in its own order).
+    pub fn tools(&self) -> impl Iterator<Item = &ToolSpec> {
+        self.components
+            .iter()
+            .flat_map(|component| component.tools.iter())
+    }
+
+    /// The tool called `name`.
+    pub fn tool(&self, name: &str) -> Option<&ToolSpec> {
+        let component = &self.components[*self.tools.get(name)?];
+        component.tools.iter().find(|tool| tool.name == name)
+    }
+
+    /// The limits that apply to the tool called `name`.
+    pub fn limits(&self, name: &str) -> Option<&ToolLimits> {
+        Some(&self.components[*self.tools.get(name)?].options.limits)
+    }
+
+    /// Reserve a slot for a call of `tool` with `arguments`. Waits for a free slot for at
+    /// most the queue timeout, then refuses with [`CallError::Busy`].
+    pub async fn call(&self, tool: &str, arguments: &Value) -> Result<Call, CallError> {
+        let index = *self
+            .tools
+            .get(tool)
+            .ok_or_else(|| CallError::UnknownTool(tool.to_owned()))?;
+        if !arguments.is_object() {
+            return Err(CallError::ArgumentsNotObject);
+        }
+        if *self.shutdown.borrow() {
+            return Err(CallError::ShuttingDown);
+        }
+        let waited = self.settings.queue_timeout;
+        let permit = tokio::time::timeout(waited, self.call_permits.clone().acquire_owned())
+            .await
+            .map_err(|_| CallError::Busy {
+                slots: self.settings.engine.max_concurrent_calls,
+                waited,
+            })?
+            .expect("the call semaphore is never closed");
+        let component = self.components[index].clone();
+        Ok(Call {
+            id: self.next_call_id.fetch_add(1, Ordering::Relaxed),
+            engine: self.engine.clone(),
+            control: CallControl::new(&component.options.limits),
+            component,
+            tool: tool.to_owned(),
+            arguments: arguments.to_string(),
+            shutdown: self.shutdown.subscribe(),
+            permit,
+            cleanup_permits: self.cleanup_permits.clone(),
+        })
+    }
+
+    /// Stop every call in flight (with the reason `shutdown`, grace, then the hard stop and
+    /// cleanup) and refuse new ones. Wait for [`Runtime::idle`] to see them finish.
+    pub fn shutdown(&self) {
+        self.shutdown.send_replace(true);
+    }
+
+    /// Wait until no call holds a slot, or `timeout` passes; returns whether it is idle.
+    pub async fn idle(&self, timeout: Duration) -> bool {
+        let slots = self.settings.engine.max_concurrent_calls as u32;
+        tokio::time::timeout(timeout, self.call_permits.acquire_many(slots))
+            .await
+            .is_ok()
+    }
+
+    /// What the pool holds now.
+    pub fn pool_usage(&self) -> PoolUsage {
+        let calls =
+            self.settings.engine.max_concurrent_calls - self.call_permits.available_permits();
+        let metrics = self.engine.pooling_allocator_metrics();
+        PoolUsage {
+            calls,
+            component_instances: metrics.as_ref().map_or(0, |m| m.component_instances()),
+            core_instances: metrics.as_ref().map_or(0, |m| m.core_instances()),
+            memories: metrics.as_ref().map_or(0, |m| m.memories()),
+        }
+    }
+
+    /// The engine, for benchmarks that compare against a bare instance.
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+}

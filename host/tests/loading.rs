@@ -1,0 +1,189 @@
+//! Bad components get a clear error naming the file and the problem, never a panic.
+
+mod common;
+
+use common::*;
+use cordon::runtime::{ComponentOptions, Outcome, Runtime};
+
+async fn load_error(name: &str, bytes: &[u8]) -> String {
+    let mut runtime = Runtime::new(settings(4)).unwrap();
+    let error = runtime
+        .load_bytes(name, bytes, ComponentOptions::default())
+        .await
+        .err()
+        .unwrap_or_else(|| panic!("{name} should not load"));
+    let message = error.to_string();
+    assert!(
+        message.starts_with(&format!("{name}: ")),
+        "the error names the component: {message}"
+    );
+    message
+}
+
+#[tokio::test]
+async fn a_file_that_is_not_wasm_is_refused() {
+    let message = load_error("notes.txt", b"hello, I am text").await;
+    assert!(message.contains("not a WebAssembly file"), "{message}");
+}
+
+#[tokio::test]
+async fn a_core_module_is_refused_with_a_hint() {
+    let module = wat::parse_str("(module (func (export \"run\")))").unwrap();
+    let message = load_error("core.wasm", &module).await;
+    assert!(
+        message.contains("core WebAssembly module, not a component"),
+        "{message}"
+    );
+    assert!(message.contains("wasm32-wasip2"), "{message}");
+}
+
+#[tokio::test]
+async fn a_component_of_another_world_is_refused() {
+    let component = wat::parse_str("(component)").unwrap();
+    let message = load_error("empty.wasm", &component).await;
+    assert!(
+        message.contains("does not implement the cordon:tool@0.1.0 `plugin` world"),
+        "{message}"
+    );
+}
+
+#[tokio::test]
+async fn a_component_that_imports_something_unknown_is_refused() {
+    let component = wat::parse_str(
+        r#"(component (import "acme:secret/keys" (instance (export "get" (func)))))"#,
+    )
+    .unwrap();
+    let message = load_error("greedy.wasm", &component).await;
+    assert!(
+        message.contains("imports something Cordon does not provide"),
+        "{message}"
+    );
+}
+
+#[tokio::test]
+async fn a_missing_file_is_reported_with_its_path() {
+    let mut runtime = Runtime::new(settings(4)).unwrap();
+    let error = runtime
+        .load_file(
+            std::path::Path::new("/nonexistent/tool.wasm"),
+            ComponentOptions::default(),
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        error
+            .to_string()
+            .starts_with("/nonexistent/tool.wasm: cannot read"),
+        "{error}"
+    );
+}
+
+#[tokio::test]
+async fn a_schema_that_is_not_json_is_refused() {
+    let guest = WatGuest::new("broken", DONE_BODY).input_schema("{not json");
+    let message = load_error("broken", &guest.component()).await;
+    assert!(
+        message.contains("tool \"broken\": input schema is not valid JSON"),
+        "{message}"
+    );
+}
+
+#[tokio::test]
+async fn a_schema_that_is_not_an_object_is_refused() {
+    let guest = WatGuest::new("stringy", DONE_BODY).input_schema(r#"{"type":"string"}"#);
+    let message = load_error("stringy", &guest.component()).await;
+    assert!(
+        message.contains("must be a JSON object with `\"type\": \"object\"`"),
+        "{message}"
+    );
+}
+
+#[tokio::test]
+async fn a_tool_name_outside_the_mcp_alphabet_is_refused() {
+    let guest = WatGuest::new("bad name", DONE_BODY);
+    let message = load_error("bad", &guest.component()).await;
+    assert!(message.contains("may only use"), "{message}");
+}
+
+#[tokio::test]
+async fn two_components_offering_the_same_tool_are_refused() {
+    let mut runtime = Runtime::new(settings(4)).unwrap();
+    let guest = WatGuest::new("twin", DONE_BODY).component();
+    runtime
+        .load_bytes("first", &guest, ComponentOptions::default())
+        .await
+        .unwrap();
+    let error = runtime
+        .load_bytes("second", &guest, ComponentOptions::default())
+        .await
+        .unwrap_err();
+    assert!(
+        error
+            .to_string()
+            .contains("also offered by component first"),
+        "{error}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_returning_structured_output_that_is_not_json_is_an_invalid_result() {
+    // ok(call-result) with structured = some("done"), which is not JSON.
+    let body = "(drop (call $ok_text (i32.const 2000) (i32.const 4)))
+        (i32.store8 (i32.const 3012) (i32.const 1))
+        (i32.store (i32.const 3016) (i32.const 2000))
+        (i32.store (i32.const 3020) (i32.const 4))
+        (i32.const 3000)";
+    let runtime = runtime_with(&[WatGuest::new("liar", body)], quick_limits()).await;
+    let report = runtime
+        .call("liar", &serde_json::json!({}))
+        .await
+        .unwrap()
+        .run()
+        .await;
+    match report.outcome {
+        Outcome::InvalidResult(message) => assert!(message.contains("not JSON"), "{message}"),
+        other => panic!("expected an invalid result, got {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_compile_cache_survives_corruption() {
+    let cache = std::env::temp_dir().join(format!("cordon-cache-test-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&cache);
+    let mut settings = settings(4);
+    settings.engine.cache_dir = Some(cache.clone());
+    let guest = WatGuest::new("cached", DONE_BODY).component();
+    for round in 0..3 {
+        let mut runtime = Runtime::new(settings.clone()).unwrap();
+        runtime
+            .load_bytes("cached", &guest, ComponentOptions::default())
+            .await
+            .unwrap();
+        let report = runtime
+            .call("cached", &serde_json::json!({}))
+            .await
+            .unwrap()
+            .run()
+            .await;
+        assert!(
+            matches!(report.outcome, Outcome::Completed(_)),
+            "round {round}: {:?}",
+            report.outcome
+        );
+        let entries: Vec<_> = std::fs::read_dir(&cache)
+            .unwrap()
+            .map(|entry| entry.unwrap().path())
+            .collect();
+        assert_eq!(entries.len(), 1, "one entry per component and engine");
+        // Corrupt the entry (round 0) or replace it with garbage (round 1) for the next round.
+        let mut bytes = std::fs::read(&entries[0]).unwrap();
+        if round == 0 {
+            let middle = bytes.len() / 2;
+            bytes[middle] ^= 0xff;
+        } else {
+            bytes = b"not an artifact at all".to_vec();
+        }
+        std::fs::write(&entries[0], bytes).unwrap();
+    }
+    let _ = std::fs::remove_dir_all(&cache);
+}

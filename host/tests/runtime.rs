@@ -1,0 +1,472 @@
+//! The runtime's promise, tested on hostile guests written in WAT: every call ends in one
+//! outcome, stops when asked whatever the guest does, and is cleaned up after exactly once.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::*;
+use cordon::runtime::{CleanupOutcome, Content, Outcome, PoolUsage, Runtime, Timeout};
+use serde_json::json;
+
+fn no_args() -> serde_json::Value {
+    json!({})
+}
+
+async fn run(runtime: &Runtime, tool: &str) -> cordon::runtime::CallReport {
+    runtime.call(tool, &no_args()).await.unwrap().run().await
+}
+
+/// Start a call, cancel it after `after`, and return its report.
+async fn cancel_after(
+    runtime: &Runtime,
+    tool: &str,
+    after: Duration,
+) -> cordon::runtime::CallReport {
+    let call = runtime.call(tool, &no_args()).await.unwrap();
+    let handle = call.handle();
+    let canceller = tokio::spawn(async move {
+        tokio::time::sleep(after).await;
+        handle.cancel();
+    });
+    let report = call.run().await;
+    canceller.await.unwrap();
+    report
+}
+
+fn baseline() -> PoolUsage {
+    PoolUsage {
+        calls: 0,
+        component_instances: 0,
+        core_instances: 0,
+        memories: 0,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_loop_with_no_calls_is_stopped_after_grace_and_cleaned_up() {
+    let guest = WatGuest::new("spin", SPIN_BODY);
+    let runtime = runtime_with(&[guest], quick_limits()).await;
+    let started = Instant::now();
+    let report = cancel_after(&runtime, "spin", Duration::from_millis(20)).await;
+    assert_eq!(report.outcome, Outcome::Cancelled);
+    assert!(report.hard_stopped, "a loop never returns on its own");
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "stopped after {:?}",
+        started.elapsed()
+    );
+    assert_eq!(report.cleanup.unwrap().outcome, CleanupOutcome::Completed);
+    assert_eq!(runtime.pool_usage(), baseline());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guest_blocked_in_a_60s_host_sleep_is_stopped_and_its_note_reaches_cleanup() {
+    let guest = WatGuest::new("sleepy", SLEEP_BODY).cleanup(CLEANUP_CHECKS_NOTE);
+    let runtime = runtime_with(&[guest], quick_limits()).await;
+    let started = Instant::now();
+    let report = cancel_after(&runtime, "sleepy", Duration::from_millis(20)).await;
+    assert_eq!(report.outcome, Outcome::Cancelled);
+    assert!(report.hard_stopped);
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "stopped after {:?}",
+        started.elapsed()
+    );
+    assert_eq!(
+        report.cleanup.unwrap().outcome,
+        CleanupOutcome::Completed,
+        "cleanup saw the note"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cooperative_guest_returns_within_grace_without_a_hard_stop() {
+    let body = "(block $out (loop $l (br_if $out (call $cancelled)) (call $sleep_ms (i64.const 1)) (br $l)))
+                (call $err_text (i32.const 2000) (i32.const 4))";
+    let guest = WatGuest::new("polite", body);
+    let mut limits = quick_limits();
+    limits.grace = Duration::from_secs(5);
+    let runtime = runtime_with(&[guest], limits).await;
+    let started = Instant::now();
+    let report = cancel_after(&runtime, "polite", Duration::from_millis(20)).await;
+    assert_eq!(report.outcome, Outcome::Cancelled);
+    assert!(!report.hard_stopped);
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "took {:?}",
+        started.elapsed()
+    );
+    assert_eq!(report.cleanup.unwrap().outcome, CleanupOutcome::Completed);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_growth_is_refused_at_the_limit_and_reported_as_out_of_memory() {
+    let body =
+        "(loop $l (br_if $l (i32.ne (memory.grow (i32.const 16)) (i32.const -1)))) unreachable";
+    let guest = WatGuest::new("hog", body)
+        .cleanup("(if (i32.ne (local.get 6) (i32.const 4)) (then unreachable))");
+    let mut limits = quick_limits();
+    limits.memory_bytes = 8 << 20;
+    let runtime = runtime_with(&[guest], limits).await;
+    let report = run(&runtime, "hog").await;
+    assert_eq!(report.outcome, Outcome::OutOfMemory);
+    assert_eq!(
+        report.cleanup.unwrap().outcome,
+        CleanupOutcome::Completed,
+        "cleanup was told out-of-memory"
+    );
+    assert_eq!(
+        run(&runtime, "hog").await.outcome,
+        Outcome::OutOfMemory,
+        "the runtime keeps serving"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deep_recursion_traps_with_a_stack_overflow() {
+    let guest = WatGuest::new("deep", "(call $recurse (i32.const 0))")
+        .extra("(func $recurse (param i32) (result i32) (call $recurse (i32.add (local.get 0) (i32.const 1))))");
+    let runtime = runtime_with(&[guest], quick_limits()).await;
+    let report = run(&runtime, "deep").await;
+    match &report.outcome {
+        Outcome::Trapped(message) => assert!(message.contains("stack"), "{message}"),
+        other => panic!("expected a stack overflow trap, got {other:?}"),
+    }
+    assert!(report.cleanup.is_some());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn table_growth_is_refused_at_the_limit() {
+    let body = "(loop $l (br_if $l (i32.ne (table.grow $t (ref.null func) (i32.const 1000)) (i32.const -1)))) unreachable";
+    let guest = WatGuest::new("tables", body);
+    let mut limits = quick_limits();
+    limits.table_elements = 5_000;
+    let runtime = runtime_with(&[guest], limits).await;
+    let report = run(&runtime, "tables").await;
+    match &report.outcome {
+        Outcome::Trapped(message) => assert!(message.contains("unreachable"), "{message}"),
+        other => panic!("expected the guest to trap once growth was refused, got {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_huge_result_is_refused() {
+    // 8 MiB of zero bytes (valid UTF-8) as text, against a 1 MiB result limit.
+    let body = "(drop (memory.grow (i32.const 256))) (call $ok_text (i32.const 65536) (i32.const 8388608))";
+    let guest = WatGuest::new("huge", body);
+    let mut limits = quick_limits();
+    limits.result_bytes = 1 << 20;
+    let runtime = runtime_with(&[guest], limits).await;
+    let report = run(&runtime, "huge").await;
+    assert_eq!(
+        report.outcome,
+        Outcome::ResultTooLarge {
+            bytes: 8 << 20,
+            limit: 1 << 20
+        }
+    );
+    assert!(report.cleanup.is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_progress_flood_is_coalesced_and_only_increasing_values_pass() {
+    // A million reports: 1, 2, ... 1e6, each followed by a smaller one that must be dropped.
+    let body = "(local $i f64)
+      (loop $l
+        (local.set $i (f64.add (local.get $i) (f64.const 1)))
+        (call $progress (local.get $i) (i32.const 1) (f64.const 1000000) (i32.const 0) (i32.const 0) (i32.const 0))
+        (call $progress (f64.sub (local.get $i) (f64.const 0.5)) (i32.const 0) (f64.const 0) (i32.const 0) (i32.const 0) (i32.const 0))
+        (br_if $l (f64.lt (local.get $i) (f64.const 1000000))))
+      (call $ok_text (i32.const 2000) (i32.const 4))";
+    let guest = WatGuest::new("flood", body);
+    let runtime = runtime_with(&[guest], quick_limits()).await;
+    let call = runtime.call("flood", &no_args()).await.unwrap();
+    let mut progress = call.handle().progress();
+    let watcher = tokio::spawn(async move {
+        let (mut seen, mut last) = (0u64, 0.0f64);
+        while progress.changed().await.is_ok() {
+            let report = progress.borrow_and_update().clone().unwrap();
+            assert!(report.done > last, "{} after {last}", report.done);
+            assert_eq!(report.total, Some(1_000_000.0));
+            last = report.done;
+            seen += 1;
+            if last == 1_000_000.0 {
+                break;
+            }
+        }
+        (seen, last)
+    });
+    let report = call.run().await;
+    assert!(
+        matches!(report.outcome, Outcome::Completed(_)),
+        "{:?}",
+        report.outcome
+    );
+    let (seen, last) = watcher.await.unwrap();
+    assert_eq!(last, 1_000_000.0);
+    assert!(seen < 1_000_000, "bursts are coalesced: saw {seen} updates");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trapping_guest_is_reported_with_its_trap_and_cleaned_up_with_the_reason() {
+    let guest = WatGuest::new("crash", "unreachable")
+        .cleanup("(if (i32.ne (local.get 6) (i32.const 3)) (then unreachable))");
+    let runtime = runtime_with(&[guest], quick_limits()).await;
+    let report = run(&runtime, "crash").await;
+    match &report.outcome {
+        Outcome::Trapped(message) => assert!(message.contains("unreachable"), "{message}"),
+        other => panic!("expected a trap, got {other:?}"),
+    }
+    assert_eq!(
+        report.cleanup.unwrap().outcome,
+        CleanupOutcome::Completed,
+        "cleanup was told `trapped`"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cleanup_that_traps_is_reported_once_and_the_runtime_keeps_serving() {
+    let guest = WatGuest::new("spin", SPIN_BODY).cleanup("unreachable");
+    let runtime = runtime_with(&[guest], quick_limits()).await;
+    for _ in 0..3 {
+        let report = cancel_after(&runtime, "spin", Duration::from_millis(5)).await;
+        assert_eq!(report.outcome, Outcome::Cancelled);
+        match report.cleanup.unwrap().outcome {
+            CleanupOutcome::Failed(message) => {
+                assert!(message.contains("unreachable"), "{message}")
+            }
+            other => panic!("expected a failed cleanup, got {other:?}"),
+        }
+    }
+    assert_eq!(runtime.pool_usage(), baseline());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cleanup_that_loops_is_stopped_at_its_budget() {
+    let guest = WatGuest::new("spin", SPIN_BODY).cleanup("(loop $l (br $l))");
+    let runtime = runtime_with(&[guest], quick_limits()).await;
+    let report = cancel_after(&runtime, "spin", Duration::from_millis(5)).await;
+    let cleanup = report.cleanup.unwrap();
+    assert_eq!(cleanup.outcome, CleanupOutcome::TimedOut);
+    let budget = quick_limits().cleanup_budget;
+    let took = cleanup.started_at.elapsed();
+    assert!(
+        took >= budget && took < budget + Duration::from_secs(1),
+        "cleanup took {took:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_idle_timeout_stops_a_silent_call_and_progress_keeps_a_busy_one_alive() {
+    let silent = WatGuest::new("silent", SLEEP_BODY);
+    // Reports progress every 20 ms for 400 ms, then returns.
+    let chatty = WatGuest::new(
+        "chatty",
+        "(local $i f64)
+         (loop $l
+           (local.set $i (f64.add (local.get $i) (f64.const 1)))
+           (call $progress (local.get $i) (i32.const 0) (f64.const 0) (i32.const 0) (i32.const 0) (i32.const 0))
+           (call $sleep_ms (i64.const 20))
+           (br_if $l (f64.lt (local.get $i) (f64.const 20))))
+         (call $ok_text (i32.const 2000) (i32.const 4))",
+    );
+    let mut limits = quick_limits();
+    limits.idle_timeout = Some(Duration::from_millis(150));
+    let runtime = runtime_with(&[silent, chatty], limits).await;
+    let report = run(&runtime, "silent").await;
+    assert_eq!(
+        report.outcome,
+        Outcome::TimedOut(Timeout::Idle(Duration::from_millis(150)))
+    );
+    assert!(report.cleanup.is_some());
+    let report = run(&runtime, "chatty").await;
+    assert!(
+        matches!(report.outcome, Outcome::Completed(_)),
+        "{:?}",
+        report.outcome
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_maximum_duration_stops_a_call_whatever_it_reports() {
+    let chatty = WatGuest::new(
+        "chatty",
+        "(local $i f64)
+         (loop $l
+           (local.set $i (f64.add (local.get $i) (f64.const 1)))
+           (call $progress (local.get $i) (i32.const 0) (f64.const 0) (i32.const 0) (i32.const 0) (i32.const 0))
+           (br $l))
+         unreachable",
+    );
+    let mut limits = quick_limits();
+    limits.idle_timeout = Some(Duration::from_millis(100));
+    limits.max_duration = Some(Duration::from_millis(300));
+    let runtime = runtime_with(&[chatty], limits).await;
+    let started = Instant::now();
+    let report = run(&runtime, "chatty").await;
+    assert_eq!(
+        report.outcome,
+        Outcome::TimedOut(Timeout::MaxDuration(Duration::from_millis(300)))
+    );
+    assert!(started.elapsed() < Duration::from_secs(2));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_stops_calls_in_flight_and_refuses_new_ones() {
+    let guest = WatGuest::new("spin", SPIN_BODY);
+    let runtime = Arc::new(runtime_with(&[guest], quick_limits()).await);
+    let mut calls = Vec::new();
+    for _ in 0..4 {
+        let call = runtime.call("spin", &no_args()).await.unwrap();
+        calls.push(tokio::spawn(call.run()));
+    }
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    runtime.shutdown();
+    for call in calls {
+        let report = call.await.unwrap();
+        assert_eq!(report.outcome, Outcome::Shutdown);
+        assert_eq!(report.cleanup.unwrap().outcome, CleanupOutcome::Completed);
+    }
+    assert!(runtime.idle(Duration::from_secs(1)).await);
+    assert!(matches!(
+        runtime.call("spin", &no_args()).await,
+        Err(cordon::runtime::CallError::ShuttingDown)
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_racing_completion_ends_each_call_in_exactly_one_outcome() {
+    // About a millisecond of work that checks for cancellation, so cancels land before,
+    // during and after it.
+    let body = "(local $i i32)
+      (block $stop
+        (loop $l
+          (br_if $stop (call $cancelled))
+          (local.set $i (i32.add (local.get $i) (i32.const 1)))
+          (br_if $l (i32.lt_u (local.get $i) (i32.const 10000))))
+        (return (call $ok_text (i32.const 2000) (i32.const 4))))
+      (call $err_text (i32.const 2000) (i32.const 4))";
+    let guest = WatGuest::new("quick", body);
+    let runtime = runtime_with(&[guest], quick_limits()).await;
+    let (mut completed, mut cancelled) = (0, 0);
+    for i in 0..1000u64 {
+        let call = runtime.call("quick", &no_args()).await.unwrap();
+        let handle = call.handle();
+        let running = tokio::spawn(call.run());
+        if i % 3 != 0 {
+            tokio::time::sleep(Duration::from_micros(i * 7 % 1500)).await;
+        }
+        handle.cancel();
+        let report = running.await.unwrap();
+        match &report.outcome {
+            Outcome::Completed(result) => {
+                assert_eq!(result.content, vec![Content::Text("done".into())]);
+                assert!(
+                    report.cleanup.is_none(),
+                    "no cleanup after a completed call"
+                );
+                completed += 1;
+            }
+            Outcome::Cancelled => {
+                assert_eq!(report.cleanup.unwrap().outcome, CleanupOutcome::Completed);
+                cancelled += 1;
+            }
+            other => panic!("unexpected outcome {other:?}"),
+        }
+        handle.cancel(); // a cancel after the end is harmless
+    }
+    assert_eq!(completed + cancelled, 1000);
+    assert!(
+        cancelled > 0 && completed > 0,
+        "{completed} completed, {cancelled} cancelled: both must happen"
+    );
+    assert_eq!(runtime.pool_usage(), baseline());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_hundred_concurrent_calls_with_random_cancels_leave_the_pool_at_baseline() {
+    let spin = WatGuest::new("spin", SPIN_BODY);
+    let sleepy = WatGuest::new("sleepy", SLEEP_BODY).cleanup(CLEANUP_CHECKS_NOTE);
+    let quick = WatGuest::new("quick", DONE_BODY);
+    let crash = WatGuest::new("crash", "unreachable");
+    let runtime = Arc::new(runtime_with(&[spin, sleepy, quick, crash], quick_limits()).await);
+    let tools = ["spin", "sleepy", "quick", "crash"];
+    let mut tasks = Vec::new();
+    let mut seed: u64 = 0x2545_f491_4f6c_dd1d;
+    for i in 0..200 {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        let tool = tools[i % tools.len()];
+        let call = runtime.call(tool, &no_args()).await.unwrap();
+        let handle = call.handle();
+        let delay = Duration::from_millis(seed % 200);
+        tasks.push(tokio::spawn(async move {
+            let canceller = tokio::spawn(async move {
+                tokio::time::sleep(delay).await;
+                handle.cancel();
+            });
+            let report = call.run().await;
+            canceller.abort();
+            (tool, report)
+        }));
+    }
+    for task in tasks {
+        let (tool, report) = task.await.unwrap();
+        match (tool, &report.outcome) {
+            ("spin" | "sleepy", Outcome::Cancelled) => assert!(report.cleanup.is_some()),
+            ("quick", Outcome::Completed(_)) => assert!(report.cleanup.is_none()),
+            ("quick", Outcome::Cancelled) => assert!(report.cleanup.is_some()),
+            ("crash", Outcome::Trapped(_) | Outcome::Cancelled) => {
+                assert!(report.cleanup.is_some())
+            }
+            (tool, outcome) => panic!("{tool}: unexpected outcome {outcome:?}"),
+        }
+    }
+    assert_eq!(runtime.pool_usage(), baseline());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_pool_refuses_a_call_clearly_after_the_queue_timeout() {
+    let guest = WatGuest::new("spin", SPIN_BODY);
+    let mut settings = settings(2);
+    settings.queue_timeout = Duration::from_millis(50);
+    let mut runtime = Runtime::new(settings).unwrap();
+    let options = cordon::runtime::ComponentOptions {
+        limits: quick_limits(),
+        data_dir: None,
+    };
+    runtime
+        .load_bytes("spin", &guest.component(), options)
+        .await
+        .unwrap();
+    let first = runtime.call("spin", &no_args()).await.unwrap();
+    let second = runtime.call("spin", &no_args()).await.unwrap();
+    let error = runtime
+        .call("spin", &no_args())
+        .await
+        .err()
+        .expect("a third call is refused");
+    assert!(error.to_string().contains("busy"), "{error}");
+    drop((first, second));
+    assert!(
+        runtime.call("spin", &no_args()).await.is_ok(),
+        "slots come back"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unknown_tools_and_non_object_arguments_are_refused_before_any_instance() {
+    let runtime = runtime_with(&[WatGuest::new("quick", DONE_BODY)], quick_limits()).await;
+    assert!(matches!(
+        runtime.call("nope", &no_args()).await,
+        Err(cordon::runtime::CallError::UnknownTool(_))
+    ));
+    assert!(matches!(
+        runtime.call("quick", &json!([1])).await,
+        Err(cordon::runtime::CallError::ArgumentsNotObject)
+    ));
+    assert_eq!(runtime.pool_usage(), baseline());
+}
