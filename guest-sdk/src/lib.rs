@@ -105,11 +105,7 @@ pub fn progress(done: f64, total: Option<f64>, message: &str) {
 /// `Err(Cancelled)` once the call should stop (the client cancelled it, a timeout passed or
 /// the host is shutting down). Check it between units of work and propagate it with `?`.
 pub fn check_cancelled() -> Result<(), Cancelled> {
-    if host::cancelled() {
-        Err(Cancelled)
-    } else {
-        Ok(())
-    }
+    if host::cancelled() { Err(Cancelled) } else { Ok(()) }
 }
 
 /// Time left before the host stops this call, or `None` when no limit applies.
@@ -195,10 +191,7 @@ pub struct CallResult {
 impl CallResult {
     /// A result with one text item.
     pub fn text(text: impl Into<String>) -> Self {
-        Self {
-            content: vec![Content::Text(text.into())],
-            ..Self::default()
-        }
+        Self { content: vec![Content::Text(text.into())], ..Self::default() }
     }
 
     /// Add a content item.
@@ -259,8 +252,15 @@ impl<T: Serialize + JsonSchema> IntoCallResult for Json<T> {
 type Handler = Box<dyn Fn(serde_json::Value) -> Result<CallResult, ToolError>>;
 
 /// A tool: its name, description, schemas and the function that runs it.
+///
+/// Schemas are generated only when the host lists the tools, never on a call.
 pub struct Tool {
-    info: wit::ToolInfo,
+    name: String,
+    title: Option<String>,
+    description: String,
+    input_schema: fn() -> serde_json::Value,
+    output_schema: fn() -> Option<serde_json::Value>,
+    annotations: Option<wit::ToolAnnotations>,
     handler: Handler,
 }
 
@@ -273,25 +273,36 @@ impl Tool {
         R: IntoCallResult,
         F: Fn(A) -> Result<R, ToolError> + 'static,
     {
-        let info = wit::ToolInfo {
-            name: name.to_owned(),
-            title: None,
-            description: description.to_owned(),
-            input_schema: schema_of::<A>().to_string(),
-            output_schema: R::output_schema().map(|schema| schema.to_string()),
-            annotations: None,
-        };
         let handler = Box::new(move |arguments: serde_json::Value| {
             let arguments = serde_json::from_value(arguments)
                 .map_err(|error| ToolError::new(format!("invalid arguments: {error}")))?;
             handler(arguments)?.into_call_result()
         });
-        Self { info, handler }
+        Self {
+            name: name.to_owned(),
+            title: None,
+            description: description.to_owned(),
+            input_schema: schema_of::<A>,
+            output_schema: R::output_schema,
+            annotations: None,
+            handler,
+        }
+    }
+
+    fn info(self) -> wit::ToolInfo {
+        wit::ToolInfo {
+            name: self.name,
+            title: self.title,
+            description: self.description,
+            input_schema: (self.input_schema)().to_string(),
+            output_schema: (self.output_schema)().map(|schema| schema.to_string()),
+            annotations: self.annotations,
+        }
     }
 
     /// A display name for people.
     pub fn title(mut self, title: &str) -> Self {
-        self.info.title = Some(title.to_owned());
+        self.title = Some(title.to_owned());
         self
     }
 
@@ -314,7 +325,7 @@ impl Tool {
     }
 
     fn annotations(&mut self) -> &mut wit::ToolAnnotations {
-        self.info.annotations.get_or_insert(wit::ToolAnnotations {
+        self.annotations.get_or_insert(wit::ToolAnnotations {
             read_only: None,
             destructive: None,
             idempotent: None,
@@ -358,9 +369,7 @@ pub struct CleanupContext {
 impl CleanupContext {
     /// The note as UTF-8 text, if there is one and it is text.
     pub fn note_text(&self) -> Option<&str> {
-        self.note
-            .as_deref()
-            .and_then(|note| std::str::from_utf8(note).ok())
+        self.note.as_deref().and_then(|note| std::str::from_utf8(note).ok())
     }
 }
 
@@ -381,8 +390,10 @@ macro_rules! export_plugin {
                 fn call(
                     name: ::std::string::String,
                     arguments: ::std::string::String,
-                ) -> ::std::result::Result<$crate::bindings::cordon::tool::types::CallResult, ::std::string::String>
-                {
+                ) -> ::std::result::Result<
+                    $crate::bindings::cordon::tool::types::CallResult,
+                    ::std::string::String,
+                > {
                     $crate::__private::call::<$plugin>(&name, &arguments)
                 }
 
@@ -391,7 +402,7 @@ macro_rules! export_plugin {
                 }
             }
 
-            $crate::bindings::__export_plugin_bindings!(CordonExport with_types_in $crate::bindings);
+    $crate::bindings::__export_plugin_bindings!(CordonExport with_types_in $crate::bindings);
         };
     };
 }
@@ -402,16 +413,16 @@ pub mod __private {
     use super::*;
 
     pub fn list<P: Plugin>() -> Vec<wit::ToolInfo> {
-        P::tools().into_iter().map(|tool| tool.info).collect()
+        P::tools().into_iter().map(Tool::info).collect()
     }
 
     pub fn call<P: Plugin>(name: &str, arguments: &str) -> Result<wit::CallResult, String> {
         let tool = P::tools()
             .into_iter()
-            .find(|tool| tool.info.name == name)
+            .find(|tool| tool.name == name)
             .ok_or_else(|| format!("unknown tool: {name}"))?;
-        let arguments: serde_json::Value = serde_json::from_str(arguments)
-            .map_err(|error| format!("arguments are not JSON: {error}"))?;
+        let arguments: serde_json::Value =
+            serde_json::from_str(arguments).map_err(|error| format!("arguments are not JSON: {error}"))?;
         let result = (tool.handler)(arguments).map_err(|error| error.0)?;
         Ok(wit::CallResult {
             content: result.content,

@@ -1,10 +1,17 @@
 //! # Cordon
 //!
 //! An MCP server that runs untrusted tools compiled to WebAssembly components and can always
-//! stop them. The crate reads as the data's path:
+//! stop them. The modules read as the data's path, each using only the ones after it:
 //!
-//! - [`runtime`]: engine, components, instances; the stop sequence and cleanup.
-//! - [`paths`]: where Cordon keeps its data and finds its default tools.
+//! - [`transport`]: stdio (and Streamable HTTP): bytes in, messages out.
+//! - [`protocol`]: JSON-RPC framing and MCP message shapes; no I/O.
+//! - [`dispatch`]: one connection's requests: eras, concurrency, progress, cancellation.
+//! - [`runtime`]: engine, components, instances; the one owner of the stop sequence.
+//! - [`config`], [`paths`]: what to serve and where things live.
 
+pub mod config;
+pub mod dispatch;
 pub mod paths;
+pub mod protocol;
 pub mod runtime;
+pub mod transport;

@@ -21,6 +21,16 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Serve tools over MCP.
+    Serve {
+        /// Speak MCP on stdin and stdout.
+        #[arg(long)]
+        stdio: bool,
+        /// A TOML file naming the components and their limits [default: every component
+        /// in target/guests, built by `cargo xtask guests`].
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
     /// List a component's tools with their input schemas, as JSON.
     List {
         /// The component (.wasm).
@@ -48,8 +58,7 @@ fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("CORDON_LOG")
-                .unwrap_or_else(|_| "info".into()),
+            tracing_subscriber::EnvFilter::try_from_env("CORDON_LOG").unwrap_or_else(|_| "info".into()),
         )
         .init();
     let cli = Cli::parse();
@@ -65,6 +74,12 @@ fn main() -> ExitCode {
 
 async fn run(cli: Cli) -> Result<ExitCode> {
     match cli.command {
+        Command::Serve { stdio, config } => {
+            if !stdio {
+                anyhow::bail!("choose a transport: `cordon serve --stdio`");
+            }
+            serve(config).await
+        }
         Command::List { component } => {
             let runtime = load(&component, None).await?;
             let tools: Vec<_> = runtime
@@ -81,13 +96,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             println!("{}", serde_json::to_string_pretty(&tools)?);
             Ok(ExitCode::SUCCESS)
         }
-        Command::Call {
-            component,
-            tool,
-            arguments,
-            data_dir,
-            timeout,
-        } => {
+        Command::Call { component, tool, arguments, data_dir, timeout } => {
             let arguments: serde_json::Value =
                 serde_json::from_str(&arguments).context("the arguments are not JSON")?;
             let mut options = ComponentOptions::default();
@@ -100,19 +109,52 @@ async fn run(cli: Cli) -> Result<ExitCode> {
     }
 }
 
+async fn serve(config: Option<PathBuf>) -> Result<ExitCode> {
+    let plan = match &config {
+        Some(path) => {
+            let base = path.parent().map(std::path::Path::to_path_buf).unwrap_or_default();
+            cordon::config::Config::load(path)?.plan(&base)?
+        }
+        None => cordon::config::Config::default().plan(std::path::Path::new("."))?,
+    };
+    let mut runtime = Runtime::new(plan.runtime.clone())?;
+    let mut drain = std::time::Duration::ZERO;
+    for component in plan.components {
+        if let Some(dir) = &component.options.data_dir {
+            std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        }
+        let limits = std::iter::once(&component.options.limits).chain(component.options.tool_limits.values());
+        drain = limits.map(|limits| limits.grace + limits.cleanup_budget).fold(drain, std::cmp::max);
+        runtime.load_file(&component.path, component.options).await?;
+    }
+    let tools: Vec<&str> = runtime.tools().map(|tool| tool.name.as_str()).collect();
+    tracing::info!("serving {} tools on stdio: {}", tools.len(), tools.join(", "));
+    let server = cordon::dispatch::Server::new(std::sync::Arc::new(runtime), plan.progress_interval);
+    let stdin = tokio::io::BufReader::new(tokio::io::stdin());
+    let drain = drain + std::time::Duration::from_secs(1);
+    cordon::transport::stdio::serve(server, stdin, tokio::io::stdout(), shutdown_signal(), drain).await?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Resolves on SIGINT or SIGTERM.
+async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut terminate = signal(SignalKind::terminate()).expect("installing the SIGTERM handler");
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT: stopping calls in flight"),
+        _ = terminate.recv() => tracing::info!("SIGTERM: stopping calls in flight"),
+    }
+}
+
 async fn load(
     path: &std::path::Path,
     options: Option<(ComponentOptions, Option<PathBuf>)>,
 ) -> Result<Runtime> {
     let mut runtime = Runtime::new(RuntimeSettings::default())?;
     let (mut options, data_dir) = options.unwrap_or_default();
-    let name = path
-        .file_stem()
-        .map(|stem| stem.to_string_lossy().into_owned())
-        .unwrap_or_default();
+    let name = path.file_stem().map(|stem| stem.to_string_lossy().into_owned()).unwrap_or_default();
     let data_dir = data_dir.unwrap_or_else(|| paths::default_data_dir(&name));
-    std::fs::create_dir_all(&data_dir)
-        .with_context(|| format!("creating {}", data_dir.display()))?;
+    std::fs::create_dir_all(&data_dir).with_context(|| format!("creating {}", data_dir.display()))?;
     options.data_dir = Some(data_dir);
     runtime.load_file(path, options).await?;
     Ok(runtime)
@@ -124,20 +166,12 @@ async fn call(runtime: &Runtime, tool: &str, arguments: &serde_json::Value) -> R
     let mut progress = handle.progress();
     let mut run = std::pin::pin!(call.run());
     let mut interrupted = false;
-    let print_progress =
-        |progress: &mut tokio::sync::watch::Receiver<Option<cordon::runtime::Progress>>| {
-            if let Some(report) = progress.borrow_and_update().clone() {
-                let total = report
-                    .total
-                    .map(|total| format!("/{total}"))
-                    .unwrap_or_default();
-                eprintln!(
-                    "progress {}{total} {}",
-                    report.done,
-                    report.message.unwrap_or_default()
-                );
-            }
-        };
+    let print_progress = |progress: &mut tokio::sync::watch::Receiver<Option<cordon::runtime::Progress>>| {
+        if let Some(report) = progress.borrow_and_update().clone() {
+            let total = report.total.map(|total| format!("/{total}")).unwrap_or_default();
+            eprintln!("progress {}{total} {}", report.done, report.message.unwrap_or_default());
+        }
+    };
     let report = loop {
         tokio::select! {
             report = &mut run => break report,
@@ -166,11 +200,7 @@ async fn call(runtime: &Runtime, tool: &str, arguments: &serde_json::Value) -> R
             if let Some(structured) = &result.structured {
                 println!("{structured}");
             }
-            Ok(if result.is_error {
-                ExitCode::FAILURE
-            } else {
-                ExitCode::SUCCESS
-            })
+            Ok(if result.is_error { ExitCode::FAILURE } else { ExitCode::SUCCESS })
         }
         other => {
             eprintln!("call ended: {other:?}");

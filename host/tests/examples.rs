@@ -7,18 +7,12 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use cordon::runtime::{
-    CallReport, CleanupOutcome, ComponentOptions, Content, Outcome, Runtime, ToolLimits,
-};
+use cordon::runtime::{CallReport, CleanupOutcome, ComponentOptions, Content, Outcome, Runtime, ToolLimits};
 use serde_json::{Value, json};
 
 fn example_tools() -> PathBuf {
     let path = cordon::paths::default_tools_dir().join("example-tools.wasm");
-    assert!(
-        path.is_file(),
-        "{} is missing: run `cargo xtask guests` first",
-        path.display()
-    );
+    assert!(path.is_file(), "{} is missing: run `cargo xtask guests` first", path.display());
     path
 }
 
@@ -36,14 +30,9 @@ fn fresh_data_dir() -> PathBuf {
 
 async fn examples() -> Runtime {
     let mut runtime = Runtime::new(common::settings(32)).unwrap();
-    let limits = ToolLimits {
-        grace: Duration::from_millis(100),
-        ..ToolLimits::default()
-    };
-    let options = ComponentOptions {
-        limits,
-        data_dir: Some(fresh_data_dir()),
-    };
+    let limits = ToolLimits { grace: Duration::from_millis(100), ..ToolLimits::default() };
+    let options =
+        ComponentOptions { limits, data_dir: Some(fresh_data_dir()), ..ComponentOptions::default() };
     runtime.load_file(&example_tools(), options).await.unwrap();
     runtime
 }
@@ -83,48 +72,30 @@ async fn the_sdk_lists_every_tool_with_an_object_schema_generated_from_its_rust_
     assert_eq!(reindex["properties"]["collection"]["type"], "string");
     assert_eq!(reindex["properties"]["total"]["default"], 120);
     assert_eq!(reindex["properties"]["step_ms"]["default"], 100);
-    assert_eq!(
-        runtime.tool("spin").unwrap().input_schema["properties"]["seconds"]["type"],
-        "number"
-    );
-    assert_eq!(
-        runtime
-            .tool("echo")
-            .unwrap()
-            .annotations
-            .as_ref()
-            .unwrap()
-            .read_only,
-        Some(true)
-    );
+    assert_eq!(runtime.tool("spin").unwrap().input_schema["properties"]["seconds"]["type"], "number");
+    assert_eq!(runtime.tool("echo").unwrap().annotations.as_ref().unwrap().read_only, Some(true));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn echo_returns_its_text() {
     let runtime = examples().await;
-    assert_eq!(
-        text_of(&call(&runtime, "echo", json!({"text": "héllo, wörld"})).await),
-        "héllo, wörld"
-    );
+    assert_eq!(text_of(&call(&runtime, "echo", json!({"text": "héllo, wörld"})).await), "héllo, wörld");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_sdk_reports_bad_arguments_as_a_tool_error() {
+async fn arguments_that_break_the_generated_schema_are_refused_before_an_instance_starts() {
     let runtime = examples().await;
-    let report = call(&runtime, "echo", json!({"text": 5})).await;
-    match report.outcome {
-        Outcome::ToolError(message) => assert!(message.contains("invalid arguments"), "{message}"),
-        other => panic!("expected a tool error, got {other:?}"),
-    }
+    let error = runtime.call("echo", &json!({"text": 5})).await.err().expect("refused");
+    let message = error.to_string();
+    assert!(message.contains("invalid arguments for tool echo") && message.contains("/text"), "{message}");
+    let error = runtime.call("reindex", &json!({"total": 3})).await.err().expect("refused");
+    assert!(error.to_string().contains("collection"), "{error}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reindex_reports_increasing_progress_and_releases_its_lock() {
     let runtime = examples().await;
-    let call = runtime
-        .call("reindex", &json!({"collection": "books", "step_ms": 30}))
-        .await
-        .unwrap();
+    let call = runtime.call("reindex", &json!({"collection": "books", "step_ms": 30})).await.unwrap();
     let mut progress = call.handle().progress();
     let watcher = tokio::spawn(async move {
         let mut seen = Vec::new();
@@ -140,27 +111,21 @@ async fn reindex_reports_increasing_progress_and_releases_its_lock() {
     let report = call.run().await;
     assert_eq!(text_of(&report), "Reindexed 120 documents in books");
     let seen = watcher.await.unwrap();
-    assert!(
-        seen.windows(2).all(|pair| pair[0].0 < pair[1].0),
-        "{seen:?}"
-    );
+    assert!(seen.windows(2).all(|pair| pair[0].0 < pair[1].0), "{seen:?}");
     assert!(seen.iter().all(|(_, total, _)| *total == Some(120.0)));
-    assert_eq!(
-        seen.last().unwrap().2.as_deref(),
-        Some("Indexed 120 of 120 documents")
+    assert_eq!(seen.last().unwrap().2.as_deref(), Some("Indexed 120 of 120 documents"));
+    assert!(
+        seen.iter()
+            .any(|(done, _, message)| *done == 40.0
+                && message.as_deref() == Some("Indexed 40 of 120 documents"))
     );
-    assert!(seen.iter().any(|(done, _, message)| *done == 40.0
-        && message.as_deref() == Some("Indexed 40 of 120 documents")));
     assert_eq!(locks(&runtime).await, Vec::<String>::new());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn locks_shows_a_running_reindex_and_a_second_reindex_of_it_is_refused() {
     let runtime = examples().await;
-    let running = runtime
-        .call("reindex", &json!({"collection": "books", "step_ms": 200}))
-        .await
-        .unwrap();
+    let running = runtime.call("reindex", &json!({"collection": "books", "step_ms": 200})).await.unwrap();
     let handle = running.handle();
     let running = tokio::spawn(running.run());
     tokio::time::sleep(Duration::from_millis(100)).await;
@@ -176,12 +141,7 @@ async fn locks_shows_a_running_reindex_and_a_second_reindex_of_it_is_refused() {
 }
 
 /// Start `tool`, wait until its lock shows, cancel it, and return the report.
-async fn cancel_when_locked(
-    runtime: &Runtime,
-    tool: &str,
-    arguments: Value,
-    lock: &str,
-) -> CallReport {
+async fn cancel_when_locked(runtime: &Runtime, tool: &str, arguments: Value, lock: &str) -> CallReport {
     let call = runtime.call(tool, &arguments).await.unwrap();
     let handle = call.handle();
     let running = tokio::spawn(call.run());
@@ -191,10 +151,7 @@ async fn cancel_when_locked(
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    assert!(
-        locks(runtime).await.iter().any(|held| held == lock),
-        "{lock} was never taken"
-    );
+    assert!(locks(runtime).await.iter().any(|held| held == lock), "{lock} was never taken");
     handle.cancel();
     running.await.unwrap()
 }
@@ -213,9 +170,7 @@ async fn a_reindex_stopped_inside_a_long_sleep_is_cleaned_up() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn spin_completes_when_short_and_is_hard_stopped_when_cancelled() {
     let runtime = examples().await;
-    assert!(
-        text_of(&call(&runtime, "spin", json!({"seconds": 0.05})).await).starts_with("Spun for")
-    );
+    assert!(text_of(&call(&runtime, "spin", json!({"seconds": 0.05})).await).starts_with("Spun for"));
     let report = cancel_when_locked(&runtime, "spin", json!({"seconds": 600}), "spin").await;
     assert_eq!(report.outcome, Outcome::Cancelled);
     assert!(report.hard_stopped, "spin never checks for cancellation");
@@ -226,13 +181,7 @@ async fn spin_completes_when_short_and_is_hard_stopped_when_cancelled() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancelled_order_releases_its_hold() {
     let runtime = examples().await;
-    let report = cancel_when_locked(
-        &runtime,
-        "order_book",
-        json!({"title": "Dune"}),
-        "hold:Dune",
-    )
-    .await;
+    let report = cancel_when_locked(&runtime, "order_book", json!({"title": "Dune"}), "hold:Dune").await;
     assert_eq!(report.outcome, Outcome::Cancelled);
     assert_eq!(report.cleanup.unwrap().outcome, CleanupOutcome::Completed);
     assert_eq!(locks(&runtime).await, Vec::<String>::new());

@@ -13,10 +13,7 @@ async fn load_error(name: &str, bytes: &[u8]) -> String {
         .err()
         .unwrap_or_else(|| panic!("{name} should not load"));
     let message = error.to_string();
-    assert!(
-        message.starts_with(&format!("{name}: ")),
-        "the error names the component: {message}"
-    );
+    assert!(message.starts_with(&format!("{name}: ")), "the error names the component: {message}");
     message
 }
 
@@ -30,10 +27,7 @@ async fn a_file_that_is_not_wasm_is_refused() {
 async fn a_core_module_is_refused_with_a_hint() {
     let module = wat::parse_str("(module (func (export \"run\")))").unwrap();
     let message = load_error("core.wasm", &module).await;
-    assert!(
-        message.contains("core WebAssembly module, not a component"),
-        "{message}"
-    );
+    assert!(message.contains("core WebAssembly module, not a component"), "{message}");
     assert!(message.contains("wasm32-wasip2"), "{message}");
 }
 
@@ -41,61 +35,40 @@ async fn a_core_module_is_refused_with_a_hint() {
 async fn a_component_of_another_world_is_refused() {
     let component = wat::parse_str("(component)").unwrap();
     let message = load_error("empty.wasm", &component).await;
-    assert!(
-        message.contains("does not implement the cordon:tool@0.1.0 `plugin` world"),
-        "{message}"
-    );
+    assert!(message.contains("does not implement the cordon:tool@0.1.0 `plugin` world"), "{message}");
 }
 
 #[tokio::test]
 async fn a_component_that_imports_something_unknown_is_refused() {
-    let component = wat::parse_str(
-        r#"(component (import "acme:secret/keys" (instance (export "get" (func)))))"#,
-    )
-    .unwrap();
+    let component =
+        wat::parse_str(r#"(component (import "acme:secret/keys" (instance (export "get" (func)))))"#)
+            .unwrap();
     let message = load_error("greedy.wasm", &component).await;
-    assert!(
-        message.contains("imports something Cordon does not provide"),
-        "{message}"
-    );
+    assert!(message.contains("imports something Cordon does not provide"), "{message}");
 }
 
 #[tokio::test]
 async fn a_missing_file_is_reported_with_its_path() {
     let mut runtime = Runtime::new(settings(4)).unwrap();
     let error = runtime
-        .load_file(
-            std::path::Path::new("/nonexistent/tool.wasm"),
-            ComponentOptions::default(),
-        )
+        .load_file(std::path::Path::new("/nonexistent/tool.wasm"), ComponentOptions::default())
         .await
         .unwrap_err();
-    assert!(
-        error
-            .to_string()
-            .starts_with("/nonexistent/tool.wasm: cannot read"),
-        "{error}"
-    );
+    assert!(error.to_string().starts_with("/nonexistent/tool.wasm: cannot read"), "{error}");
 }
 
 #[tokio::test]
 async fn a_schema_that_is_not_json_is_refused() {
     let guest = WatGuest::new("broken", DONE_BODY).input_schema("{not json");
     let message = load_error("broken", &guest.component()).await;
-    assert!(
-        message.contains("tool \"broken\": input schema is not valid JSON"),
-        "{message}"
-    );
+    assert!(message.contains("tool \"broken\": input schema is not valid JSON"), "{message}");
 }
 
 #[tokio::test]
 async fn a_schema_that_is_not_an_object_is_refused() {
     let guest = WatGuest::new("stringy", DONE_BODY).input_schema(r#"{"type":"string"}"#);
     let message = load_error("stringy", &guest.component()).await;
-    assert!(
-        message.contains("must be a JSON object with `\"type\": \"object\"`"),
-        "{message}"
-    );
+    assert!(message.contains("must be a JSON object with `\"type\": \"object\"`"), "{message}");
 }
 
 #[tokio::test]
@@ -109,20 +82,9 @@ async fn a_tool_name_outside_the_mcp_alphabet_is_refused() {
 async fn two_components_offering_the_same_tool_are_refused() {
     let mut runtime = Runtime::new(settings(4)).unwrap();
     let guest = WatGuest::new("twin", DONE_BODY).component();
-    runtime
-        .load_bytes("first", &guest, ComponentOptions::default())
-        .await
-        .unwrap();
-    let error = runtime
-        .load_bytes("second", &guest, ComponentOptions::default())
-        .await
-        .unwrap_err();
-    assert!(
-        error
-            .to_string()
-            .contains("also offered by component first"),
-        "{error}"
-    );
+    runtime.load_bytes("first", &guest, ComponentOptions::default()).await.unwrap();
+    let error = runtime.load_bytes("second", &guest, ComponentOptions::default()).await.unwrap_err();
+    assert!(error.to_string().contains("also offered by component first"), "{error}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -134,12 +96,7 @@ async fn a_call_returning_structured_output_that_is_not_json_is_an_invalid_resul
         (i32.store (i32.const 3020) (i32.const 4))
         (i32.const 3000)";
     let runtime = runtime_with(&[WatGuest::new("liar", body)], quick_limits()).await;
-    let report = runtime
-        .call("liar", &serde_json::json!({}))
-        .await
-        .unwrap()
-        .run()
-        .await;
+    let report = runtime.call("liar", &serde_json::json!({})).await.unwrap().run().await;
     match report.outcome {
         Outcome::InvalidResult(message) => assert!(message.contains("not JSON"), "{message}"),
         other => panic!("expected an invalid result, got {other:?}"),
@@ -155,25 +112,10 @@ async fn the_compile_cache_survives_corruption() {
     let guest = WatGuest::new("cached", DONE_BODY).component();
     for round in 0..3 {
         let mut runtime = Runtime::new(settings.clone()).unwrap();
-        runtime
-            .load_bytes("cached", &guest, ComponentOptions::default())
-            .await
-            .unwrap();
-        let report = runtime
-            .call("cached", &serde_json::json!({}))
-            .await
-            .unwrap()
-            .run()
-            .await;
-        assert!(
-            matches!(report.outcome, Outcome::Completed(_)),
-            "round {round}: {:?}",
-            report.outcome
-        );
-        let entries: Vec<_> = std::fs::read_dir(&cache)
-            .unwrap()
-            .map(|entry| entry.unwrap().path())
-            .collect();
+        runtime.load_bytes("cached", &guest, ComponentOptions::default()).await.unwrap();
+        let report = runtime.call("cached", &serde_json::json!({})).await.unwrap().run().await;
+        assert!(matches!(report.outcome, Outcome::Completed(_)), "round {round}: {:?}", report.outcome);
+        let entries: Vec<_> = std::fs::read_dir(&cache).unwrap().map(|entry| entry.unwrap().path()).collect();
         assert_eq!(entries.len(), 1, "one entry per component and engine");
         // Corrupt the entry (round 0) or replace it with garbage (round 1) for the next round.
         let mut bytes = std::fs::read(&entries[0]).unwrap();

@@ -19,11 +19,7 @@ async fn run(runtime: &Runtime, tool: &str) -> cordon::runtime::CallReport {
 }
 
 /// Start a call, cancel it after `after`, and return its report.
-async fn cancel_after(
-    runtime: &Runtime,
-    tool: &str,
-    after: Duration,
-) -> cordon::runtime::CallReport {
+async fn cancel_after(runtime: &Runtime, tool: &str, after: Duration) -> cordon::runtime::CallReport {
     let call = runtime.call(tool, &no_args()).await.unwrap();
     let handle = call.handle();
     let canceller = tokio::spawn(async move {
@@ -36,12 +32,7 @@ async fn cancel_after(
 }
 
 fn baseline() -> PoolUsage {
-    PoolUsage {
-        calls: 0,
-        component_instances: 0,
-        core_instances: 0,
-        memories: 0,
-    }
+    PoolUsage { calls: 0, component_instances: 0, core_instances: 0, memories: 0 }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -52,11 +43,7 @@ async fn a_loop_with_no_calls_is_stopped_after_grace_and_cleaned_up() {
     let report = cancel_after(&runtime, "spin", Duration::from_millis(20)).await;
     assert_eq!(report.outcome, Outcome::Cancelled);
     assert!(report.hard_stopped, "a loop never returns on its own");
-    assert!(
-        started.elapsed() < Duration::from_secs(2),
-        "stopped after {:?}",
-        started.elapsed()
-    );
+    assert!(started.elapsed() < Duration::from_secs(2), "stopped after {:?}", started.elapsed());
     assert_eq!(report.cleanup.unwrap().outcome, CleanupOutcome::Completed);
     assert_eq!(runtime.pool_usage(), baseline());
 }
@@ -69,16 +56,8 @@ async fn a_guest_blocked_in_a_60s_host_sleep_is_stopped_and_its_note_reaches_cle
     let report = cancel_after(&runtime, "sleepy", Duration::from_millis(20)).await;
     assert_eq!(report.outcome, Outcome::Cancelled);
     assert!(report.hard_stopped);
-    assert!(
-        started.elapsed() < Duration::from_secs(2),
-        "stopped after {:?}",
-        started.elapsed()
-    );
-    assert_eq!(
-        report.cleanup.unwrap().outcome,
-        CleanupOutcome::Completed,
-        "cleanup saw the note"
-    );
+    assert!(started.elapsed() < Duration::from_secs(2), "stopped after {:?}", started.elapsed());
+    assert_eq!(report.cleanup.unwrap().outcome, CleanupOutcome::Completed, "cleanup saw the note");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -93,41 +72,29 @@ async fn a_cooperative_guest_returns_within_grace_without_a_hard_stop() {
     let report = cancel_after(&runtime, "polite", Duration::from_millis(20)).await;
     assert_eq!(report.outcome, Outcome::Cancelled);
     assert!(!report.hard_stopped);
-    assert!(
-        started.elapsed() < Duration::from_secs(1),
-        "took {:?}",
-        started.elapsed()
-    );
+    assert!(started.elapsed() < Duration::from_secs(1), "took {:?}", started.elapsed());
     assert_eq!(report.cleanup.unwrap().outcome, CleanupOutcome::Completed);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn memory_growth_is_refused_at_the_limit_and_reported_as_out_of_memory() {
-    let body =
-        "(loop $l (br_if $l (i32.ne (memory.grow (i32.const 16)) (i32.const -1)))) unreachable";
-    let guest = WatGuest::new("hog", body)
-        .cleanup("(if (i32.ne (local.get 6) (i32.const 4)) (then unreachable))");
+    let body = "(loop $l (br_if $l (i32.ne (memory.grow (i32.const 16)) (i32.const -1)))) unreachable";
+    let guest =
+        WatGuest::new("hog", body).cleanup("(if (i32.ne (local.get 6) (i32.const 4)) (then unreachable))");
     let mut limits = quick_limits();
     limits.memory_bytes = 8 << 20;
     let runtime = runtime_with(&[guest], limits).await;
     let report = run(&runtime, "hog").await;
     assert_eq!(report.outcome, Outcome::OutOfMemory);
-    assert_eq!(
-        report.cleanup.unwrap().outcome,
-        CleanupOutcome::Completed,
-        "cleanup was told out-of-memory"
-    );
-    assert_eq!(
-        run(&runtime, "hog").await.outcome,
-        Outcome::OutOfMemory,
-        "the runtime keeps serving"
-    );
+    assert_eq!(report.cleanup.unwrap().outcome, CleanupOutcome::Completed, "cleanup was told out-of-memory");
+    assert_eq!(run(&runtime, "hog").await.outcome, Outcome::OutOfMemory, "the runtime keeps serving");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deep_recursion_traps_with_a_stack_overflow() {
-    let guest = WatGuest::new("deep", "(call $recurse (i32.const 0))")
-        .extra("(func $recurse (param i32) (result i32) (call $recurse (i32.add (local.get 0) (i32.const 1))))");
+    let guest = WatGuest::new("deep", "(call $recurse (i32.const 0))").extra(
+        "(func $recurse (param i32) (result i32) (call $recurse (i32.add (local.get 0) (i32.const 1))))",
+    );
     let runtime = runtime_with(&[guest], quick_limits()).await;
     let report = run(&runtime, "deep").await;
     match &report.outcome {
@@ -160,13 +127,7 @@ async fn a_huge_result_is_refused() {
     limits.result_bytes = 1 << 20;
     let runtime = runtime_with(&[guest], limits).await;
     let report = run(&runtime, "huge").await;
-    assert_eq!(
-        report.outcome,
-        Outcome::ResultTooLarge {
-            bytes: 8 << 20,
-            limit: 1 << 20
-        }
-    );
+    assert_eq!(report.outcome, Outcome::ResultTooLarge { bytes: 8 << 20, limit: 1 << 20 });
     assert!(report.cleanup.is_none());
 }
 
@@ -199,11 +160,7 @@ async fn a_progress_flood_is_coalesced_and_only_increasing_values_pass() {
         (seen, last)
     });
     let report = call.run().await;
-    assert!(
-        matches!(report.outcome, Outcome::Completed(_)),
-        "{:?}",
-        report.outcome
-    );
+    assert!(matches!(report.outcome, Outcome::Completed(_)), "{:?}", report.outcome);
     let (seen, last) = watcher.await.unwrap();
     assert_eq!(last, 1_000_000.0);
     assert!(seen < 1_000_000, "bursts are coalesced: saw {seen} updates");
@@ -219,11 +176,7 @@ async fn a_trapping_guest_is_reported_with_its_trap_and_cleaned_up_with_the_reas
         Outcome::Trapped(message) => assert!(message.contains("unreachable"), "{message}"),
         other => panic!("expected a trap, got {other:?}"),
     }
-    assert_eq!(
-        report.cleanup.unwrap().outcome,
-        CleanupOutcome::Completed,
-        "cleanup was told `trapped`"
-    );
+    assert_eq!(report.cleanup.unwrap().outcome, CleanupOutcome::Completed, "cleanup was told `trapped`");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -252,10 +205,7 @@ async fn a_cleanup_that_loops_is_stopped_at_its_budget() {
     assert_eq!(cleanup.outcome, CleanupOutcome::TimedOut);
     let budget = quick_limits().cleanup_budget;
     let took = cleanup.started_at.elapsed();
-    assert!(
-        took >= budget && took < budget + Duration::from_secs(1),
-        "cleanup took {took:?}"
-    );
+    assert!(took >= budget && took < budget + Duration::from_secs(1), "cleanup took {took:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -276,17 +226,10 @@ async fn the_idle_timeout_stops_a_silent_call_and_progress_keeps_a_busy_one_aliv
     limits.idle_timeout = Some(Duration::from_millis(150));
     let runtime = runtime_with(&[silent, chatty], limits).await;
     let report = run(&runtime, "silent").await;
-    assert_eq!(
-        report.outcome,
-        Outcome::TimedOut(Timeout::Idle(Duration::from_millis(150)))
-    );
+    assert_eq!(report.outcome, Outcome::TimedOut(Timeout::Idle(Duration::from_millis(150))));
     assert!(report.cleanup.is_some());
     let report = run(&runtime, "chatty").await;
-    assert!(
-        matches!(report.outcome, Outcome::Completed(_)),
-        "{:?}",
-        report.outcome
-    );
+    assert!(matches!(report.outcome, Outcome::Completed(_)), "{:?}", report.outcome);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -306,10 +249,7 @@ async fn the_maximum_duration_stops_a_call_whatever_it_reports() {
     let runtime = runtime_with(&[chatty], limits).await;
     let started = Instant::now();
     let report = run(&runtime, "chatty").await;
-    assert_eq!(
-        report.outcome,
-        Outcome::TimedOut(Timeout::MaxDuration(Duration::from_millis(300)))
-    );
+    assert_eq!(report.outcome, Outcome::TimedOut(Timeout::MaxDuration(Duration::from_millis(300))));
     assert!(started.elapsed() < Duration::from_secs(2));
 }
 
@@ -330,10 +270,7 @@ async fn shutdown_stops_calls_in_flight_and_refuses_new_ones() {
         assert_eq!(report.cleanup.unwrap().outcome, CleanupOutcome::Completed);
     }
     assert!(runtime.idle(Duration::from_secs(1)).await);
-    assert!(matches!(
-        runtime.call("spin", &no_args()).await,
-        Err(cordon::runtime::CallError::ShuttingDown)
-    ));
+    assert!(matches!(runtime.call("spin", &no_args()).await, Err(cordon::runtime::CallError::ShuttingDown)));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -363,10 +300,7 @@ async fn cancel_racing_completion_ends_each_call_in_exactly_one_outcome() {
         match &report.outcome {
             Outcome::Completed(result) => {
                 assert_eq!(result.content, vec![Content::Text("done".into())]);
-                assert!(
-                    report.cleanup.is_none(),
-                    "no cleanup after a completed call"
-                );
+                assert!(report.cleanup.is_none(), "no cleanup after a completed call");
                 completed += 1;
             }
             Outcome::Cancelled => {
@@ -378,10 +312,7 @@ async fn cancel_racing_completion_ends_each_call_in_exactly_one_outcome() {
         handle.cancel(); // a cancel after the end is harmless
     }
     assert_eq!(completed + cancelled, 1000);
-    assert!(
-        cancelled > 0 && completed > 0,
-        "{completed} completed, {cancelled} cancelled: both must happen"
-    );
+    assert!(cancelled > 0 && completed > 0, "{completed} completed, {cancelled} cancelled: both must happen");
     assert_eq!(runtime.pool_usage(), baseline());
 }
 
@@ -434,27 +365,15 @@ async fn a_full_pool_refuses_a_call_clearly_after_the_queue_timeout() {
     let mut settings = settings(2);
     settings.queue_timeout = Duration::from_millis(50);
     let mut runtime = Runtime::new(settings).unwrap();
-    let options = cordon::runtime::ComponentOptions {
-        limits: quick_limits(),
-        data_dir: None,
-    };
-    runtime
-        .load_bytes("spin", &guest.component(), options)
-        .await
-        .unwrap();
+    let options =
+        cordon::runtime::ComponentOptions { limits: quick_limits(), data_dir: None, ..Default::default() };
+    runtime.load_bytes("spin", &guest.component(), options).await.unwrap();
     let first = runtime.call("spin", &no_args()).await.unwrap();
     let second = runtime.call("spin", &no_args()).await.unwrap();
-    let error = runtime
-        .call("spin", &no_args())
-        .await
-        .err()
-        .expect("a third call is refused");
+    let error = runtime.call("spin", &no_args()).await.err().expect("a third call is refused");
     assert!(error.to_string().contains("busy"), "{error}");
     drop((first, second));
-    assert!(
-        runtime.call("spin", &no_args()).await.is_ok(),
-        "slots come back"
-    );
+    assert!(runtime.call("spin", &no_args()).await.is_ok(), "slots come back");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -23,13 +23,7 @@ use anyhow::{Context, Result, bail};
 const TARGET: &str = "wasm32-wasip2";
 /// Guest workspaces, relative to the repository root.
 const GUEST_WORKSPACES: &[&str] = &["examples"];
-const DEBIAN_PACKAGES: &[&str] = &[
-    "rustc-web",
-    "cargo-web",
-    "rust-web-src",
-    "lld-22",
-    "wasi-libc",
-];
+const DEBIAN_PACKAGES: &[&str] = &["rustc-web", "cargo-web", "rust-web-src", "lld-22", "wasi-libc"];
 
 fn main() -> Result<()> {
     let args: Vec<String> = env::args().skip(1).collect();
@@ -40,9 +34,7 @@ fn main() -> Result<()> {
             run_tests()
         }
         _ => {
-            eprintln!(
-                "usage: cargo xtask guests   build every guest component into target/guests/"
-            );
+            eprintln!("usage: cargo xtask guests   build every guest component into target/guests/");
             eprintln!("       cargo xtask test     build the guests, then run every test");
             std::process::exit(2);
         }
@@ -50,10 +42,7 @@ fn main() -> Result<()> {
 }
 
 fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("xtask lives in the repository")
-        .to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("xtask lives in the repository").to_path_buf()
 }
 
 /// How to invoke cargo for the guests.
@@ -74,9 +63,7 @@ fn build_guests() -> Result<()> {
             .current_dir(root.join(workspace))
             .args(["build", "--release", "--target", TARGET, "--target-dir"])
             .arg(&build_dir);
-        let status = cargo
-            .status()
-            .with_context(|| format!("running cargo for {workspace}"))?;
+        let status = cargo.status().with_context(|| format!("running cargo for {workspace}"))?;
         if !status.success() {
             bail!("building the guests in {workspace}/ failed ({status})");
         }
@@ -86,11 +73,7 @@ fn build_guests() -> Result<()> {
     for entry in fs::read_dir(&release).with_context(|| format!("reading {}", release.display()))? {
         let path = entry?.path();
         if path.extension().is_some_and(|ext| ext == "wasm") {
-            let name = path
-                .file_name()
-                .unwrap()
-                .to_string_lossy()
-                .replace('_', "-");
+            let name = path.file_name().unwrap().to_string_lossy().replace('_', "-");
             let dest = out_dir.join(&name);
             fs::copy(&path, &dest)?;
             built.push(dest);
@@ -104,10 +87,7 @@ fn build_guests() -> Result<()> {
 
 fn run_tests() -> Result<()> {
     let cargo = env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let status = Command::new(cargo)
-        .current_dir(repo_root())
-        .args(["test", "--workspace"])
-        .status()?;
+    let status = Command::new(cargo).current_dir(repo_root()).args(["test", "--workspace"]).status()?;
     if !status.success() {
         bail!("cargo test failed ({status})");
     }
@@ -157,36 +137,20 @@ fn choose_route() -> Result<Route> {
 }
 
 fn rustc_output(args: &[&str]) -> Option<String> {
-    let output = Command::new("rustc")
-        .env_remove("RUSTUP_TOOLCHAIN")
-        .args(args)
-        .output()
-        .ok()?;
-    output
-        .status
-        .success()
-        .then(|| String::from_utf8_lossy(&output.stdout).trim().to_owned())
+    let output = Command::new("rustc").env_remove("RUSTUP_TOOLCHAIN").args(args).output().ok()?;
+    output.status.success().then(|| String::from_utf8_lossy(&output.stdout).trim().to_owned())
 }
 
 fn rustup_has_target() -> bool {
-    rustc_output(&["--print", "sysroot"]).is_some_and(|sysroot| {
-        Path::new(&sysroot)
-            .join("lib/rustlib")
-            .join(TARGET)
-            .join("lib")
-            .is_dir()
-    })
+    rustc_output(&["--print", "sysroot"])
+        .is_some_and(|sysroot| Path::new(&sysroot).join("lib/rustlib").join(TARGET).join("lib").is_dir())
 }
 
 /// rustup's stable toolchain ships `wasm-component-ld`; Debian's rustc-web does not.
 fn rustup_wasm_component_ld() -> Result<PathBuf> {
     let sysroot = rustc_output(&["--print", "sysroot"]).context("no rustc on PATH")?;
-    let host = rustc_output(&["--print", "host-tuple"])
-        .unwrap_or_else(|| "x86_64-unknown-linux-gnu".into());
-    let path = Path::new(&sysroot)
-        .join("lib/rustlib")
-        .join(host)
-        .join("bin/wasm-component-ld");
+    let host = rustc_output(&["--print", "host-tuple"]).unwrap_or_else(|| "x86_64-unknown-linux-gnu".into());
+    let path = Path::new(&sysroot).join("lib/rustlib").join(host).join("bin/wasm-component-ld");
     if path.is_file() {
         Ok(path)
     } else {
@@ -211,10 +175,7 @@ fn debian_route_ready() -> bool {
 }
 
 fn install_debian_route() -> Result<()> {
-    let is_root = Command::new("id")
-        .arg("-u")
-        .output()
-        .is_ok_and(|out| out.stdout.trim_ascii() == b"0");
+    let is_root = Command::new("id").arg("-u").output().is_ok_and(|out| out.stdout.trim_ascii() == b"0");
     let has_apt = Path::new("/usr/bin/apt-get").exists();
     if !(is_root && has_apt) {
         bail!(
@@ -223,10 +184,7 @@ fn install_debian_route() -> Result<()> {
             DEBIAN_PACKAGES.join(" ")
         );
     }
-    eprintln!(
-        "installing the Debian guest toolchain: {}",
-        DEBIAN_PACKAGES.join(" ")
-    );
+    eprintln!("installing the Debian guest toolchain: {}", DEBIAN_PACKAGES.join(" "));
     let update = Command::new("apt-get").args(["update", "-qq"]).status()?;
     if !update.success() {
         bail!("apt-get update failed ({update})");
@@ -237,10 +195,7 @@ fn install_debian_route() -> Result<()> {
         .env("DEBIAN_FRONTEND", "noninteractive")
         .status()?;
     if !install.success() {
-        bail!(
-            "apt-get install {} failed ({install})",
-            DEBIAN_PACKAGES.join(" ")
-        );
+        bail!("apt-get install {} failed ({install})", DEBIAN_PACKAGES.join(" "));
     }
     Ok(())
 }

@@ -31,15 +31,10 @@ struct Lock {
 
 impl Lock {
     fn acquire(name: &str) -> Result<Self, ToolError> {
-        fs::create_dir_all(LOCK_DIR).map_err(|error| {
-            ToolError::new(format!("no data directory for locks ({LOCK_DIR}): {error}"))
-        })?;
+        fs::create_dir_all(LOCK_DIR)
+            .map_err(|error| ToolError::new(format!("no data directory for locks ({LOCK_DIR}): {error}")))?;
         let path = lock_path(name);
-        match fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&path)
-        {
+        match fs::OpenOptions::new().write(true).create_new(true).open(&path) {
             Ok(mut file) => file.write_all(name.as_bytes())?,
             Err(error) if error.kind() == ErrorKind::AlreadyExists => {
                 return Err(ToolError::new(format!("{name} is locked by another call")));
@@ -118,10 +113,7 @@ fn reindex(args: ReindexArgs) -> Result<String, ToolError> {
         let message = format!("Indexed {done} of {} documents", args.total);
         cordon_guest::progress(done as f64, Some(args.total as f64), &message);
     }
-    Ok(format!(
-        "Reindexed {} documents in {}",
-        args.total, args.collection
-    ))
+    Ok(format!("Reindexed {} documents in {}", args.total, args.collection))
 }
 
 #[derive(Deserialize, JsonSchema)]
@@ -167,10 +159,7 @@ fn spin(args: SpinArgs) -> Result<String, ToolError> {
         }
         rounds = std::hint::black_box(rounds + 1);
     }
-    Ok(format!(
-        "Spun for {:.3} s ({rounds} rounds, state {state:x})",
-        start.elapsed().as_secs_f64()
-    ))
+    Ok(format!("Spun for {:.3} s ({rounds} rounds, state {state:x})", start.elapsed().as_secs_f64()))
 }
 
 #[derive(Deserialize, JsonSchema)]
@@ -193,20 +182,14 @@ struct ExampleTools;
 impl Plugin for ExampleTools {
     fn tools() -> Vec<Tool> {
         vec![
-            Tool::new("echo", "Returns the text it is given.", echo)
-                .read_only()
-                .idempotent(),
+            Tool::new("echo", "Returns the text it is given.", echo).read_only().idempotent(),
             Tool::new(
                 "reindex",
                 "Reindexes a collection in steps of 40 documents, reporting progress; holds a lock on the collection while it runs.",
                 reindex,
             ),
-            Tool::new(
-                "locks",
-                "Lists the locks currently held, as a JSON array of names.",
-                locks,
-            )
-            .read_only(),
+            Tool::new("locks", "Lists the locks currently held, as a JSON array of names.", locks)
+                .read_only(),
             Tool::new(
                 "spin",
                 "Burns CPU for the given number of seconds without ever checking for cancellation; holds the lock `spin`.",
@@ -223,10 +206,7 @@ impl Plugin for ExampleTools {
     fn cleanup(context: CleanupContext) {
         if let Some(name) = context.note_text() {
             let _ = fs::remove_file(lock_path(name));
-            let message = format!(
-                "cleanup after {} ({:?}): released {name}",
-                context.tool, context.reason
-            );
+            let message = format!("cleanup after {} ({:?}): released {name}", context.tool, context.reason);
             cordon_guest::log(cordon_guest::LogLevel::Info, &message);
         }
     }

@@ -11,7 +11,7 @@ wasmtime::component::bindgen!({
     additional_derives: [PartialEq],
 });
 
-pub use cordon::tool::types::{
-    CallResult, CleanupContext, Content, EmbeddedResource, Media, ResourceLink, StopReason,
-    ToolAnnotations, ToolInfo,
+pub use self::cordon::tool::types::{
+    CallResult, CleanupContext, Content, EmbeddedResource, Media, ResourceLink, StopReason, ToolAnnotations,
+    ToolInfo,
 };

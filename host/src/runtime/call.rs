@@ -31,6 +31,7 @@ use super::bindings::{self, CleanupContext, Content, StopReason};
 use super::component::LoadedComponent;
 use super::control::{CallControl, Progress, StopRequest};
 use super::guest::GuestState;
+use super::limits::ToolLimits;
 
 /// How a call ended. Every call ends in exactly one.
 #[derive(Debug, Clone, PartialEq)]
@@ -108,6 +109,8 @@ pub struct CallReport {
     pub outcome: Outcome,
     /// Whether the guest had to be stopped by force (it did not return within grace).
     pub hard_stopped: bool,
+    /// When the hard stop began (grace ran out), if it did.
+    pub hard_stop_at: Option<Instant>,
     /// When the guest stopped running: the moment its future returned or was dropped.
     pub stopped_at: Instant,
     /// The cleanup that followed, if the outcome called for one.
@@ -147,6 +150,7 @@ pub struct Call {
     pub(crate) engine: Engine,
     pub(crate) component: Arc<LoadedComponent>,
     pub(crate) tool: String,
+    pub(crate) limits: ToolLimits,
     pub(crate) arguments: String,
     pub(crate) control: Arc<CallControl>,
     pub(crate) shutdown: watch::Receiver<bool>,
@@ -161,9 +165,7 @@ impl Call {
     }
 
     pub fn handle(&self) -> CallHandle {
-        CallHandle {
-            control: self.control.clone(),
-        }
+        CallHandle { control: self.control.clone() }
     }
 
     /// Run the call to its one outcome, then its cleanup if it needs one.
@@ -177,6 +179,7 @@ impl Call {
         drop(self.permit);
         CallReport {
             call_id: self.id,
+            hard_stop_at: self.control.hard_stop_at(),
             tool: self.tool,
             outcome,
             hard_stopped,
@@ -186,16 +189,10 @@ impl Call {
     }
 
     async fn drive(&self) -> (Outcome, bool) {
-        let limits = &self.component.options.limits;
-        let backstop = limits
-            .max_duration
-            .map(|max| self.control.started() + max + limits.grace);
-        let mut store = match new_store(
-            &self.engine,
-            &self.component,
-            self.control.clone(),
-            backstop,
-        ) {
+        let limits = &self.limits;
+        let backstop = limits.max_duration.map(|max| self.control.started() + max + limits.grace);
+        let mut store = match new_store(&self.engine, &self.component, limits, self.control.clone(), backstop)
+        {
             Ok(store) => store,
             Err(error) => return (Outcome::StartFailed(format!("{error:#}")), false),
         };
@@ -203,10 +200,7 @@ impl Call {
         let (tool, arguments) = (self.tool.clone(), self.arguments.clone());
         let mut call = Box::pin(async move {
             let plugin = pre.instantiate_async(&mut store).await?;
-            plugin
-                .cordon_tool_tool()
-                .call_call(&mut store, &tool, &arguments)
-                .await
+            plugin.cordon_tool_tool().call_call(&mut store, &tool, &arguments).await
         });
 
         // Phase 1: running.
@@ -238,8 +232,7 @@ impl Call {
             Some(result) => Some(result),
             None => {
                 let grace = limits.grace;
-                let kicker =
-                    tokio::spawn(kick_after(grace, self.control.clone(), self.engine.clone()));
+                let kicker = tokio::spawn(kick_after(grace, self.control.clone(), self.engine.clone()));
                 let result = tokio::select! {
                     biased;
                     () = tokio::time::sleep(grace) => None,
@@ -252,12 +245,12 @@ impl Call {
 
         // Phase 3: hard stop. Dropping the future unwinds the guest wherever it is parked.
         let Some(result) = result else {
-            self.control.hard_stop.store(true, Ordering::Release);
+            self.control.begin_hard_stop();
             drop(call);
             return (self.stopped_outcome(), true);
         };
         drop(call);
-        let hard_stopped = self.control.hard_stop.load(Ordering::Acquire);
+        let hard_stopped = self.control.is_hard_stopping();
         (self.classify(result), hard_stopped)
     }
 
@@ -281,7 +274,7 @@ impl Call {
 
     /// The outcome of a call stopped at the request of someone outside the guest.
     fn stopped_outcome(&self) -> Outcome {
-        let limits = &self.component.options.limits;
+        let limits = &self.limits;
         match self.control.stop_request() {
             Some(StopRequest::Cancel) => Outcome::Cancelled,
             Some(StopRequest::IdleTimeout) => {
@@ -289,9 +282,9 @@ impl Call {
             }
             Some(StopRequest::Shutdown) => Outcome::Shutdown,
             // No request: the epoch backstop fired at the maximum duration.
-            Some(StopRequest::MaxDuration) | None => Outcome::TimedOut(Timeout::MaxDuration(
-                limits.max_duration.unwrap_or_default(),
-            )),
+            Some(StopRequest::MaxDuration) | None => {
+                Outcome::TimedOut(Timeout::MaxDuration(limits.max_duration.unwrap_or_default()))
+            }
         }
     }
 
@@ -315,16 +308,12 @@ impl Call {
     }
 
     fn check_result(&self, result: bindings::CallResult) -> Outcome {
-        let limit = self.component.options.limits.result_bytes;
+        let limit = self.limits.result_bytes;
         let bytes = result_size(&result);
         if bytes > limit {
             return Outcome::ResultTooLarge { bytes, limit };
         }
-        let structured = match result
-            .structured
-            .as_deref()
-            .map(serde_json::from_str::<serde_json::Value>)
-        {
+        let structured = match result.structured.as_deref().map(serde_json::from_str::<serde_json::Value>) {
             None => None,
             Some(Ok(value @ serde_json::Value::Object(_))) => Some(value),
             Some(Ok(_)) => {
@@ -334,11 +323,24 @@ impl Call {
                 return Outcome::InvalidResult(format!("structured output is not JSON: {error}"));
             }
         };
-        Outcome::Completed(ToolResult {
-            content: result.content,
-            structured,
-            is_error: result.is_error,
-        })
+        if let Some(schema) = &self.component.schemas[&self.tool].output {
+            match &structured {
+                None if !result.is_error => {
+                    return Outcome::InvalidResult(
+                        "the tool declares an output schema but returned no structured output".into(),
+                    );
+                }
+                Some(value) => {
+                    if let Some(problems) = super::component::schema_errors(schema, value) {
+                        return Outcome::InvalidResult(format!(
+                            "structured output does not match the output schema: {problems}"
+                        ));
+                    }
+                }
+                None => {}
+            }
+        }
+        Outcome::Completed(ToolResult { content: result.content, structured, is_error: result.is_error })
     }
 
     async fn cleanup(&self, reason: StopReason) -> CleanupReport {
@@ -357,8 +359,8 @@ impl Call {
             reason,
             note: self.control.take_note(),
         };
-        let budget = self.component.options.limits.cleanup_budget;
-        let outcome = run_cleanup(&self.engine, &self.component, context, budget).await;
+        let budget = self.limits.cleanup_budget;
+        let outcome = run_cleanup(&self.engine, &self.component, &self.limits, context).await;
         match &outcome {
             CleanupOutcome::Completed => {}
             CleanupOutcome::Failed(message) => {
@@ -368,35 +370,24 @@ impl Call {
                 tracing::warn!(component = %self.component.name, tool = %self.tool, call = self.id, "cleanup ran past its budget of {budget:?} and was stopped");
             }
         }
-        CleanupReport {
-            outcome,
-            started_at,
-        }
+        CleanupReport { outcome, started_at }
     }
 }
 
 async fn run_cleanup(
     engine: &Engine,
     component: &Arc<LoadedComponent>,
+    limits: &ToolLimits,
     context: CleanupContext,
-    budget: Duration,
 ) -> CleanupOutcome {
-    let deadline = Instant::now() + budget;
-    let mut limits = component.options.limits.clone();
-    limits.idle_timeout = None;
-    limits.max_duration = Some(budget);
-    let control = CallControl::new(&limits);
-    let mut store = match new_store(engine, component, control, Some(deadline)) {
+    let (mut store, deadline) = match bounded_store(engine, component, limits, limits.cleanup_budget) {
         Ok(store) => store,
         Err(error) => return CleanupOutcome::Failed(format!("{error:#}")),
     };
     let pre = component.pre.clone();
     let cleanup = async move {
         let plugin = pre.instantiate_async(&mut store).await?;
-        plugin
-            .cordon_tool_tool()
-            .call_cleanup(&mut store, &context)
-            .await
+        plugin.cordon_tool_tool().call_cleanup(&mut store, &context).await
     };
     match run_bounded(cleanup, deadline).await {
         Some(Ok(())) => CleanupOutcome::Completed,
@@ -406,6 +397,20 @@ async fn run_cleanup(
         Some(Err(error)) => CleanupOutcome::Failed(trap_message(&error)),
         None => CleanupOutcome::TimedOut,
     }
+}
+
+/// A store for guest code that has no caller to cancel it (`list` at load time,
+/// `cleanup`): the tool's limits, but only `budget` to run; returns the deadline too.
+pub(crate) fn bounded_store(
+    engine: &Engine,
+    component: &LoadedComponent,
+    limits: &ToolLimits,
+    budget: Duration,
+) -> anyhow::Result<(Store<GuestState>, Instant)> {
+    let deadline = Instant::now() + budget;
+    let limits = ToolLimits { idle_timeout: None, max_duration: Some(budget), ..limits.clone() };
+    let control = CallControl::new(&limits);
+    Ok((new_store(engine, component, &limits, control, Some(deadline))?, deadline))
 }
 
 /// Run guest code that has no caller to cancel it (`list` at load time, `cleanup`) until
@@ -421,36 +426,25 @@ pub(crate) async fn run_bounded<F: Future>(future: F, deadline: Instant) -> Opti
 pub(crate) fn new_store(
     engine: &Engine,
     component: &LoadedComponent,
+    limits: &ToolLimits,
     control: Arc<CallControl>,
     backstop: Option<Instant>,
 ) -> anyhow::Result<Store<GuestState>> {
-    let options = &component.options;
-    let state = GuestState::new(
-        component.name.clone(),
-        &options.limits,
-        options.data_dir.as_deref(),
-        control,
-    )?;
+    let data_dir = component.options.data_dir.as_deref();
+    let state = GuestState::new(component.name.clone(), limits, data_dir, control)?;
     let mut store = Store::new(engine, state);
     store.limiter(|state| &mut state.limiter);
     // Host-call fuel also bounds the result copied out of the guest: leave room above the
     // result limit so an oversized result is measured and refused by `check_result`.
-    store.set_hostcall_fuel(
-        options
-            .limits
-            .hostcall_bytes
-            .max(options.limits.result_bytes.saturating_mul(2)),
-    );
+    store.set_hostcall_fuel(limits.hostcall_bytes.max(limits.result_bytes.saturating_mul(2)));
     store.set_epoch_deadline(1);
     store.epoch_deadline_callback(move |store| {
-        let hard_stop = store.data().control().hard_stop.load(Ordering::Acquire);
-        if hard_stop || backstop.is_some_and(|backstop| Instant::now() >= backstop) {
+        if store.data().control().is_hard_stopping()
+            || backstop.is_some_and(|backstop| Instant::now() >= backstop)
+        {
             Ok(UpdateDeadline::Interrupt)
         } else {
-            Ok(UpdateDeadline::YieldCustom(
-                1,
-                Box::pin(tokio::task::yield_now()),
-            ))
+            Ok(UpdateDeadline::YieldCustom(1, Box::pin(tokio::task::yield_now())))
         }
     });
     Ok(store)
@@ -458,7 +452,7 @@ pub(crate) fn new_store(
 
 async fn kick_after(grace: Duration, control: Arc<CallControl>, engine: Engine) {
     tokio::time::sleep(grace).await;
-    control.hard_stop.store(true, Ordering::Release);
+    control.begin_hard_stop();
     engine.increment_epoch();
 }
 
@@ -483,9 +477,7 @@ fn result_size(result: &bindings::CallResult) -> usize {
         .iter()
         .map(|item| match item {
             Content::Text(text) => text.len(),
-            Content::Image(media) | Content::Audio(media) => {
-                media.data.len() + media.mime_type.len()
-            }
+            Content::Image(media) | Content::Audio(media) => media.data.len() + media.mime_type.len(),
             Content::ResourceLink(link) => {
                 link.uri.len() + link.name.len() + link.description.as_ref().map_or(0, String::len)
             }

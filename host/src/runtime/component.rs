@@ -4,6 +4,7 @@
 //! Every problem becomes a [`LoadError`] that names the file and says what is wrong, so a
 //! platform operator can fix the right plugin.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -28,21 +29,27 @@ pub struct LoadError {
 
 impl LoadError {
     pub(crate) fn new(origin: &str, problem: impl Into<String>) -> Self {
-        Self {
-            origin: origin.to_owned(),
-            problem: problem.into(),
-        }
+        Self { origin: origin.to_owned(), problem: problem.into() }
     }
 }
 
 /// How the operator runs one component.
 #[derive(Debug, Clone, Default)]
 pub struct ComponentOptions {
-    /// Limits for every call of its tools.
+    /// Limits for every call of its tools, unless `tool_limits` names the tool.
     pub limits: ToolLimits,
+    /// Limits for particular tools, by name.
+    pub tool_limits: HashMap<String, ToolLimits>,
     /// A host directory preopened read-write at `/data` in the guest; `None` gives no file
     /// system at all.
     pub data_dir: Option<PathBuf>,
+}
+
+impl ComponentOptions {
+    /// The limits that apply to `tool`.
+    pub fn limits_for(&self, tool: &str) -> &ToolLimits {
+        self.tool_limits.get(tool).unwrap_or(&self.limits)
+    }
 }
 
 /// A tool as clients see it: the guest's description with its schemas parsed.
@@ -64,6 +71,43 @@ pub(crate) struct LoadedComponent {
     pub(crate) pre: PluginPre<GuestState>,
     pub(crate) options: ComponentOptions,
     pub(crate) tools: Vec<ToolSpec>,
+    /// Compiled schemas, by tool name.
+    pub(crate) schemas: HashMap<String, ToolSchemas>,
+}
+
+/// A tool's schemas, compiled once at load (JSON Schema 2020-12 unless `$schema` says
+/// otherwise; references to the network are never fetched).
+pub(crate) struct ToolSchemas {
+    pub(crate) input: jsonschema::Validator,
+    pub(crate) output: Option<jsonschema::Validator>,
+}
+
+impl ToolSchemas {
+    fn compile(spec: &ToolSpec) -> Result<Self, String> {
+        let input = jsonschema::validator_for(&spec.input_schema)
+            .map_err(|error| format!("input schema is not a valid JSON Schema: {error}"))?;
+        let output = spec
+            .output_schema
+            .as_ref()
+            .map(jsonschema::validator_for)
+            .transpose()
+            .map_err(|error| format!("output schema is not a valid JSON Schema: {error}"))?;
+        Ok(Self { input, output })
+    }
+}
+
+/// Every way `instance` breaks `schema`, as one line for a client.
+pub(crate) fn schema_errors(schema: &jsonschema::Validator, instance: &Value) -> Option<String> {
+    let errors: Vec<String> = schema
+        .iter_errors(instance)
+        .take(5)
+        .map(|error| {
+            let path = error.instance_path().to_string();
+            let at = if path.is_empty() { "(root)".to_owned() } else { path };
+            format!("{at}: {error}")
+        })
+        .collect();
+    (!errors.is_empty()).then(|| errors.join("; "))
 }
 
 const WASM_MAGIC: &[u8] = b"\0asm";
@@ -81,10 +125,7 @@ pub(crate) fn prepare(
     let is_text = bytes.trim_ascii_start().starts_with(b"(");
     if !is_text {
         if bytes.len() < 8 || &bytes[..4] != WASM_MAGIC {
-            return Err(LoadError::new(
-                origin,
-                "not a WebAssembly file (no `\\0asm` header)",
-            ));
+            return Err(LoadError::new(origin, "not a WebAssembly file (no `\\0asm` header)"));
         }
         if bytes[4..8] == CORE_MODULE_VERSION {
             return Err(LoadError::new(
@@ -94,19 +135,13 @@ pub(crate) fn prepare(
             ));
         }
         if bytes[6..8] != COMPONENT_LAYER {
-            return Err(LoadError::new(
-                origin,
-                "not a WebAssembly component (unknown header layer)",
-            ));
+            return Err(LoadError::new(origin, "not a WebAssembly component (unknown header layer)"));
         }
     }
     let component = compile_component(engine, bytes, cache_dir)
         .map_err(|error| LoadError::new(origin, format!("invalid component: {error:#}")))?;
     let instance_pre = linker.instantiate_pre(&component).map_err(|error| {
-        LoadError::new(
-            origin,
-            format!("imports something Cordon does not provide: {error:#}"),
-        )
+        LoadError::new(origin, format!("imports something Cordon does not provide: {error:#}"))
     })?;
     PluginPre::new(instance_pre).map_err(|error| {
         LoadError::new(
@@ -114,6 +149,21 @@ pub(crate) fn prepare(
             format!("does not implement the cordon:tool@0.1.0 `plugin` world (export `cordon:tool/tool`): {error:#}"),
         )
     })
+}
+
+/// Compile every tool's schemas.
+pub(crate) fn compile_schemas(
+    origin: &str,
+    specs: &[ToolSpec],
+) -> Result<HashMap<String, ToolSchemas>, LoadError> {
+    specs
+        .iter()
+        .map(|spec| {
+            let schemas = ToolSchemas::compile(spec)
+                .map_err(|problem| LoadError::new(origin, format!("tool {:?}: {problem}", spec.name)))?;
+            Ok((spec.name.clone(), schemas))
+        })
+        .collect()
 }
 
 /// Turn the guest's `list` into specs, rejecting anything clients could not use.
@@ -124,20 +174,12 @@ pub(crate) fn tool_specs(origin: &str, infos: Vec<ToolInfo>) -> Result<Vec<ToolS
         check_tool_name(&name)
             .map_err(|problem| LoadError::new(origin, format!("tool {name:?}: {problem}")))?;
         if specs.iter().any(|spec| spec.name == name) {
-            return Err(LoadError::new(
-                origin,
-                format!("tool {name:?} is listed twice"),
-            ));
+            return Err(LoadError::new(origin, format!("tool {name:?} is listed twice")));
         }
-        let input_schema = object_schema(&info.input_schema).map_err(|problem| {
-            LoadError::new(origin, format!("tool {name:?}: input schema {problem}"))
-        })?;
-        let output_schema = info
-            .output_schema
-            .as_deref()
-            .map(object_schema)
-            .transpose()
-            .map_err(|problem| {
+        let input_schema = object_schema(&info.input_schema)
+            .map_err(|problem| LoadError::new(origin, format!("tool {name:?}: input schema {problem}")))?;
+        let output_schema =
+            info.output_schema.as_deref().map(object_schema).transpose().map_err(|problem| {
                 LoadError::new(origin, format!("tool {name:?}: output schema {problem}"))
             })?;
         specs.push(ToolSpec {
@@ -157,20 +199,14 @@ fn check_tool_name(name: &str) -> Result<(), String> {
     if name.is_empty() || name.len() > 128 {
         return Err("a name must have 1 to 128 characters".into());
     }
-    if let Some(bad) = name
-        .chars()
-        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.')))
-    {
-        return Err(format!(
-            "a name may only use A-Z, a-z, 0-9, `_`, `-` and `.`, not {bad:?}"
-        ));
+    if let Some(bad) = name.chars().find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))) {
+        return Err(format!("a name may only use A-Z, a-z, 0-9, `_`, `-` and `.`, not {bad:?}"));
     }
     Ok(())
 }
 
 fn object_schema(text: &str) -> Result<Value, String> {
-    let schema: Value =
-        serde_json::from_str(text).map_err(|error| format!("is not valid JSON: {error}"))?;
+    let schema: Value = serde_json::from_str(text).map_err(|error| format!("is not valid JSON: {error}"))?;
     match schema.get("type") {
         Some(Value::String(kind)) if kind == "object" => Ok(schema),
         _ => Err("must be a JSON object with `\"type\": \"object\"` at its root".into()),

@@ -4,7 +4,7 @@
 //! [`CallHandle`]: super::CallHandle
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use tokio::sync::{Notify, watch};
@@ -44,7 +44,8 @@ pub(crate) struct CallControl {
     /// Mirrors `stop.is_some()` for the guest's cheap `cancelled()` check.
     stopping: AtomicBool,
     /// Set when the grace period is over: the epoch callback traps from then on.
-    pub(crate) hard_stop: AtomicBool,
+    hard_stop: AtomicBool,
+    hard_stop_at: OnceLock<Instant>,
     /// Wakes the driver when a stop is requested.
     pub(crate) wake: Notify,
     /// Milliseconds since `started` of the last accepted progress report.
@@ -63,6 +64,7 @@ impl CallControl {
             stop: Mutex::new(None),
             stopping: AtomicBool::new(false),
             hard_stop: AtomicBool::new(false),
+            hard_stop_at: OnceLock::new(),
             wake: Notify::new(),
             last_progress_ms: AtomicU64::new(0),
             progress: watch::Sender::new(None),
@@ -82,6 +84,21 @@ impl CallControl {
         drop(stop);
         self.wake.notify_one();
         true
+    }
+
+    /// Grace is over: from now on the guest traps at its next epoch check.
+    pub(crate) fn begin_hard_stop(&self) {
+        self.hard_stop_at.get_or_init(Instant::now);
+        self.hard_stop.store(true, Ordering::Release);
+    }
+
+    pub(crate) fn is_hard_stopping(&self) -> bool {
+        self.hard_stop.load(Ordering::Acquire)
+    }
+
+    /// When the hard stop began, if it did.
+    pub(crate) fn hard_stop_at(&self) -> Option<Instant> {
+        self.hard_stop_at.get().copied()
     }
 
     pub(crate) fn stop_request(&self) -> Option<StopRequest> {
@@ -124,10 +141,7 @@ impl CallControl {
             return;
         }
         let accepted = self.progress.send_if_modified(|latest| {
-            if latest
-                .as_ref()
-                .is_some_and(|latest| report.done <= latest.done)
-            {
+            if latest.as_ref().is_some_and(|latest| report.done <= latest.done) {
                 return false;
             }
             *latest = Some(report);

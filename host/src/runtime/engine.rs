@@ -64,8 +64,8 @@ const TABLES_PER_SLOT: u32 = 8;
 
 /// Build the engine and start its epoch ticker.
 pub fn build_engine(settings: &EngineSettings) -> Result<Engine> {
-    let slots = u32::try_from(settings.max_concurrent_calls * 2 + 1)
-        .context("max_concurrent_calls is too large")?;
+    let slots =
+        u32::try_from(settings.max_concurrent_calls * 2 + 1).context("max_concurrent_calls is too large")?;
     let mut pool = PoolingAllocationConfig::default();
     pool.total_component_instances(slots)
         .total_core_instances(slots * CORE_INSTANCES_PER_SLOT)
@@ -81,9 +81,8 @@ pub fn build_engine(settings: &EngineSettings) -> Result<Engine> {
         .max_wasm_stack(settings.max_wasm_stack)
         .memory_init_cow(true)
         .allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
-    let engine = Engine::new(&config)
-        .map_err(anyhow::Error::from)
-        .context("configuring the wasmtime engine")?;
+    let engine =
+        Engine::new(&config).map_err(anyhow::Error::from).context("configuring the wasmtime engine")?;
     start_epoch_ticker(&engine, settings.epoch_tick);
     Ok(engine)
 }
@@ -109,11 +108,7 @@ fn start_epoch_ticker(engine: &Engine, tick: Duration) {
 /// Entries are keyed by the SHA-256 of the component and the engine's compatibility hash,
 /// and carry the SHA-256 of their own payload: a corrupt, truncated or foreign entry is
 /// detected (or rejected by wasmtime) and the component is compiled again.
-pub fn compile_component(
-    engine: &Engine,
-    bytes: &[u8],
-    cache_dir: Option<&Path>,
-) -> Result<Component> {
+pub fn compile_component(engine: &Engine, bytes: &[u8], cache_dir: Option<&Path>) -> Result<Component> {
     let Some(cache_dir) = cache_dir else {
         return Component::new(engine, bytes).map_err(anyhow::Error::from);
     };
@@ -130,14 +125,8 @@ pub fn compile_component(
 
 fn cache_key(engine: &Engine, bytes: &[u8]) -> String {
     let mut engine_hash = DefaultHasher::new();
-    engine
-        .precompile_compatibility_hash()
-        .hash(&mut engine_hash);
-    format!(
-        "{}-{:016x}",
-        hex(&Sha256::digest(bytes)),
-        engine_hash.finish()
-    )
+    engine.precompile_compatibility_hash().hash(&mut engine_hash);
+    format!("{}-{:016x}", hex(&Sha256::digest(bytes)), engine_hash.finish())
 }
 
 fn load_cached(engine: &Engine, entry: &Path) -> Option<Component> {

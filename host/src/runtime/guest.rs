@@ -36,10 +36,7 @@ impl GuestState {
         control: Arc<CallControl>,
     ) -> Result<Self> {
         let mut wasi = WasiCtxBuilder::new();
-        wasi.inherit_stderr()
-            .allow_tcp(false)
-            .allow_udp(false)
-            .allow_ip_name_lookup(false);
+        wasi.inherit_stderr().allow_tcp(false).allow_udp(false).allow_ip_name_lookup(false);
         if let Some(dir) = data_dir {
             wasi.preopened_dir(dir, GUEST_DATA_DIR, FsPerms::ReadWrite)
                 .map_err(anyhow::Error::from)
@@ -62,27 +59,15 @@ impl GuestState {
 
 impl WasiView for GuestState {
     fn ctx(&mut self) -> WasiCtxView<'_> {
-        WasiCtxView {
-            ctx: &mut self.wasi,
-            table: &mut self.table,
-        }
+        WasiCtxView { ctx: &mut self.wasi, table: &mut self.table }
     }
 }
 
 impl types::Host for GuestState {}
 
 impl host::Host for GuestState {
-    fn progress(
-        &mut self,
-        done: f64,
-        total: Option<f64>,
-        message: Option<String>,
-    ) -> wasmtime::Result<()> {
-        self.control.report_progress(Progress {
-            done,
-            total,
-            message,
-        });
+    fn progress(&mut self, done: f64, total: Option<f64>, message: Option<String>) -> wasmtime::Result<()> {
+        self.control.report_progress(Progress { done, total, message });
         Ok(())
     }
 

@@ -72,10 +72,7 @@ impl GuestLimiter {
             .tables(limits.tables)
             .memories(limits.memories)
             .build();
-        Self {
-            limits,
-            memory_refused,
-        }
+        Self { limits, memory_refused }
     }
 }
 

@@ -23,18 +23,16 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use serde_json::Value;
 use tokio::sync::{Semaphore, watch};
 use wasmtime::Engine;
 use wasmtime::component::{HasSelf, Linker};
 
 pub use bindings::{Content, EmbeddedResource, Media, ResourceLink, ToolAnnotations};
-pub use call::{
-    Call, CallHandle, CallReport, CleanupOutcome, CleanupReport, Outcome, Timeout, ToolResult,
-};
+pub use call::{Call, CallHandle, CallReport, CleanupOutcome, CleanupReport, Outcome, Timeout, ToolResult};
 pub use component::{ComponentOptions, LoadError, ToolSpec};
 pub use control::Progress;
 pub use engine::EngineSettings;
@@ -72,9 +70,9 @@ pub enum CallError {
     UnknownTool(String),
     #[error("arguments must be a JSON object")]
     ArgumentsNotObject,
-    #[error(
-        "the server is busy: all {slots} call slots stayed in use for {waited:?}; try again later"
-    )]
+    #[error("invalid arguments for tool {tool}: {problems}")]
+    InvalidArguments { tool: String, problems: String },
+    #[error("the server is busy: all {slots} call slots stayed in use for {waited:?}; try again later")]
     Busy { slots: usize, waited: Duration },
     #[error("the server is shutting down")]
     ShuttingDown,
@@ -129,18 +127,12 @@ impl Runtime {
     }
 
     /// Load the component in `path`; its name is the file's stem.
-    pub async fn load_file(
-        &mut self,
-        path: &Path,
-        options: ComponentOptions,
-    ) -> Result<(), LoadError> {
+    pub async fn load_file(&mut self, path: &Path, options: ComponentOptions) -> Result<(), LoadError> {
         let origin = path.display().to_string();
-        let bytes = std::fs::read(path)
-            .map_err(|error| LoadError::new(&origin, format!("cannot read: {error}")))?;
-        let name = path.file_stem().map_or_else(
-            || origin.clone(),
-            |stem| stem.to_string_lossy().into_owned(),
-        );
+        let bytes =
+            std::fs::read(path).map_err(|error| LoadError::new(&origin, format!("cannot read: {error}")))?;
+        let name =
+            path.file_stem().map_or_else(|| origin.clone(), |stem| stem.to_string_lossy().into_owned());
         self.load_named(&name, &origin, &bytes, options).await
     }
 
@@ -162,24 +154,12 @@ impl Runtime {
         options: ComponentOptions,
     ) -> Result<(), LoadError> {
         let cache_dir = self.settings.engine.cache_dir.clone();
-        let pre = component::prepare(
-            &self.engine,
-            &self.linker,
-            origin,
-            bytes,
-            cache_dir.as_deref(),
-        )?;
-        let mut loaded = LoadedComponent {
-            name: name.into(),
-            pre,
-            options,
-            tools: Vec::new(),
-        };
-        let infos = self
-            .list_tools(&loaded)
-            .await
-            .map_err(|problem| LoadError::new(origin, problem))?;
+        let pre = component::prepare(&self.engine, &self.linker, origin, bytes, cache_dir.as_deref())?;
+        let mut loaded =
+            LoadedComponent { name: name.into(), pre, options, tools: Vec::new(), schemas: HashMap::new() };
+        let infos = self.list_tools(&loaded).await.map_err(|problem| LoadError::new(origin, problem))?;
         loaded.tools = component::tool_specs(origin, infos)?;
+        loaded.schemas = component::compile_schemas(origin, &loaded.tools)?;
         let index = self.components.len();
         for tool in &loaded.tools {
             if let Some(&other) = self.tools.get(&tool.name) {
@@ -198,23 +178,12 @@ impl Runtime {
     }
 
     /// Run the guest's `list` in a bounded instance.
-    async fn list_tools(
-        &self,
-        component: &LoadedComponent,
-    ) -> Result<Vec<bindings::ToolInfo>, String> {
+    async fn list_tools(&self, component: &LoadedComponent) -> Result<Vec<bindings::ToolInfo>, String> {
         let budget = self.settings.list_budget;
-        let deadline = Instant::now() + budget;
-        let mut limits = component.options.limits.clone();
-        limits.idle_timeout = None;
-        limits.max_duration = Some(budget);
-        let control = CallControl::new(&limits);
-        let _permit = self
-            .call_permits
-            .acquire()
-            .await
-            .expect("the call semaphore is never closed");
-        let mut store = call::new_store(&self.engine, component, control, Some(deadline))
-            .map_err(|error| format!("{error:#}"))?;
+        let _permit = self.call_permits.acquire().await.expect("the call semaphore is never closed");
+        let (mut store, deadline) =
+            call::bounded_store(&self.engine, component, &component.options.limits, budget)
+                .map_err(|error| format!("{error:#}"))?;
         let pre = component.pre.clone();
         let list = async move {
             let plugin = pre.instantiate_async(&mut store).await?;
@@ -229,9 +198,7 @@ impl Runtime {
 
     /// Every tool, in load order (component by component, each in its own order).
     pub fn tools(&self) -> impl Iterator<Item = &ToolSpec> {
-        self.components
-            .iter()
-            .flat_map(|component| component.tools.iter())
+        self.components.iter().flat_map(|component| component.tools.iter())
     }
 
     /// The tool called `name`.
@@ -242,18 +209,19 @@ impl Runtime {
 
     /// The limits that apply to the tool called `name`.
     pub fn limits(&self, name: &str) -> Option<&ToolLimits> {
-        Some(&self.components[*self.tools.get(name)?].options.limits)
+        Some(self.components[*self.tools.get(name)?].options.limits_for(name))
     }
 
     /// Reserve a slot for a call of `tool` with `arguments`. Waits for a free slot for at
     /// most the queue timeout, then refuses with [`CallError::Busy`].
     pub async fn call(&self, tool: &str, arguments: &Value) -> Result<Call, CallError> {
-        let index = *self
-            .tools
-            .get(tool)
-            .ok_or_else(|| CallError::UnknownTool(tool.to_owned()))?;
+        let index = *self.tools.get(tool).ok_or_else(|| CallError::UnknownTool(tool.to_owned()))?;
         if !arguments.is_object() {
             return Err(CallError::ArgumentsNotObject);
+        }
+        let component = &self.components[index];
+        if let Some(problems) = component::schema_errors(&component.schemas[tool].input, arguments) {
+            return Err(CallError::InvalidArguments { tool: tool.to_owned(), problems });
         }
         if *self.shutdown.borrow() {
             return Err(CallError::ShuttingDown);
@@ -261,16 +229,14 @@ impl Runtime {
         let waited = self.settings.queue_timeout;
         let permit = tokio::time::timeout(waited, self.call_permits.clone().acquire_owned())
             .await
-            .map_err(|_| CallError::Busy {
-                slots: self.settings.engine.max_concurrent_calls,
-                waited,
-            })?
+            .map_err(|_| CallError::Busy { slots: self.settings.engine.max_concurrent_calls, waited })?
             .expect("the call semaphore is never closed");
         let component = self.components[index].clone();
         Ok(Call {
             id: self.next_call_id.fetch_add(1, Ordering::Relaxed),
             engine: self.engine.clone(),
-            control: CallControl::new(&component.options.limits),
+            control: CallControl::new(component.options.limits_for(tool)),
+            limits: component.options.limits_for(tool).clone(),
             component,
             tool: tool.to_owned(),
             arguments: arguments.to_string(),
@@ -289,15 +255,12 @@ impl Runtime {
     /// Wait until no call holds a slot, or `timeout` passes; returns whether it is idle.
     pub async fn idle(&self, timeout: Duration) -> bool {
         let slots = self.settings.engine.max_concurrent_calls as u32;
-        tokio::time::timeout(timeout, self.call_permits.acquire_many(slots))
-            .await
-            .is_ok()
+        tokio::time::timeout(timeout, self.call_permits.acquire_many(slots)).await.is_ok()
     }
 
     /// What the pool holds now.
     pub fn pool_usage(&self) -> PoolUsage {
-        let calls =
-            self.settings.engine.max_concurrent_calls - self.call_permits.available_permits();
+        let calls = self.settings.engine.max_concurrent_calls - self.call_permits.available_permits();
         let metrics = self.engine.pooling_allocator_metrics();
         PoolUsage {
             calls,
@@ -307,8 +270,14 @@ impl Runtime {
         }
     }
 
-    /// The engine, for benchmarks that compare against a bare instance.
-    pub fn engine(&self) -> &Engine {
-        &self.engine
+    /// Create a store and an instance of `tool`'s component, and drop them: what every call
+    /// pays before the guest runs. For benchmarks.
+    #[doc(hidden)]
+    pub async fn instantiate_once(&self, tool: &str) -> Result<()> {
+        let component = &self.components[*self.tools.get(tool).context("unknown tool")?];
+        let limits = component.options.limits_for(tool);
+        let mut store = call::new_store(&self.engine, component, limits, CallControl::new(limits), None)?;
+        component.pre.instantiate_async(&mut store).await?;
+        Ok(())
     }
 }

@@ -160,8 +160,7 @@ impl WatGuest {
         resolve
             .push_str(
                 "cordon.wit",
-                &std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../wit/cordon.wit"))
-                    .unwrap(),
+                &std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../wit/cordon.wit")).unwrap(),
             )
             .unwrap();
         let package = resolve.push_str("test.wit", TEST_WORLD).unwrap();
@@ -174,12 +173,7 @@ impl WatGuest {
             wit_component::StringEncoding::UTF8,
         )
         .unwrap();
-        wit_component::ComponentEncoder::default()
-            .module(&module)
-            .unwrap()
-            .validate(true)
-            .encode()
-            .unwrap()
+        wit_component::ComponentEncoder::default().module(&module).unwrap().validate(true).encode().unwrap()
     }
 }
 
@@ -204,11 +198,7 @@ pub fn quick_limits() -> ToolLimits {
 
 pub fn settings(max_concurrent_calls: usize) -> RuntimeSettings {
     RuntimeSettings {
-        engine: EngineSettings {
-            max_concurrent_calls,
-            cache_dir: None,
-            ..EngineSettings::default()
-        },
+        engine: EngineSettings { max_concurrent_calls, cache_dir: None, ..EngineSettings::default() },
         queue_timeout: Duration::from_secs(30),
         ..RuntimeSettings::default()
     }
@@ -218,14 +208,9 @@ pub fn settings(max_concurrent_calls: usize) -> RuntimeSettings {
 pub async fn runtime_with(guests: &[WatGuest], limits: ToolLimits) -> Runtime {
     let mut runtime = Runtime::new(settings(256)).unwrap();
     for guest in guests {
-        let options = ComponentOptions {
-            limits: limits.clone(),
-            data_dir: None,
-        };
-        runtime
-            .load_bytes(&guest.tool, &guest.component(), options)
-            .await
-            .unwrap();
+        let options =
+            ComponentOptions { limits: limits.clone(), data_dir: None, ..ComponentOptions::default() };
+        runtime.load_bytes(&guest.tool, &guest.component(), options).await.unwrap();
     }
     runtime
 }

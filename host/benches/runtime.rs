@@ -1,0 +1,210 @@
+//! Runtime benchmarks: instance cost, stop latency, cleanup start, epoch overhead and
+//! fairness. Every figure is a distribution or a ratio measured in this one run.
+//!
+//! ```sh
+//! cargo bench -p cordon --bench runtime --profile dev
+//! ```
+//! (`--profile dev` reuses the test build: dependencies are optimised there too, see the
+//! workspace `Cargo.toml`.)
+
+#[path = "../tests/common/mod.rs"]
+mod common;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::*;
+use cordon::runtime::{Outcome, Runtime};
+use serde_json::json;
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
+}
+
+fn summary(name: &str, mut samples: Vec<Duration>) -> (Duration, Duration) {
+    samples.sort();
+    let (median, p99) = (percentile(&samples, 0.5), percentile(&samples, 0.99));
+    println!(
+        "{name:<44} n={:<6} median {:>10.2?}  p90 {:>10.2?}  p99 {:>10.2?}  max {:>10.2?}",
+        samples.len(),
+        median,
+        percentile(&samples, 0.9),
+        p99,
+        samples.last().unwrap()
+    );
+    (median, p99)
+}
+
+async fn fresh_instances(runtime: &Runtime) {
+    for _ in 0..1000 {
+        runtime.instantiate_once("done").await.unwrap();
+    }
+    let mut samples = Vec::with_capacity(10_000);
+    for _ in 0..10_000 {
+        let started = Instant::now();
+        runtime.instantiate_once("done").await.unwrap();
+        samples.push(started.elapsed());
+    }
+    summary("fresh store + instance (target median <= 5us)", samples);
+    let mut samples = Vec::with_capacity(5_000);
+    for _ in 0..5_000 {
+        let started = Instant::now();
+        let report = runtime.call("done", &json!({})).await.unwrap().run().await;
+        samples.push(started.elapsed());
+        assert!(matches!(report.outcome, Outcome::Completed(_)));
+    }
+    summary("whole call of a trivial tool", samples);
+}
+
+/// Hard-stop latency: from the end of grace to the guest's future returning or dropping,
+/// and from there to the start of cleanup.
+async fn stop_latency(runtime: &Runtime, tool: &str) {
+    let (mut stops, mut cleanups) = (Vec::new(), Vec::new());
+    for _ in 0..300 {
+        let call = runtime.call(tool, &json!({})).await.unwrap();
+        let handle = call.handle();
+        let running = tokio::spawn(call.run());
+        tokio::time::sleep(Duration::from_millis(2)).await;
+        handle.cancel();
+        let report = running.await.unwrap();
+        assert_eq!(report.outcome, Outcome::Cancelled);
+        let hard_stop_at = report.hard_stop_at.expect("a hard stop");
+        stops.push(report.stopped_at.saturating_duration_since(hard_stop_at));
+        cleanups.push(report.cleanup.unwrap().started_at.saturating_duration_since(report.stopped_at));
+    }
+    summary(&format!("stop latency after grace: {tool} (<=1ms/5ms)"), stops);
+    summary(&format!("cleanup start after the stop: {tool} (<=1ms)"), cleanups);
+}
+
+/// Epoch checks on a compute-heavy guest against the same guest on an engine without them.
+fn epoch_overhead() {
+    const LOOPS: &str = r#"(module
+      (func (export "chain") (param $n i64) (result i64)
+        (local $x i64)
+        (local.set $x (i64.const 1))
+        (loop $l
+          (local.set $x (i64.add (i64.mul (local.get $x) (i64.const 6364136223846793005)) (i64.const 1442695040888963407)))
+          (local.set $n (i64.sub (local.get $n) (i64.const 1)))
+          (br_if $l (i64.ne (local.get $n) (i64.const 0))))
+        (local.get $x))
+      (func (export "tight") (param $n i64) (result i64)
+        (loop $l
+          (local.set $n (i64.sub (local.get $n) (i64.const 1)))
+          (br_if $l (i64.ne (local.get $n) (i64.const 0))))
+        (local.get $n)))"#;
+    let run = |epochs: bool, export: &str, iterations: i64| -> Duration {
+        let mut config = wasmtime::Config::new();
+        config.epoch_interruption(epochs);
+        let engine = wasmtime::Engine::new(&config).unwrap();
+        let module = wasmtime::Module::new(&engine, LOOPS).unwrap();
+        let mut store = wasmtime::Store::new(&engine, ());
+        store.set_epoch_deadline(u64::MAX / 2);
+        let instance = wasmtime::Instance::new(&mut store, &module, &[]).unwrap();
+        let func = instance.get_typed_func::<i64, i64>(&mut store, export).unwrap();
+        (0..7)
+            .map(|_| {
+                let started = Instant::now();
+                std::hint::black_box(func.call(&mut store, iterations).unwrap());
+                started.elapsed()
+            })
+            .min()
+            .unwrap()
+    };
+    for (export, iterations) in [("chain", 200_000_000), ("tight", 500_000_000)] {
+        let (off, on) = (run(false, export, iterations), run(true, export, iterations));
+        println!(
+            "epoch-check overhead, {export:<5} loop: off {off:>9.2?}  on {on:>9.2?}  ratio {:.3} (best of 7)",
+            on.as_secs_f64() / off.as_secs_f64()
+        );
+    }
+}
+
+/// p99 latency of echo calls while every core has a spinning guest, against idle.
+async fn fairness(runtime: Arc<Runtime>) {
+    async fn echo_p99(runtime: &Runtime, label: &str) -> Duration {
+        let mut samples = Vec::new();
+        for _ in 0..2_000 {
+            let started = Instant::now();
+            runtime.call("done", &json!({})).await.unwrap().run().await;
+            samples.push(started.elapsed());
+        }
+        summary(label, samples).1
+    }
+    let idle = echo_p99(&runtime, "trivial call, idle").await;
+    let cores = std::thread::available_parallelism().map_or(2, usize::from);
+    let mut spinners = Vec::new();
+    for _ in 0..cores {
+        let call = runtime.call("spin", &json!({})).await.unwrap();
+        spinners.push((call.handle(), tokio::spawn(call.run())));
+    }
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let loaded = echo_p99(&runtime, &format!("trivial call, {cores} guests spinning")).await;
+    for (handle, running) in spinners {
+        handle.cancel();
+        running.await.unwrap();
+    }
+    println!(
+        "fairness: p99 with every core spinning / idle p99 = {:.2} (target <= 2)",
+        loaded.as_secs_f64() / idle.as_secs_f64()
+    );
+}
+
+/// The sandbox's cost on a real tool: the example `echo` (a Rust SDK component) called
+/// through the runtime, against the same work done by a native Rust handler.
+async fn sandbox_overhead() {
+    let tools = cordon::paths::default_tools_dir().join("example-tools.wasm");
+    assert!(tools.is_file(), "{} is missing: run `cargo xtask guests`", tools.display());
+    let mut runtime = Runtime::new(settings(4)).unwrap();
+    runtime.load_file(&tools, cordon::runtime::ComponentOptions::default()).await.unwrap();
+    let arguments = json!({"text": "hello"});
+    let mut wasm = Vec::new();
+    for i in 0..3_000 {
+        let started = Instant::now();
+        let report = runtime.call("echo", &arguments).await.unwrap().run().await;
+        if i >= 500 {
+            wasm.push(started.elapsed());
+        }
+        assert!(matches!(report.outcome, Outcome::Completed(_)));
+    }
+    #[derive(serde::Deserialize)]
+    struct EchoArgs {
+        text: String,
+    }
+    let native_echo = |arguments: &serde_json::Value| -> serde_json::Value {
+        let args: EchoArgs = serde_json::from_value(arguments.clone()).unwrap();
+        json!({"content": [{"type": "text", "text": args.text}]})
+    };
+    let mut native = Vec::new();
+    for _ in 0..3_000 {
+        let started = Instant::now();
+        std::hint::black_box(native_echo(std::hint::black_box(&arguments)));
+        native.push(started.elapsed());
+    }
+    let (wasm_median, _) = summary("echo in the sandbox (Rust SDK component)", wasm);
+    let (native_median, _) = summary("echo as a native Rust handler", native);
+    println!(
+        "sandbox overhead per call (median): {:.1?} (target <= 50us)",
+        wasm_median.saturating_sub(native_median)
+    );
+}
+
+fn main() {
+    let tokio = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+    tokio.block_on(async {
+        let mut limits = quick_limits();
+        limits.grace = Duration::from_millis(5);
+        limits.max_duration = Some(Duration::from_secs(600));
+        let guests = [
+            WatGuest::new("done", DONE_BODY),
+            WatGuest::new("spin", SPIN_BODY),
+            WatGuest::new("sleepy", SLEEP_BODY),
+        ];
+        let runtime = Arc::new(runtime_with(&guests, limits).await);
+        fresh_instances(&runtime).await;
+        stop_latency(&runtime, "spin").await;
+        stop_latency(&runtime, "sleepy").await;
+        fairness(runtime.clone()).await;
+        sandbox_overhead().await;
+    });
+    epoch_overhead();
+}

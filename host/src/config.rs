@@ -1,0 +1,242 @@
+//! The server's TOML configuration: which components to serve and their limits.
+//!
+//! ```toml
+//! [server]
+//! max_concurrent_calls = 64      # calls at once; more wait up to queue_timeout_ms
+//! queue_timeout_ms = 5000
+//! epoch_tick_ms = 1              # worst-case stop latency without a kick
+//! progress_interval_ms = 50      # at most one progress notification per call per interval
+//! cache_dir = "/var/cache/cordon"   # compiled components; `cache = false` turns it off
+//!
+//! [[components]]
+//! path = "tools.wasm"            # relative to this file
+//! data_dir = "/srv/tools-data"   # preopened at /data; default ~/.local/share/cordon/<name>
+//! limits = { memory_mb = 64, idle_timeout_ms = 60000, max_duration_ms = 300000 }
+//!
+//! [components.tools.spin]        # per-tool limits, over the component's
+//! max_duration_ms = 10000
+//! ```
+//!
+//! Every key is optional except `path`; unknown keys are errors, so typos never pass
+//! silently. Without a config file, every component in the default tools folder (where
+//! `cargo xtask guests` puts the examples) is served with default limits.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use serde::Deserialize;
+
+use crate::paths;
+use crate::runtime::{ComponentOptions, EngineSettings, RuntimeSettings, ToolLimits};
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    #[serde(default)]
+    pub server: ServerConfig,
+    #[serde(default)]
+    pub components: Vec<ComponentConfig>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerConfig {
+    pub max_concurrent_calls: Option<usize>,
+    pub queue_timeout_ms: Option<u64>,
+    pub epoch_tick_ms: Option<u64>,
+    pub progress_interval_ms: Option<u64>,
+    pub max_memory_mb: Option<usize>,
+    pub cache: Option<bool>,
+    pub cache_dir: Option<PathBuf>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ComponentConfig {
+    pub path: PathBuf,
+    pub data_dir: Option<PathBuf>,
+    #[serde(default)]
+    pub limits: LimitsConfig,
+    #[serde(default)]
+    pub tools: HashMap<String, LimitsConfig>,
+}
+
+/// Limits as written in the file; each one left out keeps the value it overrides.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LimitsConfig {
+    pub memory_mb: Option<usize>,
+    pub table_elements: Option<usize>,
+    pub instances: Option<usize>,
+    pub tables: Option<usize>,
+    pub memories: Option<usize>,
+    pub hostcall_kb: Option<usize>,
+    pub result_kb: Option<usize>,
+    pub note_kb: Option<usize>,
+    /// 0 turns the idle timeout off.
+    pub idle_timeout_ms: Option<u64>,
+    /// 0 turns the maximum duration off.
+    pub max_duration_ms: Option<u64>,
+    pub grace_ms: Option<u64>,
+    pub cleanup_ms: Option<u64>,
+}
+
+impl LimitsConfig {
+    fn apply(&self, base: &ToolLimits) -> ToolLimits {
+        let ms = Duration::from_millis;
+        let optional = |value: u64| (value > 0).then(|| ms(value));
+        ToolLimits {
+            memory_bytes: self.memory_mb.map_or(base.memory_bytes, |mb| mb << 20),
+            table_elements: self.table_elements.unwrap_or(base.table_elements),
+            instances: self.instances.unwrap_or(base.instances),
+            tables: self.tables.unwrap_or(base.tables),
+            memories: self.memories.unwrap_or(base.memories),
+            hostcall_bytes: self.hostcall_kb.map_or(base.hostcall_bytes, |kb| kb << 10),
+            result_bytes: self.result_kb.map_or(base.result_bytes, |kb| kb << 10),
+            note_bytes: self.note_kb.map_or(base.note_bytes, |kb| kb << 10),
+            idle_timeout: self.idle_timeout_ms.map_or(base.idle_timeout, optional),
+            max_duration: self.max_duration_ms.map_or(base.max_duration, optional),
+            grace: self.grace_ms.map_or(base.grace, ms),
+            cleanup_budget: self.cleanup_ms.map_or(base.cleanup_budget, ms),
+        }
+    }
+}
+
+/// A component to load, resolved.
+#[derive(Debug)]
+pub struct ComponentPlan {
+    pub path: PathBuf,
+    pub options: ComponentOptions,
+}
+
+/// Everything `serve` needs, resolved from a config file (or the defaults).
+#[derive(Debug)]
+pub struct Plan {
+    pub runtime: RuntimeSettings,
+    pub progress_interval: Duration,
+    pub components: Vec<ComponentPlan>,
+}
+
+impl Config {
+    pub fn load(path: &Path) -> Result<Self> {
+        let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        toml::from_str(&text).with_context(|| format!("{} is not a valid Cordon config", path.display()))
+    }
+
+    /// Resolve paths (relative to `base`) and limits; with no components, serve every
+    /// component in the default tools folder.
+    pub fn plan(self, base: &Path) -> Result<Plan> {
+        let server = &self.server;
+        let mut engine = EngineSettings::default();
+        if let Some(calls) = server.max_concurrent_calls {
+            engine.max_concurrent_calls = calls.max(1);
+        }
+        if let Some(tick) = server.epoch_tick_ms {
+            engine.epoch_tick = Duration::from_millis(tick.max(1));
+        }
+        if let Some(mb) = server.max_memory_mb {
+            engine.max_memory_bytes = mb << 20;
+        }
+        if server.cache == Some(false) {
+            engine.cache_dir = None;
+        } else if let Some(dir) = &server.cache_dir {
+            engine.cache_dir = Some(base.join(dir));
+        }
+        let mut runtime = RuntimeSettings { engine, ..RuntimeSettings::default() };
+        if let Some(ms) = server.queue_timeout_ms {
+            runtime.queue_timeout = Duration::from_millis(ms);
+        }
+        let progress_interval = Duration::from_millis(server.progress_interval_ms.unwrap_or(50));
+
+        let mut components = Vec::new();
+        for component in self.components {
+            let path = base.join(&component.path);
+            let name = component_name(&path);
+            let limits = component.limits.apply(&ToolLimits::default());
+            let tool_limits = component
+                .tools
+                .iter()
+                .map(|(tool, overrides)| (tool.clone(), overrides.apply(&limits)))
+                .collect();
+            let data_dir =
+                Some(component.data_dir.map_or_else(|| paths::default_data_dir(&name), |dir| base.join(dir)));
+            components
+                .push(ComponentPlan { path, options: ComponentOptions { limits, tool_limits, data_dir } });
+        }
+        if components.is_empty() {
+            components = default_components()?;
+        }
+        Ok(Plan { runtime, progress_interval, components })
+    }
+}
+
+fn component_name(path: &Path) -> String {
+    path.file_stem().map(|stem| stem.to_string_lossy().into_owned()).unwrap_or_else(|| "component".into())
+}
+
+/// Every `.wasm` in the default tools folder, each with its default data directory.
+fn default_components() -> Result<Vec<ComponentPlan>> {
+    let dir = paths::default_tools_dir();
+    let mut found: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .map(|entries| entries.filter_map(|entry| entry.ok().map(|entry| entry.path())).collect())
+        .unwrap_or_default();
+    found.retain(|path| path.extension().is_some_and(|ext| ext == "wasm"));
+    found.sort();
+    if found.is_empty() {
+        bail!(
+            "no components in {} and no config given: run `cargo xtask guests` first, or pass --config",
+            dir.display()
+        );
+    }
+    Ok(found
+        .into_iter()
+        .map(|path| {
+            let data_dir = Some(paths::default_data_dir(&component_name(&path)));
+            ComponentPlan { path, options: ComponentOptions { data_dir, ..ComponentOptions::default() } }
+        })
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn limits_cascade_from_defaults_to_component_to_tool() {
+        let config: Config = toml::from_str(
+            r#"
+            [server]
+            max_concurrent_calls = 8
+            cache = false
+            [[components]]
+            path = "tools.wasm"
+            data_dir = "data"
+            limits = { memory_mb = 32, idle_timeout_ms = 0 }
+            [components.tools.spin]
+            max_duration_ms = 1500
+            "#,
+        )
+        .unwrap();
+        let plan = config.plan(Path::new("/etc/cordon")).unwrap();
+        assert_eq!(plan.runtime.engine.max_concurrent_calls, 8);
+        assert_eq!(plan.runtime.engine.cache_dir, None);
+        let component = &plan.components[0];
+        assert_eq!(component.path, Path::new("/etc/cordon/tools.wasm"));
+        assert_eq!(component.options.data_dir.as_deref(), Some(Path::new("/etc/cordon/data")));
+        assert_eq!(component.options.limits.memory_bytes, 32 << 20);
+        assert_eq!(component.options.limits.idle_timeout, None);
+        let spin = component.options.limits_for("spin");
+        assert_eq!(spin.max_duration, Some(Duration::from_millis(1500)));
+        assert_eq!(spin.memory_bytes, 32 << 20, "tool limits build on the component's");
+        assert_eq!(component.options.limits_for("echo").max_duration, ToolLimits::default().max_duration);
+    }
+
+    #[test]
+    fn unknown_keys_are_errors() {
+        let error =
+            toml::from_str::<Config>("[[components]]\npath = \"a.wasm\"\nmemroy_mb = 3\n").unwrap_err();
+        assert!(error.to_string().contains("memroy_mb"), "{error}");
+    }
+}

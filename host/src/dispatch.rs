@@ -1,0 +1,292 @@
+//! # Dispatch: protocol messages in, runtime calls out, answers back
+//!
+//! A [`Server`] holds what every connection shares (the runtime, the tool list). A
+//! [`Connection`] is one client's channel (a stdio process, an HTTP exchange): it decides
+//! each message's era (2026-07-28 by its envelope, 2025-11-25 after `initialize`), answers
+//! the quick methods inline, and runs each `tools/call` in its own task, so a slow call
+//! never blocks another. A call task forwards progress (only with a progress token, only
+//! increasing, at most one notification per interval, none after the answer), and on a
+//! cancel sends nothing at all. Stopping the call is the runtime's job: this module only
+//! asks for it.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio::sync::{Notify, mpsc};
+use tokio::time::Instant;
+
+use crate::protocol::jsonrpc::{self, INVALID_REQUEST, Incoming, RequestId, RpcError};
+use crate::protocol::mcp;
+use crate::runtime::{CallHandle, Outcome, Runtime};
+
+/// What every connection shares.
+pub struct Server {
+    runtime: Arc<Runtime>,
+    /// Every tool as MCP describes it, in a stable order.
+    tools: Vec<Value>,
+    /// The shortest gap between two progress notifications of one call.
+    progress_interval: Duration,
+}
+
+impl Server {
+    pub fn new(runtime: Arc<Runtime>, progress_interval: Duration) -> Arc<Self> {
+        let tools = runtime.tools().map(mcp::tool_json).collect();
+        Arc::new(Self { runtime, tools, progress_interval })
+    }
+
+    pub fn runtime(&self) -> &Arc<Runtime> {
+        &self.runtime
+    }
+}
+
+/// A call in flight: its handle once it has a slot, and whether the client cancelled it.
+#[derive(Default)]
+struct InFlight {
+    handle: Option<CallHandle>,
+    cancelled: bool,
+}
+
+/// One client's channel to the server.
+pub struct Connection {
+    server: Arc<Server>,
+    out: mpsc::Sender<Value>,
+    /// Set by a 2025-era `initialize`: requests without the 2026 envelope are then served.
+    legacy: AtomicBool,
+    in_flight: Mutex<HashMap<RequestId, InFlight>>,
+    /// Signalled whenever a call leaves `in_flight`.
+    call_finished: Notify,
+}
+
+/// What a request gets right away.
+enum Reply {
+    Result(Value),
+    Error(RpcError),
+    /// A task will answer (or, after a cancel, deliberately not).
+    Later,
+}
+
+impl Connection {
+    /// A connection whose outgoing messages go to `out`, in order.
+    pub fn new(server: Arc<Server>, out: mpsc::Sender<Value>) -> Arc<Self> {
+        Arc::new(Self {
+            server,
+            out,
+            legacy: AtomicBool::new(false),
+            in_flight: Mutex::new(HashMap::new()),
+            call_finished: Notify::new(),
+        })
+    }
+
+    /// Handle one message from the client.
+    pub async fn handle(self: &Arc<Self>, message: Incoming) {
+        match message {
+            Incoming::Invalid { id, error } => self.send(jsonrpc::failure(id.as_ref(), &error)).await,
+            Incoming::Response => {}
+            Incoming::Notification { method, params } => {
+                if method == "notifications/cancelled" {
+                    self.cancel(params.as_ref());
+                }
+                // Anything else (e.g. notifications/initialized) needs no action.
+            }
+            Incoming::Request { id, method, params } => match self.route(&id, &method, params) {
+                Reply::Result(result) => self.send(jsonrpc::success(&id, result)).await,
+                Reply::Error(error) => self.send(jsonrpc::failure(Some(&id), &error)).await,
+                Reply::Later => {}
+            },
+        }
+    }
+
+    fn route(self: &Arc<Self>, id: &RequestId, method: &str, params: Option<Value>) -> Reply {
+        let modern = mcp::has_envelope(params.as_ref());
+        if method == "initialize" {
+            if modern {
+                return Reply::Error(RpcError::method_not_found(method));
+            }
+            self.legacy.store(true, Ordering::Relaxed);
+            let requested =
+                params.as_ref().and_then(|params| params.get("protocolVersion")).and_then(Value::as_str);
+            return Reply::Result(mcp::initialize_result(requested));
+        }
+        let legacy = !modern && self.legacy.load(Ordering::Relaxed);
+        if legacy && method == "ping" {
+            return Reply::Result(mcp::complete(Default::default()));
+        }
+        if !matches!(method, "server/discover" | "tools/list" | "tools/call") {
+            return Reply::Error(RpcError::method_not_found(method));
+        }
+        let envelope = if legacy {
+            None
+        } else {
+            match mcp::check_envelope(params.as_ref()) {
+                Ok(envelope) => Some(envelope),
+                Err(error) => return Reply::Error(error),
+            }
+        };
+        match method {
+            "server/discover" => Reply::Result(mcp::discover_result()),
+            "tools/list" => {
+                let cursor = params.as_ref().and_then(|params| params.get("cursor"));
+                match mcp::list_result(&self.server.tools, cursor) {
+                    Ok(result) => Reply::Result(result),
+                    Err(error) => Reply::Error(error),
+                }
+            }
+            _ => {
+                let progress_token = match envelope {
+                    Some(envelope) => envelope.progress_token,
+                    // 2025-era clients send the token the same way, without the envelope.
+                    None => params
+                        .as_ref()
+                        .and_then(|params| params.pointer("/_meta/progressToken"))
+                        .filter(|token| token.is_string() || token.is_i64())
+                        .cloned(),
+                };
+                self.start_call(id, params, progress_token)
+            }
+        }
+    }
+
+    fn start_call(
+        self: &Arc<Self>,
+        id: &RequestId,
+        params: Option<Value>,
+        progress_token: Option<Value>,
+    ) -> Reply {
+        let params = params.unwrap_or_default();
+        let Some(name) = params.get("name").and_then(Value::as_str) else {
+            return Reply::Error(RpcError::invalid_params("Invalid params: `name` must be a string"));
+        };
+        let arguments = match params.get("arguments") {
+            None | Some(Value::Null) => json!({}),
+            Some(arguments @ Value::Object(_)) => arguments.clone(),
+            Some(_) => {
+                return Reply::Error(RpcError::invalid_params(
+                    "Invalid params: `arguments` must be an object",
+                ));
+            }
+        };
+        {
+            let mut in_flight = self.in_flight.lock().unwrap();
+            if in_flight.contains_key(id) {
+                return Reply::Error(RpcError::new(
+                    INVALID_REQUEST,
+                    "Invalid Request: this id is already in use",
+                ));
+            }
+            in_flight.insert(id.clone(), InFlight::default());
+        }
+        let connection = self.clone();
+        let (id, name) = (id.clone(), name.to_owned());
+        tokio::spawn(async move {
+            let answer = connection.run_call(&id, &name, &arguments, progress_token).await;
+            connection.in_flight.lock().unwrap().remove(&id);
+            connection.call_finished.notify_waiters();
+            if let Some(answer) = answer {
+                connection.send(answer).await;
+            }
+        });
+        Reply::Later
+    }
+
+    /// Run one call to its answer; `None` when the client cancelled it.
+    async fn run_call(
+        &self,
+        id: &RequestId,
+        name: &str,
+        arguments: &Value,
+        token: Option<Value>,
+    ) -> Option<Value> {
+        let runtime = &self.server.runtime;
+        let call = match runtime.call(name, arguments).await {
+            Ok(call) => call,
+            Err(error) => {
+                return Some(match mcp::call_error(&error) {
+                    Ok(result) => jsonrpc::success(id, result),
+                    Err(error) => jsonrpc::failure(Some(id), &error),
+                });
+            }
+        };
+        let handle = call.handle();
+        {
+            let mut in_flight = self.in_flight.lock().unwrap();
+            let entry = in_flight.entry(id.clone()).or_default();
+            if entry.cancelled {
+                return None;
+            }
+            entry.handle = Some(handle.clone());
+        }
+        let mut progress = handle.progress();
+        let mut run = std::pin::pin!(call.run());
+        let mut next_progress = Instant::now();
+        let mut progress_pending = false;
+        let report = loop {
+            tokio::select! {
+                biased;
+                report = &mut run => break report,
+                changed = progress.changed(), if token.is_some() && !progress_pending => {
+                    progress_pending = changed.is_ok();
+                }
+                () = tokio::time::sleep_until(next_progress), if progress_pending => {
+                    progress_pending = false;
+                    next_progress = Instant::now() + self.server.progress_interval;
+                    let latest = progress.borrow_and_update().clone();
+                    if let (Some(token), Some(latest)) = (&token, latest) {
+                        self.send(mcp::progress_notification(token, &latest)).await;
+                    }
+                }
+            }
+        };
+        if report.outcome == Outcome::Cancelled {
+            return None;
+        }
+        // The last report made before the tool returned goes out just ahead of the answer.
+        let unsent =
+            progress.has_changed().unwrap_or(false).then(|| progress.borrow_and_update().clone()).flatten();
+        if let (Some(token), Some(latest)) = (&token, unsent) {
+            self.send(mcp::progress_notification(token, &latest)).await;
+        }
+        let limits = runtime.limits(name).cloned().unwrap_or_default();
+        Some(jsonrpc::success(id, mcp::call_result(&report.outcome, &limits)))
+    }
+
+    /// `notifications/cancelled`: stop the call if it is ours and still running. Unknown,
+    /// finished or malformed cancellations are ignored, as the spec asks.
+    fn cancel(&self, params: Option<&Value>) {
+        let Some(id) = params.and_then(|params| params.get("requestId")).and_then(|id| match id {
+            Value::String(text) => Some(RequestId::String(text.clone())),
+            Value::Number(number) => number.as_i64().map(RequestId::Number),
+            _ => None,
+        }) else {
+            return;
+        };
+        if let Some(entry) = self.in_flight.lock().unwrap().get_mut(&id) {
+            entry.cancelled = true;
+            if let Some(handle) = &entry.handle {
+                handle.cancel();
+            }
+        }
+    }
+
+    /// Wait until no call of this connection is in flight, or `timeout` passes.
+    pub async fn drain(&self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let mut finished = std::pin::pin!(self.call_finished.notified());
+            finished.as_mut().enable();
+            if self.in_flight.lock().unwrap().is_empty() {
+                return true;
+            }
+            if tokio::time::timeout_at(deadline, finished).await.is_err() {
+                return false;
+            }
+        }
+    }
+
+    async fn send(&self, message: Value) {
+        // A closed channel means the client is gone: there is no one left to tell.
+        let _ = self.out.send(message).await;
+    }
+}

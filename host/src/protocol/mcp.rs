@@ -1,0 +1,331 @@
+//! MCP 2026-07-28 message shapes (and the 2025-11-25 `initialize` answer): the request
+//! envelope, discovery, tool listings and call results. Pure functions of their inputs.
+
+use std::time::Duration;
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as BASE64;
+use serde_json::{Map, Value, json};
+
+use super::jsonrpc::{RpcError, UNSUPPORTED_PROTOCOL_VERSION};
+use crate::runtime::{CallError, Content, Outcome, Timeout, ToolLimits, ToolResult, ToolSpec};
+
+/// The protocol revision this server speaks natively.
+pub const PROTOCOL_VERSION: &str = "2026-07-28";
+/// Revisions served through the `initialize` handshake, newest first.
+pub const LEGACY_VERSIONS: &[&str] = &["2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"];
+
+pub const META_PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
+pub const META_CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
+pub const META_SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
+
+/// How long clients may cache discovery and tool lists: tools are fixed for the life of
+/// the process.
+const TTL: Duration = Duration::from_secs(300);
+/// Tools per `tools/list` page.
+pub const PAGE_SIZE: usize = 100;
+
+/// What a request's `params._meta` declares.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Envelope {
+    pub protocol_version: String,
+    pub progress_token: Option<Value>,
+}
+
+/// Whether `params` carries the 2026-07-28 envelope (the protocol version key).
+pub fn has_envelope(params: Option<&Value>) -> bool {
+    params.and_then(|params| params.get("_meta")).and_then(|meta| meta.get(META_PROTOCOL_VERSION)).is_some()
+}
+
+/// Check the per-request envelope: `-32602` when a required key is missing or mistyped,
+/// `-32022` when the version is not ours.
+pub fn check_envelope(params: Option<&Value>) -> Result<Envelope, RpcError> {
+    let meta = params
+        .and_then(|params| params.get("_meta"))
+        .and_then(Value::as_object)
+        .ok_or_else(|| RpcError::invalid_params("Invalid params: `params._meta` is required"))?;
+    let version = match meta.get(META_PROTOCOL_VERSION) {
+        Some(Value::String(version)) => version.clone(),
+        Some(_) => {
+            return Err(RpcError::invalid_params(format!(
+                "Invalid params: `{META_PROTOCOL_VERSION}` must be a string"
+            )));
+        }
+        None => {
+            return Err(RpcError::invalid_params(format!(
+                "Invalid params: `_meta[\"{META_PROTOCOL_VERSION}\"]` is required"
+            )));
+        }
+    };
+    if !meta.get(META_CLIENT_CAPABILITIES).is_some_and(Value::is_object) {
+        return Err(RpcError::invalid_params(format!(
+            "Invalid params: `_meta[\"{META_CLIENT_CAPABILITIES}\"]` is required and must be an object"
+        )));
+    }
+    if version != PROTOCOL_VERSION {
+        return Err(unsupported_version(&version));
+    }
+    let progress_token =
+        meta.get("progressToken").filter(|token| token.is_string() || token.is_i64()).cloned();
+    Ok(Envelope { protocol_version: version, progress_token })
+}
+
+pub fn unsupported_version(requested: &str) -> RpcError {
+    RpcError::new(UNSUPPORTED_PROTOCOL_VERSION, "Unsupported protocol version")
+        .with_data(json!({"supported": [PROTOCOL_VERSION], "requested": requested}))
+}
+
+pub fn server_info() -> Value {
+    json!({"name": "cordon", "version": env!("CARGO_PKG_VERSION")})
+}
+
+/// A complete result: `resultType` and the server's identity in `_meta`.
+pub fn complete(mut result: Map<String, Value>) -> Value {
+    result.insert("resultType".into(), json!("complete"));
+    result.insert("_meta".into(), json!({ META_SERVER_INFO: server_info() }));
+    Value::Object(result)
+}
+
+fn object(value: Value) -> Map<String, Value> {
+    match value {
+        Value::Object(map) => map,
+        _ => unreachable!("built from json!({{...}})"),
+    }
+}
+
+const INSTRUCTIONS: &str = "Tools run in WebAssembly sandboxes with hard limits; a call that is cancelled or \
+    runs out of time is stopped and cleaned up.";
+
+pub fn discover_result() -> Value {
+    complete(object(json!({
+        "supportedVersions": [PROTOCOL_VERSION],
+        "capabilities": {"tools": {}},
+        "instructions": INSTRUCTIONS,
+        "ttlMs": TTL.as_millis() as u64,
+        "cacheScope": "public",
+    })))
+}
+
+/// The answer to a 2025-era `initialize`: the client's version when we serve it, else our
+/// newest legacy one (the client then decides whether to continue).
+pub fn initialize_result(requested: Option<&str>) -> Value {
+    let version = requested.filter(|version| LEGACY_VERSIONS.contains(version)).unwrap_or(LEGACY_VERSIONS[0]);
+    complete(object(json!({
+        "protocolVersion": version,
+        "capabilities": {"tools": {}},
+        "serverInfo": server_info(),
+        "instructions": INSTRUCTIONS,
+    })))
+}
+
+/// A tool as MCP describes it.
+pub fn tool_json(spec: &ToolSpec) -> Value {
+    let mut tool = Map::new();
+    tool.insert("name".into(), json!(spec.name));
+    if let Some(title) = &spec.title {
+        tool.insert("title".into(), json!(title));
+    }
+    tool.insert("description".into(), json!(spec.description));
+    tool.insert("inputSchema".into(), spec.input_schema.clone());
+    if let Some(schema) = &spec.output_schema {
+        tool.insert("outputSchema".into(), schema.clone());
+    }
+    if let Some(annotations) = &spec.annotations {
+        let mut hints = Map::new();
+        let pairs = [
+            ("readOnlyHint", annotations.read_only),
+            ("destructiveHint", annotations.destructive),
+            ("idempotentHint", annotations.idempotent),
+            ("openWorldHint", annotations.open_world),
+        ];
+        for (key, hint) in pairs {
+            if let Some(hint) = hint {
+                hints.insert(key.into(), json!(hint));
+            }
+        }
+        tool.insert("annotations".into(), Value::Object(hints));
+    }
+    Value::Object(tool)
+}
+
+/// One page of `tools/list`. The cursor is the offset of the page, as text; the empty
+/// string means the first page.
+pub fn list_result(tools: &[Value], cursor: Option<&Value>) -> Result<Value, RpcError> {
+    let start = match cursor {
+        None | Some(Value::Null) => 0,
+        Some(Value::String(cursor)) if cursor.is_empty() => 0,
+        Some(Value::String(cursor)) => cursor
+            .parse::<usize>()
+            .ok()
+            .filter(|start| *start <= tools.len())
+            .ok_or_else(|| RpcError::invalid_params("Invalid cursor"))?,
+        Some(_) => return Err(RpcError::invalid_params("Invalid cursor: it must be a string")),
+    };
+    let end = (start + PAGE_SIZE).min(tools.len());
+    let mut result = object(json!({
+        "tools": tools[start..end],
+        "ttlMs": TTL.as_millis() as u64,
+        "cacheScope": "public",
+    }));
+    if end < tools.len() {
+        result.insert("nextCursor".into(), json!(end.to_string()));
+    }
+    Ok(complete(result))
+}
+
+/// How a call that could not start is answered: a protocol error for what the client got
+/// wrong, a tool error for what it may retry.
+pub fn call_error(error: &CallError) -> Result<Value, RpcError> {
+    match error {
+        CallError::UnknownTool(_) | CallError::ArgumentsNotObject | CallError::InvalidArguments { .. } => {
+            Err(RpcError::invalid_params(capitalized(&error.to_string())))
+        }
+        CallError::Busy { .. } | CallError::ShuttingDown => {
+            Ok(error_result(&capitalized(&error.to_string())))
+        }
+    }
+}
+
+/// A `CallToolResult` for every outcome but a cancel (which is never answered).
+pub fn call_result(outcome: &Outcome, limits: &ToolLimits) -> Value {
+    match outcome {
+        Outcome::Completed(result) => completed_result(result),
+        Outcome::ToolError(message) => error_result(message),
+        Outcome::Cancelled => error_result("The call was cancelled."),
+        Outcome::TimedOut(Timeout::Idle(idle)) => error_result(&format!(
+            "The tool was stopped: it reported no progress for {} (its idle timeout).",
+            seconds(*idle)
+        )),
+        Outcome::TimedOut(Timeout::MaxDuration(max)) => error_result(&format!(
+            "The tool was stopped: it ran for {} (its maximum duration).",
+            seconds(*max)
+        )),
+        Outcome::Trapped(message) => error_result(&format!("The tool crashed: {message}.")),
+        Outcome::OutOfMemory => error_result(&format!(
+            "The tool ran out of memory (its limit is {} MiB).",
+            limits.memory_bytes >> 20
+        )),
+        Outcome::ResultTooLarge { bytes, limit } => error_result(&format!(
+            "The tool's result ({bytes} bytes) is larger than its limit of {limit} bytes."
+        )),
+        Outcome::InvalidResult(problem) => {
+            error_result(&format!("The tool returned an invalid result: {problem}."))
+        }
+        Outcome::Shutdown => error_result("The server is shutting down; the call was stopped."),
+        Outcome::StartFailed(problem) => error_result(&format!("The tool could not start: {problem}.")),
+    }
+}
+
+fn completed_result(result: &ToolResult) -> Value {
+    let content: Vec<Value> = result.content.iter().map(content_json).collect();
+    let mut body = object(json!({ "content": content }));
+    if let Some(structured) = &result.structured {
+        body.insert("structuredContent".into(), structured.clone());
+    }
+    if result.is_error {
+        body.insert("isError".into(), json!(true));
+    }
+    complete(body)
+}
+
+fn error_result(message: &str) -> Value {
+    complete(object(json!({"content": [{"type": "text", "text": message}], "isError": true})))
+}
+
+fn content_json(content: &Content) -> Value {
+    match content {
+        Content::Text(text) => json!({"type": "text", "text": text}),
+        Content::Image(media) => {
+            json!({"type": "image", "data": BASE64.encode(&media.data), "mimeType": media.mime_type})
+        }
+        Content::Audio(media) => {
+            json!({"type": "audio", "data": BASE64.encode(&media.data), "mimeType": media.mime_type})
+        }
+        Content::ResourceLink(link) => {
+            let mut item = object(json!({"type": "resource_link", "uri": link.uri, "name": link.name}));
+            if let Some(description) = &link.description {
+                item.insert("description".into(), json!(description));
+            }
+            if let Some(mime_type) = &link.mime_type {
+                item.insert("mimeType".into(), json!(mime_type));
+            }
+            Value::Object(item)
+        }
+        Content::EmbeddedResource(resource) => {
+            let mut contents = object(json!({"uri": resource.uri}));
+            if let Some(mime_type) = &resource.mime_type {
+                contents.insert("mimeType".into(), json!(mime_type));
+            }
+            match (&resource.text, &resource.blob) {
+                (_, Some(blob)) => contents.insert("blob".into(), json!(BASE64.encode(blob))),
+                (text, None) => contents.insert("text".into(), json!(text.as_deref().unwrap_or(""))),
+            };
+            json!({"type": "resource", "resource": contents})
+        }
+    }
+}
+
+fn seconds(duration: Duration) -> String {
+    format!("{} s", duration.as_secs_f64())
+}
+
+fn capitalized(text: &str) -> String {
+    let mut chars = text.chars();
+    chars.next().map(|first| first.to_uppercase().chain(chars).collect()).unwrap_or_default()
+}
+
+/// A progress notification.
+pub fn progress_notification(token: &Value, progress: &crate::runtime::Progress) -> Value {
+    let mut params = object(json!({"progressToken": token, "progress": progress.done}));
+    if let Some(total) = progress.total {
+        params.insert("total".into(), json!(total));
+    }
+    if let Some(message) = &progress.message {
+        params.insert("message".into(), json!(message));
+    }
+    super::jsonrpc::notification("notifications/progress", Value::Object(params))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn envelope(meta: Value) -> Result<Envelope, RpcError> {
+        check_envelope(Some(&json!({ "_meta": meta })))
+    }
+
+    #[test]
+    fn the_envelope_is_required_and_checked() {
+        assert_eq!(check_envelope(Some(&json!({}))).unwrap_err().code, -32602);
+        assert_eq!(envelope(json!({META_CLIENT_CAPABILITIES: {}})).unwrap_err().code, -32602);
+        assert_eq!(envelope(json!({META_PROTOCOL_VERSION: PROTOCOL_VERSION})).unwrap_err().code, -32602);
+        assert_eq!(
+            envelope(json!({META_PROTOCOL_VERSION: 7, META_CLIENT_CAPABILITIES: {}})).unwrap_err().code,
+            -32602
+        );
+        let error =
+            envelope(json!({META_PROTOCOL_VERSION: "1900-01-01", META_CLIENT_CAPABILITIES: {}})).unwrap_err();
+        assert_eq!(error.code, -32022);
+        assert_eq!(error.data.unwrap(), json!({"supported": [PROTOCOL_VERSION], "requested": "1900-01-01"}));
+        let ok = envelope(
+            json!({META_PROTOCOL_VERSION: PROTOCOL_VERSION, META_CLIENT_CAPABILITIES: {}, "progressToken": 5}),
+        );
+        assert_eq!(ok.unwrap().progress_token, Some(json!(5)));
+    }
+
+    #[test]
+    fn tools_list_pages_with_an_opaque_cursor() {
+        let tools: Vec<Value> = (0..250).map(|i| json!({"name": format!("t{i}")})).collect();
+        let first = list_result(&tools, None).unwrap();
+        assert_eq!(first["tools"].as_array().unwrap().len(), PAGE_SIZE);
+        let cursor = first["nextCursor"].clone();
+        let second = list_result(&tools, Some(&cursor)).unwrap();
+        assert_eq!(second["tools"][0]["name"], "t100");
+        let last = list_result(&tools, Some(&second["nextCursor"])).unwrap();
+        assert_eq!(last["tools"].as_array().unwrap().len(), 50);
+        assert!(last.get("nextCursor").is_none());
+        assert_eq!(list_result(&tools, Some(&json!(""))).unwrap()["tools"][0]["name"], "t0");
+        assert_eq!(list_result(&tools, Some(&json!("bogus"))).unwrap_err().code, -32602);
+        assert_eq!(list_result(&tools, Some(&json!("999"))).unwrap_err().code, -32602);
+    }
+}

@@ -1,0 +1,5 @@
+//! Transports: how messages reach the protocol layer and how answers leave it.
+//!
+//! - [`stdio`]: newline-delimited JSON-RPC on stdin and stdout.
+
+pub mod stdio;

@@ -1,0 +1,114 @@
+"""The official Python SDK client (mcp 2.3.0) against `cordon serve --stdio`, in both
+protocol eras: list, call, progress, cancel, timeout, the hard stop of `spin`, and 200
+concurrent calls."""
+
+import asyncio
+import json
+import os
+import time
+
+import pytest
+from mcp import Client, MCPError
+from mcp_types import REQUEST_TIMEOUT
+
+pytestmark = pytest.mark.anyio
+
+ERAS = ["2026-07-28", "legacy"]
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+async def locks(client: Client) -> list[str]:
+    result = await client.call_tool("locks", {})
+    return json.loads(result.content[0].text)
+
+
+async def wait_for_locks(client: Client, predicate, timeout: float = 5.0) -> list[str]:
+    deadline = time.monotonic() + timeout
+    while True:
+        held = await locks(client)
+        if predicate(held):
+            return held
+        assert time.monotonic() < deadline, f"locks never matched: {held}"
+        await asyncio.sleep(0.02)
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # utime + stime
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_list_and_call(cordon, mode):
+    async with Client(cordon.params, mode=mode) as client:
+        assert client.protocol_version == ("2025-11-25" if mode == "legacy" else "2026-07-28")
+        tools = await client.list_tools()
+        assert [tool.name for tool in tools.tools] == ["echo", "reindex", "locks", "spin", "order_book"]
+        reindex = next(tool for tool in tools.tools if tool.name == "reindex")
+        assert reindex.input_schema["required"] == ["collection"]
+        result = await client.call_tool("echo", {"text": "hello"})
+        assert result.content[0].text == "hello" and not result.is_error
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_progress_callback(cordon, mode):
+    seen = []
+
+    async def on_progress(progress, total, message):
+        seen.append((progress, total, message))
+
+    async with Client(cordon.params, mode=mode) as client:
+        result = await client.call_tool(
+            "reindex", {"collection": "books", "step_ms": 50}, progress_callback=on_progress
+        )
+    assert result.content[0].text == "Reindexed 120 documents in books"
+    assert seen, "progress arrived"
+    assert all(a[0] < b[0] for a, b in zip(seen, seen[1:])), seen
+    assert all(total == 120 for _, total, _ in seen)
+    assert seen[-1][2] == "Indexed 120 of 120 documents"
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_cancel_releases_the_lock(cordon, mode):
+    async with Client(cordon.params, mode=mode) as client:
+        task = asyncio.create_task(client.call_tool("reindex", {"collection": "archive", "step_ms": 60000}))
+        await wait_for_locks(client, lambda held: "archive" in held)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await wait_for_locks(client, lambda held: held == [], timeout=3.0)
+        assert (await client.call_tool("echo", {"text": "after"})).content[0].text == "after"
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_read_timeout_cancels_and_cleanup_releases_the_hold(cordon, mode):
+    async with Client(cordon.params, mode=mode) as client:
+        with pytest.raises(MCPError) as error:
+            await client.call_tool("order_book", {"title": "Dune"}, read_timeout_seconds=0.5)
+        assert error.value.code == REQUEST_TIMEOUT
+        await wait_for_locks(client, lambda held: held == [], timeout=3.0)
+
+
+async def test_hard_stop_of_spin_stops_the_cpu_and_releases_the_lock(cordon):
+    async with Client(cordon.params, mode="2026-07-28") as client:
+        task = asyncio.create_task(client.call_tool("spin", {"seconds": 600}))
+        await wait_for_locks(client, lambda held: "spin" in held)
+        pid = cordon.pid()
+        before = cpu_seconds(pid)
+        await asyncio.sleep(0.5)
+        assert cpu_seconds(pid) - before > 0.3, "spin burns a core while it runs"
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await asyncio.sleep(0.25 + 1.0)  # grace + 1 s
+        before = cpu_seconds(pid)
+        await asyncio.sleep(0.5)
+        assert cpu_seconds(pid) - before < 0.1, "the server's CPU use stopped"
+        assert await locks(client) == []
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_two_hundred_concurrent_calls(cordon, mode):
+    async with Client(cordon.params, mode=mode) as client:
+        texts = [f"call {i}" for i in range(200)]
+        results = await asyncio.gather(*(client.call_tool("echo", {"text": text}) for text in texts))
+        assert [result.content[0].text for result in results] == texts

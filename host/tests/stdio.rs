@@ -1,0 +1,357 @@
+//! `cordon serve --stdio` as a client sees it: raw lines in, and every line out validated
+//! against the official MCP 2026-07-28 schema. The real-client suite (the Python SDK) is in
+//! `tests/e2e/`; this one covers bad input no well-behaved client would send.
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+const SCHEMA: &str = include_str!("schema/mcp-2026-07-28.schema.json");
+
+/// Validators for the schema's definitions.
+struct Schema {
+    root: Value,
+}
+
+impl Schema {
+    fn new() -> Self {
+        Self { root: serde_json::from_str(SCHEMA).unwrap() }
+    }
+
+    fn check(&self, definition: &str, message: &Value) {
+        let mut schema = self.root.clone();
+        schema["$ref"] = json!(format!("#/$defs/{definition}"));
+        let validator = jsonschema::validator_for(&schema).unwrap();
+        let errors: Vec<String> = validator.iter_errors(message).map(|error| error.to_string()).collect();
+        assert!(errors.is_empty(), "{message} is not a valid {definition}: {errors:?}");
+    }
+}
+
+struct Server {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    lines: mpsc::Receiver<String>,
+    schema: Schema,
+    /// Request id → method, to pick the schema of each response.
+    methods: std::collections::HashMap<String, String>,
+}
+
+fn examples_config() -> std::path::PathBuf {
+    let tools = cordon::paths::default_tools_dir().join("example-tools.wasm");
+    assert!(tools.is_file(), "{} is missing: run `cargo xtask guests` first", tools.display());
+    let dir = std::env::temp_dir().join(format!(
+        "cordon-stdio-{}-{:?}",
+        std::process::id(),
+        std::thread::current().id()
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("cordon.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[server]\ncache = false\nprogress_interval_ms = 10\n\n[[components]]\npath = {:?}\ndata_dir = \"data\"\n\
+             limits = {{ grace_ms = 100, idle_timeout_ms = 0, max_duration_ms = 60000 }}\n\
+             [components.tools.order_book]\nmax_duration_ms = 400\n",
+            tools.display().to_string()
+        ),
+    )
+    .unwrap();
+    config
+}
+
+impl Server {
+    fn start() -> Self {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_cordon"))
+            .args(["serve", "--stdio", "--config"])
+            .arg(examples_config())
+            .env("CORDON_LOG", "warn")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let (sender, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if sender.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let stdin = child.stdin.take();
+        Self { child, stdin, lines, schema: Schema::new(), methods: Default::default() }
+    }
+
+    fn send_raw(&mut self, bytes: &[u8]) {
+        let stdin = self.stdin.as_mut().unwrap();
+        stdin.write_all(bytes).unwrap();
+        stdin.flush().unwrap();
+    }
+
+    fn send(&mut self, message: Value) {
+        if let (Some(id), Some(method)) = (message.get("id"), message.get("method").and_then(Value::as_str)) {
+            self.methods.insert(id.to_string(), method.to_owned());
+        }
+        self.send_raw(format!("{message}\n").as_bytes());
+    }
+
+    fn request(&mut self, id: i64, method: &str, params: Value) {
+        self.send(json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
+    }
+
+    /// The next line, parsed and checked against the schema.
+    fn recv(&mut self, timeout: Duration) -> Option<Value> {
+        let line = self.lines.recv_timeout(timeout).ok()?;
+        let message: Value =
+            serde_json::from_str(&line).unwrap_or_else(|_| panic!("stdout carried a non-JSON line: {line}"));
+        self.schema.check("JSONRPCMessage", &message);
+        if message.get("error").is_some() {
+            self.schema.check("JSONRPCErrorResponse", &message);
+        } else if let Some(id) = message.get("id") {
+            match self.methods.get(&id.to_string()).map(String::as_str) {
+                Some("tools/call") => self.schema.check("CallToolResultResponse", &message),
+                Some("tools/list") => self.schema.check("ListToolsResultResponse", &message),
+                Some("server/discover") => self.schema.check("DiscoverResultResponse", &message),
+                _ => self.schema.check("JSONRPCResultResponse", &message),
+            }
+        } else if message["method"] == "notifications/progress" {
+            self.schema.check("ProgressNotification", &message);
+        }
+        Some(message)
+    }
+
+    fn expect(&mut self) -> Value {
+        self.recv(Duration::from_secs(10)).expect("an answer within 10 s")
+    }
+
+    fn call_text(&mut self, id: i64, tool: &str, arguments: Value) -> String {
+        self.request(id, "tools/call", json!({"name": tool, "arguments": arguments, "_meta": meta()}));
+        let answer = self.expect();
+        assert_eq!(answer["id"], id, "{answer}");
+        answer["result"]["content"][0]["text"].as_str().unwrap_or_else(|| panic!("{answer}")).to_owned()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn meta() -> Value {
+    json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {},
+    })
+}
+
+#[test]
+fn discover_list_and_call_are_answered_per_the_schema() {
+    let mut server = Server::start();
+    server.request(1, "server/discover", json!({"_meta": meta()}));
+    let discover = server.expect();
+    assert_eq!(discover["result"]["supportedVersions"], json!(["2026-07-28"]));
+    assert_eq!(discover["result"]["_meta"]["io.modelcontextprotocol/serverInfo"]["name"], "cordon");
+    server.request(2, "tools/list", json!({"_meta": meta()}));
+    let list = server.expect();
+    let names: Vec<&str> =
+        list["result"]["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["echo", "reindex", "locks", "spin", "order_book"]);
+    assert_eq!(list["result"]["cacheScope"], "public");
+    assert!(list["result"]["ttlMs"].is_u64());
+    assert_eq!(server.call_text(3, "echo", json!({"text": "hi"})), "hi");
+}
+
+#[test]
+fn bad_lines_get_precise_errors_and_the_server_keeps_serving() {
+    let mut server = Server::start();
+    let cases: Vec<(&[u8], i64)> = vec![
+        (b"{not json\n", -32700),
+        (b"\xff\xfe\x00garbage\n", -32700),
+        (b"[]\n", -32600),
+        (b"[{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/list\"}]\n", -32600),
+        (b"{\"jsonrpc\":\"2.0\",\"id\":null,\"method\":\"tools/list\"}\n", -32600),
+        (b"{\"jsonrpc\":\"2.0\",\"id\":{},\"method\":\"tools/list\"}\n", -32600),
+        (b"{\"id\":5,\"method\":\"tools/list\"}\n", -32600),
+        (b"{\"jsonrpc\":\"2.0\",\"id\":6,\"method\":7}\n", -32600),
+    ];
+    for (line, code) in cases {
+        server.send_raw(line);
+        let answer = server.expect();
+        assert_eq!(answer["error"]["code"], code, "{:?} -> {answer}", String::from_utf8_lossy(line));
+    }
+    // An oversized line is skipped and answered, and the next line is served.
+    let mut huge = vec![b'x'; 5 << 20];
+    huge.push(b'\n');
+    server.send_raw(&huge);
+    assert_eq!(server.expect()["error"]["code"], -32600);
+    assert_eq!(server.call_text(9, "echo", json!({"text": "still here"})), "still here");
+}
+
+#[test]
+fn envelope_version_method_and_argument_errors() {
+    let mut server = Server::start();
+    let no_caps = json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28"});
+    let old = json!({"io.modelcontextprotocol/protocolVersion": "1999-01-01", "io.modelcontextprotocol/clientCapabilities": {}});
+    let cases = vec![
+        ("tools/list", json!({}), -32602),
+        ("tools/list", json!({"_meta": no_caps}), -32602),
+        ("server/discover", json!({"_meta": old}), -32022),
+        ("ping", json!({"_meta": meta()}), -32601),
+        ("prompts/list", json!({"_meta": meta()}), -32601),
+        ("resources/read", json!({"_meta": meta()}), -32601),
+        ("logging/setLevel", json!({"_meta": meta()}), -32601),
+        ("initialize", json!({"_meta": meta(), "protocolVersion": "2026-07-28"}), -32601),
+        ("tools/list", json!({"_meta": meta(), "cursor": "not-a-cursor"}), -32602),
+        ("tools/call", json!({"_meta": meta(), "name": "nope"}), -32602),
+        ("tools/call", json!({"_meta": meta(), "name": 5}), -32602),
+        ("tools/call", json!({"_meta": meta(), "name": "echo", "arguments": []}), -32602),
+        ("tools/call", json!({"_meta": meta(), "name": "echo", "arguments": {"text": 5}}), -32602),
+        ("tools/call", json!({"_meta": meta(), "name": "echo", "arguments": {}}), -32602),
+        (
+            "tools/call",
+            json!({"_meta": meta(), "name": "reindex", "arguments": {"collection": "c", "total": -1}}),
+            -32602,
+        ),
+    ];
+    for (id, (method, params, code)) in cases.into_iter().enumerate() {
+        server.request(id as i64, method, params.clone());
+        let answer = server.expect();
+        assert_eq!(answer["id"], id, "{answer}");
+        assert_eq!(answer["error"]["code"], code, "{method} {params} -> {answer}");
+    }
+    server.request(99, "server/discover", json!({"_meta": old}));
+    let answer = server.expect();
+    assert_eq!(answer["error"]["data"], json!({"supported": ["2026-07-28"], "requested": "1999-01-01"}));
+    server.request(100, "tools/call", json!({"_meta": meta(), "name": "echo", "arguments": {"text": 5}}));
+    let message = server.expect()["error"]["message"].as_str().unwrap().to_owned();
+    assert!(message.contains("/text") && message.contains("string"), "{message}");
+}
+
+#[test]
+fn a_legacy_client_is_served_after_initialize() {
+    let mut server = Server::start();
+    server.request(1, "initialize", json!({"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}));
+    let init = server.expect();
+    assert_eq!(init["result"]["protocolVersion"], "2025-11-25");
+    assert_eq!(init["result"]["serverInfo"]["name"], "cordon");
+    server.send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    server.request(2, "tools/list", json!({}));
+    assert_eq!(server.expect()["result"]["tools"][0]["name"], "echo");
+    server.request(3, "ping", json!({}));
+    assert_eq!(server.expect()["id"], 3);
+    server.request(4, "tools/call", json!({"name": "echo", "arguments": {"text": "old"}}));
+    assert_eq!(server.expect()["result"]["content"][0]["text"], "old");
+}
+
+#[test]
+fn progress_only_with_a_token_increasing_and_never_after_the_answer() {
+    let mut server = Server::start();
+    let mut with_token = meta();
+    with_token["progressToken"] = json!("tok");
+    server.request(
+        1,
+        "tools/call",
+        json!({"name": "reindex", "arguments": {"collection": "a", "step_ms": 30}, "_meta": with_token}),
+    );
+    let mut progress = Vec::new();
+    let answer = loop {
+        let message = server.expect();
+        if message.get("id").is_some() {
+            break message;
+        }
+        assert_eq!(message["params"]["progressToken"], "tok");
+        progress.push(message["params"]["progress"].as_f64().unwrap());
+    };
+    assert_eq!(answer["result"]["content"][0]["text"], "Reindexed 120 documents in a");
+    assert!(!progress.is_empty() && progress.windows(2).all(|pair| pair[0] < pair[1]), "{progress:?}");
+    assert!(server.recv(Duration::from_millis(300)).is_none(), "nothing after the answer");
+    // Without a token: the answer only.
+    server.request(
+        2,
+        "tools/call",
+        json!({"name": "reindex", "arguments": {"collection": "b", "step_ms": 20}, "_meta": meta()}),
+    );
+    assert_eq!(server.expect()["id"], 2);
+}
+
+#[test]
+fn a_cancelled_call_gets_no_answer_and_its_lock_is_released() {
+    let mut server = Server::start();
+    server.request(1, "tools/call", json!({"name": "spin", "arguments": {"seconds": 600}, "_meta": meta()}));
+    let started = Instant::now();
+    while !server.call_text(100 + started.elapsed().as_millis() as i64, "locks", json!({})).contains("spin") {
+        assert!(started.elapsed() < Duration::from_secs(5), "spin never took its lock");
+    }
+    // Malformed and unknown cancellations are ignored.
+    server.send(
+        json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": {"x": 1}}}),
+    );
+    server
+        .send(json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 12345}}));
+    server.send(json!({"jsonrpc": "2.0", "method": "notifications/cancelled"}));
+    server.send(json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 1, "reason": "test"}}));
+    // The next answer is for the next request, not the cancelled one; the lock is gone.
+    let deadline = Instant::now() + Duration::from_secs(3);
+    loop {
+        let locks = server.call_text(7, "locks", json!({}));
+        if locks == "[]" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the spin lock was never released: {locks}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(server.recv(Duration::from_millis(300)).is_none(), "no answer for the cancelled call");
+}
+
+#[test]
+fn a_timed_out_call_answers_with_an_error_naming_the_limit() {
+    let mut server = Server::start();
+    server.request(
+        1,
+        "tools/call",
+        json!({"name": "order_book", "arguments": {"title": "Dune"}, "_meta": meta()}),
+    );
+    let answer = server.expect();
+    assert_eq!(answer["result"]["isError"], true, "{answer}");
+    let text = answer["result"]["content"][0]["text"].as_str().unwrap();
+    assert!(text.contains("maximum duration"), "{text}");
+    assert_eq!(server.call_text(2, "locks", json!({})), "[]", "cleanup released the hold");
+}
+
+#[test]
+fn stdin_eof_stops_calls_in_flight_runs_their_cleanup_and_exits() {
+    let mut server = Server::start();
+    server.request(1, "tools/call", json!({"name": "spin", "arguments": {"seconds": 600}, "_meta": meta()}));
+    std::thread::sleep(Duration::from_millis(200));
+    let closed = Instant::now();
+    drop(server.stdin.take());
+    let answer = server.expect();
+    assert_eq!(answer["id"], 1);
+    assert!(answer["result"]["content"][0]["text"].as_str().unwrap().contains("shutting down"), "{answer}");
+    let status = loop {
+        if let Some(status) = server.child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(closed.elapsed() < Duration::from_secs(5), "the server did not exit");
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    assert!(status.success());
+}
+
+#[test]
+fn a_slow_call_never_blocks_another() {
+    let mut server = Server::start();
+    server.request(1, "tools/call", json!({"name": "spin", "arguments": {"seconds": 2}, "_meta": meta()}));
+    let started = Instant::now();
+    assert_eq!(server.call_text(2, "echo", json!({"text": "fast"})), "fast");
+    assert!(started.elapsed() < Duration::from_secs(1), "echo waited {:?}", started.elapsed());
+    assert_eq!(server.expect()["id"], 1);
+}
