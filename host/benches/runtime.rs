@@ -37,15 +37,19 @@ fn summary(name: &str, mut samples: Vec<Duration>) -> (Duration, Duration) {
 
 async fn fresh_instances(runtime: &Runtime) {
     for _ in 0..1000 {
-        runtime.instantiate_once("done").await.unwrap();
+        drop(runtime.instantiate_once("done").await.unwrap());
     }
-    let mut samples = Vec::with_capacity(10_000);
+    let (mut create, mut teardown) = (Vec::with_capacity(10_000), Vec::with_capacity(10_000));
     for _ in 0..10_000 {
         let started = Instant::now();
-        runtime.instantiate_once("done").await.unwrap();
-        samples.push(started.elapsed());
+        let store = runtime.instantiate_once("done").await.unwrap();
+        let created = Instant::now();
+        drop(store);
+        teardown.push(created.elapsed());
+        create.push(created - started);
     }
-    summary("fresh store + instance (target median <= 5us)", samples);
+    summary("fresh store + instance (target median <= 5us)", create);
+    summary("dropping it (slot back to the pool)", teardown);
     let mut samples = Vec::with_capacity(5_000);
     for _ in 0..5_000 {
         let started = Instant::now();
@@ -130,7 +134,12 @@ async fn fairness(runtime: Arc<Runtime>) {
         }
         summary(label, samples).1
     }
-    let idle = echo_p99(&runtime, "trivial call, idle").await;
+    // Measure from a spawned task: on a worker thread, as a server's connection tasks are.
+    let measure = |label: String| {
+        let runtime = runtime.clone();
+        tokio::spawn(async move { echo_p99(&runtime, &label).await })
+    };
+    let idle = measure("trivial call, idle".into()).await.unwrap();
     let cores = std::thread::available_parallelism().map_or(2, usize::from);
     let mut spinners = Vec::new();
     for _ in 0..cores {
@@ -138,7 +147,7 @@ async fn fairness(runtime: Arc<Runtime>) {
         spinners.push((call.handle(), tokio::spawn(call.run())));
     }
     tokio::time::sleep(Duration::from_millis(50)).await;
-    let loaded = echo_p99(&runtime, &format!("trivial call, {cores} guests spinning")).await;
+    let loaded = measure(format!("trivial call, {cores} guests spinning")).await.unwrap();
     for (handle, running) in spinners {
         handle.cancel();
         running.await.unwrap();
@@ -155,7 +164,11 @@ async fn sandbox_overhead() {
     let tools = cordon::paths::default_tools_dir().join("example-tools.wasm");
     assert!(tools.is_file(), "{} is missing: run `cargo xtask guests`", tools.display());
     let mut runtime = Runtime::new(settings(4)).unwrap();
-    runtime.load_file(&tools, cordon::runtime::ComponentOptions::default()).await.unwrap();
+    // With a data directory, as `cordon serve` gives every component by default.
+    let data_dir = std::env::temp_dir().join("cordon-bench-data");
+    std::fs::create_dir_all(&data_dir).unwrap();
+    let options = cordon::runtime::ComponentOptions { data_dir: Some(data_dir), ..Default::default() };
+    runtime.load_file(&tools, options).await.unwrap();
     let arguments = json!({"text": "hello"});
     let mut wasm = Vec::new();
     for i in 0..3_000 {

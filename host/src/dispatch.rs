@@ -15,6 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::{Value, json};
+use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::{Notify, mpsc};
 use tokio::time::Instant;
 
@@ -42,6 +43,45 @@ impl Server {
     }
 }
 
+/// Where a connection's outgoing messages go, in the order each task sends them.
+pub enum Outbox {
+    /// A channel, drained by the transport (e.g. into an HTTP response stream).
+    Channel(mpsc::Sender<Value>),
+    /// A byte stream written in place, one message per line (stdio): no hand-off to
+    /// another task, which saves a thread wake-up per message.
+    Lines(tokio::sync::Mutex<Box<dyn AsyncWrite + Send + Unpin>>),
+}
+
+impl Outbox {
+    pub fn lines(writer: impl AsyncWrite + Send + Unpin + 'static) -> Self {
+        Self::Lines(tokio::sync::Mutex::new(Box::new(writer)))
+    }
+
+    /// Deliver `message`. A closed channel or stream means the client is gone: there is no
+    /// one left to tell, so the failure is only logged.
+    async fn send(&self, message: Value) {
+        match self {
+            Self::Channel(sender) => {
+                let _ = sender.send(message).await;
+            }
+            Self::Lines(writer) => {
+                // serde_json never writes a raw newline: one message is one line.
+                let mut bytes = serde_json::to_vec(&message).expect("a Value always serializes");
+                bytes.push(b'\n');
+                let mut writer = writer.lock().await;
+                if let Err(error) = async {
+                    writer.write_all(&bytes).await?;
+                    writer.flush().await
+                }
+                .await
+                {
+                    tracing::debug!("dropping a message: the client's stream is closed ({error})");
+                }
+            }
+        }
+    }
+}
+
 /// A call in flight: its handle once it has a slot, and whether the client cancelled it.
 #[derive(Default)]
 struct InFlight {
@@ -52,7 +92,7 @@ struct InFlight {
 /// One client's channel to the server.
 pub struct Connection {
     server: Arc<Server>,
-    out: mpsc::Sender<Value>,
+    out: Outbox,
     /// Set by a 2025-era `initialize`: requests without the 2026 envelope are then served.
     legacy: AtomicBool,
     in_flight: Mutex<HashMap<RequestId, InFlight>>,
@@ -70,7 +110,7 @@ enum Reply {
 
 impl Connection {
     /// A connection whose outgoing messages go to `out`, in order.
-    pub fn new(server: Arc<Server>, out: mpsc::Sender<Value>) -> Arc<Self> {
+    pub fn new(server: Arc<Server>, out: Outbox) -> Arc<Self> {
         Arc::new(Self {
             server,
             out,
@@ -243,8 +283,9 @@ impl Connection {
             return None;
         }
         // The last report made before the tool returned goes out just ahead of the answer.
-        let unsent =
-            progress.has_changed().unwrap_or(false).then(|| progress.borrow_and_update().clone()).flatten();
+        let unsent = (progress_pending || progress.has_changed().unwrap_or(false))
+            .then(|| progress.borrow_and_update().clone())
+            .flatten();
         if let (Some(token), Some(latest)) = (&token, unsent) {
             self.send(mcp::progress_notification(token, &latest)).await;
         }
@@ -286,7 +327,6 @@ impl Connection {
     }
 
     async fn send(&self, message: Value) {
-        // A closed channel means the client is gone: there is no one left to tell.
-        let _ = self.out.send(message).await;
+        self.out.send(message).await;
     }
 }

@@ -130,9 +130,20 @@ async fn serve(config: Option<PathBuf>) -> Result<ExitCode> {
     let tools: Vec<&str> = runtime.tools().map(|tool| tool.name.as_str()).collect();
     tracing::info!("serving {} tools on stdio: {}", tools.len(), tools.join(", "));
     let server = cordon::dispatch::Server::new(std::sync::Arc::new(runtime), plan.progress_interval);
-    let stdin = tokio::io::BufReader::new(tokio::io::stdin());
+    // Pipes are polled on the reactor; a terminal or a file goes through tokio's
+    // blocking-pool stdin and stdout.
+    use cordon::transport::Pipe;
+    let stdin: Box<dyn tokio::io::AsyncRead + Unpin + Send> = match Pipe::from_std(0) {
+        Some(pipe) => Box::new(pipe),
+        None => Box::new(tokio::io::stdin()),
+    };
+    let stdout: Box<dyn tokio::io::AsyncWrite + Unpin + Send> = match Pipe::from_std(1) {
+        Some(pipe) => Box::new(pipe),
+        None => Box::new(tokio::io::stdout()),
+    };
+    let stdin = tokio::io::BufReader::new(stdin);
     let drain = drain + std::time::Duration::from_secs(1);
-    cordon::transport::stdio::serve(server, stdin, tokio::io::stdout(), shutdown_signal(), drain).await?;
+    cordon::transport::stdio::serve(server, stdin, stdout, shutdown_signal(), drain).await?;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -85,11 +85,43 @@ fn build_guests() -> Result<()> {
     Ok(())
 }
 
+/// Every Rust test, then the end-to-end suite that drives the server with the official
+/// Python SDK client (in a virtualenv under `target/`, made on first use).
 fn run_tests() -> Result<()> {
+    let root = repo_root();
     let cargo = env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let status = Command::new(cargo).current_dir(repo_root()).args(["test", "--workspace"]).status()?;
+    run(Command::new(&cargo).current_dir(&root).args(["test", "--workspace"]))?;
+    run(Command::new(&cargo).current_dir(&root).args(["build", "--package", "cordon"]))?;
+    let python = python_env(&root)?;
+    run(Command::new(python)
+        .current_dir(&root)
+        .args(["-m", "pytest", "host/tests/e2e", "-q", "-p", "no:cacheprovider"])
+        .env("CORDON_BIN", root.join("target/debug/cordon")))
+}
+
+/// A virtualenv with the end-to-end suite's requirements; returns its python.
+fn python_env(root: &Path) -> Result<PathBuf> {
+    let venv = root.join("target/e2e-venv");
+    let python = venv.join("bin/python");
+    let requirements = root.join("host/tests/e2e/requirements.txt");
+    let stamp = venv.join("requirements.installed");
+    let wanted = fs::read_to_string(&requirements)?;
+    if fs::read_to_string(&stamp).ok().as_deref() == Some(wanted.as_str()) {
+        return Ok(python);
+    }
+    if !python.exists() {
+        run(Command::new("python3").args(["-m", "venv"]).arg(&venv))
+            .context("creating a Python virtualenv (on Debian: apt-get install python3-venv)")?;
+    }
+    run(Command::new(&python).args(["-m", "pip", "install", "-q", "-r"]).arg(&requirements))?;
+    fs::write(stamp, wanted)?;
+    Ok(python)
+}
+
+fn run(command: &mut Command) -> Result<()> {
+    let status = command.status().with_context(|| format!("running {command:?}"))?;
     if !status.success() {
-        bail!("cargo test failed ({status})");
+        bail!("{command:?} failed ({status})");
     }
     Ok(())
 }

@@ -270,14 +270,14 @@ impl Runtime {
         }
     }
 
-    /// Create a store and an instance of `tool`'s component, and drop them: what every call
-    /// pays before the guest runs. For benchmarks.
+    /// Create a store and an instance of `tool`'s component: what every call pays before
+    /// the guest runs. Returns the store so that a benchmark can time its drop apart.
     #[doc(hidden)]
-    pub async fn instantiate_once(&self, tool: &str) -> Result<()> {
+    pub async fn instantiate_once(&self, tool: &str) -> Result<impl Drop> {
         let component = &self.components[*self.tools.get(tool).context("unknown tool")?];
         let limits = component.options.limits_for(tool);
         let mut store = call::new_store(&self.engine, component, limits, CallControl::new(limits), None)?;
         component.pre.instantiate_async(&mut store).await?;
-        Ok(())
+        Ok(store)
     }
 }

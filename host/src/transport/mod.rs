@@ -2,4 +2,7 @@
 //!
 //! - [`stdio`]: newline-delimited JSON-RPC on stdin and stdout.
 
+mod pipe;
 pub mod stdio;
+
+pub use pipe::Pipe;

@@ -9,17 +9,13 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde_json::Value;
-use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::sync::mpsc;
+use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWrite};
 
-use crate::dispatch::{Connection, Server};
+use crate::dispatch::{Connection, Outbox, Server};
 use crate::protocol::jsonrpc::{self, INVALID_REQUEST, Incoming, RpcError};
 
 /// The largest message accepted on stdin.
 pub const MAX_MESSAGE_BYTES: usize = 4 << 20;
-/// Outgoing messages waiting for stdout.
-const OUTBOX: usize = 1024;
 
 /// Serve one client on `input`/`output` until EOF or `shutdown` resolves, then stop what
 /// is in flight, waiting at most `drain` for calls to finish and answer.
@@ -34,9 +30,7 @@ where
     R: AsyncBufRead + Unpin,
     W: AsyncWrite + Unpin + Send + 'static,
 {
-    let (out, outbox) = mpsc::channel(OUTBOX);
-    let writer = tokio::spawn(write_messages(outbox, output));
-    let connection = Connection::new(server.clone(), out);
+    let connection = Connection::new(server.clone(), Outbox::lines(output));
     let mut input = input;
     let mut line = Vec::new();
     let mut shutdown = std::pin::pin!(shutdown);
@@ -66,21 +60,6 @@ where
     server.runtime().shutdown();
     if !connection.drain(drain).await {
         tracing::warn!("calls still running after {drain:?}; exiting anyway");
-    }
-    drop(connection);
-    writer.await.map_err(std::io::Error::other)?
-}
-
-async fn write_messages<W: AsyncWrite + Unpin>(
-    mut outbox: mpsc::Receiver<Value>,
-    mut output: W,
-) -> std::io::Result<()> {
-    while let Some(message) = outbox.recv().await {
-        // serde_json never writes a raw newline: one message is one line.
-        let mut bytes = serde_json::to_vec(&message).map_err(std::io::Error::other)?;
-        bytes.push(b'\n');
-        output.write_all(&bytes).await?;
-        output.flush().await?;
     }
     Ok(())
 }
