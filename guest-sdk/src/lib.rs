@@ -261,6 +261,7 @@ pub struct Tool {
     input_schema: fn() -> serde_json::Value,
     output_schema: fn() -> Option<serde_json::Value>,
     annotations: Option<wit::ToolAnnotations>,
+    requires: Vec<String>,
     handler: Handler,
 }
 
@@ -285,6 +286,7 @@ impl Tool {
             input_schema: schema_of::<A>,
             output_schema: R::output_schema,
             annotations: None,
+            requires: Vec::new(),
             handler,
         }
     }
@@ -297,12 +299,20 @@ impl Tool {
             input_schema: (self.input_schema)().to_string(),
             output_schema: (self.output_schema)().map(|schema| schema.to_string()),
             annotations: self.annotations,
+            requires: self.requires,
         }
     }
 
     /// A display name for people.
     pub fn title(mut self, title: &str) -> Self {
         self.title = Some(title.to_owned());
+        self
+    }
+
+    /// Declare a client capability the tool needs (e.g. `"sampling"`): calls from clients
+    /// that did not declare it are refused before the tool runs.
+    pub fn requires(mut self, capability: &str) -> Self {
+        self.requires.push(capability.to_owned());
         self
     }
 

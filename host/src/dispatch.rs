@@ -175,6 +175,12 @@ impl Connection {
                 }
             }
             _ => {
+                let tool = params.as_ref().and_then(|params| params.get("name")).and_then(Value::as_str);
+                if let Some(spec) = tool.and_then(|tool| self.server.runtime.tool(tool))
+                    && let Err(error) = mcp::check_capabilities(envelope.as_ref(), &spec.requires)
+                {
+                    return Reply::Error(error);
+                }
                 let progress_token = match envelope {
                     Some(envelope) => envelope.progress_token,
                     // 2025-era clients send the token the same way, without the envelope.
@@ -296,19 +302,31 @@ impl Connection {
     /// `notifications/cancelled`: stop the call if it is ours and still running. Unknown,
     /// finished or malformed cancellations are ignored, as the spec asks.
     fn cancel(&self, params: Option<&Value>) {
-        let Some(id) = params.and_then(|params| params.get("requestId")).and_then(|id| match id {
+        let id = params.and_then(|params| params.get("requestId")).and_then(|id| match id {
             Value::String(text) => Some(RequestId::String(text.clone())),
             Value::Number(number) => number.as_i64().map(RequestId::Number),
             _ => None,
-        }) else {
-            return;
-        };
+        });
+        if let Some(id) = id {
+            self.cancel_request(&id);
+        }
+    }
+
+    /// Stop the call answering request `id`, if it is still running, and send nothing for
+    /// it (HTTP calls this when the client closes the response stream).
+    pub fn cancel_request(&self, id: &RequestId) {
         if let Some(entry) = self.in_flight.lock().unwrap().get_mut(&id) {
             entry.cancelled = true;
             if let Some(handle) = &entry.handle {
                 handle.cancel();
             }
         }
+    }
+
+    /// Serve requests without the 2026 envelope as 2025-era ones (HTTP learns the era from
+    /// each request's headers, not from an earlier `initialize`).
+    pub fn set_legacy(&self) {
+        self.legacy.store(true, Ordering::Relaxed);
     }
 
     /// Wait until no call of this connection is in flight, or `timeout` passes.

@@ -24,8 +24,15 @@ enum Command {
     /// Serve tools over MCP.
     Serve {
         /// Speak MCP on stdin and stdout.
-        #[arg(long)]
+        #[arg(long, conflicts_with = "http")]
         stdio: bool,
+        /// Speak MCP over Streamable HTTP on this address (POST /mcp), e.g. 127.0.0.1:8080.
+        #[arg(long, value_name = "ADDRESS")]
+        http: Option<std::net::SocketAddr>,
+        /// Another host name to accept in `Host` and `Origin` headers over HTTP (localhost,
+        /// 127.0.0.1 and [::1] always are); repeat for more.
+        #[arg(long, value_name = "NAME")]
+        allow_host: Vec<String>,
         /// A TOML file naming the components and their limits [default: every component
         /// in target/guests, built by `cargo xtask guests`].
         #[arg(long)]
@@ -74,11 +81,13 @@ fn main() -> ExitCode {
 
 async fn run(cli: Cli) -> Result<ExitCode> {
     match cli.command {
-        Command::Serve { stdio, config } => {
-            if !stdio {
-                anyhow::bail!("choose a transport: `cordon serve --stdio`");
-            }
-            serve(config).await
+        Command::Serve { stdio, http, allow_host, config } => {
+            let transport = match (stdio, http) {
+                (true, _) => Transport::Stdio,
+                (false, Some(address)) => Transport::Http { address, allow_host },
+                (false, None) => anyhow::bail!("choose a transport: `--stdio` or `--http 127.0.0.1:8080`"),
+            };
+            serve(config, transport).await
         }
         Command::List { component } => {
             let runtime = load(&component, None).await?;
@@ -109,7 +118,12 @@ async fn run(cli: Cli) -> Result<ExitCode> {
     }
 }
 
-async fn serve(config: Option<PathBuf>) -> Result<ExitCode> {
+enum Transport {
+    Stdio,
+    Http { address: std::net::SocketAddr, allow_host: Vec<String> },
+}
+
+async fn serve(config: Option<PathBuf>, transport: Transport) -> Result<ExitCode> {
     let plan = match &config {
         Some(path) => {
             let base = path.parent().map(std::path::Path::to_path_buf).unwrap_or_default();
@@ -128,8 +142,17 @@ async fn serve(config: Option<PathBuf>) -> Result<ExitCode> {
         runtime.load_file(&component.path, component.options).await?;
     }
     let tools: Vec<&str> = runtime.tools().map(|tool| tool.name.as_str()).collect();
-    tracing::info!("serving {} tools on stdio: {}", tools.len(), tools.join(", "));
+    tracing::info!("loaded {} tools: {}", tools.len(), tools.join(", "));
     let server = cordon::dispatch::Server::new(std::sync::Arc::new(runtime), plan.progress_interval);
+    let drain = drain + std::time::Duration::from_secs(1);
+    if let Transport::Http { address, allow_host } = transport {
+        let mut settings = cordon::transport::http::HttpSettings::default();
+        settings.allowed_hosts.extend(allow_host.into_iter().map(|host| host.to_ascii_lowercase()));
+        cordon::transport::http::bind_and_serve(server, address, settings, shutdown_signal(), drain)
+            .await
+            .with_context(|| format!("serving HTTP on {address}"))?;
+        return Ok(ExitCode::SUCCESS);
+    }
     // Pipes are polled on the reactor; a terminal or a file goes through tokio's
     // blocking-pool stdin and stdout.
     use cordon::transport::Pipe;
@@ -142,7 +165,6 @@ async fn serve(config: Option<PathBuf>) -> Result<ExitCode> {
         None => Box::new(tokio::io::stdout()),
     };
     let stdin = tokio::io::BufReader::new(stdin);
-    let drain = drain + std::time::Duration::from_secs(1);
     cordon::transport::stdio::serve(server, stdin, stdout, shutdown_signal(), drain).await?;
     Ok(ExitCode::SUCCESS)
 }

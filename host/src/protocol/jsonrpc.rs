@@ -42,6 +42,8 @@ pub const INVALID_PARAMS: i64 = -32602;
 pub const INTERNAL_ERROR: i64 = -32603;
 /// An HTTP header is missing, malformed or disagrees with the body.
 pub const HEADER_MISMATCH: i64 = -32020;
+/// A tool needs a client capability the request did not declare.
+pub const MISSING_REQUIRED_CLIENT_CAPABILITY: i64 = -32021;
 /// The requested protocol version is not supported.
 pub const UNSUPPORTED_PROTOCOL_VERSION: i64 = -32022;
 

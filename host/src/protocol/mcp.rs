@@ -7,7 +7,7 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use serde_json::{Map, Value, json};
 
-use super::jsonrpc::{RpcError, UNSUPPORTED_PROTOCOL_VERSION};
+use super::jsonrpc::{MISSING_REQUIRED_CLIENT_CAPABILITY, RpcError, UNSUPPORTED_PROTOCOL_VERSION};
 use crate::runtime::{CallError, Content, Outcome, Timeout, ToolLimits, ToolResult, ToolSpec};
 
 /// The protocol revision this server speaks natively.
@@ -29,6 +29,7 @@ pub const PAGE_SIZE: usize = 100;
 #[derive(Debug, Clone, PartialEq)]
 pub struct Envelope {
     pub protocol_version: String,
+    pub client_capabilities: Option<Map<String, Value>>,
     pub progress_token: Option<Value>,
 }
 
@@ -40,11 +41,19 @@ pub fn has_envelope(params: Option<&Value>) -> bool {
 /// Check the per-request envelope: `-32602` when a required key is missing or mistyped,
 /// `-32022` when the version is not ours.
 pub fn check_envelope(params: Option<&Value>) -> Result<Envelope, RpcError> {
+    let envelope = parse_envelope(params)?;
+    check_version(&envelope)?;
+    Ok(envelope)
+}
+
+/// Read the envelope's keys without judging the version (HTTP checks its headers between
+/// the two steps): `-32602` when a required key is missing or mistyped.
+pub fn parse_envelope(params: Option<&Value>) -> Result<Envelope, RpcError> {
     let meta = params
         .and_then(|params| params.get("_meta"))
         .and_then(Value::as_object)
         .ok_or_else(|| RpcError::invalid_params("Invalid params: `params._meta` is required"))?;
-    let version = match meta.get(META_PROTOCOL_VERSION) {
+    let protocol_version = match meta.get(META_PROTOCOL_VERSION) {
         Some(Value::String(version)) => version.clone(),
         Some(_) => {
             return Err(RpcError::invalid_params(format!(
@@ -57,17 +66,49 @@ pub fn check_envelope(params: Option<&Value>) -> Result<Envelope, RpcError> {
             )));
         }
     };
-    if !meta.get(META_CLIENT_CAPABILITIES).is_some_and(Value::is_object) {
-        return Err(RpcError::invalid_params(format!(
-            "Invalid params: `_meta[\"{META_CLIENT_CAPABILITIES}\"]` is required and must be an object"
-        )));
-    }
-    if version != PROTOCOL_VERSION {
-        return Err(unsupported_version(&version));
-    }
+    let capabilities = match meta.get(META_CLIENT_CAPABILITIES) {
+        Some(Value::Object(capabilities)) => capabilities.clone(),
+        _ => {
+            return Err(RpcError::invalid_params(format!(
+                "Invalid params: `_meta[\"{META_CLIENT_CAPABILITIES}\"]` is required and must be an object"
+            )));
+        }
+    };
     let progress_token =
         meta.get("progressToken").filter(|token| token.is_string() || token.is_i64()).cloned();
-    Ok(Envelope { protocol_version: version, progress_token })
+    Ok(Envelope { protocol_version, client_capabilities: Some(capabilities), progress_token })
+}
+
+/// `-32022` unless the envelope names the version we speak.
+pub fn check_version(envelope: &Envelope) -> Result<(), RpcError> {
+    if envelope.protocol_version == PROTOCOL_VERSION {
+        Ok(())
+    } else {
+        Err(unsupported_version(&envelope.protocol_version))
+    }
+}
+
+/// `-32021` when a tool needs client capabilities the request did not declare.
+/// 2025-era requests (no envelope) declared theirs at `initialize`, which a stateless
+/// server does not keep, so they are not checked.
+pub fn check_capabilities(envelope: Option<&Envelope>, required: &[String]) -> Result<(), RpcError> {
+    let Some(declared) = envelope.and_then(|envelope| envelope.client_capabilities.as_ref()) else {
+        return Ok(());
+    };
+    let missing: Map<String, Value> = required
+        .iter()
+        .filter(|name| !declared.contains_key(*name))
+        .map(|name| (name.clone(), json!({})))
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    let names: Vec<&str> = missing.keys().map(String::as_str).collect();
+    Err(RpcError::new(
+        MISSING_REQUIRED_CLIENT_CAPABILITY,
+        format!("Missing required client capability: {}", names.join(", ")),
+    )
+    .with_data(json!({ "requiredCapabilities": missing })))
 }
 
 pub fn unsupported_version(requested: &str) -> RpcError {

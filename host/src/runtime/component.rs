@@ -63,6 +63,8 @@ pub struct ToolSpec {
     /// JSON Schema of the structured result, if any; root `type: object`.
     pub output_schema: Option<Value>,
     pub annotations: Option<ToolAnnotations>,
+    /// Client capabilities the tool needs.
+    pub requires: Vec<String>,
 }
 
 /// A loaded component, ready to instantiate.
@@ -189,6 +191,7 @@ pub(crate) fn tool_specs(origin: &str, infos: Vec<ToolInfo>) -> Result<Vec<ToolS
             input_schema,
             output_schema,
             annotations: info.annotations,
+            requires: info.requires,
         });
     }
     Ok(specs)

@@ -1,7 +1,9 @@
 //! Transports: how messages reach the protocol layer and how answers leave it.
 //!
 //! - [`stdio`]: newline-delimited JSON-RPC on stdin and stdout.
+//! - [`http`]: Streamable HTTP, `POST /mcp`, JSON or SSE answers.
 
+pub mod http;
 mod pipe;
 pub mod stdio;
 

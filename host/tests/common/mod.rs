@@ -81,7 +81,7 @@ impl WatGuest {
         let schema = self.input_schema.as_bytes();
         let (name_at, description_at) = (2100, 2100 + name.len());
         let schema_at = description_at + description.len();
-        let mut info = vec![0u8; 60];
+        let mut info = vec![0u8; 68]; // tool-info: 68 bytes, align 4; `requires` empty
         put_u32(&mut info, 0, name_at as u32);
         put_u32(&mut info, 4, name.len() as u32);
         put_u32(&mut info, 20, description_at as u32);

@@ -1,0 +1,522 @@
+//! # Streamable HTTP (MCP 2026-07-28) on hyper
+//!
+//! One endpoint, `POST /mcp`; one JSON-RPC message per body. Each request runs through the
+//! validation ladder of the spec (origin and host, method, `Accept` and `Content-Type`, body
+//! size and read time, JSON, envelope, `MCP-Protocol-Version`/`Mcp-Method`/`Mcp-Name`
+//! headers, version), so that every refusal keeps its mandated status; then the dispatch
+//! layer serves it on a connection of its own.
+//!
+//! The answer is JSON when it comes quickly. When progress is sent or the call stays quiet
+//! for a while, the answer becomes an SSE stream (progress events, then the response),
+//! with comment keep-alives so that proxies keep long calls open.
+//!
+//! **Cancellation is the client closing the response.** hyper watches the socket while a
+//! request is in flight and drops the response (or the pending answer) on EOF; a guard
+//! dropped with it cancels the call, which the runtime then stops (grace, hard stop,
+//! cleanup). Nothing more is written for it.
+
+use std::collections::HashSet;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use base64::Engine as _;
+use bytes::Bytes;
+use http_body_util::BodyExt;
+use hyper::body::{Body, Frame, Incoming as IncomingBody, SizeHint};
+use hyper::header::{self, HeaderMap, HeaderValue};
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use serde_json::{Value, json};
+use tokio::net::TcpListener;
+use tokio::sync::mpsc;
+
+use crate::dispatch::{Connection, Outbox, Server};
+use crate::protocol::jsonrpc::{self, HEADER_MISMATCH, INVALID_REQUEST, Incoming, RequestId, RpcError};
+use crate::protocol::mcp;
+
+/// How the HTTP transport behaves.
+#[derive(Debug, Clone)]
+pub struct HttpSettings {
+    /// The endpoint path.
+    pub path: String,
+    /// The largest request body accepted (413 beyond it).
+    pub max_body_bytes: usize,
+    /// How long a client may take to send its request body (408 beyond it).
+    pub body_timeout: Duration,
+    /// A call quiet for this long is answered as an SSE stream, so keep-alives can flow.
+    pub sse_after: Duration,
+    /// The interval of SSE comment keep-alives.
+    pub keep_alive: Duration,
+    /// Host names (without port) accepted in `Host` and `Origin`, against DNS rebinding.
+    pub allowed_hosts: HashSet<String>,
+}
+
+impl Default for HttpSettings {
+    fn default() -> Self {
+        Self {
+            path: "/mcp".into(),
+            max_body_bytes: 4 << 20,
+            body_timeout: Duration::from_secs(10),
+            sse_after: Duration::from_secs(1),
+            keep_alive: Duration::from_secs(15),
+            allowed_hosts: ["localhost", "127.0.0.1", "[::1]", "::1"]
+                .iter()
+                .map(|host| host.to_string())
+                .collect(),
+        }
+    }
+}
+
+type HttpResponse = Response<ResponseBody>;
+
+/// Serve MCP over HTTP on `listener` until `shutdown` resolves; then stop accepting, stop
+/// every call in flight (grace, hard stop, cleanup) and wait at most `drain` for them.
+pub async fn serve(
+    server: Arc<Server>,
+    listener: TcpListener,
+    settings: HttpSettings,
+    shutdown: impl std::future::Future<Output = ()>,
+    drain: Duration,
+) -> std::io::Result<()> {
+    let settings = Arc::new(settings);
+    let mut shutdown = std::pin::pin!(shutdown);
+    let (closing, closing_signal) = tokio::sync::watch::channel(false);
+    let mut connections = tokio::task::JoinSet::new();
+    loop {
+        let (stream, _) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(error) => {
+                    // Out of descriptors and the like: back off instead of spinning.
+                    tracing::warn!("accept failed: {error}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            Some(_) = connections.join_next(), if !connections.is_empty() => continue,
+            () = &mut shutdown => break,
+        };
+        let _ = stream.set_nodelay(true);
+        let (server, settings) = (server.clone(), settings.clone());
+        let mut closing = closing_signal.clone();
+        connections.spawn(async move {
+            let service = hyper::service::service_fn(move |request| {
+                let (server, settings) = (server.clone(), settings.clone());
+                async move { Ok::<_, Infallible>(handle(request, &server, &settings).await) }
+            });
+            let connection = hyper::server::conn::http1::Builder::new()
+                .keep_alive(true)
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(Duration::from_secs(10))
+                .serve_connection(TokioIo::new(stream), service);
+            let mut connection = std::pin::pin!(connection);
+            let ended = tokio::select! {
+                ended = connection.as_mut() => ended,
+                () = async { let _ = closing.wait_for(|closing| *closing).await; } => {
+                    // Finish the answer in flight, then close.
+                    connection.as_mut().graceful_shutdown();
+                    connection.await
+                }
+            };
+            if let Err(error) = ended {
+                tracing::debug!("HTTP connection ended: {error}");
+            }
+        });
+    }
+    drop(listener);
+    server.runtime().shutdown();
+    if !server.runtime().idle(drain).await {
+        tracing::warn!("calls still running after {drain:?}; exiting anyway");
+    }
+    closing.send_replace(true);
+    let flushed = tokio::time::timeout(Duration::from_secs(2), async {
+        while connections.join_next().await.is_some() {}
+    });
+    if flushed.await.is_err() {
+        tracing::warn!("some HTTP connections did not close in time");
+    }
+    Ok(())
+}
+
+/// Bind `address` and serve.
+pub async fn bind_and_serve(
+    server: Arc<Server>,
+    address: SocketAddr,
+    settings: HttpSettings,
+    shutdown: impl std::future::Future<Output = ()>,
+    drain: Duration,
+) -> std::io::Result<()> {
+    let listener = TcpListener::bind(address).await?;
+    tracing::info!("serving MCP on http://{}{}", listener.local_addr()?, settings.path);
+    serve(server, listener, settings, shutdown, drain).await
+}
+
+async fn handle(
+    request: Request<IncomingBody>,
+    server: &Arc<Server>,
+    settings: &HttpSettings,
+) -> HttpResponse {
+    match serve_request(request, server, settings).await {
+        Ok(response) | Err(response) => response,
+    }
+}
+
+/// The validation ladder, then dispatch. `Err` is an early refusal.
+async fn serve_request(
+    request: Request<IncomingBody>,
+    server: &Arc<Server>,
+    settings: &HttpSettings,
+) -> Result<HttpResponse, HttpResponse> {
+    let headers = request.headers();
+    if let Some(origin) = headers.get(header::ORIGIN)
+        && !origin_allowed(origin, &settings.allowed_hosts)
+    {
+        return Err(plain(StatusCode::FORBIDDEN, "Forbidden: origin not allowed"));
+    }
+    if !host_allowed(headers.get(header::HOST), &settings.allowed_hosts) {
+        return Err(plain(StatusCode::FORBIDDEN, "Forbidden: host not allowed"));
+    }
+    if request.uri().path() != settings.path {
+        return Err(plain(StatusCode::NOT_FOUND, "Not Found: the MCP endpoint is POST /mcp"));
+    }
+    if request.method() != Method::POST {
+        let mut response = plain(StatusCode::METHOD_NOT_ALLOWED, "Method Not Allowed: use POST");
+        response.headers_mut().insert(header::ALLOW, HeaderValue::from_static("POST"));
+        return Err(response);
+    }
+    if !accepts_json_and_sse(headers) {
+        return Err(plain(
+            StatusCode::NOT_ACCEPTABLE,
+            "Not Acceptable: Accept must list application/json and text/event-stream",
+        ));
+    }
+    if !is_json(headers) {
+        return Err(plain(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "Unsupported Media Type: send application/json",
+        ));
+    }
+    let headers = headers.clone();
+    let body = read_body(request.into_body(), settings).await?;
+    let (id, method, params) = match jsonrpc::parse(&body) {
+        Incoming::Request { id, method, params } => (id, method, params),
+        Incoming::Notification { .. } => return Ok(empty(StatusCode::ACCEPTED)),
+        Incoming::Response => {
+            let error = RpcError::new(INVALID_REQUEST, "Invalid Request: a server accepts no responses");
+            return Err(rpc_error(StatusCode::BAD_REQUEST, None, &error));
+        }
+        Incoming::Invalid { id, error } => {
+            return Err(rpc_error(StatusCode::BAD_REQUEST, id.as_ref(), &error));
+        }
+    };
+
+    let header_version = header_text(&headers, "mcp-protocol-version");
+    let modern = mcp::has_envelope(params.as_ref());
+    let legacy = !modern
+        && (method == "initialize"
+            || header_version.as_deref().is_some_and(|version| mcp::LEGACY_VERSIONS.contains(&version)));
+    if !legacy {
+        check_modern(&headers, &id, &method, params.as_ref())?;
+    }
+
+    let (sender, mut outbox) = mpsc::channel(64);
+    let connection = Connection::new(server.clone(), Outbox::Channel(sender));
+    if legacy {
+        connection.set_legacy();
+    }
+    // From here on, dropping the guard (the client went away) cancels the call.
+    let guard = CancelOnDrop { connection: connection.clone(), id: id.clone(), armed: true };
+    connection.handle(Incoming::Request { id, method, params }).await;
+    drop(connection);
+
+    let first = match tokio::time::timeout(settings.sse_after, outbox.recv()).await {
+        Ok(Some(message)) if message.get("id").is_some() => return Ok(json_answer(guard, &message)),
+        Ok(Some(notification)) => Some(notification),
+        // The connection is gone without an answer: a cancelled call (never happens here,
+        // but answer something sane rather than hang).
+        Ok(None) => return Ok(empty(StatusCode::ACCEPTED)),
+        Err(_quiet) => None,
+    };
+    Ok(sse_answer(guard, first, outbox, settings.keep_alive))
+}
+
+/// The envelope, the request-metadata headers and the version, in the spec's order.
+fn check_modern(
+    headers: &HeaderMap,
+    id: &RequestId,
+    method: &str,
+    params: Option<&Value>,
+) -> Result<(), HttpResponse> {
+    let refuse = |error: RpcError| rpc_error(StatusCode::BAD_REQUEST, Some(id), &error);
+    let envelope = mcp::parse_envelope(params).map_err(refuse)?;
+    let mismatch = |what: String| refuse(RpcError::new(HEADER_MISMATCH, format!("Header mismatch: {what}")));
+    match header_text(headers, "mcp-protocol-version") {
+        None => return Err(mismatch("MCP-Protocol-Version is required".into())),
+        Some(version) if version != envelope.protocol_version => {
+            return Err(mismatch(format!(
+                "MCP-Protocol-Version is {version:?} but the body says {:?}",
+                envelope.protocol_version
+            )));
+        }
+        Some(_) => {}
+    }
+    match header_text(headers, "mcp-method") {
+        None => return Err(mismatch("Mcp-Method is required".into())),
+        Some(value) if value != method => {
+            return Err(mismatch(format!("Mcp-Method is {value:?} but the body's method is {method:?}")));
+        }
+        Some(_) => {}
+    }
+    let named = match method {
+        "tools/call" | "prompts/get" => params.and_then(|params| params.get("name")),
+        "resources/read" => params.and_then(|params| params.get("uri")),
+        _ => None,
+    };
+    if let Some(name) = named.and_then(Value::as_str) {
+        match header_text(headers, "mcp-name").map(|value| decode_header(&value)) {
+            None => return Err(mismatch("Mcp-Name is required".into())),
+            Some(value) if value != name => {
+                return Err(mismatch(format!("Mcp-Name is {value:?} but the body names {name:?}")));
+            }
+            Some(_) => {}
+        }
+    }
+    mcp::check_version(&envelope).map_err(refuse)
+}
+
+/// A header's value with optional whitespace trimmed (RFC 9110), if present and text.
+fn header_text(headers: &HeaderMap, name: &str) -> Option<String> {
+    headers.get(name).and_then(|value| value.to_str().ok()).map(|value| value.trim().to_owned())
+}
+
+/// Values outside visible ASCII travel as `=?base64?<base64 of UTF-8>?=`.
+fn decode_header(value: &str) -> String {
+    value
+        .strip_prefix("=?base64?")
+        .and_then(|rest| rest.strip_suffix("?="))
+        .and_then(|encoded| base64::engine::general_purpose::STANDARD.decode(encoded).ok())
+        .and_then(|bytes| String::from_utf8(bytes).ok())
+        .unwrap_or_else(|| value.to_owned())
+}
+
+fn accepts_json_and_sse(headers: &HeaderMap) -> bool {
+    let accept: Vec<String> = headers
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|value| value.split(','))
+        .map(|item| item.split(';').next().unwrap_or("").trim().to_ascii_lowercase())
+        .collect();
+    let has = |wanted: &str| accept.iter().any(|item| item == wanted || item == "*/*");
+    has("application/json") && has("text/event-stream")
+}
+
+fn is_json(headers: &HeaderMap) -> bool {
+    headers.get(header::CONTENT_TYPE).and_then(|value| value.to_str().ok()).is_some_and(|value| {
+        value.split(';').next().unwrap_or("").trim().eq_ignore_ascii_case("application/json")
+    })
+}
+
+/// `host[:port]` → `host`, keeping IPv6 brackets.
+fn host_name(authority: &str) -> &str {
+    if authority.starts_with('[') {
+        authority.split_inclusive(']').next().unwrap_or(authority)
+    } else {
+        authority.split(':').next().unwrap_or(authority)
+    }
+}
+
+fn host_allowed(host: Option<&HeaderValue>, allowed: &HashSet<String>) -> bool {
+    host.and_then(|value| value.to_str().ok())
+        .is_some_and(|host| allowed.contains(&host_name(host.trim()).to_ascii_lowercase()))
+}
+
+fn origin_allowed(origin: &HeaderValue, allowed: &HashSet<String>) -> bool {
+    let Ok(origin) = origin.to_str() else { return false };
+    let Some((scheme, authority)) = origin.trim().split_once("://") else { return false };
+    matches!(scheme, "http" | "https") && allowed.contains(&host_name(authority).to_ascii_lowercase())
+}
+
+/// The body, within the size and time limits.
+async fn read_body(body: IncomingBody, settings: &HttpSettings) -> Result<Bytes, HttpResponse> {
+    let limited = http_body_util::Limited::new(body, settings.max_body_bytes);
+    match tokio::time::timeout(settings.body_timeout, limited.collect()).await {
+        Err(_) => {
+            Err(plain(StatusCode::REQUEST_TIMEOUT, "Request Timeout: the body took too long to arrive"))
+        }
+        Ok(Err(error)) if error.downcast_ref::<http_body_util::LengthLimitError>().is_some() => Err(plain(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            &format!("Payload Too Large: the limit is {} bytes", settings.max_body_bytes),
+        )),
+        Ok(Err(error)) => Err(plain(StatusCode::BAD_REQUEST, &format!("Bad Request: {error}"))),
+        Ok(Ok(collected)) => Ok(collected.to_bytes()),
+    }
+}
+
+/// Cancels the request's call when dropped while armed: the client closed the stream.
+struct CancelOnDrop {
+    connection: Arc<Connection>,
+    id: RequestId,
+    armed: bool,
+}
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        if self.armed {
+            tracing::debug!(id = ?self.id, "client closed the response stream: cancelling the call");
+            self.connection.cancel_request(&self.id);
+        }
+    }
+}
+
+/// The status for an answer carrying `error`: 404 for an unknown method, 400 for the
+/// protocol-level refusals, 200 for errors of a request that was understood.
+fn status_for(error: &Value) -> StatusCode {
+    match error.get("code").and_then(Value::as_i64) {
+        Some(jsonrpc::METHOD_NOT_FOUND) => StatusCode::NOT_FOUND,
+        Some(
+            jsonrpc::MISSING_REQUIRED_CLIENT_CAPABILITY
+            | jsonrpc::UNSUPPORTED_PROTOCOL_VERSION
+            | HEADER_MISMATCH,
+        ) => StatusCode::BAD_REQUEST,
+        _ => StatusCode::OK,
+    }
+}
+
+fn json_answer(mut guard: CancelOnDrop, message: &Value) -> HttpResponse {
+    guard.armed = false;
+    let status = message.get("error").map_or(StatusCode::OK, status_for);
+    json_response(status, message)
+}
+
+fn sse_answer(
+    guard: CancelOnDrop,
+    first: Option<Value>,
+    mut outbox: mpsc::Receiver<Value>,
+    keep_alive: Duration,
+) -> HttpResponse {
+    let (events, body) = mpsc::channel::<Bytes>(16);
+    tokio::spawn(async move {
+        // Own the whole guard here: it cancels the call if this task ends early.
+        let mut guard = guard;
+        let event = |message: &Value| Bytes::from(format!("data: {message}\n\n"));
+        if let Some(first) = first
+            && events.send(event(&first)).await.is_err()
+        {
+            return; // the guard cancels
+        }
+        let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + keep_alive, keep_alive);
+        loop {
+            tokio::select! {
+                biased;
+                () = events.closed() => return, // the client went away: the guard cancels
+                message = outbox.recv() => {
+                    let Some(message) = message else { break };
+                    let done = message.get("id").is_some();
+                    if done {
+                        guard.armed = false;
+                    }
+                    if events.send(event(&message)).await.is_err() || done {
+                        break;
+                    }
+                }
+                _ = ticker.tick() => {
+                    if events.send(Bytes::from_static(b": keep-alive\n\n")).await.is_err() {
+                        return;
+                    }
+                }
+            }
+        }
+        guard.armed = false;
+    });
+    let mut response = Response::new(ResponseBody::Stream(body));
+    let headers = response.headers_mut();
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
+    response
+}
+
+fn json_response(status: StatusCode, message: &Value) -> HttpResponse {
+    let mut response = Response::new(ResponseBody::Full(Some(Bytes::from(message.to_string()))));
+    *response.status_mut() = status;
+    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    response
+}
+
+fn rpc_error(status: StatusCode, id: Option<&RequestId>, error: &RpcError) -> HttpResponse {
+    json_response(status, &jsonrpc::failure(id, error))
+}
+
+fn plain(status: StatusCode, text: &str) -> HttpResponse {
+    let mut response = json_response(status, &json!({"error": text}));
+    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    response
+}
+
+fn empty(status: StatusCode) -> HttpResponse {
+    let mut response = Response::new(ResponseBody::Full(None));
+    *response.status_mut() = status;
+    response
+}
+
+/// A whole body, or SSE events as they come.
+pub enum ResponseBody {
+    Full(Option<Bytes>),
+    Stream(mpsc::Receiver<Bytes>),
+}
+
+impl Body for ResponseBody {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        match self.get_mut() {
+            Self::Full(bytes) => Poll::Ready(bytes.take().map(|bytes| Ok(Frame::data(bytes)))),
+            Self::Stream(events) => {
+                events.poll_recv(cx).map(|event| event.map(|bytes| Ok(Frame::data(bytes))))
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        matches!(self, Self::Full(None))
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            Self::Full(Some(bytes)) => SizeHint::with_exact(bytes.len() as u64),
+            Self::Full(None) => SizeHint::with_exact(0),
+            Self::Stream(_) => SizeHint::default(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hosts_and_origins_are_checked_without_ports() {
+        let allowed = HttpSettings::default().allowed_hosts;
+        let host = |value: &'static str| host_allowed(Some(&HeaderValue::from_static(value)), &allowed);
+        assert!(host("localhost:8080") && host("127.0.0.1") && host("[::1]:3000"));
+        assert!(!host("evil.example:8080") && !host_allowed(None, &allowed));
+        let origin = |value: &'static str| origin_allowed(&HeaderValue::from_static(value), &allowed);
+        assert!(origin("http://localhost:3000") && origin("https://127.0.0.1"));
+        assert!(!origin("http://evil.example") && !origin("null") && !origin("file://localhost"));
+    }
+
+    #[test]
+    fn base64_header_values_are_decoded() {
+        assert_eq!(decode_header("=?base64?w6ljaG8=?="), "écho");
+        assert_eq!(decode_header("echo"), "echo");
+    }
+}
