@@ -8,6 +8,13 @@
 //! progress_interval_ms = 50      # at most one progress notification per call per interval
 //! cache_dir = "/var/cache/cordon"   # compiled components; `cache = false` turns it off
 //!
+//! [http]                         # only for `serve --http`
+//! max_body_kb = 4096             # 413 beyond it
+//! body_timeout_ms = 10000        # 408 when a body arrives slower
+//! sse_after_ms = 1000            # a quiet call's answer becomes an SSE stream...
+//! keep_alive_ms = 15000          # ...with a comment keep-alive this often
+//! allowed_hosts = ["mcp.internal"]   # besides localhost, 127.0.0.1 and [::1]
+//!
 //! [[components]]
 //! path = "tools.wasm"            # relative to this file
 //! data_dir = "/srv/tools-data"   # preopened at /data; default ~/.local/share/cordon/<name>
@@ -30,6 +37,7 @@ use serde::Deserialize;
 
 use crate::paths;
 use crate::runtime::{ComponentOptions, EngineSettings, RuntimeSettings, ToolLimits};
+use crate::transport::http::HttpSettings;
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -37,7 +45,20 @@ pub struct Config {
     #[serde(default)]
     pub server: ServerConfig,
     #[serde(default)]
+    pub http: HttpConfig,
+    #[serde(default)]
     pub components: Vec<ComponentConfig>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HttpConfig {
+    pub max_body_kb: Option<usize>,
+    pub body_timeout_ms: Option<u64>,
+    pub sse_after_ms: Option<u64>,
+    pub keep_alive_ms: Option<u64>,
+    #[serde(default)]
+    pub allowed_hosts: Vec<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -115,6 +136,7 @@ pub struct ComponentPlan {
 #[derive(Debug)]
 pub struct Plan {
     pub runtime: RuntimeSettings,
+    pub http: HttpSettings,
     pub progress_interval: Duration,
     pub components: Vec<ComponentPlan>,
 }
@@ -149,6 +171,20 @@ impl Config {
             runtime.queue_timeout = Duration::from_millis(ms);
         }
         let progress_interval = Duration::from_millis(server.progress_interval_ms.unwrap_or(50));
+        let mut http = HttpSettings::default();
+        if let Some(kb) = self.http.max_body_kb {
+            http.max_body_bytes = kb << 10;
+        }
+        if let Some(ms) = self.http.body_timeout_ms {
+            http.body_timeout = Duration::from_millis(ms);
+        }
+        if let Some(ms) = self.http.sse_after_ms {
+            http.sse_after = Duration::from_millis(ms);
+        }
+        if let Some(ms) = self.http.keep_alive_ms {
+            http.keep_alive = Duration::from_millis(ms.max(1));
+        }
+        http.allowed_hosts.extend(self.http.allowed_hosts.iter().map(|host| host.to_ascii_lowercase()));
 
         let mut components = Vec::new();
         for component in self.components {
@@ -168,7 +204,7 @@ impl Config {
         if components.is_empty() {
             components = default_components()?;
         }
-        Ok(Plan { runtime, progress_interval, components })
+        Ok(Plan { runtime, http, progress_interval, components })
     }
 }
 

@@ -62,8 +62,10 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    use std::io::IsTerminal;
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("CORDON_LOG").unwrap_or_else(|_| "info".into()),
         )
@@ -146,7 +148,7 @@ async fn serve(config: Option<PathBuf>, transport: Transport) -> Result<ExitCode
     let server = cordon::dispatch::Server::new(std::sync::Arc::new(runtime), plan.progress_interval);
     let drain = drain + std::time::Duration::from_secs(1);
     if let Transport::Http { address, allow_host } = transport {
-        let mut settings = cordon::transport::http::HttpSettings::default();
+        let mut settings = plan.http;
         settings.allowed_hosts.extend(allow_host.into_iter().map(|host| host.to_ascii_lowercase()));
         cordon::transport::http::bind_and_serve(server, address, settings, shutdown_signal(), drain)
             .await

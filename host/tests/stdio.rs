@@ -9,26 +9,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-const SCHEMA: &str = include_str!("schema/mcp-2026-07-28.schema.json");
-
-/// Validators for the schema's definitions.
-struct Schema {
-    root: Value,
-}
-
-impl Schema {
-    fn new() -> Self {
-        Self { root: serde_json::from_str(SCHEMA).unwrap() }
-    }
-
-    fn check(&self, definition: &str, message: &Value) {
-        let mut schema = self.root.clone();
-        schema["$ref"] = json!(format!("#/$defs/{definition}"));
-        let validator = jsonschema::validator_for(&schema).unwrap();
-        let errors: Vec<String> = validator.iter_errors(message).map(|error| error.to_string()).collect();
-        assert!(errors.is_empty(), "{message} is not a valid {definition}: {errors:?}");
-    }
-}
+mod common;
+use common::wire::{Schema, examples_config, meta};
 
 struct Server {
     child: Child,
@@ -39,35 +21,11 @@ struct Server {
     methods: std::collections::HashMap<String, String>,
 }
 
-fn examples_config() -> std::path::PathBuf {
-    let tools = cordon::paths::default_tools_dir().join("example-tools.wasm");
-    assert!(tools.is_file(), "{} is missing: run `cargo xtask guests` first", tools.display());
-    let dir = std::env::temp_dir().join(format!(
-        "cordon-stdio-{}-{:?}",
-        std::process::id(),
-        std::thread::current().id()
-    ));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let config = dir.join("cordon.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[server]\ncache = false\nprogress_interval_ms = 10\n\n[[components]]\npath = {:?}\ndata_dir = \"data\"\n\
-             limits = {{ grace_ms = 100, idle_timeout_ms = 0, max_duration_ms = 60000 }}\n\
-             [components.tools.order_book]\nmax_duration_ms = 400\n",
-            tools.display().to_string()
-        ),
-    )
-    .unwrap();
-    config
-}
-
 impl Server {
     fn start() -> Self {
         let mut child = Command::new(env!("CARGO_BIN_EXE_cordon"))
             .args(["serve", "--stdio", "--config"])
-            .arg(examples_config())
+            .arg(examples_config(&format!("stdio-{:?}", std::thread::current().id()), ""))
             .env("CORDON_LOG", "warn")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -110,19 +68,8 @@ impl Server {
         let line = self.lines.recv_timeout(timeout).ok()?;
         let message: Value =
             serde_json::from_str(&line).unwrap_or_else(|_| panic!("stdout carried a non-JSON line: {line}"));
-        self.schema.check("JSONRPCMessage", &message);
-        if message.get("error").is_some() {
-            self.schema.check("JSONRPCErrorResponse", &message);
-        } else if let Some(id) = message.get("id") {
-            match self.methods.get(&id.to_string()).map(String::as_str) {
-                Some("tools/call") => self.schema.check("CallToolResultResponse", &message),
-                Some("tools/list") => self.schema.check("ListToolsResultResponse", &message),
-                Some("server/discover") => self.schema.check("DiscoverResultResponse", &message),
-                _ => self.schema.check("JSONRPCResultResponse", &message),
-            }
-        } else if message["method"] == "notifications/progress" {
-            self.schema.check("ProgressNotification", &message);
-        }
+        let method = message.get("id").and_then(|id| self.methods.get(&id.to_string())).cloned();
+        self.schema.check_sent(&message, method.as_deref());
         Some(message)
     }
 
@@ -143,13 +90,6 @@ impl Drop for Server {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-fn meta() -> Value {
-    json!({
-        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-        "io.modelcontextprotocol/clientCapabilities": {},
-    })
 }
 
 #[test]

@@ -18,6 +18,8 @@
 
 #![allow(dead_code)]
 
+pub mod wire;
+
 use std::time::Duration;
 
 use cordon::runtime::{ComponentOptions, EngineSettings, Runtime, RuntimeSettings, ToolLimits};

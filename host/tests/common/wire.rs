@@ -1,0 +1,89 @@
+//! What the protocol tests share: the official schema, the example-tools config, the
+//! request envelope.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Mutex;
+
+use serde_json::{Value, json};
+
+const SCHEMA: &str = include_str!("../schema/mcp-2026-07-28.schema.json");
+
+/// Validators for definitions of the official MCP 2026-07-28 schema, compiled once each.
+pub struct Schema {
+    root: Value,
+    validators: Mutex<HashMap<String, std::sync::Arc<jsonschema::Validator>>>,
+}
+
+impl Schema {
+    pub fn new() -> Self {
+        Self { root: serde_json::from_str(SCHEMA).unwrap(), validators: Mutex::default() }
+    }
+
+    /// Panic unless `message` is a valid `definition`.
+    pub fn check(&self, definition: &str, message: &Value) {
+        let validator = self
+            .validators
+            .lock()
+            .unwrap()
+            .entry(definition.to_owned())
+            .or_insert_with(|| {
+                let mut schema = self.root.clone();
+                schema["$ref"] = json!(format!("#/$defs/{definition}"));
+                std::sync::Arc::new(jsonschema::validator_for(&schema).unwrap())
+            })
+            .clone();
+        let errors: Vec<String> = validator.iter_errors(message).map(|error| error.to_string()).collect();
+        assert!(errors.is_empty(), "{message} is not a valid {definition}: {errors:?}");
+    }
+
+    /// Check a message the server sent, with the schema of its kind; `method` is the
+    /// request's method when the message answers one.
+    pub fn check_sent(&self, message: &Value, method: Option<&str>) {
+        self.check("JSONRPCMessage", message);
+        if message.get("error").is_some() {
+            self.check("JSONRPCErrorResponse", message);
+        } else if message.get("id").is_some() {
+            let definition = match method {
+                Some("tools/call") => "CallToolResultResponse",
+                Some("tools/list") => "ListToolsResultResponse",
+                Some("server/discover") => "DiscoverResultResponse",
+                _ => "JSONRPCResultResponse",
+            };
+            self.check(definition, message);
+        } else if message["method"] == "notifications/progress" {
+            self.check("ProgressNotification", message);
+        }
+    }
+}
+
+/// The request envelope of MCP 2026-07-28.
+pub fn meta() -> Value {
+    json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {},
+    })
+}
+
+/// A config serving the example tools from a fresh data directory, quick limits, and
+/// `extra` TOML appended.
+pub fn examples_config(name: &str, extra: &str) -> PathBuf {
+    let tools = cordon::paths::default_tools_dir().join("example-tools.wasm");
+    assert!(tools.is_file(), "{} is missing: run `cargo xtask guests` first", tools.display());
+    let dir = std::env::temp_dir().join(format!("cordon-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("cordon.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[server]\ncache = false\nprogress_interval_ms = 10\nmax_concurrent_calls = 256\n{extra}\n\n\
+             [[components]]\npath = {:?}\ndata_dir = \"data\"\n\
+             limits = {{ grace_ms = 100, idle_timeout_ms = 0, max_duration_ms = 60000 }}\n\
+             [components.tools.order_book]\nmax_duration_ms = 400\n",
+            tools.display().to_string()
+        ),
+    )
+    .unwrap();
+    config
+}

@@ -1,0 +1,442 @@
+//! `cordon serve --http` as a raw HTTP/1.1 client sees it: the validation ladder, JSON and
+//! SSE answers, cancel by disconnect, shutdown, 1,000 concurrent streams. Every JSON-RPC
+//! message received is validated against the official MCP 2026-07-28 schema. The
+//! real-client suite (the Python SDK over HTTP) is in `tests/e2e/`.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::wire::{Schema, examples_config, meta};
+use serde_json::{Value, json};
+
+struct Server {
+    child: Child,
+    port: u16,
+    schema: Arc<Schema>,
+}
+
+impl Server {
+    fn start(name: &str) -> Self {
+        let config = examples_config(
+            name,
+            "[http]\nbody_timeout_ms = 500\nmax_body_kb = 1024\nsse_after_ms = 200\nkeep_alive_ms = 100\n",
+        );
+        let mut child = Command::new(env!("CARGO_BIN_EXE_cordon"))
+            .args(["serve", "--http", "127.0.0.1:0", "--config"])
+            .arg(config)
+            .env("CORDON_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stderr = BufReader::new(child.stderr.take().unwrap());
+        let port = loop {
+            let mut line = String::new();
+            assert!(stderr.read_line(&mut line).unwrap() > 0, "the server exited before listening");
+            if let Some(rest) = line.split("http://127.0.0.1:").nth(1) {
+                break rest.split('/').next().unwrap().parse().unwrap();
+            }
+        };
+        // Keep draining stderr so the server never blocks on it.
+        std::thread::spawn(move || for _ in stderr.lines() {});
+        Self { child, port, schema: Arc::new(Schema::new()) }
+    }
+
+    fn post(&self, headers: &[(&str, &str)], body: &str) -> Answer {
+        post(self.port, headers, body.as_bytes(), &self.schema)
+    }
+
+    /// A modern tools/call with every header right.
+    fn call(&self, id: i64, tool: &str, arguments: Value, extra_meta: Value) -> Answer {
+        let mut envelope = meta();
+        envelope.as_object_mut().unwrap().extend(extra_meta.as_object().cloned().unwrap_or_default());
+        let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": {"name": tool, "arguments": arguments, "_meta": envelope}});
+        self.post(&modern_headers("tools/call", Some(tool)), &body.to_string())
+    }
+
+    fn locks(&self) -> String {
+        let answer = self.call(900, "locks", json!({}), json!({}));
+        answer.messages.last().unwrap()["result"]["content"][0]["text"].as_str().unwrap().to_owned()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// What came back: status, headers (lower-case names), and the JSON-RPC messages (one for
+/// JSON, each `data:` event for SSE), each already checked against the schema.
+struct Answer {
+    status: u16,
+    headers: Vec<(String, String)>,
+    body: String,
+    messages: Vec<Value>,
+}
+
+impl Answer {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(key, _)| key == name).map(|(_, value)| value.as_str())
+    }
+
+    fn error_code(&self) -> Option<i64> {
+        self.messages.last()?.get("error")?.get("code")?.as_i64()
+    }
+}
+
+fn modern_headers<'a>(method: &'a str, name: Option<&'a str>) -> Vec<(&'a str, &'a str)> {
+    let mut headers = vec![
+        ("Accept", "application/json, text/event-stream"),
+        ("Content-Type", "application/json"),
+        ("MCP-Protocol-Version", "2026-07-28"),
+        ("Mcp-Method", method),
+    ];
+    if let Some(name) = name {
+        headers.push(("Mcp-Name", name));
+    }
+    headers
+}
+
+fn write_request(stream: &mut TcpStream, port: u16, method: &str, headers: &[(&str, &str)], body: &[u8]) {
+    let mut head = format!("{method} /mcp HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n");
+    for (name, value) in headers {
+        head.push_str(&format!("{name}: {value}\r\n"));
+    }
+    head.push_str(&format!("Content-Length: {}\r\n\r\n", body.len()));
+    stream.write_all(head.as_bytes()).unwrap();
+    let _ = stream.write_all(body);
+}
+
+fn post(port: u16, headers: &[(&str, &str)], body: &[u8], schema: &Schema) -> Answer {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    write_request(&mut stream, port, "POST", headers, body);
+    read_answer(stream, schema)
+}
+
+fn read_answer(stream: TcpStream, schema: &Schema) -> Answer {
+    stream.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let mut raw = Vec::new();
+    BufReader::new(stream).read_to_end(&mut raw).unwrap();
+    let text = String::from_utf8(raw).unwrap();
+    let (head, body) = text.split_once("\r\n\r\n").expect("a complete HTTP response");
+    let mut lines = head.lines();
+    let status = lines.next().unwrap().split(' ').nth(1).unwrap().parse().unwrap();
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|line| line.split_once(':'))
+        .map(|(key, value)| (key.trim().to_ascii_lowercase(), value.trim().to_owned()))
+        .collect();
+    let chunked = headers.iter().any(|(key, value)| key == "transfer-encoding" && value == "chunked");
+    let body = if chunked { dechunk(body) } else { body.to_owned() };
+    let is_sse = headers.iter().any(|(key, value)| key == "content-type" && value == "text/event-stream");
+    let messages: Vec<Value> = if is_sse {
+        body.lines()
+            .filter_map(|line| line.strip_prefix("data: "))
+            .map(|data| serde_json::from_str(data).unwrap())
+            .collect()
+    } else if headers.iter().any(|(key, value)| key == "content-type" && value == "application/json") {
+        let message: Value = serde_json::from_str(&body).unwrap();
+        if message.get("jsonrpc").is_some() { vec![message] } else { Vec::new() }
+    } else {
+        Vec::new()
+    };
+    for message in &messages {
+        schema
+            .check_sent(message, Some("tools/call").filter(|_| message.pointer("/result/content").is_some()));
+    }
+    Answer { status, headers, body, messages }
+}
+
+fn dechunk(mut body: &str) -> String {
+    let mut out = String::new();
+    while let Some((size, rest)) = body.split_once("\r\n") {
+        let size = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
+        if size == 0 {
+            break;
+        }
+        out.push_str(&rest[..size]);
+        body = &rest[size..].trim_start_matches("\r\n");
+    }
+    out
+}
+
+#[test]
+fn a_call_is_answered_with_json_and_progress_turns_it_into_sse() {
+    let server = Server::start("http-basic");
+    let answer = server.call(1, "echo", json!({"text": "hi"}), json!({}));
+    assert_eq!(answer.status, 200);
+    assert_eq!(answer.header("content-type"), Some("application/json"));
+    assert_eq!(answer.messages[0]["result"]["content"][0]["text"], "hi");
+
+    let answer =
+        server.call(2, "reindex", json!({"collection": "c", "step_ms": 20}), json!({"progressToken": "p"}));
+    assert_eq!(answer.status, 200);
+    assert_eq!(answer.header("content-type"), Some("text/event-stream"));
+    assert_eq!(answer.header("x-accel-buffering"), Some("no"));
+    let (progress, last) = answer.messages.split_at(answer.messages.len() - 1);
+    assert!(!progress.is_empty());
+    assert!(progress.iter().all(|message| message["params"]["progressToken"] == "p"));
+    assert_eq!(last[0]["id"], 2);
+    assert_eq!(last[0]["result"]["content"][0]["text"], "Reindexed 120 documents in c");
+}
+
+#[test]
+fn a_quiet_call_becomes_an_sse_stream_with_keep_alives() {
+    let server = Server::start("http-quiet");
+    let answer = server.call(1, "spin", json!({"seconds": 0.6}), json!({}));
+    assert_eq!(answer.header("content-type"), Some("text/event-stream"));
+    assert!(answer.body.contains(": keep-alive"), "{}", answer.body);
+    assert!(
+        answer.messages.last().unwrap()["result"]["content"][0]["text"].as_str().unwrap().starts_with("Spun")
+    );
+}
+
+#[test]
+fn the_validation_ladder_answers_each_refusal_with_its_status() {
+    let server = Server::start("http-ladder");
+    let port = server.port;
+    let list = |id: i64, meta: Value| {
+        json!({"jsonrpc": "2.0", "id": id, "method": "tools/list", "params": {"_meta": meta}}).to_string()
+    };
+    let old_meta = json!({"io.modelcontextprotocol/protocolVersion": "v999.0.0", "io.modelcontextprotocol/clientCapabilities": {}});
+
+    // Methods and paths.
+    for method in ["GET", "DELETE", "PUT"] {
+        let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        write_request(&mut stream, port, method, &modern_headers("tools/list", None), b"");
+        let answer = read_answer(stream, &server.schema);
+        assert_eq!(answer.status, 405, "{method}");
+        assert_eq!(answer.header("allow"), Some("POST"));
+    }
+    // Accept and Content-Type.
+    let no_sse = [("Accept", "application/json"), ("Content-Type", "application/json")];
+    assert_eq!(server.post(&no_sse, &list(1, meta())).status, 406);
+    let text = [("Accept", "application/json, text/event-stream"), ("Content-Type", "text/plain")];
+    assert_eq!(server.post(&text, &list(1, meta())).status, 415);
+    // Bodies.
+    let headers = modern_headers("tools/list", None);
+    let answer = server.post(&headers, "{nope");
+    assert_eq!((answer.status, answer.error_code()), (400, Some(-32700)));
+    assert!(answer.messages[0].get("id").is_none());
+    let answer = server.post(&headers, &format!("[{}]", list(1, meta())));
+    assert_eq!((answer.status, answer.error_code()), (400, Some(-32600)));
+    let answer = server
+        .post(&headers, r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1}}"#);
+    assert_eq!((answer.status, answer.body.as_str()), (202, ""));
+    // Envelope, headers, version, method.
+    let answer = server.post(
+        &headers,
+        &json!({"jsonrpc": "2.0", "id": 7, "method": "tools/list", "params": {}}).to_string(),
+    );
+    assert_eq!((answer.status, answer.error_code()), (400, Some(-32602)));
+    assert_eq!(answer.messages[0]["id"], 7);
+    let no_version: Vec<_> =
+        headers.iter().filter(|(name, _)| *name != "MCP-Protocol-Version").cloned().collect();
+    assert_eq!(server.post(&no_version, &list(8, meta())).error_code(), Some(-32020));
+    let wrong_method = modern_headers("server/discover", None);
+    assert_eq!(server.post(&wrong_method, &list(9, meta())).error_code(), Some(-32020));
+    let answer = server.post(&headers, &list(10, old_meta.clone()));
+    assert_eq!((answer.status, answer.error_code()), (400, Some(-32020)), "header 2026-07-28, body v999");
+    let mut both_old = headers.clone();
+    both_old[2] = ("MCP-Protocol-Version", "v999.0.0");
+    let answer = server.post(&both_old, &list(11, old_meta));
+    assert_eq!((answer.status, answer.error_code()), (400, Some(-32022)));
+    assert_eq!(
+        answer.messages[0]["error"]["data"],
+        json!({"supported": ["2026-07-28"], "requested": "v999.0.0"})
+    );
+    for method in ["initialize", "ping", "logging/setLevel", "resources/subscribe", "unknown/method"] {
+        let body =
+            json!({"jsonrpc": "2.0", "id": 12, "method": method, "params": {"_meta": meta()}}).to_string();
+        let answer = server.post(&modern_headers(method, None), &body);
+        assert_eq!((answer.status, answer.error_code()), (404, Some(-32601)), "{method}");
+    }
+    // Mcp-Name: required, compared after trimming and base64 decoding.
+    let call = |name_header: Option<&str>| {
+        let body = json!({"jsonrpc": "2.0", "id": 13, "method": "tools/call",
+            "params": {"name": "echo", "arguments": {"text": "x"}, "_meta": meta()}});
+        let mut headers = modern_headers("tools/call", None);
+        if let Some(name) = name_header {
+            headers.push(("Mcp-Name", name));
+        }
+        server.post(&headers, &body.to_string())
+    };
+    assert_eq!(call(None).error_code(), Some(-32020));
+    assert_eq!(call(Some("spin")).error_code(), Some(-32020));
+    assert_eq!(call(Some("  echo  ")).status, 200);
+    assert_eq!(call(Some("=?base64?ZWNobw==?=")).messages[0]["result"]["content"][0]["text"], "x");
+    // Handler errors stay in-band.
+    let answer = server.call(14, "nope", json!({}), json!({}));
+    assert_eq!((answer.status, answer.error_code()), (200, Some(-32602)));
+}
+
+#[test]
+fn hosts_origins_and_oversized_or_slow_bodies_are_refused() {
+    let server = Server::start("http-limits");
+    let port = server.port;
+    let body =
+        json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"_meta": meta()}}).to_string();
+    let mut headers = modern_headers("tools/list", None);
+    headers.push(("Origin", "http://evil.example"));
+    assert_eq!(server.post(&headers, &body).status, 403);
+    headers.pop();
+    headers.push(("Origin", "http://localhost:3000"));
+    assert_eq!(server.post(&headers, &body).status, 200);
+
+    // A foreign Host (DNS rebinding).
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let request = format!(
+        "POST /mcp HTTP/1.1\r\nHost: rebind.example:{port}\r\nConnection: close\r\nAccept: application/json, text/event-stream\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(request.as_bytes()).unwrap();
+    assert_eq!(read_answer(stream, &server.schema).status, 403);
+
+    // 10 MB: refused with 413, and the server keeps serving.
+    let huge = format!(
+        "{{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/list\",\"pad\":\"{}\"}}",
+        "x".repeat(10 << 20)
+    );
+    let answer = post(port, &modern_headers("tools/list", None), huge.as_bytes(), &server.schema);
+    assert_eq!(answer.status, 413);
+
+    // A body that never finishes arriving: 408 after the read timeout.
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let head = format!(
+        "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\nAccept: application/json, text/event-stream\r\n\
+         Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{{\"jsonrpc\""
+    );
+    stream.write_all(head.as_bytes()).unwrap();
+    let started = Instant::now();
+    assert_eq!(read_answer(stream, &server.schema).status, 408);
+    assert!(started.elapsed() < Duration::from_secs(3));
+    assert_eq!(server.call(2, "echo", json!({"text": "ok"}), json!({})).status, 200);
+}
+
+#[test]
+fn closing_the_stream_cancels_the_call_even_while_the_guest_spins_silently() {
+    let server = Server::start("http-disconnect");
+    for (when, arguments) in
+        [("before SSE", json!({"seconds": 600})), ("during SSE", json!({"seconds": 600}))]
+    {
+        let mut stream = TcpStream::connect(("127.0.0.1", server.port)).unwrap();
+        let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+            "params": {"name": "spin", "arguments": arguments, "_meta": meta()}})
+        .to_string();
+        write_request(
+            &mut stream,
+            server.port,
+            "POST",
+            &modern_headers("tools/call", Some("spin")),
+            body.as_bytes(),
+        );
+        let started = Instant::now();
+        while !server.locks().contains("spin") {
+            assert!(started.elapsed() < Duration::from_secs(5), "spin never started");
+        }
+        if when == "during SSE" {
+            // Read the SSE head (the answer turns into a stream after 200 ms).
+            let mut first = [0u8; 64];
+            stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+            let read = stream.read(&mut first).unwrap();
+            assert!(String::from_utf8_lossy(&first[..read]).starts_with("HTTP/1.1 200"), "{when}");
+        }
+        drop(stream);
+        let closed = Instant::now();
+        while server.locks() != "[]" {
+            assert!(
+                closed.elapsed() < Duration::from_secs(2),
+                "{when}: the call was not stopped and cleaned up"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+#[test]
+fn a_legacy_client_is_served_without_sessions() {
+    let server = Server::start("http-legacy");
+    let base = [("Accept", "application/json, text/event-stream"), ("Content-Type", "application/json")];
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}});
+    let answer = server.post(&base, &init.to_string());
+    assert_eq!(answer.status, 200);
+    assert_eq!(answer.messages[0]["result"]["protocolVersion"], "2025-11-25");
+    assert!(answer.header("mcp-session-id").is_none());
+    let mut legacy = base.to_vec();
+    legacy.push(("MCP-Protocol-Version", "2025-11-25"));
+    let call = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "echo", "arguments": {"text": "old"}}});
+    assert_eq!(server.post(&legacy, &call.to_string()).messages[0]["result"]["content"][0]["text"], "old");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thousand_concurrent_streams_are_all_answered() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let server = Server::start("http-thousand");
+    let port = server.port;
+    let mut tasks = Vec::new();
+    for id in 0..1000 {
+        tasks.push(tokio::spawn(async move {
+            let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+                "params": {"name": "echo", "arguments": {"text": format!("stream {id}")}, "_meta": meta()}})
+            .to_string();
+            let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+            let request = format!(
+                "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\nAccept: application/json, text/event-stream\r\n\
+                 Content-Type: application/json\r\nMCP-Protocol-Version: 2026-07-28\r\nMcp-Method: tools/call\r\nMcp-Name: echo\r\n\
+                 Content-Length: {}\r\n\r\n{body}",
+                body.len()
+            );
+            stream.write_all(request.as_bytes()).await.unwrap();
+            let mut response = String::new();
+            stream.read_to_string(&mut response).await.unwrap();
+            (id, response)
+        }));
+    }
+    for task in tasks {
+        let (id, response) = task.await.unwrap();
+        assert!(response.starts_with("HTTP/1.1 200"), "{id}: {response}");
+        let body: Value = serde_json::from_str(response.split("\r\n\r\n").nth(1).unwrap()).unwrap();
+        server.schema.check_sent(&body, Some("tools/call"));
+        assert_eq!(body["result"]["content"][0]["text"], format!("stream {id}"));
+    }
+}
+
+#[test]
+fn sigterm_stops_calls_in_flight_answers_them_and_exits() {
+    let mut server = Server::start("http-sigterm");
+    let port = server.port;
+    let schema = server.schema.clone();
+    let caller = std::thread::spawn(move || {
+        let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+            "params": {"name": "spin", "arguments": {"seconds": 600}, "_meta": meta()}});
+        post(port, &modern_headers("tools/call", Some("spin")), body.to_string().as_bytes(), &schema)
+    });
+    let started = Instant::now();
+    while !server.locks().contains("spin") {
+        assert!(started.elapsed() < Duration::from_secs(5));
+    }
+    // SAFETY: signalling our own child process.
+    unsafe { libc::kill(server.child.id() as i32, libc::SIGTERM) };
+    let signalled = Instant::now();
+    let answer = caller.join().unwrap();
+    let text = answer.messages.last().unwrap()["result"]["content"][0]["text"].as_str().unwrap().to_owned();
+    assert!(text.contains("shutting down"), "{text}");
+    loop {
+        if let Some(status) = server.child.try_wait().unwrap() {
+            assert!(status.success());
+            break;
+        }
+        assert!(signalled.elapsed() < Duration::from_secs(5), "the server did not exit");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
