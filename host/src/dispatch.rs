@@ -43,23 +43,25 @@ impl Server {
     }
 }
 
-/// Where a connection's outgoing messages go, in the order each task sends them.
+/// Where a request's outgoing messages go, in the order each task sends them. Cheap to
+/// clone: a stdio connection shares one; HTTP gives each request its own.
+#[derive(Clone)]
 pub enum Outbox {
     /// A channel, drained by the transport (e.g. into an HTTP response stream).
     Channel(mpsc::Sender<Value>),
     /// A byte stream written in place, one message per line (stdio): no hand-off to
     /// another task, which saves a thread wake-up per message.
-    Lines(tokio::sync::Mutex<Box<dyn AsyncWrite + Send + Unpin>>),
+    Lines(Arc<tokio::sync::Mutex<Box<dyn AsyncWrite + Send + Unpin>>>),
 }
 
 impl Outbox {
     pub fn lines(writer: impl AsyncWrite + Send + Unpin + 'static) -> Self {
-        Self::Lines(tokio::sync::Mutex::new(Box::new(writer)))
+        Self::Lines(Arc::new(tokio::sync::Mutex::new(Box::new(writer))))
     }
 
     /// Deliver `message`. A closed channel or stream means the client is gone: there is no
     /// one left to tell, so the failure is only logged.
-    async fn send(&self, message: Value) {
+    pub async fn send(&self, message: Value) {
         match self {
             Self::Channel(sender) => {
                 let _ = sender.send(message).await;
@@ -92,7 +94,6 @@ struct InFlight {
 /// One client's channel to the server.
 pub struct Connection {
     server: Arc<Server>,
-    out: Outbox,
     /// Set by a 2025-era `initialize`: requests without the 2026 envelope are then served.
     legacy: AtomicBool,
     in_flight: Mutex<HashMap<RequestId, InFlight>>,
@@ -109,21 +110,20 @@ enum Reply {
 }
 
 impl Connection {
-    /// A connection whose outgoing messages go to `out`, in order.
-    pub fn new(server: Arc<Server>, out: Outbox) -> Arc<Self> {
+    /// A connection to `server`.
+    pub fn new(server: Arc<Server>) -> Arc<Self> {
         Arc::new(Self {
             server,
-            out,
             legacy: AtomicBool::new(false),
             in_flight: Mutex::new(HashMap::new()),
             call_finished: Notify::new(),
         })
     }
 
-    /// Handle one message from the client.
-    pub async fn handle(self: &Arc<Self>, message: Incoming) {
+    /// Handle one message from the client; what it causes to be sent goes to `out`.
+    pub async fn handle(self: &Arc<Self>, message: Incoming, out: &Outbox) {
         match message {
-            Incoming::Invalid { id, error } => self.send(jsonrpc::failure(id.as_ref(), &error)).await,
+            Incoming::Invalid { id, error } => out.send(jsonrpc::failure(id.as_ref(), &error)).await,
             Incoming::Response => {}
             Incoming::Notification { method, params } => {
                 if method == "notifications/cancelled" {
@@ -131,15 +131,15 @@ impl Connection {
                 }
                 // Anything else (e.g. notifications/initialized) needs no action.
             }
-            Incoming::Request { id, method, params } => match self.route(&id, &method, params) {
-                Reply::Result(result) => self.send(jsonrpc::success(&id, result)).await,
-                Reply::Error(error) => self.send(jsonrpc::failure(Some(&id), &error)).await,
+            Incoming::Request { id, method, params } => match self.route(&id, &method, params, out) {
+                Reply::Result(result) => out.send(jsonrpc::success(&id, result)).await,
+                Reply::Error(error) => out.send(jsonrpc::failure(Some(&id), &error)).await,
                 Reply::Later => {}
             },
         }
     }
 
-    fn route(self: &Arc<Self>, id: &RequestId, method: &str, params: Option<Value>) -> Reply {
+    fn route(self: &Arc<Self>, id: &RequestId, method: &str, params: Option<Value>, out: &Outbox) -> Reply {
         let modern = mcp::has_envelope(params.as_ref());
         if method == "initialize" {
             if modern {
@@ -190,7 +190,7 @@ impl Connection {
                         .filter(|token| token.is_string() || token.is_i64())
                         .cloned(),
                 };
-                self.start_call(id, params, progress_token)
+                self.start_call(id, params, progress_token, out.clone())
             }
         }
     }
@@ -200,6 +200,7 @@ impl Connection {
         id: &RequestId,
         params: Option<Value>,
         progress_token: Option<Value>,
+        out: Outbox,
     ) -> Reply {
         let params = params.unwrap_or_default();
         let Some(name) = params.get("name").and_then(Value::as_str) else {
@@ -227,11 +228,11 @@ impl Connection {
         let connection = self.clone();
         let (id, name) = (id.clone(), name.to_owned());
         tokio::spawn(async move {
-            let answer = connection.run_call(&id, &name, &arguments, progress_token).await;
+            let answer = connection.run_call(&id, &name, &arguments, progress_token, &out).await;
             connection.in_flight.lock().unwrap().remove(&id);
             connection.call_finished.notify_waiters();
             if let Some(answer) = answer {
-                connection.send(answer).await;
+                out.send(answer).await;
             }
         });
         Reply::Later
@@ -244,6 +245,7 @@ impl Connection {
         name: &str,
         arguments: &Value,
         token: Option<Value>,
+        out: &Outbox,
     ) -> Option<Value> {
         let runtime = &self.server.runtime;
         let call = match runtime.call(name, arguments).await {
@@ -280,7 +282,7 @@ impl Connection {
                     next_progress = Instant::now() + self.server.progress_interval;
                     let latest = progress.borrow_and_update().clone();
                     if let (Some(token), Some(latest)) = (&token, latest) {
-                        self.send(mcp::progress_notification(token, &latest)).await;
+                        out.send(mcp::progress_notification(token, &latest)).await;
                     }
                 }
             }
@@ -293,7 +295,7 @@ impl Connection {
             .then(|| progress.borrow_and_update().clone())
             .flatten();
         if let (Some(token), Some(latest)) = (&token, unsent) {
-            self.send(mcp::progress_notification(token, &latest)).await;
+            out.send(mcp::progress_notification(token, &latest)).await;
         }
         let limits = runtime.limits(name).cloned().unwrap_or_default();
         Some(jsonrpc::success(id, mcp::call_result(&report.outcome, &limits)))
@@ -342,9 +344,5 @@ impl Connection {
                 return false;
             }
         }
-    }
-
-    async fn send(&self, message: Value) {
-        self.out.send(message).await;
     }
 }

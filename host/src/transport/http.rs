@@ -73,6 +73,62 @@ impl Default for HttpSettings {
 
 type HttpResponse = Response<ResponseBody>;
 
+/// 2025-era sessions, minted at a legacy `initialize`, so that a legacy client's
+/// `notifications/cancelled` (sent as a POST of its own) reaches the call it names. The
+/// 2026 protocol is stateless and needs none. Idle sessions expire; their number is capped.
+#[derive(Default)]
+struct Sessions {
+    live: std::sync::Mutex<std::collections::HashMap<String, (Arc<Connection>, std::time::Instant)>>,
+}
+
+const SESSION_IDLE: Duration = Duration::from_secs(3600);
+const MAX_SESSIONS: usize = 10_000;
+
+impl Sessions {
+    fn open(&self, connection: Arc<Connection>) -> String {
+        use std::hash::{BuildHasher, Hasher};
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        // Two SipHash outputs under the process's random keys: 128 unguessable bits.
+        let counter = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let random = std::collections::hash_map::RandomState::new();
+        let word = |salt: u64| {
+            let mut hasher = random.build_hasher();
+            hasher.write_u64(counter);
+            hasher.write_u64(salt);
+            hasher.finish()
+        };
+        let id = format!("{:016x}{:016x}", word(1), word(2));
+        let now = std::time::Instant::now();
+        let mut live = self.live.lock().unwrap();
+        live.retain(|_, (_, used)| now.duration_since(*used) < SESSION_IDLE);
+        if live.len() >= MAX_SESSIONS
+            && let Some(oldest) = live.iter().min_by_key(|(_, (_, used))| *used).map(|(id, _)| id.clone())
+        {
+            live.remove(&oldest);
+        }
+        live.insert(id.clone(), (connection, now));
+        id
+    }
+
+    fn get(&self, id: &str) -> Option<Arc<Connection>> {
+        let mut live = self.live.lock().unwrap();
+        let (connection, used) = live.get_mut(id)?;
+        *used = std::time::Instant::now();
+        Some(connection.clone())
+    }
+
+    fn close(&self, id: &str) -> bool {
+        self.live.lock().unwrap().remove(id).is_some()
+    }
+}
+
+/// What every HTTP request shares.
+struct Shared {
+    server: Arc<Server>,
+    settings: HttpSettings,
+    sessions: Sessions,
+}
+
 /// Serve MCP over HTTP on `listener` until `shutdown` resolves; then stop accepting, stop
 /// every call in flight (grace, hard stop, cleanup) and wait at most `drain` for them.
 pub async fn serve(
@@ -82,7 +138,7 @@ pub async fn serve(
     shutdown: impl std::future::Future<Output = ()>,
     drain: Duration,
 ) -> std::io::Result<()> {
-    let settings = Arc::new(settings);
+    let shared = Arc::new(Shared { server: server.clone(), settings, sessions: Sessions::default() });
     let mut shutdown = std::pin::pin!(shutdown);
     let (closing, closing_signal) = tokio::sync::watch::channel(false);
     let mut connections = tokio::task::JoinSet::new();
@@ -101,12 +157,12 @@ pub async fn serve(
             () = &mut shutdown => break,
         };
         let _ = stream.set_nodelay(true);
-        let (server, settings) = (server.clone(), settings.clone());
+        let shared = shared.clone();
         let mut closing = closing_signal.clone();
         connections.spawn(async move {
             let service = hyper::service::service_fn(move |request| {
-                let (server, settings) = (server.clone(), settings.clone());
-                async move { Ok::<_, Infallible>(handle(request, &server, &settings).await) }
+                let shared = shared.clone();
+                async move { Ok::<_, Infallible>(handle(request, &shared).await) }
             });
             let connection = hyper::server::conn::http1::Builder::new()
                 .keep_alive(true)
@@ -155,12 +211,8 @@ pub async fn bind_and_serve(
     serve(server, listener, settings, shutdown, drain).await
 }
 
-async fn handle(
-    request: Request<IncomingBody>,
-    server: &Arc<Server>,
-    settings: &HttpSettings,
-) -> HttpResponse {
-    match serve_request(request, server, settings).await {
+async fn handle(request: Request<IncomingBody>, shared: &Shared) -> HttpResponse {
+    match serve_request(request, shared).await {
         Ok(response) | Err(response) => response,
     }
 }
@@ -168,9 +220,9 @@ async fn handle(
 /// The validation ladder, then dispatch. `Err` is an early refusal.
 async fn serve_request(
     request: Request<IncomingBody>,
-    server: &Arc<Server>,
-    settings: &HttpSettings,
+    shared: &Shared,
 ) -> Result<HttpResponse, HttpResponse> {
+    let (server, settings) = (&shared.server, &shared.settings);
     let headers = request.headers();
     if let Some(origin) = headers.get(header::ORIGIN)
         && !origin_allowed(origin, &settings.allowed_hosts)
@@ -182,6 +234,13 @@ async fn serve_request(
     }
     if request.uri().path() != settings.path {
         return Err(plain(StatusCode::NOT_FOUND, "Not Found: the MCP endpoint is POST /mcp"));
+    }
+    let session_id = header_text(headers, "mcp-session-id");
+    if request.method() == Method::DELETE
+        && let Some(id) = &session_id
+        && shared.sessions.close(id)
+    {
+        return Err(empty(StatusCode::OK));
     }
     if request.method() != Method::POST {
         let mut response = plain(StatusCode::METHOD_NOT_ALLOWED, "Method Not Allowed: use POST");
@@ -202,9 +261,18 @@ async fn serve_request(
     }
     let headers = headers.clone();
     let body = read_body(request.into_body(), settings).await?;
+    // A 2025-era session, when the request names a live one (2026 requests ignore it).
+    let session = session_id.as_deref().and_then(|id| shared.sessions.get(id));
     let (id, method, params) = match jsonrpc::parse(&body) {
         Incoming::Request { id, method, params } => (id, method, params),
-        Incoming::Notification { .. } => return Ok(empty(StatusCode::ACCEPTED)),
+        notification @ Incoming::Notification { .. } => {
+            // Only a 2025-era session's notifications (its cancellations) mean anything;
+            // in the 2026 protocol a cancel is a closed stream.
+            if let Some(connection) = session {
+                connection.handle(notification, &Outbox::Channel(mpsc::channel(1).0)).await;
+            }
+            return Ok(empty(StatusCode::ACCEPTED));
+        }
         Incoming::Response => {
             let error = RpcError::new(INVALID_REQUEST, "Invalid Request: a server accepts no responses");
             return Err(rpc_error(StatusCode::BAD_REQUEST, None, &error));
@@ -216,28 +284,45 @@ async fn serve_request(
 
     let header_version = header_text(&headers, "mcp-protocol-version");
     let modern = mcp::has_envelope(params.as_ref());
+    // Without the 2026 envelope, `initialize`, a 2025-era version header or a session id
+    // (sessions exist only in that era) mark a 2025-era client.
     let legacy = !modern
         && (method == "initialize"
+            || session_id.is_some()
             || header_version.as_deref().is_some_and(|version| mcp::LEGACY_VERSIONS.contains(&version)));
     if !legacy {
         check_modern(&headers, &id, &method, params.as_ref())?;
+    } else if session_id.is_some() && session.is_none() && method != "initialize" {
+        return Err(plain(StatusCode::NOT_FOUND, "Not Found: unknown or expired session; initialize again"));
     }
 
     let (sender, mut outbox) = mpsc::channel(64);
-    let connection = Connection::new(server.clone(), Outbox::Channel(sender));
+    let connection = match session.filter(|_| legacy) {
+        Some(connection) => connection,
+        None => Connection::new(server.clone()),
+    };
     if legacy {
         connection.set_legacy();
     }
+    let new_session = (legacy && method == "initialize").then(|| shared.sessions.open(connection.clone()));
     // From here on, dropping the guard (the client went away) cancels the call.
     let guard = CancelOnDrop { connection: connection.clone(), id: id.clone(), armed: true };
-    connection.handle(Incoming::Request { id, method, params }).await;
+    connection.handle(Incoming::Request { id, method, params }, &Outbox::Channel(sender)).await;
     drop(connection);
 
     let first = match tokio::time::timeout(settings.sse_after, outbox.recv()).await {
-        Ok(Some(message)) if message.get("id").is_some() => return Ok(json_answer(guard, &message)),
+        Ok(Some(message)) if message.get("id").is_some() => {
+            let mut response = json_answer(guard, &message);
+            if let Some(session) = new_session
+                && let Ok(value) = HeaderValue::from_str(&session)
+            {
+                response.headers_mut().insert("mcp-session-id", value);
+            }
+            return Ok(response);
+        }
         Ok(Some(notification)) => Some(notification),
-        // The connection is gone without an answer: a cancelled call (never happens here,
-        // but answer something sane rather than hang).
+        // Every sender is gone without an answer: a call cancelled by a 2025-era
+        // `notifications/cancelled`, which is answered with nothing.
         Ok(None) => return Ok(empty(StatusCode::ACCEPTED)),
         Err(_quiet) => None,
     };

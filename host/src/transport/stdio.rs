@@ -30,7 +30,8 @@ where
     R: AsyncBufRead + Unpin,
     W: AsyncWrite + Unpin + Send + 'static,
 {
-    let connection = Connection::new(server.clone(), Outbox::lines(output));
+    let out = Outbox::lines(output);
+    let connection = Connection::new(server.clone());
     let mut input = input;
     let mut line = Vec::new();
     let mut shutdown = std::pin::pin!(shutdown);
@@ -47,13 +48,13 @@ where
                     INVALID_REQUEST,
                     format!("Invalid Request: the message exceeds {MAX_MESSAGE_BYTES} bytes"),
                 );
-                connection.handle(Incoming::Invalid { id: None, error }).await;
+                connection.handle(Incoming::Invalid { id: None, error }, &out).await;
             }
             Line::Complete => {
                 if line.trim_ascii().is_empty() {
                     continue;
                 }
-                connection.handle(jsonrpc::parse(&line)).await;
+                connection.handle(jsonrpc::parse(&line), &out).await;
             }
         }
     }

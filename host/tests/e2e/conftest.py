@@ -1,19 +1,27 @@
-"""Fixtures for driving `cordon serve --stdio` with the official Python SDK client.
+"""Fixtures for driving `cordon serve` with the official Python SDK client, over stdio and
+over Streamable HTTP.
 
-Every test gets a fresh server on the example tools (built by `cargo xtask guests`), run
-through recorder.py; after the test, every message the server sent is validated against
-the official MCP 2026-07-28 schema.
+Every test gets a fresh server on the example tools (built by `cargo xtask guests`). Over
+stdio it runs through recorder.py; over HTTP the client's transport records each body.
+After the test, every message the server sent is validated against the official MCP
+2026-07-28 schema.
 """
 
+import contextlib
 import json
 import os
+import re
+import subprocess
 import sys
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+import httpx2
 import jsonschema
 import pytest
-from mcp import StdioServerParameters
+from mcp import Client, StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
 
 HERE = Path(__file__).parent
 REPO = HERE.parents[2]
@@ -35,13 +43,71 @@ def validator(definition: str) -> jsonschema.Draft202012Validator:
 
 @dataclass
 class Cordon:
-    """A server to connect to: its parameters, its recorded log, its pid file."""
+    """A running server to connect to, over stdio or HTTP, and its recorded messages."""
 
-    params: StdioServerParameters
+    transport: str
     log: Path
+    params: StdioServerParameters | None = None
+    url: str | None = None
+    http_pid: int | None = None
 
     def pid(self) -> int:
+        if self.http_pid is not None:
+            return self.http_pid
         return int(Path(str(self.log) + ".pid").read_text())
+
+    @contextlib.asynccontextmanager
+    async def client(self, mode: str):
+        if self.transport == "stdio":
+            async with Client(self.params, mode=mode) as client:
+                yield client
+            return
+        http = httpx2.AsyncClient(
+            transport=RecordingTransport(httpx2.AsyncHTTPTransport(), self.log),
+            timeout=httpx2.Timeout(30, read=300),
+        )
+        async with http, Client(streamable_http_client(self.url, http_client=http), mode=mode) as client:
+            yield client
+
+
+class RecordingTransport(httpx2.AsyncBaseTransport):
+    """Passes requests through and appends each request body and response body to the log."""
+
+    def __init__(self, inner: httpx2.AsyncBaseTransport, log: Path):
+        self.inner, self.log = inner, log
+
+    async def handle_async_request(self, request):
+        body = request.content.decode("utf-8", "replace") if request.method == "POST" else ""
+        if body:
+            append(self.log, {"dir": "in", "line": body})
+        response = await self.inner.handle_async_request(request)
+        log, content_type = self.log, response.headers.get("content-type", "")
+
+        class Tee(httpx2.AsyncByteStream):
+            def __init__(self, inner):
+                self.inner, self.data = inner, b""
+
+            async def __aiter__(self):
+                async for chunk in self.inner:
+                    self.data += chunk
+                    yield chunk
+
+            async def aclose(self):
+                await self.inner.aclose()
+                append(log, {"dir": "http", "content_type": content_type, "body": self.data.decode("utf-8", "replace")})
+
+        return httpx2.Response(
+            status_code=response.status_code,
+            headers=response.headers,
+            stream=Tee(response.stream),
+            extensions=response.extensions,
+            request=request,
+        )
+
+
+def append(log: Path, entry: dict) -> None:
+    with open(log, "a") as file:
+        file.write(json.dumps(entry) + "\n")
 
 
 @pytest.fixture
@@ -49,44 +115,82 @@ def anyio_backend():
     return "asyncio"
 
 
-@pytest.fixture
-def cordon(tmp_path: Path):
+def write_config(tmp_path: Path) -> Path:
     assert CORDON.is_file(), f"{CORDON} is missing: build it (cargo xtask test does)"
     assert TOOLS.is_file(), f"{TOOLS} is missing: run `cargo xtask guests`"
     config = tmp_path / "cordon.toml"
     config.write_text(
         "[server]\ncache = false\nmax_concurrent_calls = 256\nprogress_interval_ms = 10\n\n"
+        "[http]\nsse_after_ms = 200\n\n"
         f"[[components]]\npath = {json.dumps(str(TOOLS))}\ndata_dir = \"data\"\n"
         "limits = { grace_ms = 250, idle_timeout_ms = 0, max_duration_ms = 120000 }\n"
     )
+    return config
+
+
+@pytest.fixture(params=["stdio", "http"])
+def cordon(request, tmp_path: Path):
+    config = write_config(tmp_path)
     log = tmp_path / "messages.jsonl"
-    params = StdioServerParameters(
-        command=sys.executable,
-        args=[str(HERE / "recorder.py"), str(log), str(CORDON), "serve", "--stdio", "--config", str(config)],
-        env={"CORDON_LOG": "warn"},
-    )
-    yield Cordon(params, log)
+    log.touch()
+    if request.param == "stdio":
+        params = StdioServerParameters(
+            command=sys.executable,
+            args=[str(HERE / "recorder.py"), str(log), str(CORDON), "serve", "--stdio", "--config", str(config)],
+            env={"CORDON_LOG": "warn"},
+        )
+        yield Cordon("stdio", log, params=params)
+    else:
+        server = subprocess.Popen(
+            [str(CORDON), "serve", "--http", "127.0.0.1:0", "--config", str(config)],
+            stderr=subprocess.PIPE,
+            env={**os.environ, "CORDON_LOG": "info"},
+        )
+        for line in server.stderr:
+            found = re.search(rb"http://127\.0\.0\.1:(\d+)/mcp", line)
+            if found:
+                break
+        else:
+            raise AssertionError("the HTTP server exited before listening")
+        threading.Thread(target=lambda: [None for _ in server.stderr], daemon=True).start()
+        try:
+            yield Cordon("http", log, url=f"http://127.0.0.1:{found.group(1).decode()}/mcp", http_pid=server.pid)
+        finally:
+            server.terminate()
+            server.wait(10)
     check_log(log)
 
 
+def sent_messages(entry: dict) -> list:
+    """The JSON-RPC messages in one recorded server output."""
+    if entry["dir"] == "out":
+        return [json.loads(entry["line"])] if entry["line"].strip() else [None]
+    if entry["content_type"].startswith("text/event-stream"):
+        return [json.loads(line[len("data: "):]) for line in entry["body"].splitlines() if line.startswith("data: ")]
+    if entry["content_type"].startswith("application/json") and entry["body"]:
+        return [json.loads(entry["body"])]
+    return []
+
+
 def check_log(log: Path) -> None:
-    """Every line the server sent is one valid MCP message; responses match their method."""
+    """Every message the server sent is one valid MCP message; responses match their method."""
     message_schema = validator("JSONRPCMessage")
     methods, sent = {}, 0
     for entry in map(json.loads, log.read_text().splitlines()):
-        message = json.loads(entry["line"]) if entry["line"].strip() else None
         if entry["dir"] == "in":
+            message = json.loads(entry["line"]) if entry["line"].strip() else None
             if isinstance(message, dict) and "id" in message and "method" in message:
                 methods[json.dumps(message["id"])] = message["method"]
             continue
-        sent += 1
-        assert message is not None, "the server sent an empty line"
-        message_schema.validate(message)
-        if "error" in message:
-            validator("JSONRPCErrorResponse").validate(message)
-        elif "id" in message:
-            method = methods.get(json.dumps(message["id"]))
-            validator(RESPONSE_SCHEMAS.get(method, "JSONRPCResultResponse")).validate(message)
-        elif message.get("method") == "notifications/progress":
-            validator("ProgressNotification").validate(message)
+        for message in sent_messages(entry):
+            sent += 1
+            assert message is not None, "the server sent an empty line"
+            message_schema.validate(message)
+            if "error" in message:
+                validator("JSONRPCErrorResponse").validate(message)
+            elif "id" in message:
+                method = methods.get(json.dumps(message["id"]))
+                validator(RESPONSE_SCHEMAS.get(method, "JSONRPCResultResponse")).validate(message)
+            elif message.get("method") == "notifications/progress":
+                validator("ProgressNotification").validate(message)
     assert sent > 0, "the server sent nothing"

@@ -1,6 +1,7 @@
-"""The official Python SDK client (mcp 2.3.0) against `cordon serve --stdio`, in both
-protocol eras: list, call, progress, cancel, timeout, the hard stop of `spin`, and 200
-concurrent calls."""
+"""The official Python SDK client (mcp 2.3.0) against `cordon serve`, over stdio and over
+Streamable HTTP (the `cordon` fixture runs each test on both), in both protocol eras:
+list, call, progress, cancel (on HTTP: by closing the stream), timeout, the hard stop of
+`spin`, and 200 concurrent calls."""
 
 import asyncio
 import json
@@ -8,7 +9,7 @@ import os
 import time
 
 import pytest
-from mcp import Client, MCPError
+from mcp import Client, MCPError  # noqa: F401  (Client: see conftest)
 from mcp_types import REQUEST_TIMEOUT
 
 pytestmark = pytest.mark.anyio
@@ -39,7 +40,7 @@ def cpu_seconds(pid: int) -> float:
 
 @pytest.mark.parametrize("mode", ERAS)
 async def test_list_and_call(cordon, mode):
-    async with Client(cordon.params, mode=mode) as client:
+    async with cordon.client(mode) as client:
         assert client.protocol_version == ("2025-11-25" if mode == "legacy" else "2026-07-28")
         tools = await client.list_tools()
         assert [tool.name for tool in tools.tools] == ["echo", "reindex", "locks", "spin", "order_book"]
@@ -56,7 +57,7 @@ async def test_progress_callback(cordon, mode):
     async def on_progress(progress, total, message):
         seen.append((progress, total, message))
 
-    async with Client(cordon.params, mode=mode) as client:
+    async with cordon.client(mode) as client:
         result = await client.call_tool(
             "reindex", {"collection": "books", "step_ms": 50}, progress_callback=on_progress
         )
@@ -69,7 +70,7 @@ async def test_progress_callback(cordon, mode):
 
 @pytest.mark.parametrize("mode", ERAS)
 async def test_cancel_releases_the_lock(cordon, mode):
-    async with Client(cordon.params, mode=mode) as client:
+    async with cordon.client(mode) as client:
         task = asyncio.create_task(client.call_tool("reindex", {"collection": "archive", "step_ms": 60000}))
         await wait_for_locks(client, lambda held: "archive" in held)
         task.cancel()
@@ -81,7 +82,7 @@ async def test_cancel_releases_the_lock(cordon, mode):
 
 @pytest.mark.parametrize("mode", ERAS)
 async def test_read_timeout_cancels_and_cleanup_releases_the_hold(cordon, mode):
-    async with Client(cordon.params, mode=mode) as client:
+    async with cordon.client(mode) as client:
         with pytest.raises(MCPError) as error:
             await client.call_tool("order_book", {"title": "Dune"}, read_timeout_seconds=0.5)
         assert error.value.code == REQUEST_TIMEOUT
@@ -89,7 +90,7 @@ async def test_read_timeout_cancels_and_cleanup_releases_the_hold(cordon, mode):
 
 
 async def test_hard_stop_of_spin_stops_the_cpu_and_releases_the_lock(cordon):
-    async with Client(cordon.params, mode="2026-07-28") as client:
+    async with cordon.client("2026-07-28") as client:
         task = asyncio.create_task(client.call_tool("spin", {"seconds": 600}))
         await wait_for_locks(client, lambda held: "spin" in held)
         pid = cordon.pid()
@@ -108,7 +109,7 @@ async def test_hard_stop_of_spin_stops_the_cpu_and_releases_the_lock(cordon):
 
 @pytest.mark.parametrize("mode", ERAS)
 async def test_two_hundred_concurrent_calls(cordon, mode):
-    async with Client(cordon.params, mode=mode) as client:
+    async with cordon.client(mode) as client:
         texts = [f"call {i}" for i in range(200)]
         results = await asyncio.gather(*(client.call_tool("echo", {"text": text}) for text in texts))
         assert [result.content[0].text for result in results] == texts
