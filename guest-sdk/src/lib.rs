@@ -174,8 +174,12 @@ impl<E: std::error::Error> From<E> for ToolError {
 
 /// One piece of a result. See [`CallResult`].
 pub use bindings::cordon::tool::types::Content;
+/// A resource whose contents travel in the result, for embedded-resource content.
+pub use bindings::cordon::tool::types::EmbeddedResource;
 /// Bytes with a media type, for image and audio content.
 pub use bindings::cordon::tool::types::Media;
+/// A link to a resource, for resource-link content.
+pub use bindings::cordon::tool::types::ResourceLink;
 
 /// A tool's full result: content for the model, optional structured JSON, and an error flag.
 #[derive(Debug, Clone, Default)]
@@ -289,6 +293,23 @@ impl Tool {
             requires: Vec::new(),
             handler,
         }
+    }
+
+    /// A tool whose input schema is written by hand (any JSON Schema 2020-12, root
+    /// `type: object`) instead of generated; the handler gets the arguments as JSON.
+    pub fn with_schema<R, F>(
+        name: &str,
+        description: &str,
+        input_schema: fn() -> serde_json::Value,
+        handler: F,
+    ) -> Self
+    where
+        R: IntoCallResult,
+        F: Fn(serde_json::Value) -> Result<R, ToolError> + 'static,
+    {
+        let mut tool = Self::new(name, description, handler);
+        tool.input_schema = input_schema;
+        tool
     }
 
     fn info(self) -> wit::ToolInfo {

@@ -1,7 +1,10 @@
 //! Project tasks:
 //! - `cargo xtask guests`: build every guest component for `wasm32-wasip2` into
 //!   `target/guests/`, with whichever toolchain this machine has.
-//! - `cargo xtask test`: build the guests, then run every test.
+//! - `cargo xtask test`: build the guests, then run every test, the official MCP
+//!   conformance suite included.
+//! - `cargo xtask conformance`: run the conformance suite against `cordon serve --http`
+//!   on the conformance fixture (`examples/conformance`).
 //!
 //! Two routes, tried in order:
 //! 1. rustup's `wasm32-wasip2` target, when installed: a plain `cargo build`.
@@ -31,11 +34,14 @@ fn main() -> Result<()> {
         Some("guests") => build_guests(),
         Some("test") => {
             build_guests()?;
-            run_tests()
+            run_tests()?;
+            conformance()
         }
+        Some("conformance") => conformance(),
         _ => {
             eprintln!("usage: cargo xtask guests   build every guest component into target/guests/");
             eprintln!("       cargo xtask test     build the guests, then run every test");
+            eprintln!("       cargo xtask conformance   run the MCP conformance suite over HTTP");
             std::process::exit(2);
         }
     }
@@ -116,6 +122,73 @@ fn python_env(root: &Path) -> Result<PathBuf> {
     run(Command::new(&python).args(["-m", "pip", "install", "-q", "-r"]).arg(&requirements))?;
     fs::write(stamp, wanted)?;
     Ok(python)
+}
+
+const CONFORMANCE_PACKAGES: &[&str] = &["@modelcontextprotocol/conformance@0.2.0-alpha.12", "node@22"];
+
+/// The official MCP conformance suite (2026-07-28 server scenarios) against
+/// `cordon serve --http` on the conformance fixture, with the baseline of scenarios not yet
+/// supported. The suite and Node 22 come from the npm registry into `target/conformance`.
+fn conformance() -> Result<()> {
+    let root = repo_root();
+    let tools = root.join("target/conformance");
+    fs::create_dir_all(&tools)?;
+    let stamp = tools.join("installed");
+    if fs::read_to_string(&stamp).ok().as_deref() != Some(&CONFORMANCE_PACKAGES.join(" ")) {
+        run(Command::new("npm")
+            .current_dir(&tools)
+            .args(["install", "--no-audit", "--no-fund", "--silent", "--no-save"])
+            .args(CONFORMANCE_PACKAGES))
+        .context("installing the conformance suite with npm (is npm installed?)")?;
+        fs::write(&stamp, CONFORMANCE_PACKAGES.join(" "))?;
+    }
+    let cordon = root.join("target/debug/cordon");
+    if !cordon.exists() {
+        let cargo = env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        run(Command::new(cargo).current_dir(&root).args(["build", "--package", "cordon"]))?;
+    }
+    let mut server = Command::new(&cordon)
+        .args(["serve", "--http", "127.0.0.1:0", "--config"])
+        .arg(root.join("examples/conformance/cordon.toml"))
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .context("starting cordon")?;
+    let url = match listening_url(&mut server) {
+        Ok(url) => url,
+        Err(error) => {
+            let _ = server.kill();
+            return Err(error);
+        }
+    };
+    let bin = tools.join("node_modules/.bin");
+    let path = env::join_paths(
+        std::iter::once(bin.clone()).chain(env::split_paths(&env::var_os("PATH").unwrap_or_default())),
+    )?;
+    let result = run(Command::new(bin.join("conformance"))
+        .current_dir(&tools)
+        .env("PATH", path)
+        .args(["server", "--url", &url, "--spec-version", "2026-07-28", "--suite", "all", "-o", "results"])
+        .arg("--expected-failures")
+        .arg(root.join("examples/conformance/baseline.yml")));
+    let _ = server.kill();
+    let _ = server.wait();
+    result.context("the conformance suite failed (results in target/conformance/results)")
+}
+
+/// Read the server's stderr until it says where it listens; keep draining it afterwards.
+fn listening_url(server: &mut std::process::Child) -> Result<String> {
+    use std::io::{BufRead, BufReader};
+    let mut lines = BufReader::new(server.stderr.take().context("no stderr")?).lines();
+    for line in lines.by_ref() {
+        let line = line?;
+        eprintln!("{line}");
+        if let Some(at) = line.find("http://") {
+            let url = line[at..].split_whitespace().next().unwrap_or_default().to_owned();
+            std::thread::spawn(move || lines.for_each(drop));
+            return Ok(url);
+        }
+    }
+    bail!("cordon exited before it listened")
 }
 
 fn run(command: &mut Command) -> Result<()> {
