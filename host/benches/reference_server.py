@@ -1,5 +1,5 @@
-"""The reference server for the stdio benchmark: the same `echo` tool, written with the
-official Python SDK (mcp 2.3.0), served on stdio."""
+"""The reference server for the benchmarks: the same `echo` tool, written with the official
+Python SDK (mcp 2.3.0), served on stdio, or on Streamable HTTP with `http PORT`."""
 
 from mcp.server.mcpserver import MCPServer
 
@@ -13,4 +13,9 @@ def echo(text: str) -> str:
 
 
 if __name__ == "__main__":
-    server.run()
+    import sys
+
+    if len(sys.argv) > 2 and sys.argv[1] == "http":
+        server.run("streamable-http", host="127.0.0.1", port=int(sys.argv[2]))
+    else:
+        server.run()

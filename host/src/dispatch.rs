@@ -317,7 +317,7 @@ impl Connection {
     /// Stop the call answering request `id`, if it is still running, and send nothing for
     /// it (HTTP calls this when the client closes the response stream).
     pub fn cancel_request(&self, id: &RequestId) {
-        if let Some(entry) = self.in_flight.lock().unwrap().get_mut(&id) {
+        if let Some(entry) = self.in_flight.lock().unwrap().get_mut(id) {
             entry.cancelled = true;
             if let Some(handle) = &entry.handle {
                 handle.cancel();

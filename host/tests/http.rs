@@ -167,7 +167,7 @@ fn dechunk(mut body: &str) -> String {
             break;
         }
         out.push_str(&rest[..size]);
-        body = &rest[size..].trim_start_matches("\r\n");
+        body = rest[size..].trim_start_matches("\r\n");
     }
     out
 }
