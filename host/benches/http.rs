@@ -89,7 +89,8 @@ fn free_port() -> u16 {
 
 fn main() {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
-    let cordon = std::env::var_os("CORDON_BIN").map_or_else(|| root.join("target/debug/cordon"), PathBuf::from);
+    let cordon =
+        std::env::var_os("CORDON_BIN").map_or_else(|| root.join("target/debug/cordon"), PathBuf::from);
     let python = root.join("target/e2e-venv/bin/python");
     assert!(cordon.is_file() && python.is_file(), "run `cargo xtask test` first: it builds both");
     let config = std::env::temp_dir().join("cordon-bench-http.toml");

@@ -389,3 +389,23 @@ async fn unknown_tools_and_non_object_arguments_are_refused_before_any_instance(
     ));
     assert_eq!(runtime.pool_usage(), baseline());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn progress_messages_are_capped_and_non_finite_values_dropped() {
+    // done = NaN (dropped), then done = 1 with a 100 KB message (cut to 1 KiB), then a
+    // non-finite total (dropped), then wait so the watcher sees the kept report.
+    let body = "(drop (memory.grow (i32.const 2)))
+      (call $progress (f64.const nan) (i32.const 0) (f64.const 0) (i32.const 0) (i32.const 0) (i32.const 0))
+      (call $progress (f64.const 1) (i32.const 0) (f64.const 0) (i32.const 1) (i32.const 65536) (i32.const 100000))
+      (call $progress (f64.const 2) (i32.const 1) (f64.const inf) (i32.const 0) (i32.const 0) (i32.const 0))
+      (call $sleep_ms (i64.const 100))
+      (call $ok_text (i32.const 2000) (i32.const 4))";
+    let runtime = runtime_with(&[WatGuest::new("loud", body)], quick_limits()).await;
+    let call = runtime.call("loud", &no_args()).await.unwrap();
+    let progress = call.handle().progress();
+    let report = call.run().await;
+    assert!(matches!(report.outcome, Outcome::Completed(_)), "{:?}", report.outcome);
+    let latest = progress.borrow().clone().expect("one report kept");
+    assert_eq!(latest.done, 1.0);
+    assert_eq!(latest.message.unwrap().len(), cordon::runtime::MAX_PROGRESS_MESSAGE);
+}

@@ -11,6 +11,9 @@ use tokio::sync::{Notify, watch};
 
 use super::limits::ToolLimits;
 
+/// The longest progress message passed on, in bytes.
+pub const MAX_PROGRESS_MESSAGE: usize = 1024;
+
 /// A progress report, as the guest made it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Progress {
@@ -136,9 +139,19 @@ impl CallControl {
     }
 
     /// Accept a report if it grows; the watch channel keeps only the latest (coalescing).
-    pub(crate) fn report_progress(&self, report: Progress) {
-        if !report.done.is_finite() {
+    /// Messages are cut to [`MAX_PROGRESS_MESSAGE`] bytes: they are for people.
+    pub(crate) fn report_progress(&self, mut report: Progress) {
+        if !report.done.is_finite() || report.total.is_some_and(|total| !total.is_finite()) {
             return;
+        }
+        if let Some(message) = &mut report.message
+            && message.len() > MAX_PROGRESS_MESSAGE
+        {
+            let mut end = MAX_PROGRESS_MESSAGE;
+            while !message.is_char_boundary(end) {
+                end -= 1;
+            }
+            message.truncate(end);
         }
         let accepted = self.progress.send_if_modified(|latest| {
             if latest.as_ref().is_some_and(|latest| report.done <= latest.done) {

@@ -34,7 +34,7 @@ use wasmtime::component::{HasSelf, Linker};
 pub use bindings::{Content, EmbeddedResource, Media, ResourceLink, ToolAnnotations};
 pub use call::{Call, CallHandle, CallReport, CleanupOutcome, CleanupReport, Outcome, Timeout, ToolResult};
 pub use component::{ComponentOptions, LoadError, ToolSpec};
-pub use control::Progress;
+pub use control::{MAX_PROGRESS_MESSAGE, Progress};
 pub use engine::EngineSettings;
 pub use guest::GUEST_DATA_DIR;
 pub use limits::ToolLimits;
