@@ -295,3 +295,31 @@ fn a_slow_call_never_blocks_another() {
     assert!(started.elapsed() < Duration::from_secs(1), "echo waited {:?}", started.elapsed());
     assert_eq!(server.expect()["id"], 1);
 }
+
+#[test]
+fn random_bytes_never_crash_the_server() {
+    let mut server = Server::start();
+    let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut next = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    for _ in 0..300 {
+        // A non-blank line of random bytes (JSON punctuation included, newlines excluded).
+        let length = 1 + next() as usize % 200;
+        let mut line: Vec<u8> = std::iter::once(b'\x01')
+            .chain(
+                (0..length).map(|_| b"{}[]\":,0a\\\xff\x00 "[next() as usize % 13] ^ (next() as u8 & 0x80)),
+            )
+            .filter(|&byte| byte != b'\n')
+            .collect();
+        line.push(b'\n');
+        server.send_raw(&line);
+        let answer = server.expect();
+        let code = answer["error"]["code"].as_i64();
+        assert!(matches!(code, Some(-32700 | -32600)), "{:?} -> {answer}", String::from_utf8_lossy(&line));
+    }
+    assert_eq!(server.call_text(1, "echo", json!({"text": "alive"})), "alive");
+}

@@ -27,7 +27,8 @@ pub(crate) struct GuestState {
 
 impl GuestState {
     /// State for one store. WASI is locked down: no environment, no arguments, no network,
-    /// stdin closed, stdout discarded (stdout may be the MCP channel), stderr to our stderr;
+    /// stdin closed, stdout discarded (stdout may be the MCP channel), stderr to the
+    /// operator's log line by line, tagged with the component's name;
     /// the data directory, when the operator granted one, is the only file system.
     pub(crate) fn new(
         component: Arc<str>,
@@ -36,7 +37,10 @@ impl GuestState {
         control: Arc<CallControl>,
     ) -> Result<Self> {
         let mut wasi = WasiCtxBuilder::new();
-        wasi.inherit_stderr().allow_tcp(false).allow_udp(false).allow_ip_name_lookup(false);
+        wasi.stderr(GuestStderr { component: component.clone() })
+            .allow_tcp(false)
+            .allow_udp(false)
+            .allow_ip_name_lookup(false);
         if let Some(dir) = data_dir {
             wasi.preopened_dir(dir, GUEST_DATA_DIR, FsPerms::ReadWrite)
                 .map_err(anyhow::Error::from)
@@ -101,5 +105,82 @@ impl host::Host for GuestState {
             types::LogLevel::Error => tracing::error!(target: "guest", component, "{message}"),
         }
         Ok(())
+    }
+}
+
+/// The longest stderr line logged as one; longer output is split.
+const MAX_STDERR_LINE: usize = 4096;
+
+/// A guest's stderr: each line becomes a log event tagged with the component's name (a
+/// Rust guest's panic message lands there, for one).
+struct GuestStderr {
+    component: Arc<str>,
+}
+
+impl wasmtime_wasi::cli::IsTerminal for GuestStderr {
+    fn is_terminal(&self) -> bool {
+        false
+    }
+}
+
+impl wasmtime_wasi::cli::StdoutStream for GuestStderr {
+    fn async_stream(&self) -> Box<dyn tokio::io::AsyncWrite + Send + Sync> {
+        Box::new(StderrLines { component: self.component.clone(), line: Vec::new() })
+    }
+}
+
+struct StderrLines {
+    component: Arc<str>,
+    line: Vec<u8>,
+}
+
+impl StderrLines {
+    fn emit(&mut self) {
+        if !self.line.is_empty() {
+            let text = String::from_utf8_lossy(&self.line);
+            tracing::info!(target: "guest", component = &*self.component, "stderr: {}", text.trim_end());
+            self.line.clear();
+        }
+    }
+}
+
+impl tokio::io::AsyncWrite for StderrLines {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+        bytes: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        for &byte in bytes {
+            if byte == b'\n' {
+                self.emit();
+            } else {
+                self.line.push(byte);
+                if self.line.len() >= MAX_STDERR_LINE {
+                    self.emit();
+                }
+            }
+        }
+        std::task::Poll::Ready(Ok(bytes.len()))
+    }
+
+    fn poll_flush(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        self.emit();
+        std::task::Poll::Ready(Ok(()))
+    }
+}
+
+impl Drop for StderrLines {
+    fn drop(&mut self) {
+        self.emit();
     }
 }
