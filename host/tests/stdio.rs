@@ -323,3 +323,25 @@ fn random_bytes_never_crash_the_server() {
     }
     assert_eq!(server.call_text(1, "echo", json!({"text": "alive"})), "alive");
 }
+
+/// utime + stime of a process, in clock ticks.
+fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let fields: Vec<&str> = stat.rsplit_once(')').unwrap().1.split_whitespace().collect();
+    fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
+}
+
+#[test]
+fn an_idle_server_burns_no_cpu_the_epoch_ticker_sleeps() {
+    let mut server = Server::start();
+    assert_eq!(server.call_text(1, "echo", json!({"text": "warm"})), "warm");
+    std::thread::sleep(Duration::from_millis(300));
+    let before = cpu_ticks(server.child.id());
+    std::thread::sleep(Duration::from_secs(2));
+    let used = cpu_ticks(server.child.id()) - before;
+    // A ticker at 1 ms costs a few percent of a core; idle means (almost) nothing.
+    assert!(used <= 2, "an idle server used {used} clock ticks in 2 s");
+    // And it still stops a spinning guest at once when one runs.
+    server.request(2, "tools/call", json!({"name": "spin", "arguments": {"seconds": 0.2}, "_meta": meta()}));
+    assert!(server.expect()["result"]["content"][0]["text"].as_str().unwrap().starts_with("Spun"));
+}

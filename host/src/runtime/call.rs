@@ -148,6 +148,7 @@ impl CallHandle {
 pub struct Call {
     pub(crate) id: u64,
     pub(crate) engine: Engine,
+    pub(crate) ticker: Arc<super::engine::Ticker>,
     pub(crate) component: Arc<LoadedComponent>,
     pub(crate) tool: String,
     pub(crate) limits: ToolLimits,
@@ -170,6 +171,7 @@ impl Call {
 
     /// Run the call to its one outcome, then its cleanup if it needs one.
     pub async fn run(self) -> CallReport {
+        let _ticking = self.ticker.running();
         let (outcome, hard_stopped) = self.drive().await;
         let stopped_at = Instant::now();
         let cleanup = match outcome.stop_reason() {

@@ -11,6 +11,8 @@ use std::fs;
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread;
 use std::time::Duration;
 
@@ -65,7 +67,7 @@ const KEEP_RESIDENT_BYTES: usize = 256 << 10;
 const DECOMMIT_BATCH: usize = 16;
 
 /// Build the engine and start its epoch ticker.
-pub fn build_engine(settings: &EngineSettings) -> Result<Engine> {
+pub(crate) fn build_engine(settings: &EngineSettings) -> Result<(Engine, Arc<Ticker>)> {
     let slots =
         u32::try_from(settings.max_concurrent_calls * 2 + 1).context("max_concurrent_calls is too large")?;
     let mut pool = PoolingAllocationConfig::default();
@@ -92,24 +94,65 @@ pub fn build_engine(settings: &EngineSettings) -> Result<Engine> {
         .allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
     let engine =
         Engine::new(&config).map_err(anyhow::Error::from).context("configuring the wasmtime engine")?;
-    start_epoch_ticker(&engine, settings.epoch_tick);
-    Ok(engine)
+    let ticker = Ticker::start(&engine, settings.epoch_tick);
+    Ok((engine, ticker))
 }
 
-/// One plain OS thread ticks the epoch (never a tokio task: a busy runtime would delay the
-/// ticks that stop busy guests). It holds the engine weakly and ends with it.
-fn start_epoch_ticker(engine: &Engine, tick: Duration) {
-    let weak = engine.weak();
-    thread::Builder::new()
-        .name("cordon-epoch".into())
-        .spawn(move || {
-            while let Some(engine) = weak.upgrade() {
-                engine.increment_epoch();
-                drop(engine);
-                thread::sleep(tick);
-            }
-        })
-        .expect("spawning the epoch ticker thread");
+/// The epoch ticker: one plain OS thread (never a tokio task: a busy runtime would delay
+/// the ticks that stop busy guests). It ticks only while guest code runs and sleeps
+/// otherwise, so an idle server costs no CPU; it holds the engine weakly and ends with it.
+pub(crate) struct Ticker {
+    /// Guest executions in progress (calls, cleanups, `list`).
+    running: AtomicUsize,
+    thread: thread::Thread,
+}
+
+/// Keeps the ticker ticking while it lives: hold one while guest code may run.
+pub(crate) struct Running(Arc<Ticker>);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.0.running.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// How long the idle ticker sleeps before it checks whether the engine is gone.
+const IDLE_CHECK: Duration = Duration::from_secs(1);
+
+impl Ticker {
+    fn start(engine: &Engine, tick: Duration) -> Arc<Self> {
+        let weak = engine.weak();
+        let (sender, receiver) = std::sync::mpsc::channel::<Arc<Ticker>>();
+        let thread = thread::Builder::new()
+            .name("cordon-epoch".into())
+            .spawn(move || {
+                let Ok(ticker) = receiver.recv() else { return };
+                drop(receiver);
+                while let Some(engine) = weak.upgrade() {
+                    if ticker.running.load(Ordering::SeqCst) == 0 {
+                        drop(engine);
+                        thread::park_timeout(IDLE_CHECK);
+                        continue;
+                    }
+                    engine.increment_epoch();
+                    drop(engine);
+                    thread::sleep(tick);
+                }
+            })
+            .expect("spawning the epoch ticker thread");
+        let ticker = Arc::new(Self { running: AtomicUsize::new(0), thread: thread.thread().clone() });
+        let _ = sender.send(ticker.clone());
+        ticker
+    }
+
+    /// Guest code is about to run: tick (waking the thread if it was idle) until the
+    /// returned guard drops.
+    pub(crate) fn running(self: &Arc<Self>) -> Running {
+        if self.running.fetch_add(1, Ordering::SeqCst) == 0 {
+            self.thread.unpark();
+        }
+        Running(self.clone())
+    }
 }
 
 /// Compile `bytes`, or load the result of an earlier compile from `cache_dir`.

@@ -94,6 +94,7 @@ pub struct PoolUsage {
 /// Loaded tool components and the means to run them.
 pub struct Runtime {
     engine: Engine,
+    ticker: Arc<engine::Ticker>,
     linker: Linker<GuestState>,
     settings: RuntimeSettings,
     components: Vec<Arc<LoadedComponent>>,
@@ -108,13 +109,14 @@ pub struct Runtime {
 impl Runtime {
     /// An engine, a linker with WASI (async) and the Cordon host imports, and no components.
     pub fn new(settings: RuntimeSettings) -> Result<Self> {
-        let engine = engine::build_engine(&settings.engine)?;
+        let (engine, ticker) = engine::build_engine(&settings.engine)?;
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
         bindings::Plugin::add_to_linker::<_, HasSelf<_>>(&mut linker, |state| state)?;
         let slots = settings.engine.max_concurrent_calls;
         Ok(Self {
             engine,
+            ticker,
             linker,
             components: Vec::new(),
             tools: HashMap::new(),
@@ -181,6 +183,7 @@ impl Runtime {
     async fn list_tools(&self, component: &LoadedComponent) -> Result<Vec<bindings::ToolInfo>, String> {
         let budget = self.settings.list_budget;
         let _permit = self.call_permits.acquire().await.expect("the call semaphore is never closed");
+        let _ticking = self.ticker.running();
         let (mut store, deadline) =
             call::bounded_store(&self.engine, component, &component.options.limits, budget)
                 .map_err(|error| format!("{error:#}"))?;
@@ -235,6 +238,7 @@ impl Runtime {
         Ok(Call {
             id: self.next_call_id.fetch_add(1, Ordering::Relaxed),
             engine: self.engine.clone(),
+            ticker: self.ticker.clone(),
             control: CallControl::new(component.options.limits_for(tool)),
             limits: component.options.limits_for(tool).clone(),
             component,
