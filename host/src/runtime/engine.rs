@@ -12,7 +12,7 @@ use std::hash::{DefaultHasher, Hash, Hasher};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::thread;
 use std::time::Duration;
 
@@ -99,11 +99,14 @@ pub(crate) fn build_engine(settings: &EngineSettings) -> Result<(Engine, Arc<Tic
 }
 
 /// The epoch ticker: one plain OS thread (never a tokio task: a busy runtime would delay
-/// the ticks that stop busy guests). It ticks only while guest code runs and sleeps
-/// otherwise, so an idle server costs no CPU; it holds the engine weakly and ends with it.
+/// the ticks that stop busy guests). It ticks while guest code runs and for a short while
+/// after, then parks, so an idle server costs no CPU while a busy one never pays for a
+/// wake-up; it holds the engine weakly and ends with it.
 pub(crate) struct Ticker {
     /// Guest executions in progress (calls, cleanups, `list`).
     running: AtomicUsize,
+    /// Whether the thread is parked (or about to park) for want of guest code.
+    parked: AtomicBool,
     thread: thread::Thread,
 }
 
@@ -116,7 +119,9 @@ impl Drop for Running {
     }
 }
 
-/// How long the idle ticker sleeps before it checks whether the engine is gone.
+/// How long the ticker keeps ticking after the last guest code ran, before it parks.
+const LINGER: Duration = Duration::from_millis(200);
+/// How long the parked ticker sleeps before it checks whether the engine is gone.
 const IDLE_CHECK: Duration = Duration::from_secs(1);
 
 impl Ticker {
@@ -128,11 +133,24 @@ impl Ticker {
             .spawn(move || {
                 let Ok(ticker) = receiver.recv() else { return };
                 drop(receiver);
+                let mut idle_since = None;
                 while let Some(engine) = weak.upgrade() {
                     if ticker.running.load(Ordering::SeqCst) == 0 {
-                        drop(engine);
-                        thread::park_timeout(IDLE_CHECK);
-                        continue;
+                        let since = *idle_since.get_or_insert_with(std::time::Instant::now);
+                        if since.elapsed() >= LINGER {
+                            drop(engine);
+                            ticker.parked.store(true, Ordering::SeqCst);
+                            // Checked again after announcing the park: a call that starts
+                            // in between either sees `parked` and unparks us, or is seen here.
+                            if ticker.running.load(Ordering::SeqCst) == 0 {
+                                thread::park_timeout(IDLE_CHECK);
+                            }
+                            ticker.parked.store(false, Ordering::SeqCst);
+                            idle_since = None;
+                            continue;
+                        }
+                    } else {
+                        idle_since = None;
                     }
                     engine.increment_epoch();
                     drop(engine);
@@ -140,15 +158,20 @@ impl Ticker {
                 }
             })
             .expect("spawning the epoch ticker thread");
-        let ticker = Arc::new(Self { running: AtomicUsize::new(0), thread: thread.thread().clone() });
+        let ticker = Arc::new(Self {
+            running: AtomicUsize::new(0),
+            parked: AtomicBool::new(false),
+            thread: thread.thread().clone(),
+        });
         let _ = sender.send(ticker.clone());
         ticker
     }
 
-    /// Guest code is about to run: tick (waking the thread if it was idle) until the
+    /// Guest code is about to run: keep ticking (waking the thread if it parked) until the
     /// returned guard drops.
     pub(crate) fn running(self: &Arc<Self>) -> Running {
-        if self.running.fetch_add(1, Ordering::SeqCst) == 0 {
+        self.running.fetch_add(1, Ordering::SeqCst);
+        if self.parked.load(Ordering::SeqCst) {
             self.thread.unpark();
         }
         Running(self.clone())

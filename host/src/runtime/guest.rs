@@ -127,29 +127,21 @@ impl wasmtime_wasi::cli::StdoutStream for GuestStderr {
     fn async_stream(&self) -> Box<dyn tokio::io::AsyncWrite + Send + Sync> {
         Box::new(StderrLines { component: self.component.clone(), line: Vec::new() })
     }
+
+    /// Written in place: the default adapter would spawn a task per stream, per call.
+    fn p2_stream(&self) -> Box<dyn wasmtime_wasi::p2::OutputStream> {
+        Box::new(StderrLines { component: self.component.clone(), line: Vec::new() })
+    }
 }
 
+/// Bytes of a guest's stderr, logged a line at a time.
 struct StderrLines {
     component: Arc<str>,
     line: Vec<u8>,
 }
 
 impl StderrLines {
-    fn emit(&mut self) {
-        if !self.line.is_empty() {
-            let text = String::from_utf8_lossy(&self.line);
-            tracing::info!(target: "guest", component = &*self.component, "stderr: {}", text.trim_end());
-            self.line.clear();
-        }
-    }
-}
-
-impl tokio::io::AsyncWrite for StderrLines {
-    fn poll_write(
-        mut self: std::pin::Pin<&mut Self>,
-        _: &mut std::task::Context<'_>,
-        bytes: &[u8],
-    ) -> std::task::Poll<std::io::Result<usize>> {
+    fn push(&mut self, bytes: &[u8]) {
         for &byte in bytes {
             if byte == b'\n' {
                 self.emit();
@@ -160,6 +152,45 @@ impl tokio::io::AsyncWrite for StderrLines {
                 }
             }
         }
+    }
+
+    fn emit(&mut self) {
+        if !self.line.is_empty() {
+            let text = String::from_utf8_lossy(&self.line);
+            tracing::info!(target: "guest", component = &*self.component, "stderr: {}", text.trim_end());
+            self.line.clear();
+        }
+    }
+}
+
+#[wasmtime_wasi::async_trait]
+impl wasmtime_wasi::p2::Pollable for StderrLines {
+    async fn ready(&mut self) {}
+}
+
+#[wasmtime_wasi::async_trait]
+impl wasmtime_wasi::p2::OutputStream for StderrLines {
+    fn write(&mut self, bytes: bytes::Bytes) -> wasmtime_wasi::p2::StreamResult<()> {
+        self.push(&bytes);
+        Ok(())
+    }
+
+    fn flush(&mut self) -> wasmtime_wasi::p2::StreamResult<()> {
+        Ok(())
+    }
+
+    fn check_write(&mut self) -> wasmtime_wasi::p2::StreamResult<usize> {
+        Ok(MAX_STDERR_LINE)
+    }
+}
+
+impl tokio::io::AsyncWrite for StderrLines {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+        bytes: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        self.push(bytes);
         std::task::Poll::Ready(Ok(bytes.len()))
     }
 
