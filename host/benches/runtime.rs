@@ -161,7 +161,7 @@ async fn fairness(runtime: Arc<Runtime>) {
 /// The sandbox's cost on a real tool: the example `echo` (a Rust SDK component) called
 /// through the runtime, against the same work done by a native Rust handler.
 async fn sandbox_overhead() {
-    let tools = cordon::paths::default_tools_dir().join("example-tools.wasm");
+    let tools = cordon::paths::example_tools();
     assert!(tools.is_file(), "{} is missing: run `cargo xtask guests`", tools.display());
     let mut runtime = Runtime::new(settings(4)).unwrap();
     // With a data directory, as `cordon serve` gives every component by default.

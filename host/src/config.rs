@@ -25,8 +25,8 @@
 //! ```
 //!
 //! Every key is optional except `path`; unknown keys are errors, so typos never pass
-//! silently. Without a config file, every component in the default tools folder (where
-//! `cargo xtask guests` puts the examples) is served with default limits.
+//! silently. Without a config file, the example tools (`target/guests/example-tools.wasm`,
+//! built by `cargo xtask guests`) are served with default limits.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -147,8 +147,8 @@ impl Config {
         toml::from_str(&text).with_context(|| format!("{} is not a valid Cordon config", path.display()))
     }
 
-    /// Resolve paths (relative to `base`) and limits; with no components, serve every
-    /// component in the default tools folder.
+    /// Resolve paths (relative to `base`) and limits; with no components, serve the
+    /// example tools.
     pub fn plan(self, base: &Path) -> Result<Plan> {
         let server = &self.server;
         let mut engine = EngineSettings::default();
@@ -212,27 +212,17 @@ fn component_name(path: &Path) -> String {
     path.file_stem().map(|stem| stem.to_string_lossy().into_owned()).unwrap_or_else(|| "component".into())
 }
 
-/// Every `.wasm` in the default tools folder, each with its default data directory.
+/// The example tools, with their default data directory.
 fn default_components() -> Result<Vec<ComponentPlan>> {
-    let dir = paths::default_tools_dir();
-    let mut found: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .map(|entries| entries.filter_map(|entry| entry.ok().map(|entry| entry.path())).collect())
-        .unwrap_or_default();
-    found.retain(|path| path.extension().is_some_and(|ext| ext == "wasm"));
-    found.sort();
-    if found.is_empty() {
+    let path = paths::example_tools();
+    if !path.is_file() {
         bail!(
-            "no components in {} and no config given: run `cargo xtask guests` first, or pass --config",
-            dir.display()
+            "{} is missing and no config was given: run `cargo xtask guests` first, or pass --config",
+            path.display()
         );
     }
-    Ok(found
-        .into_iter()
-        .map(|path| {
-            let data_dir = Some(paths::default_data_dir(&component_name(&path)));
-            ComponentPlan { path, options: ComponentOptions { data_dir, ..ComponentOptions::default() } }
-        })
-        .collect())
+    let data_dir = Some(paths::default_data_dir(&component_name(&path)));
+    Ok(vec![ComponentPlan { path, options: ComponentOptions { data_dir, ..ComponentOptions::default() } }])
 }
 
 #[cfg(test)]

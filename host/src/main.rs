@@ -33,7 +33,7 @@ enum Command {
         /// 127.0.0.1 and [::1] always are); repeat for more.
         #[arg(long, value_name = "NAME")]
         allow_host: Vec<String>,
-        /// A TOML file naming the components and their limits [default: every component
+        /// A TOML file naming the components and their limits [default: the example tools
         /// in target/guests, built by `cargo xtask guests`].
         #[arg(long)]
         config: Option<PathBuf>,

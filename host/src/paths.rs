@@ -7,6 +7,11 @@ pub fn default_tools_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/guests")
 }
 
+/// The component `cordon serve` runs without a config: the example tools.
+pub fn example_tools() -> PathBuf {
+    default_tools_dir().join("example-tools.wasm")
+}
+
 /// Where a component's data directory lives unless configured: under
 /// `$XDG_DATA_HOME/cordon` (else `~/.local/share/cordon`, else the temp dir).
 pub fn default_data_dir(component: &str) -> PathBuf {

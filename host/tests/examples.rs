@@ -11,7 +11,7 @@ use cordon::runtime::{CallReport, CleanupOutcome, ComponentOptions, Content, Out
 use serde_json::{Value, json};
 
 fn example_tools() -> PathBuf {
-    let path = cordon::paths::default_tools_dir().join("example-tools.wasm");
+    let path = cordon::paths::example_tools();
     assert!(path.is_file(), "{} is missing: run `cargo xtask guests` first", path.display());
     path
 }

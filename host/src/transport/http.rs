@@ -543,10 +543,9 @@ fn rpc_error(status: StatusCode, id: Option<&RequestId>, error: &RpcError) -> Ht
     json_response(status, &jsonrpc::failure(id, error))
 }
 
+/// A refusal before any JSON-RPC message was read: a JSON body saying why.
 fn plain(status: StatusCode, text: &str) -> HttpResponse {
-    let mut response = json_response(status, &json!({"error": text}));
-    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    response
+    json_response(status, &json!({"error": text}))
 }
 
 fn empty(status: StatusCode) -> HttpResponse {

@@ -68,7 +68,7 @@ pub fn meta() -> Value {
 /// A config serving the example tools from a fresh data directory, quick limits, and
 /// `extra` TOML appended.
 pub fn examples_config(name: &str, extra: &str) -> PathBuf {
-    let tools = cordon::paths::default_tools_dir().join("example-tools.wasm");
+    let tools = cordon::paths::example_tools();
     assert!(tools.is_file(), "{} is missing: run `cargo xtask guests` first", tools.display());
     let dir = std::env::temp_dir().join(format!("cordon-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
