@@ -181,15 +181,7 @@ impl Connection {
                 {
                     return Reply::Error(error);
                 }
-                let progress_token = match envelope {
-                    Some(envelope) => envelope.progress_token,
-                    // 2025-era clients send the token the same way, without the envelope.
-                    None => params
-                        .as_ref()
-                        .and_then(|params| params.pointer("/_meta/progressToken"))
-                        .filter(|token| token.is_string() || token.is_i64())
-                        .cloned(),
-                };
+                let progress_token = mcp::progress_token(params.as_ref());
                 self.start_call(id, params, progress_token, out.clone())
             }
         }
@@ -304,11 +296,7 @@ impl Connection {
     /// `notifications/cancelled`: stop the call if it is ours and still running. Unknown,
     /// finished or malformed cancellations are ignored, as the spec asks.
     fn cancel(&self, params: Option<&Value>) {
-        let id = params.and_then(|params| params.get("requestId")).and_then(|id| match id {
-            Value::String(text) => Some(RequestId::String(text.clone())),
-            Value::Number(number) => number.as_i64().map(RequestId::Number),
-            _ => None,
-        });
+        let id = params.and_then(|params| params.get("requestId")).and_then(RequestId::parse);
         if let Some(id) = id {
             self.cancel_request(&id);
         }

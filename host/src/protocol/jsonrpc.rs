@@ -11,7 +11,8 @@ pub enum RequestId {
 }
 
 impl RequestId {
-    fn parse(value: &Value) -> Option<Self> {
+    /// The id in `value`, if it is a valid one.
+    pub fn parse(value: &Value) -> Option<Self> {
         match value {
             Value::String(text) => Some(Self::String(text.clone())),
             Value::Number(number) => number.as_i64().map(Self::Number),

@@ -74,9 +74,17 @@ pub fn parse_envelope(params: Option<&Value>) -> Result<Envelope, RpcError> {
             )));
         }
     };
-    let progress_token =
-        meta.get("progressToken").filter(|token| token.is_string() || token.is_i64()).cloned();
+    let progress_token = progress_token(params);
     Ok(Envelope { protocol_version, client_capabilities: Some(capabilities), progress_token })
+}
+
+/// The request's `_meta.progressToken`, when it is a valid token (a string or an integer).
+/// Both eras send it there.
+pub fn progress_token(params: Option<&Value>) -> Option<Value> {
+    params
+        .and_then(|params| params.pointer("/_meta/progressToken"))
+        .filter(|token| token.is_string() || token.is_i64())
+        .cloned()
 }
 
 /// `-32022` unless the envelope names the version we speak.
