@@ -201,7 +201,11 @@ async fn sandbox_overhead() {
     );
 }
 
+/// `cargo bench ... -- NAME...` runs only the named sections (`instances`, `stop`,
+/// `fairness`, `sandbox`, `epoch`); with no names it runs them all.
 fn main() {
+    let wanted: Vec<String> = std::env::args().skip(1).filter(|arg| !arg.starts_with("--")).collect();
+    let run = |section: &str| wanted.is_empty() || wanted.iter().any(|name| name == section);
     let tokio = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
     tokio.block_on(async {
         let mut limits = quick_limits();
@@ -213,11 +217,21 @@ fn main() {
             WatGuest::new("sleepy", SLEEP_BODY),
         ];
         let runtime = Arc::new(runtime_with(&guests, limits).await);
-        fresh_instances(&runtime).await;
-        stop_latency(&runtime, "spin").await;
-        stop_latency(&runtime, "sleepy").await;
-        fairness(runtime.clone()).await;
-        sandbox_overhead().await;
+        if run("instances") {
+            fresh_instances(&runtime).await;
+        }
+        if run("stop") {
+            stop_latency(&runtime, "spin").await;
+            stop_latency(&runtime, "sleepy").await;
+        }
+        if run("fairness") {
+            fairness(runtime.clone()).await;
+        }
+        if run("sandbox") {
+            sandbox_overhead().await;
+        }
     });
-    epoch_overhead();
+    if run("epoch") {
+        epoch_overhead();
+    }
 }

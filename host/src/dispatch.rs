@@ -3,13 +3,14 @@
 //! A [`Server`] holds what every connection shares (the runtime, the tool list). A
 //! [`Connection`] is one client's channel (a stdio process, an HTTP exchange): it decides
 //! each message's era (2026-07-28 by its envelope, 2025-11-25 after `initialize`), answers
-//! the quick methods inline, and runs each `tools/call` in its own task, so a slow call
-//! never blocks another. A call task forwards progress (only with a progress token, only
+//! the quick methods inline, and runs each `tools/call` in its own task (unless it is done
+//! in its first poll, made in place), so a slow call never blocks another. A call task forwards progress (only with a progress token, only
 //! increasing, at most one notification per interval, none after the answer), and on a
 //! cancel sends nothing at all. Stopping the call is the runtime's job: this module only
 //! asks for it.
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -219,7 +220,7 @@ impl Connection {
         }
         let connection = self.clone();
         let (id, name) = (id.clone(), name.to_owned());
-        tokio::spawn(async move {
+        spawn_unless_ready(async move {
             let answer = connection.run_call(&id, &name, &arguments, progress_token, &out).await;
             connection.in_flight.lock().unwrap().remove(&id);
             connection.call_finished.notify_waiters();
@@ -332,5 +333,22 @@ impl Connection {
                 return false;
             }
         }
+    }
+}
+
+/// Run `task` in its own task, unless it completes in its first poll, made here and now.
+///
+/// Most calls (a fresh instance, a short guest function, the answer written) finish
+/// without ever waiting; handing them to another task would cost a thread wake-up and a
+/// context switch per call, the bulk of a short call's latency. A call that does wait
+/// (a guest running past an epoch tick, a host call that blocks, a full output pipe)
+/// moves to a task of its own, so it never holds up the caller for longer than that first
+/// slice. The first poll uses a no-op waker: the spawned task polls again at once, and
+/// every future re-registers its waker then.
+fn spawn_unless_ready(task: impl Future<Output = ()> + Send + 'static) {
+    let mut task = Box::pin(task);
+    let mut first_slice = std::task::Context::from_waker(std::task::Waker::noop());
+    if task.as_mut().poll(&mut first_slice).is_pending() {
+        tokio::spawn(task);
     }
 }

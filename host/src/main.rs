@@ -126,6 +126,7 @@ enum Transport {
 }
 
 async fn serve(config: Option<PathBuf>, transport: Transport) -> Result<ExitCode> {
+    let shutdown = shutdown_signal()?;
     let plan = match &config {
         Some(path) => {
             let base = path.parent().map(std::path::Path::to_path_buf).unwrap_or_default();
@@ -150,35 +151,38 @@ async fn serve(config: Option<PathBuf>, transport: Transport) -> Result<ExitCode
     if let Transport::Http { address, allow_host } = transport {
         let mut settings = plan.http;
         settings.allowed_hosts.extend(allow_host.into_iter().map(|host| host.to_ascii_lowercase()));
-        cordon::transport::http::bind_and_serve(server, address, settings, shutdown_signal(), drain)
+        cordon::transport::http::bind_and_serve(server, address, settings, shutdown, drain)
             .await
             .with_context(|| format!("serving HTTP on {address}"))?;
         return Ok(ExitCode::SUCCESS);
     }
-    // Pipes are polled on the reactor; a terminal or a file goes through tokio's
-    // blocking-pool stdin and stdout.
+    // stdin is read with blocking reads on a thread of its own; stdout, when it is a
+    // pipe, is written on the reactor (a terminal or a file goes through tokio's
+    // blocking-pool stdout).
     use cordon::transport::Pipe;
-    let stdin: Box<dyn tokio::io::AsyncRead + Unpin + Send> = match Pipe::from_std(0) {
-        Some(pipe) => Box::new(pipe),
-        None => Box::new(tokio::io::stdin()),
-    };
     let stdout: Box<dyn tokio::io::AsyncWrite + Unpin + Send> = match Pipe::from_std(1) {
         Some(pipe) => Box::new(pipe),
         None => Box::new(tokio::io::stdout()),
     };
-    let stdin = tokio::io::BufReader::new(stdin);
-    cordon::transport::stdio::serve(server, stdin, stdout, shutdown_signal(), drain).await?;
+    use std::os::fd::AsFd;
+    let stdin = std::fs::File::from(std::io::stdin().as_fd().try_clone_to_owned()?);
+    let stdin = std::io::BufReader::with_capacity(64 << 10, stdin);
+    cordon::transport::stdio::serve(server, stdin, stdout, shutdown, drain).await?;
     Ok(ExitCode::SUCCESS)
 }
 
-/// Resolves on SIGINT or SIGTERM.
-async fn shutdown_signal() {
+/// Resolves on SIGINT or SIGTERM. The handlers are installed at once, not at the first
+/// poll, so a signal that arrives while components load is not lost.
+fn shutdown_signal() -> Result<impl std::future::Future<Output = ()>> {
     use tokio::signal::unix::{SignalKind, signal};
-    let mut terminate = signal(SignalKind::terminate()).expect("installing the SIGTERM handler");
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT: stopping calls in flight"),
-        _ = terminate.recv() => tracing::info!("SIGTERM: stopping calls in flight"),
-    }
+    let mut interrupt = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
+    let mut terminate = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
+    Ok(async move {
+        tokio::select! {
+            _ = interrupt.recv() => tracing::info!("SIGINT: stopping calls in flight"),
+            _ = terminate.recv() => tracing::info!("SIGTERM: stopping calls in flight"),
+        }
+    })
 }
 
 async fn load(

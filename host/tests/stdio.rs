@@ -287,6 +287,29 @@ fn stdin_eof_stops_calls_in_flight_runs_their_cleanup_and_exits() {
 }
 
 #[test]
+fn sigterm_stops_calls_in_flight_answers_them_and_exits_with_stdin_still_open() {
+    let mut server = Server::start();
+    assert_eq!(server.call_text(1, "echo", json!({"text": "up"})), "up");
+    server.request(2, "tools/call", json!({"name": "spin", "arguments": {"seconds": 600}, "_meta": meta()}));
+    std::thread::sleep(Duration::from_millis(200));
+    let signalled = Instant::now();
+    // SAFETY: kill(2) on our own child's pid.
+    assert_eq!(unsafe { libc::kill(server.child.id() as i32, libc::SIGTERM) }, 0);
+    let answer = server.expect();
+    assert_eq!(answer["id"], 2);
+    assert!(answer["result"]["content"][0]["text"].as_str().unwrap().contains("shutting down"), "{answer}");
+    let status = loop {
+        if let Some(status) = server.child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(signalled.elapsed() < Duration::from_secs(5), "the server did not exit");
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    assert!(status.success(), "{status:?}");
+    assert!(server.stdin.is_some(), "stdin stayed open throughout");
+}
+
+#[test]
 fn a_slow_call_never_blocks_another() {
     let mut server = Server::start();
     server.request(1, "tools/call", json!({"name": "spin", "arguments": {"seconds": 2}, "_meta": meta()}));

@@ -217,6 +217,9 @@ impl Call {
                     control.request_stop(StopRequest::Shutdown);
                     break None;
                 }
+                // Before the deadline: a call that finishes in its first poll never
+                // registers a timer, which would cost a wake-up of the timer driver.
+                result = &mut call => break Some(result),
                 () = sleep_until(deadline) => {
                     if let Some(request) = self.expired_deadline() {
                         control.request_stop(request);
@@ -224,7 +227,6 @@ impl Call {
                     }
                     // Progress moved the idle deadline; wait again.
                 }
-                result = &mut call => break Some(result),
             }
         };
 

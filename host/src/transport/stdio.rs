@@ -9,7 +9,9 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWrite};
+use std::io::BufRead;
+
+use tokio::io::AsyncWrite;
 
 use crate::dispatch::{Connection, Outbox, Server};
 use crate::protocol::jsonrpc::{self, INVALID_REQUEST, Incoming, RpcError};
@@ -19,6 +21,13 @@ pub const MAX_MESSAGE_BYTES: usize = 4 << 20;
 
 /// Serve one client on `input`/`output` until EOF or `shutdown` resolves, then stop what
 /// is in flight, waiting at most `drain` for calls to finish and answer.
+///
+/// `input` is read on a thread of its own with blocking reads, and each message is handled
+/// right there: the kernel wakes that thread when a line arrives, and a short call is
+/// answered before it reads again, with no other thread involved. (Polling stdin on the
+/// reactor costs a second wake-up per message: the reactor's thread, then the reader's.)
+/// A call that waits moves to a task of its own (see [`crate::dispatch`]), so reading goes
+/// on.
 pub async fn serve<R, W>(
     server: Arc<Server>,
     input: R,
@@ -27,42 +36,58 @@ pub async fn serve<R, W>(
     drain: Duration,
 ) -> std::io::Result<()>
 where
-    R: AsyncBufRead + Unpin,
+    R: BufRead + Send + 'static,
     W: AsyncWrite + Unpin + Send + 'static,
 {
     let out = Outbox::lines(output);
     let connection = Connection::new(server.clone());
-    let mut input = input;
-    let mut line = Vec::new();
-    let mut shutdown = std::pin::pin!(shutdown);
-    loop {
-        line.clear();
-        let read = tokio::select! {
-            read = read_line(&mut input, &mut line, MAX_MESSAGE_BYTES) => read?,
-            () = &mut shutdown => break,
-        };
-        match read {
-            Line::Eof => break,
-            Line::TooLong => {
-                let error = RpcError::new(
-                    INVALID_REQUEST,
-                    format!("Invalid Request: the message exceeds {MAX_MESSAGE_BYTES} bytes"),
-                );
-                connection.handle(Incoming::Invalid { id: None, error }, &out).await;
-            }
-            Line::Complete => {
-                if line.trim_ascii().is_empty() {
-                    continue;
-                }
-                connection.handle(jsonrpc::parse(&line), &out).await;
-            }
+    let (finished, reader_done) = tokio::sync::oneshot::channel();
+    let runtime = tokio::runtime::Handle::current();
+    let reader = {
+        let connection = connection.clone();
+        std::thread::Builder::new().name("cordon-stdin".into()).spawn(move || {
+            let _ = finished.send(read_messages(input, |message| {
+                runtime.block_on(connection.handle(message, &out));
+            }));
+        })?
+    };
+    tokio::select! {
+        read = reader_done => {
+            // The reader thread ends only at EOF or on a read error.
+            read.unwrap_or(Ok(()))?;
         }
+        () = shutdown => {}
     }
+    // A reader still blocked in `read` is left behind: the process exits without it.
+    drop(reader);
     server.runtime().shutdown();
     if !connection.drain(drain).await {
         tracing::warn!("calls still running after {drain:?}; exiting anyway");
     }
     Ok(())
+}
+
+/// Read messages from `input` until EOF, handing each to `handle`.
+fn read_messages<R: BufRead>(mut input: R, mut handle: impl FnMut(Incoming)) -> std::io::Result<()> {
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        match read_line(&mut input, &mut line, MAX_MESSAGE_BYTES)? {
+            Line::Eof => return Ok(()),
+            Line::TooLong => {
+                let error = RpcError::new(
+                    INVALID_REQUEST,
+                    format!("Invalid Request: the message exceeds {MAX_MESSAGE_BYTES} bytes"),
+                );
+                handle(Incoming::Invalid { id: None, error });
+            }
+            Line::Complete => {
+                if !line.trim_ascii().is_empty() {
+                    handle(jsonrpc::parse(&line));
+                }
+            }
+        }
+    }
 }
 
 enum Line {
@@ -73,14 +98,14 @@ enum Line {
 
 /// Read up to and without the next `\n` into `line`. A line longer than `limit` is
 /// consumed and discarded, and reported as too long.
-async fn read_line<R: AsyncBufRead + Unpin>(
-    input: &mut R,
-    line: &mut Vec<u8>,
-    limit: usize,
-) -> std::io::Result<Line> {
+fn read_line<R: BufRead>(input: &mut R, line: &mut Vec<u8>, limit: usize) -> std::io::Result<Line> {
     let mut too_long = false;
     loop {
-        let available = input.fill_buf().await?;
+        let available = match input.fill_buf() {
+            Ok(available) => available,
+            Err(error) if error.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(error) => return Err(error),
+        };
         if available.is_empty() {
             return Ok(if too_long {
                 Line::TooLong
@@ -112,13 +137,13 @@ async fn read_line<R: AsyncBufRead + Unpin>(
 mod tests {
     use super::*;
 
-    async fn lines(input: &[u8], limit: usize) -> Vec<Result<String, ()>> {
-        let mut reader = tokio::io::BufReader::with_capacity(4, input);
+    fn lines(input: &[u8], limit: usize) -> Vec<Result<String, ()>> {
+        let mut reader = std::io::BufReader::with_capacity(4, input);
         let mut out = Vec::new();
         let mut line = Vec::new();
         loop {
             line.clear();
-            match read_line(&mut reader, &mut line, limit).await.unwrap() {
+            match read_line(&mut reader, &mut line, limit).unwrap() {
                 Line::Eof => return out,
                 Line::TooLong => out.push(Err(())),
                 Line::Complete => out.push(Ok(String::from_utf8(line.clone()).unwrap())),
@@ -126,9 +151,9 @@ mod tests {
         }
     }
 
-    #[tokio::test]
-    async fn lines_are_split_and_capped() {
-        let got = lines(b"ab\n0123456789\ncd\nlast", 5).await;
+    #[test]
+    fn lines_are_split_and_capped() {
+        let got = lines(b"ab\n0123456789\ncd\nlast", 5);
         assert_eq!(got, vec![Ok("ab".into()), Err(()), Ok("cd".into()), Ok("last".into())]);
     }
 }
