@@ -53,6 +53,22 @@
 //! ```
 //!
 //! Build it for `wasm32-wasip2` as a `cdylib`; the resulting `.wasm` file is the component.
+//!
+//! ## Memory: give the heap room up front
+//!
+//! A Rust component starts with just its stack and static data (about 1 MiB), so its first
+//! allocations in every call grow the linear memory. The host must change page protections
+//! to grow it, and again to shrink it for the next fresh instance: a few `mprotect` calls
+//! and TLB flushes per call, a quarter of a short call's cost (the example `echo`: 35 µs
+//! per call without it, 26 µs with it). Link with a larger initial memory and a typical
+//! call never grows; this `build.rs` does it (2 MiB: the 1 MiB stack plus 1 MiB of heap;
+//! copy-on-write keeps the pages a call does not touch free):
+//!
+//! ```no_run
+//! fn main() {
+//!     println!("cargo:rustc-link-arg-cdylib=--initial-memory=2097152");
+//! }
+//! ```
 
 use std::fmt;
 use std::time::Duration;
