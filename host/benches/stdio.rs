@@ -2,7 +2,7 @@
 //! instance per call) against the same tool on a reference server written with the
 //! official Python SDK, measured in the same run with the same client loop. `cat` (which
 //! echoes the request line back) gives the floor: what the pipes and process wake-ups
-//! alone cost on this machine.
+//! alone cost on this machine. The three run side by side, in alternating rounds.
 //!
 //! ```sh
 //! cargo xtask guests && cargo xtask test   # builds target/debug/cordon and the Python env
@@ -11,39 +11,77 @@
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-const CALLS: usize = 2_000;
+const ROUNDS: usize = 20;
+const CALLS_PER_ROUND: usize = 100;
 const WARM_UP: usize = 200;
 
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
-/// Median and p99 of `CALLS` sequential echo round trips against `command`.
-fn round_trips(label: &str, command: &mut Command) -> Duration {
-    let mut child =
-        command.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::null()).spawn().unwrap();
-    let mut stdin = child.stdin.take().unwrap();
-    let mut stdout = BufReader::new(child.stdout.take().unwrap());
-    let meta = json!({
-        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-        "io.modelcontextprotocol/clientCapabilities": {},
-    });
-    let mut samples = Vec::with_capacity(CALLS);
-    let mut line = String::new();
-    for id in 0..WARM_UP + CALLS {
+/// One server under test, spawned once and driven over its stdin and stdout.
+struct Subject {
+    label: &'static str,
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+    next_id: u64,
+    samples: Vec<Duration>,
+    /// CPU time the server's threads spent in the measured rounds.
+    cpu: Duration,
+}
+
+impl Subject {
+    fn spawn(label: &'static str, command: &mut Command) -> Self {
+        let mut child =
+            command.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::null()).spawn().unwrap();
+        let stdin = child.stdin.take().unwrap();
+        let stdout = BufReader::new(child.stdout.take().unwrap());
+        let mut subject = Self { label, child, stdin, stdout, next_id: 0, samples: Vec::new(), cpu: Duration::ZERO };
+        for _ in 0..WARM_UP {
+            subject.round_trip();
+        }
+        subject
+    }
+
+    /// CPU time used so far by all of the server's threads (from the scheduler's
+    /// nanosecond accounting, `/proc/PID/task/*/schedstat`).
+    fn cpu_used(&self) -> Duration {
+        let tasks = std::fs::read_dir(format!("/proc/{}/task", self.child.id())).unwrap();
+        let nanos = tasks
+            .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("schedstat")).ok())
+            .filter_map(|stat| stat.split_whitespace().next()?.parse::<u64>().ok())
+            .sum();
+        Duration::from_nanos(nanos)
+    }
+
+    fn signal(&self, signal: i32) {
+        // SAFETY: kill(2) on our own child's pid.
+        assert_eq!(unsafe { libc::kill(self.child.id() as i32, signal) }, 0);
+    }
+
+    /// One `tools/call echo` and its answer; returns the time it took.
+    fn round_trip(&mut self) -> Duration {
+        let id = self.next_id;
+        self.next_id += 1;
+        let meta = json!({
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {},
+        });
         let request = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
             "params": {"name": "echo", "arguments": {"text": "hello"}, "_meta": meta}});
+        let mut line = String::new();
         let started = Instant::now();
-        writeln!(stdin, "{request}").unwrap();
-        stdin.flush().unwrap();
+        writeln!(self.stdin, "{request}").unwrap();
+        self.stdin.flush().unwrap();
         let answer = loop {
             line.clear();
-            assert!(stdout.read_line(&mut line).unwrap() > 0, "{label} closed its stdout");
+            assert!(self.stdout.read_line(&mut line).unwrap() > 0, "{} closed its stdout", self.label);
             let message: Value = serde_json::from_str(&line).unwrap();
             if message.get("id") == Some(&json!(id)) {
                 break message;
@@ -52,21 +90,27 @@ fn round_trips(label: &str, command: &mut Command) -> Duration {
         let elapsed = started.elapsed();
         let echoed = answer["result"]["content"][0]["text"] == "hello"
             || answer["params"]["arguments"]["text"] == "hello";
-        assert!(echoed, "{label}: {answer}");
-        if id >= WARM_UP {
-            samples.push(elapsed);
-        }
+        assert!(echoed, "{}: {answer}", self.label);
+        elapsed
     }
-    drop(stdin);
-    let _ = child.wait();
-    samples.sort();
-    let median = samples[samples.len() / 2];
-    println!(
-        "{label:<34} n={CALLS} median {median:>9.1?}  p90 {:>9.1?}  p99 {:>9.1?}",
-        samples[samples.len() * 9 / 10],
-        samples[samples.len() * 99 / 100]
-    );
-    median
+
+    /// Median round trip and CPU per call, after printing the distribution.
+    fn report(mut self) -> (Duration, Duration) {
+        drop(self.stdin);
+        let _ = self.child.wait();
+        let samples = &mut self.samples;
+        samples.sort();
+        let median = samples[samples.len() / 2];
+        let cpu_per_call = self.cpu / samples.len() as u32;
+        println!(
+            "{:<34} n={} median {median:>9.1?}  p90 {:>9.1?}  p99 {:>9.1?}  server CPU/call {cpu_per_call:>9.1?}",
+            self.label,
+            samples.len(),
+            samples[samples.len() * 9 / 10],
+            samples[samples.len() * 99 / 100]
+        );
+        (median, cpu_per_call)
+    }
 }
 
 fn main() {
@@ -84,18 +128,47 @@ fn main() {
         ),
     )
     .unwrap();
-    let floor = round_trips("floor: `cat` echoing the line", &mut Command::new("cat"));
-    let cordon_median = round_trips(
-        "cordon (wasm echo, fresh instance)",
-        Command::new(&cordon).args(["serve", "--stdio", "--config"]).arg(&config),
-    );
-    let python_median = round_trips(
-        "python SDK reference server",
-        Command::new(&python).arg(root.join("host/benches/reference_server.py")),
-    );
+    let mut subjects = [
+        Subject::spawn("floor: `cat` echoing the line", &mut Command::new("cat")),
+        Subject::spawn(
+            "cordon (wasm echo, fresh instance)",
+            Command::new(&cordon).args(["serve", "--stdio", "--config"]).arg(&config),
+        ),
+        Subject::spawn(
+            "python SDK reference server",
+            Command::new(&python).arg(root.join("host/benches/reference_server.py")),
+        ),
+    ];
+    // Rounds alternate between the servers, so that this machine's slow spells (which
+    // move round trips by up to 1.7x) fall on all of them alike; the servers not being
+    // measured are paused (SIGSTOP), so that their timers and housekeeping threads do not
+    // disturb the one that is.
+    for subject in &subjects {
+        subject.signal(libc::SIGSTOP);
+    }
+    for _ in 0..ROUNDS {
+        for subject in &mut subjects {
+            subject.signal(libc::SIGCONT);
+            let cpu_before = subject.cpu_used();
+            for _ in 0..CALLS_PER_ROUND {
+                let sample = subject.round_trip();
+                subject.samples.push(sample);
+            }
+            subject.cpu += subject.cpu_used() - cpu_before;
+            subject.signal(libc::SIGSTOP);
+        }
+    }
+    for subject in &subjects {
+        subject.signal(libc::SIGCONT);
+    }
+    let [(floor, _), (cordon, cordon_cpu), (python, python_cpu)] = subjects.map(Subject::report);
     println!(
         "median latency: reference / cordon = {:.1}x (target >= 10x); above the pipe floor: {:.1}x",
-        python_median.as_secs_f64() / cordon_median.as_secs_f64(),
-        (python_median - floor).as_secs_f64() / (cordon_median - floor).as_secs_f64()
+        python.as_secs_f64() / cordon.as_secs_f64(),
+        (python - floor).as_secs_f64() / (cordon - floor).as_secs_f64()
+    );
+    println!(
+        "server CPU per call: reference / cordon = {:.1}x",
+        python_cpu.as_secs_f64() / cordon_cpu.as_secs_f64()
     );
 }

@@ -22,7 +22,7 @@ use tokio::time::Instant;
 
 use crate::protocol::jsonrpc::{self, INVALID_REQUEST, Incoming, RequestId, RpcError};
 use crate::protocol::mcp;
-use crate::runtime::{CallHandle, Outcome, Runtime};
+use crate::runtime::{CallHandle, Outcome, Runtime, Teardown};
 
 /// What every connection shares.
 pub struct Server {
@@ -221,17 +221,19 @@ impl Connection {
         let connection = self.clone();
         let (id, name) = (id.clone(), name.to_owned());
         spawn_unless_ready(async move {
-            let answer = connection.run_call(&id, &name, &arguments, progress_token, &out).await;
+            let (answer, teardown) = connection.run_call(&id, &name, &arguments, progress_token, &out).await;
             connection.in_flight.lock().unwrap().remove(&id);
             connection.call_finished.notify_waiters();
             if let Some(answer) = answer {
                 out.send(answer).await;
             }
+            drop(teardown);
         });
         Reply::Later
     }
 
-    /// Run one call to its answer; `None` when the client cancelled it.
+    /// Run one call to its answer (`None` when the client cancelled it), and the call's
+    /// teardown, to drop once the answer is out.
     async fn run_call(
         &self,
         id: &RequestId,
@@ -239,15 +241,16 @@ impl Connection {
         arguments: &Value,
         token: Option<Value>,
         out: &Outbox,
-    ) -> Option<Value> {
+    ) -> (Option<Value>, Option<Teardown>) {
         let runtime = &self.server.runtime;
         let call = match runtime.call(name, arguments).await {
             Ok(call) => call,
             Err(error) => {
-                return Some(match mcp::call_error(&error) {
+                let answer = match mcp::call_error(&error) {
                     Ok(result) => jsonrpc::success(id, result),
                     Err(error) => jsonrpc::failure(Some(id), &error),
-                });
+                };
+                return (Some(answer), None);
             }
         };
         let handle = call.handle();
@@ -255,18 +258,18 @@ impl Connection {
             let mut in_flight = self.in_flight.lock().unwrap();
             let entry = in_flight.entry(id.clone()).or_default();
             if entry.cancelled {
-                return None;
+                return (None, None);
             }
             entry.handle = Some(handle.clone());
         }
         let mut progress = handle.progress();
-        let mut run = std::pin::pin!(call.run());
+        let mut run = std::pin::pin!(call.run_deferring_teardown());
         let mut next_progress = Instant::now();
         let mut progress_pending = false;
-        let report = loop {
+        let (report, teardown) = loop {
             tokio::select! {
                 biased;
-                report = &mut run => break report,
+                finished = &mut run => break finished,
                 changed = progress.changed(), if token.is_some() && !progress_pending => {
                     progress_pending = changed.is_ok();
                 }
@@ -281,7 +284,7 @@ impl Connection {
             }
         };
         if report.outcome == Outcome::Cancelled {
-            return None;
+            return (None, Some(teardown));
         }
         // The last report made before the tool returned goes out just ahead of the answer.
         let unsent = (progress_pending || progress.has_changed().unwrap_or(false))
@@ -291,7 +294,7 @@ impl Connection {
             out.send(mcp::progress_notification(token, &latest)).await;
         }
         let limits = runtime.limits(name).cloned().unwrap_or_default();
-        Some(jsonrpc::success(id, mcp::call_result(&report.outcome, &limits)))
+        (Some(jsonrpc::success(id, mcp::call_result(&report.outcome, &limits))), Some(teardown))
     }
 
     /// `notifications/cancelled`: stop the call if it is ours and still running. Unknown,

@@ -144,6 +144,13 @@ impl CallHandle {
     }
 }
 
+/// A finished call's instance and its slot in the pool, freed when this drops (the store
+/// first, then the permit, so pool usage never shows a free slot that is still in use).
+pub struct Teardown {
+    _store: Option<Store<GuestState>>,
+    _permit: OwnedSemaphorePermit,
+}
+
 /// A call that holds a slot in the instance pool and is ready to run.
 pub struct Call {
     pub(crate) id: u64,
@@ -171,15 +178,21 @@ impl Call {
 
     /// Run the call to its one outcome, then its cleanup if it needs one.
     pub async fn run(self) -> CallReport {
+        self.run_deferring_teardown().await.0
+    }
+
+    /// [`Call::run`], except that the finished instance is torn down only when the returned
+    /// [`Teardown`] drops. Hold it until the answer is out: resetting the instance's pool
+    /// slot is a good part of a short call's cost, and the client need not wait for it.
+    pub async fn run_deferring_teardown(self) -> (CallReport, Teardown) {
         let _ticking = self.ticker.running();
-        let (outcome, hard_stopped) = self.drive().await;
+        let (outcome, hard_stopped, store) = self.drive().await;
         let stopped_at = Instant::now();
         let cleanup = match outcome.stop_reason() {
             Some(reason) => Some(self.cleanup(reason).await),
             None => None,
         };
-        drop(self.permit);
-        CallReport {
+        let report = CallReport {
             call_id: self.id,
             hard_stop_at: self.control.hard_stop_at(),
             tool: self.tool,
@@ -187,22 +200,26 @@ impl Call {
             hard_stopped,
             stopped_at,
             cleanup,
-        }
+        };
+        (report, Teardown { _store: store, _permit: self.permit })
     }
 
-    async fn drive(&self) -> (Outcome, bool) {
+    /// Phases 1 to 3; returns the store too when the guest returned (it is dropped here
+    /// after a trap or a stop).
+    async fn drive(&self) -> (Outcome, bool, Option<Store<GuestState>>) {
         let limits = &self.limits;
         let backstop = limits.max_duration.map(|max| self.control.started() + max + limits.grace);
         let mut store = match new_store(&self.engine, &self.component, limits, self.control.clone(), backstop)
         {
             Ok(store) => store,
-            Err(error) => return (Outcome::StartFailed(format!("{error:#}")), false),
+            Err(error) => return (Outcome::StartFailed(format!("{error:#}")), false, None),
         };
         let pre = self.component.pre.clone();
-        let (tool, arguments) = (self.tool.clone(), self.arguments.clone());
+        let (tool, arguments) = (&self.tool, &self.arguments);
+        let store_ref = &mut store;
         let mut call = Box::pin(async move {
-            let plugin = pre.instantiate_async(&mut store).await?;
-            plugin.cordon_tool_tool().call_call(&mut store, &tool, &arguments).await
+            let plugin = pre.instantiate_async(&mut *store_ref).await?;
+            plugin.cordon_tool_tool().call_call(store_ref, tool, arguments).await
         });
 
         // Phase 1: running.
@@ -251,11 +268,13 @@ impl Call {
         let Some(result) = result else {
             self.control.begin_hard_stop();
             drop(call);
-            return (self.stopped_outcome(), true);
+            return (self.stopped_outcome(), true, None);
         };
         drop(call);
         let hard_stopped = self.control.is_hard_stopping();
-        (self.classify(result), hard_stopped)
+        // A trapped store is poisoned: no reason to keep it.
+        let store = result.is_ok().then_some(store);
+        (self.classify(result), hard_stopped, store)
     }
 
     fn next_deadline(&self) -> Option<Instant> {

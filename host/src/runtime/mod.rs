@@ -32,7 +32,9 @@ use wasmtime::Engine;
 use wasmtime::component::{HasSelf, Linker};
 
 pub use bindings::{Content, EmbeddedResource, Media, ResourceLink, ToolAnnotations};
-pub use call::{Call, CallHandle, CallReport, CleanupOutcome, CleanupReport, Outcome, Timeout, ToolResult};
+pub use call::{
+    Call, CallHandle, CallReport, CleanupOutcome, CleanupReport, Outcome, Teardown, Timeout, ToolResult,
+};
 pub use component::{ComponentOptions, LoadError, ToolSpec};
 pub use control::{MAX_PROGRESS_MESSAGE, Progress};
 pub use engine::EngineSettings;
