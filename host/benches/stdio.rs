@@ -42,7 +42,8 @@ impl Subject {
             command.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::null()).spawn().unwrap();
         let stdin = child.stdin.take().unwrap();
         let stdout = BufReader::new(child.stdout.take().unwrap());
-        let mut subject = Self { label, child, stdin, stdout, next_id: 0, samples: Vec::new(), cpu: Duration::ZERO };
+        let mut subject =
+            Self { label, child, stdin, stdout, next_id: 0, samples: Vec::new(), cpu: Duration::ZERO };
         for _ in 0..WARM_UP {
             subject.round_trip();
         }
