@@ -193,6 +193,17 @@ async fn sandbox_overhead() {
         std::hint::black_box(native_echo(std::hint::black_box(&arguments)));
         native.push(started.elapsed());
     }
+    let (mut create, mut teardown) = (Vec::new(), Vec::new());
+    for _ in 0..3_000 {
+        let started = Instant::now();
+        let store = runtime.instantiate_once("echo").await.unwrap();
+        let created = Instant::now();
+        drop(store);
+        teardown.push(created.elapsed());
+        create.push(created - started);
+    }
+    summary("  of which: store + instance (echo)", create);
+    summary("  of which: dropping it (echo)", teardown);
     let (wasm_median, _) = summary("echo in the sandbox (Rust SDK component)", wasm);
     let (native_median, _) = summary("echo as a native Rust handler", native);
     println!(
