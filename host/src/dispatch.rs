@@ -227,7 +227,16 @@ impl Connection {
             if let Some(answer) = answer {
                 out.send(answer).await;
             }
-            drop(teardown);
+            if let Some(teardown) = teardown {
+                match &out {
+                    // The answer is written: free the instance and make the next spare
+                    // before reading on, in this thread (handing it to another costs a
+                    // wake-up that this thread pays more for than the work itself).
+                    Outbox::Lines(_) => teardown.finish().await,
+                    // The transport writes the answer only once this task yields.
+                    Outbox::Channel(_) => drop(tokio::spawn(teardown.finish())),
+                }
+            }
         });
         Reply::Later
     }

@@ -32,7 +32,7 @@ async fn cancel_after(runtime: &Runtime, tool: &str, after: Duration) -> cordon:
 }
 
 fn baseline() -> PoolUsage {
-    PoolUsage { calls: 0, component_instances: 0, core_instances: 0, memories: 0 }
+    PoolUsage { calls: 0, spares: 0, component_instances: 0, core_instances: 0, memories: 0 }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -408,4 +408,66 @@ async fn progress_messages_are_capped_and_non_finite_values_dropped() {
     let latest = progress.borrow().clone().expect("one report kept");
     assert_eq!(latest.done, 1.0);
     assert_eq!(latest.message.unwrap().len(), cordon::runtime::MAX_PROGRESS_MESSAGE);
+}
+
+/// Fails unless this instance is fresh: a global and a memory cell it sets are still at
+/// their initial values. With arguments other than `{}` it spins instead.
+const FRESH_OR_SPIN_BODY: &str = "
+    (if (i32.gt_u (local.get 3) (i32.const 2)) (then (loop $l (br $l))))
+    (global.set $calls (i32.add (global.get $calls) (i32.const 1)))
+    (if (result i32) (i32.or (i32.ne (global.get $calls) (i32.const 1)) (i32.load (i32.const 4000)))
+      (then (call $err_text (i32.const 2010) (i32.const 4)))
+      (else (i32.store (i32.const 4000) (i32.const 1)) (call $ok_text (i32.const 2000) (i32.const 4))))";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_finished_call_leaves_a_fresh_spare_that_the_next_call_takes() {
+    let guest = WatGuest::new("fresh", FRESH_OR_SPIN_BODY).extra("(global $calls (mut i32) (i32.const 0))");
+    let runtime = runtime_with(&[guest], quick_limits()).await;
+    for round in 0..5 {
+        let call = runtime.call("fresh", &no_args()).await.unwrap();
+        let (report, teardown) = call.run_deferring_teardown().await;
+        let Outcome::Completed(result) = &report.outcome else {
+            panic!("round {round}: {:?}", report.outcome)
+        };
+        assert!(!result.is_error, "round {round}: the instance was not fresh");
+        // From the second round on, the call took the spare the previous one left.
+        assert_eq!(runtime.pool_usage().spares, 0, "round {round}");
+        teardown.finish().await;
+        assert_eq!(runtime.pool_usage().spares, 1, "round {round}: a spare is made after the answer");
+    }
+    // A plain `run` (no `finish`) makes no spare, and takes the one there is.
+    assert!(matches!(run(&runtime, "fresh").await.outcome, Outcome::Completed(_)));
+    assert_eq!(runtime.pool_usage(), baseline());
+    let (_, teardown) = runtime.call("fresh", &no_args()).await.unwrap().run_deferring_teardown().await;
+    teardown.finish().await;
+    assert_eq!(runtime.pool_usage().spares, 1);
+    runtime.shutdown();
+    assert_eq!(runtime.pool_usage(), baseline(), "shutdown drops the spares");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_on_a_spare_instance_is_stopped_like_any_other() {
+    let guest = WatGuest::new("fresh", FRESH_OR_SPIN_BODY).extra("(global $calls (mut i32) (i32.const 0))");
+    let runtime = runtime_with(&[guest], quick_limits()).await;
+    let (_, teardown) = runtime.call("fresh", &no_args()).await.unwrap().run_deferring_teardown().await;
+    teardown.finish().await;
+    assert_eq!(runtime.pool_usage().spares, 1);
+
+    let call = runtime.call("fresh", &json!({"spin": true})).await.unwrap();
+    let handle = call.handle();
+    let canceller = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        handle.cancel();
+    });
+    let started = Instant::now();
+    let (report, teardown) = call.run_deferring_teardown().await;
+    canceller.await.unwrap();
+    assert_eq!(runtime.pool_usage().spares, 0, "the spinning call ran on the spare");
+    assert_eq!(report.outcome, Outcome::Cancelled);
+    assert!(report.hard_stopped, "the epoch callback was re-armed for this call");
+    assert!(started.elapsed() < Duration::from_secs(2), "stopped after {:?}", started.elapsed());
+    assert_eq!(report.cleanup.unwrap().outcome, CleanupOutcome::Completed);
+    teardown.finish().await;
+    assert_eq!(runtime.pool_usage().spares, 0, "a stopped call leaves no spare");
+    assert_eq!(runtime.pool_usage(), baseline());
 }

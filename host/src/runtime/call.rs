@@ -32,6 +32,7 @@ use super::component::LoadedComponent;
 use super::control::{CallControl, Progress, StopRequest};
 use super::guest::GuestState;
 use super::limits::ToolLimits;
+use super::spare::Refill;
 
 /// How a call ended. Every call ends in exactly one.
 #[derive(Debug, Clone, PartialEq)]
@@ -147,8 +148,21 @@ impl CallHandle {
 /// A finished call's instance and its slot in the pool, freed when this drops (the store
 /// first, then the permit, so pool usage never shows a free slot that is still in use).
 pub struct Teardown {
-    _store: Option<Store<GuestState>>,
+    store: Option<Store<GuestState>>,
+    /// Makes the component's next spare instance; set when the guest returned normally.
+    refill: Option<Refill>,
     _permit: OwnedSemaphorePermit,
+}
+
+impl Teardown {
+    /// Free the instance, then make the component's next spare instance (see `spare.rs`)
+    /// while still holding the call's pool slot, so spares never outnumber free slots.
+    pub async fn finish(mut self) {
+        drop(self.store.take());
+        if let Some(refill) = self.refill.take() {
+            refill.run().await;
+        }
+    }
 }
 
 /// A call that holds a slot in the instance pool and is ready to run.
@@ -164,6 +178,7 @@ pub struct Call {
     pub(crate) shutdown: watch::Receiver<bool>,
     pub(crate) permit: OwnedSemaphorePermit,
     pub(crate) cleanup_permits: Arc<Semaphore>,
+    pub(crate) spare_slots: Arc<Semaphore>,
 }
 
 impl Call {
@@ -201,7 +216,15 @@ impl Call {
             stopped_at,
             cleanup,
         };
-        (report, Teardown { _store: store, _permit: self.permit })
+        let refill = store.is_some().then(|| Refill {
+            engine: self.engine.clone(),
+            ticker: self.ticker.clone(),
+            component: self.component.clone(),
+            limits: self.limits.clone(),
+            slots: self.spare_slots.clone(),
+            shutdown: self.shutdown.clone(),
+        });
+        (report, Teardown { store, refill, _permit: self.permit })
     }
 
     /// Phases 1 to 3; returns the store too when the guest returned (it is dropped here
@@ -209,16 +232,27 @@ impl Call {
     async fn drive(&self) -> (Outcome, bool, Option<Store<GuestState>>) {
         let limits = &self.limits;
         let backstop = limits.max_duration.map(|max| self.control.started() + max + limits.grace);
-        let mut store = match new_store(&self.engine, &self.component, limits, self.control.clone(), backstop)
-        {
-            Ok(store) => store,
-            Err(error) => return (Outcome::StartFailed(format!("{error:#}")), false, None),
+        // A spare instance made ahead (spare.rs) is bound to this call; otherwise a fresh
+        // one is made now.
+        let (mut store, spare) = match self.component.spare.take(limits) {
+            Some((mut store, plugin)) => {
+                store.data_mut().bind(limits, self.control.clone());
+                arm(&mut store, limits, backstop);
+                (store, Some(plugin))
+            }
+            None => match new_store(&self.engine, &self.component, limits, self.control.clone(), backstop) {
+                Ok(store) => (store, None),
+                Err(error) => return (Outcome::StartFailed(format!("{error:#}")), false, None),
+            },
         };
         let pre = self.component.pre.clone();
         let (tool, arguments) = (&self.tool, &self.arguments);
         let store_ref = &mut store;
         let mut call = Box::pin(async move {
-            let plugin = pre.instantiate_async(&mut *store_ref).await?;
+            let plugin = match spare {
+                Some(plugin) => plugin,
+                None => pre.instantiate_async(&mut *store_ref).await?,
+            };
             plugin.cordon_tool_tool().call_call(store_ref, tool, arguments).await
         });
 
@@ -457,6 +491,13 @@ pub(crate) fn new_store(
     let state = GuestState::new(component.name.clone(), limits, data_dir, control)?;
     let mut store = Store::new(engine, state);
     store.limiter(|state| &mut state.limiter);
+    arm(&mut store, limits, backstop);
+    Ok(store)
+}
+
+/// Give `store` one run's bounds: its host-call fuel, and an epoch callback that yields
+/// every tick and traps at the hard stop or at `backstop`.
+fn arm(store: &mut Store<GuestState>, limits: &ToolLimits, backstop: Option<Instant>) {
     // Host-call fuel also bounds the result copied out of the guest: leave room above the
     // result limit so an oversized result is measured and refused by `check_result`.
     store.set_hostcall_fuel(limits.hostcall_bytes.max(limits.result_bytes.saturating_mul(2)));
@@ -470,7 +511,6 @@ pub(crate) fn new_store(
             Ok(UpdateDeadline::YieldCustom(1, Box::pin(tokio::task::yield_now())))
         }
     });
-    Ok(store)
 }
 
 async fn kick_after(grace: Duration, control: Arc<CallControl>, engine: Engine) {

@@ -16,6 +16,7 @@ use super::bindings::{PluginPre, ToolAnnotations, ToolInfo};
 use super::engine::compile_component;
 use super::guest::GuestState;
 use super::limits::ToolLimits;
+use super::spare::SpareSlot;
 
 /// Why a component could not be loaded.
 #[derive(Debug, thiserror::Error)]
@@ -75,6 +76,8 @@ pub(crate) struct LoadedComponent {
     pub(crate) tools: Vec<ToolSpec>,
     /// Compiled schemas, by tool name.
     pub(crate) schemas: HashMap<String, ToolSchemas>,
+    /// A fresh instance made ahead of the next call.
+    pub(crate) spare: SpareSlot,
 }
 
 /// A tool's schemas, compiled once at load (JSON Schema 2020-12 unless `$schema` says

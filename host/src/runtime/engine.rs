@@ -25,7 +25,7 @@ use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConf
 #[derive(Debug, Clone)]
 pub struct EngineSettings {
     /// Calls that may run at once; the pool holds two instance slots per call (the call
-    /// and its cleanup) plus one for loading.
+    /// and its cleanup), one for loading and a few for spare instances (spare.rs).
     pub max_concurrent_calls: usize,
     /// The largest linear memory any tool may be granted.
     pub max_memory_bytes: usize,
@@ -68,8 +68,8 @@ const DECOMMIT_BATCH: usize = 16;
 
 /// Build the engine and start its epoch ticker.
 pub(crate) fn build_engine(settings: &EngineSettings) -> Result<(Engine, Arc<Ticker>)> {
-    let slots =
-        u32::try_from(settings.max_concurrent_calls * 2 + 1).context("max_concurrent_calls is too large")?;
+    let slots = u32::try_from(settings.max_concurrent_calls * 2 + 1 + super::spare::SPARE_SLOTS)
+        .context("max_concurrent_calls is too large")?;
     let mut pool = PoolingAllocationConfig::default();
     pool.total_component_instances(slots)
         .total_core_instances(slots * CORE_INSTANCES_PER_SLOT)

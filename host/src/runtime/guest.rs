@@ -56,6 +56,14 @@ impl GuestState {
         })
     }
 
+    /// Bind a spare instance's state (made under `limits`, spare.rs) to the call that takes
+    /// it: its control block, and a limiter that reports to it.
+    pub(crate) fn bind(&mut self, limits: &ToolLimits, control: Arc<CallControl>) {
+        self.limiter = GuestLimiter::new(limits, control.memory_refused.clone());
+        self.note_bytes = limits.note_bytes;
+        self.control = control;
+    }
+
     pub(crate) fn control(&self) -> &CallControl {
         &self.control
     }

@@ -18,6 +18,7 @@ mod control;
 pub mod engine;
 mod guest;
 pub mod limits;
+mod spare;
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -80,11 +81,13 @@ pub enum CallError {
     ShuttingDown,
 }
 
-/// What the pool holds right now; all zero when no call runs.
+/// What the pool holds right now; all zero when no call runs and no spare instance is kept.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PoolUsage {
     /// Calls holding a slot (running, or running their cleanup).
     pub calls: usize,
+    /// Spare instances made ahead of calls (at most one per component).
+    pub spares: usize,
     /// Component instances alive in the pooling allocator.
     pub component_instances: u64,
     /// Core instances alive in the pooling allocator.
@@ -104,6 +107,7 @@ pub struct Runtime {
     tools: HashMap<String, usize>,
     call_permits: Arc<Semaphore>,
     cleanup_permits: Arc<Semaphore>,
+    spare_slots: Arc<Semaphore>,
     shutdown: watch::Sender<bool>,
     next_call_id: AtomicU64,
 }
@@ -124,6 +128,7 @@ impl Runtime {
             tools: HashMap::new(),
             call_permits: Arc::new(Semaphore::new(slots)),
             cleanup_permits: Arc::new(Semaphore::new(slots)),
+            spare_slots: Arc::new(Semaphore::new(spare::SPARE_SLOTS)),
             shutdown: watch::Sender::new(false),
             next_call_id: AtomicU64::new(1),
             settings,
@@ -159,8 +164,14 @@ impl Runtime {
     ) -> Result<(), LoadError> {
         let cache_dir = self.settings.engine.cache_dir.clone();
         let pre = component::prepare(&self.engine, &self.linker, origin, bytes, cache_dir.as_deref())?;
-        let mut loaded =
-            LoadedComponent { name: name.into(), pre, options, tools: Vec::new(), schemas: HashMap::new() };
+        let mut loaded = LoadedComponent {
+            name: name.into(),
+            pre,
+            options,
+            tools: Vec::new(),
+            schemas: HashMap::new(),
+            spare: Default::default(),
+        };
         let infos = self.list_tools(&loaded).await.map_err(|problem| LoadError::new(origin, problem))?;
         loaded.tools = component::tool_specs(origin, infos)?;
         loaded.schemas = component::compile_schemas(origin, &loaded.tools)?;
@@ -249,6 +260,7 @@ impl Runtime {
             shutdown: self.shutdown.subscribe(),
             permit,
             cleanup_permits: self.cleanup_permits.clone(),
+            spare_slots: self.spare_slots.clone(),
         })
     }
 
@@ -256,6 +268,9 @@ impl Runtime {
     /// cleanup) and refuse new ones. Wait for [`Runtime::idle`] to see them finish.
     pub fn shutdown(&self) {
         self.shutdown.send_replace(true);
+        for component in &self.components {
+            component.spare.clear();
+        }
     }
 
     /// Wait until no call holds a slot, or `timeout` passes; returns whether it is idle.
@@ -270,6 +285,7 @@ impl Runtime {
         let metrics = self.engine.pooling_allocator_metrics();
         PoolUsage {
             calls,
+            spares: spare::SPARE_SLOTS - self.spare_slots.available_permits(),
             component_instances: metrics.as_ref().map_or(0, |m| m.component_instances()),
             core_instances: metrics.as_ref().map_or(0, |m| m.core_instances()),
             memories: metrics.as_ref().map_or(0, |m| m.memories()),

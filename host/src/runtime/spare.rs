@@ -1,0 +1,113 @@
+//! # Spare instances: the next call's fresh instance, made before the call arrives
+//!
+//! Creating a store and instantiating a component is half of what a short call costs in
+//! the sandbox (the example `echo`: about 13 of 26 µs; BENCHMARKS.md). So once a call's
+//! answer is out, the runtime makes the next instance of the same component ahead of time:
+//! a *spare*. The next call of one of its tools under the same limits takes the spare and
+//! binds it to itself (its control block, limiter, host-call fuel and deadlines, see
+//! `call.rs`), and pays only for its guest function.
+//!
+//! A spare is exactly as fresh as an instance made on demand: no call has run in it, only
+//! the component's own instantiation, under a budget. Each component keeps at most one;
+//! at most [`SPARE_SLOTS`] exist at once (the pool reserves room for them, so spares never
+//! take a slot a call needs); shutdown drops them all.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
+use wasmtime::{Engine, Store};
+
+use super::bindings::Plugin;
+use super::call::{bounded_store, run_bounded};
+use super::component::LoadedComponent;
+use super::engine::Ticker;
+use super::guest::GuestState;
+use super::limits::ToolLimits;
+
+/// Spares that may exist at once, across all components.
+pub(crate) const SPARE_SLOTS: usize = 4;
+
+/// How long a spare's instantiation may run (a component's start code runs in it).
+const SPARE_BUDGET: Duration = Duration::from_secs(1);
+
+/// A fresh instance waiting for a call.
+struct Spare {
+    store: Store<GuestState>,
+    plugin: Plugin,
+    /// The limits it was made for: only a call under the same limits takes it.
+    limits: ToolLimits,
+    _slot: OwnedSemaphorePermit,
+}
+
+/// Where a component keeps its spare.
+#[derive(Default)]
+pub(crate) struct SpareSlot(Mutex<Option<Spare>>);
+
+impl SpareSlot {
+    /// The spare, if there is one made for `limits` (one made for other limits is dropped:
+    /// the refill after this call makes one for these).
+    pub(crate) fn take(&self, limits: &ToolLimits) -> Option<(Store<GuestState>, Plugin)> {
+        let spare = self.0.lock().unwrap().take()?;
+        (spare.limits == *limits).then(|| (spare.store, spare.plugin))
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.0.lock().unwrap().is_none()
+    }
+
+    /// Drop the spare, if any.
+    pub(crate) fn clear(&self) {
+        drop(self.0.lock().unwrap().take());
+    }
+
+    /// Keep `spare` unless the runtime shut down or another refill got there first. The
+    /// check happens under the lock that [`SpareSlot::clear`] takes after shutdown is
+    /// flagged, so no spare outlives a shutdown.
+    fn put(&self, spare: Spare, shutdown: &watch::Receiver<bool>) {
+        let mut slot = self.0.lock().unwrap();
+        if slot.is_none() && !*shutdown.borrow() {
+            *slot = Some(spare);
+        }
+    }
+}
+
+/// What it takes to make a component's next spare; a finished call carries one.
+pub(crate) struct Refill {
+    pub(crate) engine: Engine,
+    pub(crate) ticker: Arc<Ticker>,
+    pub(crate) component: Arc<LoadedComponent>,
+    pub(crate) limits: ToolLimits,
+    pub(crate) slots: Arc<Semaphore>,
+    pub(crate) shutdown: watch::Receiver<bool>,
+}
+
+impl Refill {
+    /// Make the component's spare, unless it has one, the runtime is shutting down, or
+    /// every spare slot is taken. A spare that cannot be made is only logged: the next
+    /// call instantiates on demand, as it would have anyway.
+    pub(crate) async fn run(self) {
+        if *self.shutdown.borrow() || !self.component.spare.is_empty() {
+            return;
+        }
+        let Ok(slot) = self.slots.clone().try_acquire_owned() else { return };
+        let _ticking = self.ticker.running();
+        let Ok((mut store, deadline)) =
+            bounded_store(&self.engine, &self.component, &self.limits, SPARE_BUDGET)
+        else {
+            return;
+        };
+        match run_bounded(self.component.pre.instantiate_async(&mut store), deadline).await {
+            Some(Ok(plugin)) => {
+                let spare = Spare { store, plugin, limits: self.limits, _slot: slot };
+                self.component.spare.put(spare, &self.shutdown);
+            }
+            Some(Err(error)) => {
+                tracing::debug!(component = %self.component.name, "no spare instance: {error:#}");
+            }
+            None => {
+                tracing::debug!(component = %self.component.name, "no spare instance: instantiation ran past {SPARE_BUDGET:?}");
+            }
+        }
+    }
+}
