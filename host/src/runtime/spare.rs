@@ -49,7 +49,7 @@ impl SpareSlot {
     /// the refill after this call makes one for these).
     pub(crate) fn take(&self, limits: &ToolLimits) -> Option<(Store<GuestState>, Plugin)> {
         let spare = self.0.lock().unwrap().take()?;
-        (spare.limits == *limits).then(|| (spare.store, spare.plugin))
+        (spare.limits == *limits).then_some((spare.store, spare.plugin))
     }
 
     pub(crate) fn is_empty(&self) -> bool {
