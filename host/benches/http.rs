@@ -1,8 +1,8 @@
 //! HTTP echo throughput and latency: `cordon serve --http` (the echo tool in a fresh
 //! WebAssembly instance per call) against the same tool on the official Python SDK's
-//! Streamable HTTP server, with the same load generator in the same run: 16 concurrent
-//! clients for 5 s each, each sending `tools/call` after `tools/call` on one kept-alive
-//! connection (as HTTP client libraries do).
+//! Streamable HTTP server, with the same load generator in the same run: five 1 s slices
+//! per server, in alternation, of 16 concurrent clients, each sending `tools/call` after
+//! `tools/call` on one kept-alive connection (as HTTP client libraries do).
 //!
 //! ```sh
 //! cargo xtask test   # builds target/debug/cordon, the example tools and the Python env
@@ -18,14 +18,12 @@ use serde_json::json;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 
 const CLIENTS: usize = 16;
-const DURATION: Duration = Duration::from_secs(5);
+/// Each server is loaded for `ROUNDS` slices of `SLICE`, in alternation.
+const ROUNDS: u32 = 5;
+const SLICE: Duration = Duration::from_secs(1);
 
-struct Stats {
-    requests: usize,
-    latencies: Vec<Duration>,
-}
-
-async fn load(port: u16) -> Stats {
+/// The latencies of every request made in `duration`.
+async fn load(port: u16, duration: Duration) -> Vec<Duration> {
     let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
         "name": "echo", "arguments": {"text": "hello"},
         "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {}}}})
@@ -36,7 +34,7 @@ async fn load(port: u16) -> Stats {
          Content-Length: {}\r\n\r\n{body}",
         body.len()
     );
-    let deadline = Instant::now() + DURATION;
+    let deadline = Instant::now() + duration;
     let mut workers = Vec::new();
     for _ in 0..CLIENTS {
         let request = request.clone();
@@ -66,8 +64,7 @@ async fn load(port: u16) -> Stats {
     for worker in workers {
         latencies.extend(worker.await.unwrap());
     }
-    latencies.sort();
-    Stats { requests: latencies.len(), latencies }
+    latencies
 }
 
 /// Read one HTTP/1.1 response (a `Content-Length` or chunked body); returns the body and
@@ -126,26 +123,51 @@ fn cpu_used(pid: u32) -> Duration {
     Duration::from_nanos(nanos)
 }
 
-/// Load `server` (listening on `port`); print and return its throughput, median latency
-/// and CPU per request.
-fn measure(
-    tokio: &tokio::runtime::Runtime,
-    label: &str,
-    server: &Child,
+/// A server under load, with what was measured of it so far.
+struct Subject {
+    label: &'static str,
+    child: Child,
     port: u16,
-) -> (f64, Duration, Duration) {
-    let cpu_before = cpu_used(server.id());
-    let stats = tokio.block_on(load(port));
-    let cpu = (cpu_used(server.id()) - cpu_before) / stats.requests as u32;
-    let rate = stats.requests as f64 / DURATION.as_secs_f64();
-    let at = |p: f64| stats.latencies[((stats.latencies.len() - 1) as f64 * p) as usize];
-    println!(
-        "{label:<36} {rate:>8.0} req/s  median {:>9.2?}  p90 {:>9.2?}  p99 {:>9.2?}  server CPU/request {cpu:>8.1?}",
-        at(0.5),
-        at(0.9),
-        at(0.99)
-    );
-    (rate, at(0.5), cpu)
+    latencies: Vec<Duration>,
+    cpu: Duration,
+}
+
+impl Subject {
+    fn signal(&self, signal: i32) {
+        // SAFETY: kill(2) on our own child's pid.
+        assert_eq!(unsafe { libc::kill(self.child.id() as i32, signal) }, 0);
+    }
+
+    /// One slice of load; the server is paused (SIGSTOP) outside its slices, so that its
+    /// housekeeping does not disturb the other one.
+    fn slice(&mut self, tokio: &tokio::runtime::Runtime) {
+        self.signal(libc::SIGCONT);
+        let cpu_before = cpu_used(self.child.id());
+        let latencies = tokio.block_on(load(self.port, SLICE));
+        self.cpu += cpu_used(self.child.id()) - cpu_before;
+        self.latencies.extend(latencies);
+        self.signal(libc::SIGSTOP);
+    }
+
+    /// Print and return its throughput, median latency and CPU per request.
+    fn report(mut self) -> (f64, Duration, Duration) {
+        self.signal(libc::SIGCONT);
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let latencies = &mut self.latencies;
+        latencies.sort();
+        let rate = latencies.len() as f64 / (SLICE * ROUNDS).as_secs_f64();
+        let cpu = self.cpu / latencies.len() as u32;
+        let at = |p: f64| latencies[((latencies.len() - 1) as f64 * p) as usize];
+        println!(
+            "{:<36} {rate:>8.0} req/s  median {:>9.2?}  p90 {:>9.2?}  p99 {:>9.2?}  server CPU/request {cpu:>8.1?}",
+            self.label,
+            at(0.5),
+            at(0.9),
+            at(0.99)
+        );
+        (rate, at(0.5), cpu)
+    }
 }
 
 /// Wait until `port` accepts connections.
@@ -179,18 +201,13 @@ fn main() {
     let tokio = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
 
     let cordon_port = free_port();
-    let mut server: Child = Command::new(&cordon)
+    let server = Command::new(&cordon)
         .args(["serve", "--http", &format!("127.0.0.1:{cordon_port}"), "--config"])
         .arg(&config)
         .env("CORDON_LOG", "warn")
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    wait_for(cordon_port);
-    let ours = measure(&tokio, "cordon (wasm echo, fresh instance)", &server, cordon_port);
-    let _ = server.kill();
-    let _ = server.wait();
-
     let python_port = free_port();
     let mut reference = Command::new(&python)
         .arg(root.join("host/benches/reference_server.py"))
@@ -201,10 +218,25 @@ fn main() {
         .unwrap();
     let stderr = reference.stderr.take().unwrap();
     std::thread::spawn(move || std::io::BufReader::new(stderr).lines().for_each(drop));
+    wait_for(cordon_port);
     wait_for(python_port);
-    let theirs = measure(&tokio, "python SDK reference server", &reference, python_port);
-    let _ = reference.kill();
-    let _ = reference.wait();
+    let subject =
+        |label, child, port| Subject { label, child, port, latencies: Vec::new(), cpu: Duration::ZERO };
+    let mut subjects = [
+        subject("cordon (wasm echo, fresh instance)", server, cordon_port),
+        subject("python SDK reference server", reference, python_port),
+    ];
+    for subject in &subjects {
+        subject.signal(libc::SIGSTOP);
+    }
+    // Slices alternate between the servers, so that this machine's slow spells fall on
+    // both alike.
+    for _ in 0..ROUNDS {
+        for subject in &mut subjects {
+            subject.slice(&tokio);
+        }
+    }
+    let [ours, theirs] = subjects.map(Subject::report);
 
     println!(
         "throughput: cordon / reference = {:.1}x; median latency: reference / cordon = {:.1}x (target >= 10x)",

@@ -233,8 +233,11 @@ impl Connection {
                     // before reading on, in this thread (handing it to another costs a
                     // wake-up that this thread pays more for than the work itself).
                     Outbox::Lines(_) => teardown.finish().await,
-                    // The transport writes the answer only once this task yields.
-                    Outbox::Channel(_) => drop(tokio::spawn(teardown.finish())),
+                    // The transport writes the answer only after this task, so there is
+                    // no idle moment to fill: free the instance now and make no spare
+                    // (under concurrent HTTP load a spare made in a task of its own cost
+                    // more than it saved: 15.5k against 16.8k requests/s, BENCHMARKS.md).
+                    Outbox::Channel(_) => drop(teardown),
                 }
             }
         });
