@@ -432,8 +432,10 @@ async fn a_finished_call_leaves_a_fresh_spare_that_the_next_call_takes() {
         assert!(!result.is_error, "round {round}: the instance was not fresh");
         // From the second round on, the call took the spare the previous one left.
         assert_eq!(runtime.pool_usage().spares, 0, "round {round}");
+        assert_eq!(runtime.pool_usage().calls, 1, "round {round}: the slot is held until the teardown");
         teardown.finish().await;
         assert_eq!(runtime.pool_usage().spares, 1, "round {round}: a spare is made after the answer");
+        assert_eq!(runtime.pool_usage().calls, 0, "round {round}");
     }
     // A plain `run` (no `finish`) makes no spare, and takes the one there is.
     assert!(matches!(run(&runtime, "fresh").await.outcome, Outcome::Completed(_)));
