@@ -4,10 +4,11 @@
 //! [`Connection`] is one client's channel (a stdio process, an HTTP exchange): it decides
 //! each message's era (2026-07-28 by its envelope, 2025-11-25 after `initialize`), answers
 //! the quick methods inline, and runs each `tools/call` in its own task (unless it is done
-//! in its first poll, made in place), so a slow call never blocks another. A call task forwards progress (only with a progress token, only
-//! increasing, at most one notification per interval, none after the answer), and on a
-//! cancel sends nothing at all. Stopping the call is the runtime's job: this module only
-//! asks for it.
+//! in its first poll, made in place), so a slow call never blocks another. A call task
+//! forwards progress (only with a progress token, only increasing, at most one
+//! notification per interval, none after the answer), and on a cancel sends nothing at
+//! all; the instance is torn down only after the answer is out. Stopping the call is the
+//! runtime's job: this module only asks for it.
 
 use std::collections::HashMap;
 use std::future::Future;

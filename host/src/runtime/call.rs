@@ -3,7 +3,8 @@
 //! This module is the one owner of how a call runs and how it is stopped. A call goes
 //! through at most three phases, all inside [`Call::run`]:
 //!
-//! 1. **Running.** A fresh `Store` and instance run the guest's `call`. The driver waits
+//! 1. **Running.** A fresh `Store` and instance (made on demand, or ahead as a spare,
+//!    see `spare.rs`, and bound to this call) run the guest's `call`. The driver waits
 //!    for the result, a stop request (the caller's [`CallHandle::cancel`], the runtime's
 //!    shutdown) or a deadline (idle timeout, which progress pushes back; maximum duration).
 //! 2. **Grace.** The stop is visible to the guest: `cancelled()` is true and `time-left()`
@@ -18,6 +19,8 @@
 //! instance with the same capabilities and its own budget, bounded the same way. Its
 //! failures are logged and reported, never retried. The call's permit in the instance
 //! pool is released only after cleanup, so pool usage always returns to its baseline.
+//! A call that returned may hand its instance's teardown to the caller ([`Teardown`]), to
+//! be done once the answer is out.
 
 use std::future::Future;
 use std::sync::Arc;

@@ -7,8 +7,9 @@
 //! - [`engine`]: the engine configuration, the epoch ticker, the compile cache.
 //! - [`component`]: loading and checking a component, reading its tool list.
 //! - [`call`]: one call, from instance to outcome, and the cleanup after a stop.
-//! - [`control`]: the control block a call shares with its guest and its handle.
-//! - [`guest`]: the store's data and the host side of the guest's imports.
+//! - `control`: the control block a call shares with its guest and its handle.
+//! - `guest`: the store's data and the host side of the guest's imports.
+//! - `spare`: instances made ahead of the calls that will use them.
 //! - [`limits`]: per-tool limits.
 
 mod bindings;
