@@ -80,15 +80,16 @@ impl Subject {
         let started = Instant::now();
         writeln!(self.stdin, "{request}").unwrap();
         self.stdin.flush().unwrap();
-        let answer = loop {
+        // The clock stops when the answer's line is in, before the client parses it.
+        let (answer, elapsed) = loop {
             line.clear();
             assert!(self.stdout.read_line(&mut line).unwrap() > 0, "{} closed its stdout", self.label);
+            let elapsed = started.elapsed();
             let message: Value = serde_json::from_str(&line).unwrap();
             if message.get("id") == Some(&json!(id)) {
-                break message;
+                break (message, elapsed);
             }
         };
-        let elapsed = started.elapsed();
         let echoed = answer["result"]["content"][0]["text"] == "hello"
             || answer["params"]["arguments"]["text"] == "hello";
         assert!(echoed, "{}: {answer}", self.label);
