@@ -1,18 +1,19 @@
-//! stdin and stdout as non-blocking pipes on tokio's reactor.
+//! stdout as a non-blocking pipe on tokio's reactor.
 //!
-//! `tokio::io::stdin`/`stdout` do every read and write on the blocking thread pool, which
-//! costs two thread hand-offs per message. When our stdin and stdout are pipes or sockets
-//! (how an MCP client runs us), we switch them to non-blocking mode and poll them like any
-//! socket instead; anything else (a terminal, a file) falls back to tokio's versions.
+//! `tokio::io::stdout` does every write on the blocking thread pool, which costs two thread
+//! hand-offs per message. When our stdout is a pipe or a socket (how an MCP client runs
+//! us), we switch it to non-blocking mode and write it like any socket instead; anything
+//! else (a terminal, a file) falls back to tokio's version. (stdin needs none of this: the
+//! stdio transport reads it with blocking reads on a thread of its own.)
 
 use std::fs::File;
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 use std::os::fd::{AsRawFd, FromRawFd, RawFd};
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 
 use tokio::io::unix::AsyncFd;
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::io::AsyncWrite;
 
 /// A pipe (or socket) end in non-blocking mode, polled by the reactor.
 pub struct Pipe {
@@ -20,7 +21,7 @@ pub struct Pipe {
 }
 
 impl Pipe {
-    /// Take over `fd` (0 or 1) if it is a pipe or a socket; `None` otherwise.
+    /// Take over `fd` (stdout: 1) if it is a pipe or a socket; `None` otherwise.
     pub fn from_std(fd: RawFd) -> Option<Self> {
         // SAFETY: fstat and fcntl on a descriptor we own for the life of the process; the
         // duplicate is a fresh descriptor that `File` then owns.
@@ -44,23 +45,6 @@ impl Pipe {
             }
             let file = File::from_raw_fd(own);
             AsyncFd::register(file).ok().map(|fd| Self { fd })
-        }
-    }
-}
-
-impl AsyncRead for Pipe {
-    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
-        loop {
-            let mut guard = ready!(self.fd.poll_read_ready(cx))?;
-            let unfilled = buf.initialize_unfilled();
-            match guard.try_io(|fd| fd.get_ref().read(unfilled)) {
-                Ok(Ok(read)) => {
-                    buf.advance(read);
-                    return Poll::Ready(Ok(()));
-                }
-                Ok(Err(error)) => return Poll::Ready(Err(error)),
-                Err(_would_block) => continue,
-            }
         }
     }
 }
