@@ -77,9 +77,12 @@ impl Subject {
         let request = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
             "params": {"name": "echo", "arguments": {"text": "hello"}, "_meta": meta}});
         let mut line = String::new();
+        // One message, one write, as a real client sends it (`writeln!` on the unbuffered
+        // pipe would make a syscall per JSON token, and the server a read per token).
+        let mut bytes = serde_json::to_vec(&request).unwrap();
+        bytes.push(b'\n');
         let started = Instant::now();
-        writeln!(self.stdin, "{request}").unwrap();
-        self.stdin.flush().unwrap();
+        self.stdin.write_all(&bytes).unwrap();
         // The clock stops when the answer's line is in, before the client parses it.
         let (answer, elapsed) = loop {
             line.clear();
