@@ -35,19 +35,24 @@ fn summary(name: &str, mut samples: Vec<Duration>) -> (Duration, Duration) {
     (median, p99)
 }
 
-async fn fresh_instances(runtime: &Runtime) {
-    for _ in 0..1000 {
-        drop(runtime.instantiate_once("done").await.unwrap());
-    }
-    let (mut create, mut teardown) = (Vec::with_capacity(10_000), Vec::with_capacity(10_000));
-    for _ in 0..10_000 {
+/// `rounds` times: a store and instance of `tool`'s component, then its drop; returns the
+/// times of each apart.
+async fn instance_costs(runtime: &Runtime, tool: &str, rounds: usize) -> (Vec<Duration>, Vec<Duration>) {
+    let (mut create, mut teardown) = (Vec::with_capacity(rounds), Vec::with_capacity(rounds));
+    for _ in 0..rounds {
         let started = Instant::now();
-        let store = runtime.instantiate_once("done").await.unwrap();
+        let store = runtime.instantiate_once(tool).await.unwrap();
         let created = Instant::now();
         drop(store);
         teardown.push(created.elapsed());
         create.push(created - started);
     }
+    (create, teardown)
+}
+
+async fn fresh_instances(runtime: &Runtime) {
+    instance_costs(runtime, "done", 1_000).await;
+    let (create, teardown) = instance_costs(runtime, "done", 10_000).await;
     summary("fresh store + instance (target median <= 5us)", create);
     summary("dropping it (slot back to the pool)", teardown);
     let mut samples = Vec::with_capacity(5_000);
@@ -206,15 +211,7 @@ async fn sandbox_overhead() {
         assert!(matches!(report.outcome, Outcome::Completed(_)));
         teardown.finish().await;
     }
-    let (mut create, mut teardown) = (Vec::new(), Vec::new());
-    for _ in 0..3_000 {
-        let started = Instant::now();
-        let store = runtime.instantiate_once("echo").await.unwrap();
-        let created = Instant::now();
-        drop(store);
-        teardown.push(created.elapsed());
-        create.push(created - started);
-    }
+    let (create, teardown) = instance_costs(&runtime, "echo", 3_000).await;
     summary("  of which: store + instance (echo)", create);
     summary("  of which: dropping it (echo)", teardown);
     let (wasm_median, _) = summary("echo in the sandbox (Rust SDK component)", wasm);

@@ -77,6 +77,24 @@ impl Server {
         self.recv(Duration::from_secs(10)).expect("an answer within 10 s")
     }
 
+    /// After EOF or a signal: call `id` is answered as stopped by the shutdown, and the
+    /// server exits successfully within 5 s.
+    fn expect_shutdown_answer_and_exit(&mut self, id: i64) {
+        let since = Instant::now();
+        let answer = self.expect();
+        assert_eq!(answer["id"], id);
+        let text = answer["result"]["content"][0]["text"].as_str().unwrap_or_default();
+        assert!(text.contains("shutting down"), "{answer}");
+        let status = loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                break status;
+            }
+            assert!(since.elapsed() < Duration::from_secs(5), "the server did not exit");
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        assert!(status.success(), "{status:?}");
+    }
+
     fn call_text(&mut self, id: i64, tool: &str, arguments: Value) -> String {
         self.request(id, "tools/call", json!({"name": tool, "arguments": arguments, "_meta": meta()}));
         let answer = self.expect();
@@ -271,19 +289,8 @@ fn stdin_eof_stops_calls_in_flight_runs_their_cleanup_and_exits() {
     let mut server = Server::start();
     server.request(1, "tools/call", json!({"name": "spin", "arguments": {"seconds": 600}, "_meta": meta()}));
     std::thread::sleep(Duration::from_millis(200));
-    let closed = Instant::now();
     drop(server.stdin.take());
-    let answer = server.expect();
-    assert_eq!(answer["id"], 1);
-    assert!(answer["result"]["content"][0]["text"].as_str().unwrap().contains("shutting down"), "{answer}");
-    let status = loop {
-        if let Some(status) = server.child.try_wait().unwrap() {
-            break status;
-        }
-        assert!(closed.elapsed() < Duration::from_secs(5), "the server did not exit");
-        std::thread::sleep(Duration::from_millis(10));
-    };
-    assert!(status.success());
+    server.expect_shutdown_answer_and_exit(1);
 }
 
 #[test]
@@ -292,20 +299,9 @@ fn sigterm_stops_calls_in_flight_answers_them_and_exits_with_stdin_still_open() 
     assert_eq!(server.call_text(1, "echo", json!({"text": "up"})), "up");
     server.request(2, "tools/call", json!({"name": "spin", "arguments": {"seconds": 600}, "_meta": meta()}));
     std::thread::sleep(Duration::from_millis(200));
-    let signalled = Instant::now();
     // SAFETY: kill(2) on our own child's pid.
     assert_eq!(unsafe { libc::kill(server.child.id() as i32, libc::SIGTERM) }, 0);
-    let answer = server.expect();
-    assert_eq!(answer["id"], 2);
-    assert!(answer["result"]["content"][0]["text"].as_str().unwrap().contains("shutting down"), "{answer}");
-    let status = loop {
-        if let Some(status) = server.child.try_wait().unwrap() {
-            break status;
-        }
-        assert!(signalled.elapsed() < Duration::from_secs(5), "the server did not exit");
-        std::thread::sleep(Duration::from_millis(10));
-    };
-    assert!(status.success(), "{status:?}");
+    server.expect_shutdown_answer_and_exit(2);
     assert!(server.stdin.is_some(), "stdin stayed open throughout");
 }
 

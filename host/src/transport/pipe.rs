@@ -12,8 +12,8 @@ use std::os::fd::{AsRawFd, FromRawFd, RawFd};
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 
-use tokio::io::unix::AsyncFd;
 use tokio::io::AsyncWrite;
+use tokio::io::unix::AsyncFd;
 
 /// A pipe (or socket) end in non-blocking mode, polled by the reactor.
 pub struct Pipe {
