@@ -42,33 +42,57 @@ struct Spare {
 
 /// Where a component keeps its spare.
 #[derive(Default)]
-pub(crate) struct SpareSlot(Mutex<Option<Spare>>);
+pub(crate) struct SpareSlot(Mutex<SlotState>);
+
+#[derive(Default)]
+struct SlotState {
+    spare: Option<Spare>,
+    /// A refill is under way: concurrent calls finishing together make one spare, not many.
+    refilling: bool,
+}
 
 impl SpareSlot {
     /// The spare, if there is one made for `limits` (one made for other limits is dropped:
     /// the refill after this call makes one for these).
     pub(crate) fn take(&self, limits: &ToolLimits) -> Option<(Store<GuestState>, Plugin)> {
-        let spare = self.0.lock().unwrap().take()?;
+        let spare = self.0.lock().unwrap().spare.take()?;
         (spare.limits == *limits).then_some((spare.store, spare.plugin))
-    }
-
-    pub(crate) fn is_empty(&self) -> bool {
-        self.0.lock().unwrap().is_none()
     }
 
     /// Drop the spare, if any.
     pub(crate) fn clear(&self) {
-        drop(self.0.lock().unwrap().take());
+        drop(self.0.lock().unwrap().spare.take());
     }
 
-    /// Keep `spare` unless the runtime shut down or another refill got there first. The
-    /// check happens under the lock that [`SpareSlot::clear`] takes after shutdown is
-    /// flagged, so no spare outlives a shutdown.
-    fn put(&self, spare: Spare, shutdown: &watch::Receiver<bool>) {
-        let mut slot = self.0.lock().unwrap();
-        if slot.is_none() && !*shutdown.borrow() {
-            *slot = Some(spare);
+    /// Claim the right to make the spare: `None` when there is one, or one is being made.
+    fn begin_refill(&self) -> Option<RefillClaim<'_>> {
+        let mut state = self.0.lock().unwrap();
+        if state.spare.is_some() || state.refilling {
+            return None;
         }
+        state.refilling = true;
+        Some(RefillClaim(self))
+    }
+}
+
+/// The right to make a component's spare; given up when dropped.
+struct RefillClaim<'a>(&'a SpareSlot);
+
+impl RefillClaim<'_> {
+    /// Keep `spare` unless the runtime shut down. The check happens under the lock that
+    /// [`SpareSlot::clear`] takes after shutdown is flagged, so no spare outlives a shutdown.
+    fn put(self, spare: Spare, shutdown: &watch::Receiver<bool>) {
+        let mut state = self.0.0.lock().unwrap();
+        if !*shutdown.borrow() {
+            state.spare = Some(spare);
+        }
+        drop(state); // before the claim's drop takes the lock again
+    }
+}
+
+impl Drop for RefillClaim<'_> {
+    fn drop(&mut self) {
+        self.0.0.lock().unwrap().refilling = false;
     }
 }
 
@@ -87,9 +111,10 @@ impl Refill {
     /// every spare slot is taken. A spare that cannot be made is only logged: the next
     /// call instantiates on demand, as it would have anyway.
     pub(crate) async fn run(self) {
-        if *self.shutdown.borrow() || !self.component.spare.is_empty() {
+        if *self.shutdown.borrow() {
             return;
         }
+        let Some(claim) = self.component.spare.begin_refill() else { return };
         let Ok(slot) = self.slots.clone().try_acquire_owned() else { return };
         let _ticking = self.ticker.running();
         let Ok((mut store, deadline)) =
@@ -100,7 +125,7 @@ impl Refill {
         match run_bounded(self.component.pre.instantiate_async(&mut store), deadline).await {
             Some(Ok(plugin)) => {
                 let spare = Spare { store, plugin, limits: self.limits, _slot: slot };
-                self.component.spare.put(spare, &self.shutdown);
+                claim.put(spare, &self.shutdown);
             }
             Some(Err(error)) => {
                 tracing::debug!(component = %self.component.name, "no spare instance: {error:#}");
