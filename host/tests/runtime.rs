@@ -473,3 +473,83 @@ async fn a_call_on_a_spare_instance_is_stopped_like_any_other() {
     assert_eq!(runtime.pool_usage().spares, 0, "a stopped call leaves no spare");
     assert_eq!(runtime.pool_usage(), baseline());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn host_resources_created_in_a_loop_are_capped_and_the_call_traps() {
+    // 20,000 pollables, never dropped: they live in host memory, outside the guest's memory
+    // limit; the cap is 10,000 (wasmtime's own would allow a million).
+    let body = "(local.set 0 (i32.const 0))
+        (loop $l
+          (drop (call $subscribe (i64.const 1000000000)))
+          (local.set 0 (i32.add (local.get 0) (i32.const 1)))
+          (br_if $l (i32.lt_u (local.get 0) (i32.const 20000))))
+        (call $ok_text (i32.const 2000) (i32.const 4))";
+    let runtime = runtime_with(&[WatGuest::new("hoarder", body)], quick_limits()).await;
+    let report = run(&runtime, "hoarder").await;
+    let Outcome::Trapped(message) = &report.outcome else { panic!("{:?}", report.outcome) };
+    assert_eq!(message, "it holds 10000 host resources (streams, pollables, files) at once, the limit");
+    assert_eq!(report.cleanup.unwrap().outcome, CleanupOutcome::Completed);
+    assert_eq!(runtime.pool_usage(), baseline());
+}
+
+/// The operator's log, captured.
+#[derive(Clone, Default)]
+struct LogBuffer(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for LogBuffer {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[test]
+fn guest_stderr_reaches_the_operator_log_line_by_line_tagged_and_capped() {
+    let log = LogBuffer::default();
+    let writer = log.clone();
+    let subscriber = tracing_subscriber::fmt().with_writer(move || writer.clone()).with_ansi(false).finish();
+    // A current-thread runtime: the guest's writes, and so the log events, stay on this
+    // thread, where the subscriber is installed.
+    tracing::subscriber::with_default(subscriber, || {
+        let tokio = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        tokio.block_on(async {
+            let chatty = WatGuest::new(
+                "chatty",
+                "(call $eprint (i32.const 5000) (i32.const 11)) (call $ok_text (i32.const 2000) (i32.const 4))",
+            )
+            .extra(r#"(data (i32.const 5000) "hello\nworld")"#);
+            // 100 writes of 4 KiB, each on a stream of its own: 400 KiB against a 64 KiB cap.
+            let flood = WatGuest::new(
+                "flood",
+                "(local.set 0 (i32.const 0))
+                 (loop $l
+                   (call $eprint (i32.const 8192) (i32.const 4096))
+                   (local.set 0 (i32.add (local.get 0) (i32.const 1)))
+                   (br_if $l (i32.lt_u (local.get 0) (i32.const 100))))
+                 (call $ok_text (i32.const 2000) (i32.const 4))",
+            )
+            .extra(r#"(data (i32.const 8192) "flood")"#);
+            let runtime = runtime_with(&[chatty, flood], quick_limits()).await;
+            assert!(matches!(run(&runtime, "chatty").await.outcome, Outcome::Completed(_)));
+            assert!(matches!(run(&runtime, "flood").await.outcome, Outcome::Completed(_)));
+        });
+    });
+    let log = String::from_utf8_lossy(&log.0.lock().unwrap()).into_owned();
+    let lines = |component: &str| -> Vec<&str> {
+        log.lines().filter(|line| line.contains(&format!("component=\"{component}\""))).collect()
+    };
+    let chatty = lines("chatty");
+    assert!(chatty.iter().any(|line| line.contains("stderr: hello")), "{log}");
+    assert!(
+        chatty.iter().any(|line| line.contains("stderr: world")),
+        "a last line without a newline too: {log}"
+    );
+    let flood = lines("flood");
+    let logged = flood.iter().filter(|line| line.contains("stderr: flood")).count();
+    assert_eq!(logged, 16, "64 KiB of 4 KiB lines, then nothing: {log}");
+    assert!(flood.iter().any(|line| line.contains("more output dropped")), "{log}");
+}

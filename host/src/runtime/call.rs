@@ -28,12 +28,13 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
+use wasmtime::component::ResourceTableError;
 use wasmtime::{Engine, Store, Trap, UpdateDeadline};
 
 use super::bindings::{self, CleanupContext, Content, StopReason};
 use super::component::LoadedComponent;
 use super::control::{CallControl, Progress, StopRequest};
-use super::guest::GuestState;
+use super::guest::{GuestState, MAX_HOST_RESOURCES};
 use super::limits::ToolLimits;
 use super::spare::Refill;
 
@@ -560,8 +561,14 @@ fn result_size(result: &bindings::CallResult) -> usize {
 /// The trap's own message (e.g. "wasm `unreachable` instruction executed"), without the
 /// backtrace wasmtime attaches.
 fn trap_message(error: &wasmtime::Error) -> String {
-    match error.downcast_ref::<Trap>() {
-        Some(trap) => trap.to_string(),
-        None => format!("{error:#}"),
+    if let Some(trap) = error.downcast_ref::<Trap>() {
+        return trap.to_string();
     }
+    if let Some(ResourceTableError::Full) = error.downcast_ref::<ResourceTableError>() {
+        return format!(
+            "it holds {MAX_HOST_RESOURCES} host resources (streams, pollables, files) at once, the limit"
+        );
+    }
+    // A host function's error: its own words, without the wasm backtrace around them.
+    error.root_cause().to_string()
 }

@@ -3,6 +3,7 @@
 
 use std::path::Path;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use anyhow::{Context, Result};
 use wasmtime::component::ResourceTable;
@@ -14,6 +15,11 @@ use super::limits::{GuestLimiter, ToolLimits};
 
 /// Where the tool's data directory appears inside the guest.
 pub const GUEST_DATA_DIR: &str = "/data";
+
+/// Host resources (streams, pollables, descriptors) one instance may hold at once. They
+/// live in host memory, outside the guest's memory limit: without a cap, a guest creating
+/// them in a loop could take hundreds of MiB (wasmtime's default cap is a million).
+pub const MAX_HOST_RESOURCES: usize = 10_000;
 
 pub(crate) struct GuestState {
     wasi: WasiCtx,
@@ -37,10 +43,13 @@ impl GuestState {
         control: Arc<CallControl>,
     ) -> Result<Self> {
         let mut wasi = WasiCtxBuilder::new();
-        wasi.stderr(GuestStderr { component: component.clone() })
-            .allow_tcp(false)
-            .allow_udp(false)
-            .allow_ip_name_lookup(false);
+        wasi.stderr(GuestStderr {
+            component: component.clone(),
+            budget: Arc::new(AtomicUsize::new(MAX_STDERR_BYTES)),
+        })
+        .allow_tcp(false)
+        .allow_udp(false)
+        .allow_ip_name_lookup(false);
         if let Some(dir) = data_dir {
             wasi.preopened_dir(dir, GUEST_DATA_DIR, FsPerms::ReadWrite)
                 .map_err(anyhow::Error::from)
@@ -48,7 +57,11 @@ impl GuestState {
         }
         Ok(Self {
             wasi: wasi.build(),
-            table: ResourceTable::new(),
+            table: {
+                let mut table = ResourceTable::new();
+                table.set_max_capacity(MAX_HOST_RESOURCES);
+                table
+            },
             limiter: GuestLimiter::new(limits, control.memory_refused.clone()),
             control,
             note_bytes: limits.note_bytes,
@@ -118,11 +131,17 @@ impl host::Host for GuestState {
 
 /// The longest stderr line logged as one; longer output is split.
 const MAX_STDERR_LINE: usize = 4096;
+/// How much of its stderr one instance may log; the rest is dropped (with one line that
+/// says so), so a hostile guest cannot flood the operator's log.
+pub const MAX_STDERR_BYTES: usize = 64 << 10;
 
 /// A guest's stderr: each line becomes a log event tagged with the component's name (a
-/// Rust guest's panic message lands there, for one).
+/// Rust guest's panic message lands there, for one), up to [`MAX_STDERR_BYTES`] per
+/// instance, however many streams the guest opens.
 struct GuestStderr {
     component: Arc<str>,
+    /// Bytes this instance may still log.
+    budget: Arc<AtomicUsize>,
 }
 
 impl wasmtime_wasi::cli::IsTerminal for GuestStderr {
@@ -133,23 +152,40 @@ impl wasmtime_wasi::cli::IsTerminal for GuestStderr {
 
 impl wasmtime_wasi::cli::StdoutStream for GuestStderr {
     fn async_stream(&self) -> Box<dyn tokio::io::AsyncWrite + Send + Sync> {
-        Box::new(StderrLines { component: self.component.clone(), line: Vec::new() })
+        Box::new(self.lines())
     }
 
     /// Written in place: the default adapter would spawn a task per stream, per call.
     fn p2_stream(&self) -> Box<dyn wasmtime_wasi::p2::OutputStream> {
-        Box::new(StderrLines { component: self.component.clone(), line: Vec::new() })
+        Box::new(self.lines())
     }
 }
 
-/// Bytes of a guest's stderr, logged a line at a time.
+impl GuestStderr {
+    fn lines(&self) -> StderrLines {
+        StderrLines { component: self.component.clone(), line: Vec::new(), budget: self.budget.clone() }
+    }
+}
+
+/// Bytes of a guest's stderr, logged a line at a time; a last line without a newline is
+/// logged when the stream drops.
 struct StderrLines {
     component: Arc<str>,
     line: Vec<u8>,
+    budget: Arc<AtomicUsize>,
 }
 
 impl StderrLines {
     fn push(&mut self, bytes: &[u8]) {
+        let budget = self.budget.load(Ordering::Relaxed);
+        if budget == 0 {
+            return;
+        }
+        let (bytes, exhausted) = match bytes.len() < budget {
+            true => (bytes, false),
+            false => (&bytes[..budget], true),
+        };
+        self.budget.fetch_sub(bytes.len(), Ordering::Relaxed);
         for &byte in bytes {
             if byte == b'\n' {
                 self.emit();
@@ -159,6 +195,15 @@ impl StderrLines {
                     self.emit();
                 }
             }
+        }
+        if exhausted {
+            self.emit();
+            tracing::warn!(
+                target: "guest",
+                component = &*self.component,
+                "stderr: more output dropped (an instance may log {} KiB)",
+                MAX_STDERR_BYTES >> 10
+            );
         }
     }
 

@@ -7,7 +7,8 @@
 //! Bodies can use:
 //! - `$progress (f64 done, i32 has_total, f64 total, i32 has_msg, i32 msg_ptr, i32 msg_len)`,
 //!   `$cancelled (-> i32)`, `$set_note (ptr, len)`, `$sleep_ms (i64)` (a WASI monotonic
-//!   clock sleep: a host call);
+//!   clock sleep: a host call), `$subscribe (i64 -> i32)` (a new host resource) and
+//!   `$eprint (ptr, len)` (a write to a new stderr stream);
 //! - `$ok_text (ptr, len -> i32)` and `$err_text (ptr, len -> i32)` to build a result;
 //! - the string "done" at offset 2000 (4 bytes) and "lock" at 2010 (4 bytes).
 //!
@@ -24,9 +25,21 @@ use std::time::Duration;
 
 use cordon::runtime::{ComponentOptions, EngineSettings, Runtime, RuntimeSettings, ToolLimits};
 
-/// Minimal WASI interfaces, enough to sleep: the real host definitions satisfy them.
+/// Minimal WASI interfaces, enough to sleep and to write to stderr: the real host
+/// definitions satisfy them.
 const WASI_IO: &str = "package wasi:io@0.2.6;
-interface poll { resource pollable { block: func(); } }";
+interface poll { resource pollable { block: func(); } }
+interface error { resource error; }
+interface streams {
+    use error.{error};
+    variant stream-error { last-operation-failed(error), closed }
+    resource output-stream { blocking-write-and-flush: func(contents: list<u8>) -> result<_, stream-error>; }
+}";
+const WASI_CLI: &str = "package wasi:cli@0.2.6;
+interface stderr {
+    use wasi:io/streams@0.2.6.{output-stream};
+    get-stderr: func() -> output-stream;
+}";
 const WASI_CLOCKS: &str = "package wasi:clocks@0.2.6;
 interface monotonic-clock {
     use wasi:io/poll@0.2.6.{pollable};
@@ -36,6 +49,7 @@ const TEST_WORLD: &str = "package test:guest;
 world guest {
     include cordon:tool/plugin@0.1.0;
     import wasi:clocks/monotonic-clock@0.2.6;
+    import wasi:cli/stderr@0.2.6;
 }";
 
 /// A one-tool guest in WAT.
@@ -101,6 +115,9 @@ impl WatGuest {
   (import "cordon:tool/host@0.1.0" "set-cleanup-note" (func $set_note (param i32 i32)))
   (import "wasi:clocks/monotonic-clock@0.2.6" "subscribe-duration" (func $subscribe (param i64) (result i32)))
   (import "wasi:io/poll@0.2.6" "[method]pollable.block" (func $block (param i32)))
+  (import "wasi:cli/stderr@0.2.6" "get-stderr" (func $get_stderr (result i32)))
+  (import "wasi:io/streams@0.2.6" "[method]output-stream.blocking-write-and-flush"
+    (func $write_and_flush (param i32 i32 i32 i32)))
   (memory (export "memory") 1)
   (table $t 1 funcref)
   (global $bump (mut i32) (i32.const 32768))
@@ -121,6 +138,8 @@ impl WatGuest {
           (i32.shr_u (i32.sub (global.get $bump) (i32.mul (memory.size) (i32.const 65536))) (i32.const 16))))))
       unreachable)
     (local.get $ptr))
+  (func $eprint (param i32 i32)
+    (call $write_and_flush (call $get_stderr) (local.get 0) (local.get 1) (i32.const 3200)))
   (func $sleep_ms (param i64)
     (call $block (call $subscribe (i64.mul (local.get 0) (i64.const 1000000)))))
   (func $ok_text (param i32 i32) (result i32)
@@ -159,6 +178,7 @@ impl WatGuest {
         let mut resolve = wit_parser::Resolve::default();
         resolve.push_str("wasi-io.wit", WASI_IO).unwrap();
         resolve.push_str("wasi-clocks.wit", WASI_CLOCKS).unwrap();
+        resolve.push_str("wasi-cli.wit", WASI_CLI).unwrap();
         resolve
             .push_str(
                 "cordon.wit",
