@@ -22,9 +22,16 @@ struct Server {
 
 impl Server {
     fn start(name: &str) -> Self {
+        Self::start_with(name, "")
+    }
+
+    /// A server with the example tools and the config text `extra` (more components).
+    fn start_with(name: &str, extra: &str) -> Self {
         let config = examples_config(
             name,
-            "[http]\nbody_timeout_ms = 500\nmax_body_kb = 1024\nsse_after_ms = 200\nkeep_alive_ms = 100\n",
+            &format!(
+                "[http]\nbody_timeout_ms = 500\nmax_body_kb = 1024\nsse_after_ms = 200\nkeep_alive_ms = 100\n{extra}"
+            ),
         );
         let mut child = Command::new(env!("CARGO_BIN_EXE_cordon"))
             .args(["serve", "--http", "127.0.0.1:0", "--config"])
@@ -475,4 +482,55 @@ fn sigterm_stops_calls_in_flight_answers_them_and_exits() {
         assert!(signalled.elapsed() < Duration::from_secs(5), "the server did not exit");
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+#[test]
+fn mcp_param_headers_mirror_the_arguments_their_schema_marks() {
+    let schema = r#"{"type":"object","properties":{
+        "region":{"type":"string","x-mcp-header":"Region"},
+        "count":{"type":"integer","x-mcp-header":"Count"},
+        "where":{"type":"object","properties":{"flag":{"type":"boolean","x-mcp-header":"Flag"}}}}}"#;
+    let guest = common::WatGuest::new("headed", common::DONE_BODY).input_schema(schema);
+    let path = std::env::temp_dir().join(format!("cordon-headed-{}.wasm", std::process::id()));
+    std::fs::write(&path, guest.component()).unwrap();
+    let server = Server::start_with("http-param-headers", &format!("\n[[components]]\npath = {:?}\n", path));
+    let call = |id: i64, arguments: Value, params: &[(&str, &str)]| {
+        let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": {"name": "headed", "arguments": arguments, "_meta": meta()}});
+        let mut headers = modern_headers("tools/call", Some("headed"));
+        headers.extend_from_slice(params);
+        server.post(&headers, &body.to_string())
+    };
+    let accepted = |answer: Answer| {
+        assert_eq!(answer.status, 200, "{}", answer.body);
+        assert_eq!(answer.messages[0]["result"]["content"][0]["text"], "done", "{}", answer.body);
+    };
+    let refused = |answer: Answer, why: &str| {
+        assert_eq!((answer.status, answer.error_code()), (400, Some(-32020)), "{}", answer.body);
+        assert!(answer.messages[0]["error"]["message"].as_str().unwrap().contains(why), "{}", answer.body);
+    };
+
+    // Nothing to mirror: no header needed.
+    accepted(call(1, json!({}), &[]));
+    // Plain and base64 values; header names ignore case; whitespace around values is trimmed.
+    accepted(call(3, json!({"region": "eu-west"}), &[("Mcp-Param-Region", "eu-west")]));
+    accepted(call(4, json!({"region": "Zürich"}), &[("mcp-param-region", "=?base64?WsO8cmljaA==?=")]));
+    accepted(call(5, json!({"region": "eu"}), &[("MCP-PARAM-REGION", "  eu  ")]));
+    // Without both markers a value is literal.
+    accepted(call(6, json!({"region": "=?base64?ZXU="}), &[("Mcp-Param-Region", "=?base64?ZXU=")]));
+    // Integers compare as numbers; booleans and nested paths.
+    accepted(call(7, json!({"count": 42}), &[("Mcp-Param-Count", "42.0")]));
+    accepted(call(8, json!({"where": {"flag": true}}), &[("Mcp-Param-Flag", "true")]));
+
+    refused(call(10, json!({"region": "eu"}), &[]), "Mcp-Param-Region is required");
+    refused(call(11, json!({"region": "eu"}), &[("Mcp-Param-Region", "us")]), "Mcp-Param-Region is \"us\"");
+    refused(call(12, json!({"region": "Hello"}), &[("Mcp-Param-Region", "=?base64?SGVsbG8?=")]), "base64");
+    refused(
+        call(13, json!({"region": "Hello"}), &[("Mcp-Param-Region", "=?base64?SGVs!!!bG8=?=")]),
+        "base64",
+    );
+    refused(call(14, json!({"count": 42}), &[("Mcp-Param-Count", "43")]), "Mcp-Param-Count");
+    refused(call(15, json!({"where": {"flag": false}}), &[]), "Mcp-Param-Flag is required");
+    refused(call(16, json!({"where": {"flag": false}}), &[("Mcp-Param-Flag", "true")]), "`where.flag`");
+    let _ = std::fs::remove_file(path);
 }

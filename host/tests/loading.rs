@@ -72,6 +72,48 @@ async fn a_schema_that_is_not_an_object_is_refused() {
 }
 
 #[tokio::test]
+async fn x_mcp_header_annotations_that_break_the_rules_are_refused() {
+    let cases = [
+        (
+            r#"{"type":"object","properties":{"n":{"type":"number","x-mcp-header":"N"}}}"#,
+            "not a string, integer or boolean",
+        ),
+        (r#"{"type":"object","properties":{"r":{"type":"string","x-mcp-header":"Re gion"}}}"#, "HTTP token"),
+        (r#"{"type":"object","properties":{"r":{"type":"string","x-mcp-header":""}}}"#, "HTTP token"),
+        (
+            r#"{"type":"object","properties":{"a":{"type":"string","x-mcp-header":"Region"},
+               "b":{"type":"string","x-mcp-header":"REGION"}}}"#,
+            "used twice",
+        ),
+        (
+            r#"{"type":"object","properties":{"list":{"type":"array","items":{"type":"string","x-mcp-header":"Item"}}}}"#,
+            "reached from the root through `properties`",
+        ),
+        (
+            r#"{"type":"object","anyOf":[{"properties":{"r":{"type":"string","x-mcp-header":"R"}}}]}"#,
+            "reached from the root through `properties`",
+        ),
+    ];
+    for (schema, problem) in cases {
+        let guest = WatGuest::new("headed", DONE_BODY).input_schema(schema);
+        let message = load_error("headed", &guest.component()).await;
+        assert!(
+            message.contains("tool \"headed\": input schema: ") && message.contains(problem),
+            "{schema}: {message}"
+        );
+    }
+    // Nested properties, and a property that is merely named `x-mcp-header`, are fine.
+    let schema = r#"{"type":"object","properties":{"x-mcp-header":{"type":"string"},
+        "where":{"type":"object","properties":{"region":{"type":"string","x-mcp-header":"Region"}}}}}"#;
+    let mut runtime = Runtime::new(settings(4)).unwrap();
+    let guest = WatGuest::new("headed", DONE_BODY).input_schema(schema);
+    runtime.load_bytes("headed", &guest.component(), ComponentOptions::default()).await.unwrap();
+    let headers = &runtime.tool("headed").unwrap().param_headers;
+    assert_eq!(headers.len(), 1);
+    assert_eq!((headers[0].name.as_str(), headers[0].path.join(".")), ("Region", "where.region".into()));
+}
+
+#[tokio::test]
 async fn a_tool_name_outside_the_mcp_alphabet_is_refused() {
     let guest = WatGuest::new("bad name", DONE_BODY);
     let message = load_error("bad", &guest.component()).await;

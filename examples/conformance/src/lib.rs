@@ -124,6 +124,17 @@ fn logging_tool(_: NoArgs) -> Result<String, ToolError> {
     Ok("Logged to the operator log.".into())
 }
 
+#[derive(Deserialize, JsonSchema)]
+struct RegionArgs {
+    /// Where to look; HTTP clients repeat it in the `Mcp-Param-Region` header.
+    #[schemars(extend("x-mcp-header" = "Region"))]
+    region: String,
+}
+
+fn custom_header(args: RegionArgs) -> Result<String, ToolError> {
+    Ok(format!("region: {}", args.region))
+}
+
 fn streaming_elicitation(_: NoArgs) -> Result<String, ToolError> {
     Ok("This server sends no requests to clients; nothing to elicit.".into())
 }
@@ -166,6 +177,12 @@ impl Plugin for Fixture {
             ),
             Tool::new("test_streaming_elicitation", "Answers without eliciting.", streaming_elicitation)
                 .requires("elicitation"),
+            Tool::new(
+                "test_custom_header",
+                "Echoes its region, which HTTP clients also send as a header (x-mcp-header).",
+                custom_header,
+            )
+            .read_only(),
         ]
     }
 }

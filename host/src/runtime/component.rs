@@ -66,6 +66,27 @@ pub struct ToolSpec {
     pub annotations: Option<ToolAnnotations>,
     /// Client capabilities the tool needs.
     pub requires: Vec<String>,
+    /// Arguments that HTTP clients mirror into `Mcp-Param-*` headers (`x-mcp-header`).
+    pub param_headers: Vec<ParamHeader>,
+}
+
+/// A tool argument that HTTP clients send again as the header `Mcp-Param-{name}`, as its
+/// input schema asks with `"x-mcp-header": "{name}"`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ParamHeader {
+    /// The header's name after `Mcp-Param-`.
+    pub name: String,
+    /// The property names from the arguments' root down to the value.
+    pub path: Vec<String>,
+    pub kind: ParamKind,
+}
+
+/// The JSON type of an argument mirrored into a header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ParamKind {
+    String,
+    Integer,
+    Boolean,
 }
 
 /// A loaded component, ready to instantiate.
@@ -187,6 +208,8 @@ pub(crate) fn tool_specs(origin: &str, infos: Vec<ToolInfo>) -> Result<Vec<ToolS
             info.output_schema.as_deref().map(object_schema).transpose().map_err(|problem| {
                 LoadError::new(origin, format!("tool {name:?}: output schema {problem}"))
             })?;
+        let param_headers = param_headers(&input_schema)
+            .map_err(|problem| LoadError::new(origin, format!("tool {name:?}: input schema: {problem}")))?;
         specs.push(ToolSpec {
             name,
             title: info.title,
@@ -195,9 +218,83 @@ pub(crate) fn tool_specs(origin: &str, infos: Vec<ToolInfo>) -> Result<Vec<ToolS
             output_schema,
             annotations: info.annotations,
             requires: info.requires,
+            param_headers,
         });
     }
     Ok(specs)
+}
+
+/// The `x-mcp-header` annotations of an input schema, checked as MCP requires (an HTTP
+/// client drops a tool whose annotations break a rule): each names an HTTP token, unique
+/// regardless of case, on a string, integer or boolean property reached from the root
+/// through `properties` alone (not through `items`, composition or `$ref`).
+fn param_headers(schema: &Value) -> Result<Vec<ParamHeader>, String> {
+    let mut found = Vec::new();
+    collect_param_headers(schema, &mut Vec::new(), &mut found)?;
+    if count_annotations(schema, false) != found.len() {
+        return Err("`x-mcp-header` may only annotate properties reached from the root through \
+                    `properties`"
+            .into());
+    }
+    for (at, header) in found.iter().enumerate() {
+        if found[..at].iter().any(|earlier| earlier.name.eq_ignore_ascii_case(&header.name)) {
+            return Err(format!("`x-mcp-header` {:?} is used twice (names ignore case)", header.name));
+        }
+    }
+    Ok(found)
+}
+
+fn collect_param_headers(
+    schema: &Value,
+    path: &mut Vec<String>,
+    found: &mut Vec<ParamHeader>,
+) -> Result<(), String> {
+    let Some(properties) = schema.get("properties").and_then(Value::as_object) else { return Ok(()) };
+    for (key, property) in properties {
+        path.push(key.clone());
+        if let Some(name) = property.get("x-mcp-header") {
+            let at = path.join(".");
+            let name = name.as_str().filter(|name| is_http_token(name)).ok_or_else(|| {
+                format!("the `x-mcp-header` of `{at}` must be a non-empty HTTP token (RFC 9110)")
+            })?;
+            let kind = match property.get("type").and_then(Value::as_str) {
+                Some("string") => ParamKind::String,
+                Some("integer") => ParamKind::Integer,
+                Some("boolean") => ParamKind::Boolean,
+                _ => {
+                    return Err(format!(
+                        "`x-mcp-header` annotates `{at}`, which is not a string, integer or boolean"
+                    ));
+                }
+            };
+            found.push(ParamHeader { name: name.to_owned(), path: path.clone(), kind });
+        }
+        collect_param_headers(property, path, found)?;
+        path.pop();
+    }
+    Ok(())
+}
+
+/// Every `x-mcp-header` key in `value`, wherever it is (the keys of a `properties` map are
+/// property names, not keywords).
+fn count_annotations(value: &Value, property_names: bool) -> usize {
+    match value {
+        Value::Object(map) => map
+            .iter()
+            .map(|(key, inner)| {
+                usize::from(!property_names && key == "x-mcp-header")
+                    + count_annotations(inner, !property_names && key == "properties")
+            })
+            .sum(),
+        Value::Array(items) => items.iter().map(|item| count_annotations(item, false)).sum(),
+        _ => 0,
+    }
+}
+
+/// RFC 9110 `token`: one or more of `tchar`.
+fn is_http_token(text: &str) -> bool {
+    !text.is_empty()
+        && text.bytes().all(|byte| byte.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&byte))
 }
 
 /// MCP tool names: 1-128 characters of `A-Z a-z 0-9 _ - .`.

@@ -3,8 +3,9 @@
 //! One endpoint, `POST /mcp`; one JSON-RPC message per body. Each request runs through the
 //! validation ladder of the spec (origin and host, method, `Accept` and `Content-Type`, body
 //! size and read time, JSON, envelope, `MCP-Protocol-Version`/`Mcp-Method`/`Mcp-Name`
-//! headers, version), so that every refusal keeps its mandated status; then the dispatch
-//! layer serves it on a connection of its own.
+//! headers, version, then a `tools/call`'s `Mcp-Param-*` headers against the arguments its
+//! tool marks with `x-mcp-header`), so that every refusal keeps its mandated status; then
+//! the dispatch layer serves it on a connection of its own.
 //!
 //! The answer is JSON when it comes quickly. When progress is sent or the call stays quiet
 //! for a while, the answer becomes an SSE stream (progress events, then the response),
@@ -37,6 +38,7 @@ use tokio::sync::mpsc;
 use crate::dispatch::{Connection, Outbox, Server};
 use crate::protocol::jsonrpc::{self, HEADER_MISMATCH, INVALID_REQUEST, Incoming, RequestId, RpcError};
 use crate::protocol::mcp;
+use crate::runtime::{ParamKind, ToolSpec};
 
 /// How the HTTP transport behaves.
 #[derive(Debug, Clone)]
@@ -296,6 +298,14 @@ async fn serve_request(
             || header_version.as_deref().is_some_and(|version| mcp::LEGACY_VERSIONS.contains(&version)));
     if !legacy {
         check_modern(&headers, &id, &method, params.as_ref())?;
+        if method == "tools/call"
+            && let Some(name) = params.as_ref().and_then(|params| params.get("name")).and_then(Value::as_str)
+            && let Some(tool) = server.runtime().tool(name)
+            && let Err(problem) = check_param_headers(&headers, tool, params.as_ref())
+        {
+            let error = RpcError::new(HEADER_MISMATCH, format!("Header mismatch: {problem}"));
+            return Err(rpc_error(StatusCode::BAD_REQUEST, Some(&id), &error));
+        }
     } else if session_id.is_some() && session.is_none() && method != "initialize" {
         return Err(plain(StatusCode::NOT_FOUND, "Not Found: unknown or expired session; initialize again"));
     }
@@ -376,6 +386,47 @@ fn check_modern(
         }
     }
     mcp::check_version(&envelope).map_err(refuse)
+}
+
+/// The `Mcp-Param-*` headers of a `tools/call` against the arguments they mirror: each is
+/// required when its argument has a value, must be visible ASCII (or valid
+/// `=?base64?…?=`), and must equal the argument (integers compared as numbers).
+fn check_param_headers(headers: &HeaderMap, tool: &ToolSpec, params: Option<&Value>) -> Result<(), String> {
+    let Some(arguments) = params.and_then(|params| params.get("arguments")) else { return Ok(()) };
+    for param in &tool.param_headers {
+        let value = param.path.iter().try_fold(arguments, |value, key| value.get(key));
+        let Some(value) = value.filter(|value| !value.is_null()) else { continue };
+        let header = format!("Mcp-Param-{}", param.name);
+        let Some(raw) = headers.get(header.as_str()) else {
+            return Err(format!("{header} is required: the arguments have `{}`", param.path.join(".")));
+        };
+        let text = raw.to_str().map_err(|_| format!("{header} has characters outside visible ASCII"))?;
+        let text = decode_param(text.trim()).ok_or_else(|| format!("{header} is not valid base64 UTF-8"))?;
+        let equal = match param.kind {
+            ParamKind::String => value.as_str() == Some(text.as_str()),
+            ParamKind::Integer => value.as_f64().zip(text.parse::<f64>().ok()).is_some_and(|(a, b)| a == b),
+            ParamKind::Boolean => value.as_bool().map(|flag| flag.to_string()) == Some(text.clone()),
+        };
+        if !equal {
+            return Err(format!(
+                "{header} is {text:?} but the arguments have {value} at `{}`",
+                param.path.join(".")
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// An `Mcp-Param-*` value: `=?base64?…?=` decoded strictly (padding, alphabet, UTF-8), else
+/// the literal text.
+fn decode_param(value: &str) -> Option<String> {
+    match value.strip_prefix("=?base64?").and_then(|rest| rest.strip_suffix("?=")) {
+        Some(encoded) => {
+            let bytes = base64::engine::general_purpose::STANDARD.decode(encoded).ok()?;
+            String::from_utf8(bytes).ok()
+        }
+        None => Some(value.to_owned()),
+    }
 }
 
 /// A header's value with optional whitespace trimmed (RFC 9110), if present and text.
