@@ -532,5 +532,14 @@ fn mcp_param_headers_mirror_the_arguments_their_schema_marks() {
     refused(call(14, json!({"count": 42}), &[("Mcp-Param-Count", "43")]), "Mcp-Param-Count");
     refused(call(15, json!({"where": {"flag": false}}), &[]), "Mcp-Param-Flag is required");
     refused(call(16, json!({"where": {"flag": false}}), &[("Mcp-Param-Flag", "true")]), "`where.flag`");
+    // A header mismatch is found before an unsupported version (the spec's ladder).
+    let old = json!({"io.modelcontextprotocol/protocolVersion": "v999.0.0", "io.modelcontextprotocol/clientCapabilities": {}});
+    let body = json!({"jsonrpc": "2.0", "id": 17, "method": "tools/call",
+        "params": {"name": "headed", "arguments": {"region": "eu"}, "_meta": old}});
+    let mut headers = modern_headers("tools/call", Some("headed"));
+    headers[2] = ("MCP-Protocol-Version", "v999.0.0");
+    refused(server.post(&headers, &body.to_string()), "Mcp-Param-Region is required");
+    headers.push(("Mcp-Param-Region", "eu"));
+    assert_eq!(server.post(&headers, &body.to_string()).error_code(), Some(-32022));
     let _ = std::fs::remove_file(path);
 }

@@ -297,15 +297,11 @@ async fn serve_request(
             || session_id.is_some()
             || header_version.as_deref().is_some_and(|version| mcp::LEGACY_VERSIONS.contains(&version)));
     if !legacy {
-        check_modern(&headers, &id, &method, params.as_ref())?;
-        if method == "tools/call"
-            && let Some(name) = params.as_ref().and_then(|params| params.get("name")).and_then(Value::as_str)
-            && let Some(tool) = server.runtime().tool(name)
-            && let Err(problem) = check_param_headers(&headers, tool, params.as_ref())
-        {
-            let error = RpcError::new(HEADER_MISMATCH, format!("Header mismatch: {problem}"));
-            return Err(rpc_error(StatusCode::BAD_REQUEST, Some(&id), &error));
-        }
+        let tool = (method == "tools/call")
+            .then(|| params.as_ref().and_then(|params| params.get("name")).and_then(Value::as_str))
+            .flatten()
+            .and_then(|name| server.runtime().tool(name));
+        check_modern(&headers, &id, &method, params.as_ref(), tool)?;
     } else if session_id.is_some() && session.is_none() && method != "initialize" {
         return Err(plain(StatusCode::NOT_FOUND, "Not Found: unknown or expired session; initialize again"));
     }
@@ -343,13 +339,15 @@ async fn serve_request(
     Ok(sse_answer(guard, first, outbox, settings.keep_alive))
 }
 
-/// The envelope, the request-metadata headers and the version, in the spec's order.
+/// The envelope, the request-metadata headers (a tool's `Mcp-Param-*` ones too) and the
+/// version, in the spec's order.
 #[allow(clippy::result_large_err)]
 fn check_modern(
     headers: &HeaderMap,
     id: &RequestId,
     method: &str,
     params: Option<&Value>,
+    tool: Option<&ToolSpec>,
 ) -> Result<(), HttpResponse> {
     let refuse = |error: RpcError| rpc_error(StatusCode::BAD_REQUEST, Some(id), &error);
     let envelope = mcp::parse_envelope(params).map_err(refuse)?;
@@ -384,6 +382,9 @@ fn check_modern(
             }
             Some(_) => {}
         }
+    }
+    if let Some(tool) = tool {
+        check_param_headers(headers, tool, params).map_err(mismatch)?;
     }
     mcp::check_version(&envelope).map_err(refuse)
 }
