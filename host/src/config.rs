@@ -19,6 +19,8 @@
 //! path = "tools.wasm"            # relative to this file
 //! data_dir = "/srv/tools-data"   # preopened at /data; default ~/.local/share/cordon/<name>
 //! limits = { memory_mb = 64, idle_timeout_ms = 60000, max_duration_ms = 300000 }
+//! # also: table_elements, instances, tables, memories, hostcall_kb, result_kb, note_kb,
+//! # host_resources (10000), stderr_kb (64), grace_ms (250), cleanup_ms (1000)
 //!
 //! [components.tools.spin]        # per-tool limits, over the component's
 //! max_duration_ms = 10000
@@ -96,6 +98,8 @@ pub struct LimitsConfig {
     pub hostcall_kb: Option<usize>,
     pub result_kb: Option<usize>,
     pub note_kb: Option<usize>,
+    pub host_resources: Option<usize>,
+    pub stderr_kb: Option<usize>,
     /// 0 turns the idle timeout off.
     pub idle_timeout_ms: Option<u64>,
     /// 0 turns the maximum duration off.
@@ -117,6 +121,8 @@ impl LimitsConfig {
             hostcall_bytes: self.hostcall_kb.map_or(base.hostcall_bytes, |kb| kb << 10),
             result_bytes: self.result_kb.map_or(base.result_bytes, |kb| kb << 10),
             note_bytes: self.note_kb.map_or(base.note_bytes, |kb| kb << 10),
+            host_resources: self.host_resources.unwrap_or(base.host_resources),
+            stderr_bytes: self.stderr_kb.map_or(base.stderr_bytes, |kb| kb << 10),
             idle_timeout: self.idle_timeout_ms.map_or(base.idle_timeout, optional),
             max_duration: self.max_duration_ms.map_or(base.max_duration, optional),
             grace: self.grace_ms.map_or(base.grace, ms),
@@ -239,9 +245,10 @@ mod tests {
             [[components]]
             path = "tools.wasm"
             data_dir = "data"
-            limits = { memory_mb = 32, idle_timeout_ms = 0 }
+            limits = { memory_mb = 32, idle_timeout_ms = 0, stderr_kb = 8 }
             [components.tools.spin]
             max_duration_ms = 1500
+            host_resources = 100
             "#,
         )
         .unwrap();
@@ -256,6 +263,7 @@ mod tests {
         let spin = component.options.limits_for("spin");
         assert_eq!(spin.max_duration, Some(Duration::from_millis(1500)));
         assert_eq!(spin.memory_bytes, 32 << 20, "tool limits build on the component's");
+        assert_eq!((spin.host_resources, spin.stderr_bytes), (100, 8 << 10));
         assert_eq!(component.options.limits_for("echo").max_duration, ToolLimits::default().max_duration);
     }
 

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::*;
-use cordon::runtime::{CleanupOutcome, Content, Outcome, PoolUsage, Runtime, Timeout};
+use cordon::runtime::{CleanupOutcome, Content, Outcome, PoolUsage, Runtime, Timeout, ToolLimits};
 use serde_json::json;
 
 fn no_args() -> serde_json::Value {
@@ -476,18 +476,20 @@ async fn a_call_on_a_spare_instance_is_stopped_like_any_other() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn host_resources_created_in_a_loop_are_capped_and_the_call_traps() {
-    // 20,000 pollables, never dropped: they live in host memory, outside the guest's memory
-    // limit; the cap is 10,000 (wasmtime's own would allow a million).
+    // 1,000 pollables, never dropped: they live in host memory, outside the guest's memory
+    // limit. The tool may hold 500 (the default is 10,000; wasmtime's own, a million).
     let body = "(local.set 0 (i32.const 0))
         (loop $l
           (drop (call $subscribe (i64.const 1000000000)))
           (local.set 0 (i32.add (local.get 0) (i32.const 1)))
-          (br_if $l (i32.lt_u (local.get 0) (i32.const 20000))))
+          (br_if $l (i32.lt_u (local.get 0) (i32.const 1000))))
         (call $ok_text (i32.const 2000) (i32.const 4))";
-    let runtime = runtime_with(&[WatGuest::new("hoarder", body)], quick_limits()).await;
+    let limits = ToolLimits { host_resources: 500, ..quick_limits() };
+    let runtime = runtime_with(&[WatGuest::new("hoarder", body)], limits).await;
     let report = run(&runtime, "hoarder").await;
     let Outcome::Trapped(message) = &report.outcome else { panic!("{:?}", report.outcome) };
-    assert_eq!(message, "it holds 10000 host resources (streams, pollables, files) at once, the limit");
+    assert_eq!(message, "it holds 500 host resources (streams, pollables, files) at once, the limit");
+    assert_eq!(ToolLimits::default().host_resources, 10_000);
     assert_eq!(report.cleanup.unwrap().outcome, CleanupOutcome::Completed);
     assert_eq!(runtime.pool_usage(), baseline());
 }

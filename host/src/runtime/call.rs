@@ -34,7 +34,7 @@ use wasmtime::{Engine, Store, Trap, UpdateDeadline};
 use super::bindings::{self, CleanupContext, Content, StopReason};
 use super::component::LoadedComponent;
 use super::control::{CallControl, Progress, StopRequest};
-use super::guest::{GuestState, MAX_HOST_RESOURCES};
+use super::guest::GuestState;
 use super::limits::ToolLimits;
 use super::spare::Refill;
 
@@ -362,7 +362,7 @@ impl Call {
                 } else if stop_requested || error.downcast_ref::<Trap>() == Some(&Trap::Interrupt) {
                     self.stopped_outcome()
                 } else {
-                    Outcome::Trapped(trap_message(&error))
+                    Outcome::Trapped(trap_message(&error, &self.limits))
                 }
             }
         }
@@ -455,7 +455,7 @@ async fn run_cleanup(
         Some(Err(error)) if error.downcast_ref::<Trap>() == Some(&Trap::Interrupt) => {
             CleanupOutcome::TimedOut
         }
-        Some(Err(error)) => CleanupOutcome::Failed(trap_message(&error)),
+        Some(Err(error)) => CleanupOutcome::Failed(trap_message(&error, limits)),
         None => CleanupOutcome::TimedOut,
     }
 }
@@ -568,13 +568,14 @@ fn result_size(result: &bindings::CallResult) -> usize {
 
 /// The trap's own message (e.g. "wasm `unreachable` instruction executed"), without the
 /// backtrace wasmtime attaches.
-fn trap_message(error: &wasmtime::Error) -> String {
+fn trap_message(error: &wasmtime::Error, limits: &ToolLimits) -> String {
     if let Some(trap) = error.downcast_ref::<Trap>() {
         return trap.to_string();
     }
     if let Some(ResourceTableError::Full) = error.downcast_ref::<ResourceTableError>() {
         return format!(
-            "it holds {MAX_HOST_RESOURCES} host resources (streams, pollables, files) at once, the limit"
+            "it holds {} host resources (streams, pollables, files) at once, the limit",
+            limits.host_resources
         );
     }
     // A host function's error: its own words, without the wasm backtrace around them.

@@ -16,11 +16,6 @@ use super::limits::{GuestLimiter, ToolLimits};
 /// Where the tool's data directory appears inside the guest.
 pub const GUEST_DATA_DIR: &str = "/data";
 
-/// Host resources (streams, pollables, descriptors) one instance may hold at once. They
-/// live in host memory, outside the guest's memory limit: without a cap, a guest creating
-/// them in a loop could take hundreds of MiB (wasmtime's default cap is a million).
-pub const MAX_HOST_RESOURCES: usize = 10_000;
-
 pub(crate) struct GuestState {
     wasi: WasiCtx,
     table: ResourceTable,
@@ -45,7 +40,8 @@ impl GuestState {
         let mut wasi = WasiCtxBuilder::new();
         wasi.stderr(GuestStderr {
             component: component.clone(),
-            budget: Arc::new(AtomicUsize::new(MAX_STDERR_BYTES)),
+            limit: limits.stderr_bytes,
+            budget: Arc::new(AtomicUsize::new(limits.stderr_bytes)),
         })
         .allow_tcp(false)
         .allow_udp(false)
@@ -59,7 +55,7 @@ impl GuestState {
             wasi: wasi.build(),
             table: {
                 let mut table = ResourceTable::new();
-                table.set_max_capacity(MAX_HOST_RESOURCES);
+                table.set_max_capacity(limits.host_resources);
                 table
             },
             limiter: GuestLimiter::new(limits, control.memory_refused.clone()),
@@ -131,15 +127,13 @@ impl host::Host for GuestState {
 
 /// The longest stderr line logged as one; longer output is split.
 const MAX_STDERR_LINE: usize = 4096;
-/// How much of its stderr one instance may log; the rest is dropped (with one line that
-/// says so), so a hostile guest cannot flood the operator's log.
-pub const MAX_STDERR_BYTES: usize = 64 << 10;
-
 /// A guest's stderr: each line becomes a log event tagged with the component's name (a
-/// Rust guest's panic message lands there, for one), up to [`MAX_STDERR_BYTES`] per
-/// instance, however many streams the guest opens.
+/// Rust guest's panic message lands there, for one), up to the tool's `stderr_bytes` per
+/// instance, however many streams the guest opens; then one line says the rest is dropped,
+/// so a hostile guest cannot flood the operator's log.
 struct GuestStderr {
     component: Arc<str>,
+    limit: usize,
     /// Bytes this instance may still log.
     budget: Arc<AtomicUsize>,
 }
@@ -163,7 +157,12 @@ impl wasmtime_wasi::cli::StdoutStream for GuestStderr {
 
 impl GuestStderr {
     fn lines(&self) -> StderrLines {
-        StderrLines { component: self.component.clone(), line: Vec::new(), budget: self.budget.clone() }
+        StderrLines {
+            component: self.component.clone(),
+            line: Vec::new(),
+            limit: self.limit,
+            budget: self.budget.clone(),
+        }
     }
 }
 
@@ -172,6 +171,7 @@ impl GuestStderr {
 struct StderrLines {
     component: Arc<str>,
     line: Vec<u8>,
+    limit: usize,
     budget: Arc<AtomicUsize>,
 }
 
@@ -201,8 +201,8 @@ impl StderrLines {
             tracing::warn!(
                 target: "guest",
                 component = &*self.component,
-                "stderr: more output dropped (an instance may log {} KiB)",
-                MAX_STDERR_BYTES >> 10
+                "stderr: more output dropped (an instance may log {} bytes)",
+                self.limit
             );
         }
     }

@@ -27,6 +27,11 @@ pub struct ToolLimits {
     pub result_bytes: usize,
     /// Size of the cleanup note, in bytes; a larger note traps.
     pub note_bytes: usize,
+    /// Host resources (streams, pollables, open files) an instance may hold at once; they
+    /// live in host memory, outside `memory_bytes`. Creating one more traps.
+    pub host_resources: usize,
+    /// Bytes of stderr an instance may send to the operator's log; the rest is dropped.
+    pub stderr_bytes: usize,
     /// Stop the call when it reports no progress for this long (progress resets it).
     pub idle_timeout: Option<Duration>,
     /// Stop the call when it has run this long, whatever it reports.
@@ -48,6 +53,9 @@ impl Default for ToolLimits {
             hostcall_bytes: 16 << 20,
             result_bytes: 4 << 20,
             note_bytes: 64 << 10,
+            // wasmtime's own default is a million, hundreds of MiB of host memory.
+            host_resources: 10_000,
+            stderr_bytes: 64 << 10,
             idle_timeout: Some(Duration::from_secs(60)),
             max_duration: Some(Duration::from_secs(300)),
             grace: Duration::from_millis(250),
