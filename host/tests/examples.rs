@@ -186,3 +186,17 @@ async fn a_cancelled_order_releases_its_hold() {
     assert_eq!(report.cleanup.unwrap().outcome, CleanupOutcome::Completed);
     assert_eq!(locks(&runtime).await, Vec::<String>::new());
 }
+
+#[test]
+fn the_example_tools_never_grow_their_memory_in_a_call() {
+    // They link with 2 MiB of initial memory (examples/tools/build.rs); without it every
+    // call would grow it, and the runtime would log a hint.
+    let log = common::capture_log(|| async {
+        let runtime = examples().await;
+        for text in ["a", "some longer text to echo back"] {
+            let report = runtime.call("echo", &json!({"text": text})).await.unwrap().run().await;
+            assert!(matches!(report.outcome, Outcome::Completed(_)), "{:?}", report.outcome);
+        }
+    });
+    assert!(!log.contains("grew the component's memory"), "{log}");
+}

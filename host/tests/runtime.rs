@@ -494,53 +494,29 @@ async fn host_resources_created_in_a_loop_are_capped_and_the_call_traps() {
     assert_eq!(runtime.pool_usage(), baseline());
 }
 
-/// The operator's log, captured.
-#[derive(Clone, Default)]
-struct LogBuffer(Arc<std::sync::Mutex<Vec<u8>>>);
-
-impl std::io::Write for LogBuffer {
-    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(bytes);
-        Ok(bytes.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 #[test]
 fn guest_stderr_reaches_the_operator_log_line_by_line_tagged_and_capped() {
-    let log = LogBuffer::default();
-    let writer = log.clone();
-    let subscriber = tracing_subscriber::fmt().with_writer(move || writer.clone()).with_ansi(false).finish();
-    // A current-thread runtime: the guest's writes, and so the log events, stay on this
-    // thread, where the subscriber is installed.
-    tracing::subscriber::with_default(subscriber, || {
-        let tokio = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-        tokio.block_on(async {
-            let chatty = WatGuest::new(
-                "chatty",
-                "(call $eprint (i32.const 5000) (i32.const 11)) (call $ok_text (i32.const 2000) (i32.const 4))",
-            )
-            .extra(r#"(data (i32.const 5000) "hello\nworld")"#);
-            // 100 writes of 4 KiB, each on a stream of its own: 400 KiB against a 64 KiB cap.
-            let flood = WatGuest::new(
-                "flood",
-                "(local.set 0 (i32.const 0))
-                 (loop $l
-                   (call $eprint (i32.const 8192) (i32.const 4096))
-                   (local.set 0 (i32.add (local.get 0) (i32.const 1)))
-                   (br_if $l (i32.lt_u (local.get 0) (i32.const 100))))
-                 (call $ok_text (i32.const 2000) (i32.const 4))",
-            )
-            .extra(r#"(data (i32.const 8192) "flood")"#);
-            let runtime = runtime_with(&[chatty, flood], quick_limits()).await;
-            assert!(matches!(run(&runtime, "chatty").await.outcome, Outcome::Completed(_)));
-            assert!(matches!(run(&runtime, "flood").await.outcome, Outcome::Completed(_)));
-        });
+    let log = capture_log(|| async {
+        let chatty = WatGuest::new(
+            "chatty",
+            "(call $eprint (i32.const 5000) (i32.const 11)) (call $ok_text (i32.const 2000) (i32.const 4))",
+        )
+        .extra(r#"(data (i32.const 5000) "hello\nworld")"#);
+        // 100 writes of 4 KiB, each on a stream of its own: 400 KiB against a 64 KiB cap.
+        let flood = WatGuest::new(
+            "flood",
+            "(local.set 0 (i32.const 0))
+             (loop $l
+               (call $eprint (i32.const 8192) (i32.const 4096))
+               (local.set 0 (i32.add (local.get 0) (i32.const 1)))
+               (br_if $l (i32.lt_u (local.get 0) (i32.const 100))))
+             (call $ok_text (i32.const 2000) (i32.const 4))",
+        )
+        .extra(r#"(data (i32.const 8192) "flood")"#);
+        let runtime = runtime_with(&[chatty, flood], quick_limits()).await;
+        assert!(matches!(run(&runtime, "chatty").await.outcome, Outcome::Completed(_)));
+        assert!(matches!(run(&runtime, "flood").await.outcome, Outcome::Completed(_)));
     });
-    let log = String::from_utf8_lossy(&log.0.lock().unwrap()).into_owned();
     let lines = |component: &str| -> Vec<&str> {
         log.lines().filter(|line| line.contains(&format!("component=\"{component}\""))).collect()
     };
@@ -554,4 +530,23 @@ fn guest_stderr_reaches_the_operator_log_line_by_line_tagged_and_capped() {
     let logged = flood.iter().filter(|line| line.contains("stderr: flood")).count();
     assert_eq!(logged, 16, "64 KiB of 4 KiB lines, then nothing: {log}");
     assert!(flood.iter().any(|line| line.contains("more output dropped")), "{log}");
+}
+
+#[test]
+fn a_component_whose_calls_grow_memory_gets_one_hint_in_the_log() {
+    let log = capture_log(|| async {
+        let grower = WatGuest::new(
+            "grower",
+            "(drop (memory.grow (i32.const 1))) (call $ok_text (i32.const 2000) (i32.const 4))",
+        );
+        let steady = WatGuest::new("steady", DONE_BODY);
+        let runtime = runtime_with(&[grower, steady], quick_limits()).await;
+        for _ in 0..3 {
+            assert!(matches!(run(&runtime, "grower").await.outcome, Outcome::Completed(_)));
+            assert!(matches!(run(&runtime, "steady").await.outcome, Outcome::Completed(_)));
+        }
+    });
+    let hints: Vec<&str> = log.lines().filter(|line| line.contains("grew the component's memory")).collect();
+    assert_eq!(hints.len(), 1, "{log}");
+    assert!(hints[0].contains("component=grower"), "{log}");
 }

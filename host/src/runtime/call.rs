@@ -207,6 +207,15 @@ impl Call {
         let _ticking = self.ticker.running();
         let (outcome, hard_stopped, store) = self.drive().await;
         let stopped_at = Instant::now();
+        if self.control.memory.grew.load(Ordering::Relaxed)
+            && !self.component.growth_hinted.swap(true, Ordering::Relaxed)
+        {
+            tracing::info!(
+                component = %self.component.name,
+                "a call grew the component's memory; every call that does pays for page-protection \
+                 changes: link it with more initial memory (cordon-guest's docs, \"Memory\")"
+            );
+        }
         let cleanup = match outcome.stop_reason() {
             Some(reason) => Some(self.cleanup(reason).await),
             None => None,
@@ -357,7 +366,7 @@ impl Call {
             Ok(Err(_)) if stop_requested => self.stopped_outcome(),
             Ok(Err(message)) => Outcome::ToolError(message),
             Err(error) => {
-                if self.control.memory_refused.load(Ordering::Relaxed) {
+                if self.control.memory.refused.load(Ordering::Relaxed) {
                     Outcome::OutOfMemory
                 } else if stop_requested || error.downcast_ref::<Trap>() == Some(&Trap::Interrupt) {
                     self.stopped_outcome()

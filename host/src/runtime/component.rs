@@ -7,6 +7,7 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 
 use serde_json::Value;
 use wasmtime::Engine;
@@ -99,6 +100,8 @@ pub(crate) struct LoadedComponent {
     pub(crate) schemas: HashMap<String, ToolSchemas>,
     /// A fresh instance made ahead of the next call.
     pub(crate) spare: SpareSlot,
+    /// Whether the operator was told that calls grow this component's memory.
+    pub(crate) growth_hinted: AtomicBool,
 }
 
 /// A tool's schemas, compiled once at load (JSON Schema 2020-12 unless `$schema` says

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::{Notify, watch};
 
-use super::limits::ToolLimits;
+use super::limits::{MemoryEvents, ToolLimits};
 
 /// The longest progress message passed on, in bytes.
 pub const MAX_PROGRESS_MESSAGE: usize = 1024;
@@ -55,7 +55,7 @@ pub(crate) struct CallControl {
     last_progress_ms: AtomicU64,
     progress: watch::Sender<Option<Progress>>,
     note: Mutex<Option<Vec<u8>>>,
-    pub(crate) memory_refused: Arc<AtomicBool>,
+    pub(crate) memory: Arc<MemoryEvents>,
 }
 
 impl CallControl {
@@ -72,7 +72,7 @@ impl CallControl {
             last_progress_ms: AtomicU64::new(0),
             progress: watch::Sender::new(None),
             note: Mutex::new(None),
-            memory_refused: Arc::new(AtomicBool::new(false)),
+            memory: Arc::default(),
         })
     }
 

@@ -58,7 +58,7 @@ impl GuestState {
                 table.set_max_capacity(limits.host_resources);
                 table
             },
-            limiter: GuestLimiter::new(limits, control.memory_refused.clone()),
+            limiter: GuestLimiter::new(limits, control.memory.clone()),
             control,
             note_bytes: limits.note_bytes,
             component,
@@ -68,7 +68,7 @@ impl GuestState {
     /// Bind a spare instance's state (made under `limits`, spare.rs) to the call that takes
     /// it: its control block, and a limiter that reports to it.
     pub(crate) fn bind(&mut self, limits: &ToolLimits, control: Arc<CallControl>) {
-        self.limiter = GuestLimiter::new(limits, control.memory_refused.clone());
+        self.limiter = GuestLimiter::new(limits, control.memory.clone());
         self.note_bytes = limits.note_bytes;
         self.control = control;
     }

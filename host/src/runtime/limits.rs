@@ -64,15 +64,25 @@ impl Default for ToolLimits {
     }
 }
 
-/// Wasmtime's `StoreLimits`, plus a flag raised when memory growth is refused, so that the
-/// trap a guest raises after a failed allocation can be reported as out of memory.
+/// What the limiter saw of a call's linear memory.
+#[derive(Debug, Default)]
+pub(crate) struct MemoryEvents {
+    /// A growth was refused: the trap a guest raises after a failed allocation is then
+    /// reported as out of memory.
+    pub(crate) refused: AtomicBool,
+    /// The guest grew a memory while it ran (not at instantiation): worth a hint to the
+    /// operator, since every such call pays for page-protection changes.
+    pub(crate) grew: AtomicBool,
+}
+
+/// Wasmtime's `StoreLimits`, reporting what happens to memory to the call's control block.
 pub(crate) struct GuestLimiter {
     limits: StoreLimits,
-    memory_refused: Arc<AtomicBool>,
+    memory: Arc<MemoryEvents>,
 }
 
 impl GuestLimiter {
-    pub(crate) fn new(limits: &ToolLimits, memory_refused: Arc<AtomicBool>) -> Self {
+    pub(crate) fn new(limits: &ToolLimits, memory: Arc<MemoryEvents>) -> Self {
         let limits = StoreLimitsBuilder::new()
             .memory_size(limits.memory_bytes)
             .table_elements(limits.table_elements)
@@ -80,7 +90,7 @@ impl GuestLimiter {
             .tables(limits.tables)
             .memories(limits.memories)
             .build();
-        Self { limits, memory_refused }
+        Self { limits, memory }
     }
 }
 
@@ -93,7 +103,11 @@ impl ResourceLimiter for GuestLimiter {
     ) -> wasmtime::Result<bool> {
         let allowed = self.limits.memory_growing(current, desired, maximum)?;
         if !allowed {
-            self.memory_refused.store(true, Ordering::Relaxed);
+            self.memory.refused.store(true, Ordering::Relaxed);
+        }
+        if current > 0 {
+            // Not the memory's creation at instantiation: the guest grew it.
+            self.memory.grew.store(true, Ordering::Relaxed);
         }
         Ok(allowed)
     }

@@ -172,6 +172,7 @@ impl Runtime {
             tools: Vec::new(),
             schemas: HashMap::new(),
             spare: Default::default(),
+            growth_hinted: Default::default(),
         };
         let infos = self.list_tools(&loaded).await.map_err(|problem| LoadError::new(origin, problem))?;
         loaded.tools = component::tool_specs(origin, infos)?;

@@ -247,3 +247,32 @@ pub const SLEEP_BODY: &str = "(call $set_note (i32.const 2010) (i32.const 4)) (c
 pub const CLEANUP_CHECKS_NOTE: &str = "(if (i32.ne (local.get 9) (i32.const 1)) (then unreachable))
     (if (i32.ne (local.get 11) (i32.const 4)) (then unreachable))
     (if (i32.ne (i32.load (local.get 10)) (i32.load (i32.const 2010))) (then unreachable))";
+
+/// The operator's log, captured.
+#[derive(Clone, Default)]
+struct LogBuffer(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for LogBuffer {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Run `body` and return what it logged. It runs on a current-thread tokio runtime, so
+/// that guest code, and the events it causes, stay on this thread, where the subscriber
+/// is installed.
+pub fn capture_log<F: std::future::Future<Output = ()>>(body: impl FnOnce() -> F) -> String {
+    let log = LogBuffer::default();
+    let writer = log.clone();
+    let subscriber = tracing_subscriber::fmt().with_writer(move || writer.clone()).with_ansi(false).finish();
+    tracing::subscriber::with_default(subscriber, || {
+        let tokio = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        tokio.block_on(body());
+    });
+    String::from_utf8_lossy(&log.0.lock().unwrap()).into_owned()
+}
