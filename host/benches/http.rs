@@ -9,8 +9,9 @@
 //! cargo bench -p cordon --bench http --profile dev
 //! ```
 
+mod support;
+
 use std::io::BufRead;
-use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -112,17 +113,6 @@ async fn read_response(stream: &mut BufReader<tokio::net::TcpStream>) -> (String
     (String::from_utf8(body).unwrap(), keep_alive)
 }
 
-/// CPU time used so far by all of process `pid`'s threads (the scheduler's nanosecond
-/// accounting in `/proc/PID/task/*/schedstat`).
-fn cpu_used(pid: u32) -> Duration {
-    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).unwrap();
-    let nanos = tasks
-        .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("schedstat")).ok())
-        .filter_map(|stat| stat.split_whitespace().next()?.parse::<u64>().ok())
-        .sum();
-    Duration::from_nanos(nanos)
-}
-
 /// A server under load, with what was measured of it so far.
 struct Subject {
     label: &'static str,
@@ -134,17 +124,16 @@ struct Subject {
 
 impl Subject {
     fn signal(&self, signal: i32) {
-        // SAFETY: kill(2) on our own child's pid.
-        assert_eq!(unsafe { libc::kill(self.child.id() as i32, signal) }, 0);
+        support::signal(&self.child, signal);
     }
 
     /// One slice of load; the server is paused (SIGSTOP) outside its slices, so that its
     /// housekeeping does not disturb the other one.
     fn slice(&mut self, tokio: &tokio::runtime::Runtime) {
         self.signal(libc::SIGCONT);
-        let cpu_before = cpu_used(self.child.id());
+        let cpu_before = support::cpu_used(self.child.id());
         let latencies = tokio.block_on(load(self.port, SLICE));
-        self.cpu += cpu_used(self.child.id()) - cpu_before;
+        self.cpu += support::cpu_used(self.child.id()) - cpu_before;
         self.latencies.extend(latencies);
         self.signal(libc::SIGSTOP);
     }
@@ -184,20 +173,8 @@ fn free_port() -> u16 {
 }
 
 fn main() {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
-    let cordon =
-        std::env::var_os("CORDON_BIN").map_or_else(|| root.join("target/debug/cordon"), PathBuf::from);
-    let python = root.join("target/e2e-venv/bin/python");
-    assert!(cordon.is_file() && python.is_file(), "run `cargo xtask test` first: it builds both");
-    let config = std::env::temp_dir().join("cordon-bench-http.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[server]\ncache = false\nmax_concurrent_calls = 64\n[[components]]\npath = {:?}\n",
-            root.join("target/guests/example-tools.wasm")
-        ),
-    )
-    .unwrap();
+    let support::Binaries { root, cordon, python } = support::binaries();
+    let config = support::examples_config(&root, "http", "max_concurrent_calls = 64\n");
     let tokio = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
 
     let cordon_port = free_port();

@@ -9,8 +9,9 @@
 //! cargo bench -p cordon --bench stdio --profile dev
 //! ```
 
+mod support;
+
 use std::io::{BufRead, BufReader, Write};
-use std::path::PathBuf;
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -19,10 +20,6 @@ use serde_json::{Value, json};
 const ROUNDS: usize = 20;
 const CALLS_PER_ROUND: usize = 100;
 const WARM_UP: usize = 200;
-
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
-}
 
 /// One server under test, spawned once and driven over its stdin and stdout.
 struct Subject {
@@ -50,20 +47,12 @@ impl Subject {
         subject
     }
 
-    /// CPU time used so far by all of the server's threads (from the scheduler's
-    /// nanosecond accounting, `/proc/PID/task/*/schedstat`).
     fn cpu_used(&self) -> Duration {
-        let tasks = std::fs::read_dir(format!("/proc/{}/task", self.child.id())).unwrap();
-        let nanos = tasks
-            .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("schedstat")).ok())
-            .filter_map(|stat| stat.split_whitespace().next()?.parse::<u64>().ok())
-            .sum();
-        Duration::from_nanos(nanos)
+        support::cpu_used(self.child.id())
     }
 
     fn signal(&self, signal: i32) {
-        // SAFETY: kill(2) on our own child's pid.
-        assert_eq!(unsafe { libc::kill(self.child.id() as i32, signal) }, 0);
+        support::signal(&self.child, signal);
     }
 
     /// One `tools/call echo` and its answer; returns the time it took.
@@ -119,20 +108,8 @@ impl Subject {
 }
 
 fn main() {
-    let root = repo();
-    let cordon =
-        std::env::var_os("CORDON_BIN").map_or_else(|| root.join("target/debug/cordon"), PathBuf::from);
-    let python = root.join("target/e2e-venv/bin/python");
-    assert!(cordon.is_file() && python.is_file(), "run `cargo xtask test` first: it builds both");
-    let config = std::env::temp_dir().join("cordon-bench-stdio.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[server]\ncache = false\n[[components]]\npath = {:?}\n",
-            root.join("target/guests/example-tools.wasm")
-        ),
-    )
-    .unwrap();
+    let support::Binaries { root, cordon, python } = support::binaries();
+    let config = support::examples_config(&root, "stdio", "");
     let mut subjects = [
         Subject::spawn("floor: `cat` echoing the line", &mut Command::new("cat")),
         Subject::spawn(

@@ -1,0 +1,54 @@
+//! What the server benchmarks share: the binaries under test, a config serving the example
+//! tools, and the means to pause a server and read its CPU time.
+
+use std::path::PathBuf;
+use std::process::Child;
+use std::time::Duration;
+
+/// The repository, `target/debug/cordon` (or `$CORDON_BIN`) and the end-to-end venv's python.
+pub struct Binaries {
+    pub root: PathBuf,
+    pub cordon: PathBuf,
+    pub python: PathBuf,
+}
+
+pub fn binaries() -> Binaries {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let cordon =
+        std::env::var_os("CORDON_BIN").map_or_else(|| root.join("target/debug/cordon"), PathBuf::from);
+    let python = root.join("target/e2e-venv/bin/python");
+    assert!(cordon.is_file() && python.is_file(), "run `cargo xtask test` first: it builds both");
+    Binaries { root, cordon, python }
+}
+
+/// A config file serving the example tools, with `server` as extra `[server]` keys.
+pub fn examples_config(root: &std::path::Path, name: &str, server: &str) -> PathBuf {
+    let config = std::env::temp_dir().join(format!("cordon-bench-{name}.toml"));
+    std::fs::write(
+        &config,
+        format!(
+            "[server]\ncache = false\n{server}[[components]]\npath = {:?}\n",
+            root.join("target/guests/example-tools.wasm")
+        ),
+    )
+    .unwrap();
+    config
+}
+
+/// CPU time used so far by all of process `pid`'s threads (the scheduler's nanosecond
+/// accounting in `/proc/PID/task/*/schedstat`).
+pub fn cpu_used(pid: u32) -> Duration {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).unwrap();
+    let nanos = tasks
+        .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("schedstat")).ok())
+        .filter_map(|stat| stat.split_whitespace().next()?.parse::<u64>().ok())
+        .sum();
+    Duration::from_nanos(nanos)
+}
+
+/// Send `signal` to `child` (SIGSTOP and SIGCONT pause and resume a server between its
+/// rounds).
+pub fn signal(child: &Child, signal: i32) {
+    // SAFETY: kill(2) on our own child's pid.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, signal) }, 0);
+}
