@@ -435,14 +435,10 @@ fn header_text(headers: &HeaderMap, name: &str) -> Option<String> {
     headers.get(name).and_then(|value| value.to_str().ok()).map(|value| value.trim().to_owned())
 }
 
-/// Values outside visible ASCII travel as `=?base64?<base64 of UTF-8>?=`.
+/// Values outside visible ASCII travel as `=?base64?<base64 of UTF-8>?=`; an `Mcp-Name`
+/// that is not valid in that form is taken literally.
 fn decode_header(value: &str) -> String {
-    value
-        .strip_prefix("=?base64?")
-        .and_then(|rest| rest.strip_suffix("?="))
-        .and_then(|encoded| base64::engine::general_purpose::STANDARD.decode(encoded).ok())
-        .and_then(|bytes| String::from_utf8(bytes).ok())
-        .unwrap_or_else(|| value.to_owned())
+    decode_param(value).unwrap_or_else(|| value.to_owned())
 }
 
 fn accepts_json_and_sse(headers: &HeaderMap) -> bool {
