@@ -140,6 +140,37 @@ async fn locks_shows_a_running_reindex_and_a_second_reindex_of_it_is_refused() {
     assert_eq!(locks(&runtime).await, Vec::<String>::new());
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn locks_is_exact_while_other_calls_take_and_release_locks() {
+    // Names with bytes that the lock files escape come back as they were given.
+    const NAMES: [&str; 3] = ["plain", "with space/and:slash", "ünïcödé.lock"];
+    let runtime = std::sync::Arc::new(examples().await);
+    let churn: Vec<_> = NAMES
+        .iter()
+        .map(|name| {
+            let runtime = runtime.clone();
+            tokio::spawn(async move {
+                for _ in 0..150 {
+                    let report = call(&runtime, "reindex", json!({"collection": name, "step_ms": 0})).await;
+                    assert_eq!(text_of(&report), format!("Reindexed 120 documents in {name}"));
+                }
+            })
+        })
+        .collect();
+    let mut seen = std::collections::BTreeSet::new();
+    while !churn.iter().all(|task| task.is_finished()) {
+        let report = call(&runtime, "locks", json!({})).await;
+        let held: Vec<String> = serde_json::from_str(&text_of(&report)).unwrap();
+        assert!(held.iter().all(|lock| NAMES.contains(&lock.as_str())), "{held:?}");
+        seen.extend(held);
+    }
+    for task in churn {
+        task.await.unwrap();
+    }
+    assert!(!seen.is_empty(), "locks saw none of the calls");
+    assert_eq!(locks(&runtime).await, Vec::<String>::new());
+}
+
 /// Start `tool`, wait until its lock shows, cancel it, and return the report.
 async fn cancel_when_locked(runtime: &Runtime, tool: &str, arguments: Value, lock: &str) -> CallReport {
     let call = runtime.call(tool, &arguments).await.unwrap();

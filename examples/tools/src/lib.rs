@@ -13,7 +13,7 @@
 //! releases the lock named in the call's cleanup note.
 
 use std::fs;
-use std::io::{ErrorKind, Write};
+use std::io::ErrorKind;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -35,7 +35,7 @@ impl Lock {
             .map_err(|error| ToolError::new(format!("no data directory for locks ({LOCK_DIR}): {error}")))?;
         let path = lock_path(name);
         match fs::OpenOptions::new().write(true).create_new(true).open(&path) {
-            Ok(mut file) => file.write_all(name.as_bytes())?,
+            Ok(_) => {}
             Err(error) if error.kind() == ErrorKind::AlreadyExists => {
                 return Err(ToolError::new(format!("{name} is locked by another call")));
             }
@@ -54,18 +54,43 @@ impl Drop for Lock {
     }
 }
 
-/// The file holding lock `name`: every byte outside `[A-Za-z0-9_-]` is hex-escaped, so any
-/// collection name maps to one safe file name.
+/// The file holding lock `name`: every byte outside `[A-Za-z0-9_-]` is hex-escaped as `.xx`,
+/// so any collection name maps to one safe file name, and back (`lock_name`).
 fn lock_path(name: &str) -> PathBuf {
     let mut file = String::new();
     for byte in name.bytes() {
-        if byte.is_ascii_alphanumeric() || byte == b'-' || byte == b'_' {
+        if is_plain(byte) {
             file.push(byte as char);
         } else {
             file.push_str(&format!(".{byte:02x}"));
         }
     }
-    PathBuf::from(LOCK_DIR).join(format!("{file}.lock"))
+    PathBuf::from(LOCK_DIR).join(format!("{file}{LOCK_SUFFIX}"))
+}
+
+const LOCK_SUFFIX: &str = ".lock";
+
+fn is_plain(byte: u8) -> bool {
+    byte.is_ascii_alphanumeric() || byte == b'-' || byte == b'_'
+}
+
+/// The lock a file name in `LOCK_DIR` stands for; `None` for a name `lock_path` never makes.
+/// Reading names rather than contents keeps `locks` exact while other calls take and release
+/// locks: a file removed or not yet written between the listing and a read is no error.
+fn lock_name(file_name: &str) -> Option<String> {
+    let mut escaped = file_name.strip_suffix(LOCK_SUFFIX)?.bytes();
+    let mut name = Vec::new();
+    while let Some(byte) = escaped.next() {
+        if byte == b'.' {
+            let hex = [escaped.next()?, escaped.next()?];
+            name.push(u8::from_str_radix(std::str::from_utf8(&hex).ok()?, 16).ok()?);
+        } else if is_plain(byte) {
+            name.push(byte);
+        } else {
+            return None;
+        }
+    }
+    String::from_utf8(name).ok()
 }
 
 #[derive(Deserialize, JsonSchema)]
@@ -124,7 +149,9 @@ fn locks(_: NoArgs) -> Result<String, ToolError> {
     match fs::read_dir(LOCK_DIR) {
         Ok(entries) => {
             for entry in entries {
-                held.push(fs::read_to_string(entry?.path())?);
+                if let Some(name) = entry?.file_name().to_str().and_then(lock_name) {
+                    held.push(name);
+                }
             }
         }
         Err(error) if error.kind() == ErrorKind::NotFound => {}

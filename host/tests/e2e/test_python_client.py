@@ -20,6 +20,7 @@ CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 async def locks(client: Client) -> list[str]:
     result = await client.call_tool("locks", {})
+    assert not result.is_error, result.content[0].text
     return json.loads(result.content[0].text)
 
 
