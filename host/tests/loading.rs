@@ -65,6 +65,19 @@ async fn a_schema_that_is_not_json_is_refused() {
 }
 
 #[tokio::test]
+async fn a_schema_over_the_size_limit_is_refused() {
+    // Schemas are evaluated in host code no epoch interrupts: their size is bounded at load.
+    let padding = "x".repeat(cordon::runtime::MAX_SCHEMA_BYTES);
+    let schema = format!(r#"{{"type":"object","description":"{padding}"}}"#);
+    let guest = WatGuest::new("huge", DONE_BODY).input_schema(&schema).memory_pages(3);
+    let message = load_error("huge", &guest.component()).await;
+    assert!(
+        message.contains("tool \"huge\": input schema is 65") && message.contains("limit of 65536"),
+        "{message}"
+    );
+}
+
+#[tokio::test]
 async fn a_schema_that_is_not_an_object_is_refused() {
     let guest = WatGuest::new("stringy", DONE_BODY).input_schema(r#"{"type":"string"}"#);
     let message = load_error("stringy", &guest.component()).await;

@@ -127,8 +127,36 @@ async fn a_huge_result_is_refused() {
     limits.result_bytes = 1 << 20;
     let runtime = runtime_with(&[guest], limits).await;
     let report = run(&runtime, "huge").await;
-    assert_eq!(report.outcome, Outcome::ResultTooLarge { bytes: 8 << 20, limit: 1 << 20 });
+    match report.outcome {
+        Outcome::ResultTooLarge { bytes, limit } => assert!(bytes > 8 << 20 && limit == 1 << 20),
+        other => panic!("expected the result to be refused, got {other:?}"),
+    }
     assert!(report.cleanup.is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_huge_tool_error_is_refused_like_a_huge_result() {
+    let body = "(drop (memory.grow (i32.const 256))) (call $err_text (i32.const 65536) (i32.const 8388608))";
+    let guest = WatGuest::new("huge_error", body);
+    let mut limits = quick_limits();
+    limits.result_bytes = 1 << 20;
+    let runtime = runtime_with(&[guest], limits).await;
+    let report = run(&runtime, "huge_error").await;
+    assert_eq!(report.outcome, Outcome::ResultTooLarge { bytes: 8 << 20, limit: 1 << 20 });
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_call_is_cancelled_even_if_it_was_refused_memory_before() {
+    // The guest shrugs off a refused growth and spins; the cancel is what stops it.
+    let body = "(drop (memory.grow (i32.const 1000))) (loop $l (br $l)) unreachable";
+    let guest =
+        WatGuest::new("shrug", body).cleanup("(if (i32.ne (local.get 6) (i32.const 0)) (then unreachable))");
+    let mut limits = quick_limits();
+    limits.memory_bytes = 8 << 20;
+    let runtime = runtime_with(&[guest], limits).await;
+    let report = cancel_after(&runtime, "shrug", Duration::from_millis(20)).await;
+    assert_eq!(report.outcome, Outcome::Cancelled);
+    assert_eq!(report.cleanup.unwrap().outcome, CleanupOutcome::Completed, "cleanup was told cancelled");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -530,6 +558,49 @@ fn guest_stderr_reaches_the_operator_log_line_by_line_tagged_and_capped() {
     let logged = flood.iter().filter(|line| line.contains("stderr: flood")).count();
     assert_eq!(logged, 16, "64 KiB of 4 KiB lines, then nothing: {log}");
     assert!(flood.iter().any(|line| line.contains("more output dropped")), "{log}");
+}
+
+#[test]
+fn the_log_import_shares_the_stderr_budget_and_cannot_forge_lines() {
+    let log = capture_log(|| async {
+        // One forged line, then 100 warnings of 4 KiB against the 64 KiB budget.
+        let logger = WatGuest::new(
+            "logger",
+            "(call $log (i32.const 3) (i32.const 5000) (i32.const 23))
+             (local.set 0 (i32.const 0))
+             (loop $l
+               (call $log (i32.const 3) (i32.const 8192) (i32.const 4096))
+               (local.set 0 (i32.add (local.get 0) (i32.const 1)))
+               (br_if $l (i32.lt_u (local.get 0) (i32.const 100))))
+             (call $eprint (i32.const 5100) (i32.const 5))
+             (call $ok_text (i32.const 2000) (i32.const 4))",
+        )
+        .extra(
+            r#"(data (i32.const 5000) "real\nFAKE server line\r\1b") (data (i32.const 5100) "after")
+               (data (i32.const 8192) "loud")"#,
+        );
+        let runtime = runtime_with(&[logger], quick_limits()).await;
+        assert!(matches!(run(&runtime, "logger").await.outcome, Outcome::Completed(_)));
+    });
+    assert!(!log.lines().any(|line| line.starts_with("FAKE")), "a guest's newline started a line: {log}");
+    assert!(log.contains(r"real\nFAKE server line\r\u{1b}"), "control characters are escaped: {log}");
+    let loud = log.lines().filter(|line| line.contains("loud")).count();
+    assert_eq!(loud, 16, "64 KiB less the first line: 15 lines of 4 KiB and a part of one: {log}");
+    assert!(log.contains("more output dropped"), "{log}");
+    assert!(!log.contains("stderr: after"), "stderr draws on the same budget: {log}");
+}
+
+#[tokio::test]
+async fn a_request_for_64_mib_of_random_bytes_is_refused_in_the_host() {
+    let greedy = WatGuest::new(
+        "greedy",
+        "(call $random_bytes (i64.const 67108864) (i32.const 4000)) (call $ok_text (i32.const 2000) (i32.const 4))",
+    );
+    let runtime = runtime_with(&[greedy], quick_limits()).await;
+    match run(&runtime, "greedy").await.outcome {
+        Outcome::Trapped(message) => assert!(message.contains("exceeds limit 1048576"), "{message}"),
+        other => panic!("expected a trap, got {other:?}"),
+    }
 }
 
 #[test]

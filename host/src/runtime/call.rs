@@ -364,12 +364,17 @@ impl Call {
             Ok(Ok(result)) => self.check_result(result),
             // An error after a stop request is the guest's cooperative way out.
             Ok(Err(_)) if stop_requested => self.stopped_outcome(),
+            Ok(Err(message)) if message.len() > self.limits.result_bytes => {
+                Outcome::ResultTooLarge { bytes: message.len(), limit: self.limits.result_bytes }
+            }
             Ok(Err(message)) => Outcome::ToolError(message),
             Err(error) => {
-                if self.control.memory.refused.load(Ordering::Relaxed) {
-                    Outcome::OutOfMemory
-                } else if stop_requested || error.downcast_ref::<Trap>() == Some(&Trap::Interrupt) {
+                // A stop explains the trap even when the guest was refused memory earlier
+                // (and carried on): the caller asked for it, and cleanup is told so.
+                if stop_requested || error.downcast_ref::<Trap>() == Some(&Trap::Interrupt) {
                     self.stopped_outcome()
+                } else if self.control.memory.refused.load(Ordering::Relaxed) {
+                    Outcome::OutOfMemory
                 } else {
                     Outcome::Trapped(trap_message(&error, &self.limits))
                 }
@@ -555,24 +560,35 @@ async fn shutdown_signalled(shutdown: &mut watch::Receiver<bool>) {
     }
 }
 
+/// What one content item costs at least in the answer besides its strings (its JSON
+/// object, `type` and keys), so that many empty items still count.
+const CONTENT_ITEM_BYTES: usize = 32;
+
+/// The bytes a result takes in the answer, near enough for a limit: every string and byte
+/// list the guest chose, plus [`CONTENT_ITEM_BYTES`] per content item.
 fn result_size(result: &bindings::CallResult) -> usize {
+    let len = |text: &Option<String>| text.as_ref().map_or(0, String::len);
     let content: usize = result
         .content
         .iter()
-        .map(|item| match item {
-            Content::Text(text) => text.len(),
-            Content::Image(media) | Content::Audio(media) => media.data.len() + media.mime_type.len(),
-            Content::ResourceLink(link) => {
-                link.uri.len() + link.name.len() + link.description.as_ref().map_or(0, String::len)
-            }
-            Content::EmbeddedResource(resource) => {
-                resource.uri.len()
-                    + resource.text.as_ref().map_or(0, String::len)
-                    + resource.blob.as_ref().map_or(0, Vec::len)
-            }
+        .map(|item| {
+            CONTENT_ITEM_BYTES
+                + match item {
+                    Content::Text(text) => text.len(),
+                    Content::Image(media) | Content::Audio(media) => media.data.len() + media.mime_type.len(),
+                    Content::ResourceLink(link) => {
+                        link.uri.len() + link.name.len() + len(&link.description) + len(&link.mime_type)
+                    }
+                    Content::EmbeddedResource(resource) => {
+                        resource.uri.len()
+                            + len(&resource.mime_type)
+                            + len(&resource.text)
+                            + resource.blob.as_ref().map_or(0, Vec::len)
+                    }
+                }
         })
         .sum();
-    content + result.structured.as_ref().map_or(0, String::len)
+    content + len(&result.structured)
 }
 
 /// The trap's own message (e.g. "wasm `unreachable` instruction executed"), without the

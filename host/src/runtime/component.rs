@@ -311,7 +311,15 @@ fn check_tool_name(name: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// The largest schema a tool may declare. Schemas are evaluated in host code that no epoch
+/// can interrupt (arguments before a call, structured output after it), so their size is
+/// bounded where it is cheap to: at load. Real tool schemas are a few KiB.
+pub const MAX_SCHEMA_BYTES: usize = 64 << 10;
+
 fn object_schema(text: &str) -> Result<Value, String> {
+    if text.len() > MAX_SCHEMA_BYTES {
+        return Err(format!("is {} bytes, more than the limit of {MAX_SCHEMA_BYTES}", text.len()));
+    }
     let schema: Value = serde_json::from_str(text).map_err(|error| format!("is not valid JSON: {error}"))?;
     match schema.get("type") {
         Some(Value::String(kind)) if kind == "object" => Ok(schema),

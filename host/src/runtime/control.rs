@@ -144,14 +144,8 @@ impl CallControl {
         if !report.done.is_finite() || report.total.is_some_and(|total| !total.is_finite()) {
             return;
         }
-        if let Some(message) = &mut report.message
-            && message.len() > MAX_PROGRESS_MESSAGE
-        {
-            let mut end = MAX_PROGRESS_MESSAGE;
-            while !message.is_char_boundary(end) {
-                end -= 1;
-            }
-            message.truncate(end);
+        if let Some(message) = &mut report.message {
+            message.truncate(message.floor_char_boundary(MAX_PROGRESS_MESSAGE));
         }
         let accepted = self.progress.send_if_modified(|latest| {
             if latest.as_ref().is_some_and(|latest| report.done <= latest.done) {

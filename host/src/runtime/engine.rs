@@ -76,6 +76,11 @@ pub(crate) fn build_engine(settings: &EngineSettings) -> Result<(Engine, Arc<Tic
         .total_memories(slots * MEMORIES_PER_SLOT)
         .total_tables(slots * TABLES_PER_SLOT)
         .total_stacks(slots)
+        // A component that needs more than one slot is refused when it is instantiated
+        // (at load, for `list`), rather than taking other tools' share of the pool.
+        .max_core_instances_per_component(CORE_INSTANCES_PER_SLOT)
+        .max_memories_per_component(MEMORIES_PER_SLOT)
+        .max_tables_per_component(TABLES_PER_SLOT)
         .max_memory_size(settings.max_memory_bytes)
         // Reset small memories and tables with memset instead of madvise when a slot is
         // released, and batch the decommits that remain: dropping an instance then costs
@@ -238,4 +243,26 @@ fn store_cached(component: &Component, cache_dir: &Path, entry: &Path) -> Result
 
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|byte| format!("{byte:02x}")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use wasmtime::component::Component;
+
+    /// A component made of `count` instances of an empty core module.
+    fn component_of(count: usize) -> String {
+        let instances = "(core instance (instantiate $empty))\n".repeat(count);
+        format!("(component (core module $empty) {instances})")
+    }
+
+    #[test]
+    fn a_component_larger_than_a_pool_slot_is_refused_when_compiled() {
+        let settings = EngineSettings { max_concurrent_calls: 1, cache_dir: None, ..Default::default() };
+        let (engine, _ticker) = build_engine(&settings).unwrap();
+        let slot = CORE_INSTANCES_PER_SLOT as usize;
+        Component::new(&engine, component_of(slot)).expect("a component that fits one slot");
+        let error = Component::new(&engine, component_of(slot + 1)).unwrap_err();
+        assert!(format!("{error:#}").contains("core module instances"), "{error:#}");
+    }
 }

@@ -22,8 +22,8 @@ pub(crate) struct GuestState {
     pub(crate) limiter: GuestLimiter,
     control: Arc<CallControl>,
     note_bytes: usize,
-    /// The component's name, for the operator's log.
-    component: Arc<str>,
+    /// What this instance may still write to the operator's log (`log` and stderr).
+    operator_log: OperatorLog,
 }
 
 impl GuestState {
@@ -37,15 +37,19 @@ impl GuestState {
         data_dir: Option<&Path>,
         control: Arc<CallControl>,
     ) -> Result<Self> {
-        let mut wasi = WasiCtxBuilder::new();
-        wasi.stderr(GuestStderr {
-            component: component.clone(),
+        let operator_log = OperatorLog {
+            component,
             limit: limits.stderr_bytes,
-            budget: Arc::new(AtomicUsize::new(limits.stderr_bytes)),
-        })
-        .allow_tcp(false)
-        .allow_udp(false)
-        .allow_ip_name_lookup(false);
+            left: Arc::new(AtomicUsize::new(limits.stderr_bytes)),
+        };
+        let mut wasi = WasiCtxBuilder::new();
+        wasi.stderr(GuestStderr(operator_log.clone()))
+            // Random bytes are made in host memory before the guest's limits see them:
+            // wasmtime-wasi's default would let one call take 64 MiB.
+            .max_random_size(limits.hostcall_bytes.min(MAX_RANDOM_BYTES) as u64)
+            .allow_tcp(false)
+            .allow_udp(false)
+            .allow_ip_name_lookup(false);
         if let Some(dir) = data_dir {
             wasi.preopened_dir(dir, GUEST_DATA_DIR, FsPerms::ReadWrite)
                 .map_err(anyhow::Error::from)
@@ -61,7 +65,7 @@ impl GuestState {
             limiter: GuestLimiter::new(limits, control.memory.clone()),
             control,
             note_bytes: limits.note_bytes,
-            component,
+            operator_log,
         })
     }
 
@@ -112,31 +116,88 @@ impl host::Host for GuestState {
         Ok(())
     }
 
+    /// Charged to the same budget as stderr, cut to [`MAX_LOG_LINE`] bytes, control
+    /// characters escaped.
     fn log(&mut self, level: types::LogLevel, message: String) -> wasmtime::Result<()> {
-        let component = &*self.component;
-        match level {
-            types::LogLevel::Trace => tracing::trace!(target: "guest", component, "{message}"),
-            types::LogLevel::Debug => tracing::debug!(target: "guest", component, "{message}"),
-            types::LogLevel::Info => tracing::info!(target: "guest", component, "{message}"),
-            types::LogLevel::Warn => tracing::warn!(target: "guest", component, "{message}"),
-            types::LogLevel::Error => tracing::error!(target: "guest", component, "{message}"),
+        let wanted = message.floor_char_boundary(MAX_LOG_LINE);
+        let (granted, exhausted) = self.operator_log.take(wanted);
+        let text = printable(&message[..message.floor_char_boundary(granted)]);
+        let component = &*self.operator_log.component;
+        if !text.is_empty() {
+            match level {
+                types::LogLevel::Trace => tracing::trace!(target: "guest", component, "{text}"),
+                types::LogLevel::Debug => tracing::debug!(target: "guest", component, "{text}"),
+                types::LogLevel::Info => tracing::info!(target: "guest", component, "{text}"),
+                types::LogLevel::Warn => tracing::warn!(target: "guest", component, "{text}"),
+                types::LogLevel::Error => tracing::error!(target: "guest", component, "{text}"),
+            }
+        }
+        if exhausted {
+            self.operator_log.say_exhausted();
         }
         Ok(())
     }
 }
 
-/// The longest stderr line logged as one; longer output is split.
-const MAX_STDERR_LINE: usize = 4096;
-/// A guest's stderr: each line becomes a log event tagged with the component's name (a
-/// Rust guest's panic message lands there, for one), up to the tool's `stderr_bytes` per
-/// instance, however many streams the guest opens; then one line says the rest is dropped,
-/// so a hostile guest cannot flood the operator's log.
-struct GuestStderr {
+/// The most random bytes one `get-random-bytes` call may ask for.
+const MAX_RANDOM_BYTES: usize = 1 << 20;
+
+/// The longest line a guest writes to the operator's log as one event: a longer `log`
+/// message is cut, longer stderr output is split.
+const MAX_LOG_LINE: usize = 4096;
+
+/// What one instance may write to the operator's log, through the `log` import and all its
+/// stderr streams together: the tool's `stderr_bytes`, then one line saying the rest is
+/// dropped, so a hostile guest cannot flood the log.
+#[derive(Clone)]
+struct OperatorLog {
+    /// The component's name, which every line carries.
     component: Arc<str>,
     limit: usize,
-    /// Bytes this instance may still log.
-    budget: Arc<AtomicUsize>,
+    /// Bytes still allowed.
+    left: Arc<AtomicUsize>,
 }
+
+impl OperatorLog {
+    /// Take up to `wanted` bytes of the budget: how many were granted, and whether this
+    /// take used up the last of it (then the caller writes, and calls `say_exhausted`).
+    fn take(&self, wanted: usize) -> (usize, bool) {
+        let take = |left: usize| Some(left - wanted.min(left));
+        let before = self.left.fetch_update(Ordering::Relaxed, Ordering::Relaxed, take).unwrap_or(0);
+        let granted = wanted.min(before);
+        (granted, before > 0 && granted == before)
+    }
+
+    fn say_exhausted(&self) {
+        tracing::warn!(
+            target: "guest",
+            component = &*self.component,
+            "more output dropped (an instance may log {} bytes)",
+            self.limit
+        );
+    }
+}
+
+/// `text` with its control characters escaped (`\n`, `\r`, `\u{1b}`), so that a guest's
+/// line can neither break nor forge the operator's log lines.
+fn printable(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.chars().any(char::is_control) {
+        return text.into();
+    }
+    let mut escaped = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if c.is_control() {
+            escaped.extend(c.escape_default());
+        } else {
+            escaped.push(c);
+        }
+    }
+    escaped.into()
+}
+
+/// A guest's stderr: each line becomes a log event tagged with the component's name (a
+/// Rust guest's panic message lands there, for one), within the instance's [`OperatorLog`].
+struct GuestStderr(OperatorLog);
 
 impl wasmtime_wasi::cli::IsTerminal for GuestStderr {
     fn is_terminal(&self) -> bool {
@@ -157,60 +218,41 @@ impl wasmtime_wasi::cli::StdoutStream for GuestStderr {
 
 impl GuestStderr {
     fn lines(&self) -> StderrLines {
-        StderrLines {
-            component: self.component.clone(),
-            line: Vec::new(),
-            limit: self.limit,
-            budget: self.budget.clone(),
-        }
+        StderrLines { log: self.0.clone(), line: Vec::new() }
     }
 }
 
 /// Bytes of a guest's stderr, logged a line at a time; a last line without a newline is
 /// logged when the stream drops.
 struct StderrLines {
-    component: Arc<str>,
+    log: OperatorLog,
     line: Vec<u8>,
-    limit: usize,
-    budget: Arc<AtomicUsize>,
 }
 
 impl StderrLines {
     fn push(&mut self, bytes: &[u8]) {
-        let budget = self.budget.load(Ordering::Relaxed);
-        if budget == 0 {
-            return;
-        }
-        let (bytes, exhausted) = match bytes.len() < budget {
-            true => (bytes, false),
-            false => (&bytes[..budget], true),
-        };
-        self.budget.fetch_sub(bytes.len(), Ordering::Relaxed);
-        for &byte in bytes {
+        let (granted, exhausted) = self.log.take(bytes.len());
+        for &byte in &bytes[..granted] {
             if byte == b'\n' {
                 self.emit();
             } else {
                 self.line.push(byte);
-                if self.line.len() >= MAX_STDERR_LINE {
+                if self.line.len() >= MAX_LOG_LINE {
                     self.emit();
                 }
             }
         }
         if exhausted {
             self.emit();
-            tracing::warn!(
-                target: "guest",
-                component = &*self.component,
-                "stderr: more output dropped (an instance may log {} bytes)",
-                self.limit
-            );
+            self.log.say_exhausted();
         }
     }
 
     fn emit(&mut self) {
         if !self.line.is_empty() {
             let text = String::from_utf8_lossy(&self.line);
-            tracing::info!(target: "guest", component = &*self.component, "stderr: {}", text.trim_end());
+            let component = &*self.log.component;
+            tracing::info!(target: "guest", component, "stderr: {}", printable(text.trim_end()));
             self.line.clear();
         }
     }
@@ -233,7 +275,7 @@ impl wasmtime_wasi::p2::OutputStream for StderrLines {
     }
 
     fn check_write(&mut self) -> wasmtime_wasi::p2::StreamResult<usize> {
-        Ok(MAX_STDERR_LINE)
+        Ok(MAX_LOG_LINE)
     }
 }
 

@@ -37,7 +37,7 @@ pub use bindings::{Content, EmbeddedResource, Media, ResourceLink, ToolAnnotatio
 pub use call::{
     Call, CallHandle, CallReport, CleanupOutcome, CleanupReport, Outcome, Teardown, Timeout, ToolResult,
 };
-pub use component::{ComponentOptions, LoadError, ParamHeader, ParamKind, ToolSpec};
+pub use component::{ComponentOptions, LoadError, MAX_SCHEMA_BYTES, ParamHeader, ParamKind, ToolSpec};
 pub use control::{MAX_PROGRESS_MESSAGE, Progress};
 pub use engine::EngineSettings;
 pub use guest::GUEST_DATA_DIR;

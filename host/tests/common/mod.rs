@@ -45,11 +45,14 @@ interface monotonic-clock {
     use wasi:io/poll@0.2.6.{pollable};
     subscribe-duration: func(when: u64) -> pollable;
 }";
+const WASI_RANDOM: &str = "package wasi:random@0.2.6;
+interface random { get-random-bytes: func(len: u64) -> list<u8>; }";
 const TEST_WORLD: &str = "package test:guest;
 world guest {
     include cordon:tool/plugin@0.1.0;
     import wasi:clocks/monotonic-clock@0.2.6;
     import wasi:cli/stderr@0.2.6;
+    import wasi:random/random@0.2.6;
 }";
 
 /// A one-tool guest in WAT.
@@ -60,6 +63,8 @@ pub struct WatGuest {
     pub cleanup: String,
     /// Extra module fields (helper functions) the bodies may call.
     pub extra: String,
+    /// The initial size of the linear memory, in 64 KiB pages.
+    pub memory_pages: u32,
 }
 
 impl WatGuest {
@@ -71,6 +76,7 @@ impl WatGuest {
             call: body.to_owned(),
             cleanup: String::new(),
             extra: String::new(),
+            memory_pages: 1,
         }
     }
 
@@ -84,8 +90,14 @@ impl WatGuest {
         self
     }
 
+    /// The input schema; a long one needs more `memory_pages` (strings start at 2100).
     pub fn input_schema(mut self, schema: &str) -> Self {
         self.input_schema = schema.to_owned();
+        self
+    }
+
+    pub fn memory_pages(mut self, pages: u32) -> Self {
+        self.memory_pages = pages;
         self
     }
 
@@ -113,12 +125,14 @@ impl WatGuest {
   (import "cordon:tool/host@0.1.0" "progress" (func $progress (param f64 i32 f64 i32 i32 i32)))
   (import "cordon:tool/host@0.1.0" "cancelled" (func $cancelled (result i32)))
   (import "cordon:tool/host@0.1.0" "set-cleanup-note" (func $set_note (param i32 i32)))
+  (import "cordon:tool/host@0.1.0" "log" (func $log (param i32 i32 i32)))
+  (import "wasi:random/random@0.2.6" "get-random-bytes" (func $random_bytes (param i64 i32)))
   (import "wasi:clocks/monotonic-clock@0.2.6" "subscribe-duration" (func $subscribe (param i64) (result i32)))
   (import "wasi:io/poll@0.2.6" "[method]pollable.block" (func $block (param i32)))
   (import "wasi:cli/stderr@0.2.6" "get-stderr" (func $get_stderr (result i32)))
   (import "wasi:io/streams@0.2.6" "[method]output-stream.blocking-write-and-flush"
     (func $write_and_flush (param i32 i32 i32 i32)))
-  (memory (export "memory") 1)
+  (memory (export "memory") {memory_pages})
   (table $t 1 funcref)
   (global $bump (mut i32) (i32.const 32768))
   (data (i32.const 1024) "{list_area}")
@@ -170,6 +184,7 @@ impl WatGuest {
             call = self.call,
             cleanup = self.cleanup,
             extra = self.extra,
+            memory_pages = self.memory_pages,
         )
     }
 
@@ -179,6 +194,7 @@ impl WatGuest {
         resolve.push_str("wasi-io.wit", WASI_IO).unwrap();
         resolve.push_str("wasi-clocks.wit", WASI_CLOCKS).unwrap();
         resolve.push_str("wasi-cli.wit", WASI_CLI).unwrap();
+        resolve.push_str("wasi-random.wit", WASI_RANDOM).unwrap();
         resolve
             .push_str(
                 "cordon.wit",
