@@ -87,10 +87,17 @@ impl Outbox {
 }
 
 /// A call in flight: its handle once it has a slot, and whether the client cancelled it.
+///
+/// `cancelled` is the one source of truth for "send nothing more for this request": it is
+/// checked before every progress notification and when the answer is decided, whatever
+/// the call's outcome (a guest may still return normally in its grace period, a timeout
+/// may have stopped it first, or it may never have left the queue).
 #[derive(Default)]
 struct InFlight {
     handle: Option<CallHandle>,
     cancelled: bool,
+    /// Wakes a call still waiting for a slot when it is cancelled.
+    cancel_signal: Arc<Notify>,
 }
 
 /// One client's channel to the server.
@@ -126,7 +133,7 @@ impl Connection {
     pub async fn handle(self: &Arc<Self>, message: Incoming, out: &Outbox) {
         match message {
             Incoming::Invalid { id, error } => out.send(jsonrpc::failure(id.as_ref(), &error)).await,
-            Incoming::Response => {}
+            Incoming::Unanswered { problem } => tracing::debug!("ignoring a message: {problem}"),
             Incoming::Notification { method, params } => {
                 if method == "notifications/cancelled" {
                     self.cancel(params.as_ref());
@@ -209,6 +216,7 @@ impl Connection {
                 ));
             }
         };
+        let cancel_signal;
         {
             let mut in_flight = self.in_flight.lock().unwrap();
             if in_flight.contains_key(id) {
@@ -217,15 +225,21 @@ impl Connection {
                     "Invalid Request: this id is already in use",
                 ));
             }
-            in_flight.insert(id.clone(), InFlight::default());
+            let entry = InFlight::default();
+            cancel_signal = entry.cancel_signal.clone();
+            in_flight.insert(id.clone(), entry);
         }
         let connection = self.clone();
         let (id, name) = (id.clone(), name.to_owned());
         spawn_unless_ready(async move {
-            let (answer, teardown) = connection.run_call(&id, &name, &arguments, progress_token, &out).await;
-            connection.in_flight.lock().unwrap().remove(&id);
+            let (answer, teardown) =
+                connection.run_call(&id, &name, &arguments, progress_token, &cancel_signal, &out).await;
+            // Deciding and leaving `in_flight` are one step: a cancel either lands before it
+            // (and nothing is sent) or finds the request finished (and is ignored).
+            let cancelled =
+                connection.in_flight.lock().unwrap().remove(&id).is_some_and(|entry| entry.cancelled);
             connection.call_finished.notify_waiters();
-            if let Some(answer) = answer {
+            if let Some(answer) = answer.filter(|_| !cancelled) {
                 out.send(answer).await;
             }
             if let Some(teardown) = teardown {
@@ -253,10 +267,17 @@ impl Connection {
         name: &str,
         arguments: &Value,
         token: Option<Value>,
+        cancel_signal: &Notify,
         out: &Outbox,
     ) -> (Option<Value>, Option<Teardown>) {
         let runtime = &self.server.runtime;
-        let call = match runtime.call(name, arguments).await {
+        let call = tokio::select! {
+            biased;
+            call = runtime.call(name, arguments) => call,
+            // A call cancelled while it waits for a slot leaves the queue at once.
+            () = cancel_signal.notified() => return (None, None),
+        };
+        let call = match call {
             Ok(call) => call,
             Err(error) => {
                 let answer = match mcp::call_error(&error) {
@@ -290,13 +311,15 @@ impl Connection {
                     progress_pending = false;
                     next_progress = Instant::now() + self.server.progress_interval;
                     let latest = progress.borrow_and_update().clone();
-                    if let (Some(token), Some(latest)) = (&token, latest) {
+                    if let (Some(token), Some(latest)) = (&token, latest)
+                        && !self.is_cancelled(id)
+                    {
                         out.send(mcp::progress_notification(token, &latest)).await;
                     }
                 }
             }
         };
-        if report.outcome == Outcome::Cancelled {
+        if report.outcome == Outcome::Cancelled || self.is_cancelled(id) {
             return (None, Some(teardown));
         }
         // The last report made before the tool returned goes out just ahead of the answer.
@@ -308,6 +331,10 @@ impl Connection {
         }
         let limits = runtime.limits(name).cloned().unwrap_or_default();
         (Some(jsonrpc::success(id, mcp::call_result(&report.outcome, &limits))), Some(teardown))
+    }
+
+    fn is_cancelled(&self, id: &RequestId) -> bool {
+        self.in_flight.lock().unwrap().get(id).is_some_and(|entry| entry.cancelled)
     }
 
     /// `notifications/cancelled`: stop the call if it is ours and still running. Unknown,
@@ -324,6 +351,8 @@ impl Connection {
     pub fn cancel_request(&self, id: &RequestId) {
         if let Some(entry) = self.in_flight.lock().unwrap().get_mut(id) {
             entry.cancelled = true;
+            // `notify_one` keeps a permit: a call that starts waiting later still sees it.
+            entry.cancel_signal.notify_one();
             if let Some(handle) = &entry.handle {
                 handle.cancel();
             }

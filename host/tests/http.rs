@@ -388,6 +388,10 @@ fn a_legacy_client_gets_a_session_whose_cancellations_reach_its_calls() {
     legacy.push(("Mcp-Session-Id", &session));
     let call = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "echo", "arguments": {"text": "old"}}});
     assert_eq!(server.post(&legacy, &call.to_string()).messages[0]["result"]["content"][0]["text"], "old");
+    // In-band errors are 200 for a 2025-era client: a 404 would tell it its session is gone.
+    let unknown = json!({"jsonrpc": "2.0", "id": 9, "method": "prompts/list"});
+    let answer = server.post(&legacy, &unknown.to_string());
+    assert_eq!((answer.status, answer.error_code()), (200, Some(-32601)));
 
     // A long call, then its cancellation as a POST of its own: the call stops, its answer
     // stream ends with nothing, and cleanup releases the lock.
@@ -409,6 +413,8 @@ fn a_legacy_client_gets_a_session_whose_cancellations_reach_its_calls() {
     assert_eq!(server.post(&legacy, &cancel.to_string()).status, 202);
     let answer = long.join().unwrap();
     assert!(answer.messages.is_empty(), "nothing is sent for a cancelled call: {:?}", answer.messages);
+    // Still a request's answer: an event stream, ended without an event.
+    assert_eq!((answer.status, answer.header("content-type")), (200, Some("text/event-stream")));
     assert_eq!(server.locks(), "[]");
 
     // An unknown session is told to start again; DELETE ends a session.

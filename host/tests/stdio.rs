@@ -23,9 +23,15 @@ struct Server {
 
 impl Server {
     fn start() -> Self {
+        Self::start_with("")
+    }
+
+    /// A server whose config's `[server]` table also holds `server_settings`.
+    fn start_with(server_settings: &str) -> Self {
+        let name = format!("stdio-{:?}", std::thread::current().id());
         let mut child = Command::new(env!("CARGO_BIN_EXE_cordon"))
             .args(["serve", "--stdio", "--config"])
-            .arg(examples_config(&format!("stdio-{:?}", std::thread::current().id()), ""))
+            .arg(examples_config(&name, server_settings))
             .env("CORDON_LOG", "warn")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -145,6 +151,21 @@ fn bad_lines_get_precise_errors_and_the_server_keeps_serving() {
         let answer = server.expect();
         assert_eq!(answer["error"]["code"], code, "{:?} -> {answer}", String::from_utf8_lossy(line));
     }
+    // Responses (a peer's parse error too) and malformed notifications get no answer at all:
+    // the next message out is the answer to the request after them.
+    let unanswered: [&[u8]; 4] = [
+        b"{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{}}\n",
+        b"{\"jsonrpc\":\"2.0\",\"id\":null,\"error\":{\"code\":-32700,\"message\":\"x\"}}\n",
+        b"{\"jsonrpc\":\"2.0\",\"method\":\"notifications/cancelled\",\"params\":\"x\"}\n",
+        b"{\"jsonrpc\":\"1.0\",\"method\":\"notifications/cancelled\",\"params\":{\"requestId\":1}}\n",
+    ];
+    for line in unanswered {
+        server.send_raw(line);
+    }
+    assert_eq!(server.call_text(8, "echo", json!({"text": "nothing before"})), "nothing before");
+    // An integer id beyond i64 is a valid id, echoed as it came.
+    server.send_raw(b"{\"jsonrpc\":\"2.0\",\"id\":18446744073709551615,\"method\":\"tools/list\"}\n");
+    assert_eq!(server.expect()["id"], json!(18446744073709551615u64));
     // An oversized line is skipped and answered, and the next line is served.
     let mut huge = vec![b'x'; 5 << 20];
     huge.push(b'\n');
@@ -158,9 +179,16 @@ fn envelope_version_method_and_argument_errors() {
     let mut server = Server::start();
     let no_caps = json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28"});
     let old = json!({"io.modelcontextprotocol/protocolVersion": "1999-01-01", "io.modelcontextprotocol/clientCapabilities": {}});
+    let with_log_level = |level: Value| {
+        let mut meta = meta();
+        meta["io.modelcontextprotocol/logLevel"] = level;
+        meta
+    };
     let cases = vec![
         ("tools/list", json!({}), -32602),
         ("tools/list", json!({"_meta": no_caps}), -32602),
+        ("tools/list", json!({"_meta": with_log_level(json!("loud"))}), -32602),
+        ("tools/list", json!({"_meta": with_log_level(json!(7))}), -32602),
         ("server/discover", json!({"_meta": old}), -32022),
         ("ping", json!({"_meta": meta()}), -32601),
         ("prompts/list", json!({"_meta": meta()}), -32601),
@@ -185,6 +213,8 @@ fn envelope_version_method_and_argument_errors() {
         assert_eq!(answer["id"], id, "{answer}");
         assert_eq!(answer["error"]["code"], code, "{method} {params} -> {answer}");
     }
+    server.request(98, "tools/list", json!({"_meta": with_log_level(json!("warning"))}));
+    assert!(server.expect()["result"]["tools"].is_array(), "a valid logLevel is accepted");
     server.request(99, "server/discover", json!({"_meta": old}));
     let answer = server.expect();
     assert_eq!(answer["error"]["data"], json!({"supported": ["2026-07-28"], "requested": "1999-01-01"}));
@@ -207,6 +237,9 @@ fn a_legacy_client_is_served_after_initialize() {
     assert_eq!(server.expect()["id"], 3);
     server.request(4, "tools/call", json!({"name": "echo", "arguments": {"text": "old"}}));
     assert_eq!(server.expect()["result"]["content"][0]["text"], "old");
+    // A revision older than our answers' shapes is offered 2025-11-25 instead.
+    server.request(5, "initialize", json!({"protocolVersion": "2025-03-26", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}));
+    assert_eq!(server.expect()["result"]["protocolVersion"], "2025-11-25");
 }
 
 #[test]
@@ -267,6 +300,52 @@ fn a_cancelled_call_gets_no_answer_and_its_lock_is_released() {
         std::thread::sleep(Duration::from_millis(20));
     }
     assert!(server.recv(Duration::from_millis(300)).is_none(), "no answer for the cancelled call");
+}
+
+fn cancel(server: &mut Server, id: i64) {
+    server.send(json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": id}}));
+}
+
+#[test]
+fn a_cancelled_call_that_still_completes_in_its_grace_period_gets_no_answer() {
+    let mut server = Server::start();
+    // spin ignores the cancel and returns after 50 ms, inside the 100 ms grace period.
+    server.request(1, "tools/call", json!({"name": "spin", "arguments": {"seconds": 0.05}, "_meta": meta()}));
+    cancel(&mut server, 1);
+    assert!(server.recv(Duration::from_millis(500)).is_none(), "no answer for the cancelled call");
+    assert_eq!(server.call_text(2, "echo", json!({"text": "next"})), "next");
+}
+
+#[test]
+fn a_call_cancelled_while_it_waits_for_a_slot_leaves_the_queue_and_gets_no_answer() {
+    let mut server = Server::start_with("max_concurrent_calls = 1\nqueue_timeout_ms = 300");
+    server.request(1, "tools/call", json!({"name": "spin", "arguments": {"seconds": 600}, "_meta": meta()}));
+    std::thread::sleep(Duration::from_millis(100));
+    server.request(
+        2,
+        "tools/call",
+        json!({"name": "echo", "arguments": {"text": "queued"}, "_meta": meta()}),
+    );
+    cancel(&mut server, 2);
+    // Uncancelled, it would be refused as busy after 300 ms.
+    assert!(server.recv(Duration::from_millis(700)).is_none(), "no answer for the cancelled call");
+    cancel(&mut server, 1);
+    let started = Instant::now();
+    loop {
+        server.request(
+            3,
+            "tools/call",
+            json!({"name": "echo", "arguments": {"text": "free"}, "_meta": meta()}),
+        );
+        let answer = server.expect();
+        assert_eq!(answer["id"], 3, "{answer}");
+        if answer["result"]["isError"] != true {
+            assert_eq!(answer["result"]["content"][0]["text"], "free");
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(3), "the slot never freed: {answer}");
+    }
+    assert!(server.recv(Duration::from_millis(200)).is_none());
 }
 
 #[test]

@@ -3,10 +3,11 @@
 
 use serde_json::{Map, Value, json};
 
-/// A request id: a string or an integer (never null, never fractional).
+/// A request id: a string or an integer (never null, never fractional). An integer is
+/// kept as the client wrote it (beyond `i64`, or as `1.0`), to be echoed back unchanged.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum RequestId {
-    Number(i64),
+    Number(serde_json::Number),
     String(String),
 }
 
@@ -15,16 +16,30 @@ impl RequestId {
     pub fn parse(value: &Value) -> Option<Self> {
         match value {
             Value::String(text) => Some(Self::String(text.clone())),
-            Value::Number(number) => number.as_i64().map(Self::Number),
+            Value::Number(number) if is_integer(number) => Some(Self::Number(number.clone())),
             _ => None,
         }
     }
 
     pub fn to_json(&self) -> Value {
         match self {
-            Self::Number(number) => json!(number),
+            Self::Number(number) => Value::Number(number.clone()),
             Self::String(text) => json!(text),
         }
+    }
+}
+
+/// Whether `number` is an integer in JSON Schema's sense (`1.0` is one; `1.5` is not).
+pub fn is_integer(number: &serde_json::Number) -> bool {
+    number.is_i64() || number.is_u64() || number.as_f64().is_some_and(|float| float.fract() == 0.0)
+}
+
+/// A string or an integer: what ids and progress tokens may be.
+pub fn is_id_like(value: &Value) -> bool {
+    match value {
+        Value::String(_) => true,
+        Value::Number(number) => is_integer(number),
+        _ => false,
     }
 }
 
@@ -84,8 +99,12 @@ pub enum Incoming {
         id: Option<RequestId>,
         error: RpcError,
     },
-    /// A response from the client: this server sends no requests, so it is ignored.
-    Response,
+    /// A message that gets no answer, whatever is wrong with it: a response from the
+    /// client (this server sends no requests, so none is awaited), or a notification that
+    /// cannot be served (a notification is never answered).
+    Unanswered {
+        problem: String,
+    },
 }
 
 /// Parse one message. Never fails: bad input becomes [`Incoming::Invalid`].
@@ -112,6 +131,13 @@ pub fn classify(value: Value) -> Incoming {
         };
         return Incoming::Invalid { id: None, error: RpcError::new(INVALID_REQUEST, problem) };
     };
+    if !message.contains_key("method") && (message.contains_key("result") || message.contains_key("error")) {
+        let problem = "a response, and this server sends no requests";
+        return Incoming::Unanswered { problem: problem.into() };
+    }
+    // A notification (a method and no id) is never answered, even when it is malformed.
+    let notification = message.get("method").is_some_and(Value::is_string) && !message.contains_key("id");
+    let unanswered = |problem: &str| Incoming::Unanswered { problem: format!("a notification: {problem}") };
     let id = message.get("id").map(|id| (RequestId::parse(id), id.clone()));
     let invalid = |id: Option<RequestId>, problem: &str| Incoming::Invalid {
         id,
@@ -123,11 +149,13 @@ pub fn classify(value: Value) -> Incoming {
     }
     let id = id.and_then(|(id, _)| id);
     if message.get("jsonrpc") != Some(&Value::String("2.0".into())) {
-        return invalid(id, "`jsonrpc` must be \"2.0\"");
+        let problem = "`jsonrpc` must be \"2.0\"";
+        return if notification { unanswered(problem) } else { invalid(id, problem) };
     }
     let params = message.remove("params");
     if params.as_ref().is_some_and(|params| !params.is_object() && !params.is_array()) {
-        return invalid(id, "`params` must be an object");
+        let problem = "`params` must be an object";
+        return if notification { unanswered(problem) } else { invalid(id, problem) };
     }
     match message.remove("method") {
         Some(Value::String(method)) => match id {
@@ -135,7 +163,6 @@ pub fn classify(value: Value) -> Incoming {
             None => Incoming::Notification { method, params },
         },
         Some(_) => invalid(id, "`method` must be a string"),
-        None if message.contains_key("result") || message.contains_key("error") => Incoming::Response,
         None => invalid(id, "`method` is missing"),
     }
 }
@@ -214,6 +241,29 @@ mod tests {
             parse(br#"{"jsonrpc":"2.0","method":"notifications/cancelled"}"#),
             Incoming::Notification { .. }
         ));
-        assert_eq!(parse(br#"{"jsonrpc":"2.0","id":1,"result":{}}"#), Incoming::Response);
+    }
+
+    #[test]
+    fn responses_and_malformed_notifications_are_never_answered() {
+        let cases = [
+            r#"{"jsonrpc":"2.0","id":1,"result":{}}"#,
+            // A peer's parse error comes back with a null id.
+            r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"x"}}"#,
+            r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":"x"}"#,
+            r#"{"jsonrpc":"1.0","method":"notifications/cancelled","params":{"requestId":1}}"#,
+        ];
+        for text in cases {
+            assert!(matches!(parse(text.as_bytes()), Incoming::Unanswered { .. }), "{text}");
+        }
+    }
+
+    #[test]
+    fn integer_ids_beyond_i64_or_written_as_floats_are_echoed_unchanged() {
+        for text in ["9223372036854775808", "18446744073709551615", "1.0", "1e20"] {
+            let message = format!(r#"{{"jsonrpc":"2.0","id":{text},"method":"x"}}"#);
+            let Incoming::Request { id, .. } = parse(message.as_bytes()) else { panic!("{text}") };
+            let sent: Value = serde_json::from_str(text).unwrap();
+            assert_eq!(success(&id, json!({}))["id"], sent, "{text}");
+        }
     }
 }

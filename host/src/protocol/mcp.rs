@@ -7,17 +7,26 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use serde_json::{Map, Value, json};
 
-use super::jsonrpc::{MISSING_REQUIRED_CLIENT_CAPABILITY, RpcError, UNSUPPORTED_PROTOCOL_VERSION};
+use super::jsonrpc::{
+    MISSING_REQUIRED_CLIENT_CAPABILITY, RpcError, UNSUPPORTED_PROTOCOL_VERSION, is_id_like,
+};
 use crate::runtime::{CallError, Content, Outcome, Timeout, ToolLimits, ToolResult, ToolSpec};
 
 /// The protocol revision this server speaks natively.
 pub const PROTOCOL_VERSION: &str = "2026-07-28";
-/// Revisions served through the `initialize` handshake, newest first.
-pub const LEGACY_VERSIONS: &[&str] = &["2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"];
+/// Revisions served through the `initialize` handshake, newest first. Older ones (2025-03-26
+/// and before) lack what every answer may carry (`structuredContent`, `resource_link`,
+/// `outputSchema`, `title`): a client asking for one is offered 2025-11-25 and decides.
+pub const LEGACY_VERSIONS: &[&str] = &["2025-11-25", "2025-06-18"];
 
 pub const META_PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
 pub const META_CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
 pub const META_SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
+/// The deprecated per-request log level: accepted when valid, and ignored (this server
+/// never sends `notifications/message`).
+pub const META_LOG_LEVEL: &str = "io.modelcontextprotocol/logLevel";
+const LOG_LEVELS: [&str; 8] =
+    ["debug", "info", "notice", "warning", "error", "critical", "alert", "emergency"];
 
 /// How long clients may cache discovery and tool lists: tools are fixed for the life of
 /// the process.
@@ -74,6 +83,14 @@ pub fn parse_envelope(params: Option<&Value>) -> Result<Envelope, RpcError> {
             )));
         }
     };
+    if let Some(level) = meta.get(META_LOG_LEVEL)
+        && !level.as_str().is_some_and(|level| LOG_LEVELS.contains(&level))
+    {
+        return Err(RpcError::invalid_params(format!(
+            "Invalid params: `_meta[\"{META_LOG_LEVEL}\"]` must be one of {}",
+            LOG_LEVELS.join(", ")
+        )));
+    }
     let progress_token = progress_token(params);
     Ok(Envelope { protocol_version, client_capabilities: Some(capabilities), progress_token })
 }
@@ -83,7 +100,7 @@ pub fn parse_envelope(params: Option<&Value>) -> Result<Envelope, RpcError> {
 pub fn progress_token(params: Option<&Value>) -> Option<Value> {
     params
         .and_then(|params| params.pointer("/_meta/progressToken"))
-        .filter(|token| token.is_string() || token.is_i64())
+        .filter(|token| is_id_like(token))
         .cloned()
 }
 

@@ -279,8 +279,8 @@ async fn serve_request(
             }
             return Ok(empty(StatusCode::ACCEPTED));
         }
-        Incoming::Response => {
-            let error = RpcError::new(INVALID_REQUEST, "Invalid Request: a server accepts no responses");
+        Incoming::Unanswered { problem } => {
+            let error = RpcError::new(INVALID_REQUEST, format!("Invalid Request: {problem}"));
             return Err(rpc_error(StatusCode::BAD_REQUEST, None, &error));
         }
         Incoming::Invalid { id, error } => {
@@ -322,7 +322,7 @@ async fn serve_request(
 
     let first = match tokio::time::timeout(settings.sse_after, outbox.recv()).await {
         Ok(Some(message)) if message.get("id").is_some() => {
-            let mut response = json_answer(guard, &message);
+            let mut response = json_answer(guard, &message, legacy);
             if let Some(session) = new_session
                 && let Ok(value) = HeaderValue::from_str(&session)
             {
@@ -332,8 +332,9 @@ async fn serve_request(
         }
         Ok(Some(notification)) => Some(notification),
         // Every sender is gone without an answer: a call cancelled by a 2025-era
-        // `notifications/cancelled`, which is answered with nothing.
-        Ok(None) => return Ok(empty(StatusCode::ACCEPTED)),
+        // `notifications/cancelled`. A request's answer must still be JSON or SSE: an
+        // event stream that ends at once says nothing.
+        Ok(None) => None,
         Err(_quiet) => None,
     };
     Ok(sse_answer(guard, first, outbox, settings.keep_alive))
@@ -512,8 +513,9 @@ impl Drop for CancelOnDrop {
     }
 }
 
-/// The status for an answer carrying `error`: 404 for an unknown method, 400 for the
-/// protocol-level refusals, 200 for errors of a request that was understood.
+/// The status for a 2026-era answer carrying `error`: 404 for an unknown method, 400 for
+/// the protocol-level refusals, 200 for errors of a request that was understood. (2025-era
+/// answers are always 200: a 404 would tell such a client its session is gone.)
 fn status_for(error: &Value) -> StatusCode {
     match error.get("code").and_then(Value::as_i64) {
         Some(jsonrpc::METHOD_NOT_FOUND) => StatusCode::NOT_FOUND,
@@ -526,9 +528,12 @@ fn status_for(error: &Value) -> StatusCode {
     }
 }
 
-fn json_answer(mut guard: CancelOnDrop, message: &Value) -> HttpResponse {
+fn json_answer(mut guard: CancelOnDrop, message: &Value, legacy: bool) -> HttpResponse {
     guard.armed = false;
-    let status = message.get("error").map_or(StatusCode::OK, status_for);
+    let status = match message.get("error") {
+        Some(error) if !legacy => status_for(error),
+        _ => StatusCode::OK,
+    };
     json_response(status, message)
 }
 

@@ -77,11 +77,13 @@ pub fn examples_config(name: &str, extra: &str) -> PathBuf {
     std::fs::write(
         &config,
         format!(
-            "[server]\ncache = false\nprogress_interval_ms = 10\nmax_concurrent_calls = 256\n{extra}\n\n\
+            "[server]\ncache = false\nprogress_interval_ms = 10\n{slots}{extra}\n\n\
              [[components]]\npath = {:?}\ndata_dir = \"data\"\n\
              limits = {{ grace_ms = 100, idle_timeout_ms = 0, max_duration_ms = 60000 }}\n\
              [components.tools.order_book]\nmax_duration_ms = 400\n",
-            tools.display().to_string()
+            tools.display().to_string(),
+            // 256 unless `extra` sets it.
+            slots = if extra.contains("max_concurrent_calls") { "" } else { "max_concurrent_calls = 256\n" },
         ),
     )
     .unwrap();
