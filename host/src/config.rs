@@ -17,7 +17,8 @@
 //!
 //! [[components]]
 //! path = "tools.wasm"            # relative to this file
-//! data_dir = "/srv/tools-data"   # preopened at /data; default ~/.local/share/cordon/<name>
+//! data_dir = "/srv/tools-data"   # preopened at /data; `true`: ~/.local/share/cordon/<name>;
+//!                                # left out: no file system at all
 //! limits = { memory_mb = 64, idle_timeout_ms = 60000, max_duration_ms = 300000 }
 //! # also: table_elements, instances, tables, memories, hostcall_kb, result_kb, note_kb,
 //! # host_resources (10000), stderr_kb (64), grace_ms (250), cleanup_ms (1000)
@@ -79,11 +80,21 @@ pub struct ServerConfig {
 #[serde(deny_unknown_fields)]
 pub struct ComponentConfig {
     pub path: PathBuf,
-    pub data_dir: Option<PathBuf>,
+    /// Files are a grant, never a default: without this key a component sees none.
+    pub data_dir: Option<DataDirConfig>,
     #[serde(default)]
     pub limits: LimitsConfig,
     #[serde(default)]
     pub tools: HashMap<String, LimitsConfig>,
+}
+
+/// A component's `data_dir`: a path (relative to the config file), or `true` for the
+/// default place, `~/.local/share/cordon/<name>`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum DataDirConfig {
+    Default(bool),
+    Path(PathBuf),
 }
 
 /// Limits as written in the file; each one left out keeps the value it overrides.
@@ -202,8 +213,11 @@ impl Config {
                 .iter()
                 .map(|(tool, overrides)| (tool.clone(), overrides.apply(&limits)))
                 .collect();
-            let data_dir =
-                Some(component.data_dir.map_or_else(|| paths::default_data_dir(&name), |dir| base.join(dir)));
+            let data_dir = match component.data_dir {
+                Some(DataDirConfig::Path(dir)) => Some(base.join(dir)),
+                Some(DataDirConfig::Default(true)) => Some(paths::default_data_dir(&name)),
+                Some(DataDirConfig::Default(false)) | None => None,
+            };
             components
                 .push(ComponentPlan { path, options: ComponentOptions { limits, tool_limits, data_dir } });
         }
@@ -265,6 +279,19 @@ mod tests {
         assert_eq!(spin.memory_bytes, 32 << 20, "tool limits build on the component's");
         assert_eq!((spin.host_resources, spin.stderr_bytes), (100, 8 << 10));
         assert_eq!(component.options.limits_for("echo").max_duration, ToolLimits::default().max_duration);
+    }
+
+    #[test]
+    fn a_data_directory_is_granted_only_when_configured() {
+        let config: Config = toml::from_str(
+            "[[components]]\npath = \"a.wasm\"\n[[components]]\npath = \"b.wasm\"\ndata_dir = true\n\
+             [[components]]\npath = \"c.wasm\"\ndata_dir = false\n",
+        )
+        .unwrap();
+        let plan = config.plan(Path::new("/etc/cordon")).unwrap();
+        let dirs: Vec<_> =
+            plan.components.iter().map(|component| component.options.data_dir.clone()).collect();
+        assert_eq!(dirs, [None, Some(paths::default_data_dir("b")), None]);
     }
 
     #[test]
