@@ -419,6 +419,29 @@ async fn unknown_tools_and_non_object_arguments_are_refused_before_any_instance(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn arguments_are_checked_against_a_costly_schema_too() {
+    // `anyOf` over `$ref`s, 8 levels: a check that is not sure to be cheap (runtime/schema.rs
+    // runs it on a thread of its own, within a budget).
+    let mut defs = serde_json::Map::new();
+    for level in 0..8 {
+        let next = json!({"$ref": format!("#/$defs/d{}", level + 1)});
+        defs.insert(format!("d{level}"), json!({"anyOf": [next, next]}));
+    }
+    defs.insert("d8".into(), json!({"type": "string"}));
+    let schema = json!({"type": "object", "$defs": defs, "properties": {"a": {"$ref": "#/$defs/d0"}}});
+    let guest = WatGuest::new("costly", DONE_BODY).input_schema(&schema.to_string());
+    let runtime = runtime_with(&[guest], quick_limits()).await;
+    match runtime.call("costly", &json!({"a": 1})).await {
+        Err(cordon::runtime::CallError::InvalidArguments { problems, .. }) => {
+            assert!(problems.starts_with("/a: "), "{problems}")
+        }
+        other => panic!("expected invalid arguments, got {:?}", other.map(|_| ())),
+    }
+    let report = runtime.call("costly", &json!({"a": "fine"})).await.unwrap().run().await;
+    assert!(matches!(report.outcome, Outcome::Completed(_)), "{:?}", report.outcome);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn progress_messages_are_capped_and_non_finite_values_dropped() {
     // done = NaN (dropped), then done = 1 with a 100 KB message (cut to 1 KiB), then a
     // non-finite total (dropped), then wait so the watcher sees the kept report.

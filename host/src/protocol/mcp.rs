@@ -246,7 +246,8 @@ pub fn call_error(error: &CallError) -> Result<Value, RpcError> {
         CallError::UnknownTool(_) | CallError::ArgumentsNotObject | CallError::InvalidArguments { .. } => {
             Err(RpcError::invalid_params(capitalized(&error.to_string())))
         }
-        CallError::Busy { .. } | CallError::ShuttingDown => {
+        // The tool's own schema is at fault, not the client.
+        CallError::Busy { .. } | CallError::ShuttingDown | CallError::SchemaTooCostly { .. } => {
             Ok(error_result(&capitalized(&error.to_string())))
         }
     }

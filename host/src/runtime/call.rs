@@ -36,6 +36,7 @@ use super::component::LoadedComponent;
 use super::control::{CallControl, Progress, StopRequest};
 use super::guest::GuestState;
 use super::limits::ToolLimits;
+use super::schema::{CHECK_BUDGET, Check};
 use super::spare::Refill;
 
 /// How a call ended. Every call ends in exactly one.
@@ -321,7 +322,7 @@ impl Call {
         let hard_stopped = self.control.is_hard_stopping();
         // A trapped store is poisoned: no reason to keep it.
         let store = result.is_ok().then_some(store);
-        (self.classify(result), hard_stopped, store)
+        (self.classify(result).await, hard_stopped, store)
     }
 
     fn next_deadline(&self) -> Option<Instant> {
@@ -358,10 +359,10 @@ impl Call {
         }
     }
 
-    fn classify(&self, result: wasmtime::Result<Result<bindings::CallResult, String>>) -> Outcome {
+    async fn classify(&self, result: wasmtime::Result<Result<bindings::CallResult, String>>) -> Outcome {
         let stop_requested = self.control.stop_request().is_some();
         match result {
-            Ok(Ok(result)) => self.check_result(result),
+            Ok(Ok(result)) => self.check_result(result).await,
             // An error after a stop request is the guest's cooperative way out.
             Ok(Err(_)) if stop_requested => self.stopped_outcome(),
             Ok(Err(message)) if message.len() > self.limits.result_bytes => {
@@ -382,7 +383,7 @@ impl Call {
         }
     }
 
-    fn check_result(&self, result: bindings::CallResult) -> Outcome {
+    async fn check_result(&self, result: bindings::CallResult) -> Outcome {
         let limit = self.limits.result_bytes;
         let bytes = result_size(&result);
         if bytes > limit {
@@ -405,13 +406,19 @@ impl Call {
                         "the tool declares an output schema but returned no structured output".into(),
                     );
                 }
-                Some(value) => {
-                    if let Some(problems) = super::component::schema_errors(schema, value) {
+                Some(value) => match schema.check(value).await {
+                    Check::Valid => {}
+                    Check::Invalid(problems) => {
                         return Outcome::InvalidResult(format!(
                             "structured output does not match the output schema: {problems}"
                         ));
                     }
-                }
+                    Check::Overran => {
+                        return Outcome::InvalidResult(format!(
+                            "structured output could not be checked against the output schema within {CHECK_BUDGET:?} (the schema is too costly to check)"
+                        ));
+                    }
+                },
                 None => {}
             }
         }

@@ -17,6 +17,7 @@ use super::bindings::{PluginPre, ToolAnnotations, ToolInfo};
 use super::engine::compile_component;
 use super::guest::GuestState;
 use super::limits::ToolLimits;
+use super::schema::Schema;
 use super::spare::SpareSlot;
 
 /// Why a component could not be loaded.
@@ -104,39 +105,24 @@ pub(crate) struct LoadedComponent {
     pub(crate) growth_hinted: AtomicBool,
 }
 
-/// A tool's schemas, compiled once at load (JSON Schema 2020-12 unless `$schema` says
-/// otherwise; references to the network are never fetched).
+/// A tool's schemas, compiled once at load.
 pub(crate) struct ToolSchemas {
-    pub(crate) input: jsonschema::Validator,
-    pub(crate) output: Option<jsonschema::Validator>,
+    pub(crate) input: Schema,
+    pub(crate) output: Option<Schema>,
 }
 
 impl ToolSchemas {
     fn compile(spec: &ToolSpec) -> Result<Self, String> {
-        let input = jsonschema::validator_for(&spec.input_schema)
+        let input = Schema::compile(&spec.input_schema)
             .map_err(|error| format!("input schema is not a valid JSON Schema: {error}"))?;
         let output = spec
             .output_schema
             .as_ref()
-            .map(jsonschema::validator_for)
+            .map(Schema::compile)
             .transpose()
             .map_err(|error| format!("output schema is not a valid JSON Schema: {error}"))?;
         Ok(Self { input, output })
     }
-}
-
-/// Every way `instance` breaks `schema`, as one line for a client.
-pub(crate) fn schema_errors(schema: &jsonschema::Validator, instance: &Value) -> Option<String> {
-    let errors: Vec<String> = schema
-        .iter_errors(instance)
-        .take(5)
-        .map(|error| {
-            let path = error.instance_path().to_string();
-            let at = if path.is_empty() { "(root)".to_owned() } else { path };
-            format!("{at}: {error}")
-        })
-        .collect();
-    (!errors.is_empty()).then(|| errors.join("; "))
 }
 
 const WASM_MAGIC: &[u8] = b"\0asm";

@@ -10,6 +10,7 @@
 //! - `control`: the control block a call shares with its guest and its handle.
 //! - `guest`: the store's data and the host side of the guest's imports.
 //! - `spare`: instances made ahead of the calls that will use them.
+//! - `schema`: checking arguments and structured output against a tool's schemas, bounded.
 //! - [`limits`]: per-tool limits.
 
 mod bindings;
@@ -19,6 +20,7 @@ mod control;
 pub mod engine;
 mod guest;
 pub mod limits;
+mod schema;
 mod spare;
 
 use std::collections::HashMap;
@@ -76,6 +78,11 @@ pub enum CallError {
     ArgumentsNotObject,
     #[error("invalid arguments for tool {tool}: {problems}")]
     InvalidArguments { tool: String, problems: String },
+    #[error(
+        "tool {tool} cannot be called: checking arguments against its input schema ran past {:?} (the schema is too costly to check)",
+        schema::CHECK_BUDGET
+    )]
+    SchemaTooCostly { tool: String },
     #[error("the server is busy: all {slots} call slots stayed in use for {waited:?}; try again later")]
     Busy { slots: usize, waited: Duration },
     #[error("the server is shutting down")]
@@ -238,8 +245,12 @@ impl Runtime {
             return Err(CallError::ArgumentsNotObject);
         }
         let component = &self.components[index];
-        if let Some(problems) = component::schema_errors(&component.schemas[tool].input, arguments) {
-            return Err(CallError::InvalidArguments { tool: tool.to_owned(), problems });
+        match component.schemas[tool].input.check(arguments).await {
+            schema::Check::Valid => {}
+            schema::Check::Invalid(problems) => {
+                return Err(CallError::InvalidArguments { tool: tool.to_owned(), problems });
+            }
+            schema::Check::Overran => return Err(CallError::SchemaTooCostly { tool: tool.to_owned() }),
         }
         if *self.shutdown.borrow() {
             return Err(CallError::ShuttingDown);
