@@ -247,7 +247,7 @@ pub fn call_error(error: &CallError) -> Result<Value, RpcError> {
             Err(RpcError::invalid_params(capitalized(&error.to_string())))
         }
         // The tool's own schema is at fault, not the client.
-        CallError::Busy { .. } | CallError::ShuttingDown | CallError::SchemaTooCostly { .. } => {
+        CallError::Busy { .. } | CallError::ShuttingDown | CallError::ArgumentsUnchecked { .. } => {
             Ok(error_result(&capitalized(&error.to_string())))
         }
     }

@@ -36,7 +36,7 @@ use super::component::LoadedComponent;
 use super::control::{CallControl, Progress, StopRequest};
 use super::guest::GuestState;
 use super::limits::ToolLimits;
-use super::schema::{CHECK_BUDGET, Check};
+use super::schema::Check;
 use super::spare::Refill;
 
 /// How a call ended. Every call ends in exactly one.
@@ -413,9 +413,9 @@ impl Call {
                             "structured output does not match the output schema: {problems}"
                         ));
                     }
-                    Check::Overran => {
+                    Check::Unchecked(reason) => {
                         return Outcome::InvalidResult(format!(
-                            "structured output could not be checked against the output schema within {CHECK_BUDGET:?} (the schema is too costly to check)"
+                            "structured output could not be checked against the output schema: {reason}"
                         ));
                     }
                 },

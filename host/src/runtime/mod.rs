@@ -44,6 +44,7 @@ pub use control::{MAX_PROGRESS_MESSAGE, Progress};
 pub use engine::EngineSettings;
 pub use guest::GUEST_DATA_DIR;
 pub use limits::ToolLimits;
+pub use schema::CHECK_BUDGET as SCHEMA_CHECK_BUDGET;
 
 use component::LoadedComponent;
 use control::CallControl;
@@ -78,11 +79,11 @@ pub enum CallError {
     ArgumentsNotObject,
     #[error("invalid arguments for tool {tool}: {problems}")]
     InvalidArguments { tool: String, problems: String },
+    /// The tool's input schema could not be checked in time: the tool is at fault.
     #[error(
-        "tool {tool} cannot be called: checking arguments against its input schema ran past {:?} (the schema is too costly to check)",
-        schema::CHECK_BUDGET
+        "tool {tool} cannot be called: its arguments could not be checked against its input schema: {reason}"
     )]
-    SchemaTooCostly { tool: String },
+    ArgumentsUnchecked { tool: String, reason: String },
     #[error("the server is busy: all {slots} call slots stayed in use for {waited:?}; try again later")]
     Busy { slots: usize, waited: Duration },
     #[error("the server is shutting down")]
@@ -250,7 +251,9 @@ impl Runtime {
             schema::Check::Invalid(problems) => {
                 return Err(CallError::InvalidArguments { tool: tool.to_owned(), problems });
             }
-            schema::Check::Overran => return Err(CallError::SchemaTooCostly { tool: tool.to_owned() }),
+            schema::Check::Unchecked(reason) => {
+                return Err(CallError::ArgumentsUnchecked { tool: tool.to_owned(), reason });
+            }
         }
         if *self.shutdown.borrow() {
             return Err(CallError::ShuttingDown);

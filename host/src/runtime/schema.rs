@@ -2,28 +2,36 @@
 //! after it) within a bound.
 //!
 //! A check is host code: no epoch interrupts it, and a tool's schema is as untrusted as
-//! its code. Some schemas cost far more than a walk of the instance: `anyOf` over `$ref`s
-//! that fan out again can double the work at every level, `uniqueItems` is quadratic,
-//! `required` or `properties` with thousands of names multiply every object. So a check
-//! runs in place only when it is sure to be cheap (a schema without such keywords, and a
-//! small product of schema and instance sizes). Any other check runs on a thread of its
-//! own for at most [`CHECK_BUDGET`]. A check that runs over cannot be stopped (the thread
-//! is abandoned); the call is answered at once, and the schema refuses every later check,
-//! so one costly schema holds at most one thread for the life of the process.
+//! its code. Some schemas cost far more than a walk of the instance: a subschema applied
+//! in place beside another (`anyOf`, `allOf`, `not`, `if`, a `$ref` with sibling keywords,
+//! ...) evaluates an instance node twice, and nested, that doubles at every level;
+//! `uniqueItems` is quadratic; `required` or `properties` with thousands of names multiply
+//! every object. So a check runs in place only when it is sure to be cheap: no such
+//! keyword, and a small product of schema and instance sizes. (A `$ref` standing alone, as
+//! the guest SDK's schemas for nested types have it, only names the schema to use, and so
+//! does one beside assertions like `type`.)
+//!
+//! Any other check runs on a thread of its own, one at a time per schema, for at most
+//! [`CHECK_BUDGET`]. A check that runs over cannot be stopped: its thread is abandoned,
+//! keeping the schema's one permit, and a watchdog (which runs whether or not anyone still
+//! waits for the answer) marks the schema so that it refuses every later check. So one
+//! costly schema holds at most one thread for the life of the process.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use serde_json::Value;
+use tokio::sync::{Semaphore, oneshot};
 
 /// The longest a check that is not sure to be cheap may run.
 pub const CHECK_BUDGET: Duration = Duration::from_secs(5);
 
-/// Keywords whose work is not bounded by one walk of the instance: in-place applicators that
-/// fan out, and the quadratic or pattern-matching ones.
-const COSTLY_KEYWORDS: [&str; 16] = [
-    "$ref",
+/// Keywords whose work is not bounded by one walk of the instance: in-place applicators, a
+/// second applicator to the same children (`patternProperties`, `contains`), and the
+/// quadratic or pattern-matching ones. (`$ref` is judged by its siblings: see
+/// [`has_costly_keyword`].)
+const COSTLY_KEYWORDS: [&str; 15] = [
     "$dynamicRef",
     "$recursiveRef",
     "allOf",
@@ -41,6 +49,11 @@ const COSTLY_KEYWORDS: [&str; 16] = [
     "pattern",
 ];
 
+/// Applicators to children that are not costly alone, but are beside a `$ref`: the
+/// referenced schema may apply its own to the same children.
+const CHILD_APPLICATORS: [&str; 5] =
+    ["properties", "additionalProperties", "items", "prefixItems", "additionalItems"];
+
 /// The most schema nodes × instance nodes a check in place may take on.
 const IN_PLACE_WORK: usize = 1 << 20;
 
@@ -52,8 +65,11 @@ pub(crate) struct Schema {
     /// Whether the schema has one of [`COSTLY_KEYWORDS`] (anywhere: a false alarm only
     /// moves a check off this thread).
     costly: bool,
-    /// Set once a check ran past [`CHECK_BUDGET`].
-    overran: AtomicBool,
+    /// One check off the caller's thread at a time; that thread holds the permit until it
+    /// ends, so a check that never ends holds it for good.
+    checker: Arc<Semaphore>,
+    /// Set once a check ran past its budget.
+    overran: Arc<AtomicBool>,
 }
 
 /// What a check found.
@@ -62,8 +78,9 @@ pub(crate) enum Check {
     Valid,
     /// Every way the instance breaks the schema (the first five), as one line for a client.
     Invalid(String),
-    /// The check ran past [`CHECK_BUDGET`], now or an earlier time.
-    Overran,
+    /// No answer: why (the check ran past its budget, now or an earlier time, or could not
+    /// start), as a clause for a client.
+    Unchecked(String),
 }
 
 impl Schema {
@@ -75,7 +92,8 @@ impl Schema {
             validator: Arc::new(validator),
             nodes: node_count(schema),
             costly: has_costly_keyword(schema),
-            overran: AtomicBool::new(false),
+            checker: Arc::new(Semaphore::new(1)),
+            overran: Arc::new(AtomicBool::new(false)),
         })
     }
 
@@ -86,32 +104,46 @@ impl Schema {
     }
 
     async fn check_within(&self, instance: &Value, budget: Duration) -> Check {
+        let overran = || Check::Unchecked(format!("a check ran past {budget:?}: the schema is too costly"));
         if self.overran.load(Ordering::Relaxed) {
-            return Check::Overran;
+            return overran();
         }
         if !self.costly && self.nodes.saturating_mul(node_count(instance)) <= IN_PLACE_WORK {
             return check(&self.validator, instance);
         }
-        let (answer, answered) = tokio::sync::oneshot::channel();
+        let deadline = tokio::time::Instant::now() + budget;
+        let Ok(Ok(permit)) = tokio::time::timeout_at(deadline, self.checker.clone().acquire_owned()).await
+        else {
+            return Check::Unchecked(format!("other checks against this schema took all of {budget:?}"));
+        };
+        if self.overran.load(Ordering::Relaxed) {
+            return overran();
+        }
+        let (answer, answered) = oneshot::channel();
         let (validator, owned) = (self.validator.clone(), instance.clone());
-        let spawned = std::thread::Builder::new()
-            .name("cordon-schema".into())
-            .spawn(move || drop(answer.send(check(&validator, &owned))));
-        if spawned.is_err() {
-            // No thread to spare: the check runs here, as it would have without the bound.
-            return check(&self.validator, instance);
+        let spawned = std::thread::Builder::new().name("cordon-schema".into()).spawn(move || {
+            let check = check(&validator, &owned);
+            drop(permit);
+            let _ = answer.send(check);
+        });
+        if let Err(error) = spawned {
+            return Check::Unchecked(format!("no thread to check it on ({error})"));
         }
-        match tokio::time::timeout(budget, answered).await {
-            Ok(Ok(check)) => check,
-            Ok(Err(_panicked)) => Check::Invalid("the schema check failed".into()),
-            Err(_elapsed) => {
-                self.overran.store(true, Ordering::Relaxed);
-                tracing::warn!(
-                    "a schema check ran past {budget:?}: its thread is abandoned and the schema refuses all further checks"
-                );
-                Check::Overran
+        let (forward, forwarded) = oneshot::channel();
+        let flag = self.overran.clone();
+        tokio::spawn(async move {
+            match tokio::time::timeout_at(deadline, answered).await {
+                Ok(Ok(check)) => drop(forward.send(check)),
+                Ok(Err(_panicked)) => drop(forward.send(Check::Unchecked("the check failed".into()))),
+                Err(_elapsed) => {
+                    flag.store(true, Ordering::Relaxed);
+                    tracing::warn!(
+                        "a schema check ran past {budget:?}: its thread is abandoned, and the schema refuses every further check"
+                    );
+                }
             }
-        }
+        });
+        forwarded.await.unwrap_or_else(|_| overran())
     }
 }
 
@@ -141,12 +173,20 @@ fn node_count(value: &Value) -> usize {
     }
 }
 
+/// Whether any object in `value` has one of [`COSTLY_KEYWORDS`], or a `$ref` beside one of
+/// [`CHILD_APPLICATORS`]. (Objects that are not schemas, such as `properties` maps or
+/// `const` values, are judged too: a false alarm only moves a check off the caller's thread.)
 fn has_costly_keyword(value: &Value) -> bool {
     match value {
         Value::Array(items) => items.iter().any(has_costly_keyword),
-        Value::Object(fields) => fields
-            .iter()
-            .any(|(key, value)| COSTLY_KEYWORDS.contains(&key.as_str()) || has_costly_keyword(value)),
+        Value::Object(fields) => {
+            let applied_beside_ref = fields.contains_key("$ref")
+                && CHILD_APPLICATORS.iter().any(|applicator| fields.contains_key(*applicator));
+            applied_beside_ref
+                || fields
+                    .iter()
+                    .any(|(key, value)| COSTLY_KEYWORDS.contains(&key.as_str()) || has_costly_keyword(value))
+        }
         _ => false,
     }
 }
@@ -186,14 +226,41 @@ mod tests {
         assert!(matches!(schema.check(&json!({"a": 1})).await, Check::Invalid(_)));
     }
 
+    fn is_unchecked(check: &Check) -> bool {
+        matches!(check, Check::Unchecked(reason) if reason.contains("too costly"))
+    }
+
     #[tokio::test]
     async fn a_check_that_runs_over_is_abandoned_and_the_schema_refuses_further_checks() {
         // 2^60 steps: this check would never end.
         let schema = Schema::compile(&doubling(60)).unwrap();
         let budget = Duration::from_millis(50);
         let started = std::time::Instant::now();
-        assert_eq!(schema.check_within(&json!({"a": 1}), budget).await, Check::Overran);
+        assert!(is_unchecked(&schema.check_within(&json!({"a": 1}), budget).await));
         assert!(started.elapsed() < Duration::from_secs(2), "answered at its budget");
-        assert_eq!(schema.check(&json!({"a": "x"})).await, Check::Overran, "refused at once");
+        assert!(is_unchecked(&schema.check(&json!({"a": "x"})).await), "refused at once");
+    }
+
+    #[tokio::test]
+    async fn a_caller_that_stops_waiting_still_leaves_the_schema_marked() {
+        let schema = Schema::compile(&doubling(60)).unwrap();
+        let budget = Duration::from_millis(50);
+        let instance = json!({"a": 1});
+        let abandoned =
+            tokio::time::timeout(Duration::from_millis(5), schema.check_within(&instance, budget));
+        assert!(abandoned.await.is_err(), "the caller gave up first (a cancelled call)");
+        tokio::time::sleep(budget * 2).await;
+        // Without the watchdog, this check would start a second endless thread.
+        assert!(is_unchecked(&schema.check(&json!({"a": 2})).await));
+    }
+
+    #[test]
+    fn a_ref_alone_is_an_alias_and_a_ref_beside_an_applicator_is_costly() {
+        let alias = json!({"type": "object", "properties": {"inner": {"$ref": "#/$defs/Inner", "description": "d"}},
+            "$defs": {"Inner": {"type": "object", "properties": {"x": {"type": "integer"}}}}});
+        assert!(!has_costly_keyword(&alias));
+        let beside = json!({"$ref": "#/$defs/A", "properties": {"x": {"$ref": "#"}}, "$defs": {"A": {}}});
+        assert!(has_costly_keyword(&beside));
+        assert!(has_costly_keyword(&json!({"anyOf": [{"type": "string"}, {"type": "null"}]})));
     }
 }
