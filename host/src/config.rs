@@ -21,7 +21,8 @@
 //!                                # left out: no file system at all
 //! limits = { memory_mb = 64, idle_timeout_ms = 60000, max_duration_ms = 300000 }
 //! # also: table_elements, instances, tables, memories, hostcall_kb, result_kb, note_kb,
-//! # host_resources (10000), stderr_kb (64), grace_ms (250), cleanup_ms (1000)
+//! # host_resources (10000), stderr_kb (64: stderr and the log import together),
+//! # grace_ms (250), cleanup_ms (1000)
 //!
 //! [components.tools.spin]        # per-tool limits, over the component's
 //! max_duration_ms = 10000

@@ -12,7 +12,7 @@
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -106,7 +106,9 @@ pub struct Connection {
     /// Set by a 2025-era `initialize`: requests without the 2026 envelope are then served.
     legacy: AtomicBool,
     in_flight: Mutex<HashMap<RequestId, InFlight>>,
-    /// Signalled whenever a call leaves `in_flight`.
+    /// Answers decided but not yet written (their calls have left `in_flight`).
+    unsent_answers: AtomicUsize,
+    /// Signalled whenever a call's answer is out (or dropped, after a cancel).
     call_finished: Notify,
 }
 
@@ -125,6 +127,7 @@ impl Connection {
             server,
             legacy: AtomicBool::new(false),
             in_flight: Mutex::new(HashMap::new()),
+            unsent_answers: AtomicUsize::new(0),
             call_finished: Notify::new(),
         })
     }
@@ -235,13 +238,19 @@ impl Connection {
             let (answer, teardown) =
                 connection.run_call(&id, &name, &arguments, progress_token, &cancel_signal, &out).await;
             // Deciding and leaving `in_flight` are one step: a cancel either lands before it
-            // (and nothing is sent) or finds the request finished (and is ignored).
-            let cancelled =
-                connection.in_flight.lock().unwrap().remove(&id).is_some_and(|entry| entry.cancelled);
-            connection.call_finished.notify_waiters();
+            // (and nothing is sent) or finds the request finished (and is ignored), and the
+            // id is free again once the answer can be out. Until it is written, the answer
+            // counts as unsent, so a drain waits for it.
+            let cancelled = {
+                let mut in_flight = connection.in_flight.lock().unwrap();
+                connection.unsent_answers.fetch_add(1, Ordering::Relaxed);
+                in_flight.remove(&id).is_some_and(|entry| entry.cancelled)
+            };
             if let Some(answer) = answer.filter(|_| !cancelled) {
                 out.send(answer).await;
             }
+            connection.unsent_answers.fetch_sub(1, Ordering::Relaxed);
+            connection.call_finished.notify_waiters();
             if let Some(teardown) = teardown {
                 match &out {
                     // The answer is written: free the instance and make the next spare
@@ -365,13 +374,14 @@ impl Connection {
         self.legacy.store(true, Ordering::Relaxed);
     }
 
-    /// Wait until no call of this connection is in flight, or `timeout` passes.
+    /// Wait until no call of this connection is in flight and every answer is written, or
+    /// `timeout` passes.
     pub async fn drain(&self, timeout: Duration) -> bool {
         let deadline = Instant::now() + timeout;
         loop {
             let mut finished = std::pin::pin!(self.call_finished.notified());
             finished.as_mut().enable();
-            if self.in_flight.lock().unwrap().is_empty() {
+            if self.in_flight.lock().unwrap().is_empty() && self.unsent_answers.load(Ordering::Relaxed) == 0 {
                 return true;
             }
             if tokio::time::timeout_at(deadline, finished).await.is_err() {

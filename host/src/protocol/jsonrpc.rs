@@ -3,42 +3,76 @@
 
 use serde_json::{Map, Value, json};
 
-/// A request id: a string or an integer (never null, never fractional). An integer is
-/// kept as the client wrote it (beyond `i64`, or as `1.0`), to be echoed back unchanged.
+/// A request id: a string or an integer (never null, never fractional).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum RequestId {
-    Number(serde_json::Number),
+    Number(IntegerId),
     String(String),
 }
+
+/// An integer id: compared by its value (`1` and `1.0` are one id), answered with the number
+/// as it was parsed (`1.0` comes back as `1.0`).
+#[derive(Debug, Clone)]
+pub struct IntegerId {
+    value: i128,
+    parsed: serde_json::Number,
+}
+
+impl PartialEq for IntegerId {
+    fn eq(&self, other: &Self) -> bool {
+        self.value == other.value
+    }
+}
+
+impl Eq for IntegerId {}
+
+impl std::hash::Hash for IntegerId {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.value.hash(state);
+    }
+}
+
+/// The largest integer a float holds exactly: beyond it, `1e20` and `1e20 + 1` are one float.
+const EXACT_FLOAT_INTEGER: f64 = 9_007_199_254_740_992.0;
 
 impl RequestId {
     /// The id in `value`, if it is a valid one.
     pub fn parse(value: &Value) -> Option<Self> {
         match value {
             Value::String(text) => Some(Self::String(text.clone())),
-            Value::Number(number) if is_integer(number) => Some(Self::Number(number.clone())),
+            Value::Number(number) => {
+                integer_value(number).map(|value| Self::Number(IntegerId { value, parsed: number.clone() }))
+            }
             _ => None,
         }
     }
 
     pub fn to_json(&self) -> Value {
         match self {
-            Self::Number(number) => Value::Number(number.clone()),
+            Self::Number(id) => Value::Number(id.parsed.clone()),
             Self::String(text) => json!(text),
         }
     }
 }
 
-/// Whether `number` is an integer in JSON Schema's sense (`1.0` is one; `1.5` is not).
-pub fn is_integer(number: &serde_json::Number) -> bool {
-    number.is_i64() || number.is_u64() || number.as_f64().is_some_and(|float| float.fract() == 0.0)
+/// The integer `number` stands for exactly: any `i64` or `u64`, or a float with no
+/// fraction (JSON Schema's `integer` counts `1.0`) that a float holds exactly.
+fn integer_value(number: &serde_json::Number) -> Option<i128> {
+    if let Some(value) = number.as_i64() {
+        return Some(value.into());
+    }
+    if let Some(value) = number.as_u64() {
+        return Some(value.into());
+    }
+    let float = number.as_f64()?;
+    (float.fract() == 0.0 && float.abs() <= EXACT_FLOAT_INTEGER).then_some(float as i128)
 }
 
 /// A string or an integer: what ids and progress tokens may be.
 pub fn is_id_like(value: &Value) -> bool {
     match value {
         Value::String(_) => true,
-        Value::Number(number) => is_integer(number),
+        Value::Number(number) => integer_value(number).is_some(),
         _ => false,
     }
 }
@@ -107,7 +141,8 @@ pub enum Incoming {
     },
 }
 
-/// Parse one message. Never fails: bad input becomes [`Incoming::Invalid`].
+/// Parse one message. Never fails: bad input becomes [`Incoming::Invalid`] (or
+/// [`Incoming::Unanswered`], when it must not be answered).
 pub fn parse(bytes: &[u8]) -> Incoming {
     let value: Value = match serde_json::from_slice(bytes) {
         Ok(value) => value,
@@ -257,13 +292,30 @@ mod tests {
         }
     }
 
+    fn request_id(text: &str) -> Option<RequestId> {
+        match parse(format!(r#"{{"jsonrpc":"2.0","id":{text},"method":"x"}}"#).as_bytes()) {
+            Incoming::Request { id, .. } => Some(id),
+            _ => None,
+        }
+    }
+
     #[test]
-    fn integer_ids_beyond_i64_or_written_as_floats_are_echoed_unchanged() {
-        for text in ["9223372036854775808", "18446744073709551615", "1.0", "1e20"] {
-            let message = format!(r#"{{"jsonrpc":"2.0","id":{text},"method":"x"}}"#);
-            let Incoming::Request { id, .. } = parse(message.as_bytes()) else { panic!("{text}") };
+    fn integer_ids_beyond_i64_or_written_as_floats_are_answered_as_sent() {
+        for text in ["9223372036854775808", "18446744073709551615", "1.0", "-0", "1e2"] {
+            let id = request_id(text).unwrap_or_else(|| panic!("{text} is an integer id"));
             let sent: Value = serde_json::from_str(text).unwrap();
             assert_eq!(success(&id, json!({}))["id"], sent, "{text}");
         }
+        // Beyond what a float holds exactly, an id could not be told from its neighbours.
+        assert_eq!(request_id("18446744073709551617"), None);
+        assert_eq!(request_id("1e20"), None);
+    }
+
+    #[test]
+    fn an_integer_id_is_one_id_however_it_is_written() {
+        assert_eq!(request_id("1"), request_id("1.0"));
+        assert_eq!(request_id("0"), request_id("-0"));
+        assert_eq!(request_id("100"), request_id("1e2"));
+        assert_ne!(request_id("1"), request_id("\"1\""));
     }
 }

@@ -30,7 +30,8 @@ pub struct ToolLimits {
     /// Host resources (streams, pollables, open files) an instance may hold at once; they
     /// live in host memory, outside `memory_bytes`. Creating one more traps.
     pub host_resources: usize,
-    /// Bytes of stderr an instance may send to the operator's log; the rest is dropped.
+    /// Bytes an instance may send to the operator's log, through stderr and the `log`
+    /// import together; the rest is dropped.
     pub stderr_bytes: usize,
     /// Stop the call when it reports no progress for this long (progress resets it).
     pub idle_timeout: Option<Duration>,
