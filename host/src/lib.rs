@@ -8,9 +8,11 @@
 //! - [`dispatch`]: one connection's requests: eras, concurrency, progress, cancellation.
 //! - [`runtime`]: engine, components, instances; the one owner of the stop sequence.
 //! - [`config`], [`paths`]: what to serve and where things live.
+//! - [`operator_log`]: the operator's log on stderr, which never blocks the server.
 
 pub mod config;
 pub mod dispatch;
+pub mod operator_log;
 pub mod paths;
 pub mod protocol;
 pub mod runtime;

@@ -63,8 +63,12 @@ enum Command {
 
 fn main() -> ExitCode {
     use std::io::IsTerminal;
+    let Ok((log, flush)) = cordon::operator_log::start(std::io::stderr()) else {
+        eprintln!("error: cannot start the log thread");
+        return ExitCode::FAILURE;
+    };
     tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
+        .with_writer(log)
         .with_ansi(std::io::stderr().is_terminal())
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("CORDON_LOG").unwrap_or_else(|_| "info".into()),
@@ -75,6 +79,7 @@ fn main() -> ExitCode {
     match runtime.block_on(run(cli)) {
         Ok(code) => code,
         Err(error) => {
+            flush.flush(); // the log before the error
             eprintln!("error: {error:#}");
             ExitCode::FAILURE
         }
