@@ -12,6 +12,7 @@
 
 use std::collections::HashMap;
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -309,25 +310,34 @@ impl Connection {
         let mut run = std::pin::pin!(call.run_deferring_teardown());
         let mut next_progress = Instant::now();
         let mut progress_pending = false;
+        // A notification on its way is driven beside the call, never instead of it: a
+        // client that reads slowly must not stall the guest, nor the timeouts and stops
+        // that only the call's own future watches.
+        let mut sending: Option<Pin<Box<dyn Future<Output = ()> + Send + '_>>> = None;
         let (report, teardown) = loop {
             tokio::select! {
                 biased;
                 finished = &mut run => break finished,
+                () = async { sending.as_mut().expect("guarded").await }, if sending.is_some() => sending = None,
                 changed = progress.changed(), if token.is_some() && !progress_pending => {
                     progress_pending = changed.is_ok();
                 }
-                () = tokio::time::sleep_until(next_progress), if progress_pending => {
+                () = tokio::time::sleep_until(next_progress), if progress_pending && sending.is_none() => {
                     progress_pending = false;
                     next_progress = Instant::now() + self.server.progress_interval;
                     let latest = progress.borrow_and_update().clone();
                     if let (Some(token), Some(latest)) = (&token, latest)
                         && !self.is_cancelled(id)
                     {
-                        out.send(mcp::progress_notification(token, &latest)).await;
+                        sending = Some(Box::pin(out.send(mcp::progress_notification(token, &latest))));
                     }
                 }
             }
         };
+        // A message half-written is finished before anything else goes out.
+        if let Some(sending) = sending {
+            sending.await;
+        }
         if report.outcome == Outcome::Cancelled || self.is_cancelled(id) {
             return (None, Some(teardown));
         }

@@ -171,6 +171,36 @@ async fn locks_is_exact_while_other_calls_take_and_release_locks() {
     assert_eq!(locks(&runtime).await, Vec::<String>::new());
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_reads_nothing_cannot_keep_its_call_from_being_stopped() {
+    use cordon::dispatch::{Connection, Outbox, Server};
+    use cordon::protocol::jsonrpc;
+    let runtime = std::sync::Arc::new(examples().await);
+    let connection = Connection::new(Server::new(runtime.clone(), Duration::from_millis(1)));
+    // Room for one message, and nobody reads: the second progress notification waits.
+    let (outbox, unread) = tokio::sync::mpsc::channel(1);
+    let mut meta = common::wire::meta();
+    meta["progressToken"] = json!("t");
+    let request = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "reindex",
+        "arguments": {"collection": "stalled", "total": 1_000_000, "step_ms": 1}, "_meta": meta}});
+    connection.handle(jsonrpc::classify(request), &Outbox::Channel(outbox)).await;
+    let started = std::time::Instant::now();
+    while !locks(&runtime).await.iter().any(|held| held == "stalled") {
+        assert!(started.elapsed() < Duration::from_secs(5), "the call never took its lock");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await; // the outbox is full by now
+    connection.cancel_request(&jsonrpc::RequestId::parse(&json!(1)).unwrap());
+    // The call is stopped and cleaned up while its notification still waits to be read.
+    let started = std::time::Instant::now();
+    while !locks(&runtime).await.is_empty() {
+        assert!(started.elapsed() < Duration::from_secs(5), "the stalled call was never stopped");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    drop(unread);
+    assert!(connection.drain(Duration::from_secs(5)).await, "the call's task ends once its client is gone");
+}
+
 /// Start `tool`, wait until its lock shows, cancel it, and return the report.
 async fn cancel_when_locked(runtime: &Runtime, tool: &str, arguments: Value, lock: &str) -> CallReport {
     let call = runtime.call(tool, &arguments).await.unwrap();

@@ -544,12 +544,19 @@ fn sse_answer(
     keep_alive: Duration,
 ) -> HttpResponse {
     let (events, body) = mpsc::channel::<Bytes>(16);
+    // A client that stops reading (its connection still open) is treated as gone once a
+    // write has waited this long: the call is cancelled rather than held for good.
+    let stall = keep_alive * 2;
     tokio::spawn(async move {
         // Own the whole guard here: it cancels the call if this task ends early.
         let mut guard = guard;
         let event = |message: &Value| Bytes::from(format!("data: {message}\n\n"));
+        let send = |bytes: Bytes| {
+            let events = events.clone();
+            async move { matches!(tokio::time::timeout(stall, events.send(bytes)).await, Ok(Ok(()))) }
+        };
         if let Some(first) = first
-            && events.send(event(&first)).await.is_err()
+            && !send(event(&first)).await
         {
             return; // the guard cancels
         }
@@ -564,12 +571,15 @@ fn sse_answer(
                     if done {
                         guard.armed = false;
                     }
-                    if events.send(event(&message)).await.is_err() || done {
+                    if !send(event(&message)).await {
+                        return; // gone or stalled: the guard cancels
+                    }
+                    if done {
                         break;
                     }
                 }
                 _ = ticker.tick() => {
-                    if events.send(Bytes::from_static(b": keep-alive\n\n")).await.is_err() {
+                    if !send(Bytes::from_static(b": keep-alive\n\n")).await {
                         return;
                     }
                 }
