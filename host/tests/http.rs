@@ -225,7 +225,7 @@ fn the_validation_ladder_answers_each_refusal_with_its_status() {
         write_request(&mut stream, port, method, &modern_headers("tools/list", None), b"");
         let answer = read_answer(stream, &server.schema);
         assert_eq!(answer.status, 405, "{method}");
-        assert_eq!(answer.header("allow"), Some("POST"));
+        assert_eq!(answer.header("allow"), Some("POST, DELETE"));
     }
     // Accept and Content-Type.
     let no_sse = [("Accept", "application/json"), ("Content-Type", "application/json")];
@@ -319,6 +319,14 @@ fn hosts_origins_and_oversized_or_slow_bodies_are_refused() {
     );
     let answer = post(port, &modern_headers("tools/list", None), huge.as_bytes(), &server.schema);
     assert_eq!(answer.status, 413);
+    // A Content-Length over the limit is refused before the body arrives (else: 408).
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let head = format!(
+        "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\nAccept: application/json, text/event-stream\r\n\
+         Content-Type: application/json\r\nContent-Length: 100000000\r\n\r\n"
+    );
+    stream.write_all(head.as_bytes()).unwrap();
+    assert_eq!(read_answer(stream, &server.schema).status, 413);
 
     // A body that never finishes arriving: 408 after the read timeout.
     let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
@@ -421,10 +429,14 @@ fn a_legacy_client_gets_a_session_whose_cancellations_reach_its_calls() {
     let mut stale = base.to_vec();
     stale.push(("Mcp-Session-Id", "feedface"));
     assert_eq!(server.post(&stale, &call.to_string()).status, 404);
+    assert_eq!(server.post(&stale, &cancel.to_string()).status, 404, "a cancel for a session that is gone");
     let mut stream = TcpStream::connect(("127.0.0.1", server.port)).unwrap();
     write_request(&mut stream, server.port, "DELETE", &[("Mcp-Session-Id", &session)], b"");
     assert_eq!(read_answer(stream, &server.schema).status, 200);
     assert_eq!(server.post(&legacy, &call.to_string()).status, 404);
+    let mut stream = TcpStream::connect(("127.0.0.1", server.port)).unwrap();
+    write_request(&mut stream, server.port, "DELETE", &[("Mcp-Session-Id", &session)], b"");
+    assert_eq!(read_answer(stream, &server.schema).status, 404, "a session ends once");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

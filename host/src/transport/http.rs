@@ -244,13 +244,16 @@ async fn serve_request(
     let session_id = header_text(headers, "mcp-session-id");
     if request.method() == Method::DELETE
         && let Some(id) = &session_id
-        && shared.sessions.close(id)
     {
-        return Err(empty(StatusCode::OK));
+        // Ending a 2025-era session; a session that is gone is told so, as for any request.
+        return Err(match shared.sessions.close(id) {
+            true => empty(StatusCode::OK),
+            false => plain(StatusCode::NOT_FOUND, "Not Found: unknown or expired session"),
+        });
     }
     if request.method() != Method::POST {
         let mut response = plain(StatusCode::METHOD_NOT_ALLOWED, "Method Not Allowed: use POST");
-        response.headers_mut().insert(header::ALLOW, HeaderValue::from_static("POST"));
+        response.headers_mut().insert(header::ALLOW, HeaderValue::from_static("POST, DELETE"));
         return Err(response);
     }
     if !accepts_json_and_sse(headers) {
@@ -274,8 +277,15 @@ async fn serve_request(
         notification @ Incoming::Notification { .. } => {
             // Only a 2025-era session's notifications (its cancellations) mean anything;
             // in the 2026 protocol a cancel is a closed stream.
-            if let Some(connection) = session {
-                connection.handle(notification, &Outbox::Channel(mpsc::channel(1).0)).await;
+            match session {
+                Some(connection) => {
+                    connection.handle(notification, &Outbox::Channel(mpsc::channel(1).0)).await
+                }
+                // Its cancellation could reach nothing: the client must initialize again.
+                None if session_id.is_some() => {
+                    return Err(plain(StatusCode::NOT_FOUND, "Not Found: unknown or expired session"));
+                }
+                None => {}
             }
             return Ok(empty(StatusCode::ACCEPTED));
         }
@@ -483,15 +493,24 @@ fn origin_allowed(origin: &HeaderValue, allowed: &HashSet<String>) -> bool {
 /// The body, within the size and time limits.
 #[allow(clippy::result_large_err)]
 async fn read_body(body: IncomingBody, settings: &HttpSettings) -> Result<Bytes, HttpResponse> {
+    let too_large = || {
+        plain(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            &format!("Payload Too Large: the limit is {} bytes", settings.max_body_bytes),
+        )
+    };
+    // A `Content-Length` over the limit is refused before a byte of the body is buffered.
+    if hyper::body::Body::size_hint(&body).lower() > settings.max_body_bytes as u64 {
+        return Err(too_large());
+    }
     let limited = http_body_util::Limited::new(body, settings.max_body_bytes);
     match tokio::time::timeout(settings.body_timeout, limited.collect()).await {
         Err(_) => {
             Err(plain(StatusCode::REQUEST_TIMEOUT, "Request Timeout: the body took too long to arrive"))
         }
-        Ok(Err(error)) if error.downcast_ref::<http_body_util::LengthLimitError>().is_some() => Err(plain(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            &format!("Payload Too Large: the limit is {} bytes", settings.max_body_bytes),
-        )),
+        Ok(Err(error)) if error.downcast_ref::<http_body_util::LengthLimitError>().is_some() => {
+            Err(too_large())
+        }
         Ok(Err(error)) => Err(plain(StatusCode::BAD_REQUEST, &format!("Bad Request: {error}"))),
         Ok(Ok(collected)) => Ok(collected.to_bytes()),
     }
