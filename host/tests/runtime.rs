@@ -250,14 +250,31 @@ async fn the_idle_timeout_stops_a_silent_call_and_progress_keeps_a_busy_one_aliv
            (br_if $l (f64.lt (local.get $i) (f64.const 20))))
          (call $ok_text (i32.const 2000) (i32.const 4))",
     );
+    // Reports the same value every 20 ms for 400 ms: a heartbeat.
+    let heartbeat = WatGuest::new(
+        "heartbeat",
+        "(local $i f64)
+         (loop $l
+           (local.set $i (f64.add (local.get $i) (f64.const 1)))
+           (call $progress (f64.const 1) (i32.const 0) (f64.const 0) (i32.const 0) (i32.const 0) (i32.const 0))
+           (call $sleep_ms (i64.const 20))
+           (br_if $l (f64.lt (local.get $i) (f64.const 20))))
+         (call $ok_text (i32.const 2000) (i32.const 4))",
+    );
     let mut limits = quick_limits();
     limits.idle_timeout = Some(Duration::from_millis(150));
-    let runtime = runtime_with(&[silent, chatty], limits).await;
+    let runtime = runtime_with(&[silent, chatty, heartbeat], limits).await;
     let report = run(&runtime, "silent").await;
     assert_eq!(report.outcome, Outcome::TimedOut(Timeout::Idle(Duration::from_millis(150))));
     assert!(report.cleanup.is_some());
     let report = run(&runtime, "chatty").await;
     assert!(matches!(report.outcome, Outcome::Completed(_)), "{:?}", report.outcome);
+    let report = run(&runtime, "heartbeat").await;
+    assert!(
+        matches!(report.outcome, Outcome::Completed(_)),
+        "a repeated value keeps it alive: {:?}",
+        report.outcome
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

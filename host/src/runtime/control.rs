@@ -139,25 +139,25 @@ impl CallControl {
     }
 
     /// Accept a report if it grows; the watch channel keeps only the latest (coalescing).
-    /// Messages are cut to [`MAX_PROGRESS_MESSAGE`] bytes: they are for people.
+    /// Messages are cut to [`MAX_PROGRESS_MESSAGE`] bytes: they are for people. Any finite
+    /// report, grown or not, resets the idle timeout: a tool waiting on something slow may
+    /// repeat its last value as a heartbeat (and could always add a tiny step instead).
     pub(crate) fn report_progress(&self, mut report: Progress) {
         if !report.done.is_finite() || report.total.is_some_and(|total| !total.is_finite()) {
             return;
         }
+        let elapsed = self.started.elapsed().as_millis() as u64;
+        self.last_progress_ms.store(elapsed, Ordering::Relaxed);
         if let Some(message) = &mut report.message {
             message.truncate(message.floor_char_boundary(MAX_PROGRESS_MESSAGE));
         }
-        let accepted = self.progress.send_if_modified(|latest| {
+        self.progress.send_if_modified(|latest| {
             if latest.as_ref().is_some_and(|latest| report.done <= latest.done) {
                 return false;
             }
             *latest = Some(report);
             true
         });
-        if accepted {
-            let elapsed = self.started.elapsed().as_millis() as u64;
-            self.last_progress_ms.store(elapsed, Ordering::Relaxed);
-        }
     }
 
     pub(crate) fn subscribe_progress(&self) -> watch::Receiver<Option<Progress>> {
