@@ -32,6 +32,7 @@
 //!         // ... one step of real work ...
 //!         cordon_guest::progress(step as f64, Some(10.0), &format!("step {step} of 10"));
 //!     }
+//!     cordon_guest::clear_cleanup_note(); // the import is complete: nothing to undo
 //!     Ok(format!("imported {}", args.path))
 //! }
 //!
@@ -101,10 +102,14 @@ pub trait Plugin {
     /// it cheap: build the list, do no work.
     fn tools() -> Vec<Tool>;
 
-    /// Undo what a stopped call left behind. Runs exactly once after any call that was
-    /// cancelled, timed out or trapped, in a fresh instance with a short time budget. It
-    /// must be idempotent and rely only on state outside the instance: files in the tool's
-    /// data directory and the note left with [`set_cleanup_note`].
+    /// Undo what a stopped call left behind. Runs exactly once, in a fresh instance with a
+    /// short time budget, after a call that did not finish on its own terms: one the host
+    /// stopped by force (after the grace period) or that trapped, and one that returned an
+    /// `Err` after it was asked to stop (the `check_cancelled()?` path). A call that returns
+    /// `Ok`, even after a cancel, is complete: no cleanup runs, and its note is dropped.
+    /// It must be idempotent and rely only on state outside the instance: files in the
+    /// tool's data directory and the note left with [`set_cleanup_note`] (so clear the note
+    /// once the work it names is committed or undone).
     fn cleanup(context: CleanupContext) {
         let _ = context;
     }
@@ -130,7 +135,8 @@ pub fn time_left() -> Option<Duration> {
 }
 
 /// Leave a note for [`Plugin::cleanup`], kept by the host outside the instance. A new note
-/// replaces the previous one; an empty note clears it.
+/// replaces the previous one; an empty note clears it. A note over the tool's limit (64 KiB
+/// by default) traps the call.
 pub fn set_cleanup_note(note: &[u8]) {
     host::set_cleanup_note(note);
 }

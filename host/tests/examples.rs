@@ -232,6 +232,10 @@ async fn a_reindex_stopped_inside_a_long_sleep_is_cleaned_up() {
 async fn spin_completes_when_short_and_is_hard_stopped_when_cancelled() {
     let runtime = examples().await;
     assert!(text_of(&call(&runtime, "spin", json!({"seconds": 0.05})).await).starts_with("Spun for"));
+    match call(&runtime, "spin", json!({"seconds": 1e20})).await.outcome {
+        Outcome::ToolError(message) => assert!(message.contains("too long"), "{message}"),
+        other => panic!("a duration beyond any clock is a tool error, not a crash: {other:?}"),
+    }
     let report = cancel_when_locked(&runtime, "spin", json!({"seconds": 600}), "spin").await;
     assert_eq!(report.outcome, Outcome::Cancelled);
     assert!(report.hard_stopped, "spin never checks for cancellation");

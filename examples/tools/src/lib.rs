@@ -173,9 +173,10 @@ struct SpinArgs {
 const SPIN_BATCH: u32 = 1 << 16;
 
 fn spin(args: SpinArgs) -> Result<String, ToolError> {
+    let limit = Duration::try_from_secs_f64(args.seconds)
+        .map_err(|_| ToolError::new(format!("{} seconds is too long a spin", args.seconds)))?;
     let _lock = Lock::acquire("spin")?;
     let start = Instant::now();
-    let limit = Duration::from_secs_f64(args.seconds);
     let mut state: u64 = 0x9e37_79b9_7f4a_7c15;
     let mut rounds: u64 = 0;
     while start.elapsed() < limit {
