@@ -116,8 +116,9 @@ fn python_env(root: &Path) -> Result<PathBuf> {
     if fs::read_to_string(&stamp).ok().as_deref() == Some(wanted.as_str()) {
         return Ok(python);
     }
-    if !python.exists() {
-        run(Command::new("python3").args(["-m", "venv"]).arg(&venv))
+    // Without pip the virtualenv is half made (e.g. `python3-venv` was missing): make it anew.
+    if !venv.join("bin/pip").exists() {
+        run(Command::new("python3").args(["-m", "venv", "--clear"]).arg(&venv))
             .context("creating a Python virtualenv (on Debian: apt-get install python3-venv)")?;
     }
     run(Command::new(&python).args(["-m", "pip", "install", "-q", "-r"]).arg(&requirements))?;
@@ -138,9 +139,9 @@ fn conformance() -> Result<()> {
     if fs::read_to_string(&stamp).ok().as_deref() != Some(&CONFORMANCE_PACKAGES.join(" ")) {
         run(Command::new("npm")
             .current_dir(&tools)
-            .args(["install", "--no-audit", "--no-fund", "--silent", "--no-save"])
+            .args(["install", "--no-audit", "--no-fund", "--loglevel=error", "--no-save"])
             .args(CONFORMANCE_PACKAGES))
-        .context("installing the conformance suite with npm (is npm installed?)")?;
+        .context("installing the conformance suite with npm (npm's own error is above; on Debian: apt-get install npm)")?;
         fs::write(&stamp, CONFORMANCE_PACKAGES.join(" "))?;
     }
     let cordon = root.join("target/debug/cordon");
@@ -154,7 +155,8 @@ fn conformance() -> Result<()> {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .context("starting cordon")?;
-    let url = match listening_url(&mut server) {
+    let log = tools.join("cordon.log");
+    let url = match listening_url(&mut server, &log) {
         Ok(url) => url,
         Err(error) => {
             let _ = server.kill();
@@ -173,19 +175,25 @@ fn conformance() -> Result<()> {
         .arg(root.join("examples/conformance/baseline.yml")));
     let _ = server.kill();
     let _ = server.wait();
-    result.context("the conformance suite failed (results in target/conformance/results)")
+    result.context("the conformance suite failed (results in target/conformance/results, the server's log in target/conformance/cordon.log)")
 }
 
-/// Read the server's stderr until it says where it listens; keep draining it afterwards.
-fn listening_url(server: &mut std::process::Child) -> Result<String> {
-    use std::io::{BufRead, BufReader};
+/// Read the server's stderr until it says where it listens; afterwards keep copying it to
+/// `log`, for when a scenario fails.
+fn listening_url(server: &mut std::process::Child, log: &Path) -> Result<String> {
+    use std::io::{BufRead, BufReader, Write};
     let mut lines = BufReader::new(server.stderr.take().context("no stderr")?).lines();
     for line in lines.by_ref() {
         let line = line?;
         eprintln!("{line}");
         if let Some(at) = line.find("http://") {
             let url = line[at..].split_whitespace().next().unwrap_or_default().to_owned();
-            std::thread::spawn(move || lines.for_each(drop));
+            let mut log = fs::File::create(log)?;
+            std::thread::spawn(move || {
+                for line in lines.map_while(Result::ok) {
+                    let _ = writeln!(log, "{line}");
+                }
+            });
             return Ok(url);
         }
     }
