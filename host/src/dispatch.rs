@@ -33,16 +33,44 @@ pub struct Server {
     tools: Vec<Value>,
     /// The shortest gap between two progress notifications of one call.
     progress_interval: Duration,
+    /// Calls accepted whose answer is not out yet (or, after a cancel, not yet dropped):
+    /// from the first check of their arguments to the last byte of their answer.
+    calls: AtomicUsize,
+    /// Signalled whenever `calls` goes down.
+    call_finished: Notify,
 }
 
 impl Server {
     pub fn new(runtime: Arc<Runtime>, progress_interval: Duration) -> Arc<Self> {
         let tools = runtime.tools().map(mcp::tool_json).collect();
-        Arc::new(Self { runtime, tools, progress_interval })
+        Arc::new(Self {
+            runtime,
+            tools,
+            progress_interval,
+            calls: AtomicUsize::new(0),
+            call_finished: Notify::new(),
+        })
     }
 
     pub fn runtime(&self) -> &Arc<Runtime> {
         &self.runtime
+    }
+
+    /// Wait until every call accepted on any connection has its answer out, or `timeout`
+    /// passes; returns whether they all did. (Waiting for free call slots would miss a
+    /// call still checking its arguments, which holds none yet.)
+    pub async fn drain(&self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let mut finished = std::pin::pin!(self.call_finished.notified());
+            finished.as_mut().enable();
+            if self.calls.load(Ordering::Acquire) == 0 {
+                return true;
+            }
+            if tokio::time::timeout_at(deadline, finished).await.is_err() {
+                return false;
+            }
+        }
     }
 }
 
@@ -107,10 +135,6 @@ pub struct Connection {
     /// Set by a 2025-era `initialize`: requests without the 2026 envelope are then served.
     legacy: AtomicBool,
     in_flight: Mutex<HashMap<RequestId, InFlight>>,
-    /// Answers decided but not yet written (their calls have left `in_flight`).
-    unsent_answers: AtomicUsize,
-    /// Signalled whenever a call's answer is out (or dropped, after a cancel).
-    call_finished: Notify,
 }
 
 /// What a request gets right away.
@@ -124,13 +148,7 @@ enum Reply {
 impl Connection {
     /// A connection to `server`.
     pub fn new(server: Arc<Server>) -> Arc<Self> {
-        Arc::new(Self {
-            server,
-            legacy: AtomicBool::new(false),
-            in_flight: Mutex::new(HashMap::new()),
-            unsent_answers: AtomicUsize::new(0),
-            call_finished: Notify::new(),
-        })
+        Arc::new(Self { server, legacy: AtomicBool::new(false), in_flight: Mutex::new(HashMap::new()) })
     }
 
     /// Handle one message from the client; what it causes to be sent goes to `out`.
@@ -232,6 +250,7 @@ impl Connection {
             let entry = InFlight::default();
             cancel_signal = entry.cancel_signal.clone();
             in_flight.insert(id.clone(), entry);
+            self.server.calls.fetch_add(1, Ordering::AcqRel);
         }
         let connection = self.clone();
         let (id, name) = (id.clone(), name.to_owned());
@@ -240,18 +259,15 @@ impl Connection {
                 connection.run_call(&id, &name, &arguments, progress_token, &cancel_signal, &out).await;
             // Deciding and leaving `in_flight` are one step: a cancel either lands before it
             // (and nothing is sent) or finds the request finished (and is ignored), and the
-            // id is free again once the answer can be out. Until it is written, the answer
-            // counts as unsent, so a drain waits for it.
-            let cancelled = {
-                let mut in_flight = connection.in_flight.lock().unwrap();
-                connection.unsent_answers.fetch_add(1, Ordering::Relaxed);
-                in_flight.remove(&id).is_some_and(|entry| entry.cancelled)
-            };
+            // id is free again once the answer can be out. The call counts for a drain
+            // until its answer is written.
+            let cancelled =
+                connection.in_flight.lock().unwrap().remove(&id).is_some_and(|entry| entry.cancelled);
             if let Some(answer) = answer.filter(|_| !cancelled) {
                 out.send(answer).await;
             }
-            connection.unsent_answers.fetch_sub(1, Ordering::Relaxed);
-            connection.call_finished.notify_waiters();
+            connection.server.calls.fetch_sub(1, Ordering::AcqRel);
+            connection.server.call_finished.notify_waiters();
             if let Some(teardown) = teardown {
                 match &out {
                     // The answer is written: free the instance and make the next spare
@@ -382,22 +398,6 @@ impl Connection {
     /// each request's headers, not from an earlier `initialize`).
     pub fn set_legacy(&self) {
         self.legacy.store(true, Ordering::Relaxed);
-    }
-
-    /// Wait until no call of this connection is in flight and every answer is written, or
-    /// `timeout` passes.
-    pub async fn drain(&self, timeout: Duration) -> bool {
-        let deadline = Instant::now() + timeout;
-        loop {
-            let mut finished = std::pin::pin!(self.call_finished.notified());
-            finished.as_mut().enable();
-            if self.in_flight.lock().unwrap().is_empty() && self.unsent_answers.load(Ordering::Relaxed) == 0 {
-                return true;
-            }
-            if tokio::time::timeout_at(deadline, finished).await.is_err() {
-                return false;
-            }
-        }
     }
 }
 

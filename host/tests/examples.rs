@@ -176,7 +176,8 @@ async fn a_client_that_reads_nothing_cannot_keep_its_call_from_being_stopped() {
     use cordon::dispatch::{Connection, Outbox, Server};
     use cordon::protocol::jsonrpc;
     let runtime = std::sync::Arc::new(examples().await);
-    let connection = Connection::new(Server::new(runtime.clone(), Duration::from_millis(1)));
+    let server = Server::new(runtime.clone(), Duration::from_millis(1));
+    let connection = Connection::new(server.clone());
     // Room for one message, and nobody reads: the second progress notification waits.
     let (outbox, unread) = tokio::sync::mpsc::channel(1);
     let mut meta = common::wire::meta();
@@ -198,7 +199,7 @@ async fn a_client_that_reads_nothing_cannot_keep_its_call_from_being_stopped() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     drop(unread);
-    assert!(connection.drain(Duration::from_secs(5)).await, "the call's task ends once its client is gone");
+    assert!(server.drain(Duration::from_secs(5)).await, "the call's task ends once its client is gone");
 }
 
 /// Start `tool`, wait until its lock shows, cancel it, and return the report.

@@ -190,7 +190,7 @@ pub async fn serve(
     }
     drop(listener);
     server.runtime().shutdown();
-    if !server.runtime().idle(drain).await {
+    if !server.drain(drain).await {
         tracing::warn!("calls still running after {drain:?}; exiting anyway");
     }
     closing.send_replace(true);

@@ -61,7 +61,7 @@ where
     // A reader still blocked in `read` is left behind: the process exits without it.
     drop(reader);
     server.runtime().shutdown();
-    if !connection.drain(drain).await {
+    if !server.drain(drain).await {
         tracing::warn!("calls still running after {drain:?}; exiting anyway");
     }
     Ok(())
