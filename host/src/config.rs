@@ -13,6 +13,7 @@
 //! body_timeout_ms = 10000        # 408 when a body arrives slower
 //! sse_after_ms = 1000            # a quiet call's answer becomes an SSE stream...
 //! keep_alive_ms = 15000          # ...with a comment keep-alive this often
+//! max_connections = 2048         # open connections at once; more wait to be accepted
 //! allowed_hosts = ["mcp.internal"]   # besides localhost, 127.0.0.1 and [::1]
 //!
 //! [[components]]
@@ -61,6 +62,7 @@ pub struct HttpConfig {
     pub body_timeout_ms: Option<u64>,
     pub sse_after_ms: Option<u64>,
     pub keep_alive_ms: Option<u64>,
+    pub max_connections: Option<usize>,
     #[serde(default)]
     pub allowed_hosts: Vec<String>,
 }
@@ -201,6 +203,9 @@ impl Config {
         }
         if let Some(ms) = self.http.keep_alive_ms {
             http.keep_alive = Duration::from_millis(ms.max(1));
+        }
+        if let Some(connections) = self.http.max_connections {
+            http.max_connections = connections.max(1);
         }
         http.allowed_hosts.extend(self.http.allowed_hosts.iter().map(|host| host.to_ascii_lowercase()));
 

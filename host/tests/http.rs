@@ -382,6 +382,25 @@ fn closing_the_stream_cancels_the_call_even_while_the_guest_spins_silently() {
 }
 
 #[test]
+fn connections_beyond_the_cap_wait_until_one_closes() {
+    let server = Server::start_with("http-cap", "max_connections = 2\n");
+    let idle: Vec<TcpStream> =
+        (0..2).map(|_| TcpStream::connect(("127.0.0.1", server.port)).unwrap()).collect();
+    std::thread::sleep(Duration::from_millis(100)); // both accepted: the cap is reached
+    let (port, schema) = (server.port, server.schema.clone());
+    let (answered, answer) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"_meta": meta()}})
+            .to_string();
+        let _ =
+            answered.send(post(port, &modern_headers("tools/list", None), body.as_bytes(), &schema).status);
+    });
+    assert!(answer.recv_timeout(Duration::from_millis(500)).is_err(), "the third connection waits");
+    drop(idle);
+    assert_eq!(answer.recv_timeout(Duration::from_secs(5)).unwrap(), 200, "served once a slot is free");
+}
+
+#[test]
 fn a_legacy_client_gets_a_session_whose_cancellations_reach_its_calls() {
     let server = Server::start("http-legacy");
     let base = [("Accept", "application/json, text/event-stream"), ("Content-Type", "application/json")];

@@ -55,6 +55,9 @@ pub struct HttpSettings {
     pub keep_alive: Duration,
     /// Host names (without port) accepted in `Host` and `Origin`, against DNS rebinding.
     pub allowed_hosts: HashSet<String>,
+    /// Connections open at once; more wait in the listen queue until one closes, so that
+    /// a flood of connections cannot take every descriptor (and every byte of memory).
+    pub max_connections: usize,
 }
 
 impl Default for HttpSettings {
@@ -65,6 +68,7 @@ impl Default for HttpSettings {
             body_timeout: Duration::from_secs(10),
             sse_after: Duration::from_secs(1),
             keep_alive: Duration::from_secs(15),
+            max_connections: 2048,
             allowed_hosts: ["localhost", "127.0.0.1", "[::1]", "::1"]
                 .iter()
                 .map(|host| host.to_string())
@@ -147,11 +151,15 @@ pub async fn serve(
     let mut shutdown = std::pin::pin!(shutdown);
     let (closing, closing_signal) = tokio::sync::watch::channel(false);
     let mut connections = tokio::task::JoinSet::new();
+    let open_slots = Arc::new(tokio::sync::Semaphore::new(shared.settings.max_connections));
     loop {
-        let (stream, _) = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok(accepted) => accepted,
-                Err(error) => {
+        let (slot, (stream, _)) = tokio::select! {
+            accepted = async {
+                let slot = open_slots.clone().acquire_owned().await.expect("never closed");
+                (slot, listener.accept().await)
+            } => match accepted {
+                (slot, Ok(accepted)) => (slot, accepted),
+                (_, Err(error)) => {
                     // Out of descriptors and the like: back off instead of spinning.
                     tracing::warn!("accept failed: {error}");
                     tokio::time::sleep(Duration::from_millis(50)).await;
@@ -165,6 +173,7 @@ pub async fn serve(
         let shared = shared.clone();
         let mut closing = closing_signal.clone();
         connections.spawn(async move {
+            let _slot = slot; // held while the connection is open
             let service = hyper::service::service_fn(move |request| {
                 let shared = shared.clone();
                 async move { Ok::<_, Infallible>(handle(request, &shared).await) }
