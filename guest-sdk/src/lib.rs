@@ -275,7 +275,9 @@ impl<T: Serialize + JsonSchema> IntoCallResult for Json<T> {
     }
 }
 
-type Handler = Box<dyn Fn(serde_json::Value) -> Result<CallResult, ToolError>>;
+/// Takes the arguments as JSON text: they are read straight into the handler's type, so
+/// properties the type does not name are skipped without ever being built in memory.
+type Handler = Box<dyn Fn(&str) -> Result<CallResult, ToolError>>;
 
 /// A tool: its name, description, schemas and the function that runs it.
 ///
@@ -300,8 +302,8 @@ impl Tool {
         R: IntoCallResult,
         F: Fn(A) -> Result<R, ToolError> + 'static,
     {
-        let handler = Box::new(move |arguments: serde_json::Value| {
-            let arguments = serde_json::from_value(arguments)
+        let handler = Box::new(move |arguments: &str| {
+            let arguments = serde_json::from_str(arguments)
                 .map_err(|error| ToolError::new(format!("invalid arguments: {error}")))?;
             handler(arguments)?.into_call_result()
         });
@@ -474,8 +476,6 @@ pub mod __private {
             .into_iter()
             .find(|tool| tool.name == name)
             .ok_or_else(|| format!("unknown tool: {name}"))?;
-        let arguments: serde_json::Value =
-            serde_json::from_str(arguments).map_err(|error| format!("arguments are not JSON: {error}"))?;
         let result = (tool.handler)(arguments).map_err(|error| error.0)?;
         Ok(wit::CallResult {
             content: result.content,

@@ -141,6 +141,14 @@ async fn locks_shows_a_running_reindex_and_a_second_reindex_of_it_is_refused() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn properties_a_tool_does_not_name_cost_it_no_memory() {
+    // 4 MB of tiny arrays: as a JSON tree in the guest that would be far over its 64 MiB.
+    let padding: Vec<Value> = (0..1_000_000).map(|_| json!([0])).collect();
+    let report = call(&examples().await, "echo", json!({"text": "x", "padding": padding})).await;
+    assert_eq!(text_of(&report), "x");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn locks_is_exact_while_other_calls_take_and_release_locks() {
     // Names with bytes that the lock files escape come back as they were given.
     const NAMES: [&str; 3] = ["plain", "with space/and:slash", "ünïcödé.lock"];
