@@ -37,7 +37,13 @@ fn main() -> Result<()> {
             run_tests()?;
             conformance()
         }
-        Some("conformance") => conformance(),
+        Some("conformance") => {
+            // Alone, it must not test a stale server or fixture: build both first (the
+            // test build, which `cargo xtask test` has just made; nothing to do when fresh).
+            build_guests()?;
+            build_server()?;
+            conformance()
+        }
         _ => {
             eprintln!("usage: cargo xtask guests   build every guest component into target/guests/");
             eprintln!("       cargo xtask test     build the guests, then run every test");
@@ -106,6 +112,13 @@ fn run_tests() -> Result<()> {
         .env("CORDON_BIN", root.join("target/debug/cordon")))
 }
 
+/// Build `target/debug/cordon` as `cargo test` builds it (a plain `cargo build` would unify
+/// features differently and compile wasmtime a second time).
+fn build_server() -> Result<()> {
+    let cargo = env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    run(Command::new(cargo).current_dir(repo_root()).args(["test", "--workspace", "--no-run"]))
+}
+
 /// A virtualenv with the end-to-end suite's requirements; returns its python.
 fn python_env(root: &Path) -> Result<PathBuf> {
     let venv = root.join("target/e2e-venv");
@@ -145,10 +158,6 @@ fn conformance() -> Result<()> {
         fs::write(&stamp, CONFORMANCE_PACKAGES.join(" "))?;
     }
     let cordon = root.join("target/debug/cordon");
-    if !cordon.exists() {
-        let cargo = env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-        run(Command::new(cargo).current_dir(&root).args(["build", "--package", "cordon"]))?;
-    }
     let mut server = Command::new(&cordon)
         .args(["serve", "--http", "127.0.0.1:0", "--config"])
         .arg(root.join("examples/conformance/cordon.toml"))
