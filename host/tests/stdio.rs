@@ -28,14 +28,18 @@ impl Server {
 
     /// A server whose config's `[server]` table also holds `server_settings`.
     fn start_with(server_settings: &str) -> Self {
+        Self::spawn(server_settings, "warn", Stdio::inherit())
+    }
+
+    fn spawn(server_settings: &str, log_level: &str, stderr: Stdio) -> Self {
         let name = format!("stdio-{:?}", std::thread::current().id());
         let mut child = Command::new(env!("CARGO_BIN_EXE_cordon"))
             .args(["serve", "--stdio", "--config"])
             .arg(examples_config(&name, server_settings))
-            .env("CORDON_LOG", "warn")
+            .env("CORDON_LOG", log_level)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
+            .stderr(stderr)
             .spawn()
             .unwrap();
         let stdout = child.stdout.take().unwrap();
@@ -178,21 +182,13 @@ fn bad_lines_get_precise_errors_and_the_server_keeps_serving() {
 fn a_client_that_never_reads_stderr_never_blocks_the_server() {
     // stderr is a pipe nobody reads: once it is full, a server that wrote its log in place
     // would block in the next log line. Every ignored message logs one at debug level.
-    let config = examples_config(&format!("stdio-{:?}", std::thread::current().id()), "");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_cordon"))
-        .args(["serve", "--stdio", "--config"])
-        .arg(config)
-        .env("CORDON_LOG", "debug")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let _unread_stderr = child.stderr.take();
-    let mut stdin = child.stdin.take().unwrap();
+    let mut server = Server::spawn("", "debug", Stdio::piped());
+    let _unread_stderr = server.child.stderr.take();
+    let mut stdin = server.stdin.take().unwrap();
     let ignored = "{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{\"padding\":\"................................................................................................................................\"}}\n";
     let echo = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
         "params": {"name": "echo", "arguments": {"text": "still serving"}, "_meta": meta()}});
+    server.methods.insert("2".into(), "tools/call".into());
     let writer = std::thread::spawn(move || {
         // About 1.5 MB of log lines: far more than a pipe holds.
         for _ in 0..5_000 {
@@ -201,17 +197,7 @@ fn a_client_that_never_reads_stderr_never_blocks_the_server() {
         stdin.write_all(format!("{echo}\n").as_bytes()).unwrap();
         stdin
     });
-    let (sender, lines) = mpsc::channel();
-    let stdout = child.stdout.take().unwrap();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            let _ = sender.send(line);
-        }
-    });
-    let answer = lines.recv_timeout(Duration::from_secs(20));
-    let _ = child.kill();
-    let _ = child.wait();
-    let answer: Value = serde_json::from_str(&answer.expect("an answer while stderr is full")).unwrap();
+    let answer = server.recv(Duration::from_secs(20)).expect("an answer while stderr is full");
     assert_eq!(answer["result"]["content"][0]["text"], "still serving", "{answer}");
     drop(writer.join());
 }
