@@ -1,0 +1,236 @@
+//! A component that attacks its host. Each tool makes the host hold something outside the
+//! guest's linear memory, or reaches for what it was not granted, and says how far it got:
+//!
+//! - `hold_files(count, hold_ms)` opens one file `count` times and keeps every descriptor
+//!   (a host file descriptor each) for `hold_ms`.
+//! - `open_streams(count, hold_ms)` opens one file once and starts a read on `count`
+//!   streams over it, each of which has the host fill a read buffer.
+//! - `list_dir(times, hold_ms)` lists `/data` `times` times and reads none of the listings,
+//!   which the host holds whole.
+//! - `make_files(count)` creates `count` empty files in `/data/many`, to list.
+//! - `symlink(target, link)` makes `/data/<link>` a symbolic link to `target`.
+//! - `read_text(path)` / `write_text(path, text)` read and write a file.
+//! - `park(ms)` waits in a host call (a WASI sleep) and never checks for cancellation.
+//! - `alloc_mb(mb)` allocates and touches `mb` MiB of linear memory.
+//!
+//! Every tool answers with what it managed before the host refused, so a test sees where
+//! the host drew the line; none of them cooperates with cancellation.
+
+use std::time::Duration;
+
+use cordon_guest::{Plugin, Tool, ToolError};
+use schemars::JsonSchema;
+use serde::Deserialize;
+use wasi::filesystem::types::{Descriptor, DescriptorFlags, OpenFlags, PathFlags};
+
+const DATA: &str = "/data";
+
+/// The preopened `/data` directory.
+fn data_dir() -> Result<Descriptor, ToolError> {
+    wasi::filesystem::preopens::get_directories()
+        .into_iter()
+        .find_map(|(dir, path)| (path == DATA).then_some(dir))
+        .ok_or_else(|| ToolError::new("no /data directory was granted"))
+}
+
+/// `/data/hostile.bin`, 64 KiB long, created if missing.
+fn victim_file(dir: &Descriptor) -> Result<Descriptor, ToolError> {
+    let file = dir
+        .open_at(
+            PathFlags::empty(),
+            "hostile.bin",
+            OpenFlags::CREATE,
+            DescriptorFlags::READ | DescriptorFlags::WRITE,
+        )
+        .map_err(|code| ToolError::new(format!("open hostile.bin: {code:?}")))?;
+    if file.stat().map(|stat| stat.size).unwrap_or(0) < 65536 {
+        file.write(&[7u8; 65536], 0).map_err(|code| ToolError::new(format!("write: {code:?}")))?;
+    }
+    Ok(file)
+}
+
+fn hold(ms: u64) {
+    if ms > 0 {
+        std::thread::sleep(Duration::from_millis(ms));
+    }
+}
+
+#[derive(Deserialize, JsonSchema)]
+struct Count {
+    /// How many.
+    count: u32,
+    /// How long to keep them before returning, in milliseconds.
+    #[serde(default)]
+    hold_ms: u64,
+}
+
+fn hold_files(args: Count) -> Result<String, ToolError> {
+    let dir = data_dir()?;
+    drop(victim_file(&dir)?);
+    let mut files = Vec::new();
+    let mut refusal = String::new();
+    for _ in 0..args.count {
+        match dir.open_at(PathFlags::empty(), "hostile.bin", OpenFlags::empty(), DescriptorFlags::READ) {
+            Ok(file) => files.push(file),
+            Err(code) => {
+                refusal = format!(": {code:?}");
+                break;
+            }
+        }
+    }
+    hold(args.hold_ms);
+    Ok(format!("opened {} of {}{refusal}", files.len(), args.count))
+}
+
+fn open_streams(args: Count) -> Result<String, ToolError> {
+    let dir = data_dir()?;
+    let file = victim_file(&dir)?;
+    let mut streams = Vec::new();
+    let mut refusal = String::new();
+    for _ in 0..args.count {
+        match file.read_via_stream(0) {
+            Ok(stream) => {
+                // A non-blocking read starts a background read of up to 64 KiB into a
+                // host buffer, which stays until the guest reads it.
+                let _ = stream.read(65536);
+                streams.push(stream);
+            }
+            Err(code) => {
+                refusal = format!(": {code:?}");
+                break;
+            }
+        }
+    }
+    // Wait until each buffer is filled, so the host holds them all.
+    for stream in &streams {
+        stream.subscribe().block();
+    }
+    hold(args.hold_ms);
+    Ok(format!("opened {} of {} streams{refusal}", streams.len(), args.count))
+}
+
+#[derive(Deserialize, JsonSchema)]
+struct Times {
+    /// How many listings to take.
+    times: u32,
+    /// How long to keep them before returning, in milliseconds.
+    #[serde(default)]
+    hold_ms: u64,
+}
+
+fn list_dir(args: Times) -> Result<String, ToolError> {
+    let dir = data_dir()?;
+    let many = dir
+        .open_at(PathFlags::empty(), "many", OpenFlags::DIRECTORY, DescriptorFlags::READ)
+        .map_err(|code| ToolError::new(format!("open /data/many: {code:?}")))?;
+    let mut listings = Vec::new();
+    let mut refusal = String::new();
+    for _ in 0..args.times {
+        match many.read_directory() {
+            Ok(listing) => listings.push(listing),
+            Err(code) => {
+                refusal = format!(": {code:?}");
+                break;
+            }
+        }
+    }
+    hold(args.hold_ms);
+    Ok(format!("took {} of {} listings{refusal}", listings.len(), args.times))
+}
+
+#[derive(Deserialize, JsonSchema)]
+struct MakeFiles {
+    /// How many empty files to create in `/data/many`.
+    count: u32,
+}
+
+fn make_files(args: MakeFiles) -> Result<String, ToolError> {
+    std::fs::create_dir_all("/data/many")?;
+    for index in 0..args.count {
+        std::fs::File::create(format!("/data/many/entry-with-a-long-name-{index:08}"))?;
+    }
+    Ok(format!("made {}", args.count))
+}
+
+#[derive(Deserialize, JsonSchema)]
+struct Symlink {
+    /// What the link points to, as written into it.
+    target: String,
+    /// The link's path under `/data`.
+    link: String,
+}
+
+fn symlink(args: Symlink) -> Result<String, ToolError> {
+    let dir = data_dir()?;
+    match dir.symlink_at(&args.target, &args.link) {
+        Ok(()) => Ok(format!("linked {} -> {}", args.link, args.target)),
+        Err(code) => Err(ToolError::new(format!("symlink refused: {code:?}"))),
+    }
+}
+
+#[derive(Deserialize, JsonSchema)]
+struct ReadText {
+    /// An absolute path in the guest.
+    path: String,
+}
+
+fn read_text(args: ReadText) -> Result<String, ToolError> {
+    Ok(std::fs::read_to_string(&args.path)?)
+}
+
+#[derive(Deserialize, JsonSchema)]
+struct WriteText {
+    /// An absolute path in the guest.
+    path: String,
+    text: String,
+}
+
+fn write_text(args: WriteText) -> Result<String, ToolError> {
+    std::fs::write(&args.path, &args.text)?;
+    Ok(format!("wrote {} bytes to {}", args.text.len(), args.path))
+}
+
+#[derive(Deserialize, JsonSchema)]
+struct Park {
+    /// How long to wait in the host, in milliseconds.
+    ms: u64,
+}
+
+fn park(args: Park) -> Result<String, ToolError> {
+    hold(args.ms);
+    Ok(format!("parked {} ms", args.ms))
+}
+
+#[derive(Deserialize, JsonSchema)]
+struct Alloc {
+    /// MiB of linear memory to allocate and touch.
+    mb: u32,
+}
+
+fn alloc_mb(args: Alloc) -> Result<String, ToolError> {
+    let mut blocks = Vec::new();
+    for _ in 0..args.mb {
+        blocks.push(vec![1u8; 1 << 20]);
+    }
+    Ok(format!("allocated {} MiB", blocks.len()))
+}
+
+struct Hostile;
+
+impl Plugin for Hostile {
+    fn tools() -> Vec<Tool> {
+        vec![
+            Tool::new("hold_files", "Opens one file many times and keeps every descriptor.", hold_files),
+            Tool::new("open_streams", "Starts a read on many streams over one file.", open_streams),
+            Tool::new("list_dir", "Lists /data/many many times, reading none of the listings.", list_dir),
+            Tool::new("make_files", "Creates empty files in /data/many.", make_files),
+            Tool::new("symlink", "Makes a symbolic link under /data.", symlink),
+            Tool::new("read_text", "Reads a file.", read_text),
+            Tool::new("write_text", "Writes a file.", write_text),
+            Tool::new("park", "Waits in a host call, never checking for cancellation.", park),
+            Tool::new("alloc_mb", "Allocates and touches linear memory.", alloc_mb),
+        ]
+    }
+}
+
+cordon_guest::export_plugin!(Hostile);
