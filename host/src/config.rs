@@ -7,6 +7,10 @@
 //! epoch_tick_ms = 1              # worst-case stop latency without a kick
 //! progress_interval_ms = 50      # at most one progress notification per call per interval
 //! cache_dir = "/var/cache/cordon"   # compiled components; `cache = false` turns it off
+//! reserved_descriptors = 256     # file descriptors guests never get (the listener,
+//!                                # connections, logs); over HTTP, max_connections more.
+//!                                # Guests share the rest of the process's limit, which
+//!                                # `serve` raises to the hard limit at startup
 //!
 //! [http]                         # only for `serve --http`
 //! max_body_kb = 4096             # 413 beyond it
@@ -18,15 +22,21 @@
 //!
 //! [[components]]
 //! path = "tools.wasm"            # relative to this file
+//! name = "tools"                 # defaults to the file's stem; letters, digits, `_`, `-`
+//!                                # and `.` (not first), at most 64, distinct per component
 //! data_dir = "/srv/tools-data"   # preopened at /data; `true`: ~/.local/share/cordon/<name>;
-//!                                # left out: no file system at all
+//!                                # left out: no file system at all. Opened once, at load;
+//!                                # no component's may be inside another's
 //! limits = { memory_mb = 64, idle_timeout_ms = 60000, max_duration_ms = 300000 }
-//! # also: table_elements, instances, tables, memories, hostcall_kb, result_kb, note_kb,
-//! # host_resources (10000), stderr_kb (64: stderr and the log import together),
-//! # grace_ms (250), cleanup_ms (1000)
+//! # memory_mb counts all of the component's linear memories together. Also:
+//! # table_elements, instances, tables, memories, hostcall_kb, result_kb, note_kb,
+//! # host_resources (10000), host_memory_kb (16384: file stream buffers and directory
+//! # listings the host holds for a call), open_files (256: files, directories and
+//! # file streams a call holds open), stderr_kb (64: stderr and the log import
+//! # together), grace_ms (250), cleanup_ms (1000)
 //!
-//! [components.tools.spin]        # per-tool limits, over the component's
-//! max_duration_ms = 10000
+//! [components.tools.spin]        # per-tool limits, over the component's; a tool the
+//! max_duration_ms = 10000        # component does not export is a load error
 //! ```
 //!
 //! Every key is optional except `path`; unknown keys are errors, so typos never pass
@@ -77,12 +87,16 @@ pub struct ServerConfig {
     pub max_memory_mb: Option<usize>,
     pub cache: Option<bool>,
     pub cache_dir: Option<PathBuf>,
+    pub reserved_descriptors: Option<usize>,
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ComponentConfig {
     pub path: PathBuf,
+    /// How the component is known (logs, its default data directory); the file's stem
+    /// unless given.
+    pub name: Option<String>,
     /// Files are a grant, never a default: without this key a component sees none.
     pub data_dir: Option<DataDirConfig>,
     #[serde(default)]
@@ -113,6 +127,8 @@ pub struct LimitsConfig {
     pub result_kb: Option<usize>,
     pub note_kb: Option<usize>,
     pub host_resources: Option<usize>,
+    pub host_memory_kb: Option<usize>,
+    pub open_files: Option<usize>,
     pub stderr_kb: Option<usize>,
     /// 0 turns the idle timeout off.
     pub idle_timeout_ms: Option<u64>,
@@ -136,6 +152,8 @@ impl LimitsConfig {
             result_bytes: self.result_kb.map_or(base.result_bytes, |kb| kb << 10),
             note_bytes: self.note_kb.map_or(base.note_bytes, |kb| kb << 10),
             host_resources: self.host_resources.unwrap_or(base.host_resources),
+            host_memory_bytes: self.host_memory_kb.map_or(base.host_memory_bytes, |kb| kb << 10),
+            open_files: self.open_files.unwrap_or(base.open_files),
             stderr_bytes: self.stderr_kb.map_or(base.stderr_bytes, |kb| kb << 10),
             idle_timeout: self.idle_timeout_ms.map_or(base.idle_timeout, optional),
             max_duration: self.max_duration_ms.map_or(base.max_duration, optional),
@@ -148,6 +166,7 @@ impl LimitsConfig {
 /// A component to load, resolved.
 #[derive(Debug)]
 pub struct ComponentPlan {
+    pub name: String,
     pub path: PathBuf,
     pub options: ComponentOptions,
 }
@@ -158,6 +177,8 @@ pub struct Plan {
     pub runtime: RuntimeSettings,
     pub http: HttpSettings,
     pub progress_interval: Duration,
+    /// `[server] reserved_descriptors`, when the file sets it.
+    pub reserved_descriptors: Option<usize>,
     pub components: Vec<ComponentPlan>,
 }
 
@@ -209,10 +230,21 @@ impl Config {
         }
         http.allowed_hosts.extend(self.http.allowed_hosts.iter().map(|host| host.to_ascii_lowercase()));
 
-        let mut components = Vec::new();
+        let mut components: Vec<ComponentPlan> = Vec::new();
         for component in self.components {
             let path = base.join(&component.path);
-            let name = component_name(&path);
+            let name = match component.name {
+                Some(name) => name,
+                None => component_name(&path),
+            };
+            check_component_name(&name, &path)?;
+            if let Some(other) = components.iter().find(|other| other.name == name) {
+                bail!(
+                    "components {} and {} are both named {name:?}: give one a `name` of its own",
+                    other.path.display(),
+                    path.display()
+                );
+            }
             let limits = component.limits.apply(&ToolLimits::default());
             let tool_limits = component
                 .tools
@@ -224,18 +256,37 @@ impl Config {
                 Some(DataDirConfig::Default(true)) => Some(paths::default_data_dir(&name)),
                 Some(DataDirConfig::Default(false)) | None => None,
             };
-            components
-                .push(ComponentPlan { path, options: ComponentOptions { limits, tool_limits, data_dir } });
+            components.push(ComponentPlan {
+                name,
+                path,
+                options: ComponentOptions { limits, tool_limits, data_dir },
+            });
         }
         if components.is_empty() {
             components = default_components()?;
         }
-        Ok(Plan { runtime, http, progress_interval, components })
+        let reserved_descriptors = server.reserved_descriptors;
+        Ok(Plan { runtime, http, progress_interval, reserved_descriptors, components })
     }
 }
 
 fn component_name(path: &Path) -> String {
     path.file_stem().map(|stem| stem.to_string_lossy().into_owned()).unwrap_or_else(|| "component".into())
+}
+
+/// A component's name becomes a directory name (its default data directory) and a log
+/// field: plain characters only, so it can never climb (`..`) or hide (`.x`).
+fn check_component_name(name: &str, path: &Path) -> Result<()> {
+    let plain = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.');
+    let safe = !name.is_empty() && name.len() <= 64 && name.chars().all(plain) && !name.starts_with('.');
+    if !safe {
+        bail!(
+            "component {} has the name {name:?}: a name is 1 to 64 letters, digits, `_`, `-` and `.` \
+             (not first); set `name` in its [[components]] entry",
+            path.display()
+        );
+    }
+    Ok(())
 }
 
 /// The example tools, with their default data directory.
@@ -247,8 +298,13 @@ fn default_components() -> Result<Vec<ComponentPlan>> {
             path.display()
         );
     }
-    let data_dir = Some(paths::default_data_dir(&component_name(&path)));
-    Ok(vec![ComponentPlan { path, options: ComponentOptions { data_dir, ..ComponentOptions::default() } }])
+    let name = component_name(&path);
+    let data_dir = Some(paths::default_data_dir(&name));
+    Ok(vec![ComponentPlan {
+        name,
+        path,
+        options: ComponentOptions { data_dir, ..ComponentOptions::default() },
+    }])
 }
 
 #[cfg(test)]
@@ -298,6 +354,27 @@ mod tests {
         let dirs: Vec<_> =
             plan.components.iter().map(|component| component.options.data_dir.clone()).collect();
         assert_eq!(dirs, [None, Some(paths::default_data_dir("b")), None]);
+    }
+
+    #[test]
+    fn component_names_are_safe_and_distinct() {
+        let plan = |text: &str| toml::from_str::<Config>(text).unwrap().plan(Path::new("/etc/cordon"));
+        let error =
+            plan("[[components]]\npath = \"a/x.wasm\"\n[[components]]\npath = \"b/x.wasm\"\n").unwrap_err();
+        assert!(format!("{error:#}").contains("both named \"x\""), "{error:#}");
+        let error = plan("[[components]]\npath = \"...wasm\"\ndata_dir = true\n").unwrap_err();
+        assert!(format!("{error:#}").contains("has the name \"..\""), "{error:#}");
+        for bad in ["../up", "a/b", ".hidden", "", "sp ace"] {
+            let text = format!("[[components]]\npath = \"x.wasm\"\nname = {bad:?}\n");
+            assert!(plan(&text).is_err(), "{bad:?} was accepted");
+        }
+        let plan = plan(
+            "[[components]]\npath = \"a/x.wasm\"\nname = \"first\"\ndata_dir = true\n\
+             [[components]]\npath = \"b/x.wasm\"\ndata_dir = true\n",
+        )
+        .unwrap();
+        let dirs: Vec<_> = plan.components.iter().map(|c| c.options.data_dir.clone().unwrap()).collect();
+        assert_eq!(dirs, [paths::default_data_dir("first"), paths::default_data_dir("x")]);
     }
 
     #[test]

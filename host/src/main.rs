@@ -139,15 +139,22 @@ async fn serve(config: Option<PathBuf>, transport: Transport) -> Result<ExitCode
         }
         None => cordon::config::Config::default().plan(std::path::Path::new("."))?,
     };
-    let mut runtime = Runtime::new(plan.runtime.clone())?;
+    match cordon::runtime::raise_open_file_limit() {
+        Ok(limit) => tracing::debug!("the process may open {limit} files"),
+        Err(error) => tracing::warn!("could not raise the open-file limit: {error}"),
+    }
+    let mut settings = plan.runtime.clone();
+    // The server's own descriptors: a fixed reserve, and one per HTTP connection it accepts.
+    settings.reserved_descriptors = plan.reserved_descriptors.unwrap_or(match transport {
+        Transport::Http { .. } => settings.reserved_descriptors + plan.http.max_connections,
+        Transport::Stdio => settings.reserved_descriptors,
+    });
+    let mut runtime = Runtime::new(settings)?;
     let mut drain = std::time::Duration::ZERO;
     for component in plan.components {
-        if let Some(dir) = &component.options.data_dir {
-            std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-        }
         let limits = std::iter::once(&component.options.limits).chain(component.options.tool_limits.values());
         drain = limits.map(|limits| limits.grace + limits.cleanup_budget).fold(drain, std::cmp::max);
-        runtime.load_file(&component.path, component.options).await?;
+        runtime.load_named_file(&component.name, &component.path, component.options).await?;
     }
     let tools: Vec<&str> = runtime.tools().map(|tool| tool.name.as_str()).collect();
     tracing::info!("loaded {} tools: {}", tools.len(), tools.join(", "));
@@ -198,9 +205,7 @@ async fn load(
     let mut runtime = Runtime::new(RuntimeSettings::default())?;
     let (mut options, data_dir) = options.unwrap_or_default();
     let name = path.file_stem().map(|stem| stem.to_string_lossy().into_owned()).unwrap_or_default();
-    let data_dir = data_dir.unwrap_or_else(|| paths::default_data_dir(&name));
-    std::fs::create_dir_all(&data_dir).with_context(|| format!("creating {}", data_dir.display()))?;
-    options.data_dir = Some(data_dir);
+    options.data_dir = Some(data_dir.unwrap_or_else(|| paths::default_data_dir(&name)));
     runtime.load_file(path, options).await?;
     Ok(runtime)
 }

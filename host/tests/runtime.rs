@@ -32,7 +32,15 @@ async fn cancel_after(runtime: &Runtime, tool: &str, after: Duration) -> cordon:
 }
 
 fn baseline() -> PoolUsage {
-    PoolUsage { calls: 0, spares: 0, component_instances: 0, core_instances: 0, memories: 0 }
+    PoolUsage {
+        calls: 0,
+        spares: 0,
+        spare_memory_bytes: 0,
+        component_instances: 0,
+        core_instances: 0,
+        memories: 0,
+        guest_descriptors: 0,
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

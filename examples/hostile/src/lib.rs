@@ -78,6 +78,8 @@ fn hold_files(args: Count) -> Result<String, ToolError> {
             }
         }
     }
+    // The operator's log tells a test when the files are held.
+    cordon_guest::log(cordon_guest::LogLevel::Info, &format!("holding {} files", files.len()));
     hold(args.hold_ms);
     Ok(format!("opened {} of {}{refusal}", files.len(), args.count))
 }

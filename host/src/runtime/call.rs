@@ -183,7 +183,7 @@ pub struct Call {
     pub(crate) shutdown: watch::Receiver<bool>,
     pub(crate) permit: OwnedSemaphorePermit,
     pub(crate) cleanup_permits: Arc<Semaphore>,
-    pub(crate) spare_slots: Arc<Semaphore>,
+    pub(crate) spares: Arc<super::spare::SpareBudget>,
 }
 
 impl Call {
@@ -235,7 +235,7 @@ impl Call {
             ticker: self.ticker.clone(),
             component: self.component.clone(),
             limits: self.limits.clone(),
-            slots: self.spare_slots.clone(),
+            budget: self.spares.clone(),
             shutdown: self.shutdown.clone(),
         });
         (report, Teardown { store, refill, _permit: self.permit })
@@ -254,10 +254,7 @@ impl Call {
                 arm(&mut store, limits, backstop);
                 (store, Some(plugin))
             }
-            None => match new_store(&self.engine, &self.component, limits, self.control.clone(), backstop) {
-                Ok(store) => (store, None),
-                Err(error) => return (Outcome::StartFailed(format!("{error:#}")), false, None),
-            },
+            None => (new_store(&self.engine, &self.component, limits, self.control.clone(), backstop), None),
         };
         let pre = self.component.pre.clone();
         let (tool, arguments) = (&self.tool, &self.arguments);
@@ -462,10 +459,7 @@ async fn run_cleanup(
     limits: &ToolLimits,
     context: CleanupContext,
 ) -> CleanupOutcome {
-    let (mut store, deadline) = match bounded_store(engine, component, limits, limits.cleanup_budget) {
-        Ok(store) => store,
-        Err(error) => return CleanupOutcome::Failed(format!("{error:#}")),
-    };
+    let (mut store, deadline) = bounded_store(engine, component, limits, limits.cleanup_budget);
     let pre = component.pre.clone();
     let cleanup = async move {
         let plugin = pre.instantiate_async(&mut store).await?;
@@ -488,11 +482,11 @@ pub(crate) fn bounded_store(
     component: &LoadedComponent,
     limits: &ToolLimits,
     budget: Duration,
-) -> anyhow::Result<(Store<GuestState>, Instant)> {
+) -> (Store<GuestState>, Instant) {
     let deadline = Instant::now() + budget;
     let limits = ToolLimits { idle_timeout: None, max_duration: Some(budget), ..limits.clone() };
     let control = CallControl::new(&limits);
-    Ok((new_store(engine, component, &limits, control, Some(deadline))?, deadline))
+    (new_store(engine, component, &limits, control, Some(deadline)), deadline)
 }
 
 /// Run guest code that has no caller to cancel it (`list` at load time, `cleanup`) until
@@ -511,13 +505,18 @@ pub(crate) fn new_store(
     limits: &ToolLimits,
     control: Arc<CallControl>,
     backstop: Option<Instant>,
-) -> anyhow::Result<Store<GuestState>> {
-    let data_dir = component.options.data_dir.as_deref();
-    let state = GuestState::new(component.name.clone(), limits, data_dir, control)?;
+) -> Store<GuestState> {
+    let state = GuestState::new(
+        component.name.clone(),
+        limits,
+        component.data_dir.as_ref(),
+        component.descriptors.clone(),
+        control,
+    );
     let mut store = Store::new(engine, state);
     store.limiter(|state| &mut state.limiter);
     arm(&mut store, limits, backstop);
-    Ok(store)
+    store
 }
 
 /// Give `store` one run's bounds: its host-call fuel, and an epoch callback that traps at

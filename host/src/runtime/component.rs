@@ -15,7 +15,9 @@ use wasmtime::component::Linker;
 
 use super::bindings::{PluginPre, ToolAnnotations, ToolInfo};
 use super::engine::compile_component;
+use super::files::DataDir;
 use super::guest::GuestState;
+use super::ledger::DescriptorBudget;
 use super::limits::ToolLimits;
 use super::schema::Schema;
 use super::spare::SpareSlot;
@@ -44,7 +46,8 @@ pub struct ComponentOptions {
     /// Limits for particular tools, by name.
     pub tool_limits: HashMap<String, ToolLimits>,
     /// A host directory preopened read-write at `/data` in the guest; `None` gives no file
-    /// system at all.
+    /// system at all. Created if missing and opened once, at load; it may not overlap
+    /// another component's.
     pub data_dir: Option<PathBuf>,
 }
 
@@ -95,6 +98,10 @@ pub enum ParamKind {
 pub(crate) struct LoadedComponent {
     pub(crate) name: Arc<str>,
     pub(crate) pre: PluginPre<GuestState>,
+    /// The data directory, opened at load, when the operator granted one.
+    pub(crate) data_dir: Option<DataDir>,
+    /// The server's descriptors for guests, which every call of this component draws on.
+    pub(crate) descriptors: Arc<DescriptorBudget>,
     pub(crate) options: ComponentOptions,
     pub(crate) tools: Vec<ToolSpec>,
     /// Compiled schemas, by tool name.

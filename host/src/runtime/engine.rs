@@ -66,10 +66,15 @@ const TABLES_PER_SLOT: u32 = 8;
 const KEEP_RESIDENT_BYTES: usize = 256 << 10;
 const DECOMMIT_BATCH: usize = 16;
 
+/// Component instances the pool holds at once: each call and its cleanup, one `list` at
+/// load, and the spares.
+pub(crate) fn pool_slots(settings: &EngineSettings) -> usize {
+    settings.max_concurrent_calls * 2 + 1 + super::spare::SPARE_SLOTS
+}
+
 /// Build the engine and start its epoch ticker.
 pub(crate) fn build_engine(settings: &EngineSettings) -> Result<(Engine, Arc<Ticker>)> {
-    let slots = u32::try_from(settings.max_concurrent_calls * 2 + 1 + super::spare::SPARE_SLOTS)
-        .context("max_concurrent_calls is too large")?;
+    let slots = u32::try_from(pool_slots(settings)).context("max_concurrent_calls is too large")?;
     let mut pool = PoolingAllocationConfig::default();
     pool.total_component_instances(slots)
         .total_core_instances(slots * CORE_INSTANCES_PER_SLOT)

@@ -1,25 +1,27 @@
 //! What lives in a call's `Store`: the WASI context, the limiter, and the host side of the
 //! `cordon:tool/host` imports.
 
-use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use anyhow::{Context, Result};
 use wasmtime::component::ResourceTable;
-use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+use wasmtime_wasi::filesystem::WasiFilesystemCtxView;
+use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
 use super::bindings::cordon::tool::{host, types};
 use super::control::{CallControl, Progress};
+use super::files::{DataDir, Listings};
+use super::ledger::{DescriptorBudget, Ledger};
 use super::limits::{GuestLimiter, ToolLimits};
-
-/// Where the tool's data directory appears inside the guest.
-pub const GUEST_DATA_DIR: &str = "/data";
 
 pub(crate) struct GuestState {
     wasi: WasiCtx,
     table: ResourceTable,
     pub(crate) limiter: GuestLimiter,
+    /// What the guest makes the host hold for it (ledger.rs).
+    ledger: Arc<Ledger>,
+    /// Its directory listings, charged to the ledger while they live (files.rs).
+    listings: Listings,
     control: Arc<CallControl>,
     note_bytes: usize,
     /// What this instance may still write to the operator's log (`log` and stderr).
@@ -30,13 +32,15 @@ impl GuestState {
     /// State for one store. WASI is locked down: no environment, no arguments, no network,
     /// stdin closed, stdout discarded (stdout may be the MCP channel), stderr to the
     /// operator's log line by line, tagged with the component's name;
-    /// the data directory, when the operator granted one, is the only file system.
+    /// the data directory, when the operator granted one, is the only file system: the
+    /// directory opened at load, never its path again.
     pub(crate) fn new(
         component: Arc<str>,
         limits: &ToolLimits,
-        data_dir: Option<&Path>,
+        data_dir: Option<&DataDir>,
+        descriptors: Arc<DescriptorBudget>,
         control: Arc<CallControl>,
-    ) -> Result<Self> {
+    ) -> Self {
         let operator_log = OperatorLog {
             component,
             limit: limits.stderr_bytes,
@@ -50,35 +54,64 @@ impl GuestState {
             .allow_tcp(false)
             .allow_udp(false)
             .allow_ip_name_lookup(false);
+        let mut wasi = wasi.build();
         if let Some(dir) = data_dir {
-            wasi.preopened_dir(dir, GUEST_DATA_DIR, FsPerms::ReadWrite)
-                .map_err(anyhow::Error::from)
-                .with_context(|| format!("opening the data directory {}", dir.display()))?;
+            *wasi.filesystem() = dir.filesystem();
         }
-        Ok(Self {
-            wasi: wasi.build(),
+        Self {
+            wasi,
             table: {
                 let mut table = ResourceTable::new();
                 table.set_max_capacity(limits.host_resources);
                 table
             },
             limiter: GuestLimiter::new(limits, control.memory.clone()),
+            ledger: Arc::new(Ledger::new(limits, descriptors)),
+            listings: Listings::default(),
             control,
             note_bytes: limits.note_bytes,
             operator_log,
-        })
+        }
     }
 
     /// Bind a spare instance's state (made under `limits`, spare.rs) to the call that takes
     /// it: its control block, and a limiter that reports to it.
     pub(crate) fn bind(&mut self, limits: &ToolLimits, control: Arc<CallControl>) {
-        self.limiter = GuestLimiter::new(limits, control.memory.clone());
+        self.limiter.rebind(limits, control.memory.clone());
         self.note_bytes = limits.note_bytes;
         self.control = control;
     }
 
     pub(crate) fn control(&self) -> &CallControl {
         &self.control
+    }
+
+    pub(crate) fn table(&mut self) -> &mut ResourceTable {
+        &mut self.table
+    }
+
+    pub(crate) fn ledger(&self) -> &Arc<Ledger> {
+        &self.ledger
+    }
+
+    /// wasmtime-wasi's file-system view of this store, whose functions files.rs calls.
+    pub(crate) fn filesystem_view(&mut self) -> WasiFilesystemCtxView<'_> {
+        WasiFilesystemCtxView { ctx: self.wasi.filesystem(), table: &mut self.table }
+    }
+
+    /// Host memory the call may still make the host hold.
+    pub(crate) fn host_memory_left(&self) -> usize {
+        self.ledger.host_memory_left()
+    }
+
+    pub(crate) fn track_listing(&mut self, rep: u32, cost: usize) {
+        self.listings.track(rep, cost);
+    }
+
+    /// Give back the charge of the listings the guest dropped.
+    pub(crate) fn settle_listings(&mut self) {
+        let ledger = &self.ledger;
+        self.listings.settle(&mut self.table, |cost| ledger.release_memory(cost));
     }
 }
 

@@ -9,6 +9,8 @@
 //! - [`call`]: one call, from instance to outcome, and the cleanup after a stop.
 //! - `control`: the control block a call shares with its guest and its handle.
 //! - `guest`: the store's data and the host side of the guest's imports.
+//! - `files`: a component's data directory, opened once, and the guards on its files.
+//! - `ledger`: what a call makes the host hold (host memory, descriptors), charged to it.
 //! - `spare`: instances made ahead of the calls that will use them.
 //! - `schema`: checking arguments and structured output against a tool's schemas, bounded.
 //! - [`limits`]: per-tool limits.
@@ -18,7 +20,9 @@ pub mod call;
 pub mod component;
 mod control;
 pub mod engine;
+mod files;
 mod guest;
+mod ledger;
 pub mod limits;
 mod schema;
 mod spare;
@@ -42,7 +46,8 @@ pub use call::{
 pub use component::{ComponentOptions, LoadError, MAX_SCHEMA_BYTES, ParamHeader, ParamKind, ToolSpec};
 pub use control::{MAX_PROGRESS_MESSAGE, Progress};
 pub use engine::EngineSettings;
-pub use guest::GUEST_DATA_DIR;
+pub use files::GUEST_DATA_DIR;
+pub use ledger::{DescriptorBudget, raise_open_file_limit};
 pub use limits::ToolLimits;
 pub use schema::CHECK_BUDGET as SCHEMA_CHECK_BUDGET;
 
@@ -58,6 +63,10 @@ pub struct RuntimeSettings {
     pub queue_timeout: Duration,
     /// Time budget for a component's `list` at load time.
     pub list_budget: Duration,
+    /// Descriptors of the process that guests never get: the listener, connections, logs
+    /// and the compile cache keep these whatever calls open. Guests share the rest of
+    /// the process's limit (`RLIMIT_NOFILE`), each call within its `open_files`.
+    pub reserved_descriptors: usize,
 }
 
 impl Default for RuntimeSettings {
@@ -66,6 +75,7 @@ impl Default for RuntimeSettings {
             engine: EngineSettings::default(),
             queue_timeout: Duration::from_secs(5),
             list_budget: Duration::from_secs(5),
+            reserved_descriptors: 256,
         }
     }
 }
@@ -97,12 +107,17 @@ pub struct PoolUsage {
     pub calls: usize,
     /// Spare instances made ahead of calls (at most one per component).
     pub spares: usize,
+    /// Linear memory the spare instances hold.
+    pub spare_memory_bytes: usize,
     /// Component instances alive in the pooling allocator.
     pub component_instances: u64,
     /// Core instances alive in the pooling allocator.
     pub core_instances: u64,
     /// Linear memories alive in the pooling allocator.
     pub memories: usize,
+    /// Host file descriptors guests hold beyond their stores' guarantees (open files and
+    /// file streams).
+    pub guest_descriptors: usize,
 }
 
 /// Loaded tool components and the means to run them.
@@ -116,7 +131,9 @@ pub struct Runtime {
     tools: HashMap<String, usize>,
     call_permits: Arc<Semaphore>,
     cleanup_permits: Arc<Semaphore>,
-    spare_slots: Arc<Semaphore>,
+    spares: Arc<spare::SpareBudget>,
+    /// Host descriptors guests may hold, across every call.
+    descriptors: Arc<DescriptorBudget>,
     shutdown: watch::Sender<bool>,
     next_call_id: AtomicU64,
 }
@@ -127,8 +144,18 @@ impl Runtime {
         let (engine, ticker) = engine::build_engine(&settings.engine)?;
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
+        files::shadow_filesystem(&mut linker)?;
         bindings::Plugin::add_to_linker::<_, HasSelf<_>>(&mut linker, |state| state)?;
         let slots = settings.engine.max_concurrent_calls;
+        let process_limit = ledger::open_file_limit();
+        let guest_descriptors = process_limit.saturating_sub(settings.reserved_descriptors);
+        if guest_descriptors < ToolLimits::default().open_files {
+            tracing::warn!(
+                "the process may open {process_limit} files and {} are reserved for the server: guests \
+                 share {guest_descriptors}; raise the hard limit (ulimit -Hn) or lower reserved_descriptors",
+                settings.reserved_descriptors
+            );
+        }
         Ok(Self {
             engine,
             ticker,
@@ -137,7 +164,12 @@ impl Runtime {
             tools: HashMap::new(),
             call_permits: Arc::new(Semaphore::new(slots)),
             cleanup_permits: Arc::new(Semaphore::new(slots)),
-            spare_slots: Arc::new(Semaphore::new(spare::SPARE_SLOTS)),
+            spares: Arc::new(spare::SpareBudget::new()),
+            // Every store the pool can hold at once is guaranteed a few descriptors.
+            descriptors: Arc::new(DescriptorBudget::new(
+                guest_descriptors,
+                engine::pool_slots(&settings.engine),
+            )),
             shutdown: watch::Sender::new(false),
             next_call_id: AtomicU64::new(1),
             settings,
@@ -146,12 +178,23 @@ impl Runtime {
 
     /// Load the component in `path`; its name is the file's stem.
     pub async fn load_file(&mut self, path: &Path, options: ComponentOptions) -> Result<(), LoadError> {
+        let name = path
+            .file_stem()
+            .map_or_else(|| path.display().to_string(), |stem| stem.to_string_lossy().into_owned());
+        self.load_named_file(&name, path, options).await
+    }
+
+    /// Load the component in `path` under `name`.
+    pub async fn load_named_file(
+        &mut self,
+        name: &str,
+        path: &Path,
+        options: ComponentOptions,
+    ) -> Result<(), LoadError> {
         let origin = path.display().to_string();
         let bytes =
             std::fs::read(path).map_err(|error| LoadError::new(&origin, format!("cannot read: {error}")))?;
-        let name =
-            path.file_stem().map_or_else(|| origin.clone(), |stem| stem.to_string_lossy().into_owned());
-        self.load_named(&name, &origin, &bytes, options).await
+        self.load_named(name, &origin, &bytes, options).await
     }
 
     /// Load a component from bytes (binary, or component WAT text).
@@ -171,11 +214,17 @@ impl Runtime {
         bytes: &[u8],
         options: ComponentOptions,
     ) -> Result<(), LoadError> {
+        let data_dir = match &options.data_dir {
+            Some(path) => Some(self.open_data_dir(name, origin, path)?),
+            None => None,
+        };
         let cache_dir = self.settings.engine.cache_dir.clone();
         let pre = component::prepare(&self.engine, &self.linker, origin, bytes, cache_dir.as_deref())?;
         let mut loaded = LoadedComponent {
             name: name.into(),
             pre,
+            data_dir,
+            descriptors: self.descriptors.clone(),
             options,
             tools: Vec::new(),
             schemas: HashMap::new(),
@@ -184,6 +233,21 @@ impl Runtime {
         };
         let infos = self.list_tools(&loaded).await.map_err(|problem| LoadError::new(origin, problem))?;
         loaded.tools = component::tool_specs(origin, infos)?;
+        let mut configured: Vec<&String> = loaded.options.tool_limits.keys().collect();
+        configured.sort();
+        for tool in configured {
+            if !loaded.tools.iter().any(|spec| &spec.name == tool) {
+                let exported: Vec<&str> = loaded.tools.iter().map(|spec| spec.name.as_str()).collect();
+                return Err(LoadError::new(
+                    origin,
+                    format!(
+                        "limits are configured for tool {tool:?}, which component {name} does not export \
+                         (it exports: {})",
+                        exported.join(", ")
+                    ),
+                ));
+            }
+        }
         loaded.schemas = component::compile_schemas(origin, &loaded.tools)?;
         let index = self.components.len();
         for tool in &loaded.tools {
@@ -202,14 +266,35 @@ impl Runtime {
         Ok(())
     }
 
+    /// Open `name`'s data directory once, refusing one inside (or around) another
+    /// component's: a guest could otherwise replace the inner directory with a symlink.
+    fn open_data_dir(&self, name: &str, origin: &str, path: &Path) -> Result<files::DataDir, LoadError> {
+        let dir = files::DataDir::open(path).map_err(|problem| LoadError::new(origin, problem))?;
+        for other in &self.components {
+            if let Some(other_dir) = other.data_dir.as_ref().filter(|other_dir| dir.overlaps(other_dir)) {
+                return Err(LoadError::new(
+                    origin,
+                    format!(
+                        "the data directory of component {name} ({}) overlaps that of component {} ({}): \
+                         each component needs a directory of its own, neither inside the other",
+                        dir.path.display(),
+                        other.name,
+                        other_dir.path.display()
+                    ),
+                ));
+            }
+        }
+        Ok(dir)
+    }
+
     /// Run the guest's `list` in a bounded instance.
     async fn list_tools(&self, component: &LoadedComponent) -> Result<Vec<bindings::ToolInfo>, String> {
         let budget = self.settings.list_budget;
         let _permit = self.call_permits.acquire().await.expect("the call semaphore is never closed");
         let _ticking = self.ticker.running();
         let (mut store, deadline) =
-            call::bounded_store(&self.engine, component, &component.options.limits, budget)
-                .map_err(|error| format!("{error:#}"))?;
+            call::bounded_store(&self.engine, component, &component.options.limits, budget);
+        let memory = store.data().control().memory.clone();
         let pre = component.pre.clone();
         let list = async move {
             let plugin = pre.instantiate_async(&mut store).await?;
@@ -217,6 +302,11 @@ impl Runtime {
         };
         match call::run_bounded(list, deadline).await {
             Some(Ok(tools)) => Ok(tools),
+            Some(Err(_)) if memory.refused.load(Ordering::Relaxed) => Err(format!(
+                "its linear memories need more than the {} MiB its calls may have (memory_mb counts \
+                 all of a component's memories together) just to be instantiated",
+                component.options.limits.memory_bytes >> 20
+            )),
             Some(Err(error)) => Err(format!("`list` failed: {error:#}")),
             None => Err(format!("`list` did not return within {budget:?}")),
         }
@@ -276,7 +366,7 @@ impl Runtime {
             shutdown: self.shutdown.subscribe(),
             permit,
             cleanup_permits: self.cleanup_permits.clone(),
-            spare_slots: self.spare_slots.clone(),
+            spares: self.spares.clone(),
         })
     }
 
@@ -301,10 +391,12 @@ impl Runtime {
         let metrics = self.engine.pooling_allocator_metrics();
         PoolUsage {
             calls,
-            spares: spare::SPARE_SLOTS - self.spare_slots.available_permits(),
+            spares: self.spares.spares(),
+            spare_memory_bytes: self.spares.memory_bytes(),
             component_instances: metrics.as_ref().map_or(0, |m| m.component_instances()),
             core_instances: metrics.as_ref().map_or(0, |m| m.core_instances()),
             memories: metrics.as_ref().map_or(0, |m| m.memories()),
+            guest_descriptors: self.descriptors.in_use(),
         }
     }
 
@@ -314,7 +406,7 @@ impl Runtime {
     pub async fn instantiate_once(&self, tool: &str) -> Result<impl Drop> {
         let component = &self.components[*self.tools.get(tool).context("unknown tool")?];
         let limits = component.options.limits_for(tool);
-        let mut store = call::new_store(&self.engine, component, limits, CallControl::new(limits), None)?;
+        let mut store = call::new_store(&self.engine, component, limits, CallControl::new(limits), None);
         component.pre.instantiate_async(&mut store).await?;
         Ok(store)
     }

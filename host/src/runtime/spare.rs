@@ -10,7 +10,9 @@
 //! A spare is exactly as fresh as an instance made on demand: no call has run in it, only
 //! the component's own instantiation, under a budget. Each component keeps at most one;
 //! at most [`SPARE_SLOTS`] exist at once (the pool reserves room for them, so spares never
-//! take a slot a call needs); shutdown drops them all.
+//! take a slot a call needs), and together they hold at most [`SPARE_MEMORY_BYTES`] of
+//! linear memory (a component of several memories could otherwise keep a call's worth of
+//! memory idle per spare); shutdown drops them all.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -28,6 +30,34 @@ use super::limits::ToolLimits;
 /// Spares that may exist at once, across all components.
 pub(crate) const SPARE_SLOTS: usize = 4;
 
+/// Linear memory all spares may hold together; a spare that would pass it is not kept.
+pub(crate) const SPARE_MEMORY_BYTES: usize = 64 << 20;
+
+/// What spares may hold across the runtime: pool slots and linear memory (in KiB permits).
+pub(crate) struct SpareBudget {
+    slots: Arc<Semaphore>,
+    memory_kib: Arc<Semaphore>,
+}
+
+impl SpareBudget {
+    pub(crate) fn new() -> Self {
+        Self {
+            slots: Arc::new(Semaphore::new(SPARE_SLOTS)),
+            memory_kib: Arc::new(Semaphore::new(SPARE_MEMORY_BYTES >> 10)),
+        }
+    }
+
+    /// Spares alive now.
+    pub(crate) fn spares(&self) -> usize {
+        SPARE_SLOTS - self.slots.available_permits()
+    }
+
+    /// Linear memory the spares hold now.
+    pub(crate) fn memory_bytes(&self) -> usize {
+        ((SPARE_MEMORY_BYTES >> 10) - self.memory_kib.available_permits()) << 10
+    }
+}
+
 /// How long a spare's instantiation may run (a component's start code runs in it).
 const SPARE_BUDGET: Duration = Duration::from_secs(1);
 
@@ -38,6 +68,7 @@ struct Spare {
     /// The limits it was made for: only a call under the same limits takes it.
     limits: ToolLimits,
     _slot: OwnedSemaphorePermit,
+    _memory: OwnedSemaphorePermit,
 }
 
 /// Where a component keeps its spare.
@@ -102,7 +133,7 @@ pub(crate) struct Refill {
     pub(crate) ticker: Arc<Ticker>,
     pub(crate) component: Arc<LoadedComponent>,
     pub(crate) limits: ToolLimits,
-    pub(crate) slots: Arc<Semaphore>,
+    pub(crate) budget: Arc<SpareBudget>,
     pub(crate) shutdown: watch::Receiver<bool>,
 }
 
@@ -115,16 +146,20 @@ impl Refill {
             return;
         }
         let Some(claim) = self.component.spare.begin_refill() else { return };
-        let Ok(slot) = self.slots.clone().try_acquire_owned() else { return };
+        let Ok(slot) = self.budget.slots.clone().try_acquire_owned() else { return };
         let _ticking = self.ticker.running();
-        let Ok((mut store, deadline)) =
-            bounded_store(&self.engine, &self.component, &self.limits, SPARE_BUDGET)
-        else {
-            return;
-        };
+        let (mut store, deadline) = bounded_store(&self.engine, &self.component, &self.limits, SPARE_BUDGET);
         match run_bounded(self.component.pre.instantiate_async(&mut store), deadline).await {
             Some(Ok(plugin)) => {
-                let spare = Spare { store, plugin, limits: self.limits, _slot: slot };
+                let kib = store.data().limiter.memory_used().div_ceil(1 << 10);
+                let memory = u32::try_from(kib)
+                    .ok()
+                    .and_then(|kib| self.budget.memory_kib.clone().try_acquire_many_owned(kib).ok());
+                let Some(memory) = memory else {
+                    tracing::debug!(component = %self.component.name, "no spare instance: the spares' memory budget is spent");
+                    return;
+                };
+                let spare = Spare { store, plugin, limits: self.limits, _slot: slot, _memory: memory };
                 claim.put(spare, &self.shutdown);
             }
             Some(Err(error)) => {

@@ -1,0 +1,325 @@
+//! A hostile component (`examples/hostile`) and hostile WAT guests against the runtime:
+//! whatever a guest makes the host hold (stream buffers, listings, descriptors, linear
+//! memory across memories) is charged to its call and bounded, and its data directory
+//! cannot be redirected or escaped.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use cordon::runtime::{CallReport, ComponentOptions, Content, Outcome, Runtime, RuntimeSettings, ToolLimits};
+use serde_json::{Value, json};
+
+fn hostile() -> PathBuf {
+    let path = cordon::paths::default_tools_dir().join("hostile.wasm");
+    assert!(path.is_file(), "{} is missing: run `cargo xtask guests` first", path.display());
+    path
+}
+
+fn fresh_dir(what: &str) -> PathBuf {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "cordon-attacks-{what}-{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+async fn hostile_runtime(settings: RuntimeSettings, limits: ToolLimits, data_dir: &Path) -> Runtime {
+    let mut runtime = Runtime::new(settings).unwrap();
+    let options =
+        ComponentOptions { limits, data_dir: Some(data_dir.to_owned()), ..ComponentOptions::default() };
+    runtime.load_file(&hostile(), options).await.unwrap();
+    runtime
+}
+
+/// The text a call returned, or its tool error's message.
+fn answer(report: &CallReport) -> String {
+    match &report.outcome {
+        Outcome::Completed(result) => match result.content.as_slice() {
+            [Content::Text(text)] => text.clone(),
+            other => panic!("expected one text item, got {other:?}"),
+        },
+        Outcome::ToolError(message) => message.clone(),
+        other => panic!("expected an answer, got {other:?}"),
+    }
+}
+
+async fn call(runtime: &Runtime, tool: &str, arguments: Value) -> CallReport {
+    runtime.call(tool, &arguments).await.unwrap().run().await
+}
+
+/// The first number in `text` ("opened 255 of 5000: ...").
+fn first_number(text: &str) -> usize {
+    let digits: String =
+        text.chars().skip_while(|c| !c.is_ascii_digit()).take_while(char::is_ascii_digit).collect();
+    digits.parse().unwrap_or_else(|_| panic!("no number in {text:?}"))
+}
+
+fn rss_bytes() -> usize {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let line = status.lines().find(|line| line.starts_with("VmRSS:")).unwrap();
+    first_number(line) << 10
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn file_streams_are_charged_to_the_call_s_host_memory() {
+    let dir = fresh_dir("streams");
+    // Descriptors are not the limit here: host memory is.
+    let limits = ToolLimits { open_files: 100_000, ..common::quick_limits() };
+    let runtime = hostile_runtime(common::settings(4), limits.clone(), &dir).await;
+    let before = rss_bytes();
+    let report = call(&runtime, "open_streams", json!({ "count": 10_000 })).await;
+    let text = answer(&report);
+    // 16 MiB of host memory, 64 KiB a stream: before the fix, all 10,000 (654 MB).
+    let allowed = limits.host_memory_bytes / (64 << 10);
+    assert!(text.starts_with(&format!("opened {allowed} of 10000 streams")), "{text}");
+    assert!(text.contains("insufficient-memory"), "{text}");
+    let grown = rss_bytes().saturating_sub(before);
+    assert!(grown < 200 << 20, "the server grew by {} MiB", grown >> 20);
+    assert_eq!(runtime.pool_usage().guest_descriptors, 0, "every stream's descriptor is given back");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn directory_listings_are_charged_while_the_guest_holds_them() {
+    let dir = fresh_dir("listings");
+    let limits = ToolLimits { host_memory_bytes: 4 << 20, ..common::quick_limits() };
+    let runtime = hostile_runtime(common::settings(4), limits.clone(), &dir).await;
+    let entries = 5_000;
+    assert_eq!(answer(&call(&runtime, "make_files", json!({ "count": entries })).await), "made 5000");
+    let report = call(&runtime, "list_dir", json!({ "times": 300 })).await;
+    let text = answer(&report);
+    // A listing costs 256 bytes, and 64 more than its name per entry ("entry-with-a-long-
+    // name-00000000": 31 bytes). Before the fix, all 300 listings (1.7 GB at 20,000 entries).
+    let listing = 256 + entries * (64 + 31);
+    let allowed = limits.host_memory_bytes / listing;
+    assert!(text.starts_with(&format!("took {allowed} of 300 listings")), "{text}");
+    assert!(text.contains("insufficient-memory"), "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_holds_at_most_its_open_files() {
+    let dir = fresh_dir("files");
+    let limits = common::quick_limits();
+    let runtime = hostile_runtime(common::settings(4), limits.clone(), &dir).await;
+    let report = call(&runtime, "hold_files", json!({ "count": 5_000 })).await;
+    let text = answer(&report);
+    // `/data` itself is one of the call's descriptors. Before the fix: 4,079, until the
+    // process ran out.
+    let opened = first_number(&text);
+    assert!((limits.open_files - 4..limits.open_files).contains(&opened), "{text}");
+    assert!(text.contains("\"quota\""), "{text}");
+    assert_eq!(runtime.pool_usage().guest_descriptors, 0, "the call's descriptors are given back");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn guests_share_the_server_s_descriptors_and_never_take_its_reserve() {
+    let dir = fresh_dir("server-files");
+    // Leave guests 300 of the process's descriptors, whatever the limit here is: the pool's
+    // 13 stores (4 calls, their cleanups, a `list`, 4 spares) are guaranteed 16 each, and
+    // 92 are shared.
+    let process_limit = cordon::runtime::raise_open_file_limit().unwrap();
+    let settings = RuntimeSettings { reserved_descriptors: process_limit - 300, ..common::settings(4) };
+    let runtime = hostile_runtime(settings, common::quick_limits(), &dir).await;
+    let holder = runtime.call("hold_files", &json!({ "count": 5_000, "hold_ms": 60_000 })).await.unwrap();
+    let holder_handle = holder.handle();
+    let holder_task = tokio::spawn(holder.run());
+    // Wait until the first call holds its files: the server's count tells.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while runtime.pool_usage().guest_descriptors < 92 {
+        assert!(tokio::time::Instant::now() < deadline, "the first call never opened its files");
+        tokio::task::yield_now().await;
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let second = answer(&call(&runtime, "hold_files", json!({ "count": 5_000 })).await);
+    let opened = first_number(&second);
+    assert!((12..16).contains(&opened), "the second call opened {opened}, its guarantee is 16: {second}");
+    assert!(second.contains("\"quota\""), "{second}");
+    // The server itself still opens files.
+    let files: Vec<_> = (0..100).map(|_| std::fs::File::open("/proc/self/status").unwrap()).collect();
+    drop(files);
+    holder_handle.cancel();
+    holder_task.await.unwrap();
+    assert_eq!(runtime.pool_usage().guest_descriptors, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_data_directory_is_opened_once_so_a_swapped_path_leads_nowhere() {
+    let dir = fresh_dir("swap");
+    let runtime = hostile_runtime(common::settings(4), common::quick_limits(), &dir).await;
+    let wrote = call(&runtime, "write_text", json!({ "path": "/data/mine.txt", "text": "mine" })).await;
+    assert_eq!(answer(&wrote), "wrote 4 bytes to /data/mine.txt");
+    // What a neighbour (or anyone) could do to the path: move the directory away and put a
+    // symlink to somewhere else in its place.
+    let elsewhere = fresh_dir("elsewhere");
+    std::fs::write(elsewhere.join("secret.txt"), "secret").unwrap();
+    std::fs::rename(&dir, dir.with_extension("moved")).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, &dir).unwrap();
+    let secret = answer(&call(&runtime, "read_text", json!({ "path": "/data/secret.txt" })).await);
+    assert!(!secret.contains("secret") || secret.contains("No such file"), "reached the symlink: {secret}");
+    assert_eq!(answer(&call(&runtime, "read_text", json!({ "path": "/data/mine.txt" })).await), "mine");
+    let planted = call(&runtime, "write_text", json!({ "path": "/data/planted.txt", "text": "x" })).await;
+    assert_eq!(answer(&planted), "wrote 1 bytes to /data/planted.txt");
+    assert!(!elsewhere.join("planted.txt").exists(), "a write went through the swapped path");
+    assert!(dir.with_extension("moved").join("planted.txt").exists());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn symlinks_a_guest_makes_point_down_only() {
+    let dir = fresh_dir("links");
+    let runtime = hostile_runtime(common::settings(4), common::quick_limits(), &dir).await;
+    for target in ["../../etc", "..", "sub/../../x", "/etc/passwd"] {
+        let text = answer(&call(&runtime, "symlink", json!({ "target": target, "link": "escape" })).await);
+        assert!(text.contains("not-permitted"), "{target}: {text}");
+        assert!(std::fs::symlink_metadata(dir.join("escape")).is_err(), "{target} was linked");
+    }
+    let text = answer(&call(&runtime, "symlink", json!({ "target": "mine.txt", "link": "alias" })).await);
+    assert_eq!(text, "linked alias -> mine.txt");
+    assert_eq!(std::fs::read_link(dir.join("alias")).unwrap(), Path::new("mine.txt"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_data_directory_inside_another_component_s_is_refused() {
+    let outer = fresh_dir("outer");
+    let mut runtime = hostile_runtime(common::settings(4), common::quick_limits(), &outer).await;
+    let inner = outer.join("inner");
+    let options = ComponentOptions { data_dir: Some(inner.clone()), ..ComponentOptions::default() };
+    let error = runtime.load_file(&cordon::paths::example_tools(), options).await.unwrap_err();
+    assert!(error.problem.contains("overlaps that of component hostile"), "{error}");
+    // And around it, and the same one.
+    for dir in [outer.parent().unwrap().to_owned(), outer.clone()] {
+        let options = ComponentOptions { data_dir: Some(dir), ..ComponentOptions::default() };
+        let error = runtime.load_file(&cordon::paths::example_tools(), options).await.unwrap_err();
+        assert!(error.problem.contains("overlaps"), "{error}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn limits_for_a_tool_the_component_does_not_export_are_a_load_error() {
+    let mut runtime = Runtime::new(common::settings(2)).unwrap();
+    let mut options = ComponentOptions::default();
+    options.tool_limits.insert("hold_fils".into(), ToolLimits::default());
+    let error = runtime.load_file(&hostile(), options).await.unwrap_err();
+    assert!(error.problem.contains("tool \"hold_fils\", which component hostile does not export"), "{error}");
+    assert!(error.problem.contains("hold_files"), "the message lists what it exports: {error}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_component_whose_memories_exceed_memory_mb_at_instantiation_is_refused_at_load() {
+    let limits = ToolLimits { memory_bytes: 8 << 20, ..common::quick_limits() };
+    let mut runtime = Runtime::new(common::settings(2)).unwrap();
+    let options = ComponentOptions { limits, ..ComponentOptions::default() };
+    let guest = common::WatGuest::new("big", common::DONE_BODY).memory_pages(129);
+    let error = runtime.load_bytes("big", &guest.component(), options).await.unwrap_err();
+    assert!(error.problem.contains("need more than the 8 MiB its calls may have"), "{error}");
+}
+
+/// `cordon serve --stdio` with the process's hard limit at 1,024 descriptors: four calls
+/// that each try to hold 5,000 files get the guests' share only, and the server and the
+/// other tools keep theirs (before: the first call took every descriptor, and every other
+/// tool failed with "Too many open files"). Guests share 1,024 − 256 (the server's
+/// reserve on stdio); the pool's 21 stores (8 calls, 8 cleanups, a `list`, 4 spares) are
+/// guaranteed 16 each, so other tools' calls always open files.
+#[test]
+fn guests_holding_files_leave_the_server_and_other_tools_their_descriptors() {
+    use std::io::{BufRead, BufReader, Write};
+    use std::os::unix::process::CommandExt;
+    use std::process::{Command, Stdio};
+
+    let dir = fresh_dir("serve-files");
+    let config = dir.join("cordon.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[server]\ncache = false\nmax_concurrent_calls = 8\n\n\
+             [[components]]\npath = {hostile:?}\ndata_dir = \"hostile-data\"\n\
+             limits = {{ grace_ms = 50, max_duration_ms = 20000 }}\n\n\
+             [[components]]\npath = {tools:?}\ndata_dir = \"tools-data\"\n",
+            hostile = hostile().display().to_string(),
+            tools = cordon::paths::example_tools().display().to_string(),
+        ),
+    )
+    .unwrap();
+    let mut command = Command::new(env!("CARGO_BIN_EXE_cordon"));
+    command
+        .args(["serve", "--stdio", "--config"])
+        .arg(&config)
+        .env("CORDON_LOG", "info")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    // SAFETY: setrlimit is async-signal-safe; nothing else runs between fork and exec.
+    unsafe {
+        command.pre_exec(|| {
+            let limit = libc::rlimit { rlim_cur: 1024, rlim_max: 1024 };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut child = command.spawn().unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let (lines_sender, lines) = std::sync::mpsc::channel::<String>();
+    let stdout = child.stdout.take().unwrap();
+    let out_sender = lines_sender.clone();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = out_sender.send(format!("out {line}"));
+        }
+    });
+    let stderr = child.stderr.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = lines_sender.send(format!("log {line}"));
+        }
+    });
+    let mut send = |id: u32, tool: &str, arguments: Value| {
+        let meta = json!({
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {},
+        });
+        let request = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": {"name": tool, "arguments": arguments, "_meta": meta}});
+        stdin.write_all(format!("{request}\n").as_bytes()).unwrap();
+        stdin.flush().unwrap();
+    };
+    for id in 1..=4 {
+        send(id, "hold_files", json!({ "count": 5_000, "hold_ms": 4_000 }));
+    }
+    // Wait (on the operator's log) until all four hold what they could get.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let mut held = Vec::new();
+    while held.len() < 4 {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        let line = lines.recv_timeout(left).expect("the holders never reported");
+        if let Some(at) = line.find("holding ") {
+            held.push(first_number(&line[at..]));
+        }
+    }
+    // The guests' share is the limit less the server's reserve (256 on stdio).
+    assert!(held.iter().sum::<usize>() <= 1024 - 256, "guests hold {held:?}");
+    send(5, "reindex", json!({ "collection": "books", "total": 40, "step_ms": 1 }));
+    send(6, "locks", json!({}));
+    let mut answers = std::collections::HashMap::new();
+    while !(answers.contains_key(&5) && answers.contains_key(&6)) {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        let line = lines.recv_timeout(left).expect("the other tools were not answered");
+        if let Some(message) = line.strip_prefix("out ") {
+            let message: Value = serde_json::from_str(message).unwrap();
+            answers.insert(message["id"].as_u64().unwrap(), message);
+        }
+    }
+    for id in [5, 6] {
+        let result = &answers[&id]["result"];
+        assert!(result["content"].is_array() && result["isError"] != true, "call {id}: {}", answers[&id]);
+    }
+    assert!(answers.keys().all(|&id| id > 4), "the holders were still holding: {answers:?}");
+    drop(stdin);
+    let _ = child.wait();
+}
