@@ -323,3 +323,26 @@ fn guests_holding_files_leave_the_server_and_other_tools_their_descriptors() {
     drop(stdin);
     let _ = child.wait();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spare_instances_share_a_memory_budget() {
+    // Four components of 20 MiB of memory each: a spare of each would hold 80 MiB idle,
+    // past the spares' 64 MiB.
+    let limits = ToolLimits { memory_bytes: 32 << 20, ..common::quick_limits() };
+    let mut runtime = Runtime::new(common::settings(8)).unwrap();
+    for index in 0..4 {
+        let tool = format!("big{index}");
+        let guest = common::WatGuest::new(&tool, common::DONE_BODY).memory_pages(320);
+        let options = ComponentOptions { limits: limits.clone(), ..ComponentOptions::default() };
+        runtime.load_bytes(&tool, &guest.component(), options).await.unwrap();
+    }
+    for index in 0..4 {
+        let call = runtime.call(&format!("big{index}"), &json!({})).await.unwrap();
+        let (report, teardown) = call.run_deferring_teardown().await;
+        assert!(matches!(report.outcome, Outcome::Completed(_)), "{:?}", report.outcome);
+        teardown.finish().await; // makes the component's spare, if the budget allows
+    }
+    let usage = runtime.pool_usage();
+    assert_eq!(usage.spares, 3, "{usage:?}");
+    assert_eq!(usage.spare_memory_bytes, 3 * (20 << 20), "{usage:?}");
+}
