@@ -125,6 +125,9 @@ pub fn progress(done: f64, total: Option<f64>, message: &str) {
 
 /// `Err(Cancelled)` once the call should stop (the client cancelled it, a timeout passed or
 /// the host is shutting down). Check it between units of work and propagate it with `?`.
+///
+/// Once a call has checked, a stop also ends the wait it is parked in (a sleep, a poll) at
+/// once, so check again after every wait: a sleep that returns may have been cut short.
 pub fn check_cancelled() -> Result<(), Cancelled> {
     if host::cancelled() { Err(Cancelled) } else { Ok(()) }
 }

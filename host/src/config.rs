@@ -27,6 +27,11 @@
 //! data_dir = "/srv/tools-data"   # preopened at /data; `true`: ~/.local/share/cordon/<name>;
 //!                                # left out: no file system at all. Opened once, at load;
 //!                                # no component's may be inside another's
+//! env = { REGION = "eu" }       # the environment the guest sees: these variables only
+//! secrets = { API_TOKEN = { env = "GITHUB_TOKEN" }, DB_PASSWORD = { file = "/run/secrets/db" } }
+//!                                # more variables, read from the server's environment or a
+//!                                # file (one trailing newline dropped) when the config is
+//!                                # read; values never appear in logs, errors or output
 //! limits = { memory_mb = 64, idle_timeout_ms = 60000, max_duration_ms = 300000 }
 //! # memory_mb counts all of the component's linear memories together. Also:
 //! # table_elements, instances, tables, memories, hostcall_kb, result_kb, note_kb,
@@ -43,7 +48,7 @@
 //! silently. Without a config file, the example tools (`target/guests/example-tools.wasm`,
 //! built by `cargo xtask guests`) are served with default limits.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -51,7 +56,7 @@ use anyhow::{Context, Result, bail};
 use serde::Deserialize;
 
 use crate::paths;
-use crate::runtime::{ComponentOptions, EngineSettings, RuntimeSettings, ToolLimits};
+use crate::runtime::{ComponentOptions, EngineSettings, Environment, RuntimeSettings, ToolLimits};
 use crate::transport::http::HttpSettings;
 
 #[derive(Debug, Default, Deserialize)]
@@ -99,10 +104,49 @@ pub struct ComponentConfig {
     pub name: Option<String>,
     /// Files are a grant, never a default: without this key a component sees none.
     pub data_dir: Option<DataDirConfig>,
+    /// Environment variables with literal values.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// Environment variables whose values are secrets, read from elsewhere.
+    #[serde(default)]
+    pub secrets: BTreeMap<String, SecretSource>,
     #[serde(default)]
     pub limits: LimitsConfig,
     #[serde(default)]
     pub tools: HashMap<String, LimitsConfig>,
+}
+
+/// Where a secret's value comes from.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, untagged)]
+pub enum SecretSource {
+    /// A variable of the server's own environment.
+    Env { env: String },
+    /// A file (relative to the config file); one trailing newline is dropped.
+    File { file: PathBuf },
+}
+
+impl SecretSource {
+    /// The secret's value. Errors name the variable and where it was looked for, never a
+    /// value.
+    fn read(&self, name: &str, base: &Path) -> Result<String> {
+        match self {
+            SecretSource::Env { env } => std::env::var(env)
+                .with_context(|| format!("secret {name}: the server's environment has no usable {env}")),
+            SecretSource::File { file } => {
+                let path = base.join(file);
+                let mut value = std::fs::read_to_string(&path)
+                    .with_context(|| format!("secret {name}: cannot read {}", path.display()))?;
+                if value.ends_with('\n') {
+                    value.pop();
+                    if value.ends_with('\r') {
+                        value.pop();
+                    }
+                }
+                Ok(value)
+            }
+        }
+    }
 }
 
 /// A component's `data_dir`: a path (relative to the config file), or `true` for the
@@ -256,10 +300,19 @@ impl Config {
                 Some(DataDirConfig::Default(true)) => Some(paths::default_data_dir(&name)),
                 Some(DataDirConfig::Default(false)) | None => None,
             };
+            let mut variables: Vec<(String, String)> = component.env.into_iter().collect();
+            for (variable, source) in &component.secrets {
+                if variables.iter().any(|(name, _)| name == variable) {
+                    bail!("component {name}: {variable} is in both `env` and `secrets`");
+                }
+                variables.push((variable.clone(), source.read(variable, base)?));
+            }
+            let environment = Environment::new(variables)
+                .map_err(|problem| anyhow::anyhow!("component {name}: {problem}"))?;
             components.push(ComponentPlan {
                 name,
                 path,
-                options: ComponentOptions { limits, tool_limits, data_dir },
+                options: ComponentOptions { limits, tool_limits, data_dir, environment },
             });
         }
         if components.is_empty() {
@@ -375,6 +428,51 @@ mod tests {
         .unwrap();
         let dirs: Vec<_> = plan.components.iter().map(|c| c.options.data_dir.clone().unwrap()).collect();
         assert_eq!(dirs, [paths::default_data_dir("first"), paths::default_data_dir("x")]);
+    }
+
+    #[test]
+    fn environment_and_secrets_are_resolved_and_never_shown() {
+        let dir = std::env::temp_dir().join(format!("cordon-config-secrets-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("token"), "s3cr3t-from-file\n").unwrap();
+        let config: Config = toml::from_str(
+            "[[components]]\npath = \"a.wasm\"\nenv = { REGION = \"eu\" }\n\
+             secrets = { TOKEN = { file = \"token\" } }\n",
+        )
+        .unwrap();
+        let plan = config.plan(&dir).unwrap();
+        let environment = &plan.components[0].options.environment;
+        assert_eq!(
+            environment.variables(),
+            [("REGION".to_owned(), "eu".to_owned()), ("TOKEN".to_owned(), "s3cr3t-from-file".to_owned())]
+        );
+        let shown = format!("{plan:?}");
+        assert!(shown.contains("TOKEN") && !shown.contains("s3cr3t") && !shown.contains("\"eu\""), "{shown}");
+
+        let missing = toml::from_str::<Config>(
+            "[[components]]\npath = \"a.wasm\"\nsecrets = { T = { env = \"CORDON_NO_SUCH_VARIABLE\" } }\n",
+        )
+        .unwrap()
+        .plan(&dir)
+        .unwrap_err();
+        assert!(
+            format!("{missing:#}")
+                .contains("secret T: the server's environment has no usable CORDON_NO_SUCH_VARIABLE")
+        );
+        let both = toml::from_str::<Config>(
+            "[[components]]\npath = \"a.wasm\"\nenv = { T = \"x\" }\nsecrets = { T = { file = \"token\" } }\n",
+        )
+        .unwrap()
+        .plan(&dir)
+        .unwrap_err();
+        assert!(format!("{both:#}").contains("T is in both"), "{both:#}");
+        assert!(
+            toml::from_str::<Config>(
+                "[[components]]\npath = \"a.wasm\"\nsecrets = { T = { vault = \"x\" } }\n"
+            )
+            .is_err()
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -219,6 +219,110 @@ async fn a_component_whose_memories_exceed_memory_mb_at_instantiation_is_refused
     assert!(error.problem.contains("need more than the 8 MiB its calls may have"), "{error}");
 }
 
+/// `cordon serve --stdio --config <config>`, its hard limit on open files at `max_files`
+/// when given, with `environment` added to its own; its stdout lines come as "out ..." and
+/// its stderr lines as "log ..." on one channel.
+struct Served {
+    child: std::process::Child,
+    stdin: Option<std::process::ChildStdin>,
+    lines: std::sync::mpsc::Receiver<String>,
+}
+
+impl Served {
+    fn start(config: &Path, max_files: Option<u64>, environment: &[(&str, &str)]) -> Self {
+        use std::io::{BufRead, BufReader};
+        use std::os::unix::process::CommandExt;
+        use std::process::{Command, Stdio};
+
+        let mut command = Command::new(env!("CARGO_BIN_EXE_cordon"));
+        command
+            .args(["serve", "--stdio", "--config"])
+            .arg(config)
+            .env("CORDON_LOG", "debug")
+            .envs(environment.iter().copied())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        if let Some(max_files) = max_files {
+            // SAFETY: setrlimit is async-signal-safe; nothing else runs between fork and exec.
+            unsafe {
+                command.pre_exec(move || {
+                    let limit = libc::rlimit { rlim_cur: max_files, rlim_max: max_files };
+                    if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
+        }
+        let mut child = command.spawn().unwrap();
+        let (sender, lines) = std::sync::mpsc::channel::<String>();
+        let stdout = child.stdout.take().unwrap();
+        let out = sender.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                let _ = out.send(format!("out {line}"));
+            }
+        });
+        let stderr = child.stderr.take().unwrap();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                let _ = sender.send(format!("log {line}"));
+            }
+        });
+        let stdin = child.stdin.take();
+        Self { child, stdin, lines }
+    }
+
+    fn call(&mut self, id: u32, tool: &str, arguments: Value) {
+        use std::io::Write;
+        let meta = json!({
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {},
+        });
+        let request = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": {"name": tool, "arguments": arguments, "_meta": meta}});
+        let stdin = self.stdin.as_mut().unwrap();
+        stdin.write_all(format!("{request}\n").as_bytes()).unwrap();
+        stdin.flush().unwrap();
+    }
+
+    /// The next line before `deadline`, or a panic saying what was awaited.
+    fn next_line(&self, deadline: std::time::Instant, awaited: &str) -> String {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        self.lines.recv_timeout(left).unwrap_or_else(|_| panic!("{awaited}: nothing before the deadline"))
+    }
+
+    /// The answers to `ids`, and every log line seen on the way.
+    fn answers(
+        &self,
+        ids: &[u64],
+        deadline: std::time::Instant,
+    ) -> (std::collections::HashMap<u64, Value>, Vec<String>) {
+        let mut answers = std::collections::HashMap::new();
+        let mut log = Vec::new();
+        while !ids.iter().all(|id| answers.contains_key(id)) {
+            let line = self.next_line(deadline, "answers");
+            match line.strip_prefix("out ") {
+                Some(message) => {
+                    let message: Value = serde_json::from_str(message).unwrap();
+                    answers.insert(message["id"].as_u64().unwrap(), message);
+                }
+                None => log.push(line),
+            }
+        }
+        (answers, log)
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        drop(self.stdin.take());
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 /// `cordon serve --stdio` with the process's hard limit at 1,024 descriptors: four calls
 /// that each try to hold 5,000 files get the guests' share only, and the server and the
 /// other tools keep theirs (before: the first call took every descriptor, and every other
@@ -227,10 +331,6 @@ async fn a_component_whose_memories_exceed_memory_mb_at_instantiation_is_refused
 /// guaranteed 16 each, so other tools' calls always open files.
 #[test]
 fn guests_holding_files_leave_the_server_and_other_tools_their_descriptors() {
-    use std::io::{BufRead, BufReader, Write};
-    use std::os::unix::process::CommandExt;
-    use std::process::{Command, Stdio};
-
     let dir = fresh_dir("serve-files");
     let config = dir.join("cordon.toml");
     std::fs::write(
@@ -245,83 +345,64 @@ fn guests_holding_files_leave_the_server_and_other_tools_their_descriptors() {
         ),
     )
     .unwrap();
-    let mut command = Command::new(env!("CARGO_BIN_EXE_cordon"));
-    command
-        .args(["serve", "--stdio", "--config"])
-        .arg(&config)
-        .env("CORDON_LOG", "info")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    // SAFETY: setrlimit is async-signal-safe; nothing else runs between fork and exec.
-    unsafe {
-        command.pre_exec(|| {
-            let limit = libc::rlimit { rlim_cur: 1024, rlim_max: 1024 };
-            if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
-    let mut child = command.spawn().unwrap();
-    let mut stdin = child.stdin.take().unwrap();
-    let (lines_sender, lines) = std::sync::mpsc::channel::<String>();
-    let stdout = child.stdout.take().unwrap();
-    let out_sender = lines_sender.clone();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            let _ = out_sender.send(format!("out {line}"));
-        }
-    });
-    let stderr = child.stderr.take().unwrap();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            let _ = lines_sender.send(format!("log {line}"));
-        }
-    });
-    let mut send = |id: u32, tool: &str, arguments: Value| {
-        let meta = json!({
-            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-            "io.modelcontextprotocol/clientCapabilities": {},
-        });
-        let request = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
-            "params": {"name": tool, "arguments": arguments, "_meta": meta}});
-        stdin.write_all(format!("{request}\n").as_bytes()).unwrap();
-        stdin.flush().unwrap();
-    };
+    let mut server = Served::start(&config, Some(1024), &[]);
     for id in 1..=4 {
-        send(id, "hold_files", json!({ "count": 5_000, "hold_ms": 4_000 }));
+        server.call(id, "hold_files", json!({ "count": 5_000, "hold_ms": 4_000 }));
     }
     // Wait (on the operator's log) until all four hold what they could get.
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     let mut held = Vec::new();
     while held.len() < 4 {
-        let left = deadline.saturating_duration_since(std::time::Instant::now());
-        let line = lines.recv_timeout(left).expect("the holders never reported");
+        let line = server.next_line(deadline, "the holders' reports");
         if let Some(at) = line.find("holding ") {
             held.push(first_number(&line[at..]));
         }
     }
     // The guests' share is the limit less the server's reserve (256 on stdio).
     assert!(held.iter().sum::<usize>() <= 1024 - 256, "guests hold {held:?}");
-    send(5, "reindex", json!({ "collection": "books", "total": 40, "step_ms": 1 }));
-    send(6, "locks", json!({}));
-    let mut answers = std::collections::HashMap::new();
-    while !(answers.contains_key(&5) && answers.contains_key(&6)) {
-        let left = deadline.saturating_duration_since(std::time::Instant::now());
-        let line = lines.recv_timeout(left).expect("the other tools were not answered");
-        if let Some(message) = line.strip_prefix("out ") {
-            let message: Value = serde_json::from_str(message).unwrap();
-            answers.insert(message["id"].as_u64().unwrap(), message);
-        }
-    }
+    server.call(5, "reindex", json!({ "collection": "books", "total": 40, "step_ms": 1 }));
+    server.call(6, "locks", json!({}));
+    let (answers, _) = server.answers(&[5, 6], deadline);
     for id in [5, 6] {
         let result = &answers[&id]["result"];
         assert!(result["content"].is_array() && result["isError"] != true, "call {id}: {}", answers[&id]);
     }
     assert!(answers.keys().all(|&id| id > 4), "the holders were still holding: {answers:?}");
-    drop(stdin);
-    let _ = child.wait();
+}
+
+#[test]
+fn a_component_sees_exactly_its_environment_and_secrets_never_reach_the_log() {
+    let dir = fresh_dir("serve-env");
+    std::fs::write(dir.join("db-password"), "pa55-from-file\n").unwrap();
+    let config = dir.join("cordon.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[server]\ncache = false\n\n\
+             [[components]]\npath = {hostile:?}\n\
+             env = {{ REGION = \"eu\" }}\n\
+             secrets = {{ API_TOKEN = {{ env = \"CORDON_TEST_TOKEN\" }}, DB_PASSWORD = {{ file = \"db-password\" }} }}\n",
+            hostile = hostile().display().to_string(),
+        ),
+    )
+    .unwrap();
+    let mut server = Served::start(&config, None, &[("CORDON_TEST_TOKEN", "t0ken-from-env")]);
+    server.call(1, "env_names", json!({}));
+    server.call(2, "env_var", json!({ "name": "API_TOKEN" }));
+    server.call(3, "env_var", json!({ "name": "DB_PASSWORD" }));
+    server.call(4, "env_var", json!({ "name": "CORDON_TEST_TOKEN" }));
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let (answers, log) = server.answers(&[1, 2, 3, 4], deadline);
+    let text = |id: u64| answers[&id]["result"]["content"][0]["text"].as_str().unwrap().to_owned();
+    // Nothing of the server's environment (PATH, HOME, CORDON_LOG, the token's source).
+    assert_eq!(text(1), "API_TOKEN,DB_PASSWORD,REGION");
+    assert_eq!(text(2), "t0ken-from-env");
+    assert_eq!(text(3), "pa55-from-file");
+    assert_eq!(text(4), "(unset)");
+    drop(server);
+    for line in &log {
+        assert!(!line.contains("t0ken") && !line.contains("pa55"), "a secret reached the log: {line}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -69,6 +69,33 @@ async fn a_guest_blocked_in_a_60s_host_sleep_is_stopped_and_its_note_reaches_cle
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_ends_the_sleep_of_a_guest_that_checks_so_it_returns_at_once() {
+    // Checks, then sleeps 60 s, in a loop: before, it noticed the cancel only when the
+    // grace period ended and the hard stop dropped it.
+    // It reports progress just before each sleep, so the test knows when it sleeps.
+    let body = "(block $out (loop $l (br_if $out (call $cancelled))
+                  (call $progress (f64.const 1) (i32.const 0) (f64.const 0) (i32.const 0) (i32.const 0) (i32.const 0))
+                  (call $sleep_ms (i64.const 60000)) (br $l)))
+                (call $err_text (i32.const 2000) (i32.const 4))";
+    let guest = WatGuest::new("napper", body).cleanup("");
+    let mut limits = quick_limits();
+    limits.grace = Duration::from_secs(10);
+    let runtime = runtime_with(&[guest], limits).await;
+    let call = runtime.call("napper", &no_args()).await.unwrap();
+    let handle = call.handle();
+    let mut progress = handle.progress();
+    let running = tokio::spawn(call.run());
+    progress.changed().await.unwrap();
+    let cancelled_at = Instant::now();
+    handle.cancel();
+    let report = running.await.unwrap();
+    assert_eq!(report.outcome, Outcome::Cancelled);
+    assert!(!report.hard_stopped, "the guest returned on its own");
+    let took = report.stopped_at - cancelled_at;
+    assert!(took < Duration::from_secs(1), "it returned {took:?} after the cancel");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cooperative_guest_returns_within_grace_without_a_hard_stop() {
     let body = "(block $out (loop $l (br_if $out (call $cancelled)) (call $sleep_ms (i64.const 1)) (br $l)))
                 (call $err_text (i32.const 2000) (i32.const 4))";

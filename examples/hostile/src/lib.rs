@@ -12,6 +12,7 @@
 //! - `read_text(path)` / `write_text(path, text)` read and write a file.
 //! - `park(ms)` waits in a host call (a WASI sleep) and never checks for cancellation.
 //! - `alloc_mb(mb)` allocates and touches `mb` MiB of linear memory.
+//! - `env_names()` lists the environment variables it sees; `env_var(name)` reads one.
 //!
 //! Every tool answers with what it managed before the host refused, so a test sees where
 //! the host drew the line; none of them cooperates with cancellation.
@@ -217,6 +218,25 @@ fn alloc_mb(args: Alloc) -> Result<String, ToolError> {
     Ok(format!("allocated {} MiB", blocks.len()))
 }
 
+fn env_names(_: Empty) -> Result<String, ToolError> {
+    let mut names: Vec<String> = std::env::vars().map(|(name, _)| name).collect();
+    names.sort();
+    Ok(names.join(","))
+}
+
+#[derive(Deserialize, JsonSchema)]
+struct Empty {}
+
+#[derive(Deserialize, JsonSchema)]
+struct EnvVar {
+    /// The variable's name.
+    name: String,
+}
+
+fn env_var(args: EnvVar) -> Result<String, ToolError> {
+    Ok(std::env::var(&args.name).unwrap_or_else(|_| "(unset)".into()))
+}
+
 struct Hostile;
 
 impl Plugin for Hostile {
@@ -231,6 +251,8 @@ impl Plugin for Hostile {
             Tool::new("write_text", "Writes a file.", write_text),
             Tool::new("park", "Waits in a host call, never checking for cancellation.", park),
             Tool::new("alloc_mb", "Allocates and touches linear memory.", alloc_mb),
+            Tool::new("env_names", "Lists the environment variables the component sees.", env_names),
+            Tool::new("env_var", "Reads an environment variable.", env_var),
         ]
     }
 }

@@ -510,6 +510,7 @@ pub(crate) fn new_store(
         component.name.clone(),
         limits,
         component.data_dir.as_ref(),
+        &component.options.environment,
         component.descriptors.clone(),
         control,
     );

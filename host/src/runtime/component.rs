@@ -49,6 +49,39 @@ pub struct ComponentOptions {
     /// system at all. Created if missing and opened once, at load; it may not overlap
     /// another component's.
     pub data_dir: Option<PathBuf>,
+    /// The environment the guest sees: these variables and nothing of the server's.
+    pub environment: Environment,
+}
+
+/// Environment variables for a component, literal values and secrets alike. Its `Debug`
+/// shows the names only, so no value ever reaches a log or an error message.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct Environment(Vec<(String, String)>);
+
+impl Environment {
+    /// An environment of these variables. A name must be non-empty and hold no `=` or NUL,
+    /// a value no NUL; the error names the variable, never its value.
+    pub fn new(variables: Vec<(String, String)>) -> Result<Self, String> {
+        for (name, value) in &variables {
+            if name.is_empty() || name.contains(['=', '\0']) {
+                return Err(format!("{name:?} is not a valid environment variable name"));
+            }
+            if value.contains('\0') {
+                return Err(format!("the value of {name} holds a NUL byte"));
+            }
+        }
+        Ok(Self(variables))
+    }
+
+    pub fn variables(&self) -> &[(String, String)] {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Environment {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_set().entries(self.0.iter().map(|(name, _)| name)).finish()
+    }
 }
 
 impl ComponentOptions {

@@ -51,6 +51,11 @@ pub(crate) struct CallControl {
     hard_stop_at: OnceLock<Instant>,
     /// Wakes the driver when a stop is requested.
     pub(crate) wake: Notify,
+    /// Turns true when a stop is requested: wakes the waits of a guest that checks.
+    stop_signal: watch::Sender<bool>,
+    /// Whether the guest asked `cancelled()` or `time-left()`: it checks for a stop, so a
+    /// stop may end its waits early (waits.rs).
+    checks_for_stop: AtomicBool,
     /// Milliseconds since `started` of the last accepted progress report.
     last_progress_ms: AtomicU64,
     progress: watch::Sender<Option<Progress>>,
@@ -69,6 +74,8 @@ impl CallControl {
             hard_stop: AtomicBool::new(false),
             hard_stop_at: OnceLock::new(),
             wake: Notify::new(),
+            stop_signal: watch::Sender::new(false),
+            checks_for_stop: AtomicBool::new(false),
             last_progress_ms: AtomicU64::new(0),
             progress: watch::Sender::new(None),
             note: Mutex::new(None),
@@ -86,7 +93,13 @@ impl CallControl {
         self.stopping.store(true, Ordering::Release);
         drop(stop);
         self.wake.notify_one();
+        self.stop_signal.send_replace(true);
         true
+    }
+
+    /// A receiver that turns true once a stop is requested (at once if one was).
+    pub(crate) fn stop_signal(&self) -> watch::Receiver<bool> {
+        self.stop_signal.subscribe()
     }
 
     /// Grace is over: from now on the guest traps at its next epoch check.
@@ -110,6 +123,15 @@ impl CallControl {
 
     pub(crate) fn is_stopping(&self) -> bool {
         self.stopping.load(Ordering::Acquire)
+    }
+
+    /// The guest asked whether it should stop: it is one that checks.
+    pub(crate) fn note_stop_check(&self) {
+        self.checks_for_stop.store(true, Ordering::Relaxed);
+    }
+
+    pub(crate) fn checks_for_stop(&self) -> bool {
+        self.checks_for_stop.load(Ordering::Relaxed)
     }
 
     pub(crate) fn started(&self) -> Instant {

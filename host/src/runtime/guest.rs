@@ -9,6 +9,7 @@ use wasmtime_wasi::filesystem::WasiFilesystemCtxView;
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
 use super::bindings::cordon::tool::{host, types};
+use super::component::Environment;
 use super::control::{CallControl, Progress};
 use super::files::{DataDir, Listings};
 use super::ledger::{DescriptorBudget, Ledger};
@@ -29,7 +30,8 @@ pub(crate) struct GuestState {
 }
 
 impl GuestState {
-    /// State for one store. WASI is locked down: no environment, no arguments, no network,
+    /// State for one store. WASI is locked down: only the environment the operator gave the
+    /// component (nothing of the server's), no arguments, no network,
     /// stdin closed, stdout discarded (stdout may be the MCP channel), stderr to the
     /// operator's log line by line, tagged with the component's name;
     /// the data directory, when the operator granted one, is the only file system: the
@@ -38,6 +40,7 @@ impl GuestState {
         component: Arc<str>,
         limits: &ToolLimits,
         data_dir: Option<&DataDir>,
+        environment: &Environment,
         descriptors: Arc<DescriptorBudget>,
         control: Arc<CallControl>,
     ) -> Self {
@@ -53,7 +56,8 @@ impl GuestState {
             .max_random_size(limits.hostcall_bytes.min(MAX_RANDOM_BYTES) as u64)
             .allow_tcp(false)
             .allow_udp(false)
-            .allow_ip_name_lookup(false);
+            .allow_ip_name_lookup(false)
+            .envs(environment.variables());
         let mut wasi = wasi.build();
         if let Some(dir) = data_dir {
             *wasi.filesystem() = dir.filesystem();
@@ -130,10 +134,12 @@ impl host::Host for GuestState {
     }
 
     fn cancelled(&mut self) -> wasmtime::Result<bool> {
+        self.control.note_stop_check();
         Ok(self.control.is_stopping())
     }
 
     fn time_left(&mut self) -> wasmtime::Result<Option<u64>> {
+        self.control.note_stop_check();
         Ok(self.control.time_left().map(|left| left.as_millis() as u64))
     }
 

@@ -11,6 +11,7 @@
 //! - `guest`: the store's data and the host side of the guest's imports.
 //! - `files`: a component's data directory, opened once, and the guards on its files.
 //! - `ledger`: what a call makes the host hold (host memory, descriptors), charged to it.
+//! - `waits`: a stop wakes a guest parked in a host wait.
 //! - `spare`: instances made ahead of the calls that will use them.
 //! - `schema`: checking arguments and structured output against a tool's schemas, bounded.
 //! - [`limits`]: per-tool limits.
@@ -26,6 +27,7 @@ mod ledger;
 pub mod limits;
 mod schema;
 mod spare;
+mod waits;
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -43,7 +45,9 @@ pub use bindings::{Content, EmbeddedResource, Media, ResourceLink, ToolAnnotatio
 pub use call::{
     Call, CallHandle, CallReport, CleanupOutcome, CleanupReport, Outcome, Teardown, Timeout, ToolResult,
 };
-pub use component::{ComponentOptions, LoadError, MAX_SCHEMA_BYTES, ParamHeader, ParamKind, ToolSpec};
+pub use component::{
+    ComponentOptions, Environment, LoadError, MAX_SCHEMA_BYTES, ParamHeader, ParamKind, ToolSpec,
+};
 pub use control::{MAX_PROGRESS_MESSAGE, Progress};
 pub use engine::EngineSettings;
 pub use files::GUEST_DATA_DIR;
@@ -145,6 +149,7 @@ impl Runtime {
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
         files::shadow_filesystem(&mut linker)?;
+        waits::wake_waits_on_stop(&mut linker)?;
         bindings::Plugin::add_to_linker::<_, HasSelf<_>>(&mut linker, |state| state)?;
         let slots = settings.engine.max_concurrent_calls;
         let process_limit = ledger::open_file_limit();
