@@ -65,6 +65,19 @@ const MEMORIES_PER_SLOT: u32 = 4;
 const TABLES_PER_SLOT: u32 = 8;
 const KEEP_RESIDENT_BYTES: usize = 256 << 10;
 const DECOMMIT_BATCH: usize = 16;
+/// Wasmtime's default reservation per linear memory on 64-bit hosts (4 GiB, plus a 32 MiB
+/// guard): enough that a 32-bit memory's accesses need no bounds checks.
+const FULL_RESERVATION: u64 = 1 << 32;
+const GUARD_BYTES: u64 = 32 << 20;
+/// The address space the memory pool may reserve: half of x86-64's 128 TiB user space.
+/// Past it (more than about 2,000 concurrent calls at 4 memories per slot) each memory
+/// reserves only `max_memory_bytes` and the guard, and compiled code checks bounds.
+const ADDRESS_SPACE_BUDGET: u64 = 64 << 40;
+/// Memory mappings the pool may hold per slot: a stack and its guard page (made at start),
+/// and a used memory's image, heap and guard (kept while the slot stays warm).
+const MAPPINGS_PER_SLOT: u64 = 6;
+/// Mappings for the rest of the process: code, heap, thread stacks.
+const OTHER_MAPPINGS: u64 = 10_000;
 
 /// Component instances the pool holds at once: each call and its cleanup, one `list` at
 /// load, and the spares.
@@ -75,6 +88,7 @@ pub(crate) fn pool_slots(settings: &EngineSettings) -> usize {
 /// Build the engine and start its epoch ticker.
 pub(crate) fn build_engine(settings: &EngineSettings) -> Result<(Engine, Arc<Ticker>)> {
     let slots = u32::try_from(pool_slots(settings)).context("max_concurrent_calls is too large")?;
+    check_map_count(slots);
     let mut pool = PoolingAllocationConfig::default();
     pool.total_component_instances(slots)
         .total_core_instances(slots * CORE_INSTANCES_PER_SLOT)
@@ -96,6 +110,16 @@ pub(crate) fn build_engine(settings: &EngineSettings) -> Result<(Engine, Arc<Tic
         .pagemap_scan(wasmtime::Enabled::Auto);
 
     let mut config = Config::new();
+    let memories = u64::from(slots) * u64::from(MEMORIES_PER_SLOT);
+    if memories * (FULL_RESERVATION + GUARD_BYTES) > ADDRESS_SPACE_BUDGET {
+        let reservation = (settings.max_memory_bytes as u64).next_multiple_of(1 << 16);
+        tracing::info!(
+            memories,
+            reservation_mb = reservation >> 20,
+            "the memory pool is too large for 4 GiB reservations; compiled code checks bounds"
+        );
+        config.memory_reservation(reservation).memory_guard_size(GUARD_BYTES);
+    }
     config
         .epoch_interruption(true)
         .concurrency_support(false)
@@ -106,6 +130,22 @@ pub(crate) fn build_engine(settings: &EngineSettings) -> Result<(Engine, Arc<Tic
         Engine::new(&config).map_err(anyhow::Error::from).context("configuring the wasmtime engine")?;
     let ticker = Ticker::start(&engine, settings.epoch_tick);
     Ok((engine, ticker))
+}
+
+/// Warn when Linux's cap on a process's memory mappings is below what the pool may use: a
+/// busy pool would then fail to instantiate (ENOMEM) and calls would trap.
+fn check_map_count(slots: u32) {
+    let Ok(text) = fs::read_to_string("/proc/sys/vm/max_map_count") else { return };
+    let Ok(limit) = text.trim().parse::<u64>() else { return };
+    let needed = u64::from(slots) * MAPPINGS_PER_SLOT + OTHER_MAPPINGS;
+    if limit < needed {
+        tracing::warn!(
+            limit,
+            needed,
+            "vm.max_map_count is too low for max_concurrent_calls: calls past it fail to \
+             instantiate; raise it (sysctl vm.max_map_count) or lower max_concurrent_calls"
+        );
+    }
 }
 
 /// The epoch ticker: one plain OS thread (never a tokio task: a busy runtime would delay
@@ -259,6 +299,15 @@ mod tests {
     fn component_of(count: usize) -> String {
         let instances = "(core instance (instantiate $empty))\n".repeat(count);
         format!("(component (core module $empty) {instances})")
+    }
+
+    #[test]
+    fn ten_thousand_concurrent_calls_fit_the_address_space() {
+        // 4 GiB reservations for this pool would need about 320 TiB, more than a 47-bit
+        // address space: the engine reserves `max_memory_bytes` per memory instead.
+        let settings = EngineSettings { max_concurrent_calls: 10_000, cache_dir: None, ..Default::default() };
+        let (engine, _ticker) = build_engine(&settings).unwrap();
+        Component::new(&engine, component_of(1)).expect("a component compiles for it");
     }
 
     #[test]
