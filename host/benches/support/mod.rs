@@ -1,5 +1,10 @@
 //! What the server benchmarks share: the binaries under test, a config serving the example
-//! tools, and the means to pause a server and read its CPU time.
+//! tools, the means to pause a server and read its CPU time, and the HTTP load generator.
+
+// Each benchmark uses a part of this module.
+#![allow(dead_code)]
+
+pub mod http;
 
 use std::path::PathBuf;
 use std::process::Child;
@@ -13,12 +18,20 @@ pub struct Binaries {
 }
 
 pub fn binaries() -> Binaries {
+    let (root, cordon) = cordon();
+    let python = root.join("target/e2e-venv/bin/python");
+    assert!(python.is_file(), "run `cargo xtask test` first: it builds the Python env");
+    Binaries { root, cordon, python }
+}
+
+/// The repository and `target/debug/cordon` (or `$CORDON_BIN`), for the benchmarks that
+/// need no Python.
+pub fn cordon() -> (PathBuf, PathBuf) {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
     let cordon =
         std::env::var_os("CORDON_BIN").map_or_else(|| root.join("target/debug/cordon"), PathBuf::from);
-    let python = root.join("target/e2e-venv/bin/python");
-    assert!(cordon.is_file() && python.is_file(), "run `cargo xtask test` first: it builds both");
-    Binaries { root, cordon, python }
+    assert!(cordon.is_file(), "run `cargo build -p cordon` (or `cargo xtask test`) first");
+    (root, cordon)
 }
 
 /// A config file serving the example tools, with `server` as extra `[server]` keys.
