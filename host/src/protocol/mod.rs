@@ -1,5 +1,6 @@
-//! The MCP protocol, without I/O: JSON-RPC framing ([`jsonrpc`]) and the MCP message
-//! shapes ([`mcp`]).
+//! The MCP protocol, without I/O: JSON-RPC framing ([`jsonrpc`]), what a message costs in
+//! memory once parsed ([`cost`]) and the MCP message shapes ([`mcp`]).
 
+pub mod cost;
 pub mod jsonrpc;
 pub mod mcp;
