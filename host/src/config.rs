@@ -11,6 +11,12 @@
 //!                                # connections, logs); over HTTP, max_connections more.
 //!                                # Guests share the rest of the process's limit, which
 //!                                # `serve` raises to the hard limit at startup
+//! max_queued_request_kb = 262144 # bytes all requests being read, queued or running may
+//!                                # hold (bodies, and parsed messages at their estimated
+//!                                # size in memory); over it a request is refused at once
+//!                                # (HTTP 503 + Retry-After; stdio: a -32603 error)
+//! max_request_cost_kb = 65536    # one parsed message's estimated size; over it: refused
+//!                                # (HTTP 413; stdio: a -32600 error)
 //!
 //! [http]                         # only for `serve --http`
 //! max_body_kb = 4096             # 413 beyond it
@@ -18,6 +24,12 @@
 //! sse_after_ms = 1000            # a quiet call's answer becomes an SSE stream...
 //! keep_alive_ms = 15000          # ...with a comment keep-alive this often
 //! max_connections = 2048         # open connections at once; more wait to be accepted
+//! max_connections_per_ip = 1024  # from one address (IPv6: one /64); more get 503, closed
+//! max_header_connections_per_ip = 64 # of those, still reading their first request's
+//!                                # head; more wait, unread, up to header_timeout_ms
+//! header_timeout_ms = 10000      # for a request's head to arrive
+//! linger_ms = 5000               # after a refusal that left the body unread, read and
+//! linger_kb = 16384              # discard at most this much before closing
 //! allowed_hosts = ["mcp.internal"]   # besides localhost, 127.0.0.1 and [::1]
 //!
 //! [[components]]
@@ -55,6 +67,7 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use serde::Deserialize;
 
+use crate::dispatch::ServerLimits;
 use crate::paths;
 use crate::runtime::{ComponentOptions, EngineSettings, Environment, RuntimeSettings, ToolLimits};
 use crate::transport::http::HttpSettings;
@@ -78,6 +91,11 @@ pub struct HttpConfig {
     pub sse_after_ms: Option<u64>,
     pub keep_alive_ms: Option<u64>,
     pub max_connections: Option<usize>,
+    pub max_connections_per_ip: Option<usize>,
+    pub max_header_connections_per_ip: Option<usize>,
+    pub header_timeout_ms: Option<u64>,
+    pub linger_ms: Option<u64>,
+    pub linger_kb: Option<usize>,
     #[serde(default)]
     pub allowed_hosts: Vec<String>,
 }
@@ -89,6 +107,8 @@ pub struct ServerConfig {
     pub queue_timeout_ms: Option<u64>,
     pub epoch_tick_ms: Option<u64>,
     pub progress_interval_ms: Option<u64>,
+    pub max_queued_request_kb: Option<usize>,
+    pub max_request_cost_kb: Option<usize>,
     pub max_memory_mb: Option<usize>,
     pub cache: Option<bool>,
     pub cache_dir: Option<PathBuf>,
@@ -220,6 +240,7 @@ pub struct ComponentPlan {
 pub struct Plan {
     pub runtime: RuntimeSettings,
     pub http: HttpSettings,
+    pub server_limits: ServerLimits,
     pub progress_interval: Duration,
     /// `[server] reserved_descriptors`, when the file sets it.
     pub reserved_descriptors: Option<usize>,
@@ -256,6 +277,13 @@ impl Config {
             runtime.queue_timeout = Duration::from_millis(ms);
         }
         let progress_interval = Duration::from_millis(server.progress_interval_ms.unwrap_or(50));
+        let mut server_limits = ServerLimits::default();
+        if let Some(kb) = server.max_queued_request_kb {
+            server_limits.max_queued_request_bytes = kb << 10;
+        }
+        if let Some(kb) = server.max_request_cost_kb {
+            server_limits.max_request_cost = kb << 10;
+        }
         let mut http = HttpSettings::default();
         if let Some(kb) = self.http.max_body_kb {
             http.max_body_bytes = kb << 10;
@@ -271,6 +299,21 @@ impl Config {
         }
         if let Some(connections) = self.http.max_connections {
             http.max_connections = connections.max(1);
+        }
+        if let Some(connections) = self.http.max_connections_per_ip {
+            http.max_connections_per_ip = connections.max(1);
+        }
+        if let Some(connections) = self.http.max_header_connections_per_ip {
+            http.max_header_connections_per_ip = connections.max(1);
+        }
+        if let Some(ms) = self.http.header_timeout_ms {
+            http.header_timeout = Duration::from_millis(ms.max(1));
+        }
+        if let Some(ms) = self.http.linger_ms {
+            http.linger_timeout = Duration::from_millis(ms);
+        }
+        if let Some(kb) = self.http.linger_kb {
+            http.linger_bytes = kb << 10;
         }
         http.allowed_hosts.extend(self.http.allowed_hosts.iter().map(|host| host.to_ascii_lowercase()));
 
@@ -319,7 +362,7 @@ impl Config {
             components = default_components()?;
         }
         let reserved_descriptors = server.reserved_descriptors;
-        Ok(Plan { runtime, http, progress_interval, reserved_descriptors, components })
+        Ok(Plan { runtime, http, server_limits, progress_interval, reserved_descriptors, components })
     }
 }
 
@@ -384,6 +427,8 @@ mod tests {
         let plan = config.plan(Path::new("/etc/cordon")).unwrap();
         assert_eq!(plan.runtime.engine.max_concurrent_calls, 8);
         assert_eq!(plan.runtime.engine.cache_dir, None);
+        assert_eq!(plan.server_limits, ServerLimits::default());
+        assert_eq!(plan.http.max_connections_per_ip, 1024);
         let component = &plan.components[0];
         assert_eq!(component.path, Path::new("/etc/cordon/tools.wasm"));
         assert_eq!(component.options.data_dir.as_deref(), Some(Path::new("/etc/cordon/data")));
@@ -480,5 +525,25 @@ mod tests {
         let error =
             toml::from_str::<Config>("[[components]]\npath = \"a.wasm\"\nmemroy_mb = 3\n").unwrap_err();
         assert!(error.to_string().contains("memroy_mb"), "{error}");
+    }
+
+    #[test]
+    fn admission_and_per_address_keys_are_read() {
+        let config: Config = toml::from_str(
+            "[server]\nmax_queued_request_kb = 1024\nmax_request_cost_kb = 512\n\
+             [http]\nmax_connections_per_ip = 8\nmax_header_connections_per_ip = 2\n\
+             header_timeout_ms = 1500\nlinger_ms = 200\nlinger_kb = 64\n\
+             [[components]]\npath = \"a.wasm\"\n",
+        )
+        .unwrap();
+        let plan = config.plan(Path::new("/etc/cordon")).unwrap();
+        assert_eq!(
+            plan.server_limits,
+            ServerLimits { max_queued_request_bytes: 1 << 20, max_request_cost: 512 << 10 }
+        );
+        let http = &plan.http;
+        assert_eq!((http.max_connections_per_ip, http.max_header_connections_per_ip), (8, 2));
+        assert_eq!(http.header_timeout, Duration::from_millis(1500));
+        assert_eq!((http.linger_timeout, http.linger_bytes), (Duration::from_millis(200), 64 << 10));
     }
 }

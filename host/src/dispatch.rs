@@ -9,6 +9,14 @@
 //! notification per interval, none after the answer), and on a cancel sends nothing at
 //! all; the instance is torn down only after the answer is out. Stopping the call is the
 //! runtime's job: this module only asks for it.
+//!
+//! **Admission.** Every request is charged what it holds in memory, from its first byte
+//! read to its last byte answered, against one server-wide bound ([`Admission`]): a parsed
+//! message is charged its estimated size as a [`Value`] ([`crate::protocol::cost`]), not its
+//! length, since 4 MiB of small keys is ten times that once parsed. Over the bound a request
+//! is refused at once ([`Refusal::Busy`]) rather than queued; a message that alone would
+//! cost more than [`ServerLimits::max_request_cost`] is refused ([`Refusal::TooCostly`])
+//! before it is built.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -22,8 +30,8 @@ use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::{Notify, mpsc};
 use tokio::time::Instant;
 
-use crate::protocol::jsonrpc::{self, INVALID_REQUEST, Incoming, RequestId, RpcError};
-use crate::protocol::mcp;
+use crate::protocol::jsonrpc::{self, INTERNAL_ERROR, INVALID_REQUEST, Incoming, RequestId, RpcError};
+use crate::protocol::{cost, mcp};
 use crate::runtime::{CallHandle, Outcome, Runtime, Teardown};
 
 /// What every connection shares.
@@ -38,10 +46,40 @@ pub struct Server {
     calls: AtomicUsize,
     /// Signalled whenever `calls` goes down.
     call_finished: Notify,
+    /// The bytes requests hold, from their first byte read to their answer.
+    admission: Admission,
+    /// The most one parsed message may cost.
+    max_request_cost: usize,
+}
+
+/// Bounds on what requests may hold in memory, on every transport.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ServerLimits {
+    /// Bytes all requests being read, queued or running may hold together (their bodies
+    /// and their parsed messages, at estimated cost); a request over it is refused.
+    pub max_queued_request_bytes: usize,
+    /// The estimated in-memory size of one parsed message beyond which it is refused.
+    pub max_request_cost: usize,
+}
+
+impl Default for ServerLimits {
+    fn default() -> Self {
+        // 256 MiB holds 64 calls with 4 MiB of string arguments each; 64 MiB is a 4 MiB
+        // body of small values (about 10x once parsed) with room to spare.
+        Self { max_queued_request_bytes: 256 << 20, max_request_cost: 64 << 20 }
+    }
 }
 
 impl Server {
     pub fn new(runtime: Arc<Runtime>, progress_interval: Duration) -> Arc<Self> {
+        Self::with_limits(runtime, progress_interval, ServerLimits::default())
+    }
+
+    pub fn with_limits(
+        runtime: Arc<Runtime>,
+        progress_interval: Duration,
+        limits: ServerLimits,
+    ) -> Arc<Self> {
         let tools = runtime.tools().map(mcp::tool_json).collect();
         Arc::new(Self {
             runtime,
@@ -49,6 +87,8 @@ impl Server {
             progress_interval,
             calls: AtomicUsize::new(0),
             call_finished: Notify::new(),
+            admission: Admission::new(limits.max_queued_request_bytes),
+            max_request_cost: limits.max_request_cost,
         })
     }
 
@@ -56,6 +96,153 @@ impl Server {
         &self.runtime
     }
 
+    /// The ledger of bytes requests hold.
+    pub fn admission(&self) -> &Admission {
+        &self.admission
+    }
+
+    /// Parse `text` into a message, charged its cost in memory; `text` itself is held by
+    /// the caller (and charged by it, see [`Admission::charge`]) until it drops it.
+    ///
+    /// # Errors
+    ///
+    /// [`Refusal::TooCostly`] when the parsed message alone would cost more than the limit,
+    /// [`Refusal::Busy`] when the bytes already held leave no room for it. Text that is not
+    /// JSON is admitted: it parses into an [`Incoming::Invalid`] that costs nothing.
+    pub fn admit(&self, text: &[u8]) -> Result<Admitted, Refusal> {
+        let estimate = match cost::estimate(text) {
+            Ok(estimate) => estimate,
+            Err(_) => return Ok(Admitted { message: jsonrpc::parse(text), charge: self.admission.empty() }),
+        };
+        let id = estimate.id.as_ref().and_then(RequestId::parse);
+        if estimate.bytes > self.max_request_cost {
+            return Err(Refusal::TooCostly { id, cost: estimate.bytes, limit: self.max_request_cost });
+        }
+        // The runtime keeps the arguments as text too while the call runs: about the
+        // message's length again.
+        let bytes = estimate.bytes.saturating_add(text.len());
+        let charge = self.admission.charge(bytes).ok_or(Refusal::Busy { id, limit: self.admission.limit })?;
+        Ok(Admitted { message: jsonrpc::parse(text), charge })
+    }
+}
+
+/// A message let in, and the charge it holds until it is answered.
+pub struct Admitted {
+    pub message: Incoming,
+    pub charge: Charge,
+}
+
+/// Why a message was not let in. Each carries the message's `id` when it could be read.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum Refusal {
+    #[error("the message would take about {cost} bytes of memory once parsed; the limit is {limit}")]
+    TooCostly { id: Option<RequestId>, cost: usize, limit: usize },
+    #[error("the server is busy: requests waiting or running hold its limit of {limit} bytes")]
+    Busy { id: Option<RequestId>, limit: usize },
+}
+
+impl Refusal {
+    pub fn id(&self) -> Option<&RequestId> {
+        match self {
+            Self::TooCostly { id, .. } | Self::Busy { id, .. } => id.as_ref(),
+        }
+    }
+
+    /// The refusal as a JSON-RPC error: an invalid request when too costly, an internal
+    /// error (the server is overloaded, not the client wrong) when busy.
+    pub fn rpc_error(&self) -> RpcError {
+        match self {
+            Self::TooCostly { .. } => RpcError::new(INVALID_REQUEST, format!("Invalid Request: {self}")),
+            Self::Busy { .. } => {
+                RpcError::new(INTERNAL_ERROR, format!("Server busy: {self}; try again later"))
+                    .with_data(json!({"retryAfterSeconds": RETRY_AFTER_SECONDS}))
+            }
+        }
+    }
+}
+
+/// How long a refused client is told to wait before trying again.
+pub const RETRY_AFTER_SECONDS: u64 = 1;
+
+/// The server-wide ledger of bytes held by requests, against one limit. Cheap to charge:
+/// one atomic add.
+pub struct Admission {
+    limit: usize,
+    used: Arc<AtomicUsize>,
+    /// The most ever held at once.
+    peak: Arc<AtomicUsize>,
+}
+
+impl Admission {
+    fn new(limit: usize) -> Self {
+        Self { limit, used: Arc::default(), peak: Arc::default() }
+    }
+
+    /// The bound on bytes held.
+    pub fn limit(&self) -> usize {
+        self.limit
+    }
+
+    /// Bytes held now.
+    pub fn used(&self) -> usize {
+        self.used.load(Ordering::Acquire)
+    }
+
+    /// The most bytes ever held at once.
+    pub fn peak(&self) -> usize {
+        self.peak.load(Ordering::Acquire)
+    }
+
+    /// A charge of nothing, to grow.
+    pub fn empty(&self) -> Charge {
+        Charge { bytes: 0, used: self.used.clone(), peak: self.peak.clone(), limit: self.limit }
+    }
+
+    /// Charge `bytes`, or `None` when that would pass the limit.
+    pub fn charge(&self, bytes: usize) -> Option<Charge> {
+        let mut charge = self.empty();
+        charge.grow(bytes).then_some(charge)
+    }
+}
+
+/// Bytes charged to the ledger, given back when dropped.
+pub struct Charge {
+    bytes: usize,
+    used: Arc<AtomicUsize>,
+    peak: Arc<AtomicUsize>,
+    limit: usize,
+}
+
+impl Charge {
+    /// Charge `more` bytes too; false (and nothing charged) when that would pass the limit.
+    #[must_use]
+    pub fn grow(&mut self, more: usize) -> bool {
+        let admitted = self.used.fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
+            used.checked_add(more).filter(|&total| total <= self.limit)
+        });
+        match admitted {
+            Ok(before) => {
+                self.bytes += more;
+                self.peak.fetch_max(before + more, Ordering::AcqRel);
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    /// Bytes this charge holds.
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+}
+
+impl Drop for Charge {
+    fn drop(&mut self) {
+        self.used.fetch_sub(self.bytes, Ordering::AcqRel);
+    }
+}
+
+impl Server {
     /// Wait until every call accepted on any connection has its answer out, or `timeout`
     /// passes; returns whether they all did. (Waiting for free call slots would miss a
     /// call still checking its arguments, which holds none yet.)
@@ -151,8 +338,21 @@ impl Connection {
         Arc::new(Self { server, legacy: AtomicBool::new(false), in_flight: Mutex::new(HashMap::new()) })
     }
 
+    /// The server this connection belongs to.
+    pub fn server(&self) -> &Arc<Server> {
+        &self.server
+    }
+
     /// Handle one message from the client; what it causes to be sent goes to `out`.
     pub async fn handle(self: &Arc<Self>, message: Incoming, out: &Outbox) {
+        let charge = self.server.admission.empty();
+        self.handle_admitted(Admitted { message, charge }, out).await;
+    }
+
+    /// Handle one message let in by [`Server::admit`]; its charge is held until its answer
+    /// is out (for a call, until the call's task ends).
+    pub async fn handle_admitted(self: &Arc<Self>, admitted: Admitted, out: &Outbox) {
+        let Admitted { message, charge } = admitted;
         match message {
             Incoming::Invalid { id, error } => out.send(jsonrpc::failure(id.as_ref(), &error)).await,
             Incoming::Unanswered { problem } => tracing::debug!("ignoring a message: {problem}"),
@@ -162,7 +362,7 @@ impl Connection {
                 }
                 // Anything else (e.g. notifications/initialized) needs no action.
             }
-            Incoming::Request { id, method, params } => match self.route(&id, &method, params, out) {
+            Incoming::Request { id, method, params } => match self.route(&id, &method, params, out, charge) {
                 Reply::Result(result) => out.send(jsonrpc::success(&id, result)).await,
                 Reply::Error(error) => out.send(jsonrpc::failure(Some(&id), &error)).await,
                 Reply::Later => {}
@@ -170,7 +370,14 @@ impl Connection {
         }
     }
 
-    fn route(self: &Arc<Self>, id: &RequestId, method: &str, params: Option<Value>, out: &Outbox) -> Reply {
+    fn route(
+        self: &Arc<Self>,
+        id: &RequestId,
+        method: &str,
+        params: Option<Value>,
+        out: &Outbox,
+        charge: Charge,
+    ) -> Reply {
         let modern = mcp::has_envelope(params.as_ref());
         if method == "initialize" {
             if modern {
@@ -213,7 +420,7 @@ impl Connection {
                     return Reply::Error(error);
                 }
                 let progress_token = mcp::progress_token(params.as_ref());
-                self.start_call(id, params, progress_token, out.clone())
+                self.start_call(id, params, progress_token, out.clone(), charge)
             }
         }
     }
@@ -224,14 +431,16 @@ impl Connection {
         params: Option<Value>,
         progress_token: Option<Value>,
         out: Outbox,
+        charge: Charge,
     ) -> Reply {
-        let params = params.unwrap_or_default();
-        let Some(name) = params.get("name").and_then(Value::as_str) else {
+        let mut params = params.unwrap_or_default();
+        let Some(name) = params.get("name").and_then(Value::as_str).map(str::to_owned) else {
             return Reply::Error(RpcError::invalid_params("Invalid params: `name` must be a string"));
         };
-        let arguments = match params.get("arguments") {
+        // Taken, not copied: a large request's arguments are held once.
+        let arguments = match params.get_mut("arguments").map(Value::take) {
             None | Some(Value::Null) => json!({}),
-            Some(arguments @ Value::Object(_)) => arguments.clone(),
+            Some(arguments @ Value::Object(_)) => arguments,
             Some(_) => {
                 return Reply::Error(RpcError::invalid_params(
                     "Invalid params: `arguments` must be an object",
@@ -252,9 +461,11 @@ impl Connection {
             in_flight.insert(id.clone(), entry);
             self.server.calls.fetch_add(1, Ordering::AcqRel);
         }
+        drop(params);
         let connection = self.clone();
-        let (id, name) = (id.clone(), name.to_owned());
+        let id = id.clone();
         spawn_unless_ready(async move {
+            // The request's bytes count until its answer is out.
             let (answer, teardown) =
                 connection.run_call(&id, &name, &arguments, progress_token, &cancel_signal, &out).await;
             // Deciding and leaving `in_flight` are one step: a cancel either lands before it
@@ -266,6 +477,7 @@ impl Connection {
             if let Some(answer) = answer.filter(|_| !cancelled) {
                 out.send(answer).await;
             }
+            drop((charge, arguments));
             connection.server.calls.fetch_sub(1, Ordering::AcqRel);
             connection.server.call_finished.notify_waiters();
             if let Some(teardown) = teardown {

@@ -158,7 +158,11 @@ async fn serve(config: Option<PathBuf>, transport: Transport) -> Result<ExitCode
     }
     let tools: Vec<&str> = runtime.tools().map(|tool| tool.name.as_str()).collect();
     tracing::info!("loaded {} tools: {}", tools.len(), tools.join(", "));
-    let server = cordon::dispatch::Server::new(std::sync::Arc::new(runtime), plan.progress_interval);
+    let server = cordon::dispatch::Server::with_limits(
+        std::sync::Arc::new(runtime),
+        plan.progress_interval,
+        plan.server_limits,
+    );
     // A call may also be in a schema check, which nothing interrupts (runtime/schema.rs).
     let drain = drain.max(cordon::runtime::SCHEMA_CHECK_BUDGET) + std::time::Duration::from_secs(1);
     if let Transport::Http { address, allow_host } = transport {

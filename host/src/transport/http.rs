@@ -15,13 +15,32 @@
 //! request is in flight and drops the response (or the pending answer) on EOF; a guard
 //! dropped with it cancels the call, which the runtime then stops (grace, hard stop,
 //! cleanup). Nothing more is written for it.
+//!
+//! **Holding under load.** Connections are capped in total (`max_connections`; more wait
+//! in the listen queue) and per client address ([`Clients`]: `max_connections_per_ip`,
+//! beyond which a connection is answered 503 and closed at once, so that one address never
+//! takes every slot). A connection is *half-open* until the head of its first request is
+//! read; an address may have only `max_header_connections_per_ip` of those, and its other
+//! new connections wait, unread, for one to finish or time out (`header_timeout`, for each
+//! step), so a client that drips headers and reconnects holds a bounded number of slots
+//! however often it comes back. Bodies are charged to the server's admission ledger as
+//! they arrive and parsed messages at their estimated cost ([`crate::dispatch`]): over its
+//! bound a request is refused with 503 and `Retry-After`.
+//!
+//! **Refusals a client can read.** A refusal made before the body is read (413, 408, 503,
+//! a 4xx of the ladder) closes the connection; closing a socket with unread bytes makes
+//! the kernel reset it, and a client that writes its whole body before reading (httpx)
+//! then sees the reset, not the status. So such a connection lingers ([`Socket`]): after
+//! the answer, the server ends its side and reads and discards what the client still
+//! sends, up to `linger_bytes` and `linger_timeout`, before closing.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::convert::Infallible;
-use std::net::SocketAddr;
+use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
 use base64::Engine as _;
@@ -32,10 +51,13 @@ use hyper::header::{self, HeaderMap, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use serde_json::{Value, json};
-use tokio::net::TcpListener;
-use tokio::sync::mpsc;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 
-use crate::dispatch::{Connection, Outbox, Server};
+use crate::dispatch::{
+    Admission, Admitted, Charge, Connection, Outbox, RETRY_AFTER_SECONDS, Refusal, Server,
+};
 use crate::protocol::jsonrpc::{self, HEADER_MISMATCH, INVALID_REQUEST, Incoming, RequestId, RpcError};
 use crate::protocol::mcp;
 use crate::runtime::{ParamKind, ToolSpec};
@@ -58,6 +80,20 @@ pub struct HttpSettings {
     /// Connections open at once; more wait in the listen queue until one closes, so that
     /// a flood of connections cannot take every descriptor (and every byte of memory).
     pub max_connections: usize,
+    /// Connections open at once from one client address (IPv6: one /64); more are
+    /// answered 503 and closed, so one address cannot take every slot.
+    pub max_connections_per_ip: usize,
+    /// Connections from one client address still reading their first request's head;
+    /// that address's other new connections wait, unread, for one of these to finish.
+    pub max_header_connections_per_ip: usize,
+    /// How long a request's head may take to arrive; also how long a new connection waits
+    /// for its address's turn to send one.
+    pub header_timeout: Duration,
+    /// After a refusal that left the body unread: how long to read and discard what the
+    /// client still sends before closing...
+    pub linger_timeout: Duration,
+    /// ...and how many bytes at most.
+    pub linger_bytes: usize,
 }
 
 impl Default for HttpSettings {
@@ -69,6 +105,12 @@ impl Default for HttpSettings {
             sse_after: Duration::from_secs(1),
             keep_alive: Duration::from_secs(15),
             max_connections: 2048,
+            // Half the total: one address (or one proxy in front) is never all of it.
+            max_connections_per_ip: 1024,
+            max_header_connections_per_ip: 64,
+            header_timeout: Duration::from_secs(10),
+            linger_timeout: Duration::from_secs(5),
+            linger_bytes: 16 << 20,
             allowed_hosts: ["localhost", "127.0.0.1", "[::1]", "::1"]
                 .iter()
                 .map(|host| host.to_string())
@@ -136,7 +178,79 @@ struct Shared {
     server: Arc<Server>,
     settings: HttpSettings,
     sessions: Sessions,
+    clients: Arc<Clients>,
 }
+
+/// Open connections by client address. An entry lives while its address has a connection
+/// open, so there are never more entries than connections.
+#[derive(Default)]
+struct Clients {
+    by_address: std::sync::Mutex<HashMap<IpAddr, Client>>,
+}
+
+struct Client {
+    open: usize,
+    /// One permit per connection still reading its first request's head.
+    header_slots: Arc<Semaphore>,
+}
+
+/// The address an IP counts as: IPv4 as is (also when mapped into IPv6), IPv6 by its /64,
+/// the smallest block a single host is usually given.
+fn client_address(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V4(_) => ip,
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => IpAddr::V6(Ipv6Addr::from(v6.to_bits() & !u128::from(u64::MAX))),
+        },
+    }
+}
+
+impl Clients {
+    /// Count a new connection from `ip`, unless its address already has `max_open`.
+    fn enter(self: &Arc<Self>, ip: IpAddr, max_open: usize, max_half_open: usize) -> Option<ClientTicket> {
+        let address = client_address(ip);
+        let mut by_address = self.by_address.lock().unwrap();
+        let client = by_address
+            .entry(address)
+            .or_insert_with(|| Client { open: 0, header_slots: Arc::new(Semaphore::new(max_half_open)) });
+        if client.open >= max_open {
+            return None; // never 0 here: the entry was there before
+        }
+        client.open += 1;
+        Some(ClientTicket { clients: self.clone(), address, header_slots: client.header_slots.clone() })
+    }
+
+    /// Connections open from `ip`'s address.
+    #[cfg(test)]
+    fn open(&self, ip: IpAddr) -> usize {
+        self.by_address.lock().unwrap().get(&client_address(ip)).map_or(0, |client| client.open)
+    }
+}
+
+/// One open connection, counted against its address until dropped.
+struct ClientTicket {
+    clients: Arc<Clients>,
+    address: IpAddr,
+    header_slots: Arc<Semaphore>,
+}
+
+impl Drop for ClientTicket {
+    fn drop(&mut self) {
+        let mut by_address = self.clients.by_address.lock().unwrap();
+        if let Some(client) = by_address.get_mut(&self.address) {
+            client.open -= 1;
+            if client.open == 0 {
+                by_address.remove(&self.address);
+            }
+        }
+    }
+}
+
+/// What a client over its address's connection cap is told before the connection closes.
+const TOO_MANY_CONNECTIONS: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\n\
+Content-Type: application/json\r\nConnection: close\r\nContent-Length: 71\r\n\r\n\
+{\"error\":\"Service Unavailable: too many connections from this address\"}";
 
 /// Serve MCP over HTTP on `listener` until `shutdown` resolves; then stop accepting, stop
 /// every call in flight (grace, hard stop, cleanup) and wait at most `drain` for them.
@@ -147,13 +261,18 @@ pub async fn serve(
     shutdown: impl std::future::Future<Output = ()>,
     drain: Duration,
 ) -> std::io::Result<()> {
-    let shared = Arc::new(Shared { server: server.clone(), settings, sessions: Sessions::default() });
+    let shared = Arc::new(Shared {
+        server: server.clone(),
+        settings,
+        sessions: Sessions::default(),
+        clients: Arc::default(),
+    });
     let mut shutdown = std::pin::pin!(shutdown);
     let (closing, closing_signal) = tokio::sync::watch::channel(false);
     let mut connections = tokio::task::JoinSet::new();
     let open_slots = Arc::new(tokio::sync::Semaphore::new(shared.settings.max_connections));
     loop {
-        let (slot, (stream, _)) = tokio::select! {
+        let (slot, (stream, peer)) = tokio::select! {
             accepted = async {
                 let slot = open_slots.clone().acquire_owned().await.expect("never closed");
                 (slot, listener.accept().await)
@@ -169,20 +288,51 @@ pub async fn serve(
             Some(_) = connections.join_next(), if !connections.is_empty() => continue,
             () = &mut shutdown => break,
         };
+        let settings = &shared.settings;
+        let Some(ticket) = shared.clients.enter(
+            peer.ip(),
+            settings.max_connections_per_ip,
+            settings.max_header_connections_per_ip,
+        ) else {
+            // Best effort, never waiting: the client learns why if it reads before it writes.
+            tracing::debug!(%peer, "refusing a connection: too many from this address");
+            let _ = stream.try_write(TOO_MANY_CONNECTIONS);
+            continue;
+        };
         let _ = stream.set_nodelay(true);
         let shared = shared.clone();
         let mut closing = closing_signal.clone();
         connections.spawn(async move {
             let _slot = slot; // held while the connection is open
+            let header_timeout = shared.settings.header_timeout;
+            // Wait, unread, for the address's turn to send a request head.
+            let permit = tokio::select! {
+                permit = tokio::time::timeout(header_timeout, ticket.header_slots.clone().acquire_owned()) => {
+                    match permit {
+                        Ok(permit) => permit.expect("never closed"),
+                        Err(_) => {
+                            tracing::debug!(%peer, "closing a connection: its address kept every header slot");
+                            return;
+                        }
+                    }
+                }
+                _ = closing.wait_for(|closing| *closing) => return,
+            };
+            let half_open = HalfOpen(std::sync::Mutex::new(Some(permit)));
+            let unread_body = Arc::new(AtomicBool::new(false));
+            let socket = Socket::new(stream, unread_body.clone(), &shared.settings);
             let service = hyper::service::service_fn(move |request| {
-                let shared = shared.clone();
-                async move { Ok::<_, Infallible>(handle(request, &shared).await) }
+                // The head is read: the address's header slot is free again.
+                half_open.end();
+                let (shared, unread_body) = (shared.clone(), unread_body.clone());
+                async move { Ok::<_, Infallible>(handle(request, &shared, &unread_body).await) }
             });
+            let _ticket = ticket; // counted against the address while open
             let connection = hyper::server::conn::http1::Builder::new()
                 .keep_alive(true)
                 .timer(hyper_util::rt::TokioTimer::new())
-                .header_read_timeout(Duration::from_secs(10))
-                .serve_connection(TokioIo::new(stream), service);
+                .header_read_timeout(header_timeout)
+                .serve_connection(TokioIo::new(socket), service);
             let mut connection = std::pin::pin!(connection);
             let ended = tokio::select! {
                 ended = connection.as_mut() => ended,
@@ -225,17 +375,36 @@ pub async fn bind_and_serve(
     serve(server, listener, settings, shutdown, drain).await
 }
 
-async fn handle(request: Request<IncomingBody>, shared: &Shared) -> HttpResponse {
-    match serve_request(request, shared).await {
-        Ok(response) | Err(response) => response,
+/// A connection's permit to read its first request head, given back once it is read.
+struct HalfOpen(std::sync::Mutex<Option<OwnedSemaphorePermit>>);
+
+impl HalfOpen {
+    fn end(&self) {
+        self.0.lock().unwrap().take();
     }
 }
 
-/// The validation ladder, then dispatch. `Err` is an early refusal.
+/// Serve one request; when the answer goes out before the body was read to its end, mark
+/// the connection to linger when it closes.
+async fn handle(request: Request<IncomingBody>, shared: &Shared, unread_body: &AtomicBool) -> HttpResponse {
+    let has_body = !request.body().is_end_stream();
+    let mut body_read = false;
+    let response = match serve_request(request, shared, &mut body_read).await {
+        Ok(response) | Err(response) => response,
+    };
+    if has_body && !body_read {
+        unread_body.store(true, Ordering::Release);
+    }
+    response
+}
+
+/// The validation ladder, then dispatch. `Err` is an early refusal. `body_read` is set once
+/// the whole body is in.
 #[allow(clippy::result_large_err)]
 async fn serve_request(
     request: Request<IncomingBody>,
     shared: &Shared,
+    body_read: &mut bool,
 ) -> Result<HttpResponse, HttpResponse> {
     let (server, settings) = (&shared.server, &shared.settings);
     let headers = request.headers();
@@ -278,17 +447,22 @@ async fn serve_request(
         ));
     }
     let headers = headers.clone();
-    let body = read_body(request.into_body(), settings).await?;
+    let (body, body_charge) = read_body(request.into_body(), settings, server.admission()).await?;
+    *body_read = true;
+    let Admitted { message, charge } = server.admit(&body).map_err(|refusal| refused(&refusal))?;
+    // From here on the parsed message is what is held.
+    drop((body, body_charge));
     // A 2025-era session, when the request names a live one (2026 requests ignore it).
     let session = session_id.as_deref().and_then(|id| shared.sessions.get(id));
-    let (id, method, params) = match jsonrpc::parse(&body) {
+    let (id, method, params) = match message {
         Incoming::Request { id, method, params } => (id, method, params),
         notification @ Incoming::Notification { .. } => {
             // Only a 2025-era session's notifications (its cancellations) mean anything;
             // in the 2026 protocol a cancel is a closed stream.
             match session {
                 Some(connection) => {
-                    connection.handle(notification, &Outbox::Channel(mpsc::channel(1).0)).await
+                    let admitted = Admitted { message: notification, charge };
+                    connection.handle_admitted(admitted, &Outbox::Channel(mpsc::channel(1).0)).await
                 }
                 // Its cancellation could reach nothing: the client must initialize again.
                 None if session_id.is_some() => {
@@ -336,7 +510,8 @@ async fn serve_request(
     let new_session = (legacy && method == "initialize").then(|| shared.sessions.open(connection.clone()));
     // From here on, dropping the guard (the client went away) cancels the call.
     let guard = CancelOnDrop { connection: connection.clone(), id: id.clone(), armed: true };
-    connection.handle(Incoming::Request { id, method, params }, &Outbox::Channel(sender)).await;
+    let admitted = Admitted { message: Incoming::Request { id, method, params }, charge };
+    connection.handle_admitted(admitted, &Outbox::Channel(sender)).await;
     drop(connection);
 
     let first = match tokio::time::timeout(settings.sse_after, outbox.recv()).await {
@@ -499,29 +674,186 @@ fn origin_allowed(origin: &HeaderValue, allowed: &HashSet<String>) -> bool {
     matches!(scheme, "http" | "https") && allowed.contains(&host_name(authority).to_ascii_lowercase())
 }
 
-/// The body, within the size and time limits.
+/// Why a body was not read.
+enum BodyError {
+    TooLarge,
+    Busy,
+    Broken(hyper::Error),
+}
+
+/// The body, within the size and time limits, and its charge on the admission ledger
+/// (its buffer, charged as it grows).
 #[allow(clippy::result_large_err)]
-async fn read_body(body: IncomingBody, settings: &HttpSettings) -> Result<Bytes, HttpResponse> {
-    let too_large = || {
-        plain(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            &format!("Payload Too Large: the limit is {} bytes", settings.max_body_bytes),
-        )
-    };
+async fn read_body(
+    body: IncomingBody,
+    settings: &HttpSettings,
+    admission: &Admission,
+) -> Result<(Bytes, Charge), HttpResponse> {
+    let limit = settings.max_body_bytes;
+    let too_large =
+        || plain(StatusCode::PAYLOAD_TOO_LARGE, &format!("Payload Too Large: the limit is {limit} bytes"));
     // A `Content-Length` over the limit is refused before a byte of the body is buffered.
-    if hyper::body::Body::size_hint(&body).lower() > settings.max_body_bytes as u64 {
+    let announced = body.size_hint().lower();
+    if announced > limit as u64 {
         return Err(too_large());
     }
-    let limited = http_body_util::Limited::new(body, settings.max_body_bytes);
-    match tokio::time::timeout(settings.body_timeout, limited.collect()).await {
+    let mut charge = admission.empty();
+    let read = async {
+        let mut body = std::pin::pin!(body);
+        let mut buffer = Vec::new();
+        if !charge.grow(announced as usize) {
+            return Err(BodyError::Busy);
+        }
+        buffer.reserve_exact(announced as usize);
+        while let Some(frame) = body.frame().await {
+            let Ok(data) = frame.map_err(BodyError::Broken)?.into_data() else { continue };
+            if buffer.len() + data.len() > limit {
+                return Err(BodyError::TooLarge);
+            }
+            buffer.reserve(data.len());
+            if !charge.grow(buffer.capacity().saturating_sub(charge.bytes())) {
+                return Err(BodyError::Busy);
+            }
+            buffer.extend_from_slice(&data);
+        }
+        Ok(buffer)
+    };
+    match tokio::time::timeout(settings.body_timeout, read).await {
         Err(_) => {
             Err(plain(StatusCode::REQUEST_TIMEOUT, "Request Timeout: the body took too long to arrive"))
         }
-        Ok(Err(error)) if error.downcast_ref::<http_body_util::LengthLimitError>().is_some() => {
-            Err(too_large())
+        Ok(Err(BodyError::TooLarge)) => Err(too_large()),
+        Ok(Err(BodyError::Busy)) => Err(busy(plain(
+            StatusCode::SERVICE_UNAVAILABLE,
+            &format!(
+                "Service Unavailable: requests being read, queued or running hold the server's limit of {} bytes; try again later",
+                admission.limit()
+            ),
+        ))),
+        Ok(Err(BodyError::Broken(error))) => {
+            Err(plain(StatusCode::BAD_REQUEST, &format!("Bad Request: {error}")))
         }
-        Ok(Err(error)) => Err(plain(StatusCode::BAD_REQUEST, &format!("Bad Request: {error}"))),
-        Ok(Ok(collected)) => Ok(collected.to_bytes()),
+        Ok(Ok(buffer)) => Ok((Bytes::from(buffer), charge)),
+    }
+}
+
+/// A message refused admission: 413 when it alone costs too much, 503 when the server's
+/// bound is reached; a JSON-RPC error either way, with its id when it could be read.
+fn refused(refusal: &Refusal) -> HttpResponse {
+    let error = refusal.rpc_error();
+    match refusal {
+        Refusal::TooCostly { .. } => rpc_error(StatusCode::PAYLOAD_TOO_LARGE, refusal.id(), &error),
+        Refusal::Busy { .. } => busy(rpc_error(StatusCode::SERVICE_UNAVAILABLE, refusal.id(), &error)),
+    }
+}
+
+/// Tell a refused client when to try again.
+fn busy(mut response: HttpResponse) -> HttpResponse {
+    response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECONDS));
+    response
+}
+
+/// A connection's socket. When hyper closes a connection whose last request's body was
+/// left unread (`unread_body`), shutting it down lingers: the server's side is ended (the
+/// client sees the answer, then EOF) and what the client still sends is read and
+/// discarded, within a time and a byte bound, so that closing does not reset the
+/// connection under an answer the client has not read yet.
+struct Socket {
+    stream: TcpStream,
+    unread_body: Arc<AtomicBool>,
+    linger: Option<Linger>,
+    linger_timeout: Duration,
+    linger_bytes: usize,
+}
+
+struct Linger {
+    deadline: Pin<Box<tokio::time::Sleep>>,
+    left: usize,
+    write_closed: bool,
+}
+
+impl Socket {
+    fn new(stream: TcpStream, unread_body: Arc<AtomicBool>, settings: &HttpSettings) -> Self {
+        Self {
+            stream,
+            unread_body,
+            linger: None,
+            linger_timeout: settings.linger_timeout,
+            linger_bytes: settings.linger_bytes,
+        }
+    }
+}
+
+impl AsyncRead for Socket {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.stream).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for Socket {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bytes: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.stream).poll_write(cx, bytes)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.stream).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.stream.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.stream).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        if !this.unread_body.load(Ordering::Acquire) {
+            return Pin::new(&mut this.stream).poll_shutdown(cx);
+        }
+        let (timeout, bytes) = (this.linger_timeout, this.linger_bytes);
+        let linger = this.linger.get_or_insert_with(|| Linger {
+            deadline: Box::pin(tokio::time::sleep(timeout)),
+            left: bytes,
+            write_closed: false,
+        });
+        if !linger.write_closed {
+            // A failure here means the peer is gone: nothing left to drain.
+            if ready!(Pin::new(&mut this.stream).poll_shutdown(cx)).is_err() {
+                return Poll::Ready(Ok(()));
+            }
+            linger.write_closed = true;
+        }
+        let mut scratch = [0u8; 16 << 10];
+        loop {
+            if linger.deadline.as_mut().poll(cx).is_ready() {
+                return Poll::Ready(Ok(()));
+            }
+            let mut buf = ReadBuf::new(&mut scratch[..linger.left.min(16 << 10)]);
+            match ready!(Pin::new(&mut this.stream).poll_read(cx, &mut buf)) {
+                Ok(()) if !buf.filled().is_empty() => {
+                    linger.left -= buf.filled().len();
+                    if linger.left == 0 {
+                        return Poll::Ready(Ok(()));
+                    }
+                }
+                // EOF, or the peer reset: done either way.
+                Ok(()) | Err(_) => return Poll::Ready(Ok(())),
+            }
+        }
     }
 }
 
@@ -693,6 +1025,40 @@ mod tests {
         let origin = |value: &'static str| origin_allowed(&HeaderValue::from_static(value), &allowed);
         assert!(origin("http://localhost:3000") && origin("https://127.0.0.1"));
         assert!(!origin("http://evil.example") && !origin("null") && !origin("file://localhost"));
+    }
+
+    #[test]
+    fn addresses_count_per_ipv4_and_per_ipv6_64() {
+        let address = |text: &str| client_address(text.parse().unwrap());
+        assert_eq!(address("2001:db8:1:2::1"), address("2001:db8:1:2:ffff::9"));
+        assert_ne!(address("2001:db8:1:2::1"), address("2001:db8:1:3::1"));
+        assert_eq!(address("::ffff:10.0.0.1"), address("10.0.0.1"));
+        assert_ne!(address("10.0.0.1"), address("10.0.0.2"));
+    }
+
+    #[test]
+    fn an_address_gets_its_cap_and_its_entry_goes_with_its_last_connection() {
+        let clients = Arc::new(Clients::default());
+        let (one, other): (IpAddr, IpAddr) = ("127.0.0.2".parse().unwrap(), "127.0.0.1".parse().unwrap());
+        let tickets: Vec<_> = (0..3).map(|_| clients.enter(one, 3, 1).expect("under the cap")).collect();
+        assert!(clients.enter(one, 3, 1).is_none(), "the fourth from one address is refused");
+        let elsewhere = clients.enter(other, 3, 1).expect("another address is not affected");
+        assert_eq!((clients.open(one), clients.open(other)), (3, 1));
+        // One header slot per address, shared by its connections.
+        let _half_open = tickets[0].header_slots.clone().try_acquire_owned().unwrap();
+        assert!(tickets[1].header_slots.clone().try_acquire_owned().is_err());
+        assert!(elsewhere.header_slots.clone().try_acquire_owned().is_ok());
+        drop((tickets, elsewhere));
+        assert!(clients.by_address.lock().unwrap().is_empty());
+    }
+
+    #[test]
+    fn the_too_many_connections_answer_is_well_formed() {
+        let text = std::str::from_utf8(TOO_MANY_CONNECTIONS).unwrap();
+        let (head, body) = text.split_once("\r\n\r\n").unwrap();
+        assert!(head.starts_with("HTTP/1.1 503 ") && head.contains("\r\nRetry-After: 1\r\n"));
+        assert!(head.ends_with(&format!("\r\nContent-Length: {}", body.len())), "{head}");
+        assert!(serde_json::from_str::<Value>(body).unwrap()["error"].is_string());
     }
 
     #[test]

@@ -2,7 +2,9 @@
 //!
 //! Only protocol messages ever reach stdout (logs go to stderr). Lines are read with a size
 //! cap, so no byte sequence can exhaust memory: an oversized line is skipped and answered
-//! with an error. On EOF or a shutdown signal the runtime stops every call in flight (grace,
+//! with an error. Each line is admitted by [`Server::admit`] before it is parsed: one whose
+//! parsed form would cost too much, or would take the server past its bound on bytes held
+//! by requests, is answered with a JSON-RPC error at once. On EOF or a shutdown signal the runtime stops every call in flight (grace,
 //! hard stop, cleanup), their answers are flushed, and `serve` returns within a bound.
 
 use std::future::Future;
@@ -13,7 +15,7 @@ use std::io::BufRead;
 
 use tokio::io::AsyncWrite;
 
-use crate::dispatch::{Connection, Outbox, Server};
+use crate::dispatch::{Admitted, Connection, Outbox, Server};
 use crate::protocol::jsonrpc::{self, INVALID_REQUEST, Incoming, RpcError};
 
 /// The largest message accepted on stdin.
@@ -47,7 +49,19 @@ where
         let connection = connection.clone();
         std::thread::Builder::new().name("cordon-stdin".into()).spawn(move || {
             let _ = finished.send(read_messages(input, |message| {
-                runtime.block_on(connection.handle(message, &out));
+                let admitted = match message {
+                    Message::Text(text) => connection.server().admit(text),
+                    Message::TooLong(error) => {
+                        Ok(Admitted { message: error, charge: connection.server().admission().empty() })
+                    }
+                };
+                match admitted {
+                    Ok(admitted) => runtime.block_on(connection.handle_admitted(admitted, &out)),
+                    // Refused before it was built: answered here, nothing queued.
+                    Err(refusal) => {
+                        runtime.block_on(out.send(jsonrpc::failure(refusal.id(), &refusal.rpc_error())))
+                    }
+                }
             }));
         })?
     };
@@ -67,8 +81,14 @@ where
     Ok(())
 }
 
+/// One line read: a message's text, or the error that answers an oversized one.
+enum Message<'a> {
+    Text(&'a [u8]),
+    TooLong(Incoming),
+}
+
 /// Read messages from `input` until EOF, handing each to `handle`.
-fn read_messages<R: BufRead>(mut input: R, mut handle: impl FnMut(Incoming)) -> std::io::Result<()> {
+fn read_messages<R: BufRead>(mut input: R, mut handle: impl FnMut(Message<'_>)) -> std::io::Result<()> {
     let mut line = Vec::new();
     loop {
         line.clear();
@@ -79,11 +99,11 @@ fn read_messages<R: BufRead>(mut input: R, mut handle: impl FnMut(Incoming)) -> 
                     INVALID_REQUEST,
                     format!("Invalid Request: the message exceeds {MAX_MESSAGE_BYTES} bytes"),
                 );
-                handle(Incoming::Invalid { id: None, error });
+                handle(Message::TooLong(Incoming::Invalid { id: None, error }));
             }
             Line::Complete => {
                 if !line.trim_ascii().is_empty() {
-                    handle(jsonrpc::parse(&line));
+                    handle(Message::Text(&line));
                 }
             }
         }

@@ -1,0 +1,254 @@
+//! Admission, in process: requests are charged what they hold in memory (a parsed message
+//! at its estimated size, not its length), the bytes charged never pass the server's
+//! bound, and a request over it is refused at once: 503 with `Retry-After` over HTTP, a
+//! JSON-RPC error on stdio. Every JSON-RPC message received is checked against the
+//! official schema.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::wire::{Schema, meta};
+use cordon::dispatch::{Server, ServerLimits};
+use cordon::runtime::{ComponentOptions, Runtime};
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// Keys per "large" request: about 1.5 MB of text, about 20 MB once parsed.
+const KEYS: usize = 150_000;
+
+/// Room for two large requests (about 22 MB each, with their text), not three; one of
+/// twice as many keys is too costly alone.
+const LIMITS: ServerLimits = ServerLimits { max_queued_request_bytes: 48 << 20, max_request_cost: 32 << 20 };
+
+/// The example tools with one call slot, so that calls queue.
+async fn server(name: &str) -> Arc<Server> {
+    let mut runtime = Runtime::new(common::settings(1)).unwrap();
+    let data = std::env::temp_dir().join(format!("cordon-admission-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&data).unwrap();
+    let options = ComponentOptions {
+        limits: common::quick_limits(),
+        data_dir: Some(data),
+        ..ComponentOptions::default()
+    };
+    runtime.load_file(&cordon::paths::example_tools(), options).await.unwrap();
+    Server::with_limits(Arc::new(runtime), Duration::from_millis(10), LIMITS)
+}
+
+/// A `tools/call` of `echo` whose arguments carry `keys` more small keys (the tool skips
+/// them; the host parses them all).
+fn many_keys(id: i64, keys: usize) -> String {
+    let mut arguments = String::from("{\"text\":\"x\"");
+    for key in 0..keys {
+        arguments.push_str(&format!(",\"k{key}\":0"));
+    }
+    arguments.push('}');
+    format!(
+        "{{\"jsonrpc\":\"2.0\",\"id\":{id},\"method\":\"tools/call\",\"params\":{{\"name\":\"echo\",\
+         \"arguments\":{arguments},\"_meta\":{}}}}}",
+        meta()
+    )
+}
+
+fn spin(id: i64, seconds: f64) -> String {
+    json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+        "params": {"name": "spin", "arguments": {"seconds": seconds}, "_meta": meta()}})
+    .to_string()
+}
+
+/// Wait until the only call slot is taken.
+async fn slot_taken(server: &Server) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while server.runtime().pool_usage().calls == 0 {
+        assert!(Instant::now() < deadline, "the spin call never started");
+        tokio::task::yield_now().await;
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// Wait until every charge is given back (a call's task drops it just after its answer).
+async fn all_released(server: &Server) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while server.admission().used() != 0 {
+        assert!(Instant::now() < deadline, "{} bytes still charged", server.admission().used());
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// One HTTP exchange: status, headers (lower-case names) and the JSON-RPC messages.
+struct Answer {
+    status: u16,
+    headers: Vec<(String, String)>,
+    messages: Vec<Value>,
+}
+
+async fn post(port: u16, method: &str, name: Option<&str>, body: &str, schema: &Schema) -> Answer {
+    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    let name = name.map(|name| format!("Mcp-Name: {name}\r\n")).unwrap_or_default();
+    let head = format!(
+        "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\
+         Accept: application/json, text/event-stream\r\nContent-Type: application/json\r\n\
+         MCP-Protocol-Version: 2026-07-28\r\nMcp-Method: {method}\r\n{name}Content-Length: {}\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    stream.write_all(body.as_bytes()).await.unwrap();
+    let mut raw = Vec::new();
+    tokio::time::timeout(Duration::from_secs(30), stream.read_to_end(&mut raw)).await.unwrap().unwrap();
+    let text = String::from_utf8(raw).unwrap();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap();
+    let mut lines = head.lines();
+    let status = lines.next().unwrap().split(' ').nth(1).unwrap().parse().unwrap();
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|line| line.split_once(':'))
+        .map(|(key, value)| (key.trim().to_ascii_lowercase(), value.trim().to_owned()))
+        .collect();
+    let sse = headers.iter().any(|(key, value)| key == "content-type" && value == "text/event-stream");
+    let messages: Vec<Value> = if sse {
+        // Chunked: every event is one `data:` line within a chunk.
+        body.lines()
+            .filter_map(|line| line.strip_prefix("data: "))
+            .map(|data| serde_json::from_str(data).unwrap())
+            .collect()
+    } else {
+        let value: Value = serde_json::from_str(body).unwrap();
+        if value.get("jsonrpc").is_some() { vec![value] } else { Vec::new() }
+    };
+    for message in &messages {
+        schema
+            .check_sent(message, Some("tools/call").filter(|_| message.pointer("/result/content").is_some()));
+    }
+    Answer { status, headers, messages }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queued_requests_are_charged_their_parsed_size_and_refused_over_the_bound_over_http() {
+    let server = server("http").await;
+    let schema = Arc::new(Schema::new());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let serving = tokio::spawn(cordon::transport::http::serve(
+        server.clone(),
+        listener,
+        cordon::transport::http::HttpSettings::default(),
+        async move {
+            let _ = stopped.await;
+        },
+        Duration::from_secs(5),
+    ));
+
+    // The only slot is busy for 2 s; meanwhile twelve large requests arrive at once.
+    let spinning = tokio::spawn({
+        let schema = schema.clone();
+        async move { post(port, "tools/call", Some("spin"), &spin(1, 2.0), &schema).await }
+    });
+    slot_taken(&server).await;
+    let mut senders = Vec::new();
+    for id in 100..112 {
+        let schema = schema.clone();
+        senders.push(tokio::spawn(async move {
+            (id, post(port, "tools/call", Some("echo"), &many_keys(id, KEYS), &schema).await)
+        }));
+    }
+    let (mut answered, mut refused) = (0, 0);
+    for sender in senders {
+        let (id, answer) = sender.await.unwrap();
+        let last = answer.messages.last().unwrap_or_else(|| panic!("{id}: no JSON-RPC message"));
+        assert_eq!(last["id"], id);
+        match answer.status {
+            200 => {
+                assert_eq!(last["result"]["content"][0]["text"], "x", "{last}");
+                answered += 1;
+            }
+            503 => {
+                let retry = answer.headers.iter().find(|(key, _)| key == "retry-after");
+                assert_eq!(retry.map(|(_, value)| value.as_str()), Some("1"));
+                assert_eq!(last["error"]["code"], -32603, "{last}");
+                assert!(last["error"]["message"].as_str().unwrap().contains("busy"), "{last}");
+                refused += 1;
+            }
+            status => panic!("{id}: status {status}: {last}"),
+        }
+    }
+    assert_eq!(spinning.await.unwrap().status, 200);
+    let admission = server.admission();
+    // Each is charged about 22 MB (not its 1.5 MB of text): two fit under 48 MiB, no more.
+    assert!((1..=2).contains(&answered), "{answered} answered, {refused} refused");
+    assert_eq!(answered + refused, 12);
+    assert!(admission.peak() <= admission.limit(), "peak {} over {}", admission.peak(), admission.limit());
+    assert!(admission.peak() > 20 << 20, "charged by parsed size: peak {}", admission.peak());
+
+    // A message that alone would cost more than the per-request bound: 413, with its id.
+    let answer = post(port, "tools/call", Some("echo"), &many_keys(7, 2 * KEYS), &schema).await;
+    assert_eq!(answer.status, 413);
+    assert_eq!(answer.messages[0]["id"], 7);
+    assert_eq!(answer.messages[0]["error"]["code"], -32600);
+    // The server serves on, and gives every byte back.
+    let answer = post(port, "tools/call", Some("echo"), &many_keys(8, 10), &schema).await;
+    assert_eq!(answer.messages[0]["result"]["content"][0]["text"], "x");
+    all_released(&server).await;
+    stop.send(()).unwrap();
+    serving.await.unwrap().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queued_requests_over_the_bound_are_refused_with_an_error_on_stdio() {
+    let server = server("stdio").await;
+    let schema = Schema::new();
+    let mut input = spin(1, 1.0);
+    for id in 2..=6 {
+        input.push('\n');
+        input.push_str(&many_keys(id, KEYS));
+    }
+    input.push('\n');
+    input.push_str(&many_keys(7, 2 * KEYS));
+    input.push('\n');
+    let (output, mut answers) = tokio::io::duplex(64 << 10);
+    let reading = tokio::spawn(async move {
+        let mut text = String::new();
+        answers.read_to_string(&mut text).await.unwrap();
+        text
+    });
+    // The slot stays busy while the stdin thread reads on: calls 2 and 3 queue, holding
+    // their charge; 4 to 6 find no room; 7 is too costly by itself.
+    let input = std::io::Cursor::new(input.into_bytes());
+    cordon::transport::stdio::serve(
+        server.clone(),
+        input,
+        output,
+        std::future::pending(),
+        Duration::from_secs(5),
+    )
+    .await
+    .unwrap();
+    let text = reading.await.unwrap();
+    let answers: Vec<Value> = text.lines().map(|line| serde_json::from_str(line).unwrap()).collect();
+    for answer in &answers {
+        schema.check_sent(answer, Some("tools/call").filter(|_| answer.pointer("/result/content").is_some()));
+    }
+    let find = |id: i64| {
+        answers
+            .iter()
+            .find(|answer| answer["id"] == id)
+            .unwrap_or_else(|| panic!("no answer to {id}: {text}"))
+    };
+    for id in [2, 3] {
+        assert!(find(id).get("result").is_some(), "{id} was queued: {}", find(id));
+    }
+    for id in [4, 5, 6] {
+        let error = &find(id)["error"];
+        assert_eq!(error["code"], -32603, "{id}: {error}");
+        assert_eq!(error["data"]["retryAfterSeconds"], 1);
+    }
+    assert_eq!(find(7)["error"]["code"], -32600);
+    let admission = server.admission();
+    // Two queued at about 22 MB each: charged by parsed size, not by their 1.5 MB of text.
+    assert!(
+        admission.peak() <= admission.limit() && admission.peak() > 30 << 20,
+        "peak {}",
+        admission.peak()
+    );
+    assert_eq!(admission.used(), 0, "every charge is given back once answered");
+}
