@@ -141,24 +141,38 @@ def cordon(request, tmp_path: Path):
         )
         yield Cordon("stdio", log, params=params)
     else:
-        server = subprocess.Popen(
-            [str(CORDON), "serve", "--http", "127.0.0.1:0", "--config", str(config)],
-            stderr=subprocess.PIPE,
-            env={**os.environ, "CORDON_LOG": "info"},
-        )
-        for line in server.stderr:
-            found = re.search(rb"http://127\.0\.0\.1:(\d+)/mcp", line)
-            if found:
-                break
-        else:
-            raise AssertionError("the HTTP server exited before listening")
-        threading.Thread(target=lambda: [None for _ in server.stderr], daemon=True).start()
-        try:
-            yield Cordon("http", log, url=f"http://127.0.0.1:{found.group(1).decode()}/mcp", http_pid=server.pid)
-        finally:
-            server.terminate()
-            server.wait(10)
+        with http_server(config) as (url, pid):
+            yield Cordon("http", log, url=url, http_pid=pid)
     check_log(log)
+
+
+@contextlib.contextmanager
+def http_server(config: Path):
+    """`cordon serve --http` on a free port: yields its URL and its pid."""
+    server = subprocess.Popen(
+        [str(CORDON), "serve", "--http", "127.0.0.1:0", "--config", str(config)],
+        stderr=subprocess.PIPE,
+        env={**os.environ, "CORDON_LOG": "info"},
+    )
+    for line in server.stderr:
+        found = re.search(rb"http://127\.0\.0\.1:(\d+)/mcp", line)
+        if found:
+            break
+    else:
+        raise AssertionError("the HTTP server exited before listening")
+    threading.Thread(target=lambda: [None for _ in server.stderr], daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{found.group(1).decode()}/mcp", server.pid
+    finally:
+        server.terminate()
+        server.wait(10)
+
+
+@pytest.fixture
+def http_url(tmp_path: Path):
+    """The URL of a fresh `cordon serve --http` on the example tools."""
+    with http_server(write_config(tmp_path)) as (url, _pid):
+        yield url
 
 
 def sent_messages(entry: dict) -> list:
