@@ -431,6 +431,7 @@ impl Call {
             .await
             .expect("the cleanup semaphore is never closed");
         let started_at = Instant::now();
+        let why = reason_name(&reason);
         let context = CleanupContext {
             call_id: self.id.to_string(),
             tool: self.tool.clone(),
@@ -440,16 +441,32 @@ impl Call {
         };
         let budget = self.limits.cleanup_budget;
         let outcome = run_cleanup(&self.engine, &self.component, &self.limits, context).await;
+        // One line per cleanup, whatever its outcome, so an operator (and the soak) can see
+        // that each stopped call was cleaned up exactly once.
         match &outcome {
-            CleanupOutcome::Completed => {}
+            CleanupOutcome::Completed => {
+                tracing::debug!(component = %self.component.name, tool = %self.tool, call = self.id, reason = %why, "cleanup completed");
+            }
             CleanupOutcome::Failed(message) => {
-                tracing::warn!(component = %self.component.name, tool = %self.tool, call = self.id, "cleanup failed: {message}");
+                tracing::warn!(component = %self.component.name, tool = %self.tool, call = self.id, reason = %why, "cleanup failed: {message}");
             }
             CleanupOutcome::TimedOut => {
-                tracing::warn!(component = %self.component.name, tool = %self.tool, call = self.id, "cleanup ran past its budget of {budget:?} and was stopped");
+                tracing::warn!(component = %self.component.name, tool = %self.tool, call = self.id, reason = %why, "cleanup ran past its budget of {budget:?} and was stopped");
             }
         }
         CleanupReport { outcome, started_at }
+    }
+}
+
+/// The stop reason as the log names it (the WIT case names).
+fn reason_name(reason: &StopReason) -> &'static str {
+    match reason {
+        StopReason::Cancelled => "cancelled",
+        StopReason::IdleTimeout => "idle-timeout",
+        StopReason::MaxDuration => "max-duration",
+        StopReason::Trapped(_) => "trapped",
+        StopReason::OutOfMemory => "out-of-memory",
+        StopReason::Shutdown => "shutdown",
     }
 }
 
