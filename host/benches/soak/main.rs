@@ -1,0 +1,573 @@
+//! # Soak: mixed load over stdio and HTTP, then an account of everything
+//!
+//! Two real servers, `cordon serve --stdio` and `cordon serve --http 127.0.0.1:0`, each with
+//! the example tools (well-behaved) and the hostile component (tight limits) beside them,
+//! take a mixed load for the given time: echo, reindex with progress and locks; calls
+//! cancelled at random moments (stdio `notifications/cancelled`, HTTP a closed connection);
+//! calls stopped by their idle timeout or maximum duration (reindex, park, spin); hostile
+//! guests holding descriptors, streams and listings, allocating over their limit,
+//! linking and reading outside their data directory; and protocol garbage. A prober per
+//! transport sends one echo every 10 ms, idle first and then under the load.
+//!
+//! At the end, each a hard failure: every request answered exactly once (a cancelled one
+//! not at all, unless it completed first: counted); every stopped call cleaned up exactly
+//! once (the host's cleanup log lines, the example tools' own "released" lines, and no lock
+//! left); every call slot free again; descriptors and resident memory back within 10 % of
+//! the baseline taken after a warm-up; the prober's p99 under load within 2x of idle.
+//!
+//! ```sh
+//! cargo xtask soak          # 300 s; `cargo xtask soak 30` for a quick run
+//! cargo bench -p cordon --bench soak --profile dev -- --secs 30 [--seed N] [--lanes N]
+//! ```
+
+mod client;
+mod load;
+mod server;
+#[allow(dead_code)]
+#[path = "../support/mod.rs"]
+mod support;
+
+use std::collections::{BTreeMap, HashMap};
+use std::process::ExitCode;
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use serde_json::json;
+
+use client::StdioClient;
+use load::{Lane, SharedTally, Tally, Target, quantile};
+use server::{Server, Usage};
+
+/// The prober's pace, idle and under load.
+const PROBE_EVERY: Duration = Duration::from_millis(10);
+/// How long the idle prober runs (about 1,000 samples).
+const IDLE: Duration = Duration::from_secs(10);
+/// One spin per transport this often.
+const SPIN_EVERY: Duration = Duration::from_millis(1500);
+/// How long the servers get to give back descriptors and memory after the load.
+const SETTLE: Duration = Duration::from_secs(30);
+/// Resources after the load may exceed the baseline by this fraction.
+const RESOURCE_SLACK: f64 = 0.10;
+/// The prober's p99 under load may be this many times its idle p99.
+const P99_RATIO: f64 = 2.0;
+
+struct Args {
+    secs: u64,
+    seed: u64,
+    lanes: usize,
+}
+
+fn parse_args() -> Result<Args> {
+    let mut args = Args { secs: 300, seed: 0, lanes: 6 };
+    args.seed = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_nanos() as u64;
+    let mut given = std::env::args().skip(1);
+    while let Some(arg) = given.next() {
+        let mut value = || given.next().with_context(|| format!("{arg} needs a value"));
+        match arg.as_str() {
+            "--secs" => args.secs = value()?.parse()?,
+            "--seed" => args.seed = value()?.parse()?,
+            "--lanes" => args.lanes = value()?.parse()?,
+            // cargo bench passes this to every harness-less bench.
+            "--bench" => {}
+            other => bail!("unknown argument {other}; use --secs N, --seed N, --lanes N"),
+        }
+    }
+    Ok(args)
+}
+
+fn main() -> ExitCode {
+    let result = parse_args().and_then(|args| {
+        let tokio = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+        tokio.block_on(soak(args))
+    });
+    match result {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => {
+            eprintln!("soak: FAILED (see the checks above)");
+            ExitCode::FAILURE
+        }
+        Err(error) => {
+            eprintln!("soak: could not run: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// One check's verdict.
+struct Check {
+    name: String,
+    passed: bool,
+    detail: String,
+}
+
+async fn soak(args: Args) -> Result<bool> {
+    let (root, cordon) = support::cordon();
+    let dir = std::env::temp_dir().join(format!("cordon-soak-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let stdio_config = server::write_config(&dir.join("stdio"), &root)?;
+    let http_config = server::write_config(&dir.join("http"), &root)?;
+
+    let mut stdio = Server::stdio(&cordon, &stdio_config)?;
+    let (stdin, stdout) = (stdio.child.stdin.take(), stdio.child.stdout.take());
+    let (client, reading) = StdioClient::new(stdin.context("no stdin")?, stdout.context("no stdout")?)?;
+    let (mut http, port) = Server::http(&cordon, &http_config)?;
+    let targets = [Target::Stdio(client.clone()), Target::Http { port, ids: Arc::new(AtomicU64::new(1)) }];
+    let tallies: [SharedTally; 2] = Default::default();
+    println!(
+        "soak: seed {}, {} s of load, {} mixed lanes + a spinner + a prober per transport; \
+         stdio server pid {}, http server pid {} on port {port}",
+        args.seed,
+        args.secs,
+        args.lanes,
+        stdio.pid(),
+        http.pid()
+    );
+
+    for (target, tally) in targets.iter().zip(&tallies) {
+        let reply =
+            Lane::call_once(target, tally, "make_files", json!({"count": load::LISTED_FILES})).await?;
+        if reply.text() != format!("made {}", load::LISTED_FILES) {
+            bail!("{}: make_files failed: {}", target.label(), reply.message);
+        }
+    }
+
+    // Warm-up: the whole mix, then every slot at once, so the baseline is of a server that
+    // has done everything it will do, once.
+    let warmup = Duration::from_secs((args.secs / 10).clamp(5, 20));
+    println!("warm-up: {warmup:?} of the mix");
+    run_load("w", &targets, &tallies, &args, warmup, false).await?;
+    for target in &targets {
+        let problems = load::probe_slots(target, &Arc::default()).await?;
+        if !problems.is_empty() {
+            bail!(
+                "{}: the slot probe failed after the warm-up, before any soak: {problems:?}",
+                target.label()
+            );
+        }
+    }
+
+    println!("idle: the prober alone for {IDLE:?}");
+    let pids = [stdio.pid(), http.pid()];
+    let clock = CpuClock::now(pids)?;
+    let mut idle = run_probers(&targets, &tallies, IDLE).await?;
+    let idle_cpu = CpuClock::now(pids)?.since(&clock);
+    println!("idle: {idle_cpu}");
+    let baseline = [stdio.usage()?, http.usage()?];
+
+    println!("load: {} s", args.secs);
+    let before: Vec<u64> = tallies.iter().map(|tally| tally.lock().unwrap().requests).collect();
+    let peaks = Arc::new(Mutex::new(baseline));
+    let monitor = tokio::spawn(watch_peaks([stdio.pid(), http.pid()], peaks.clone()));
+    let started = Instant::now();
+    let clock = CpuClock::now(pids)?;
+    let mut loaded = run_load("l", &targets, &tallies, &args, Duration::from_secs(args.secs), true).await?;
+    let load_cpu = CpuClock::now(pids)?.since(&clock);
+    let load_time = started.elapsed();
+    println!("load: {load_cpu}");
+    monitor.abort();
+    let peaks = *peaks.lock().unwrap();
+    let load_requests: Vec<u64> =
+        tallies.iter().zip(&before).map(|(tally, before)| tally.lock().unwrap().requests - before).collect();
+
+    let mut checks = Vec::new();
+    for target in &targets {
+        let problems = load::probe_slots(target, &Arc::default()).await?;
+        checks.push(Check {
+            name: format!("{}: every call slot free again", target.label()),
+            passed: problems.is_empty(),
+            detail: if problems.is_empty() {
+                format!("{} park calls at once all ran", server::SLOTS)
+            } else {
+                format!("{} of {} calls at once did not run: {problems:?}", problems.len(), server::SLOTS)
+            },
+        });
+    }
+    for (target, tally) in targets.iter().zip(&tallies) {
+        checks.push(locks_released(target, tally).await?);
+    }
+    let after = settle(&[&stdio, &http], &baseline).await?;
+
+    // Shut down: then every answer and every log line is in.
+    client.close().await;
+    http.terminate();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let statuses = tokio::task::block_in_place(|| [stdio.wait_exit(deadline), http.wait_exit(deadline)]);
+    reading.await?;
+    let stdio_report = client.take_report();
+
+    for (index, server) in [&stdio, &http].into_iter().enumerate() {
+        let label = server.label;
+        let status = &statuses[index];
+        checks.push(Check {
+            name: format!("{label}: clean exit at shutdown"),
+            passed: status.as_ref().is_ok_and(|status| status.success()),
+            detail: format!("{status:?}"),
+        });
+        let tally = tallies[index].lock().unwrap();
+        checks.push(answers_check(label, &tally, (index == 0).then_some(&stdio_report)));
+        checks.push(cleanups_check(label, &tally, &server.log())?);
+        let (base, now) = (baseline[index], after[index]);
+        let within = |now: f64, base: f64| now <= base * (1.0 + RESOURCE_SLACK);
+        checks.push(Check {
+            name: format!("{label}: descriptors back within 10 %"),
+            passed: within(now.fds as f64, base.fds as f64),
+            detail: format!("{} before, {} at the peak, {} after", base.fds, peaks[index].fds, now.fds),
+        });
+        checks.push(Check {
+            name: format!("{label}: resident memory back within 10 %"),
+            passed: within(now.rss_kib as f64, base.rss_kib as f64),
+            detail: format!(
+                "{} before, {} at the peak, {} after",
+                mib(base.rss_kib),
+                mib(now.peak_rss_kib.max(peaks[index].rss_kib)),
+                mib(now.rss_kib)
+            ),
+        });
+        let idle_p99 = quantile(&mut idle[index], 0.99);
+        let load_p99 = quantile(&mut loaded[index], 0.99);
+        let ratio = load_p99.as_secs_f64() / idle_p99.as_secs_f64().max(1e-9);
+        checks.push(Check {
+            name: format!("{label}: echo p99 under load within {P99_RATIO}x of idle"),
+            passed: ratio <= P99_RATIO,
+            detail: format!(
+                "idle p50 {:.2?} p99 {idle_p99:.2?} ({} samples); load p50 {:.2?} p99 {load_p99:.2?} ({} samples): {ratio:.2}x",
+                quantile(&mut idle[index], 0.5),
+                idle[index].len(),
+                quantile(&mut loaded[index], 0.5),
+                loaded[index].len()
+            ),
+        });
+        let mut echo = tally.echo.clone();
+        println!(
+            "{label}: {} requests in {:.0?} of load ({:.0}/s), {} in all; steps {:?}; mixed-lane echo p50 {:.2?} p99 {:.2?}",
+            load_requests[index],
+            load_time,
+            load_requests[index] as f64 / load_time.as_secs_f64(),
+            tally.requests,
+            tally.steps,
+            quantile(&mut echo, 0.5),
+            quantile(&mut echo, 0.99),
+        );
+    }
+
+    println!();
+    let mut passed = true;
+    for check in &checks {
+        passed &= check.passed;
+        println!("{} {}: {}", if check.passed { "PASS" } else { "FAIL" }, check.name, check.detail);
+    }
+    println!("CPU while idle: {idle_cpu}\nCPU under load: {load_cpu}");
+    println!("seed {} (replay the choices with --seed {})", args.seed, args.seed);
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(passed)
+}
+
+fn mib(kib: u64) -> String {
+    format!("{:.1} MiB", kib as f64 / 1024.0)
+}
+
+/// Mixed lanes and a spinner per transport (and the prober when `probe`) for `duration`;
+/// returns the prober's latencies per transport. A lane that fails (a lost answer, a
+/// broken connection) stops, and its failure is a violation.
+async fn run_load(
+    phase: &str,
+    targets: &[Target; 2],
+    tallies: &[SharedTally; 2],
+    args: &Args,
+    duration: Duration,
+    probe: bool,
+) -> Result<[Vec<Duration>; 2]> {
+    let until = Instant::now() + duration;
+    let mut lanes = Vec::new();
+    let mut probers = Vec::new();
+    for (index, (target, tally)) in targets.iter().zip(tallies).enumerate() {
+        let seed = |lane: u64| args.seed ^ (index as u64 * 1000 + lane).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        let name = |lane: &str| format!("{phase}{}{lane}", &target.label()[..1]);
+        for lane in 0..args.lanes {
+            let worker = Lane::new(target, name(&lane.to_string()), seed(lane as u64), tally.clone());
+            lanes.push((tally.clone(), tokio::spawn(worker.run_mixed(until))));
+        }
+        let spinner = Lane::new(target, name("spin"), seed(999), tally.clone());
+        lanes.push((tally.clone(), tokio::spawn(spinner.run_spinner(until, SPIN_EVERY))));
+        if probe {
+            let prober = Lane::new(target, name("probe"), 0, tally.clone());
+            probers.push((tally.clone(), tokio::spawn(prober.run_prober(until, PROBE_EVERY))));
+        }
+    }
+    for (tally, lane) in lanes {
+        if let Err(error) = lane.await? {
+            tally.lock().unwrap().violations.push(format!("a lane stopped: {error:#}"));
+        }
+    }
+    let mut samples = [Vec::new(), Vec::new()];
+    for (index, (tally, prober)) in probers.into_iter().enumerate() {
+        match prober.await? {
+            Ok(latencies) => samples[index] = latencies,
+            Err(error) => tally.lock().unwrap().violations.push(format!("the prober stopped: {error:#}")),
+        }
+    }
+    Ok(samples)
+}
+
+/// The probers alone, on both transports at once.
+async fn run_probers(
+    targets: &[Target; 2],
+    tallies: &[SharedTally; 2],
+    duration: Duration,
+) -> Result<[Vec<Duration>; 2]> {
+    let until = Instant::now() + duration;
+    let mut samples = [Vec::new(), Vec::new()];
+    let probers: Vec<_> = targets
+        .iter()
+        .zip(tallies)
+        .map(|(target, tally)| {
+            let prober = Lane::new(target, format!("i{}probe", &target.label()[..1]), 0, tally.clone());
+            tokio::spawn(prober.run_prober(until, PROBE_EVERY))
+        })
+        .collect();
+    for (index, prober) in probers.into_iter().enumerate() {
+        samples[index] = prober.await?.context("the idle prober")?;
+    }
+    Ok(samples)
+}
+
+/// CPU time spent so far: by the whole machine (busy, all cores), by the two servers, and
+/// by this process (the clients), to tell the load the soak makes from other work on the
+/// machine.
+#[derive(Clone, Copy)]
+struct CpuClock {
+    at: Instant,
+    machine: Duration,
+    servers: Duration,
+    clients: Duration,
+}
+
+impl CpuClock {
+    fn now(pids: [u32; 2]) -> Result<Self> {
+        // /proc/stat's first line: cpu user nice system idle iowait irq softirq steal ..., in
+        // clock ticks (100 per second).
+        let stat = std::fs::read_to_string("/proc/stat")?;
+        let ticks: Vec<u64> = stat
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .split_whitespace()
+            .skip(1)
+            .filter_map(|n| n.parse().ok())
+            .collect();
+        let busy: u64 = [0, 1, 2, 5, 6, 7].iter().filter_map(|&field| ticks.get(field)).sum();
+        Ok(Self {
+            at: Instant::now(),
+            machine: Duration::from_millis(busy * 10),
+            servers: support::cpu_used(pids[0]) + support::cpu_used(pids[1]),
+            clients: support::cpu_used(std::process::id()),
+        })
+    }
+
+    /// Cores busy since `earlier`, in all and by whom.
+    fn since(&self, earlier: &CpuClock) -> String {
+        let wall = (self.at - earlier.at).as_secs_f64();
+        let cores = |later: Duration, before: Duration| later.saturating_sub(before).as_secs_f64() / wall;
+        let (machine, servers, clients) = (
+            cores(self.machine, earlier.machine),
+            cores(self.servers, earlier.servers),
+            cores(self.clients, earlier.clients),
+        );
+        format!(
+            "{machine:.2} of {} cores busy: servers {servers:.2}, soak clients {clients:.2}, other work {:.2}",
+            std::thread::available_parallelism().map_or(0, usize::from),
+            (machine - servers - clients).max(0.0)
+        )
+    }
+}
+
+/// The highest descriptor count and resident memory seen, sampled every second.
+async fn watch_peaks(pids: [u32; 2], peaks: Arc<Mutex<[Usage; 2]>>) {
+    let mut interval = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        interval.tick().await;
+        for (index, pid) in pids.iter().enumerate() {
+            if let Ok(now) = server::usage(*pid) {
+                let mut peaks = peaks.lock().unwrap();
+                peaks[index].fds = peaks[index].fds.max(now.fds);
+                peaks[index].rss_kib = peaks[index].rss_kib.max(now.rss_kib);
+            }
+        }
+    }
+}
+
+/// `locks` answers `[]`: every lock a stopped call held was released by its cleanup (a
+/// cancelled call's cleanup may still be running just after the load: give it time).
+async fn locks_released(target: &Target, tally: &SharedTally) -> Result<Check> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut interval = tokio::time::interval(Duration::from_millis(100));
+    loop {
+        interval.tick().await;
+        let reply = Lane::call_once(target, tally, "locks", json!({})).await?;
+        let passed = reply.text() == "[]";
+        if passed || Instant::now() >= deadline {
+            return Ok(Check {
+                name: format!("{}: no lock left (each released by its call or its cleanup)", target.label()),
+                passed,
+                detail: format!("locks: {}", client::clip(reply.text())),
+            });
+        }
+    }
+}
+
+/// Wait until both servers are back within the slack of their baseline, or `SETTLE` passed;
+/// returns what they use then.
+async fn settle(servers: &[&Server; 2], baseline: &[Usage; 2]) -> Result<[Usage; 2]> {
+    let deadline = Instant::now() + SETTLE;
+    let mut interval = tokio::time::interval(Duration::from_millis(250));
+    loop {
+        interval.tick().await;
+        let now = [servers[0].usage()?, servers[1].usage()?];
+        let settled = now.iter().zip(baseline).all(|(now, base)| {
+            now.fds as f64 <= base.fds as f64 * (1.0 + RESOURCE_SLACK)
+                && now.rss_kib as f64 <= base.rss_kib as f64 * (1.0 + RESOURCE_SLACK)
+        });
+        if settled || Instant::now() >= deadline {
+            return Ok(now);
+        }
+    }
+}
+
+/// Every request answered exactly once, and nothing for a cancelled one unless it was done
+/// before the cancel could land.
+fn answers_check(label: &str, tally: &Tally, stdio: Option<&client::StdioReport>) -> Check {
+    let mut problems = tally.violations.clone();
+    let mut late = 0;
+    if let Some(report) = stdio {
+        problems.extend(report.violations.iter().cloned());
+        if report.null_id_errors != tally.expected_null_id_errors {
+            problems.push(format!(
+                "{} unparsable lines sent, {} answers with a null id",
+                tally.expected_null_id_errors, report.null_id_errors
+            ));
+        }
+        for answer in &report.late {
+            let text = answer.message["result"]["content"][0]["text"].as_str().unwrap_or_default();
+            // The server reads stdin in order on one thread: a cancel it has read stops the
+            // answer, so an answer long after the cancel was written is one sent despite it.
+            if answer.message["result"].is_null()
+                || text == "The call was cancelled."
+                || answer.after_cancel > Duration::from_secs(5)
+            {
+                problems.push(format!(
+                    "request {} answered {:?} after its cancel: {}",
+                    answer.id,
+                    answer.after_cancel,
+                    client::clip(&answer.message.to_string())
+                ));
+            } else {
+                late += 1;
+            }
+        }
+    }
+    let detail = format!(
+        "{} requests, {} answers, {} cancelled without an answer, {} answered before their cancel went out, \
+         {late} answered as the cancel crossed them, {} spins refused while a cleanup held their lock{}",
+        tally.requests,
+        tally.answers,
+        tally.cancels,
+        tally.answered_before_cancel,
+        tally.spin_locked,
+        summary(&problems)
+    );
+    Check {
+        name: format!("{label}: every request answered exactly once, no cancelled one answered"),
+        passed: problems.is_empty(),
+        detail,
+    }
+}
+
+/// Every stopped call cleaned up exactly once: no call id in two cleanup lines; at least one
+/// cleanup per stop answered; no more cleanups per tool than calls that were stopped; each
+/// lock released once at most, and once exactly for each timed-out reindex.
+fn cleanups_check(label: &str, tally: &Tally, log: &[String]) -> Result<Check> {
+    let cleanups = server::cleanups(log)?;
+    let mut problems = Vec::new();
+    if let Some(line) = log.iter().find(|line| line.contains("log events dropped")) {
+        problems.push(format!("the server dropped log lines, so cleanups cannot be counted: {line}"));
+    }
+    let mut per_call: HashMap<u64, u64> = HashMap::new();
+    let mut per_stop: BTreeMap<(String, String), u64> = BTreeMap::new();
+    let mut per_tool: BTreeMap<&str, u64> = BTreeMap::new();
+    let mut unfinished = BTreeMap::<String, u64>::new();
+    for cleanup in &cleanups {
+        *per_call.entry(cleanup.call).or_default() += 1;
+        *per_stop.entry((cleanup.tool.clone(), cleanup.reason.clone())).or_default() += 1;
+        *per_tool.entry(&cleanup.tool).or_default() += 1;
+        if cleanup.outcome != "completed" {
+            *unfinished.entry(format!("{} {}", cleanup.tool, cleanup.outcome)).or_default() += 1;
+        }
+    }
+    for (call, runs) in per_call.iter().filter(|(_, runs)| **runs > 1) {
+        problems.push(format!("call {call} was cleaned up {runs} times"));
+    }
+    for ((tool, reason), answered) in &tally.answered_stops {
+        let ran = per_stop.get(&(tool.clone(), reason.clone())).copied().unwrap_or(0);
+        if ran < *answered {
+            problems.push(format!(
+                "{answered} {tool} calls answered as stopped ({reason}), but {ran} cleanups for it"
+            ));
+        }
+    }
+    for (tool, ran) in &per_tool {
+        let answered: u64 = tally.answered_stops.iter().filter(|((t, _), _)| t == tool).map(|(_, n)| n).sum();
+        let stopped = answered + tally.unanswered_cancels.get(*tool).copied().unwrap_or(0);
+        if *ran > stopped {
+            problems.push(format!("{ran} cleanups of {tool}, but only {stopped} of its calls were stopped"));
+        }
+    }
+    let mut released: HashMap<String, u64> = HashMap::new();
+    for name in server::released_locks(log) {
+        *released.entry(name).or_default() += 1;
+    }
+    for (name, times) in &released {
+        if name == "spin" {
+            continue; // one lock name for every spin
+        }
+        let known =
+            tally.cancelled_collections.contains(name) || tally.idle_stopped_collections.contains(name);
+        if *times > 1 || !known {
+            problems.push(format!(
+                "the lock {name} was released by {times} cleanups{}",
+                if known { "" } else { ", and no stopped call held it" }
+            ));
+        }
+    }
+    for name in &tally.idle_stopped_collections {
+        if !released.contains_key(name) {
+            problems.push(format!("reindex {name} timed out, but no cleanup released its lock"));
+        }
+    }
+    let by_reason = per_stop
+        .iter()
+        .map(|((tool, reason), n)| format!("{tool}/{reason} {n}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let detail = format!(
+        "{} cleanups ({by_reason}); not completed: {unfinished:?}; {} locks released by cleanups{}",
+        cleanups.len(),
+        released.values().sum::<u64>(),
+        summary(&problems)
+    );
+    Ok(Check {
+        name: format!("{label}: every stopped call cleaned up exactly once"),
+        passed: problems.is_empty(),
+        detail,
+    })
+}
+
+/// The first few problems, and how many there were.
+fn summary(problems: &[String]) -> String {
+    if problems.is_empty() {
+        return String::new();
+    }
+    let shown: Vec<&str> = problems.iter().take(5).map(String::as_str).collect();
+    format!("; {} problems, first: {}", problems.len(), shown.join(" | "))
+}
