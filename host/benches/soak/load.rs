@@ -91,7 +91,7 @@ const MIX: &[(Kind, u64)] = &[
 /// Files `make_files` leaves in the hostile data directory, for `list_dir` to list.
 pub const LISTED_FILES: u32 = 1000;
 /// The most a mixed lane waits between two steps.
-const THINK_MS: u64 = 20;
+const THINK_MS: u64 = 50;
 
 /// What the lanes of one transport saw; the checks read it at the end.
 #[derive(Debug, Default)]
@@ -340,15 +340,15 @@ impl Lane {
                 );
             }
             Kind::HoldFiles => {
-                let reply = self.call("hold_files", json!({"count": 3000, "hold_ms": 100}), false).await?;
+                let reply = self.call("hold_files", json!({"count": 1000, "hold_ms": 100}), false).await?;
                 self.expect(reply.is_result(), "hold_files gets a tool result", &reply);
             }
             Kind::OpenStreams => {
-                let reply = self.call("open_streams", json!({"count": 400, "hold_ms": 100}), false).await?;
+                let reply = self.call("open_streams", json!({"count": 200, "hold_ms": 100}), false).await?;
                 self.expect(reply.is_result(), "open_streams gets a tool result", &reply);
             }
             Kind::ListDir => {
-                let reply = self.call("list_dir", json!({"times": 300, "hold_ms": 100}), false).await?;
+                let reply = self.call("list_dir", json!({"times": 100, "hold_ms": 100}), false).await?;
                 self.expect(reply.is_result(), "list_dir gets a tool result", &reply);
             }
             Kind::AllocMb => {

@@ -60,7 +60,7 @@ struct Args {
 }
 
 fn parse_args() -> Result<Args> {
-    let mut args = Args { secs: 300, seed: 0, lanes: 6 };
+    let mut args = Args { secs: 300, seed: 0, lanes: 4 };
     args.seed = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_nanos() as u64;
     let mut given = std::env::args().skip(1);
     while let Some(arg) = given.next() {
