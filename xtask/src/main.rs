@@ -2,9 +2,12 @@
 //! - `cargo xtask guests`: build every guest component for `wasm32-wasip2` into
 //!   `target/guests/`, with whichever toolchain this machine has.
 //! - `cargo xtask test`: build the guests, then run every test, the official MCP
-//!   conformance suite included.
+//!   conformance suite included, and the soak (300 s).
 //! - `cargo xtask conformance`: run the conformance suite against `cordon serve --http`
 //!   on the conformance fixture (`examples/conformance`).
+//! - `cargo xtask soak [SECONDS]`: the soak (`host/benches/soak`), 300 s by default:
+//!   mixed load with cancels, timeouts, hostile guests and garbage over stdio and HTTP,
+//!   then every answer, cleanup, slot, descriptor and byte accounted for.
 //!
 //! Two routes, tried in order:
 //! 1. rustup's `wasm32-wasip2` target, when installed: a plain `cargo build`.
@@ -35,7 +38,17 @@ fn main() -> Result<()> {
         Some("test") => {
             build_guests()?;
             run_tests()?;
-            conformance()
+            conformance()?;
+            soak(DEFAULT_SOAK_SECS)
+        }
+        Some("soak") => {
+            let secs = match args.get(1) {
+                Some(secs) => secs.parse().with_context(|| format!("{secs} is not a number of seconds"))?,
+                None => DEFAULT_SOAK_SECS,
+            };
+            build_guests()?;
+            build_server()?;
+            soak(secs)
         }
         Some("conformance") => {
             // Alone, it must not test a stale server or fixture: build both first (the
@@ -48,6 +61,9 @@ fn main() -> Result<()> {
             eprintln!("usage: cargo xtask guests   build every guest component into target/guests/");
             eprintln!("       cargo xtask test     build the guests, then run every test");
             eprintln!("       cargo xtask conformance   run the MCP conformance suite over HTTP");
+            eprintln!(
+                "       cargo xtask soak [SECONDS]   mixed load on both transports, then the accounts (300 s)"
+            );
             std::process::exit(2);
         }
     }
@@ -117,6 +133,20 @@ fn run_tests() -> Result<()> {
 fn build_server() -> Result<()> {
     let cargo = env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     run(Command::new(cargo).current_dir(repo_root()).args(["test", "--workspace", "--no-run"]))
+}
+
+const DEFAULT_SOAK_SECS: u64 = 300;
+
+/// The soak against `target/debug/cordon` (which the test build makes). It builds as a
+/// benchmark with `--profile dev`, the test build's profile, so it reuses that build's
+/// dependencies rather than compiling wasmtime again.
+fn soak(secs: u64) -> Result<()> {
+    let cargo = env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    run(Command::new(cargo)
+        .current_dir(repo_root())
+        .args(["bench", "-p", "cordon", "--bench", "soak", "--profile", "dev", "--", "--secs"])
+        .arg(secs.to_string()))
+    .context("the soak failed (its checks are above)")
 }
 
 /// A virtualenv with the end-to-end suite's requirements; returns its python.
