@@ -257,12 +257,15 @@ impl Lane {
         Ok(reply)
     }
 
-    /// Run a mixed lane until `until`; an error is a transport failure (the lane stops).
-    pub async fn run_mixed(mut self, until: Instant) -> Result<()> {
-        let total: u64 = MIX.iter().map(|(_, weight)| weight).sum();
-        while Instant::now() < until {
+    /// Run a mixed lane until `until`, with the steps named in `without` left out; an
+    /// error is a transport failure (the lane stops).
+    pub async fn run_mixed(mut self, until: Instant, without: Vec<String>) -> Result<()> {
+        let mix: Vec<(Kind, u64)> =
+            MIX.iter().copied().filter(|(kind, _)| !without.contains(&format!("{kind:?}"))).collect();
+        let total: u64 = mix.iter().map(|(_, weight)| weight).sum();
+        while Instant::now() < until && total > 0 {
             let mut pick = self.rng.below(total);
-            let kind = MIX
+            let kind = mix
                 .iter()
                 .find(|(_, weight)| {
                     let hit = pick < *weight;

@@ -17,7 +17,7 @@
 //!
 //! ```sh
 //! cargo xtask soak          # 300 s; `cargo xtask soak 30` for a quick run
-//! cargo bench -p cordon --bench soak --profile dev -- --secs 30 [--seed N] [--lanes N]
+//! cargo bench -p cordon --bench soak --profile dev -- --secs 30 [--seed N] [--lanes N] [--without Spin,ListDir]
 //! ```
 
 mod client;
@@ -57,10 +57,13 @@ struct Args {
     secs: u64,
     seed: u64,
     lanes: usize,
+    /// Steps left out of the mix (`--without Spin,ListDir`), to find which one a failing
+    /// check is about; the full mix is the soak.
+    without: Vec<String>,
 }
 
 fn parse_args() -> Result<Args> {
-    let mut args = Args { secs: 300, seed: 0, lanes: 4 };
+    let mut args = Args { secs: 300, seed: 0, lanes: 4, without: Vec::new() };
     args.seed = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_nanos() as u64;
     let mut given = std::env::args().skip(1);
     while let Some(arg) = given.next() {
@@ -69,9 +72,10 @@ fn parse_args() -> Result<Args> {
             "--secs" => args.secs = value()?.parse()?,
             "--seed" => args.seed = value()?.parse()?,
             "--lanes" => args.lanes = value()?.parse()?,
+            "--without" => args.without.extend(value()?.split(',').map(str::to_owned)),
             // cargo bench passes this to every harness-less bench.
             "--bench" => {}
-            other => bail!("unknown argument {other}; use --secs N, --seed N, --lanes N"),
+            other => bail!("unknown argument {other}; use --secs N, --seed N, --lanes N, --without STEP,..."),
         }
     }
     Ok(args)
@@ -115,6 +119,9 @@ async fn soak(args: Args) -> Result<bool> {
     let (mut http, port) = Server::http(&cordon, &http_config)?;
     let targets = [Target::Stdio(client.clone()), Target::Http { port, ids: Arc::new(AtomicU64::new(1)) }];
     let tallies: [SharedTally; 2] = Default::default();
+    if !args.without.is_empty() {
+        println!("soak: NOT the full mix, without {:?}", args.without);
+    }
     println!(
         "soak: seed {}, {} s of load, {} mixed lanes + a spinner + a prober per transport; \
          stdio server pid {}, http server pid {} on port {port}",
@@ -287,10 +294,12 @@ async fn run_load(
         let name = |lane: &str| format!("{phase}{}{lane}", &target.label()[..1]);
         for lane in 0..args.lanes {
             let worker = Lane::new(target, name(&lane.to_string()), seed(lane as u64), tally.clone());
-            lanes.push((tally.clone(), tokio::spawn(worker.run_mixed(until))));
+            lanes.push((tally.clone(), tokio::spawn(worker.run_mixed(until, args.without.clone()))));
         }
-        let spinner = Lane::new(target, name("spin"), seed(999), tally.clone());
-        lanes.push((tally.clone(), tokio::spawn(spinner.run_spinner(until, SPIN_EVERY))));
+        if !args.without.iter().any(|step| step == "Spin") {
+            let spinner = Lane::new(target, name("spin"), seed(999), tally.clone());
+            lanes.push((tally.clone(), tokio::spawn(spinner.run_spinner(until, SPIN_EVERY))));
+        }
         if probe {
             let prober = Lane::new(target, name("probe"), 0, tally.clone());
             probers.push((tally.clone(), tokio::spawn(prober.run_prober(until, PROBE_EVERY))));
