@@ -162,6 +162,7 @@ async fn soak(args: Args) -> Result<bool> {
     let idle_cpu = CpuClock::now(pids)?.since(&clock);
     println!("idle: {idle_cpu}");
     let baseline = [stdio.usage()?, http.usage()?];
+    let mappings = [server::resident_by_mapping(stdio.pid())?, server::resident_by_mapping(http.pid())?];
 
     println!("load: {} s", args.secs);
     let before: Vec<u64> = tallies.iter().map(|tally| tally.lock().unwrap().requests).collect();
@@ -195,6 +196,10 @@ async fn soak(args: Args) -> Result<bool> {
         checks.push(locks_released(target, tally).await?);
     }
     let after = settle(&[&stdio, &http], &baseline).await?;
+    let grown = [
+        server::grown_mappings(&mappings[0], &server::resident_by_mapping(stdio.pid())?),
+        server::grown_mappings(&mappings[1], &server::resident_by_mapping(http.pid())?),
+    ];
 
     // Shut down: then every answer and every log line is in.
     client.close().await;
@@ -222,14 +227,16 @@ async fn soak(args: Args) -> Result<bool> {
             passed: within(now.fds as f64, base.fds as f64),
             detail: format!("{} before, {} at the peak, {} after", base.fds, peaks[index].fds, now.fds),
         });
+        let passed = within(now.rss_kib as f64, base.rss_kib as f64);
         checks.push(Check {
             name: format!("{label}: resident memory back within 10 %"),
-            passed: within(now.rss_kib as f64, base.rss_kib as f64),
+            passed,
             detail: format!(
-                "{} before, {} at the peak, {} after",
+                "{} before, {} at the peak, {} after{}",
                 mib(base.rss_kib),
                 mib(now.peak_rss_kib.max(peaks[index].rss_kib)),
-                mib(now.rss_kib)
+                mib(now.rss_kib),
+                if passed { String::new() } else { format!("; grown most: {}", grown[index]) }
             ),
         });
         let idle_p99 = quantile(&mut idle[index], 0.99);

@@ -1,6 +1,7 @@
 //! The servers under soak: their config, their processes, what they log about cleanups, and
 //! what the kernel says about their descriptors and memory.
 
+use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -183,6 +184,53 @@ pub fn usage(pid: u32) -> Result<Usage> {
         Ok(line[key.len()..].trim().trim_end_matches("kB").trim().parse()?)
     };
     Ok(Usage { fds, rss_kib: kib("VmRSS:")?, peak_rss_kib: kib("VmHWM:")? })
+}
+
+/// Resident memory per mapping of process `pid` (`/proc/PID/smaps`), keyed by its address
+/// range and name: compared before and after, it says where memory stayed (the malloc
+/// heap and its arenas, or the instance pool's reservation).
+pub fn resident_by_mapping(pid: u32) -> Result<BTreeMap<String, u64>> {
+    let smaps = std::fs::read_to_string(format!("/proc/{pid}/smaps"))?;
+    let mut mappings = BTreeMap::new();
+    let mut current = String::new();
+    for line in smaps.lines() {
+        if let Some(rss) = line.strip_prefix("Rss:") {
+            let kib: u64 = rss.trim().trim_end_matches("kB").trim().parse()?;
+            if kib > 0 {
+                mappings.insert(current.clone(), kib);
+            }
+        } else if line
+            .split_whitespace()
+            .next()
+            .is_some_and(|first| first.contains('-') && !first.ends_with(':'))
+        {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let size = fields[0].split_once('-').map_or(0, |(start, end)| {
+                u64::from_str_radix(end, 16)
+                    .unwrap_or(0)
+                    .saturating_sub(u64::from_str_radix(start, 16).unwrap_or(0))
+            });
+            let name = fields.get(5).copied().unwrap_or("[anon]");
+            current = format!("{} ({} MiB {name})", fields[0], size >> 20);
+        }
+    }
+    Ok(mappings)
+}
+
+/// The mappings whose resident memory grew most from `before` to `after`.
+pub fn grown_mappings(before: &BTreeMap<String, u64>, after: &BTreeMap<String, u64>) -> String {
+    let mut grown: Vec<(i64, &String)> = after
+        .iter()
+        .map(|(mapping, kib)| (*kib as i64 - before.get(mapping).copied().unwrap_or(0) as i64, mapping))
+        .filter(|(growth, _)| *growth > 0)
+        .collect();
+    grown.sort_by(|a, b| b.0.cmp(&a.0));
+    grown
+        .iter()
+        .take(4)
+        .map(|(growth, mapping)| format!("+{growth} KiB in {mapping}"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// A server's open descriptors and memory at one moment.
