@@ -519,8 +519,7 @@ pub async fn probe_slots(target: &Target, tally: &SharedTally) -> Result<Vec<Str
     for index in 0..SLOTS {
         let (target, tally) = (target.clone(), tally.clone());
         calls.push(tokio::spawn(async move {
-            let lane = Lane::new(&target, format!("probe{index}"), 1, tally);
-            let mut lane = lane;
+            let mut lane = Lane::new(&target, format!("probe{index}"), 1, tally);
             let reply = lane.call("park", json!({"ms": park.as_millis() as u64}), false).await;
             if let Transport::Http(client) = &mut lane.transport {
                 client.close();

@@ -224,7 +224,7 @@ pub fn grown_mappings(before: &BTreeMap<String, u64>, after: &BTreeMap<String, u
         .map(|(mapping, kib)| (*kib as i64 - before.get(mapping).copied().unwrap_or(0) as i64, mapping))
         .filter(|(growth, _)| *growth > 0)
         .collect();
-    grown.sort_by(|a, b| b.0.cmp(&a.0));
+    grown.sort_by_key(|(growth, _)| std::cmp::Reverse(*growth));
     grown
         .iter()
         .take(4)
