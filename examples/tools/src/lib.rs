@@ -134,6 +134,9 @@ fn reindex(args: ReindexArgs) -> Result<String, ToolError> {
         cordon_guest::check_cancelled()?;
         // A WASI clock sleep: a host call the host can stop the guest inside.
         std::thread::sleep(Duration::from_millis(args.step_ms));
+        // A stop ends the sleep early (this tool checks, so the host wakes it): then the
+        // step was not done.
+        cordon_guest::check_cancelled()?;
         done = (done + REINDEX_STEP).min(args.total);
         let message = format!("Indexed {done} of {} documents", args.total);
         cordon_guest::progress(done as f64, Some(args.total as f64), &message);

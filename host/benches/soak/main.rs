@@ -556,11 +556,10 @@ fn cleanups_check(label: &str, tally: &Tally, log: &[String]) -> Result<Check> {
             ));
         }
     }
-    for name in &tally.idle_stopped_collections {
-        if !released.contains_key(name) {
-            problems.push(format!("reindex {name} timed out, but no cleanup released its lock"));
-        }
-    }
+    // A `reindex` stopped by its idle timeout checks for stops, so the stop wakes it from
+    // its sleep and it releases its lock itself before its cleanup runs (with no note left):
+    // its cleanup is counted above (answered as stopped), and "no lock left" shows the
+    // release; a cleanup may release it only once.
     let by_reason = per_stop
         .iter()
         .map(|((tool, reason), n)| format!("{tool}/{reason} {n}"))
