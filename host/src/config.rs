@@ -203,28 +203,38 @@ pub struct LimitsConfig {
 }
 
 impl LimitsConfig {
-    fn apply(&self, base: &ToolLimits) -> ToolLimits {
+    fn apply(&self, base: &ToolLimits) -> Result<ToolLimits> {
         let ms = Duration::from_millis;
         let optional = |value: u64| (value > 0).then(|| ms(value));
-        ToolLimits {
-            memory_bytes: self.memory_mb.map_or(base.memory_bytes, |mb| mb << 20),
+        Ok(ToolLimits {
+            memory_bytes: self.memory_mb.map_or(Ok(base.memory_bytes), |mb| bytes(mb, 20, "memory_mb"))?,
             table_elements: self.table_elements.unwrap_or(base.table_elements),
             instances: self.instances.unwrap_or(base.instances),
             tables: self.tables.unwrap_or(base.tables),
             memories: self.memories.unwrap_or(base.memories),
-            hostcall_bytes: self.hostcall_kb.map_or(base.hostcall_bytes, |kb| kb << 10),
-            result_bytes: self.result_kb.map_or(base.result_bytes, |kb| kb << 10),
-            note_bytes: self.note_kb.map_or(base.note_bytes, |kb| kb << 10),
+            hostcall_bytes: self
+                .hostcall_kb
+                .map_or(Ok(base.hostcall_bytes), |kb| bytes(kb, 10, "hostcall_kb"))?,
+            result_bytes: self.result_kb.map_or(Ok(base.result_bytes), |kb| bytes(kb, 10, "result_kb"))?,
+            note_bytes: self.note_kb.map_or(Ok(base.note_bytes), |kb| bytes(kb, 10, "note_kb"))?,
             host_resources: self.host_resources.unwrap_or(base.host_resources),
-            host_memory_bytes: self.host_memory_kb.map_or(base.host_memory_bytes, |kb| kb << 10),
+            host_memory_bytes: self
+                .host_memory_kb
+                .map_or(Ok(base.host_memory_bytes), |kb| bytes(kb, 10, "host_memory_kb"))?,
             open_files: self.open_files.unwrap_or(base.open_files),
-            stderr_bytes: self.stderr_kb.map_or(base.stderr_bytes, |kb| kb << 10),
+            stderr_bytes: self.stderr_kb.map_or(Ok(base.stderr_bytes), |kb| bytes(kb, 10, "stderr_kb"))?,
             idle_timeout: self.idle_timeout_ms.map_or(base.idle_timeout, optional),
             max_duration: self.max_duration_ms.map_or(base.max_duration, optional),
             grace: self.grace_ms.map_or(base.grace, ms),
             cleanup_budget: self.cleanup_ms.map_or(base.cleanup_budget, ms),
-        }
+        })
     }
+}
+
+/// `value` units of `1 << shift` bytes, refused when that many bytes overflow a `usize`
+/// (a bare shift wrapped a huge value to a small limit, silently: found by fuzzing).
+fn bytes(value: usize, shift: u32, key: &str) -> Result<usize> {
+    value.checked_mul(1 << shift).with_context(|| format!("{key} = {value} is too large"))
 }
 
 /// A component to load, resolved.
@@ -265,7 +275,7 @@ impl Config {
             engine.epoch_tick = Duration::from_millis(tick.max(1));
         }
         if let Some(mb) = server.max_memory_mb {
-            engine.max_memory_bytes = mb << 20;
+            engine.max_memory_bytes = bytes(mb, 20, "server.max_memory_mb")?;
         }
         if server.cache == Some(false) {
             engine.cache_dir = None;
@@ -286,7 +296,7 @@ impl Config {
         }
         let mut http = HttpSettings::default();
         if let Some(kb) = self.http.max_body_kb {
-            http.max_body_bytes = kb << 10;
+            http.max_body_bytes = bytes(kb, 10, "http.max_body_kb")?;
         }
         if let Some(ms) = self.http.body_timeout_ms {
             http.body_timeout = Duration::from_millis(ms);
@@ -332,12 +342,15 @@ impl Config {
                     path.display()
                 );
             }
-            let limits = component.limits.apply(&ToolLimits::default());
+            let in_limits = || format!("in the limits of {}", path.display());
+            let limits = component.limits.apply(&ToolLimits::default()).with_context(in_limits)?;
             let tool_limits = component
                 .tools
                 .iter()
-                .map(|(tool, overrides)| (tool.clone(), overrides.apply(&limits)))
-                .collect();
+                .map(|(tool, overrides)| {
+                    Ok((tool.clone(), overrides.apply(&limits).with_context(in_limits)?))
+                })
+                .collect::<Result<_>>()?;
             let data_dir = match component.data_dir {
                 Some(DataDirConfig::Path(dir)) => Some(base.join(dir)),
                 Some(DataDirConfig::Default(true)) => Some(paths::default_data_dir(&name)),
@@ -518,6 +531,20 @@ mod tests {
             .is_err()
         );
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn sizes_too_large_for_memory_are_errors() {
+        for text in [
+            "[server]\nmax_memory_mb = 17592186044416\n",
+            "[http]\nmax_body_kb = 18014398509481984\n",
+            "[[components]]\npath = \"a.wasm\"\nlimits = { result_kb = 18014398509481984 }\n",
+            "[[components]]\npath = \"a.wasm\"\n[components.tools.t]\nmemory_mb = 17592186044416\n",
+        ] {
+            let config: Config = toml::from_str(text).unwrap();
+            let error = config.plan(Path::new("/etc/cordon")).unwrap_err();
+            assert!(format!("{error:#}").contains("is too large"), "{text}: {error:#}");
+        }
     }
 
     #[test]

@@ -82,12 +82,17 @@ const OTHER_MAPPINGS: u64 = 10_000;
 /// Component instances the pool holds at once: each call and its cleanup, one `list` at
 /// load, and the spares.
 pub(crate) fn pool_slots(settings: &EngineSettings) -> usize {
-    settings.max_concurrent_calls * 2 + 1 + super::spare::SPARE_SLOTS
+    // Saturating: a config may ask for any number of calls (found by fuzzing), and
+    // `build_engine` refuses a count this large before anything else asks.
+    settings.max_concurrent_calls.saturating_mul(2).saturating_add(1 + super::spare::SPARE_SLOTS)
 }
 
 /// Build the engine and start its epoch ticker.
 pub(crate) fn build_engine(settings: &EngineSettings) -> Result<(Engine, Arc<Ticker>)> {
-    let slots = u32::try_from(pool_slots(settings)).context("max_concurrent_calls is too large")?;
+    let slots = u32::try_from(pool_slots(settings))
+        .ok()
+        .filter(|slots| slots.checked_mul(CORE_INSTANCES_PER_SLOT.max(TABLES_PER_SLOT)).is_some())
+        .context("max_concurrent_calls is too large")?;
     check_map_count(slots);
     let mut pool = PoolingAllocationConfig::default();
     pool.total_component_instances(slots)
@@ -318,5 +323,15 @@ mod tests {
         Component::new(&engine, component_of(slot)).expect("a component that fits one slot");
         let error = Component::new(&engine, component_of(slot + 1)).unwrap_err();
         assert!(format!("{error:#}").contains("core module instances"), "{error:#}");
+    }
+
+    #[test]
+    fn a_pool_too_large_to_count_is_an_error() {
+        // Each overflowed in its own place: `calls * 2`, then `slots * 16` in u32.
+        for calls in [usize::MAX, 200_000_000] {
+            let settings = EngineSettings { max_concurrent_calls: calls, ..EngineSettings::default() };
+            let Err(error) = build_engine(&settings) else { panic!("{calls} calls") };
+            assert!(format!("{error:#}").contains("too large"), "{error:#}");
+        }
     }
 }
