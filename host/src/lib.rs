@@ -12,6 +12,9 @@
 
 pub mod config;
 pub mod dispatch;
+// Entry points for the fuzz targets in fuzz/, compiled always so that they never rot.
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod operator_log;
 pub mod paths;
 pub mod protocol;

@@ -537,7 +537,7 @@ async fn serve_request(
 /// The envelope, the request-metadata headers (a tool's `Mcp-Param-*` ones too) and the
 /// version, in the spec's order.
 #[allow(clippy::result_large_err)]
-fn check_modern(
+pub(crate) fn check_modern(
     headers: &HeaderMap,
     id: &RequestId,
     method: &str,
@@ -587,7 +587,11 @@ fn check_modern(
 /// The `Mcp-Param-*` headers of a `tools/call` against the arguments they mirror: each is
 /// required when its argument has a value, must be visible ASCII (or valid
 /// `=?base64?…?=`), and must equal the argument (integers compared as numbers).
-fn check_param_headers(headers: &HeaderMap, tool: &ToolSpec, params: Option<&Value>) -> Result<(), String> {
+pub(crate) fn check_param_headers(
+    headers: &HeaderMap,
+    tool: &ToolSpec,
+    params: Option<&Value>,
+) -> Result<(), String> {
     let Some(arguments) = params.and_then(|params| params.get("arguments")) else { return Ok(()) };
     for param in &tool.param_headers {
         let value = param.path.iter().try_fold(arguments, |value, key| value.get(key));
@@ -615,7 +619,7 @@ fn check_param_headers(headers: &HeaderMap, tool: &ToolSpec, params: Option<&Val
 
 /// An `Mcp-Param-*` value: `=?base64?…?=` decoded strictly (padding, alphabet, UTF-8), else
 /// the literal text.
-fn decode_param(value: &str) -> Option<String> {
+pub(crate) fn decode_param(value: &str) -> Option<String> {
     match value.strip_prefix("=?base64?").and_then(|rest| rest.strip_suffix("?=")) {
         Some(encoded) => {
             let bytes = base64::engine::general_purpose::STANDARD.decode(encoded).ok()?;
@@ -626,7 +630,7 @@ fn decode_param(value: &str) -> Option<String> {
 }
 
 /// A header's value with optional whitespace trimmed (RFC 9110), if present and text.
-fn header_text(headers: &HeaderMap, name: &str) -> Option<String> {
+pub(crate) fn header_text(headers: &HeaderMap, name: &str) -> Option<String> {
     headers.get(name).and_then(|value| value.to_str().ok()).map(|value| value.trim().to_owned())
 }
 
@@ -636,7 +640,7 @@ fn decode_header(value: &str) -> String {
     decode_param(value).unwrap_or_else(|| value.to_owned())
 }
 
-fn accepts_json_and_sse(headers: &HeaderMap) -> bool {
+pub(crate) fn accepts_json_and_sse(headers: &HeaderMap) -> bool {
     let accept: Vec<String> = headers
         .get_all(header::ACCEPT)
         .iter()
@@ -648,7 +652,7 @@ fn accepts_json_and_sse(headers: &HeaderMap) -> bool {
     has("application/json") && has("text/event-stream")
 }
 
-fn is_json(headers: &HeaderMap) -> bool {
+pub(crate) fn is_json(headers: &HeaderMap) -> bool {
     headers.get(header::CONTENT_TYPE).and_then(|value| value.to_str().ok()).is_some_and(|value| {
         value.split(';').next().unwrap_or("").trim().eq_ignore_ascii_case("application/json")
     })
@@ -663,12 +667,12 @@ fn host_name(authority: &str) -> &str {
     }
 }
 
-fn host_allowed(host: Option<&HeaderValue>, allowed: &HashSet<String>) -> bool {
+pub(crate) fn host_allowed(host: Option<&HeaderValue>, allowed: &HashSet<String>) -> bool {
     host.and_then(|value| value.to_str().ok())
         .is_some_and(|host| allowed.contains(&host_name(host.trim()).to_ascii_lowercase()))
 }
 
-fn origin_allowed(origin: &HeaderValue, allowed: &HashSet<String>) -> bool {
+pub(crate) fn origin_allowed(origin: &HeaderValue, allowed: &HashSet<String>) -> bool {
     let Ok(origin) = origin.to_str() else { return false };
     let Some((scheme, authority)) = origin.trim().split_once("://") else { return false };
     matches!(scheme, "http" | "https") && allowed.contains(&host_name(authority).to_ascii_lowercase())

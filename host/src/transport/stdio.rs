@@ -82,13 +82,16 @@ where
 }
 
 /// One line read: a message's text, or the error that answers an oversized one.
-enum Message<'a> {
+pub(crate) enum Message<'a> {
     Text(&'a [u8]),
     TooLong(Incoming),
 }
 
 /// Read messages from `input` until EOF, handing each to `handle`.
-fn read_messages<R: BufRead>(mut input: R, mut handle: impl FnMut(Message<'_>)) -> std::io::Result<()> {
+pub(crate) fn read_messages<R: BufRead>(
+    mut input: R,
+    mut handle: impl FnMut(Message<'_>),
+) -> std::io::Result<()> {
     let mut line = Vec::new();
     loop {
         line.clear();
@@ -110,7 +113,7 @@ fn read_messages<R: BufRead>(mut input: R, mut handle: impl FnMut(Message<'_>)) 
     }
 }
 
-enum Line {
+pub(crate) enum Line {
     Complete,
     TooLong,
     Eof,
@@ -118,7 +121,11 @@ enum Line {
 
 /// Read up to and without the next `\n` into `line`. A line longer than `limit` is
 /// consumed and discarded, and reported as too long.
-fn read_line<R: BufRead>(input: &mut R, line: &mut Vec<u8>, limit: usize) -> std::io::Result<Line> {
+pub(crate) fn read_line<R: BufRead>(
+    input: &mut R,
+    line: &mut Vec<u8>,
+    limit: usize,
+) -> std::io::Result<Line> {
     let mut too_long = false;
     loop {
         let available = match input.fill_buf() {
