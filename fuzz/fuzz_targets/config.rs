@@ -1,0 +1,72 @@
+//! A config file's text: TOML → `Config` → `plan()`, then the engine the plan asks for.
+//! No panic, and no number silently wrapped: every size the file gives in KiB or MiB is
+//! either refused or resolved to exactly that many bytes.
+#![no_main]
+
+use std::collections::HashSet;
+use std::path::Path;
+use std::sync::{LazyLock, Mutex};
+
+use cordon::config::{ComponentConfig, LimitsConfig};
+use cordon::runtime::{EngineSettings, Runtime, RuntimeSettings, ToolLimits};
+use libfuzzer_sys::fuzz_target;
+
+/// Paths resolve against this; `plan` only joins them: it reads, creates and writes
+/// nothing (with a component given, it does not even look for the example tools).
+const BASE: &str = "/nonexistent/cordon-fuzz";
+
+fuzz_target!(|input: &[u8]| {
+    let Ok(text) = std::str::from_utf8(input) else { return };
+    // Parsed twice: once to plan (which consumes it), once to compare against.
+    let Some(mut config) = cordon::fuzzing::config(text) else { return };
+    // Without components, `plan` falls back to the example tools and fails where they are
+    // not built: give it one, so that every valid config is planned and checked.
+    if config.components.is_empty() {
+        config.components.push(ComponentConfig {
+            path: "tools.wasm".into(),
+            data_dir: None,
+            limits: LimitsConfig::default(),
+            tools: Default::default(),
+        });
+    }
+    let written = cordon::fuzzing::config(text).expect("parsing is deterministic");
+    let Ok(plan) = config.plan(Path::new(BASE)) else { return };
+
+    let engine = &plan.runtime.engine;
+    exact(written.server.max_memory_mb, 20, engine.max_memory_bytes as u128, "max_memory_mb");
+    exact(written.http.max_body_kb, 10, plan.http.max_body_bytes as u128, "max_body_kb");
+    assert!(engine.max_concurrent_calls >= 1 && plan.http.max_connections >= 1);
+    for (component, planned) in written.components.iter().zip(&plan.components) {
+        check_limits(&component.limits, &planned.options.limits);
+        for (tool, limits) in &component.tools {
+            check_limits(limits, planned.options.limits_for(tool));
+        }
+    }
+    build_engine(engine);
+});
+
+fn check_limits(written: &LimitsConfig, planned: &ToolLimits) {
+    exact(written.memory_mb, 20, planned.memory_bytes as u128, "memory_mb");
+    exact(written.hostcall_kb, 10, planned.hostcall_bytes as u128, "hostcall_kb");
+    exact(written.result_kb, 10, planned.result_bytes as u128, "result_kb");
+    exact(written.note_kb, 10, planned.note_bytes as u128, "note_kb");
+    exact(written.stderr_kb, 10, planned.stderr_bytes as u128, "stderr_kb");
+}
+
+/// A size written in units of `1 << shift` bytes resolves to exactly that many bytes.
+fn exact(written: Option<usize>, shift: u32, planned: u128, key: &str) {
+    if let Some(units) = written {
+        assert_eq!(planned, (units as u128) << shift, "{key} = {units} was not resolved exactly");
+    }
+}
+
+/// Building an engine costs about a millisecond, so each distinct setting is tried once.
+fn build_engine(settings: &EngineSettings) {
+    static TRIED: LazyLock<Mutex<HashSet<String>>> = LazyLock::new(Default::default);
+    let key = format!("{settings:?}");
+    if !TRIED.lock().unwrap().insert(key) {
+        return;
+    }
+    // An error is a fine answer to an impossible engine; a panic is not.
+    let _ = Runtime::new(RuntimeSettings { engine: settings.clone(), ..RuntimeSettings::default() });
+}
