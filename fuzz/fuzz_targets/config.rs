@@ -24,6 +24,7 @@ fuzz_target!(|input: &[u8]| {
     if config.components.is_empty() {
         config.components.push(ComponentConfig {
             path: "tools.wasm".into(),
+            name: None,
             data_dir: None,
             limits: LimitsConfig::default(),
             tools: Default::default(),
@@ -50,6 +51,7 @@ fn check_limits(written: &LimitsConfig, planned: &ToolLimits) {
     exact(written.hostcall_kb, 10, planned.hostcall_bytes as u128, "hostcall_kb");
     exact(written.result_kb, 10, planned.result_bytes as u128, "result_kb");
     exact(written.note_kb, 10, planned.note_bytes as u128, "note_kb");
+    exact(written.host_memory_kb, 10, planned.host_memory_bytes as u128, "host_memory_kb");
     exact(written.stderr_kb, 10, planned.stderr_bytes as u128, "stderr_kb");
 }
 
