@@ -4,16 +4,22 @@
 #![no_main]
 
 use std::collections::HashSet;
-use std::path::Path;
+use std::path::PathBuf;
 use std::sync::{LazyLock, Mutex};
 
-use cordon::config::{ComponentConfig, LimitsConfig};
+use cordon::config::{ComponentConfig, LimitsConfig, SecretSource};
 use cordon::runtime::{EngineSettings, Runtime, RuntimeSettings, ToolLimits};
 use libfuzzer_sys::fuzz_target;
 
-/// Paths resolve against this; `plan` only joins them: it reads, creates and writes
-/// nothing (with a component given, it does not even look for the example tools).
-const BASE: &str = "/nonexistent/cordon-fuzz";
+/// Paths resolve against this folder. `plan` writes nothing; it reads only secret files,
+/// which are kept inside it (below), and with a component given it does not even look for
+/// the example tools.
+static BASE: LazyLock<PathBuf> = LazyLock::new(|| {
+    let base = std::env::temp_dir().join("cordon-fuzz-config");
+    std::fs::create_dir_all(&base).expect("creating the fuzz config folder");
+    std::fs::write(base.join("token"), "s3cr3t\n").expect("writing a secret file");
+    base
+});
 
 fuzz_target!(|input: &[u8]| {
     let Ok(text) = std::str::from_utf8(input) else { return };
@@ -26,12 +32,23 @@ fuzz_target!(|input: &[u8]| {
             path: "tools.wasm".into(),
             name: None,
             data_dir: None,
+            env: Default::default(),
+            secrets: Default::default(),
             limits: LimitsConfig::default(),
             tools: Default::default(),
         });
     }
     let written = cordon::fuzzing::config(text).expect("parsing is deterministic");
-    let Ok(plan) = config.plan(Path::new(BASE)) else { return };
+    // A secret file named anywhere (`/dev/zero`, a FIFO) is read from BASE instead: the
+    // target fuzzes the loader, not the file system.
+    for component in &mut config.components {
+        for source in component.secrets.values_mut() {
+            if let SecretSource::File { file } = source {
+                *file = file.file_name().map_or_else(|| "missing".into(), PathBuf::from);
+            }
+        }
+    }
+    let Ok(plan) = config.plan(&BASE) else { return };
 
     let engine = &plan.runtime.engine;
     exact(written.server.max_memory_mb, 20, engine.max_memory_bytes as u128, "max_memory_mb");
