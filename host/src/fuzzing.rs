@@ -23,7 +23,6 @@ use tokio::sync::mpsc;
 use crate::config::Config;
 use crate::dispatch::{Admitted, Connection, Outbox, Server};
 use crate::protocol::jsonrpc::{self, Incoming};
-use crate::protocol::mcp;
 use crate::runtime::{EngineSettings, Runtime, RuntimeSettings, ToolSpec};
 use crate::transport::{http, stdio};
 
@@ -197,12 +196,7 @@ pub fn http_ladder(request: &Request<&[u8]>, settings: &http::HttpSettings, tool
         Incoming::Notification { .. } => return Verdict::Accepted,
         Incoming::Unanswered { .. } | Incoming::Invalid { .. } => return Refused(StatusCode::BAD_REQUEST),
     };
-    let header_version = http::header_text(headers, "mcp-protocol-version");
-    let modern = mcp::has_envelope(params.as_ref());
-    let legacy = !modern
-        && (method == "initialize"
-            || session_id.is_some()
-            || header_version.as_deref().is_some_and(|version| mcp::LEGACY_VERSIONS.contains(&version)));
+    let legacy = http::is_legacy(headers, &method, params.as_ref(), session_id.is_some());
     if !legacy {
         let tool = (method == "tools/call")
             .then(|| params.as_ref().and_then(|params| params.get("name")).and_then(Value::as_str))

@@ -481,14 +481,7 @@ async fn serve_request(
         }
     };
 
-    let header_version = header_text(&headers, "mcp-protocol-version");
-    let modern = mcp::has_envelope(params.as_ref());
-    // Without the 2026 envelope, `initialize`, a 2025-era version header or a session id
-    // (sessions exist only in that era) mark a 2025-era client.
-    let legacy = !modern
-        && (method == "initialize"
-            || session_id.is_some()
-            || header_version.as_deref().is_some_and(|version| mcp::LEGACY_VERSIONS.contains(&version)));
+    let legacy = is_legacy(&headers, &method, params.as_ref(), session_id.is_some());
     if !legacy {
         let tool = (method == "tools/call")
             .then(|| params.as_ref().and_then(|params| params.get("name")).and_then(Value::as_str))
@@ -532,6 +525,21 @@ async fn serve_request(
         Err(_quiet) => None,
     };
     Ok(sse_answer(guard, first, outbox, settings.keep_alive))
+}
+
+/// Whether a request comes from a 2025-era client: without the 2026 envelope, `initialize`,
+/// a 2025-era version header or a session id (sessions exist only in that era) mark one.
+pub(crate) fn is_legacy(
+    headers: &HeaderMap,
+    method: &str,
+    params: Option<&Value>,
+    has_session: bool,
+) -> bool {
+    let header_version = header_text(headers, "mcp-protocol-version");
+    !mcp::has_envelope(params)
+        && (method == "initialize"
+            || has_session
+            || header_version.as_deref().is_some_and(|version| mcp::LEGACY_VERSIONS.contains(&version)))
 }
 
 /// The envelope, the request-metadata headers (a tool's `Mcp-Param-*` ones too) and the
