@@ -5,13 +5,13 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufReader, Read, Write};
 use std::net::TcpStream;
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::wire::{Schema, examples_config, meta};
+use common::wire::{Schema, examples_config, meta, spawn_http_server};
 use serde_json::{Value, json};
 
 struct Server {
@@ -33,25 +33,7 @@ impl Server {
                 "[http]\nbody_timeout_ms = 500\nmax_body_kb = 1024\nsse_after_ms = 200\nkeep_alive_ms = 100\n{extra}"
             ),
         );
-        let mut child = Command::new(env!("CARGO_BIN_EXE_cordon"))
-            .args(["serve", "--http", "127.0.0.1:0", "--config"])
-            .arg(config)
-            .env("CORDON_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut stderr = BufReader::new(child.stderr.take().unwrap());
-        let port = loop {
-            let mut line = String::new();
-            assert!(stderr.read_line(&mut line).unwrap() > 0, "the server exited before listening");
-            if let Some(rest) = line.split("http://127.0.0.1:").nth(1) {
-                break rest.split('/').next().unwrap().parse().unwrap();
-            }
-        };
-        // Keep draining stderr so the server never blocks on it.
-        std::thread::spawn(move || for _ in stderr.lines() {});
+        let (child, port) = spawn_http_server(env!("CARGO_BIN_EXE_cordon").as_ref(), &config);
         Self { child, port, schema: Arc::new(Schema::new()) }
     }
 

@@ -9,14 +9,13 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use common::wire::{Schema, examples_config, meta};
+use common::wire::{Schema, examples_config, meta, spawn_http_server};
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -32,25 +31,7 @@ impl Server {
     fn start(name: &str, extra: &str) -> Self {
         let config = examples_config(name, extra);
         let binary = std::env::var_os("CORDON_BIN").unwrap_or_else(|| env!("CARGO_BIN_EXE_cordon").into());
-        let mut child = Command::new(binary)
-            .args(["serve", "--http", "127.0.0.1:0", "--config"])
-            .arg(config)
-            .env("CORDON_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut stderr = BufReader::new(child.stderr.take().unwrap());
-        let port = loop {
-            let mut line = String::new();
-            assert!(stderr.read_line(&mut line).unwrap() > 0, "the server exited before listening");
-            if let Some(rest) = line.split("http://127.0.0.1:").nth(1) {
-                break rest.split('/').next().unwrap().parse().unwrap();
-            }
-        };
-        // Keep draining stderr so the server never blocks on it.
-        std::thread::spawn(move || for _ in stderr.lines() {});
+        let (child, port) = spawn_http_server(&binary, &config);
         Self { child, port }
     }
 

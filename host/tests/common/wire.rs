@@ -89,3 +89,29 @@ pub fn examples_config(name: &str, extra: &str) -> PathBuf {
     .unwrap();
     config
 }
+
+/// `binary serve --http 127.0.0.1:0 --config config`, and the port it listens on (read from
+/// its log, which is then drained so the server never blocks on it).
+pub fn spawn_http_server(binary: &std::ffi::OsStr, config: &std::path::Path) -> (std::process::Child, u16) {
+    use std::io::{BufRead, BufReader};
+    use std::process::{Command, Stdio};
+    let mut child = Command::new(binary)
+        .args(["serve", "--http", "127.0.0.1:0", "--config"])
+        .arg(config)
+        .env("CORDON_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let port = loop {
+        let mut line = String::new();
+        assert!(stderr.read_line(&mut line).unwrap() > 0, "the server exited before listening");
+        if let Some(rest) = line.split("http://127.0.0.1:").nth(1) {
+            break rest.split('/').next().unwrap().parse().unwrap();
+        }
+    };
+    std::thread::spawn(move || for _ in stderr.lines() {});
+    (child, port)
+}
