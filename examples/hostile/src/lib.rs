@@ -8,8 +8,13 @@
 //! - `list_dir(times, hold_ms)` lists `/data` `times` times and reads none of the listings,
 //!   which the host holds whole.
 //! - `make_files(count)` creates `count` empty files in `/data/many`, to list.
-//! - `symlink(target, link)` makes `/data/<link>` a symbolic link to `target`.
-//! - `read_text(path)` / `write_text(path, text)` read and write a file.
+//! - `symlink(target, link, dir)` makes `<dir>/<link>` (`dir`: a preopen, `/data` by
+//!   default) a symbolic link to `target`.
+//! - `read_text(path)` / `write_text(path, text)` read and write a file (`std::fs`).
+//! - `read_at(dir, path)` / `write_at(dir, path, text)` open `path` relative to the preopen
+//!   `dir` itself (no libc path resolution in between, so `..` reaches the host as is) and
+//!   read it, or write `text` at its start with `descriptor.write`.
+//! - `remove(path)` removes a file.
 //! - `park(ms)` waits in a host call (a WASI sleep) and never checks for cancellation.
 //! - `alloc_mb(mb)` allocates and touches `mb` MiB of linear memory.
 //! - `env_names()` lists the environment variables it sees; `env_var(name)` reads one.
@@ -28,10 +33,19 @@ const DATA: &str = "/data";
 
 /// The preopened `/data` directory.
 fn data_dir() -> Result<Descriptor, ToolError> {
+    preopen(DATA)
+}
+
+/// The directory preopened at `guest`.
+fn preopen(guest: &str) -> Result<Descriptor, ToolError> {
     wasi::filesystem::preopens::get_directories()
         .into_iter()
-        .find_map(|(dir, path)| (path == DATA).then_some(dir))
-        .ok_or_else(|| ToolError::new("no /data directory was granted"))
+        .find_map(|(dir, path)| (path == guest).then_some(dir))
+        .ok_or_else(|| ToolError::new(format!("no {guest} directory was granted")))
+}
+
+fn data() -> String {
+    DATA.to_owned()
 }
 
 /// `/data/hostile.bin`, 64 KiB long, created if missing.
@@ -159,12 +173,15 @@ fn make_files(args: MakeFiles) -> Result<String, ToolError> {
 struct Symlink {
     /// What the link points to, as written into it.
     target: String,
-    /// The link's path under `/data`.
+    /// The link's path under `dir`.
     link: String,
+    /// The preopen to make it in.
+    #[serde(default = "data")]
+    dir: String,
 }
 
 fn symlink(args: Symlink) -> Result<String, ToolError> {
-    let dir = data_dir()?;
+    let dir = preopen(&args.dir)?;
     match dir.symlink_at(&args.target, &args.link) {
         Ok(()) => Ok(format!("linked {} -> {}", args.link, args.target)),
         Err(code) => Err(ToolError::new(format!("symlink refused: {code:?}"))),
@@ -191,6 +208,62 @@ struct WriteText {
 fn write_text(args: WriteText) -> Result<String, ToolError> {
     std::fs::write(&args.path, &args.text)?;
     Ok(format!("wrote {} bytes to {}", args.text.len(), args.path))
+}
+
+#[derive(Deserialize, JsonSchema)]
+struct AtPath {
+    /// A preopen's guest path.
+    dir: String,
+    /// A path relative to it, passed to the host as is.
+    path: String,
+}
+
+fn read_at(args: AtPath) -> Result<String, ToolError> {
+    let dir = preopen(&args.dir)?;
+    let file = dir
+        .open_at(PathFlags::SYMLINK_FOLLOW, &args.path, OpenFlags::empty(), DescriptorFlags::READ)
+        .map_err(|code| ToolError::new(format!("open refused: {code:?}")))?;
+    let mut text = Vec::new();
+    loop {
+        let (chunk, end) =
+            file.read(65536, text.len() as u64).map_err(|code| ToolError::new(format!("read: {code:?}")))?;
+        text.extend_from_slice(&chunk);
+        if end || chunk.is_empty() {
+            break;
+        }
+    }
+    Ok(String::from_utf8_lossy(&text).into_owned())
+}
+
+#[derive(Deserialize, JsonSchema)]
+struct WriteAt {
+    /// A preopen's guest path.
+    dir: String,
+    /// A path relative to it, passed to the host as is.
+    path: String,
+    text: String,
+}
+
+fn write_at(args: WriteAt) -> Result<String, ToolError> {
+    let dir = preopen(&args.dir)?;
+    let file = dir
+        .open_at(PathFlags::SYMLINK_FOLLOW, &args.path, OpenFlags::CREATE, DescriptorFlags::WRITE)
+        .map_err(|code| ToolError::new(format!("open refused: {code:?}")))?;
+    let written = file
+        .write(args.text.as_bytes(), 0)
+        .map_err(|code| ToolError::new(format!("write refused: {code:?}")))?;
+    Ok(format!("wrote {written} bytes"))
+}
+
+#[derive(Deserialize, JsonSchema)]
+struct Remove {
+    /// An absolute path in the guest.
+    path: String,
+}
+
+fn remove(args: Remove) -> Result<String, ToolError> {
+    std::fs::remove_file(&args.path)?;
+    Ok(format!("removed {}", args.path))
 }
 
 #[derive(Deserialize, JsonSchema)]
@@ -249,6 +322,9 @@ impl Plugin for Hostile {
             Tool::new("symlink", "Makes a symbolic link under /data.", symlink),
             Tool::new("read_text", "Reads a file.", read_text),
             Tool::new("write_text", "Writes a file.", write_text),
+            Tool::new("read_at", "Reads a file relative to a preopen.", read_at),
+            Tool::new("write_at", "Writes a file relative to a preopen.", write_at),
+            Tool::new("remove", "Removes a file.", remove),
             Tool::new("park", "Waits in a host call, never checking for cancellation.", park),
             Tool::new("alloc_mb", "Allocates and touches linear memory.", alloc_mb),
             Tool::new("env_names", "Lists the environment variables the component sees.", env_names),
