@@ -39,6 +39,22 @@
 //! data_dir = "/srv/tools-data"   # preopened at /data; `true`: ~/.local/share/cordon/<name>;
 //!                                # left out: no file system at all. Opened once, at load;
 //!                                # no component's may be inside another's
+//!
+//! [[components.mounts]]          # more host directories, any number, each opened once at
+//! host = "/srv/reference"        # load (relative to this file; it must exist: a missing
+//! guest = "/reference"           # one is a load error naming it), seen at `guest`
+//! mode = "ro"                    # (absolute, distinct); "ro": read only, "rw": read-write
+//! [[components.mounts]]
+//! host = "/srv/scratch"
+//! guest = "/scratch"
+//! mode = "rw"
+//! quota_mb = 100                 # rw only: the mount's regular files may hold at most
+//!                                # this many MiB; a write past it fails (`quota`), exactly
+//!                                # (runtime/quota.rs says what is counted)
+//! # A grant that may be written (a data_dir, an rw mount) may not be inside or around
+//! # any other grant, this component's or another's; ro mounts may share a directory.
+//! # Symlinks in a mount that lead out of it are not followed; links a guest makes may
+//! # only point down.
 //! env = { REGION = "eu" }       # the environment the guest sees: these variables only
 //! secrets = { API_TOKEN = { env = "GITHUB_TOKEN" }, DB_PASSWORD = { file = "/run/secrets/db" } }
 //!                                # more variables, read from the server's environment or a
@@ -69,7 +85,7 @@ use serde::Deserialize;
 
 use crate::dispatch::ServerLimits;
 use crate::paths;
-use crate::runtime::{ComponentOptions, EngineSettings, Environment, RuntimeSettings, ToolLimits};
+use crate::runtime::{ComponentOptions, EngineSettings, Environment, Mount, RuntimeSettings, ToolLimits};
 use crate::transport::http::HttpSettings;
 
 #[derive(Debug, Default, Deserialize)]
@@ -124,6 +140,9 @@ pub struct ComponentConfig {
     pub name: Option<String>,
     /// Files are a grant, never a default: without this key a component sees none.
     pub data_dir: Option<DataDirConfig>,
+    /// More host directories, each at a guest path of its own.
+    #[serde(default)]
+    pub mounts: Vec<MountConfig>,
     /// Environment variables with literal values.
     #[serde(default)]
     pub env: BTreeMap<String, String>,
@@ -176,6 +195,49 @@ impl SecretSource {
 pub enum DataDirConfig {
     Default(bool),
     Path(PathBuf),
+}
+
+/// A `[[components.mounts]]` entry.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MountConfig {
+    /// The host directory, relative to the config file.
+    pub host: PathBuf,
+    /// Where the guest sees it (absolute).
+    pub guest: String,
+    pub mode: MountMode,
+    /// For `rw` mounts: the most MiB its files may hold.
+    pub quota_mb: Option<u64>,
+}
+
+/// Whether a mount may be written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+pub enum MountMode {
+    #[serde(rename = "ro")]
+    ReadOnly,
+    #[serde(rename = "rw")]
+    ReadWrite,
+}
+
+impl MountConfig {
+    fn resolve(&self, base: &Path) -> Result<Mount> {
+        if self.mode == MountMode::ReadOnly && self.quota_mb.is_some() {
+            bail!("mount {}: quota_mb is for `rw` mounts, and this one is `ro`", self.guest);
+        }
+        let quota_bytes = match self.quota_mb {
+            Some(mb) => Some(
+                mb.checked_mul(1 << 20)
+                    .with_context(|| format!("mount {}: quota_mb = {mb} is too large", self.guest))?,
+            ),
+            None => None,
+        };
+        Ok(Mount {
+            host: base.join(&self.host),
+            guest: self.guest.clone(),
+            writable: self.mode == MountMode::ReadWrite,
+            quota_bytes,
+        })
+    }
 }
 
 /// Limits as written in the file; each one left out keeps the value it overrides.
@@ -356,6 +418,12 @@ impl Config {
                 Some(DataDirConfig::Default(true)) => Some(paths::default_data_dir(&name)),
                 Some(DataDirConfig::Default(false)) | None => None,
             };
+            let mounts = component
+                .mounts
+                .iter()
+                .map(|mount| mount.resolve(base))
+                .collect::<Result<Vec<_>>>()
+                .with_context(|| format!("component {name}"))?;
             let mut variables: Vec<(String, String)> = component.env.into_iter().collect();
             for (variable, source) in &component.secrets {
                 if variables.iter().any(|(name, _)| name == variable) {
@@ -368,7 +436,7 @@ impl Config {
             components.push(ComponentPlan {
                 name,
                 path,
-                options: ComponentOptions { limits, tool_limits, data_dir, environment },
+                options: ComponentOptions { limits, tool_limits, data_dir, mounts, environment },
             });
         }
         if components.is_empty() {

@@ -190,7 +190,7 @@ async fn a_data_directory_inside_another_component_s_is_refused() {
     let inner = outer.join("inner");
     let options = ComponentOptions { data_dir: Some(inner.clone()), ..ComponentOptions::default() };
     let error = runtime.load_file(&cordon::paths::example_tools(), options).await.unwrap_err();
-    assert!(error.problem.contains("overlaps that of component hostile"), "{error}");
+    assert!(error.problem.contains("overlaps the data directory of component hostile"), "{error}");
     // And around it, and the same one.
     for dir in [outer.parent().unwrap().to_owned(), outer.clone()] {
         let options = ComponentOptions { data_dir: Some(dir), ..ComponentOptions::default() };

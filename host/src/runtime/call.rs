@@ -526,7 +526,7 @@ pub(crate) fn new_store(
     let state = GuestState::new(
         component.name.clone(),
         limits,
-        component.data_dir.as_ref(),
+        component.files.as_ref(),
         &component.options.environment,
         component.descriptors.clone(),
         control,

@@ -15,7 +15,7 @@ use wasmtime::component::Linker;
 
 use super::bindings::{PluginPre, ToolAnnotations, ToolInfo};
 use super::engine::compile_component;
-use super::files::DataDir;
+use super::files::{FileGrants, Mount};
 use super::guest::GuestState;
 use super::ledger::DescriptorBudget;
 use super::limits::ToolLimits;
@@ -49,6 +49,9 @@ pub struct ComponentOptions {
     /// system at all. Created if missing and opened once, at load; it may not overlap
     /// another component's.
     pub data_dir: Option<PathBuf>,
+    /// More host directories, each at a guest path of its own, read-only or read-write.
+    /// Opened once, at load; a missing one is a load error.
+    pub mounts: Vec<Mount>,
     /// The environment the guest sees: these variables and nothing of the server's.
     pub environment: Environment,
 }
@@ -131,8 +134,8 @@ pub enum ParamKind {
 pub(crate) struct LoadedComponent {
     pub(crate) name: Arc<str>,
     pub(crate) pre: PluginPre<GuestState>,
-    /// The data directory, opened at load, when the operator granted one.
-    pub(crate) data_dir: Option<DataDir>,
+    /// The data directory and mounts, opened at load, when the operator granted any.
+    pub(crate) files: Option<Arc<FileGrants>>,
     /// The server's descriptors for guests, which every call of this component draws on.
     pub(crate) descriptors: Arc<DescriptorBudget>,
     pub(crate) options: ComponentOptions,

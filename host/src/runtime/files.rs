@@ -1,10 +1,19 @@
-//! # A component's file system: its data directory, opened once, and the guards on it
+//! # A component's file system: its data directory and mounts, opened once, and the guards on them
 //!
-//! A data directory is a grant built once, at load ([`DataDir::open`]): the directory is
-//! opened then and every store gets the same open descriptor, never the path again, so
-//! nothing that happens to the path later (a rename, a symlink put in its place) can
-//! point a later call somewhere else. The runtime refuses data directories inside one
-//! another (`Runtime::load_*`), so one component can never reach another's.
+//! A component's directories are a grant built once, at load ([`FileGrants::open`]): the
+//! data directory (created if missing, at `/data`) and each mount (`[[components.mounts]]`,
+//! which must exist, read-only or read-write at the guest path the operator chose) are
+//! opened then, the real path of each is read back from its descriptor, and wasmtime-wasi
+//! preopens that very descriptor (through its `/proc/self/fd` link). Every store gets the
+//! same open descriptors, never the paths again, so nothing that happens to a path later
+//! (a rename, a symlink put in its place) can point a later call somewhere else. A grant
+//! that may be written is inside or around no other grant, the component's own or
+//! another's (`Runtime::load_*`); read-only mounts may share a directory.
+//!
+//! Inside a grant, wasmtime-wasi's sandbox (cap-std's) resolves every path a guest opens
+//! beneath the preopened descriptor: `..` past the top and symlinks that lead out (absolute,
+//! or climbing) are refused, whoever made them. A read-only mount refuses every change
+//! (`not-permitted`). A read-write mount's `quota_mb` is enforced in `quota.rs`.
 //!
 //! wasmtime-wasi confines every path a guest opens to the directory, but some of its
 //! `wasi:filesystem` functions make the host hold what the call's limits do not see; they
@@ -20,13 +29,19 @@
 //!   directory first and charges the listing to `host_memory_bytes` while it lives;
 //! - `symlink-at` refuses targets with `..`: wasmtime-wasi already refuses absolute ones,
 //!   and a guest's link could otherwise point outside its directory for whoever follows
-//!   it on the host. Every link a guest makes points down, so no chain of them leads out.
+//!   it on the host. Every link a guest makes points down, so no chain of them leads out;
+//!   this holds in the data directory and in every read-write mount alike;
+//! - `open-at` also notes which grant each new descriptor lies under (as the preopens
+//!   shadowed in `quota.rs` do), for the quota, and gives back what a truncation frees;
+//!   `write-via-stream` and `append-via-stream` hand out quota.rs's charging stream for
+//!   files under a mount with a quota.
 //!
 //! Refusals are WASI error codes the guest can handle: `insufficient-memory` for host
 //! memory, `quota` for descriptors, `not-permitted` for a link.
 
 use std::os::fd::AsRawFd;
 use std::path::{Component as PathPart, Path, PathBuf};
+use std::sync::Arc;
 
 use wasmtime::component::{Linker, Resource, ResourceTable};
 use wasmtime::{Result, StoreContextMut};
@@ -39,52 +54,204 @@ use wasmtime_wasi::{FsPerms, WasiCtxBuilder};
 
 use super::guest::GuestState;
 use super::ledger::{Refusal, StreamCharge};
+use super::quota::{self, Quota};
 
 /// Where the tool's data directory appears inside the guest.
 pub const GUEST_DATA_DIR: &str = "/data";
 
 /// The `wasi:filesystem/types` instance wasmtime-wasi 48 defines (older 0.2 imports
 /// resolve to it).
-const FILESYSTEM_TYPES: &str = "wasi:filesystem/types@0.2.12";
+pub(crate) const FILESYSTEM_TYPES: &str = "wasi:filesystem/types@0.2.12";
+/// Its `wasi:filesystem/preopens` instance.
+pub(crate) const FILESYSTEM_PREOPENS: &str = "wasi:filesystem/preopens@0.2.12";
 
 /// Host memory a listing costs besides its names: the entry, its string, the vector slot.
 const LISTING_ENTRY_BYTES: usize = 64;
 /// Host memory a listing costs however small: the iterator, its box and lock.
 const LISTING_BYTES: usize = 256;
 
-/// A component's data directory, opened at load.
-#[derive(Clone)]
-pub(crate) struct DataDir {
-    /// The directory's canonical path when it was opened, for messages and the nesting check.
+/// A host directory granted to a component besides its data directory
+/// (`[[components.mounts]]` in the config).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mount {
+    /// The host directory. It must exist when the component loads; it is opened then,
+    /// once, and its path never read again.
+    pub host: PathBuf,
+    /// Where the guest sees it: an absolute path, without `.` or `..`.
+    pub guest: String,
+    /// Whether the guest may change what is in it (`rw`), or only read it (`ro`).
+    pub writable: bool,
+    /// For a writable mount, the most bytes its regular files may hold together
+    /// (`quota.rs`). `None`: no limit but the disk's.
+    pub quota_bytes: Option<u64>,
+}
+
+/// One directory a component is granted, opened at load.
+pub(crate) struct Grant {
+    /// The real path of the directory that was opened (read back from its descriptor, so
+    /// it names what the guest gets even if the configured path was a symlink or changed
+    /// since), for messages and the overlap check.
     pub(crate) path: PathBuf,
-    /// The file-system context every store of the component starts from: the open
-    /// directory, preopened at [`GUEST_DATA_DIR`].
+    /// Where the guest sees it.
+    pub(crate) guest: String,
+    pub(crate) writable: bool,
+    /// The mount's quota, shared by every call of the component.
+    pub(crate) quota: Option<Arc<Quota>>,
+}
+
+impl Grant {
+    /// Whether `self` and `other` may not both be granted: one is inside the other (or
+    /// they are the same) and either may be written. Two read-only grants may share a
+    /// directory; a writable one shares it with nothing, so no guest can change what
+    /// another grant shows, replace a directory inside it with a symlink for the next
+    /// load, or write around a quota.
+    pub(crate) fn conflicts_with(&self, other: &Grant) -> bool {
+        (self.writable || other.writable)
+            && (self.path.starts_with(&other.path) || other.path.starts_with(&self.path))
+    }
+
+    pub(crate) fn describe(&self) -> String {
+        let mode = if self.writable { "rw" } else { "ro" };
+        format!("{} at {} ({mode})", self.path.display(), self.guest)
+    }
+}
+
+/// A component's file system: its data directory and mounts, each opened once, at load,
+/// and every store gets the same open descriptors, never the paths again, so nothing that
+/// happens to a path later (a rename, a symlink put in its place) can point a later call
+/// somewhere else. The runtime refuses grants that overlap another component's where one
+/// could be written (`Runtime::load_*`).
+pub(crate) struct FileGrants {
+    /// In preopen order: the data directory first when there is one.
+    pub(crate) grants: Vec<Grant>,
+    /// The file-system context every store of the component starts from.
     filesystem: WasiFilesystemCtx,
 }
 
-impl DataDir {
-    /// Create the directory if it is missing, and open it.
-    pub(crate) fn open(path: &Path) -> Result<Self, String> {
-        std::fs::create_dir_all(path)
-            .map_err(|error| format!("cannot create {}: {error}", path.display()))?;
-        let canonical =
-            path.canonicalize().map_err(|error| format!("cannot resolve {}: {error}", path.display()))?;
+impl FileGrants {
+    /// Open the data directory (created if missing) and the mounts (which must exist);
+    /// `None` when the component is granted no file system at all.
+    pub(crate) fn open(data_dir: Option<&Path>, mounts: &[Mount]) -> Result<Option<Self>, String> {
+        if data_dir.is_none() && mounts.is_empty() {
+            return Ok(None);
+        }
         let mut builder = WasiCtxBuilder::new();
-        builder
-            .preopened_dir(&canonical, GUEST_DATA_DIR, FsPerms::ReadWrite)
-            .map_err(|error| format!("cannot open {}: {error:#}", canonical.display()))?;
+        let mut grants: Vec<Grant> = Vec::new();
+        if let Some(path) = data_dir {
+            std::fs::create_dir_all(path)
+                .map_err(|error| format!("cannot create {}: {error}", path.display()))?;
+            let (dir, real) = open_directory(path)
+                .map_err(|error| format!("cannot open the data directory {}: {error}", path.display()))?;
+            preopen(&mut builder, &dir, GUEST_DATA_DIR, FsPerms::ReadWrite)?;
+            grants.push(Grant { path: real, guest: GUEST_DATA_DIR.into(), writable: true, quota: None });
+        }
+        for mount in mounts {
+            let guest = guest_path(&mount.guest)?;
+            if grants.iter().any(|grant| grant.guest == guest) {
+                return Err(format!("two grants are mounted at {guest}: each needs a guest path of its own"));
+            }
+            if !mount.writable && mount.quota_bytes.is_some() {
+                return Err(format!(
+                    "mount {guest} is read-only (`ro`) and has a quota_mb: a quota is for `rw` mounts"
+                ));
+            }
+            let host = mount.host.display();
+            let (dir, real) = open_directory(&mount.host).map_err(|error| match error.kind() {
+                std::io::ErrorKind::NotFound => format!("mount {guest}: the host path {host} does not exist"),
+                std::io::ErrorKind::NotADirectory => {
+                    format!("mount {guest}: the host path {host} is not a directory")
+                }
+                _ => format!("mount {guest}: cannot open the host path {host}: {error}"),
+            })?;
+            let perms = if mount.writable { FsPerms::ReadWrite } else { FsPerms::ReadOnly };
+            preopen(&mut builder, &dir, &guest, perms)?;
+            let quota =
+                match mount.quota_bytes {
+                    Some(limit) => Some(Arc::new(Quota::measure(limit, &dir).map_err(|error| {
+                        format!("mount {guest}: cannot measure what {host} holds: {error}")
+                    })?)),
+                    None => None,
+                };
+            grants.push(Grant { path: real, guest, writable: mount.writable, quota });
+        }
+        for (index, grant) in grants.iter().enumerate() {
+            if let Some(other) = grants[index + 1..].iter().find(|other| grant.conflicts_with(other)) {
+                return Err(format!(
+                    "{} overlaps {}: a writable directory may not be inside or around another grant",
+                    grant.describe(),
+                    other.describe()
+                ));
+            }
+        }
         let filesystem = builder.build().filesystem().clone();
-        Ok(Self { path: canonical, filesystem })
+        Ok(Some(Self { grants, filesystem }))
     }
 
-    /// Whether one of `self` and `other` is inside the other (or they are the same).
-    pub(crate) fn overlaps(&self, other: &DataDir) -> bool {
-        self.path.starts_with(&other.path) || other.path.starts_with(&self.path)
+    /// The first pair of grants, one of `self` and one of `other`, that may not both be
+    /// granted.
+    pub(crate) fn conflict<'a>(&'a self, other: &'a FileGrants) -> Option<(&'a Grant, &'a Grant)> {
+        self.grants
+            .iter()
+            .flat_map(|mine| other.grants.iter().map(move |theirs| (mine, theirs)))
+            .find(|(mine, theirs)| mine.conflicts_with(theirs))
+    }
+
+    /// The index of the grant the guest sees at `guest`.
+    pub(crate) fn index_of(&self, guest: &str) -> Option<usize> {
+        self.grants.iter().position(|grant| grant.guest == guest)
     }
 
     pub(crate) fn filesystem(&self) -> WasiFilesystemCtx {
         self.filesystem.clone()
     }
+}
+
+/// Open `path` as a directory, and read back the real path of what was opened.
+fn open_directory(path: &Path) -> std::io::Result<(std::fs::File, PathBuf)> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let dir = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECTORY | libc::O_CLOEXEC)
+        .open(path)?;
+    let real = std::fs::read_link(format!("/proc/self/fd/{}", dir.as_raw_fd()))?;
+    Ok((dir, real))
+}
+
+/// Preopen the directory `dir` holds at `guest`. wasmtime-wasi opens a path, so it is
+/// given `dir`'s `/proc/self/fd` link, which reopens the very directory `dir` holds
+/// without walking any path again: what was checked is what is granted.
+fn preopen(
+    builder: &mut WasiCtxBuilder,
+    dir: &std::fs::File,
+    guest: &str,
+    perms: FsPerms,
+) -> Result<(), String> {
+    builder
+        .preopened_dir(format!("/proc/self/fd/{}", dir.as_raw_fd()), guest, perms)
+        .map(drop)
+        .map_err(|error| format!("cannot preopen {guest}: {error:#}"))
+}
+
+/// A mount's guest path, normalized (`/a/b`): absolute, without `..`; `.` parts and
+/// repeated or trailing slashes are dropped.
+fn guest_path(path: &str) -> Result<String, String> {
+    if !path.starts_with('/') {
+        return Err(format!("the mount guest path {path:?} is not absolute (write it from `/`)"));
+    }
+    let mut parts = Vec::new();
+    for part in Path::new(path).components() {
+        match part {
+            PathPart::RootDir | PathPart::CurDir => {}
+            PathPart::Normal(name) => match name.to_str() {
+                Some(name) if !name.contains('\0') => parts.push(name),
+                _ => return Err(format!("the mount guest path {path:?} is not a plain path")),
+            },
+            PathPart::ParentDir | PathPart::Prefix(_) => {
+                return Err(format!("the mount guest path {path:?} may not hold `..`"));
+            }
+        }
+    }
+    Ok(format!("/{}", parts.join("/")))
 }
 
 /// Put the guards in front of wasmtime-wasi's `wasi:filesystem/types` functions.
@@ -107,10 +274,23 @@ pub(crate) fn shadow_filesystem(linker: &mut Linker<GuestState>) -> Result<()> {
                 if let Err(refusal) = state.ledger().charge_descriptors(open + 1) {
                     return Ok((Err(refused(refusal)),));
                 }
+                let parent = dir.rep();
+                // A truncation on a mount with a quota gives the file's bytes back (quota.rs).
+                let truncation = match state.quota_of(parent) {
+                    Some(quota) if open_flags.contains(OpenFlags::TRUNCATE) => {
+                        Some(quota::open_truncating(state, quota, parent, path_flags, &path).await)
+                    }
+                    _ => None,
+                };
                 let opened = state.filesystem_view().open_at(dir, path_flags, path, open_flags, flags).await;
-                if opened.is_err() {
+                match &opened {
+                    // What is opened under a grant belongs to that grant.
+                    Ok(fd) => state.tag_descriptor(fd.rep(), parent),
                     // Nothing was opened: give the descriptor back.
-                    state.ledger().settle_descriptors(open);
+                    Err(_) => state.ledger().settle_descriptors(open),
+                }
+                if let Some(truncation) = truncation {
+                    truncation.settle(state, opened.as_ref().ok());
                 }
                 wasi_result(opened)
             })
@@ -142,6 +322,16 @@ pub(crate) fn shadow_filesystem(linker: &mut Linker<GuestState>) -> Result<()> {
                 Ok(charge) => charge,
                 Err(code) => return Ok((Err(code),)),
             };
+            // Under a mount with a quota, the stream is ours and charges each write.
+            match quota::quota_stream(state, &file, (!append).then_some(offset))? {
+                Some(Ok(stream)) => {
+                    let inner: DynOutputStream = Box::new(stream);
+                    let charged: DynOutputStream = Box::new(Charged { inner, _charge: charge });
+                    return Ok((Ok(state.table().push(charged)?),));
+                }
+                Some(Err(code)) => return Ok((Err(code),)),
+                None => {}
+            }
             let mut view = state.filesystem_view();
             let opened =
                 if append { view.append_via_stream(file) } else { view.write_via_stream(file, offset) };
@@ -241,7 +431,7 @@ fn refused(refusal: Refusal) -> ErrorCode {
 }
 
 /// wasmtime-wasi's result as the guest gets it: an error code, or a trap.
-fn wasi_result<T>(result: FsResult<T>) -> Result<(Result<T, ErrorCode>,)> {
+pub(crate) fn wasi_result<T>(result: FsResult<T>) -> Result<(Result<T, ErrorCode>,)> {
     match result {
         Ok(value) => Ok((Ok(value),)),
         Err(error) => Ok((Err(FsError::downcast(error)?),)),

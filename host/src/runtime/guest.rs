@@ -1,6 +1,7 @@
 //! What lives in a call's `Store`: the WASI context, the limiter, and the host side of the
 //! `cordon:tool/host` imports.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -11,9 +12,10 @@ use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 use super::bindings::cordon::tool::{host, types};
 use super::component::Environment;
 use super::control::{CallControl, Progress};
-use super::files::{DataDir, Listings};
+use super::files::{FileGrants, Listings};
 use super::ledger::{DescriptorBudget, Ledger};
 use super::limits::{GuestLimiter, ToolLimits};
+use super::quota::Quota;
 
 pub(crate) struct GuestState {
     wasi: WasiCtx,
@@ -23,6 +25,12 @@ pub(crate) struct GuestState {
     ledger: Arc<Ledger>,
     /// Its directory listings, charged to the ledger while they live (files.rs).
     listings: Listings,
+    /// The directories the component is granted, opened at load (files.rs).
+    grants: Option<Arc<FileGrants>>,
+    /// Which grant each descriptor the guest opened lies under, by its handle: preopens are
+    /// tagged as the guest asks for them, and whatever is opened under a descriptor takes
+    /// its tag (handles are reused, and each reuse is tagged anew).
+    descriptor_grants: HashMap<u32, usize>,
     control: Arc<CallControl>,
     note_bytes: usize,
     /// What this instance may still write to the operator's log (`log` and stderr).
@@ -34,12 +42,12 @@ impl GuestState {
     /// component (nothing of the server's), no arguments, no network,
     /// stdin closed, stdout discarded (stdout may be the MCP channel), stderr to the
     /// operator's log line by line, tagged with the component's name;
-    /// the data directory, when the operator granted one, is the only file system: the
-    /// directory opened at load, never its path again.
+    /// the data directory and mounts, when the operator granted them, are the only file
+    /// system: the directories opened at load, never their paths again.
     pub(crate) fn new(
         component: Arc<str>,
         limits: &ToolLimits,
-        data_dir: Option<&DataDir>,
+        grants: Option<&Arc<FileGrants>>,
         environment: &Environment,
         descriptors: Arc<DescriptorBudget>,
         control: Arc<CallControl>,
@@ -59,8 +67,8 @@ impl GuestState {
             .allow_ip_name_lookup(false)
             .envs(environment.variables());
         let mut wasi = wasi.build();
-        if let Some(dir) = data_dir {
-            *wasi.filesystem() = dir.filesystem();
+        if let Some(grants) = grants {
+            *wasi.filesystem() = grants.filesystem();
         }
         Self {
             wasi,
@@ -72,6 +80,8 @@ impl GuestState {
             limiter: GuestLimiter::new(limits, control.memory.clone()),
             ledger: Arc::new(Ledger::new(limits, descriptors)),
             listings: Listings::default(),
+            grants: grants.cloned(),
+            descriptor_grants: HashMap::new(),
             control,
             note_bytes: limits.note_bytes,
             operator_log,
@@ -106,6 +116,32 @@ impl GuestState {
     /// Host memory the call may still make the host hold.
     pub(crate) fn host_memory_left(&self) -> usize {
         self.ledger.host_memory_left()
+    }
+
+    /// Note that the preopen with handle `rep` is the grant the guest sees at `guest`.
+    pub(crate) fn tag_preopen(&mut self, rep: u32, guest: &str) {
+        if let Some(index) = self.grants.as_ref().and_then(|grants| grants.index_of(guest)) {
+            self.descriptor_grants.insert(rep, index);
+        }
+    }
+
+    /// Note that the descriptor `rep` was opened under the descriptor `parent`.
+    pub(crate) fn tag_descriptor(&mut self, rep: u32, parent: u32) {
+        match self.descriptor_grants.get(&parent).copied() {
+            Some(index) => self.descriptor_grants.insert(rep, index),
+            None => self.descriptor_grants.remove(&rep),
+        };
+    }
+
+    /// The grant the descriptor `rep` lies under.
+    pub(crate) fn grant_of(&self, rep: u32) -> Option<usize> {
+        self.descriptor_grants.get(&rep).copied()
+    }
+
+    /// The quota of the mount the descriptor `rep` lies under, if it has one.
+    pub(crate) fn quota_of(&self, rep: u32) -> Option<Arc<Quota>> {
+        let grants = self.grants.as_ref()?;
+        grants.grants.get(self.grant_of(rep)?)?.quota.clone()
     }
 
     pub(crate) fn track_listing(&mut self, rep: u32, cost: usize) {

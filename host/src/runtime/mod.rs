@@ -9,7 +9,9 @@
 //! - [`call`]: one call, from instance to outcome, and the cleanup after a stop.
 //! - `control`: the control block a call shares with its guest and its handle.
 //! - `guest`: the store's data and the host side of the guest's imports.
-//! - `files`: a component's data directory, opened once, and the guards on its files.
+//! - `files`: a component's data directory and mounts, opened once, and the guards on
+//!   its files.
+//! - `quota`: a read-write mount's `quota_mb`, charged at every write.
 //! - `ledger`: what a call makes the host hold (host memory, descriptors), charged to it.
 //! - `waits`: a stop wakes a guest parked in a host wait.
 //! - `spare`: instances made ahead of the calls that will use them.
@@ -25,6 +27,7 @@ mod files;
 mod guest;
 mod ledger;
 pub mod limits;
+mod quota;
 mod schema;
 mod spare;
 mod waits;
@@ -50,7 +53,7 @@ pub use component::{
 };
 pub use control::{MAX_PROGRESS_MESSAGE, Progress};
 pub use engine::EngineSettings;
-pub use files::GUEST_DATA_DIR;
+pub use files::{GUEST_DATA_DIR, Mount};
 pub use ledger::{DescriptorBudget, raise_open_file_limit};
 pub use limits::ToolLimits;
 pub use schema::CHECK_BUDGET as SCHEMA_CHECK_BUDGET;
@@ -149,6 +152,7 @@ impl Runtime {
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
         files::shadow_filesystem(&mut linker)?;
+        quota::shadow_quota(&mut linker)?;
         waits::wake_waits_on_stop(&mut linker)?;
         bindings::Plugin::add_to_linker::<_, HasSelf<_>>(&mut linker, |state| state)?;
         let slots = settings.engine.max_concurrent_calls;
@@ -219,16 +223,13 @@ impl Runtime {
         bytes: &[u8],
         options: ComponentOptions,
     ) -> Result<(), LoadError> {
-        let data_dir = match &options.data_dir {
-            Some(path) => Some(self.open_data_dir(name, origin, path)?),
-            None => None,
-        };
+        let files = self.open_files(name, origin, &options)?;
         let cache_dir = self.settings.engine.cache_dir.clone();
         let pre = component::prepare(&self.engine, &self.linker, origin, bytes, cache_dir.as_deref())?;
         let mut loaded = LoadedComponent {
             name: name.into(),
             pre,
-            data_dir,
+            files,
             descriptors: self.descriptors.clone(),
             options,
             tools: Vec::new(),
@@ -271,25 +272,57 @@ impl Runtime {
         Ok(())
     }
 
-    /// Open `name`'s data directory once, refusing one inside (or around) another
-    /// component's: a guest could otherwise replace the inner directory with a symlink.
-    fn open_data_dir(&self, name: &str, origin: &str, path: &Path) -> Result<files::DataDir, LoadError> {
-        let dir = files::DataDir::open(path).map_err(|problem| LoadError::new(origin, problem))?;
+    /// Open `name`'s data directory and mounts once, refusing any that overlaps another
+    /// component's where either may be written: a guest could otherwise change what the
+    /// other sees, or replace a directory inside the other's with a symlink.
+    fn open_files(
+        &self,
+        name: &str,
+        origin: &str,
+        options: &ComponentOptions,
+    ) -> Result<Option<Arc<files::FileGrants>>, LoadError> {
+        let Some(grants) = files::FileGrants::open(options.data_dir.as_deref(), &options.mounts)
+            .map_err(|problem| LoadError::new(origin, format!("component {name}: {problem}")))?
+        else {
+            return Ok(None);
+        };
         for other in &self.components {
-            if let Some(other_dir) = other.data_dir.as_ref().filter(|other_dir| dir.overlaps(other_dir)) {
-                return Err(LoadError::new(
-                    origin,
-                    format!(
-                        "the data directory of component {name} ({}) overlaps that of component {} ({}): \
-                         each component needs a directory of its own, neither inside the other",
-                        dir.path.display(),
-                        other.name,
-                        other_dir.path.display()
-                    ),
-                ));
+            let Some((mine, theirs)) =
+                other.files.as_ref().and_then(|other_files| grants.conflict(other_files))
+            else {
+                continue;
+            };
+            let what = |grant: &files::Grant| {
+                if grant.guest == GUEST_DATA_DIR { "the data directory" } else { "the mount" }
+            };
+            return Err(LoadError::new(
+                origin,
+                format!(
+                    "{} of component {name} ({}) overlaps {} of component {} ({}): each component needs \
+                     a directory of its own, neither inside the other, unless both only read it",
+                    what(mine),
+                    mine.describe(),
+                    what(theirs),
+                    other.name,
+                    theirs.describe()
+                ),
+            ));
+        }
+        for grant in &grants.grants {
+            let Some(quota) = &grant.quota else { continue };
+            let (used, limit) = (quota.used(), quota.limit());
+            if used > limit {
+                tracing::warn!(
+                    component = name,
+                    "mount {} already holds {used} bytes, over its quota of {limit}: writes that grow a \
+                     file fail until files are removed",
+                    grant.guest
+                );
+            } else {
+                tracing::debug!(component = name, "mount {}: {used} of {limit} bytes used", grant.guest);
             }
         }
-        Ok(dir)
+        Ok(Some(Arc::new(grants)))
     }
 
     /// Run the guest's `list` in a bounded instance.

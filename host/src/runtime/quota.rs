@@ -1,0 +1,502 @@
+//! # A read-write mount's `quota_mb`, enforced at every write
+//!
+//! **What is counted.** A mount's usage is the sum of the sizes (`st_size`) of the regular
+//! files under it, each file (inode) counted once however many hard links it has.
+//! Directories, symlinks and empty files count nothing, so a quota bounds bytes, not the
+//! number of entries. Usage is measured once, when the component loads (a walk of the
+//! tree), and from then on kept by the host as guests change it.
+//!
+//! **How it is enforced: exactly, before the bytes land.** Every `wasi:filesystem`
+//! function that can change a file's size on a mount with a quota is shadowed here, in
+//! front of wasmtime-wasi's own implementation:
+//!
+//! - `descriptor.write`, `descriptor.set-size` and the output streams of
+//!   `write-via-stream` / `append-via-stream` (the streams are our own, [`QuotaStream`]):
+//!   the growth a write would cause (its end past the file's current size) is charged
+//!   first; past the quota the write fails with `quota` and nothing is written. A write
+//!   that does not grow the file (an overwrite) always passes, even over the quota.
+//! - `open-at` with `truncate`, `unlink-file-at` (the last link of a file) and
+//!   `rename-at` onto an existing file give the bytes they free back.
+//! - `rename-at` and `link-at` between two different grants are refused with
+//!   `cross-device` when either has a quota, so no file moves its bytes out of the
+//!   count.
+//!
+//! Each of these measures the file's size before and after (`fstat`) while holding the
+//! mount's lock, which every change of size on the mount takes, so concurrent calls of the
+//! component cannot race a measurement: the count moves by exactly what the file system
+//! did. Refusals are the WASI error `quota` (a stream write fails with
+//! `last-operation-failed`, whose `filesystem-error-code` is `quota`).
+//!
+//! **Where it is not exact.** Changes made to the directory by anything but the guests of
+//! this server (the operator, another process) are not seen until the next load. A file
+//! a guest unlinks while it still holds it open is released at the unlink, though its
+//! blocks stay on disk until the descriptor closes (at the latest when the call ends), and
+//! writes to it after the unlink are charged and never released. Both only ever make the
+//! count lag what is on disk until the next load; no guest action makes the files hold
+//! more than the quota for longer than that.
+
+use std::os::unix::fs::FileExt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use wasmtime::component::{Linker, Resource};
+use wasmtime::{Result, StoreContextMut};
+use wasmtime_wasi::filesystem::Descriptor;
+use wasmtime_wasi::p2::bindings::filesystem::preopens::Host as _;
+use wasmtime_wasi::p2::bindings::filesystem::types::{
+    DescriptorType, ErrorCode, Filesize, Host as _, HostDescriptor, PathFlags,
+};
+use wasmtime_wasi::p2::{OutputStream, StreamError, StreamResult};
+
+use super::guest::GuestState;
+
+/// The most a quota stream accepts in one write, like wasmtime-wasi's file streams.
+const STREAM_WRITE_BYTES: usize = 64 << 10;
+
+/// A mount's quota and what its files hold now; shared by every call of the component.
+pub(crate) struct Quota {
+    limit: u64,
+    used: AtomicU64,
+    /// Held across every measurement and change of a size on the mount.
+    lock: Arc<tokio::sync::Mutex<()>>,
+}
+
+/// A write refused because it would take the mount past its quota; the guest sees `quota`.
+#[derive(Debug, thiserror::Error)]
+#[error("the mount's quota is used up")]
+pub(crate) struct QuotaExceeded;
+
+impl Quota {
+    /// A quota of `limit` bytes over the directory `root`, measuring what it holds now.
+    pub(crate) fn measure(limit: u64, root: &std::fs::File) -> std::io::Result<Self> {
+        use std::os::fd::AsRawFd;
+        let mut seen = std::collections::HashSet::new();
+        let used =
+            usage(&std::path::PathBuf::from(format!("/proc/self/fd/{}", root.as_raw_fd())), &mut seen)?;
+        Ok(Self { limit, used: AtomicU64::new(used), lock: Default::default() })
+    }
+
+    /// Bytes the mount's files hold, as counted.
+    pub(crate) fn used(&self) -> u64 {
+        self.used.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn limit(&self) -> u64 {
+        self.limit
+    }
+
+    /// Take `bytes` more, unless that would pass the limit. Nothing (0) always passes.
+    fn charge(&self, bytes: u64) -> bool {
+        bytes == 0
+            || self
+                .used
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |used| {
+                    used.checked_add(bytes).filter(|&total| total <= self.limit)
+                })
+                .is_ok()
+    }
+
+    /// After a change that was charged `charged` bytes ahead, count what it really did to
+    /// a file: its size went from `before` to `after`.
+    fn settle(&self, charged: u64, before: u64, after: u64) {
+        let change = i128::from(after) - i128::from(before) - i128::from(charged);
+        let _ = self.used.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |used| {
+            Some((i128::from(used) + change).clamp(0, i128::from(u64::MAX)) as u64)
+        });
+    }
+}
+
+/// Bytes of the regular files under `dir`, each inode once; symlinks are not followed.
+fn usage(dir: &std::path::Path, seen: &mut std::collections::HashSet<(u64, u64)>) -> std::io::Result<u64> {
+    use std::os::unix::fs::MetadataExt;
+    let mut total = 0u64;
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        let metadata = entry.path().symlink_metadata()?;
+        if metadata.is_dir() {
+            total = total.saturating_add(usage(&entry.path(), seen)?);
+        } else if metadata.is_file()
+            && (metadata.nlink() == 1 || seen.insert((metadata.dev(), metadata.ino())))
+        {
+            total = total.saturating_add(metadata.len());
+        }
+    }
+    Ok(total)
+}
+
+/// A file's size now.
+fn size_of(file: &std::fs::File) -> u64 {
+    file.metadata().map_or(0, |metadata| metadata.len())
+}
+
+/// Put the quota guards in front of wasmtime-wasi's functions (besides `open-at` and the
+/// streams, which files.rs shadows and which call [`open_truncating`] and
+/// [`quota_stream`]).
+pub(crate) fn shadow_quota(linker: &mut Linker<GuestState>) -> Result<()> {
+    linker.allow_shadowing(true);
+    // Which grant each preopen is, so that every descriptor opened under it is known.
+    linker.instance(super::files::FILESYSTEM_PREOPENS)?.func_wrap(
+        "get-directories",
+        |mut store: StoreContextMut<'_, GuestState>, (): ()| {
+            let state = store.data_mut();
+            let directories = state.filesystem_view().get_directories()?;
+            for (dir, guest) in &directories {
+                state.tag_preopen(dir.rep(), guest);
+            }
+            Ok((directories,))
+        },
+    )?;
+    let mut types = linker.instance(super::files::FILESYSTEM_TYPES)?;
+    types.func_wrap(
+        "filesystem-error-code",
+        |mut store: StoreContextMut<'_, GuestState>, (error,): (Resource<wasmtime::Error>,)| {
+            let state = store.data_mut();
+            if state.table().get(&error)?.downcast_ref::<QuotaExceeded>().is_some() {
+                return Ok((Some(ErrorCode::Quota),));
+            }
+            Ok((state.filesystem_view().filesystem_error_code(error)?,))
+        },
+    )?;
+    types.func_wrap_async(
+        "[method]descriptor.write",
+        |mut store: StoreContextMut<'_, GuestState>,
+         (fd, buffer, offset): (Resource<Descriptor>, Vec<u8>, Filesize)| {
+            Box::new(async move {
+                let state = store.data_mut();
+                let (Some(quota), Some(file)) = (state.quota_of(fd.rep()), file_of(state, &fd)?) else {
+                    return super::files::wasi_result(
+                        state.filesystem_view().write(fd, buffer, offset).await,
+                    );
+                };
+                let _lock = quota.lock.clone().lock_owned().await;
+                let before = size_of(&file);
+                let end = offset.saturating_add(buffer.len() as u64);
+                let growth = end.saturating_sub(before);
+                if !quota.charge(growth) {
+                    return Ok((Err(ErrorCode::Quota),));
+                }
+                let written = state.filesystem_view().write(fd, buffer, offset).await;
+                quota.settle(growth, before, size_of(&file));
+                super::files::wasi_result(written)
+            })
+        },
+    )?;
+    types.func_wrap_async(
+        "[method]descriptor.set-size",
+        |mut store: StoreContextMut<'_, GuestState>, (fd, size): (Resource<Descriptor>, Filesize)| {
+            Box::new(async move {
+                let state = store.data_mut();
+                let (Some(quota), Some(file)) = (state.quota_of(fd.rep()), file_of(state, &fd)?) else {
+                    return super::files::wasi_result(state.filesystem_view().set_size(fd, size).await);
+                };
+                let _lock = quota.lock.clone().lock_owned().await;
+                let before = size_of(&file);
+                let growth = size.saturating_sub(before);
+                if !quota.charge(growth) {
+                    return Ok((Err(ErrorCode::Quota),));
+                }
+                let resized = state.filesystem_view().set_size(fd, size).await;
+                quota.settle(growth, before, size_of(&file));
+                super::files::wasi_result(resized)
+            })
+        },
+    )?;
+    types.func_wrap_async(
+        "[method]descriptor.unlink-file-at",
+        |mut store: StoreContextMut<'_, GuestState>, (dir, path): (Resource<Descriptor>, String)| {
+            Box::new(async move {
+                let state = store.data_mut();
+                let Some(quota) = state.quota_of(dir.rep()) else {
+                    return super::files::wasi_result(
+                        state.filesystem_view().unlink_file_at(dir, path).await,
+                    );
+                };
+                let _lock = quota.lock.clone().lock_owned().await;
+                let freed = last_link_size(state, dir.rep(), &path).await;
+                let unlinked = state.filesystem_view().unlink_file_at(dir, path).await;
+                if unlinked.is_ok() {
+                    quota.settle(0, freed, 0);
+                }
+                super::files::wasi_result(unlinked)
+            })
+        },
+    )?;
+    types.func_wrap_async(
+        "[method]descriptor.rename-at",
+        |mut store: StoreContextMut<'_, GuestState>,
+         (dir, old_path, new_dir, new_path): (Resource<Descriptor>, String, Resource<Descriptor>, String)| {
+            Box::new(async move {
+                let state = store.data_mut();
+                if let Some(refusal) = crossing(state, dir.rep(), new_dir.rep()) {
+                    return Ok((Err(refusal),));
+                }
+                let Some(quota) = state.quota_of(dir.rep()) else {
+                    let renamed = state.filesystem_view().rename_at(dir, old_path, new_dir, new_path).await;
+                    return super::files::wasi_result(renamed);
+                };
+                let _lock = quota.lock.clone().lock_owned().await;
+                // The file a rename replaces is freed, unless it is the file renamed.
+                let same = same_file(state, (dir.rep(), &old_path), (new_dir.rep(), &new_path)).await;
+                let freed = if same { 0 } else { last_link_size(state, new_dir.rep(), &new_path).await };
+                let renamed = state.filesystem_view().rename_at(dir, old_path, new_dir, new_path).await;
+                if renamed.is_ok() {
+                    quota.settle(0, freed, 0);
+                }
+                super::files::wasi_result(renamed)
+            })
+        },
+    )?;
+    types.func_wrap_async(
+        "[method]descriptor.link-at",
+        |mut store: StoreContextMut<'_, GuestState>,
+         (dir, flags, old_path, new_dir, new_path): (
+            Resource<Descriptor>,
+            PathFlags,
+            String,
+            Resource<Descriptor>,
+            String,
+        )| {
+            Box::new(async move {
+                let state = store.data_mut();
+                if let Some(refusal) = crossing(state, dir.rep(), new_dir.rep()) {
+                    return Ok((Err(refusal),));
+                }
+                let linked = state.filesystem_view().link_at(dir, flags, old_path, new_dir, new_path).await;
+                super::files::wasi_result(linked)
+            })
+        },
+    )?;
+    linker.allow_shadowing(false);
+    Ok(())
+}
+
+/// The open file behind `fd`, when it is a file.
+fn file_of(state: &mut GuestState, fd: &Resource<Descriptor>) -> Result<Option<Arc<std::fs::File>>> {
+    Ok(match state.table().get(fd)? {
+        Descriptor::File(file) => Some(file.file.clone()),
+        Descriptor::Dir(_) => None,
+    })
+}
+
+/// `cross-device` for a rename or link between two different grants when either has a
+/// quota: the file's bytes would leave one count without entering the other.
+fn crossing(state: &GuestState, from: u32, to: u32) -> Option<ErrorCode> {
+    let (from_grant, to_grant) = (state.grant_of(from), state.grant_of(to));
+    let quota = state.quota_of(from).is_some() || state.quota_of(to).is_some();
+    (quota && from_grant != to_grant).then_some(ErrorCode::CrossDevice)
+}
+
+/// What unlinking `path` under the directory `dir` frees: the file's size when it is a
+/// regular file with no other link, else 0. Looked up through wasmtime-wasi, inside the
+/// sandbox.
+async fn last_link_size(state: &mut GuestState, dir: u32, path: &str) -> u64 {
+    let stat =
+        state.filesystem_view().stat_at(Resource::new_borrow(dir), PathFlags::empty(), path.to_owned()).await;
+    match stat {
+        Ok(stat) if stat.type_ == DescriptorType::RegularFile && stat.link_count == 1 => stat.size,
+        _ => 0,
+    }
+}
+
+/// Whether two paths name the same file (a rename onto itself frees nothing).
+async fn same_file(state: &mut GuestState, (a, a_path): (u32, &str), (b, b_path): (u32, &str)) -> bool {
+    let mut view = state.filesystem_view();
+    let first = view.metadata_hash_at(Resource::new_borrow(a), PathFlags::empty(), a_path.to_owned()).await;
+    let second = view.metadata_hash_at(Resource::new_borrow(b), PathFlags::empty(), b_path.to_owned()).await;
+    matches!((first, second), (Ok(first), Ok(second)) if (first.lower, first.upper) == (second.lower, second.upper))
+}
+
+/// Before an `open-at` with `truncate` under a directory with a quota: take the mount's
+/// lock and measure the file it will truncate. Call [`Truncation::settle`] after the open.
+pub(crate) async fn open_truncating(
+    state: &mut GuestState,
+    quota: Arc<Quota>,
+    dir: u32,
+    path_flags: PathFlags,
+    path: &str,
+) -> Truncation {
+    let lock = quota.lock.clone().lock_owned().await;
+    let stat = state.filesystem_view().stat_at(Resource::new_borrow(dir), path_flags, path.to_owned()).await;
+    let before = match stat {
+        Ok(stat) if stat.type_ == DescriptorType::RegularFile => stat.size,
+        _ => 0,
+    };
+    Truncation { quota, before, _lock: lock }
+}
+
+/// An `open-at` with `truncate` in progress: the mount's lock, and the file's size before.
+pub(crate) struct Truncation {
+    quota: Arc<Quota>,
+    before: u64,
+    _lock: tokio::sync::OwnedMutexGuard<()>,
+}
+
+impl Truncation {
+    /// The open is done: count the file's size now (`opened`, when it succeeded).
+    pub(crate) fn settle(self, state: &mut GuestState, opened: Option<&Resource<Descriptor>>) {
+        if let Some(fd) = opened
+            && let Ok(Some(file)) = file_of(state, fd)
+        {
+            self.quota.settle(0, self.before, size_of(&file));
+        }
+    }
+}
+
+/// The output stream for a file under a mount with a quota, in place of wasmtime-wasi's;
+/// `None` when `fd` is not such a file (wasmtime-wasi's own stream, or its error, then).
+pub(crate) fn quota_stream(
+    state: &mut GuestState,
+    fd: &Resource<Descriptor>,
+    offset: Option<u64>,
+) -> Result<Option<Result<QuotaStream, ErrorCode>>> {
+    let Some(quota) = state.quota_of(fd.rep()) else { return Ok(None) };
+    let Descriptor::File(file) = state.table().get(fd)? else { return Ok(None) };
+    if file.perms.write_not_permitted() {
+        return Ok(Some(Err(ErrorCode::NotPermitted)));
+    }
+    Ok(Some(Ok(QuotaStream { file: file.file.clone(), quota, position: offset, state: StreamState::Ready })))
+}
+
+/// An output stream over a file under a mount with a quota: each write is charged under
+/// the mount's lock, on a blocking thread, before its bytes are written. One write is in
+/// flight at a time, as with wasmtime-wasi's file streams.
+pub(crate) struct QuotaStream {
+    file: Arc<std::fs::File>,
+    quota: Arc<Quota>,
+    /// Where the next write goes; `None` appends.
+    position: Option<u64>,
+    state: StreamState,
+}
+
+enum StreamState {
+    Ready,
+    Writing(tokio::task::JoinHandle<Result<(), wasmtime::Error>>),
+    Failed(wasmtime::Error),
+    Closed,
+}
+
+impl QuotaStream {
+    /// The outcome of a finished write, taken: a failure closes the stream.
+    fn take_failure(&mut self) -> StreamResult<()> {
+        match std::mem::replace(&mut self.state, StreamState::Closed) {
+            StreamState::Failed(error) => Err(StreamError::LastOperationFailed(error)),
+            StreamState::Closed => Err(StreamError::Closed),
+            other => {
+                self.state = other;
+                Ok(())
+            }
+        }
+    }
+}
+
+/// Write `bytes` at `position` (the end when `None`), charging the growth first.
+fn write_charged(
+    file: &std::fs::File,
+    quota: &Quota,
+    position: Option<u64>,
+    bytes: &[u8],
+) -> Result<(), wasmtime::Error> {
+    let before = size_of(file);
+    let offset = position.unwrap_or(before);
+    let growth = offset.saturating_add(bytes.len() as u64).saturating_sub(before);
+    if !quota.charge(growth) {
+        return Err(QuotaExceeded.into());
+    }
+    let written = file.write_all_at(bytes, offset);
+    quota.settle(growth, before, size_of(file));
+    written.map_err(wasmtime::Error::from)
+}
+
+#[wasmtime_wasi::async_trait]
+impl wasmtime_wasi::p2::Pollable for QuotaStream {
+    async fn ready(&mut self) {
+        if let StreamState::Writing(task) = &mut self.state {
+            self.state = match task.await {
+                Ok(Ok(())) => StreamState::Ready,
+                Ok(Err(error)) => StreamState::Failed(error),
+                Err(error) => StreamState::Failed(wasmtime::format_err!("the write did not finish: {error}")),
+            };
+        }
+    }
+}
+
+#[wasmtime_wasi::async_trait]
+impl OutputStream for QuotaStream {
+    fn write(&mut self, bytes: bytes::Bytes) -> StreamResult<()> {
+        match self.state {
+            StreamState::Ready => {}
+            StreamState::Closed => return Err(StreamError::Closed),
+            StreamState::Writing(_) | StreamState::Failed(_) => {
+                return Err(StreamError::trap("write not permitted: check_write not called first"));
+            }
+        }
+        if bytes.len() > STREAM_WRITE_BYTES {
+            return Err(StreamError::trap("write of more bytes than check_write allowed"));
+        }
+        let position = self.position;
+        if let Some(next) = &mut self.position {
+            *next = next.saturating_add(bytes.len() as u64);
+        }
+        let (file, quota) = (self.file.clone(), self.quota.clone());
+        // The task finishes (and counts) even if the stream is dropped meanwhile.
+        self.state = StreamState::Writing(tokio::spawn(async move {
+            let _lock = quota.lock.clone().lock_owned().await;
+            tokio::task::spawn_blocking(move || write_charged(&file, &quota, position, &bytes))
+                .await
+                .unwrap_or_else(|error| Err(wasmtime::format_err!("the write did not finish: {error}")))
+        }));
+        Ok(())
+    }
+
+    fn flush(&mut self) -> StreamResult<()> {
+        // Nothing is buffered but the write in flight, which `ready` waits for.
+        self.take_failure()
+    }
+
+    fn check_write(&mut self) -> StreamResult<usize> {
+        self.take_failure()?;
+        Ok(match self.state {
+            StreamState::Ready => STREAM_WRITE_BYTES,
+            _ => 0,
+        })
+    }
+
+    async fn cancel(&mut self) {
+        if let StreamState::Writing(task) = std::mem::replace(&mut self.state, StreamState::Closed) {
+            let _ = task.await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn usage_counts_regular_files_once_per_inode() {
+        let dir = std::env::temp_dir().join(format!("cordon-quota-usage-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("sub")).unwrap();
+        std::fs::write(dir.join("a"), [0u8; 100]).unwrap();
+        std::fs::write(dir.join("sub/b"), [0u8; 50]).unwrap();
+        std::fs::hard_link(dir.join("a"), dir.join("sub/a-again")).unwrap();
+        std::os::unix::fs::symlink("/etc/passwd", dir.join("link")).unwrap();
+        let quota = Quota::measure(1 << 20, &std::fs::File::open(&dir).unwrap()).unwrap();
+        assert_eq!(quota.used(), 150);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_charge_past_the_limit_is_refused_and_settling_counts_what_happened() {
+        let quota = Quota { limit: 100, used: AtomicU64::new(90), lock: Default::default() };
+        assert!(quota.charge(10));
+        assert!(!quota.charge(1));
+        assert!(quota.charge(0), "a write that grows nothing always passes");
+        // Charged 10, but the file only grew by 4.
+        quota.settle(10, 0, 4);
+        assert_eq!(quota.used(), 94);
+        // A truncation from 50 to 0.
+        quota.settle(0, 50, 0);
+        assert_eq!(quota.used(), 44);
+    }
+}

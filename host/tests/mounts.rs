@@ -1,0 +1,341 @@
+//! Mounts (`[[components.mounts]]`): read-only and read-write host directories at guest
+//! paths of the operator's choosing, opened once at load, escaped by no symlink and no
+//! `..`, and a read-write mount's quota enforced at every write. Run against the hostile
+//! component (`examples/hostile`).
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use cordon::runtime::{CallReport, ComponentOptions, Content, Mount, Outcome, Runtime};
+use serde_json::{Value, json};
+
+fn hostile() -> PathBuf {
+    let path = cordon::paths::default_tools_dir().join("hostile.wasm");
+    assert!(path.is_file(), "{} is missing: run `cargo xtask guests` first", path.display());
+    path
+}
+
+fn fresh_dir(what: &str) -> PathBuf {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "cordon-mounts-{what}-{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn mount(host: &Path, guest: &str, writable: bool, quota_bytes: Option<u64>) -> Mount {
+    Mount { host: host.to_owned(), guest: guest.into(), writable, quota_bytes }
+}
+
+async fn runtime_with(options: ComponentOptions) -> Result<Runtime, cordon::runtime::LoadError> {
+    let mut runtime = Runtime::new(common::settings(4)).unwrap();
+    let options = ComponentOptions { limits: common::quick_limits(), ..options };
+    runtime.load_file(&hostile(), options).await.map(|()| runtime)
+}
+
+/// The text a call returned, or its tool error's message.
+fn answer(report: &CallReport) -> String {
+    match &report.outcome {
+        Outcome::Completed(result) => match result.content.as_slice() {
+            [Content::Text(text)] => text.clone(),
+            other => panic!("expected one text item, got {other:?}"),
+        },
+        Outcome::ToolError(message) => message.clone(),
+        other => panic!("expected an answer, got {other:?}"),
+    }
+}
+
+/// Whether the call answered with a tool error.
+fn failed(report: &CallReport) -> bool {
+    matches!(&report.outcome, Outcome::ToolError(_))
+        || matches!(&report.outcome, Outcome::Completed(result) if result.is_error)
+}
+
+async fn call(runtime: &Runtime, tool: &str, arguments: Value) -> CallReport {
+    runtime.call(tool, &arguments).await.unwrap().run().await
+}
+
+/// A data directory, a read-only mount and a read-write one, side by side with a
+/// directory none of them may reach (`outside/secret.txt`).
+struct Layout {
+    root: PathBuf,
+    data: PathBuf,
+    ro: PathBuf,
+    rw: PathBuf,
+}
+
+impl Layout {
+    fn new(what: &str) -> Self {
+        let root = fresh_dir(what);
+        let (data, ro, rw) = (root.join("data"), root.join("ro"), root.join("rw"));
+        for dir in [&data, &ro, &rw, &root.join("outside")] {
+            std::fs::create_dir_all(dir).unwrap();
+        }
+        std::fs::write(root.join("outside/secret.txt"), "secret").unwrap();
+        std::fs::write(ro.join("readme.txt"), "read me").unwrap();
+        Self { root, data, ro, rw }
+    }
+
+    fn options(&self, quota_bytes: Option<u64>) -> ComponentOptions {
+        ComponentOptions {
+            data_dir: Some(self.data.clone()),
+            mounts: vec![mount(&self.ro, "/ro", false, None), mount(&self.rw, "/mnt/rw", true, quota_bytes)],
+            ..ComponentOptions::default()
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_only_mount_is_readable_and_not_writable() {
+    let layout = Layout::new("ro");
+    let runtime = runtime_with(layout.options(None)).await.unwrap();
+    assert_eq!(answer(&call(&runtime, "read_text", json!({ "path": "/ro/readme.txt" })).await), "read me");
+    assert_eq!(
+        answer(&call(&runtime, "read_at", json!({ "dir": "/ro", "path": "readme.txt" })).await),
+        "read me"
+    );
+    for (tool, arguments) in [
+        ("write_text", json!({ "path": "/ro/new.txt", "text": "x" })),
+        ("write_text", json!({ "path": "/ro/readme.txt", "text": "overwritten" })),
+        ("write_at", json!({ "dir": "/ro", "path": "readme.txt", "text": "overwritten" })),
+        ("remove", json!({ "path": "/ro/readme.txt" })),
+        ("symlink", json!({ "dir": "/ro", "target": "readme.txt", "link": "alias" })),
+    ] {
+        let report = call(&runtime, tool, arguments.clone()).await;
+        assert!(failed(&report), "{tool} {arguments} passed: {}", answer(&report));
+    }
+    assert_eq!(std::fs::read_to_string(layout.ro.join("readme.txt")).unwrap(), "read me");
+    let names: Vec<_> =
+        std::fs::read_dir(&layout.ro).unwrap().map(|entry| entry.unwrap().file_name()).collect();
+    assert_eq!(names, ["readme.txt"], "nothing was added to the read-only mount");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_write_mount_is_writable_at_its_guest_path() {
+    let layout = Layout::new("rw");
+    let runtime = runtime_with(layout.options(None)).await.unwrap();
+    let wrote = call(&runtime, "write_text", json!({ "path": "/mnt/rw/notes.txt", "text": "hello" })).await;
+    assert_eq!(answer(&wrote), "wrote 5 bytes to /mnt/rw/notes.txt");
+    assert_eq!(std::fs::read_to_string(layout.rw.join("notes.txt")).unwrap(), "hello");
+    assert_eq!(answer(&call(&runtime, "read_text", json!({ "path": "/mnt/rw/notes.txt" })).await), "hello");
+    let linked =
+        call(&runtime, "symlink", json!({ "dir": "/mnt/rw", "target": "notes.txt", "link": "alias" })).await;
+    assert_eq!(answer(&linked), "linked alias -> notes.txt");
+    assert_eq!(
+        answer(&call(&runtime, "remove", json!({ "path": "/mnt/rw/alias" })).await),
+        "removed /mnt/rw/alias"
+    );
+    // The data directory is still there, and separate.
+    call(&runtime, "write_text", json!({ "path": "/data/d.txt", "text": "d" })).await;
+    assert!(layout.data.join("d.txt").is_file() && !layout.rw.join("d.txt").exists());
+}
+
+/// Symlinks the operator (or anyone on the host) left in a grant that lead out of it, and
+/// `..` in a guest's paths, reach nothing outside, from every grant.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_symlink_and_no_dot_dot_leads_out_of_any_mount() {
+    let layout = Layout::new("escape");
+    let outside = layout.root.join("outside");
+    for dir in [&layout.data, &layout.ro, &layout.rw] {
+        std::os::unix::fs::symlink(&outside, dir.join("absolute")).unwrap();
+        std::os::unix::fs::symlink("../outside", dir.join("relative")).unwrap();
+        std::os::unix::fs::symlink("../outside/secret.txt", dir.join("file-link")).unwrap();
+    }
+    let runtime = runtime_with(layout.options(None)).await.unwrap();
+    for guest in ["/data", "/ro", "/mnt/rw"] {
+        for path in [
+            "absolute/secret.txt",
+            "relative/secret.txt",
+            "file-link",
+            "../outside/secret.txt",
+            "../../outside/secret.txt",
+            "sub/../../outside/secret.txt",
+            "./../outside/secret.txt",
+        ] {
+            // Straight to the host: open-at under the preopen.
+            let report = call(&runtime, "read_at", json!({ "dir": guest, "path": path })).await;
+            let text = answer(&report);
+            assert!(failed(&report) && !text.contains("secret"), "{guest} {path}: {text}");
+            // Through the guest's libc.
+            let report = call(&runtime, "read_text", json!({ "path": format!("{guest}/{path}") })).await;
+            let text = answer(&report);
+            assert!(failed(&report) && !text.contains("secret"), "{guest}/{path}: {text}");
+        }
+        for path in ["../planted.txt", "relative/planted.txt", "absolute/planted.txt"] {
+            let report = call(&runtime, "write_at", json!({ "dir": guest, "path": path, "text": "x" })).await;
+            assert!(failed(&report), "{guest} {path}: {}", answer(&report));
+            let report =
+                call(&runtime, "write_text", json!({ "path": format!("{guest}/{path}"), "text": "x" })).await;
+            assert!(failed(&report), "{guest}/{path}: {}", answer(&report));
+        }
+    }
+    assert!(!layout.root.join("planted.txt").exists());
+    assert!(!outside.join("planted.txt").exists());
+    // Links a guest makes in a writable mount point down only.
+    for target in ["../outside", "..", "a/../../x", "/etc/passwd"] {
+        let report =
+            call(&runtime, "symlink", json!({ "dir": "/mnt/rw", "target": target, "link": "escape" })).await;
+        assert!(answer(&report).contains("not-permitted"), "{target}: {}", answer(&report));
+        assert!(std::fs::symlink_metadata(layout.rw.join("escape")).is_err(), "{target} was linked");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mount_is_opened_once_so_a_swapped_path_leads_nowhere() {
+    let layout = Layout::new("swap");
+    let runtime = runtime_with(layout.options(None)).await.unwrap();
+    let elsewhere = layout.root.join("outside");
+    std::fs::rename(&layout.ro, layout.root.join("ro-moved")).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, &layout.ro).unwrap();
+    assert_eq!(answer(&call(&runtime, "read_text", json!({ "path": "/ro/readme.txt" })).await), "read me");
+    let report = call(&runtime, "read_text", json!({ "path": "/ro/secret.txt" })).await;
+    assert!(failed(&report), "reached the swapped path: {}", answer(&report));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_mounts_are_load_errors_that_say_what_is_wrong() {
+    let layout = Layout::new("bad");
+    let missing = layout.root.join("no-such-dir");
+    let file = layout.ro.join("readme.txt");
+    let cases: Vec<(Vec<Mount>, String)> = vec![
+        (
+            vec![mount(&missing, "/m", false, None)],
+            format!("the host path {} does not exist", missing.display()),
+        ),
+        (vec![mount(&file, "/m", false, None)], "is not a directory".into()),
+        (vec![mount(&layout.ro, "m", false, None)], "is not absolute".into()),
+        (vec![mount(&layout.ro, "/a/../m", false, None)], "may not hold `..`".into()),
+        (
+            vec![mount(&layout.ro, "/m", false, None), mount(&layout.rw, "/m/", true, None)],
+            "two grants are mounted at /m".into(),
+        ),
+        (vec![mount(&layout.rw, "/data", true, None)], "two grants are mounted at /data".into()),
+        (vec![mount(&layout.ro, "/m", false, Some(1 << 20))], "has a quota_mb".into()),
+        // A writable grant inside or around another of the same component's.
+        (vec![mount(&layout.data.join(".."), "/m", false, None)], "overlaps".into()),
+        (vec![mount(&layout.ro, "/a", true, None), mount(&layout.ro, "/b", false, None)], "overlaps".into()),
+    ];
+    for (mounts, expected) in cases {
+        let options = ComponentOptions {
+            data_dir: Some(layout.data.clone()),
+            mounts: mounts.clone(),
+            ..Default::default()
+        };
+        let error = runtime_with(options).await.err().unwrap_or_else(|| panic!("{mounts:?} loaded"));
+        assert!(error.problem.contains(&expected), "{mounts:?}: {error}");
+    }
+    // Two read-only mounts of one directory are fine.
+    let options = ComponentOptions {
+        mounts: vec![mount(&layout.ro, "/a", false, None), mount(&layout.ro, "/b", false, None)],
+        ..Default::default()
+    };
+    runtime_with(options).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_writable_grant_overlapping_another_component_s_is_refused() {
+    let layout = Layout::new("overlap");
+    let mut runtime = runtime_with(layout.options(None)).await.unwrap();
+    let tools = cordon::paths::example_tools();
+    let refused = [
+        // A read-only view into another's writable mount, or around it.
+        ComponentOptions { mounts: vec![mount(&layout.rw, "/x", false, None)], ..Default::default() },
+        ComponentOptions { mounts: vec![mount(&layout.root, "/x", false, None)], ..Default::default() },
+        // A writable mount over another's read-only one, or its data directory.
+        ComponentOptions { mounts: vec![mount(&layout.ro, "/x", true, None)], ..Default::default() },
+        ComponentOptions { data_dir: Some(layout.ro.join("inner")), ..Default::default() },
+        ComponentOptions { mounts: vec![mount(&layout.data, "/x", false, None)], ..Default::default() },
+    ];
+    for options in refused {
+        let shown = format!("{:?} {:?}", options.data_dir, options.mounts);
+        let error = runtime.load_file(&tools, options).await.unwrap_err();
+        assert!(
+            error.problem.contains("overlaps") && error.problem.contains("component hostile"),
+            "{shown}: {error}"
+        );
+    }
+    // Read-only mounts of the same directory may be shared.
+    let options =
+        ComponentOptions { mounts: vec![mount(&layout.ro, "/shared", false, None)], ..Default::default() };
+    runtime.load_file(&tools, options).await.unwrap();
+}
+
+/// Sum of the sizes of the regular files under `dir`.
+fn bytes_under(dir: &Path) -> u64 {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|entry| {
+            let metadata = entry.unwrap().metadata().unwrap();
+            if metadata.is_file() { metadata.len() } else { 0 }
+        })
+        .sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_write_mount_s_quota_is_enforced_at_every_write() {
+    let layout = Layout::new("quota");
+    // 1,000 bytes are there before the component loads.
+    std::fs::write(layout.rw.join("existing.bin"), vec![b'e'; 1000]).unwrap();
+    let quota = 100_000u64;
+    let runtime = runtime_with(layout.options(Some(quota))).await.unwrap();
+    let text = |bytes: usize| "q".repeat(bytes);
+    let write = |path: &str, bytes: usize| json!({ "path": format!("/mnt/rw/{path}"), "text": text(bytes) });
+
+    // Streams (std::fs::write): 60,000 fit, 60,000 more do not, and nothing past the
+    // quota lands on disk.
+    assert!(!failed(&call(&runtime, "write_text", write("a.txt", 60_000)).await));
+    let refused = call(&runtime, "write_text", write("b.txt", 60_000)).await;
+    assert!(failed(&refused), "{}", answer(&refused));
+    assert!(answer(&refused).to_lowercase().contains("quota"), "{}", answer(&refused));
+    assert!(bytes_under(&layout.rw) <= quota, "{} bytes on disk", bytes_under(&layout.rw));
+
+    // Rewriting a file (truncate, then write) gives its old bytes back first.
+    for _ in 0..5 {
+        let report = call(&runtime, "write_text", write("a.txt", 60_000)).await;
+        assert!(!failed(&report), "{}", answer(&report));
+    }
+    // descriptor.write: an overwrite in place grows nothing and passes; growth past the
+    // quota does not.
+    let overwrite =
+        call(&runtime, "write_at", json!({ "dir": "/mnt/rw", "path": "a.txt", "text": text(100) })).await;
+    assert_eq!(answer(&overwrite), "wrote 100 bytes");
+    let big = json!({ "dir": "/mnt/rw", "path": "c.txt", "text": text(50_000) });
+    assert!(answer(&call(&runtime, "write_at", big.clone()).await).contains("quota"));
+    // Removing a file frees its bytes.
+    call(&runtime, "remove", json!({ "path": "/mnt/rw/a.txt" })).await;
+    assert_eq!(answer(&call(&runtime, "write_at", big).await), "wrote 50000 bytes");
+    let report = call(&runtime, "write_text", write("b.txt", 48_000)).await;
+    assert!(!failed(&report), "{}", answer(&report));
+    assert!(failed(&call(&runtime, "write_text", write("d.txt", 2_000)).await), "past the quota");
+    assert!(bytes_under(&layout.rw) <= quota, "{} bytes on disk", bytes_under(&layout.rw));
+    // The data directory has no quota.
+    let report =
+        call(&runtime, "write_text", json!({ "path": "/data/big.txt", "text": text(200_000) })).await;
+    assert!(!failed(&report), "{}", answer(&report));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_at_once_share_a_quota_and_never_pass_it_together() {
+    let layout = Layout::new("quota-race");
+    let quota = 200_000u64;
+    let runtime = std::sync::Arc::new(runtime_with(layout.options(Some(quota))).await.unwrap());
+    let calls = (0..4).map(|index| {
+        let runtime = runtime.clone();
+        tokio::spawn(async move {
+            let arguments = json!({ "path": format!("/mnt/rw/{index}.txt"), "text": "r".repeat(90_000) });
+            !failed(&call(&runtime, "write_text", arguments).await)
+        })
+    });
+    let mut succeeded = 0;
+    for call in calls {
+        succeeded += usize::from(call.await.unwrap());
+    }
+    assert_eq!(succeeded, 2, "two of four 90,000-byte files fit in 200,000 bytes");
+    assert!(bytes_under(&layout.rw) <= quota, "{} bytes on disk", bytes_under(&layout.rw));
+}
