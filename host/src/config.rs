@@ -447,6 +447,63 @@ impl Config {
     }
 }
 
+/// What a component is granted, as `cordon inspect` shows it: paths and names only.
+/// Secrets are not even read, so no value can be shown.
+#[derive(Debug, Clone)]
+pub struct Grants {
+    pub name: String,
+    pub data_dir: Option<PathBuf>,
+    pub mounts: Vec<Mount>,
+    /// The names of the `env` variables.
+    pub env: Vec<String>,
+    /// The names of the `secrets` variables.
+    pub secrets: Vec<String>,
+}
+
+impl Grants {
+    /// Options as loading would make them, but with every variable's value empty: enough
+    /// for [`crate::runtime::grant_warnings`], which looks at names only.
+    pub fn options_without_values(&self) -> ComponentOptions {
+        let names = self.env.iter().chain(&self.secrets).map(|name| (name.clone(), String::new()));
+        ComponentOptions {
+            data_dir: self.data_dir.clone(),
+            mounts: self.mounts.clone(),
+            environment: Environment::new(names.collect()).unwrap_or_default(),
+            ..ComponentOptions::default()
+        }
+    }
+}
+
+impl Config {
+    /// What the config grants the component in `component` (the `[[components]]` entry
+    /// whose path is that file), or `None` when no entry names it.
+    pub fn grants_for(&self, base: &Path, component: &Path) -> Result<Option<Grants>> {
+        let wanted =
+            component.canonicalize().with_context(|| format!("cannot resolve {}", component.display()))?;
+        for entry in &self.components {
+            let path = base.join(&entry.path);
+            if path.canonicalize().ok().as_ref() != Some(&wanted) {
+                continue;
+            }
+            let name = entry.name.clone().unwrap_or_else(|| component_name(&path));
+            let data_dir = match &entry.data_dir {
+                Some(DataDirConfig::Path(dir)) => Some(base.join(dir)),
+                Some(DataDirConfig::Default(true)) => Some(paths::default_data_dir(&name)),
+                Some(DataDirConfig::Default(false)) | None => None,
+            };
+            let mounts = entry.mounts.iter().map(|mount| mount.resolve(base)).collect::<Result<_>>()?;
+            return Ok(Some(Grants {
+                name,
+                data_dir,
+                mounts,
+                env: entry.env.keys().cloned().collect(),
+                secrets: entry.secrets.keys().cloned().collect(),
+            }));
+        }
+        Ok(None)
+    }
+}
+
 fn component_name(path: &Path) -> String {
     path.file_stem().map(|stem| stem.to_string_lossy().into_owned()).unwrap_or_else(|| "component".into())
 }
@@ -613,6 +670,45 @@ mod tests {
             let error = config.plan(Path::new("/etc/cordon")).unwrap_err();
             assert!(format!("{error:#}").contains("is too large"), "{text}: {error:#}");
         }
+    }
+
+    #[test]
+    fn mounts_are_resolved_against_the_config_file_and_checked() {
+        let plan = |text: &str| toml::from_str::<Config>(text).map_err(|error| error.to_string());
+        let config = plan(
+            "[[components]]\npath = \"a.wasm\"\n\
+             [[components.mounts]]\nhost = \"ref\"\nguest = \"/ref\"\nmode = \"ro\"\n\
+             [[components.mounts]]\nhost = \"/srv/scratch\"\nguest = \"/scratch\"\nmode = \"rw\"\nquota_mb = 2\n",
+        )
+        .unwrap();
+        let planned = config.plan(Path::new("/etc/cordon")).unwrap();
+        assert_eq!(
+            planned.components[0].options.mounts,
+            [
+                Mount {
+                    host: "/etc/cordon/ref".into(),
+                    guest: "/ref".into(),
+                    writable: false,
+                    quota_bytes: None
+                },
+                Mount {
+                    host: "/srv/scratch".into(),
+                    guest: "/scratch".into(),
+                    writable: true,
+                    quota_bytes: Some(2 << 20)
+                },
+            ]
+        );
+        let error = plan("[[components]]\npath = \"a.wasm\"\n[[components.mounts]]\nhost = \"x\"\nguest = \"/x\"\nmode = \"wr\"\n")
+            .unwrap_err();
+        assert!(error.contains("wr"), "{error}");
+        let ro_quota = plan(
+            "[[components]]\npath = \"a.wasm\"\n[[components.mounts]]\nhost = \"x\"\nguest = \"/x\"\nmode = \"ro\"\nquota_mb = 1\n",
+        )
+        .unwrap()
+        .plan(Path::new("/etc/cordon"))
+        .unwrap_err();
+        assert!(format!("{ro_quota:#}").contains("quota_mb is for `rw` mounts"), "{ro_quota:#}");
     }
 
     #[test]

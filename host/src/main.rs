@@ -43,6 +43,15 @@ enum Command {
         /// The component (.wasm).
         component: PathBuf,
     },
+    /// Show a component's imported and exported interfaces and, with --config, what the
+    /// config grants it (paths and variable names; never a secret's value).
+    Inspect {
+        /// The component (.wasm).
+        component: PathBuf,
+        /// A config file; the `[[components]]` entry whose `path` is this component is shown.
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
     /// Call one tool once, printing progress to stderr and the result to stdout.
     Call {
         /// The component (.wasm).
@@ -112,6 +121,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             println!("{}", serde_json::to_string_pretty(&tools)?);
             Ok(ExitCode::SUCCESS)
         }
+        Command::Inspect { component, config } => inspect(&component, config.as_deref()),
         Command::Call { component, tool, arguments, data_dir, timeout } => {
             let arguments: serde_json::Value =
                 serde_json::from_str(&arguments).context("the arguments are not JSON")?;
@@ -123,6 +133,56 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             call(&runtime, &tool, &arguments).await
         }
     }
+}
+
+/// `cordon inspect`: the component's interfaces, then what the config grants it and what
+/// it imports that the grants leave empty.
+fn inspect(component: &std::path::Path, config: Option<&std::path::Path>) -> Result<ExitCode> {
+    let interfaces = Runtime::new(RuntimeSettings::default())?.inspect_file(component)?;
+    println!("component: {}", component.display());
+    println!("imports:");
+    for name in &interfaces.imports {
+        println!("  {name}");
+    }
+    println!("exports:");
+    for name in &interfaces.exports {
+        println!("  {name}");
+    }
+    let Some(config) = config else { return Ok(ExitCode::SUCCESS) };
+    let base = std::path::absolute(config.parent().unwrap_or(std::path::Path::new("")))?;
+    let Some(grants) = cordon::config::Config::load(config)?.grants_for(&base, component)? else {
+        println!("grants: none ({} has no [[components]] entry for this file)", config.display());
+        return Ok(ExitCode::SUCCESS);
+    };
+    println!("grants (component {} in {}):", grants.name, config.display());
+    match &grants.data_dir {
+        Some(dir) => println!("  data_dir: {} at {}", dir.display(), cordon::runtime::GUEST_DATA_DIR),
+        None => println!("  data_dir: none"),
+    }
+    if grants.mounts.is_empty() {
+        println!("  mounts: none");
+    } else {
+        println!("  mounts:");
+        for mount in &grants.mounts {
+            let mode = match (mount.writable, mount.quota_bytes) {
+                (false, _) => "ro".to_owned(),
+                (true, None) => "rw".to_owned(),
+                (true, Some(bytes)) if bytes % (1 << 20) == 0 => format!("rw, quota {} MiB", bytes >> 20),
+                (true, Some(bytes)) => format!("rw, quota {bytes} bytes"),
+            };
+            println!("    {} at {} ({mode})", mount.host.display(), mount.guest);
+        }
+    }
+    let list = |names: &[String]| if names.is_empty() { "none".to_owned() } else { names.join(", ") };
+    println!("  env: {}", list(&grants.env));
+    println!("  secrets: {} (values never shown)", list(&grants.secrets));
+    // Outbound HTTP is not granted by this build; the allow-list goes here.
+    println!("  allow_http: none");
+    let warnings = cordon::runtime::grant_warnings(&interfaces.imports, &grants.options_without_values());
+    for warning in warnings {
+        println!("warning: {warning}");
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 enum Transport {

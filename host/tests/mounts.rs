@@ -1,12 +1,14 @@
 //! Mounts (`[[components.mounts]]`): read-only and read-write host directories at guest
 //! paths of the operator's choosing, opened once at load, escaped by no symlink and no
-//! `..`, and a read-write mount's quota enforced at every write. Run against the hostile
+//! `..`, and a read-write mount's quota enforced at every write; `cordon inspect`, and the
+//! warning at load for an import the grants leave empty. Run against the hostile
 //! component (`examples/hostile`).
 
 mod common;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
 
 use cordon::runtime::{CallReport, ComponentOptions, Content, Mount, Outcome, Runtime};
 use serde_json::{Value, json};
@@ -338,4 +340,100 @@ async fn calls_at_once_share_a_quota_and_never_pass_it_together() {
     }
     assert_eq!(succeeded, 2, "two of four 90,000-byte files fit in 200,000 bytes");
     assert!(bytes_under(&layout.rw) <= quota, "{} bytes on disk", bytes_under(&layout.rw));
+}
+
+/// Run `cordon` with `args` to its end (stdin closed), within `deadline`: its stdout,
+/// its stderr and whether it succeeded.
+fn run_cordon(args: &[&str], deadline: Duration) -> (String, String, bool) {
+    use std::io::Read;
+    use std::process::{Command, Stdio};
+    let mut child = Command::new(env!("CARGO_BIN_EXE_cordon"))
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (mut stdout, mut stderr) = (child.stdout.take().unwrap(), child.stderr.take().unwrap());
+    let (sender, receiver) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let (mut out, mut err) = (String::new(), String::new());
+        let _ = stdout.read_to_string(&mut out);
+        let _ = stderr.read_to_string(&mut err);
+        let _ = sender.send((out, err));
+    });
+    let Ok((out, err)) = receiver.recv_timeout(deadline) else {
+        let _ = child.kill();
+        panic!("cordon {args:?} did not finish within {deadline:?}");
+    };
+    let status = child.wait().unwrap();
+    (out, err, status.success())
+}
+
+fn write_config(dir: &Path, component: &str) -> PathBuf {
+    let config = dir.join("cordon.toml");
+    std::fs::write(&config, format!("[server]\ncache = false\n\n{component}")).unwrap();
+    config
+}
+
+#[test]
+fn inspect_shows_interfaces_and_grants_but_never_a_secret_s_value() {
+    let layout = Layout::new("inspect");
+    std::fs::write(layout.root.join("token"), "s3cr3t-from-file\n").unwrap();
+    let hostile = hostile().display().to_string();
+    let config = write_config(
+        &layout.root,
+        &format!(
+            "[[components]]\npath = {hostile:?}\ndata_dir = \"data\"\n\
+             env = {{ REGION = \"eu-west-value\" }}\n\
+             secrets = {{ API_TOKEN = {{ file = \"token\" }}, OTHER = {{ env = \"CORDON_TEST_UNSET_VARIABLE\" }} }}\n\
+             [[components.mounts]]\nhost = \"ro\"\nguest = \"/ro\"\nmode = \"ro\"\n\
+             [[components.mounts]]\nhost = \"rw\"\nguest = \"/mnt/rw\"\nmode = \"rw\"\nquota_mb = 5\n"
+        ),
+    );
+    let (out, err, ok) =
+        run_cordon(&["inspect", &hostile, "--config", config.to_str().unwrap()], Duration::from_secs(60));
+    assert!(ok, "{out}\n{err}");
+    for expected in [
+        "imports:",
+        "wasi:filesystem/preopens@",
+        "wasi:cli/environment@",
+        "cordon:tool/host@0.1.0",
+        "exports:",
+        "cordon:tool/tool@0.1.0",
+        "data_dir:",
+        "/data",
+        "/ro (ro)",
+        "/mnt/rw (rw, quota 5 MiB)",
+        "env: REGION",
+        "secrets: API_TOKEN, OTHER",
+        "allow_http:",
+    ] {
+        assert!(out.contains(expected), "{expected:?} missing from:\n{out}");
+    }
+    for secret in ["s3cr3t", "eu-west-value"] {
+        assert!(!out.contains(secret) && !err.contains(secret), "{secret} shown:\n{out}\n{err}");
+    }
+    // Without a config: the interfaces only.
+    let (out, _, ok) = run_cordon(&["inspect", &hostile], Duration::from_secs(60));
+    assert!(ok && out.contains("wasi:cli/environment@") && !out.contains("secrets:"), "{out}");
+}
+
+#[test]
+fn a_component_importing_the_environment_without_variables_is_warned_about_at_load() {
+    let dir = fresh_dir("warn");
+    let hostile = hostile().display().to_string();
+    let warning = "imports wasi:cli/environment but is granted no variables";
+    let config = write_config(&dir, &format!("[[components]]\npath = {hostile:?}\n"));
+    let (_, log, ok) =
+        run_cordon(&["serve", "--stdio", "--config", config.to_str().unwrap()], Duration::from_secs(60));
+    assert!(ok, "{log}");
+    let line =
+        log.lines().find(|line| line.contains(warning)).unwrap_or_else(|| panic!("no warning in:\n{log}"));
+    assert!(line.contains("WARN") && line.contains("hostile"), "{line}");
+    let config =
+        write_config(&dir, &format!("[[components]]\npath = {hostile:?}\nenv = {{ REGION = \"eu\" }}\n"));
+    let (_, log, ok) =
+        run_cordon(&["serve", "--stdio", "--config", config.to_str().unwrap()], Duration::from_secs(60));
+    assert!(ok && !log.contains(warning), "{log}");
 }

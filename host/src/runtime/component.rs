@@ -87,6 +87,49 @@ impl std::fmt::Debug for Environment {
     }
 }
 
+/// The interfaces a component imports and exports, by name (`wasi:cli/environment@0.2.6`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Interfaces {
+    pub imports: Vec<String>,
+    pub exports: Vec<String>,
+}
+
+impl Interfaces {
+    pub(crate) fn of(engine: &Engine, component: &wasmtime::component::Component) -> Self {
+        let kind = component.component_type();
+        Self {
+            imports: kind.imports(engine).map(|(name, _)| name.to_owned()).collect(),
+            exports: kind.exports(engine).map(|(name, _)| name.to_owned()).collect(),
+        }
+    }
+
+    /// Whether it imports `interface` (`wasi:http/outgoing-handler`), at any version.
+    pub fn imports_interface(&self, interface: &str) -> bool {
+        imports_interface(&self.imports, interface)
+    }
+}
+
+fn imports_interface(imports: &[String], interface: &str) -> bool {
+    imports.iter().any(|name| name.split('@').next() == Some(interface))
+}
+
+/// What a component imports that its grants leave unusable, as warnings for the operator
+/// (logged at load, shown by `cordon inspect`): nothing is refused, the component simply
+/// gets nothing there.
+pub fn grant_warnings(imports: &[String], options: &ComponentOptions) -> Vec<String> {
+    let mut warnings = Vec::new();
+    if imports_interface(imports, "wasi:cli/environment") && options.environment.variables().is_empty() {
+        warnings.push(
+            "it imports wasi:cli/environment but is granted no variables (`env`, `secrets`): it sees an \
+             empty environment"
+                .to_owned(),
+        );
+    }
+    // One more line per grant that can be missing, e.g. `wasi:http/outgoing-handler`
+    // without `allow_http`.
+    warnings
+}
+
 impl ComponentOptions {
     /// The limits that apply to `tool`.
     pub fn limits_for(&self, tool: &str) -> &ToolLimits {
@@ -353,5 +396,23 @@ fn object_schema(text: &str) -> Result<Value, String> {
     match schema.get("type") {
         Some(Value::String(kind)) if kind == "object" => Ok(schema),
         _ => Err("must be a JSON object with `\"type\": \"object\"` at its root".into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn importing_the_environment_without_variables_is_warned_about() {
+        let imports = vec!["wasi:cli/environment@0.2.12".to_owned(), "wasi:io/poll@0.2.12".to_owned()];
+        let none = ComponentOptions::default();
+        assert_eq!(grant_warnings(&imports, &none).len(), 1);
+        let granted = ComponentOptions {
+            environment: Environment::new(vec![("REGION".into(), "eu".into())]).unwrap(),
+            ..ComponentOptions::default()
+        };
+        assert!(grant_warnings(&imports, &granted).is_empty());
+        assert!(grant_warnings(&imports[1..], &none).is_empty(), "no import, nothing to warn about");
     }
 }

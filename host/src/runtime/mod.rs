@@ -49,7 +49,8 @@ pub use call::{
     Call, CallHandle, CallReport, CleanupOutcome, CleanupReport, Outcome, Teardown, Timeout, ToolResult,
 };
 pub use component::{
-    ComponentOptions, Environment, LoadError, MAX_SCHEMA_BYTES, ParamHeader, ParamKind, ToolSpec,
+    ComponentOptions, Environment, Interfaces, LoadError, MAX_SCHEMA_BYTES, ParamHeader, ParamKind, ToolSpec,
+    grant_warnings,
 };
 pub use control::{MAX_PROGRESS_MESSAGE, Progress};
 pub use engine::EngineSettings;
@@ -226,6 +227,10 @@ impl Runtime {
         let files = self.open_files(name, origin, &options)?;
         let cache_dir = self.settings.engine.cache_dir.clone();
         let pre = component::prepare(&self.engine, &self.linker, origin, bytes, cache_dir.as_deref())?;
+        let interfaces = Interfaces::of(&self.engine, pre.instance_pre().component());
+        for warning in grant_warnings(&interfaces.imports, &options) {
+            tracing::warn!(component = name, "{warning}");
+        }
         let mut loaded = LoadedComponent {
             name: name.into(),
             pre,
@@ -323,6 +328,17 @@ impl Runtime {
             }
         }
         Ok(Some(Arc::new(grants)))
+    }
+
+    /// The interfaces the component in `path` imports and exports, without loading it.
+    pub fn inspect_file(&self, path: &Path) -> Result<Interfaces, LoadError> {
+        let origin = path.display().to_string();
+        let bytes =
+            std::fs::read(path).map_err(|error| LoadError::new(&origin, format!("cannot read: {error}")))?;
+        let cache_dir = self.settings.engine.cache_dir.clone();
+        let component = engine::compile_component(&self.engine, &bytes, cache_dir.as_deref())
+            .map_err(|error| LoadError::new(&origin, format!("invalid component: {error:#}")))?;
+        Ok(Interfaces::of(&self.engine, &component))
     }
 
     /// Run the guest's `list` in a bounded instance.
