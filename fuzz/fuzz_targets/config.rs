@@ -32,6 +32,7 @@ fuzz_target!(|input: &[u8]| {
             path: "tools.wasm".into(),
             name: None,
             data_dir: None,
+            mounts: Vec::new(),
             env: Default::default(),
             secrets: Default::default(),
             limits: LimitsConfig::default(),
@@ -56,6 +57,10 @@ fuzz_target!(|input: &[u8]| {
     assert!(engine.max_concurrent_calls >= 1 && plan.http.max_connections >= 1);
     for (component, planned) in written.components.iter().zip(&plan.components) {
         check_limits(&component.limits, &planned.options.limits);
+        for (mount, resolved) in component.mounts.iter().zip(&planned.options.mounts) {
+            let quota = resolved.quota_bytes.map(u128::from);
+            assert_eq!(quota, mount.quota_mb.map(|mb| u128::from(mb) << 20), "quota_mb was not resolved exactly");
+        }
         for (tool, limits) in &component.tools {
             check_limits(limits, planned.options.limits_for(tool));
         }
