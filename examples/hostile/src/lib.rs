@@ -14,7 +14,8 @@
 //! - `read_at(dir, path)` / `write_at(dir, path, text)` open `path` relative to the preopen
 //!   `dir` itself (no libc path resolution in between, so `..` reaches the host as is) and
 //!   read it, or write `text` at its start with `descriptor.write`.
-//! - `remove(path)` removes a file.
+//! - `remove(path)` removes a file; `rename(from, to)` renames one; `set_size(path, size)`
+//!   sets a file's length (creating it if missing).
 //! - `park(ms)` waits in a host call (a WASI sleep) and never checks for cancellation.
 //! - `alloc_mb(mb)` allocates and touches `mb` MiB of linear memory.
 //! - `env_names()` lists the environment variables it sees; `env_var(name)` reads one.
@@ -267,6 +268,33 @@ fn remove(args: Remove) -> Result<String, ToolError> {
 }
 
 #[derive(Deserialize, JsonSchema)]
+struct Rename {
+    /// An absolute path in the guest.
+    from: String,
+    /// An absolute path in the guest.
+    to: String,
+}
+
+fn rename(args: Rename) -> Result<String, ToolError> {
+    std::fs::rename(&args.from, &args.to)?;
+    Ok(format!("renamed {} to {}", args.from, args.to))
+}
+
+#[derive(Deserialize, JsonSchema)]
+struct SetSize {
+    /// An absolute path in the guest.
+    path: String,
+    /// The new length in bytes.
+    size: u64,
+}
+
+fn set_size(args: SetSize) -> Result<String, ToolError> {
+    let file = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(&args.path)?;
+    file.set_len(args.size)?;
+    Ok(format!("{} is {} bytes long", args.path, args.size))
+}
+
+#[derive(Deserialize, JsonSchema)]
 struct Park {
     /// How long to wait in the host, in milliseconds.
     ms: u64,
@@ -325,6 +353,8 @@ impl Plugin for Hostile {
             Tool::new("read_at", "Reads a file relative to a preopen.", read_at),
             Tool::new("write_at", "Writes a file relative to a preopen.", write_at),
             Tool::new("remove", "Removes a file.", remove),
+            Tool::new("rename", "Renames a file.", rename),
+            Tool::new("set_size", "Sets a file's length.", set_size),
             Tool::new("park", "Waits in a host call, never checking for cancellation.", park),
             Tool::new("alloc_mb", "Allocates and touches linear memory.", alloc_mb),
             Tool::new("env_names", "Lists the environment variables the component sees.", env_names),
