@@ -323,6 +323,38 @@ async fn a_read_write_mount_s_quota_is_enforced_at_every_write() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lengthening_renaming_and_linking_cannot_get_around_a_quota() {
+    let layout = Layout::new("quota-paths");
+    let quota = 100_000u64;
+    let runtime = runtime_with(layout.options(Some(quota))).await.unwrap();
+    let set_size = |path: &str, size: u64| json!({ "path": path, "size": size });
+    // set-size: growth is charged like a write, shrinking gives bytes back.
+    let report = call(&runtime, "set_size", set_size("/mnt/rw/sparse", 10 << 20)).await;
+    assert!(answer(&report).to_lowercase().contains("quota"), "{}", answer(&report));
+    assert_eq!(std::fs::metadata(layout.rw.join("sparse")).unwrap().len(), 0);
+    assert!(!failed(&call(&runtime, "set_size", set_size("/mnt/rw/sparse", 90_000)).await));
+    assert!(failed(&call(&runtime, "set_size", set_size("/mnt/rw/other", 20_000)).await));
+    assert!(!failed(&call(&runtime, "set_size", set_size("/mnt/rw/sparse", 70_000)).await));
+    assert!(!failed(&call(&runtime, "set_size", set_size("/mnt/rw/other", 20_000)).await));
+    // A rename out of the mount (to /data), or into it, would move bytes past the count.
+    for (from, to) in [("/mnt/rw/sparse", "/data/sparse"), ("/data/in", "/mnt/rw/in")] {
+        call(&runtime, "write_text", json!({ "path": "/data/in", "text": "in" })).await;
+        let report = call(&runtime, "rename", json!({ "from": from, "to": to })).await;
+        assert!(failed(&report), "{from} -> {to}: {}", answer(&report));
+    }
+    assert!(layout.rw.join("sparse").is_file());
+    // A rename over a file in the mount frees the file it replaces.
+    let report = call(&runtime, "rename", json!({ "from": "/mnt/rw/other", "to": "/mnt/rw/sparse" })).await;
+    assert!(!failed(&report), "{}", answer(&report));
+    let report = call(&runtime, "rename", json!({ "from": "/mnt/rw/sparse", "to": "/mnt/rw/sparse" })).await;
+    assert!(!failed(&report), "a rename onto itself frees nothing: {}", answer(&report));
+    // 20,000 bytes are left: 80,000 more fit, and not one byte past them.
+    assert!(!failed(&call(&runtime, "set_size", set_size("/mnt/rw/last", 80_000)).await));
+    assert!(failed(&call(&runtime, "set_size", set_size("/mnt/rw/last", 80_001)).await));
+    assert!(bytes_under(&layout.rw) <= quota, "{} bytes on disk", bytes_under(&layout.rw));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn calls_at_once_share_a_quota_and_never_pass_it_together() {
     let layout = Layout::new("quota-race");
     let quota = 200_000u64;
