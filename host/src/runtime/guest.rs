@@ -7,16 +7,21 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use wasmtime::component::ResourceTable;
 use wasmtime_wasi::filesystem::WasiFilesystemCtxView;
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
 use super::bindings::cordon::tool::{host, types};
 use super::component::Environment;
 use super::control::{CallControl, Progress};
+use super::egress::{Egress, HttpGrants};
 use super::files::{DataDir, Listings};
 use super::ledger::{DescriptorBudget, Ledger};
 use super::limits::{GuestLimiter, ToolLimits};
 
 pub(crate) struct GuestState {
     wasi: WasiCtx,
+    http: WasiHttpCtx,
+    /// Where its HTTP requests may go and what they may hold (egress.rs).
+    egress: Egress,
     table: ResourceTable,
     pub(crate) limiter: GuestLimiter,
     /// What the guest makes the host hold for it (ledger.rs).
@@ -31,7 +36,8 @@ pub(crate) struct GuestState {
 
 impl GuestState {
     /// State for one store. WASI is locked down: only the environment the operator gave the
-    /// component (nothing of the server's), no arguments, no network,
+    /// component (nothing of the server's), no arguments, no sockets (outbound HTTP goes
+    /// through `wasi:http` and egress.rs, to what the component is granted only),
     /// stdin closed, stdout discarded (stdout may be the MCP channel), stderr to the
     /// operator's log line by line, tagged with the component's name;
     /// the data directory, when the operator granted one, is the only file system: the
@@ -41,9 +47,16 @@ impl GuestState {
         limits: &ToolLimits,
         data_dir: Option<&DataDir>,
         environment: &Environment,
+        http_grants: Arc<HttpGrants>,
         descriptors: Arc<DescriptorBudget>,
         control: Arc<CallControl>,
     ) -> Self {
+        let ledger = Arc::new(Ledger::new(limits, descriptors));
+        let mut http = WasiHttpCtx::new();
+        // Header fields the guest builds live in host memory: a few KiB is what real
+        // requests use (wasmtime-wasi-http's default allows 128 KiB per set of fields).
+        http.set_field_size_limit(MAX_HTTP_FIELDS_BYTES);
+        let egress = Egress::new(http_grants, component.clone(), limits, ledger.clone());
         let operator_log = OperatorLog {
             component,
             limit: limits.stderr_bytes,
@@ -64,13 +77,15 @@ impl GuestState {
         }
         Self {
             wasi,
+            http,
+            egress,
             table: {
                 let mut table = ResourceTable::new();
                 table.set_max_capacity(limits.host_resources);
                 table
             },
             limiter: GuestLimiter::new(limits, control.memory.clone()),
-            ledger: Arc::new(Ledger::new(limits, descriptors)),
+            ledger,
             listings: Listings::default(),
             control,
             note_bytes: limits.note_bytes,
@@ -84,6 +99,12 @@ impl GuestState {
         self.limiter.rebind(limits, control.memory.clone());
         self.note_bytes = limits.note_bytes;
         self.control = control;
+    }
+
+    /// The call about to run is one of `tool`, under `limits`: its outbound requests are
+    /// counted afresh, and refusals logged with the tool's name.
+    pub(crate) fn begin_call(&mut self, tool: &str, limits: &ToolLimits) {
+        self.egress.begin_call(tool, limits);
     }
 
     pub(crate) fn control(&self) -> &CallControl {
@@ -122,6 +143,12 @@ impl GuestState {
 impl WasiView for GuestState {
     fn ctx(&mut self) -> WasiCtxView<'_> {
         WasiCtxView { ctx: &mut self.wasi, table: &mut self.table }
+    }
+}
+
+impl WasiHttpView for GuestState {
+    fn http(&mut self) -> WasiHttpCtxView<'_> {
+        WasiHttpCtxView { ctx: &mut self.http, table: &mut self.table, hooks: &mut self.egress }
     }
 }
 
@@ -177,6 +204,9 @@ impl host::Host for GuestState {
         Ok(())
     }
 }
+
+/// The most host memory one set of HTTP header fields a guest builds may take.
+const MAX_HTTP_FIELDS_BYTES: usize = 16 << 10;
 
 /// The most random bytes one `get-random-bytes` call may ask for.
 const MAX_RANDOM_BYTES: usize = 1 << 20;

@@ -176,17 +176,34 @@ impl Ledger {
 
     /// Charge a new file stream: its buffer, and the descriptor it may keep open.
     pub(crate) fn charge_stream(self: &Arc<Self>, open_descriptors: usize) -> Result<StreamCharge, Refusal> {
+        self.charge_open(Some(open_descriptors), STREAM_BUFFER_BYTES)
+    }
+
+    /// Charge an outbound connection like a stream: its descriptor, and its buffers
+    /// (egress.rs caps hyper's at a stream's size) plus `extra_bytes` (TLS).
+    pub(crate) fn charge_connection(self: &Arc<Self>, extra_bytes: usize) -> Result<StreamCharge, Refusal> {
+        self.charge_open(None, STREAM_BUFFER_BYTES + extra_bytes)
+    }
+
+    /// Charge one more open stream or connection holding `bytes`, with the call's open
+    /// descriptors recounted as `open_descriptors` if given.
+    fn charge_open(
+        self: &Arc<Self>,
+        open_descriptors: Option<usize>,
+        bytes: usize,
+    ) -> Result<StreamCharge, Refusal> {
         let mut held = self.held.lock().unwrap();
-        let next = Held { descriptors: open_descriptors, streams: held.streams + 1 };
+        let descriptors = open_descriptors.unwrap_or(held.descriptors);
+        let next = Held { descriptors, streams: held.streams + 1 };
         if next.total() > self.open_files_limit {
             return Err(Refusal::OpenFiles);
         }
-        self.charge_memory(STREAM_BUFFER_BYTES)?;
+        self.charge_memory(bytes)?;
         if let Err(refusal) = self.hold(&mut held, next) {
-            self.release_memory(STREAM_BUFFER_BYTES);
+            self.release_memory(bytes);
             return Err(refusal);
         }
-        Ok(StreamCharge(self.clone()))
+        Ok(StreamCharge { ledger: self.clone(), bytes })
     }
 }
 
@@ -198,17 +215,21 @@ impl Drop for Ledger {
     }
 }
 
-/// A file stream's charge, given back when the stream drops.
+/// A file stream's or a connection's charge (a descriptor and its buffers), given back
+/// when it drops.
 #[derive(Debug)]
-pub(crate) struct StreamCharge(Arc<Ledger>);
+pub(crate) struct StreamCharge {
+    ledger: Arc<Ledger>,
+    bytes: usize,
+}
 
 impl Drop for StreamCharge {
     fn drop(&mut self) {
-        let ledger = &self.0;
+        let ledger = &self.ledger;
         let mut held = ledger.held.lock().unwrap();
         let next = Held { descriptors: held.descriptors, streams: held.streams - 1 };
         let _ = ledger.hold(&mut held, next);
-        ledger.release_memory(STREAM_BUFFER_BYTES);
+        ledger.release_memory(self.bytes);
     }
 }
 

@@ -20,6 +20,7 @@ mod bindings;
 pub mod call;
 pub mod component;
 mod control;
+mod egress;
 pub mod engine;
 mod files;
 mod guest;
@@ -49,6 +50,7 @@ pub use component::{
     ComponentOptions, Environment, LoadError, MAX_SCHEMA_BYTES, ParamHeader, ParamKind, ToolSpec,
 };
 pub use control::{MAX_PROGRESS_MESSAGE, Progress};
+pub use egress::{GrantError, HttpGrants};
 pub use engine::EngineSettings;
 pub use files::GUEST_DATA_DIR;
 pub use ledger::{DescriptorBudget, raise_open_file_limit};
@@ -148,6 +150,7 @@ impl Runtime {
         let (engine, ticker) = engine::build_engine(&settings.engine)?;
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
+        wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker)?;
         files::shadow_filesystem(&mut linker)?;
         waits::wake_waits_on_stop(&mut linker)?;
         bindings::Plugin::add_to_linker::<_, HasSelf<_>>(&mut linker, |state| state)?;
@@ -230,6 +233,7 @@ impl Runtime {
             pre,
             data_dir,
             descriptors: self.descriptors.clone(),
+            http_grants: Arc::new(options.allow_http.clone()),
             options,
             tools: Vec::new(),
             schemas: HashMap::new(),
