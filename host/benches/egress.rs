@@ -56,7 +56,10 @@ async fn native_get(port: u16) {
     let (mut sender, connection) =
         hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await.unwrap();
     let driver = tokio::spawn(connection);
-    let request = http::Request::get("/").header("host", format!("127.0.0.1:{port}")).body(Empty::<bytes::Bytes>::new()).unwrap();
+    let request = http::Request::get("/")
+        .header("host", format!("127.0.0.1:{port}"))
+        .body(Empty::<bytes::Bytes>::new())
+        .unwrap();
     let response = sender.send_request(request).await.unwrap();
     let body = response.into_body().collect().await.unwrap().to_bytes();
     assert_eq!(&body[..], b"hello");

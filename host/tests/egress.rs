@@ -69,7 +69,10 @@ impl Upstream {
                         let _ = closed.send(());
                         return;
                     };
-                    let head = format!("HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n", body.len());
+                    let head = format!(
+                        "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+                        body.len()
+                    );
                     let _ = socket.write_all(head.as_bytes()).await;
                     let _ = socket.write_all(&body).await;
                 });
@@ -150,7 +153,8 @@ fn nothing_is_granted_by_default_and_a_refusal_is_logged_once_per_call() {
         assert_eq!(lines, ["error ErrorCode::HttpRequestDenied"; 3]);
         assert_eq!(upstream.connections(), 0);
     });
-    let refusals: Vec<&str> = log.lines().filter(|line| line.contains("outbound HTTP request refused")).collect();
+    let refusals: Vec<&str> =
+        log.lines().filter(|line| line.contains("outbound HTTP request refused")).collect();
     assert_eq!(refusals.len(), 1, "{log}");
     assert!(refusals[0].contains("tool=\"http_get\"") || refusals[0].contains("tool=http_get"), "{log}");
     assert!(refusals[0].contains("127.0.0.1:"), "the refused authority is named: {log}");
@@ -164,7 +168,16 @@ async fn requests_and_response_bytes_are_limited_per_call() {
     let runtime = runtime(&rules, limits).await;
 
     let lines = get(&runtime, &upstream.url("/ok"), 5).await;
-    assert_eq!(lines, ["200 5", "200 5", "200 5", "error ErrorCode::ConnectionLimitReached", "error ErrorCode::ConnectionLimitReached"]);
+    assert_eq!(
+        lines,
+        [
+            "200 5",
+            "200 5",
+            "200 5",
+            "error ErrorCode::ConnectionLimitReached",
+            "error ErrorCode::ConnectionLimitReached"
+        ]
+    );
     assert_eq!(upstream.connections(), 3);
     assert_eq!(get(&runtime, &upstream.url("/ok"), 1).await, ["200 5"], "each call counts afresh");
 
@@ -199,7 +212,8 @@ async fn connecting_is_bounded_by_the_connect_timeout() {
     let address = listener.local_addr().unwrap();
     let mut fillers = Vec::new();
     let hangs = loop {
-        match tokio::time::timeout(Duration::from_millis(200), tokio::net::TcpStream::connect(address)).await {
+        match tokio::time::timeout(Duration::from_millis(200), tokio::net::TcpStream::connect(address)).await
+        {
             Ok(Ok(stream)) if fillers.len() < 64 => fillers.push(stream),
             Ok(_) => break false,
             Err(_) => break true,
@@ -231,7 +245,9 @@ async fn a_guest_waiting_on_a_response_is_stopped_its_connection_closed_and_clea
     let stop_latency = report.stopped_at - report.hard_stop_at.unwrap();
     assert!(stop_latency < Duration::from_millis(100), "stopped {stop_latency:?} after the hard stop");
     assert_eq!(report.cleanup.as_ref().map(|cleanup| &cleanup.outcome), Some(&CleanupOutcome::Completed));
-    tokio::time::timeout(Duration::from_secs(5), upstream.hang_closed.recv()).await.expect("connection closed");
+    tokio::time::timeout(Duration::from_secs(5), upstream.hang_closed.recv())
+        .await
+        .expect("connection closed");
 
     // A cancel.
     let call = runtime.call("http_hang", &json!({ "url": upstream.url("/hang") })).await.unwrap();
@@ -247,6 +263,46 @@ async fn a_guest_waiting_on_a_response_is_stopped_its_connection_closed_and_clea
     let report = running.await.unwrap();
     assert_eq!(report.outcome, Outcome::Cancelled);
     assert_eq!(report.cleanup.as_ref().map(|cleanup| &cleanup.outcome), Some(&CleanupOutcome::Completed));
-    tokio::time::timeout(Duration::from_secs(5), upstream.hang_closed.recv()).await.expect("connection closed");
+    tokio::time::timeout(Duration::from_secs(5), upstream.hang_closed.recv())
+        .await
+        .expect("connection closed");
     assert_eq!(runtime.pool_usage().calls, 0);
+}
+
+/// `https` is TLS verified against the bundled web PKI roots: a server whose certificate
+/// no public authority signed (this one is self-signed, for 127.0.0.1) is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn https_is_verified_and_a_self_signed_certificate_is_refused() {
+    use tokio_rustls::rustls;
+    use tokio_rustls::rustls::pki_types::pem::PemObject;
+    use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
+
+    let fixtures = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+    let certificate = CertificateDer::from_pem_file(fixtures.join("self-signed-cert.pem")).unwrap();
+    let key = PrivateKeyDer::from_pem_file(fixtures.join("self-signed-key.pem")).unwrap();
+    let config =
+        rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(vec![certificate], key)
+            .unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let (handshakes, mut handshake_results) = mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        while let Ok((socket, _)) = listener.accept().await {
+            let result = acceptor.accept(socket).await.map(|_| ()).map_err(|error| error.to_string());
+            let _ = handshakes.send(result);
+        }
+    });
+
+    let runtime = runtime(&[format!("https://127.0.0.1:{port}")], common::quick_limits()).await;
+    let lines = get(&runtime, &format!("https://127.0.0.1:{port}/"), 1).await;
+    assert_eq!(lines.len(), 1);
+    assert_eq!(lines, ["error ErrorCode::TlsCertificateError"]);
+    let server_saw =
+        tokio::time::timeout(Duration::from_secs(5), handshake_results.recv()).await.unwrap().unwrap();
+    assert!(server_saw.is_err(), "the client gave up the handshake: {server_saw:?}");
 }

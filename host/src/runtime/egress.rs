@@ -471,15 +471,27 @@ async fn connect(target: &Target, call: &CallEgress, ledger: &Arc<Ledger>) -> Re
     let stream: Box<dyn Stream> = if target.tls {
         let name = rustls::pki_types::ServerName::try_from(target.host.clone())
             .map_err(|_| HttpError::HttpRequestUriInvalid)?;
-        let tls = tokio_rustls::TlsConnector::from(tls_config())
-            .connect(name, tcp)
-            .await
-            .map_err(HttpError::Tls)?;
+        let tls =
+            tokio_rustls::TlsConnector::from(tls_config()).connect(name, tcp).await.map_err(tls_error)?;
         Box::new(tls)
     } else {
         Box::new(tcp)
     };
     Ok(Connection { stream, charge })
+}
+
+/// A failed handshake as the guest's error code: a certificate the roots do not vouch for
+/// for this name is `TLS-certificate-error`, an alert from the server
+/// `TLS-alert-received`, anything else `TLS-protocol-error`.
+fn tls_error(error: std::io::Error) -> HttpError {
+    match error.get_ref().and_then(|inner| inner.downcast_ref::<rustls::Error>()) {
+        Some(rustls::Error::InvalidCertificate(_)) => HttpError::TlsCertificateError,
+        Some(rustls::Error::AlertReceived(alert)) => HttpError::TlsAlertReceived {
+            alert_id: Some(u8::from(*alert)),
+            alert_message: Some(format!("{alert:?}")),
+        },
+        _ => HttpError::TlsProtocolError,
+    }
 }
 
 /// An open connection and its charge to the call, which lasts as long as it does.
