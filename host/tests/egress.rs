@@ -306,3 +306,29 @@ async fn https_is_verified_and_a_self_signed_certificate_is_refused() {
         tokio::time::timeout(Duration::from_secs(5), handshake_results.recv()).await.unwrap().unwrap();
     assert!(server_saw.is_err(), "the client gave up the handshake: {server_saw:?}");
 }
+
+/// What a guest builds without sending it is host memory too: header fields, and the
+/// buffer of every outgoing body. Both count against `host_memory_bytes`; before they
+/// did, 1,000 unsent requests with full bodies held 64 MiB of host memory.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unsent_requests_bodies_and_header_fields_are_charged_to_the_call() {
+    let limits = ToolLimits { host_memory_bytes: 4 << 20, ..common::quick_limits() };
+    let runtime = runtime(&[], limits).await;
+
+    // A request costs its fields' most (16 KiB) and its body's buffer (64 KiB): 4 MiB
+    // holds 51 of them, and the 52nd body is refused.
+    let report = call(&runtime, "http_hoard", json!({ "count": 1000 })).await;
+    assert_eq!(text(&report), "bodies 51 of 1000");
+
+    // Fields alone: 256 sets of 16 KiB fill 4 MiB; the next one traps the guest.
+    let report = call(&runtime, "http_hoard", json!({ "count": 1000, "fields_only": true })).await;
+    match &report.outcome {
+        Outcome::Trapped(message) => assert!(message.contains("HTTP header fields"), "{message}"),
+        other => panic!("expected a trap, got {other:?}"),
+    }
+    // Everything was given back with the stores: the next call has its whole budget.
+    let report = call(&runtime, "http_hoard", json!({ "count": 200, "fields_only": true })).await;
+    assert_eq!(text(&report), "bodies 0 fields 200 of 200");
+    let report = call(&runtime, "http_hoard", json!({ "count": 1000 })).await;
+    assert_eq!(text(&report), "bodies 51 of 1000");
+}

@@ -16,6 +16,9 @@
 //! - `http_get(url, times)` GETs `url` `times` times over `wasi:http` and says, a line per
 //!   request, the status and body size or the error code; `http_hang(url)` sends one
 //!   request and waits for its answer, never checking for cancellation.
+//! - `http_hoard(count, fields_only)` builds `count` outgoing requests, each with a body
+//!   filled with 64 KiB, and sends none (with `fields_only`, only header fields); the host
+//!   holds every one of them until the call ends.
 //!
 //! Every tool answers with what it managed before the host refused, so a test sees where
 //! the host drew the line; none of them cooperates with cancellation.
@@ -257,6 +260,7 @@ impl Plugin for Hostile {
             Tool::new("env_names", "Lists the environment variables the component sees.", env_names),
             Tool::new("env_var", "Reads an environment variable.", env_var),
             Tool::new("http_get", "GETs a URL many times and says how each went.", http_get),
+            Tool::new("http_hoard", "Builds HTTP requests with full bodies and sends none.", http_hoard),
             Tool::new("http_hang", "Waits for an HTTP answer, never checking for cancellation.", http_hang),
         ]
     }
@@ -296,6 +300,39 @@ fn http_hang(args: HttpHang) -> Result<String, ToolError> {
         Ok((status, size)) => Ok(format!("{status} {size}")),
         Err(error) => Ok(format!("error {error}")),
     }
+}
+
+#[derive(Deserialize, JsonSchema)]
+struct Hoard {
+    /// How many requests (or header field sets).
+    count: u32,
+    /// Build header field sets only.
+    #[serde(default)]
+    fields_only: bool,
+}
+
+fn http_hoard(args: Hoard) -> Result<String, ToolError> {
+    use wasi::http::types::{Fields, OutgoingRequest};
+    let value = vec![b'v'; 1024];
+    let mut held = Vec::new();
+    let mut fields = Vec::new();
+    for index in 0..args.count {
+        let headers = Fields::from_list(&[("x-hoard".to_owned(), value.clone())]).map_err(|error| ToolError::new(format!("{error:?}")))?;
+        if args.fields_only {
+            fields.push(headers);
+            continue;
+        }
+        let request = OutgoingRequest::new(headers);
+        let Ok(body) = request.body() else {
+            return Ok(format!("bodies {index} of {}", args.count));
+        };
+        let stream = body.write().map_err(|()| ToolError::new("no stream"))?;
+        let chunk = vec![0u8; stream.check_write().unwrap_or(0).min(64 << 10) as usize];
+        let _ = stream.write(&chunk);
+        // Children first: the stream, then the body, then the request.
+        held.push((stream, body, request));
+    }
+    Ok(format!("bodies {} fields {} of {}", held.len(), fields.len(), args.count))
 }
 
 /// GET `url` with raw `wasi:http`, blocking on every wait without ever checking for

@@ -29,6 +29,13 @@
 //!   memory against `host_memory_bytes`, until the connection closes. A refused charge is
 //!   `connection-limit-reached`. The body a guest sends is buffered a chunk at a time,
 //!   capped at the same size.
+//! - **What a guest builds before it sends is charged too**: every set of header fields
+//!   (`fields`, and the outgoing requests and responses that carry one) counts its most,
+//!   [`FIELDS_BYTES`], against `host_memory_bytes` while it lives, and every outgoing
+//!   body its buffer ([`CONNECTION_BUFFER_BYTES`]) until the body is dropped or sent and
+//!   done: `wasi:http/types` constructors are shadowed in front of wasmtime-wasi-http's
+//!   own, which still do the work. A refused fields set traps (the constructor has no
+//!   error to return); a refused body is `body()`'s error.
 //! - **Stops**: a request runs in a task owned by the guest's resource table, so when a
 //!   stopped call's store is dropped the task is aborted and the connection closed; a
 //!   guest that checks for stops is woken from its wait on the response (waits.rs).
@@ -55,7 +62,17 @@ use tokio_rustls::rustls;
 use wasmtime_wasi_http::io::TokioIo;
 use wasmtime_wasi_http::{Error as HttpError, RequestOptions, WasiBody, WasiHttpHooks};
 
-use super::ledger::{Ledger, StreamCharge};
+use wasmtime::StoreContextMut;
+use wasmtime::component::{Linker, Resource};
+use wasmtime_wasi_http::FieldMap;
+use wasmtime_wasi_http::p2::bindings::http::types::{
+    HostFields, HostOutgoingRequest as OutgoingRequestHost, HostOutgoingResponse as OutgoingResponseHost,
+};
+use wasmtime_wasi_http::p2::body::{HostOutgoingBody, HyperOutgoingBody};
+use wasmtime_wasi_http::p2::types::{HostOutgoingRequest, HostOutgoingResponse};
+
+use super::guest::GuestState;
+use super::ledger::{Ledger, MemoryCharge, StreamCharge};
 use super::limits::ToolLimits;
 
 /// The most hyper may buffer for one connection, each way; charged to the call with its
@@ -63,6 +80,152 @@ use super::limits::ToolLimits;
 pub(crate) const CONNECTION_BUFFER_BYTES: usize = 64 << 10;
 /// What TLS adds to a connection's buffers (rustls' record buffers and state).
 const TLS_BUFFER_BYTES: usize = 64 << 10;
+
+/// Host memory a set of header fields may take (wasmtime-wasi-http's `field_size_limit`,
+/// which counts its in-memory size), charged whole to every fields set a guest holds.
+pub(crate) const FIELDS_BYTES: usize = 16 << 10;
+
+/// The `wasi:http/types` instance wasmtime-wasi-http 48 defines (older 0.2 imports
+/// resolve to it).
+const HTTP_TYPES: &str = "wasi:http/types@0.2.12";
+
+/// Put the charges in front of wasmtime-wasi-http's constructors of what a guest can make
+/// the host hold before sending anything: header fields, and outgoing bodies' buffers.
+pub(crate) fn shadow_http_types(linker: &mut Linker<GuestState>) -> wasmtime::Result<()> {
+    linker.allow_shadowing(true);
+    let mut types = linker.instance(HTTP_TYPES)?;
+    types.func_wrap("[constructor]fields", |mut store: StoreContextMut<'_, GuestState>, (): ()| {
+        let state = store.data_mut();
+        charge_fields(state)?;
+        let fields = HostFields::new(&mut state.http_view())?;
+        state.track_charge::<FieldMap>(fields.rep(), FIELDS_BYTES);
+        Ok((fields,))
+    })?;
+    types.func_wrap(
+        "[static]fields.from-list",
+        |mut store: StoreContextMut<'_, GuestState>, (entries,): (Vec<(String, Vec<u8>)>,)| {
+            let state = store.data_mut();
+            charge_fields(state)?;
+            match HostFields::from_list(&mut state.http_view(), entries) {
+                Ok(fields) => {
+                    state.track_charge::<FieldMap>(fields.rep(), FIELDS_BYTES);
+                    Ok((Ok(fields),))
+                }
+                Err(error) => {
+                    state.ledger().release_memory(FIELDS_BYTES);
+                    Ok((Err(error.downcast()?),))
+                }
+            }
+        },
+    )?;
+    types.func_wrap(
+        "[method]fields.clone",
+        |mut store: StoreContextMut<'_, GuestState>, (fields,): (Resource<FieldMap>,)| {
+            let state = store.data_mut();
+            charge_fields(state)?;
+            let copy = HostFields::clone(&mut state.http_view(), fields)?;
+            state.track_charge::<FieldMap>(copy.rep(), FIELDS_BYTES);
+            Ok((copy,))
+        },
+    )?;
+    // A request or response takes its fields over: made first, so that the fields'
+    // charge goes (their resource is gone) before the request's comes. Refused, the guest
+    // traps, and its store with the request goes.
+    types.func_wrap(
+        "[constructor]outgoing-request",
+        |mut store: StoreContextMut<'_, GuestState>, (headers,): (Resource<FieldMap>,)| {
+            let state = store.data_mut();
+            let request = OutgoingRequestHost::new(&mut state.http_view(), headers)?;
+            charge_fields(state)?;
+            state.track_charge::<HostOutgoingRequest>(request.rep(), FIELDS_BYTES);
+            Ok((request,))
+        },
+    )?;
+    types.func_wrap(
+        "[constructor]outgoing-response",
+        |mut store: StoreContextMut<'_, GuestState>, (headers,): (Resource<FieldMap>,)| {
+            let state = store.data_mut();
+            let response = OutgoingResponseHost::new(&mut state.http_view(), headers)?;
+            charge_fields(state)?;
+            state.track_charge::<HostOutgoingResponse>(response.rep(), FIELDS_BYTES);
+            Ok((response,))
+        },
+    )?;
+    types.func_wrap(
+        "[method]outgoing-request.body",
+        |mut store: StoreContextMut<'_, GuestState>, (request,): (Resource<HostOutgoingRequest>,)| {
+            let state = store.data_mut();
+            let Ok(charge) = state.ledger().hold_memory(CONNECTION_BUFFER_BYTES) else {
+                return Ok((Err(()),));
+            };
+            let rep = request.rep();
+            let body = OutgoingRequestHost::body(&mut state.http_view(), request)?;
+            if body.is_ok() {
+                let request = state.table().get_mut(&Resource::<HostOutgoingRequest>::new_borrow(rep))?;
+                request.body = request.body.take().map(|body| charged(body, charge));
+            }
+            Ok((body,))
+        },
+    )?;
+    types.func_wrap(
+        "[method]outgoing-response.body",
+        |mut store: StoreContextMut<'_, GuestState>, (response,): (Resource<HostOutgoingResponse>,)| {
+            let state = store.data_mut();
+            let Ok(charge) = state.ledger().hold_memory(CONNECTION_BUFFER_BYTES) else {
+                return Ok((Err(()),));
+            };
+            let rep = response.rep();
+            let body: Result<Resource<HostOutgoingBody>, ()> =
+                OutgoingResponseHost::body(&mut state.http_view(), response)?;
+            if body.is_ok() {
+                let response = state.table().get_mut(&Resource::<HostOutgoingResponse>::new_borrow(rep))?;
+                response.body = response.body.take().map(|body| charged(body, charge));
+            }
+            Ok((body,))
+        },
+    )?;
+    linker.allow_shadowing(false);
+    Ok(())
+}
+
+/// Charge one more set of header fields to the call, after giving back the charge of those
+/// the guest dropped; refused, the guest traps.
+fn charge_fields(state: &mut GuestState) -> wasmtime::Result<()> {
+    state.settle_table_charges();
+    state.ledger().charge_memory(FIELDS_BYTES).map_err(|refusal| {
+        wasmtime::format_err!("{refusal}: the guest holds too many HTTP header fields, requests or responses")
+    })
+}
+
+/// `body` holding `charge` until it is dropped: sent and done, or never sent.
+fn charged(body: HyperOutgoingBody, charge: MemoryCharge) -> HyperOutgoingBody {
+    ChargedBody { inner: body, _charge: charge }.boxed_unsync()
+}
+
+struct ChargedBody {
+    inner: HyperOutgoingBody,
+    _charge: MemoryCharge,
+}
+
+impl Body for ChargedBody {
+    type Data = Bytes;
+    type Error = HttpError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, HttpError>>> {
+        Pin::new(&mut self.inner).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.inner.size_hint()
+    }
+}
 
 /// A rule of `allow_http` that does not parse.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

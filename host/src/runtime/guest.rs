@@ -12,9 +12,9 @@ use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 use super::bindings::cordon::tool::{host, types};
 use super::component::Environment;
 use super::control::{CallControl, Progress};
-use super::egress::{Egress, HttpGrants};
-use super::files::{DataDir, Listings};
-use super::ledger::{DescriptorBudget, Ledger};
+use super::egress::{Egress, FIELDS_BYTES, HttpGrants};
+use super::files::DataDir;
+use super::ledger::{DescriptorBudget, Ledger, TableCharges};
 use super::limits::{GuestLimiter, ToolLimits};
 
 pub(crate) struct GuestState {
@@ -26,8 +26,9 @@ pub(crate) struct GuestState {
     pub(crate) limiter: GuestLimiter,
     /// What the guest makes the host hold for it (ledger.rs).
     ledger: Arc<Ledger>,
-    /// Its directory listings, charged to the ledger while they live (files.rs).
-    listings: Listings,
+    /// Its resources charged to the ledger while they live: directory listings (files.rs),
+    /// HTTP header fields and the requests that carry them (egress.rs).
+    table_charges: TableCharges,
     control: Arc<CallControl>,
     note_bytes: usize,
     /// What this instance may still write to the operator's log (`log` and stderr).
@@ -53,9 +54,10 @@ impl GuestState {
     ) -> Self {
         let ledger = Arc::new(Ledger::new(limits, descriptors));
         let mut http = WasiHttpCtx::new();
-        // Header fields the guest builds live in host memory: a few KiB is what real
-        // requests use (wasmtime-wasi-http's default allows 128 KiB per set of fields).
-        http.set_field_size_limit(MAX_HTTP_FIELDS_BYTES);
+        // Header fields the guest builds live in host memory, each set charged its most to
+        // the call (egress.rs): a few KiB is what real requests use (wasmtime-wasi-http's
+        // default allows 128 KiB per set).
+        http.set_field_size_limit(FIELDS_BYTES);
         let egress = Egress::new(http_grants, component.clone(), limits, ledger.clone());
         let operator_log = OperatorLog {
             component,
@@ -86,7 +88,7 @@ impl GuestState {
             },
             limiter: GuestLimiter::new(limits, control.memory.clone()),
             ledger,
-            listings: Listings::default(),
+            table_charges: TableCharges::default(),
             control,
             note_bytes: limits.note_bytes,
             operator_log,
@@ -129,14 +131,20 @@ impl GuestState {
         self.ledger.host_memory_left()
     }
 
-    pub(crate) fn track_listing(&mut self, rep: u32, cost: usize) {
-        self.listings.track(rep, cost);
+    /// Charge the resource of type `T` at `rep` `cost` bytes of host memory while it lives
+    /// (the caller has charged the ledger already).
+    pub(crate) fn track_charge<T: 'static>(&mut self, rep: u32, cost: usize) {
+        self.table_charges.track::<T>(rep, cost);
     }
 
-    /// Give back the charge of the listings the guest dropped.
-    pub(crate) fn settle_listings(&mut self) {
-        let ledger = &self.ledger;
-        self.listings.settle(&mut self.table, |cost| ledger.release_memory(cost));
+    /// Give back the charge of the tracked resources the guest dropped.
+    pub(crate) fn settle_table_charges(&mut self) {
+        self.table_charges.settle(&mut self.table, &self.ledger);
+    }
+
+    /// wasmtime-wasi-http's view of this store, whose functions egress.rs calls.
+    pub(crate) fn http_view(&mut self) -> WasiHttpCtxView<'_> {
+        self.http()
     }
 }
 
@@ -204,9 +212,6 @@ impl host::Host for GuestState {
         Ok(())
     }
 }
-
-/// The most host memory one set of HTTP header fields a guest builds may take.
-const MAX_HTTP_FIELDS_BYTES: usize = 16 << 10;
 
 /// The most random bytes one `get-random-bytes` call may ask for.
 const MAX_RANDOM_BYTES: usize = 1 << 20;

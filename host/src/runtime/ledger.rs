@@ -233,6 +233,60 @@ impl Drop for StreamCharge {
     }
 }
 
+/// Host memory charged while it is held, given back when this drops (a buffer that lives
+/// inside another object, such as an outgoing HTTP body's).
+#[derive(Debug)]
+pub(crate) struct MemoryCharge {
+    ledger: Arc<Ledger>,
+    bytes: usize,
+}
+
+impl Ledger {
+    /// Charge `bytes` of host memory until the returned charge drops.
+    pub(crate) fn hold_memory(self: &Arc<Self>, bytes: usize) -> Result<MemoryCharge, Refusal> {
+        self.charge_memory(bytes)?;
+        Ok(MemoryCharge { ledger: self.clone(), bytes })
+    }
+}
+
+impl Drop for MemoryCharge {
+    fn drop(&mut self) {
+        self.ledger.release_memory(self.bytes);
+    }
+}
+
+/// Resources in a call's table charged to its host memory while they live, for types
+/// that cannot carry their charge (wasmtime-wasi's and wasmtime-wasi-http's own): each is
+/// known by its slot and type, and the table is checked for the ones the guest dropped
+/// before the next charge. A slot reused by a new resource of the same type keeps the old
+/// charge too: the error is only ever on the side of charging more.
+#[derive(Default)]
+pub(crate) struct TableCharges(Vec<TableCharge>);
+
+struct TableCharge {
+    rep: u32,
+    bytes: usize,
+    alive: fn(&mut dyn std::any::Any) -> bool,
+}
+
+impl TableCharges {
+    /// Remember that the resource of type `T` at `rep` was charged `bytes`.
+    pub(crate) fn track<T: 'static>(&mut self, rep: u32, bytes: usize) {
+        self.0.push(TableCharge { rep, bytes, alive: |entry| entry.is::<T>() });
+    }
+
+    /// Give back to `ledger` the charge of every tracked resource the guest has dropped.
+    pub(crate) fn settle(&mut self, table: &mut wasmtime::component::ResourceTable, ledger: &Ledger) {
+        self.0.retain(|charge| {
+            let alive = table.get_any_mut(charge.rep).is_ok_and(|entry| (charge.alive)(entry));
+            if !alive {
+                ledger.release_memory(charge.bytes);
+            }
+            alive
+        });
+    }
+}
+
 /// The process's soft limit on open files.
 pub(crate) fn open_file_limit() -> usize {
     let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
