@@ -11,6 +11,8 @@
 //!   cancelled or a timeout passed, ready for `?`; [`time_left`] says how long remains.
 //! - [`set_cleanup_note`] leaves a note outside the instance; `cleanup` gets it back.
 //! - [`export_plugin!`] exports several tools and the cleanup handler from one component.
+//! - [`http`] makes outbound HTTP requests, to what the operator grants the component
+//!   (nothing by default), checking for a stop while it waits.
 //!
 //! ## Example
 //!
@@ -73,6 +75,8 @@
 
 use std::fmt;
 use std::time::Duration;
+
+pub mod http;
 
 use schemars::JsonSchema;
 use serde::Serialize;
