@@ -299,7 +299,7 @@ fn read_body(body: &IncomingBody, cap: usize, target: &Target) -> Result<(Vec<u8
     let mut bytes = Vec::new();
     // One byte past the cap tells a body of exactly `cap` bytes from a longer one.
     while bytes.len() <= cap {
-        let want = (cap + 1 - bytes.len()).min(READ_CHUNK as usize) as u64;
+        let want = (cap - bytes.len()).saturating_add(1).min(READ_CHUNK as usize) as u64;
         match stream.read(want) {
             Ok(chunk) if chunk.is_empty() => wait(&ready)?,
             Ok(chunk) => bytes.extend_from_slice(&chunk),

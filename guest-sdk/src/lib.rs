@@ -386,6 +386,12 @@ impl Tool {
         self
     }
 
+    /// Mark the tool as talking to an open world of external entities (e.g. the web).
+    pub fn open_world(mut self) -> Self {
+        self.annotations().open_world = Some(true);
+        self
+    }
+
     fn annotations(&mut self) -> &mut wit::ToolAnnotations {
         self.annotations.get_or_insert(wit::ToolAnnotations {
             read_only: None,
