@@ -128,7 +128,7 @@ impl Request {
         self
     }
 
-    /// The request body.
+    /// The request body. Its length is sent as `content-length` unless you set that header.
     pub fn body(mut self, body: impl Into<Vec<u8>>) -> Self {
         self.body = body.into();
         self
@@ -177,6 +177,16 @@ impl Request {
         for (name, value) in &self.headers {
             headers.append(name, value).map_err(|error| Error::header(name, error))?;
         }
+        // The body's length up front: without it the body goes chunked, which some servers
+        // refuse (411), and a POST with no body needs `content-length: 0` for the same reason.
+        let sends_body =
+            !self.body.is_empty() || !matches!(self.method.as_str(), "GET" | "HEAD" | "OPTIONS" | "TRACE");
+        if sends_body && !self.headers.iter().any(|(name, _)| name.eq_ignore_ascii_case("content-length")) {
+            let length = self.body.len().to_string();
+            headers
+                .append("content-length", length.as_bytes())
+                .map_err(|error| Error::header("content-length", error))?;
+        }
         let request = OutgoingRequest::new(headers);
         let invalid =
             |what: &str| Error::new(ErrorKind::InvalidRequest, format!("invalid {what} in {}", self.url));
@@ -192,15 +202,12 @@ impl Request {
         let options = self.options()?;
         let future =
             outgoing_handler::handle(request, options).map_err(|code| Error::from_code(code, &target))?;
-        if let Some(body) = body {
-            if let Err(error) = write_body(body, &self.body) {
-                // A request the host refused after all closes its body: its reason comes first.
-                return Err(match future.get() {
-                    Some(Ok(Err(code))) => Error::from_code(code, &target),
-                    _ => error,
-                });
-            }
-        }
+        let written = match body {
+            Some(body) => write_body(body, &self.body),
+            None => Ok(()),
+        };
+        // A request that fails (refused by the host, refused by the server) closes its body
+        // stream too: wait for the response's verdict, whose reason comes first.
         let response = {
             let ready = future.subscribe();
             loop {
@@ -210,6 +217,9 @@ impl Request {
                 wait(&ready)?;
             }
         };
+        if let (Err(error), Ok(Ok(_))) = (written, &response) {
+            return Err(error);
+        }
         let response = response
             .map_err(|()| Error::other("the response was already taken"))?
             .map_err(|code| Error::from_code(code, &target))?;
@@ -282,10 +292,19 @@ fn write_body(body: OutgoingBody, mut bytes: &[u8]) -> Result<(), Error> {
             stream.write(&bytes[..n]).map_err(stream_error)?;
             bytes = &bytes[n..];
         }
-        stream.flush().map_err(stream_error)?;
-        // A flush is done once the stream takes writes again.
-        while stream.check_write().map_err(stream_error)? == 0 {
-            wait(&ready)?;
+        // Once every byte is written the host may close the stream on its own (a body whose
+        // `content-length` is reached is complete): that is no error.
+        match stream.flush() {
+            Ok(()) | Err(StreamError::Closed) => {}
+            Err(error) => return Err(stream_error(error)),
+        }
+        // A flush is done once the stream takes writes again (or is closed, complete).
+        loop {
+            match stream.check_write() {
+                Ok(0) => wait(&ready)?,
+                Ok(_) | Err(StreamError::Closed) => break,
+                Err(error) => return Err(stream_error(error)),
+            }
         }
     }
     OutgoingBody::finish(body, None).map_err(|code| Error::new(kind_of(&code), describe(&code)))
