@@ -22,8 +22,9 @@
 //! Requests go through the host's `wasi:http/outgoing-handler`, which refuses every
 //! destination the operator did not grant the component (`allow_http` in its config): the
 //! default is nothing. A refused request fails with an error of kind [`ErrorKind::Denied`]
-//! whose text says `denied`, before any connection is made. The host also caps the number of
-//! requests per call, the response size and the time to connect and to the first byte.
+//! whose text says `denied`, before any connection is made (so does a name that resolves to
+//! an inside address no rule names literally). The host also caps the number of requests per
+//! call, the response bytes and the time to connect and to the first byte.
 //! Redirects are not followed: a `3xx` is returned as it is, and following it is a new
 //! request, checked like the first.
 //!
@@ -491,14 +492,16 @@ pub enum ErrorKind {
     /// The call was asked to stop (cancelled, timed out, host shutting down) while the
     /// request ran.
     Cancelled,
-    /// The host refused the request: the component is not granted this destination, or the
-    /// call used up its requests.
+    /// The host refused the destination: the component is not granted it
+    /// (`HTTP-request-denied`), or it resolves to an inside address (loopback, private, ...)
+    /// that no rule names literally (`destination-IP-prohibited`).
     Denied,
     /// The request could not be made as given: a bad URL, method or header.
     InvalidRequest,
     /// Connecting, the first byte or the next ones took too long.
     Timeout,
-    /// Name resolution, the connection or TLS failed.
+    /// Name resolution, the connection or TLS failed, or the call used up the requests or
+    /// connections the host allows it (`connection-limit-reached`).
     Connection,
     /// Anything else: a protocol error, a response over the host's limits.
     Other,
@@ -537,13 +540,16 @@ impl Error {
     fn from_code(code: ErrorCode, target: &Target) -> Self {
         let origin = target.origin();
         match kind_of(&code) {
-            ErrorKind::Denied => Self::new(
-                ErrorKind::Denied,
-                format!(
-                    "HTTP request to {origin} denied by the host ({}): not granted to this component",
-                    describe(&code)
-                ),
-            ),
+            ErrorKind::Denied => {
+                let why = match code {
+                    ErrorCode::DestinationIpProhibited => "an inside address no rule names literally",
+                    _ => "not granted to this component",
+                };
+                Self::new(
+                    ErrorKind::Denied,
+                    format!("HTTP request to {origin} denied by the host ({}): {why}", describe(&code)),
+                )
+            }
             kind => Self::new(kind, format!("HTTP request to {origin} failed: {}", describe(&code))),
         }
     }
