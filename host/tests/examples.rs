@@ -62,7 +62,7 @@ async fn locks(runtime: &Runtime) -> Vec<String> {
 async fn the_sdk_lists_every_tool_with_an_object_schema_generated_from_its_rust_type() {
     let runtime = examples().await;
     let names: Vec<&str> = runtime.tools().map(|tool| tool.name.as_str()).collect();
-    assert_eq!(names, ["echo", "reindex", "locks", "spin", "order_book"]);
+    assert_eq!(names, ["echo", "reindex", "locks", "spin", "order_book", "fetch"]);
     for tool in runtime.tools() {
         assert_eq!(tool.input_schema["type"], "object", "{}", tool.name);
         assert!(!tool.description.is_empty());
@@ -74,6 +74,23 @@ async fn the_sdk_lists_every_tool_with_an_object_schema_generated_from_its_rust_
     assert_eq!(reindex["properties"]["step_ms"]["default"], 100);
     assert_eq!(runtime.tool("spin").unwrap().input_schema["properties"]["seconds"]["type"], "number");
     assert_eq!(runtime.tool("echo").unwrap().annotations.as_ref().unwrap().read_only, Some(true));
+    let fetch = runtime.tool("fetch").unwrap();
+    assert_eq!(fetch.input_schema["required"], json!(["url"]));
+    assert_eq!(fetch.input_schema["properties"]["max_bytes"]["default"], 65536);
+    assert_eq!(fetch.annotations.as_ref().unwrap().open_world, Some(true));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fetch_without_a_grant_is_a_tool_error_saying_denied() {
+    let runtime = examples().await; // grants no allow_http
+    let report = call(&runtime, "fetch", json!({"url": "http://127.0.0.1:9/"})).await;
+    match report.outcome {
+        Outcome::ToolError(message) => {
+            assert!(message.contains("denied") && message.contains("http://127.0.0.1:9"), "{message}")
+        }
+        other => panic!("expected a tool error, got {other:?}"),
+    }
+    assert!(report.cleanup.is_none(), "a plain error return needs no cleanup");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
