@@ -2,8 +2,9 @@
 Python SDK client, over stdio and over Streamable HTTP: a local HTTP server on 127.0.0.1
 is granted to the tools component (`allow_http`); a GET to it answers "200 <body>", one to
 anything not granted is a tool error saying "denied" that never reaches the server, and the
-default config grants nothing. A fetch waiting on a server that never answers is cancelled
-by the client's read timeout, and the host closes its connection."""
+default config grants nothing. A fetch waiting on a server that never answers, or that
+stops in the middle of the body, is cancelled by the client's read timeout, and the host
+closes its connection."""
 
 import asyncio
 import json
@@ -24,8 +25,9 @@ BODY = "hello from 127.0.0.1 ✓"
 
 
 class Origin:
-    """A local HTTP server: `/hello` answers BODY, `/silent` never answers (until the
-    client goes away, which it records). Every path asked for is recorded."""
+    """A local HTTP server: `/hello` answers BODY, `/silent` never answers and `/stall` stops
+    after five bytes of the body, each until the client goes away (which it records). Every
+    path asked for is recorded."""
 
     def __init__(self):
         self.paths: list[str] = []
@@ -37,6 +39,13 @@ class Origin:
             def do_GET(self):
                 origin.paths.append(self.path)
                 if self.path == "/silent":
+                    return self.wait_for_close()
+                if self.path == "/stall":  # headers and five bytes of a hundred, then nothing
+                    self.send_response(200)
+                    self.send_header("Content-Length", "100")
+                    self.end_headers()
+                    self.wfile.write(b"hello")
+                    self.wfile.flush()
                     return self.wait_for_close()
                 body = BODY.encode()
                 self.send_response(200)
@@ -127,10 +136,11 @@ async def test_the_default_config_grants_nothing(cordon, origin):
     assert origin.paths == []
 
 
-async def test_a_cancelled_fetch_closes_its_connection_and_the_server_serves_on(granted, origin):
+@pytest.mark.parametrize("path", ["/silent", "/stall"])  # waiting for the response, for its body
+async def test_a_cancelled_fetch_closes_its_connection_and_the_server_serves_on(granted, origin, path):
     async with granted.client("2026-07-28") as client:
         with pytest.raises(MCPError) as error:
-            await client.call_tool("fetch", {"url": f"{origin.url}/silent"}, read_timeout_seconds=0.5)
+            await client.call_tool("fetch", {"url": f"{origin.url}{path}"}, read_timeout_seconds=0.5)
         assert error.value.code == REQUEST_TIMEOUT
         cancelled = time.monotonic()
         # The guest sees the cancel in its wait and returns; at worst the hard stop (grace
@@ -139,4 +149,4 @@ async def test_a_cancelled_fetch_closes_its_connection_and_the_server_serves_on(
             assert time.monotonic() - cancelled < 3.0, "the connection to the silent server was closed"
             await asyncio.sleep(0.01)  # never block the loop: the client sends the cancel from it
         assert await fetch(client, f"{origin.url}/hello") == (False, f"200 {BODY}")
-    assert origin.paths == ["/silent", "/hello"]
+    assert origin.paths == [path, "/hello"]
