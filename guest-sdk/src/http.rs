@@ -467,22 +467,25 @@ impl Response {
 }
 
 fn text_of(body: &[u8], truncated: bool) -> String {
-    let mut body = body;
-    if truncated {
-        if let Err(error) = std::str::from_utf8(body) {
-            // `error_len() == None`: the bytes end inside a character, which the cap cut.
-            if error.error_len().is_none() {
-                let mut end = body.len();
-                while end > 0
-                    && std::str::from_utf8(&body[..end]).is_err_and(|error| error.error_len().is_none())
-                {
-                    end -= 1;
-                }
-                body = &body[..end];
-            }
-        }
-    }
+    let body = if truncated { &body[..complete_len(body)] } else { body };
     String::from_utf8_lossy(body).into_owned()
+}
+
+/// `body`'s length without the UTF-8 character a cut left incomplete at its end, if any.
+fn complete_len(body: &[u8]) -> usize {
+    // The last character starts at the last byte that is not a continuation (`10xxxxxx`),
+    // at most three bytes before the end.
+    let tail = body.len().saturating_sub(4);
+    let Some(start) = (tail..body.len()).rev().find(|&i| body[i] & 0xc0 != 0x80) else {
+        return body.len();
+    };
+    let needed = match body[start] {
+        0xc0..=0xdf => 2,
+        0xe0..=0xef => 3,
+        0xf0..=0xf7 => 4,
+        _ => 1,
+    };
+    if body.len() - start < needed { start } else { body.len() }
 }
 
 /// What kind of failure an [`Error`] is.
@@ -682,6 +685,9 @@ mod tests {
         assert_eq!(text_of(&body[..2], true), "n");
         assert_eq!(text_of(&body[..2], false), "n\u{fffd}");
         assert_eq!(text_of(body, true), "né");
+        let check = "a✓".as_bytes(); // a, then ✓ in three bytes
+        assert_eq!(text_of(&check[..3], true), "a");
+        assert_eq!(text_of(&[0xff, b'a', 0xe2, 0x9c], true), "\u{fffd}a"); // bad byte kept as U+FFFD
     }
 
     #[test]
