@@ -51,7 +51,7 @@
 //!   two wakes would have to live in their code. Here each wait is one `block` between two
 //!   `cancelled()` checks, which is what the host's wake-on-stop expects.
 //! - What a small blocking client needs on top (split a URL, write a body, read one up to a
-//!   cap, map error codes) is about three hundred lines, kept here.
+//!   cap, map error codes) is a few hundred lines, kept here.
 
 use std::fmt;
 use std::time::Duration;
