@@ -106,7 +106,7 @@ async def test_a_granted_origin_answers_status_and_body(granted, origin, mode):
         assert await fetch(client, f"{origin.url}/hello") == (False, f"200 {BODY}")
         # Cut to max_bytes: "hello" is five bytes.
         assert await fetch(client, f"{origin.url}/hello", max_bytes=5) == (False, "200 hello")
-        # A cut through the two-byte check mark drops it whole.
+        # A cut through the three-byte check mark drops it whole.
         cut = len(BODY.encode()) - 1
         assert await fetch(client, f"{origin.url}/hello", max_bytes=cut) == (False, f"200 {BODY[:-1]}")
     assert origin.paths == ["/hello"] * 3
