@@ -60,7 +60,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 use tokio_rustls::rustls;
 use wasmtime_wasi_http::io::TokioIo;
-use wasmtime_wasi_http::{Error as HttpError, RequestOptions, WasiBody, WasiHttpHooks};
+use wasmtime_wasi_http::{Error as HttpError, RequestOptions, WasiBody, WasiHttpCtxView, WasiHttpHooks};
 
 use wasmtime::StoreContextMut;
 use wasmtime::component::{Linker, Resource};
@@ -135,53 +135,28 @@ pub(crate) fn shadow_http_types(linker: &mut Linker<GuestState>) -> wasmtime::Re
         "[constructor]outgoing-request",
         |mut store: StoreContextMut<'_, GuestState>, (headers,): (Resource<FieldMap>,)| {
             let state = store.data_mut();
-            let request = OutgoingRequestHost::new(&mut state.http_view(), headers)?;
-            charge_fields(state)?;
-            state.track_charge::<HostOutgoingRequest>(request.rep(), FIELDS_BYTES);
-            Ok((request,))
+            let message = OutgoingRequestHost::new(&mut state.http_view(), headers)?;
+            Ok((carrying_fields(state, message)?,))
         },
     )?;
     types.func_wrap(
         "[constructor]outgoing-response",
         |mut store: StoreContextMut<'_, GuestState>, (headers,): (Resource<FieldMap>,)| {
             let state = store.data_mut();
-            let response = OutgoingResponseHost::new(&mut state.http_view(), headers)?;
-            charge_fields(state)?;
-            state.track_charge::<HostOutgoingResponse>(response.rep(), FIELDS_BYTES);
-            Ok((response,))
+            let message = OutgoingResponseHost::new(&mut state.http_view(), headers)?;
+            Ok((carrying_fields(state, message)?,))
         },
     )?;
     types.func_wrap(
         "[method]outgoing-request.body",
         |mut store: StoreContextMut<'_, GuestState>, (request,): (Resource<HostOutgoingRequest>,)| {
-            let state = store.data_mut();
-            let Ok(charge) = state.ledger().hold_memory(CONNECTION_BUFFER_BYTES) else {
-                return Ok((Err(()),));
-            };
-            let rep = request.rep();
-            let body = OutgoingRequestHost::body(&mut state.http_view(), request)?;
-            if body.is_ok() {
-                let request = state.table().get_mut(&Resource::<HostOutgoingRequest>::new_borrow(rep))?;
-                request.body = request.body.take().map(|body| charged(body, charge));
-            }
-            Ok((body,))
+            Ok((charged_body(store.data_mut(), request)?,))
         },
     )?;
     types.func_wrap(
         "[method]outgoing-response.body",
         |mut store: StoreContextMut<'_, GuestState>, (response,): (Resource<HostOutgoingResponse>,)| {
-            let state = store.data_mut();
-            let Ok(charge) = state.ledger().hold_memory(CONNECTION_BUFFER_BYTES) else {
-                return Ok((Err(()),));
-            };
-            let rep = response.rep();
-            let body: Result<Resource<HostOutgoingBody>, ()> =
-                OutgoingResponseHost::body(&mut state.http_view(), response)?;
-            if body.is_ok() {
-                let response = state.table().get_mut(&Resource::<HostOutgoingResponse>::new_borrow(rep))?;
-                response.body = response.body.take().map(|body| charged(body, charge));
-            }
-            Ok((body,))
+            Ok((charged_body(store.data_mut(), response)?,))
         },
     )?;
     linker.allow_shadowing(false);
@@ -195,6 +170,69 @@ fn charge_fields(state: &mut GuestState) -> wasmtime::Result<()> {
     state.ledger().charge_memory(FIELDS_BYTES).map_err(|refusal| {
         wasmtime::format_err!("{refusal}: the guest holds too many HTTP header fields, requests or responses")
     })
+}
+
+/// Charge a request or response just made its fields.
+fn carrying_fields<M: 'static>(
+    state: &mut GuestState,
+    message: Resource<M>,
+) -> wasmtime::Result<Resource<M>> {
+    charge_fields(state)?;
+    state.track_charge::<M>(message.rep(), FIELDS_BYTES);
+    Ok(message)
+}
+
+/// An outgoing request or response, which a guest may give a body.
+trait OutgoingMessage: Sized + Send + 'static {
+    fn body_slot(&mut self) -> &mut Option<HyperOutgoingBody>;
+    /// wasmtime-wasi-http's `body()` for it.
+    fn open_body(
+        view: &mut WasiHttpCtxView<'_>,
+        message: Resource<Self>,
+    ) -> wasmtime::Result<Result<Resource<HostOutgoingBody>, ()>>;
+}
+
+impl OutgoingMessage for HostOutgoingRequest {
+    fn body_slot(&mut self) -> &mut Option<HyperOutgoingBody> {
+        &mut self.body
+    }
+    fn open_body(
+        view: &mut WasiHttpCtxView<'_>,
+        request: Resource<Self>,
+    ) -> wasmtime::Result<Result<Resource<HostOutgoingBody>, ()>> {
+        OutgoingRequestHost::body(view, request)
+    }
+}
+
+impl OutgoingMessage for HostOutgoingResponse {
+    fn body_slot(&mut self) -> &mut Option<HyperOutgoingBody> {
+        &mut self.body
+    }
+    fn open_body(
+        view: &mut WasiHttpCtxView<'_>,
+        response: Resource<Self>,
+    ) -> wasmtime::Result<Result<Resource<HostOutgoingBody>, ()>> {
+        OutgoingResponseHost::body(view, response)
+    }
+}
+
+/// `body()` of a request or response, its buffer charged to the call until the body is
+/// dropped (sent and done, or never sent); refused, `body()`'s error.
+fn charged_body<M: OutgoingMessage>(
+    state: &mut GuestState,
+    message: Resource<M>,
+) -> wasmtime::Result<Result<Resource<HostOutgoingBody>, ()>> {
+    let Ok(charge) = state.ledger().hold_memory(CONNECTION_BUFFER_BYTES) else {
+        return Ok(Err(()));
+    };
+    let rep = message.rep();
+    let body = M::open_body(&mut state.http_view(), message)?;
+    if body.is_ok() {
+        let message = state.table().get_mut(&Resource::<M>::new_borrow(rep))?;
+        let slot = message.body_slot();
+        *slot = slot.take().map(|body| charged(body, charge));
+    }
+    Ok(body)
 }
 
 /// `body` holding `charge` until it is dropped: sent and done, or never sent.
