@@ -11,6 +11,8 @@
 //!   cancelled or a timeout passed, ready for `?`; [`time_left`] says how long remains.
 //! - [`set_cleanup_note`] leaves a note outside the instance; `cleanup` gets it back.
 //! - [`export_plugin!`] exports several tools and the cleanup handler from one component.
+//! - [`http`] makes outbound HTTP requests, to what the operator grants the component
+//!   (nothing by default), checking for a stop while it waits.
 //!
 //! ## Example
 //!
@@ -73,6 +75,8 @@
 
 use std::fmt;
 use std::time::Duration;
+
+pub mod http;
 
 use schemars::JsonSchema;
 use serde::Serialize;
@@ -379,6 +383,12 @@ impl Tool {
     /// Mark the tool as idempotent.
     pub fn idempotent(mut self) -> Self {
         self.annotations().idempotent = Some(true);
+        self
+    }
+
+    /// Mark the tool as talking to an open world of external entities (e.g. the web).
+    pub fn open_world(mut self) -> Self {
+        self.annotations().open_world = Some(true);
         self
     }
 

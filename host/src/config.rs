@@ -60,13 +60,20 @@
 //!                                # more variables, read from the server's environment or a
 //!                                # file (one trailing newline dropped) when the config is
 //!                                # read; values never appear in logs, errors or output
+//! allow_http = ["https://api.github.com", "https://*.example.com:8443", "http://127.0.0.1:9000"]
+//!                                # outbound HTTP: scheme, host (exact, or *. for
+//!                                # subdomains) and port (the scheme's by default); nothing
+//!                                # else, and no inside address (loopback, private,
+//!                                # link-local, metadata) unless a rule names it literally
 //! limits = { memory_mb = 64, idle_timeout_ms = 60000, max_duration_ms = 300000 }
 //! # memory_mb counts all of the component's linear memories together. Also:
 //! # table_elements, instances, tables, memories, hostcall_kb, result_kb, note_kb,
 //! # host_resources (10000), host_memory_kb (16384: file stream buffers and directory
 //! # listings the host holds for a call), open_files (256: files, directories and
 //! # file streams a call holds open), stderr_kb (64: stderr and the log import
-//! # together), grace_ms (250), cleanup_ms (1000)
+//! # together), grace_ms (250), cleanup_ms (1000), http_requests (32 per call),
+//! # http_response_kb (8192: response bodies of a call, all together),
+//! # http_connect_timeout_ms (5000), http_first_byte_timeout_ms (30000)
 //!
 //! [components.tools.spin]        # per-tool limits, over the component's; a tool the
 //! max_duration_ms = 10000        # component does not export is a load error
@@ -85,7 +92,9 @@ use serde::Deserialize;
 
 use crate::dispatch::ServerLimits;
 use crate::paths;
-use crate::runtime::{ComponentOptions, EngineSettings, Environment, Mount, RuntimeSettings, ToolLimits};
+use crate::runtime::{
+    ComponentOptions, EngineSettings, Environment, HttpGrants, Mount, RuntimeSettings, ToolLimits,
+};
 use crate::transport::http::HttpSettings;
 
 #[derive(Debug, Default, Deserialize)]
@@ -149,6 +158,9 @@ pub struct ComponentConfig {
     /// Environment variables whose values are secrets, read from elsewhere.
     #[serde(default)]
     pub secrets: BTreeMap<String, SecretSource>,
+    /// Where the component may send HTTP requests; nowhere unless given.
+    #[serde(default)]
+    pub allow_http: Vec<String>,
     #[serde(default)]
     pub limits: LimitsConfig,
     #[serde(default)]
@@ -256,6 +268,10 @@ pub struct LimitsConfig {
     pub host_memory_kb: Option<usize>,
     pub open_files: Option<usize>,
     pub stderr_kb: Option<usize>,
+    pub http_requests: Option<usize>,
+    pub http_response_kb: Option<usize>,
+    pub http_connect_timeout_ms: Option<u64>,
+    pub http_first_byte_timeout_ms: Option<u64>,
     /// 0 turns the idle timeout off.
     pub idle_timeout_ms: Option<u64>,
     /// 0 turns the maximum duration off.
@@ -285,6 +301,12 @@ impl LimitsConfig {
                 .map_or(Ok(base.host_memory_bytes), |kb| bytes(kb, 10, "host_memory_kb"))?,
             open_files: self.open_files.unwrap_or(base.open_files),
             stderr_bytes: self.stderr_kb.map_or(Ok(base.stderr_bytes), |kb| bytes(kb, 10, "stderr_kb"))?,
+            http_requests: self.http_requests.unwrap_or(base.http_requests),
+            http_response_bytes: self
+                .http_response_kb
+                .map_or(Ok(base.http_response_bytes), |kb| bytes(kb, 10, "http_response_kb"))?,
+            http_connect_timeout: self.http_connect_timeout_ms.map_or(base.http_connect_timeout, ms),
+            http_first_byte_timeout: self.http_first_byte_timeout_ms.map_or(base.http_first_byte_timeout, ms),
             idle_timeout: self.idle_timeout_ms.map_or(base.idle_timeout, optional),
             max_duration: self.max_duration_ms.map_or(base.max_duration, optional),
             grace: self.grace_ms.map_or(base.grace, ms),
@@ -433,10 +455,12 @@ impl Config {
             }
             let environment = Environment::new(variables)
                 .map_err(|problem| anyhow::anyhow!("component {name}: {problem}"))?;
+            let allow_http = HttpGrants::parse(&component.allow_http)
+                .map_err(|problem| anyhow::anyhow!("component {name}: {problem}"))?;
             components.push(ComponentPlan {
                 name,
                 path,
-                options: ComponentOptions { limits, tool_limits, data_dir, mounts, environment },
+                options: ComponentOptions { limits, tool_limits, data_dir, mounts, environment, allow_http },
             });
         }
         if components.is_empty() {

@@ -7,7 +7,9 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use cordon::runtime::{CallReport, CleanupOutcome, ComponentOptions, Content, Outcome, Runtime, ToolLimits};
+use cordon::runtime::{
+    CallReport, CleanupOutcome, ComponentOptions, Content, HttpGrants, Outcome, Runtime, ToolLimits,
+};
 use serde_json::{Value, json};
 
 fn example_tools() -> PathBuf {
@@ -29,10 +31,18 @@ fn fresh_data_dir() -> PathBuf {
 }
 
 async fn examples() -> Runtime {
+    examples_granted(HttpGrants::default()).await
+}
+
+async fn examples_granted(allow_http: HttpGrants) -> Runtime {
     let mut runtime = Runtime::new(common::settings(32)).unwrap();
     let limits = ToolLimits { grace: Duration::from_millis(100), ..ToolLimits::default() };
-    let options =
-        ComponentOptions { limits, data_dir: Some(fresh_data_dir()), ..ComponentOptions::default() };
+    let options = ComponentOptions {
+        limits,
+        data_dir: Some(fresh_data_dir()),
+        allow_http,
+        ..ComponentOptions::default()
+    };
     runtime.load_file(&example_tools(), options).await.unwrap();
     runtime
 }
@@ -62,7 +72,7 @@ async fn locks(runtime: &Runtime) -> Vec<String> {
 async fn the_sdk_lists_every_tool_with_an_object_schema_generated_from_its_rust_type() {
     let runtime = examples().await;
     let names: Vec<&str> = runtime.tools().map(|tool| tool.name.as_str()).collect();
-    assert_eq!(names, ["echo", "reindex", "locks", "spin", "order_book"]);
+    assert_eq!(names, ["echo", "reindex", "locks", "spin", "order_book", "fetch"]);
     for tool in runtime.tools() {
         assert_eq!(tool.input_schema["type"], "object", "{}", tool.name);
         assert!(!tool.description.is_empty());
@@ -74,6 +84,23 @@ async fn the_sdk_lists_every_tool_with_an_object_schema_generated_from_its_rust_
     assert_eq!(reindex["properties"]["step_ms"]["default"], 100);
     assert_eq!(runtime.tool("spin").unwrap().input_schema["properties"]["seconds"]["type"], "number");
     assert_eq!(runtime.tool("echo").unwrap().annotations.as_ref().unwrap().read_only, Some(true));
+    let fetch = runtime.tool("fetch").unwrap();
+    assert_eq!(fetch.input_schema["required"], json!(["url"]));
+    assert_eq!(fetch.input_schema["properties"]["max_bytes"]["default"], 65536);
+    assert_eq!(fetch.annotations.as_ref().unwrap().open_world, Some(true));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fetch_without_a_grant_is_a_tool_error_saying_denied() {
+    let runtime = examples().await; // grants no allow_http
+    let report = call(&runtime, "fetch", json!({"url": "http://127.0.0.1:9/"})).await;
+    match report.outcome {
+        Outcome::ToolError(message) => {
+            assert!(message.contains("denied") && message.contains("http://127.0.0.1:9"), "{message}")
+        }
+        other => panic!("expected a tool error, got {other:?}"),
+    }
+    assert!(report.cleanup.is_none(), "a plain error return needs no cleanup");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -239,6 +266,45 @@ async fn a_reindex_stopped_inside_a_long_sleep_wakes_returns_at_once_and_is_clea
     assert!(report.stopped_at - started < Duration::from_secs(5));
     assert_eq!(report.cleanup.unwrap().outcome, CleanupOutcome::Completed);
     assert_eq!(locks(&runtime).await, Vec::<String>::new());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fetch_cancelled_while_it_waits_for_the_response_returns_at_once_and_closes_its_connection() {
+    use std::io::Read;
+    // A server that takes the request and never answers; it reports when the client hangs up.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let (accepted, on_accept) = std::sync::mpsc::channel();
+    let (closed, on_close) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let (mut socket, _) = listener.accept().unwrap();
+        accepted.send(()).unwrap();
+        let mut buffer = [0; 4096];
+        while socket.read(&mut buffer).is_ok_and(|n| n > 0) {}
+        closed.send(std::time::Instant::now()).unwrap();
+    });
+    let runtime = examples_granted(HttpGrants::parse(&[format!("http://127.0.0.1:{port}")]).unwrap()).await;
+    let call =
+        runtime.call("fetch", &json!({"url": format!("http://127.0.0.1:{port}/never")})).await.unwrap();
+    let handle = call.handle();
+    let running = tokio::spawn(call.run());
+    tokio::task::spawn_blocking(move || on_accept.recv_timeout(Duration::from_secs(10)))
+        .await
+        .unwrap()
+        .expect("the request reached the server");
+    tokio::time::sleep(Duration::from_millis(50)).await; // the guest is parked on the response
+    handle.cancel();
+    let report = running.await.unwrap();
+    assert_eq!(report.outcome, Outcome::Cancelled);
+    // cordon_guest::http blocks on the response's pollable between two cancelled() checks,
+    // so the cancel wakes it and it returns on its own, within the grace period (100 ms).
+    assert!(!report.hard_stopped, "the wait on the response was not woken");
+    assert_eq!(report.cleanup.unwrap().outcome, CleanupOutcome::Completed);
+    let closed_at = tokio::task::spawn_blocking(move || on_close.recv_timeout(Duration::from_secs(5)))
+        .await
+        .unwrap()
+        .expect("the connection was closed");
+    assert!(closed_at.saturating_duration_since(report.stopped_at) < Duration::from_secs(2));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

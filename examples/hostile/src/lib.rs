@@ -19,6 +19,12 @@
 //! - `park(ms)` waits in a host call (a WASI sleep) and never checks for cancellation.
 //! - `alloc_mb(mb)` allocates and touches `mb` MiB of linear memory.
 //! - `env_names()` lists the environment variables it sees; `env_var(name)` reads one.
+//! - `http_get(url, times)` GETs `url` `times` times over `wasi:http` and says, a line per
+//!   request, the status and body size or the error code; `http_hang(url)` sends one
+//!   request and waits for its answer, never checking for cancellation.
+//! - `http_hoard(count, fields_only)` builds `count` outgoing requests, each with a body
+//!   filled with 64 KiB, and sends none (with `fields_only`, only header fields); the host
+//!   holds every one of them until the call ends.
 //!
 //! Every tool answers with what it managed before the host refused, so a test sees where
 //! the host drew the line; none of them cooperates with cancellation.
@@ -359,8 +365,116 @@ impl Plugin for Hostile {
             Tool::new("alloc_mb", "Allocates and touches linear memory.", alloc_mb),
             Tool::new("env_names", "Lists the environment variables the component sees.", env_names),
             Tool::new("env_var", "Reads an environment variable.", env_var),
+            Tool::new("http_get", "GETs a URL many times and says how each went.", http_get),
+            Tool::new("http_hoard", "Builds HTTP requests with full bodies and sends none.", http_hoard),
+            Tool::new("http_hang", "Waits for an HTTP answer, never checking for cancellation.", http_hang),
         ]
     }
+}
+
+#[derive(Deserialize, JsonSchema)]
+struct HttpGet {
+    /// `http://` or `https://` URL.
+    url: String,
+    /// How many requests, one after the other.
+    #[serde(default = "one")]
+    times: u32,
+}
+
+fn one() -> u32 {
+    1
+}
+
+fn http_get(args: HttpGet) -> Result<String, ToolError> {
+    let lines: Vec<String> = (0..args.times)
+        .map(|_| match fetch(&args.url) {
+            Ok((status, size)) => format!("{status} {size}"),
+            Err(error) => format!("error {error}"),
+        })
+        .collect();
+    Ok(lines.join("\n"))
+}
+
+#[derive(Deserialize, JsonSchema)]
+struct HttpHang {
+    /// A URL that answers slowly or never.
+    url: String,
+}
+
+fn http_hang(args: HttpHang) -> Result<String, ToolError> {
+    match fetch(&args.url) {
+        Ok((status, size)) => Ok(format!("{status} {size}")),
+        Err(error) => Ok(format!("error {error}")),
+    }
+}
+
+#[derive(Deserialize, JsonSchema)]
+struct Hoard {
+    /// How many requests (or header field sets).
+    count: u32,
+    /// Build header field sets only.
+    #[serde(default)]
+    fields_only: bool,
+}
+
+fn http_hoard(args: Hoard) -> Result<String, ToolError> {
+    use wasi::http::types::{Fields, OutgoingRequest};
+    let value = vec![b'v'; 1024];
+    let mut held = Vec::new();
+    let mut fields = Vec::new();
+    for index in 0..args.count {
+        let headers = Fields::from_list(&[("x-hoard".to_owned(), value.clone())]).map_err(|error| ToolError::new(format!("{error:?}")))?;
+        if args.fields_only {
+            fields.push(headers);
+            continue;
+        }
+        let request = OutgoingRequest::new(headers);
+        let Ok(body) = request.body() else {
+            return Ok(format!("bodies {index} of {}", args.count));
+        };
+        let stream = body.write().map_err(|()| ToolError::new("no stream"))?;
+        let chunk = vec![0u8; stream.check_write().unwrap_or(0).min(64 << 10) as usize];
+        let _ = stream.write(&chunk);
+        // Children first: the stream, then the body, then the request.
+        held.push((stream, body, request));
+    }
+    Ok(format!("bodies {} fields {} of {}", held.len(), fields.len(), args.count))
+}
+
+/// GET `url` with raw `wasi:http`, blocking on every wait without ever checking for
+/// cancellation; the status and the body's size, or the error code.
+fn fetch(url: &str) -> Result<(u16, usize), String> {
+    use wasi::http::types::{ErrorCode, Fields, Method, OutgoingRequest, Scheme};
+    let (scheme, rest) = url.split_once("://").ok_or("not a URL")?;
+    let (authority, path) = match rest.find('/') {
+        Some(at) => rest.split_at(at),
+        None => (rest, "/"),
+    };
+    let request = OutgoingRequest::new(Fields::new());
+    let scheme = if scheme == "https" { Scheme::Https } else { Scheme::Http };
+    request.set_scheme(Some(&scheme)).map_err(|()| "bad scheme")?;
+    request.set_authority(Some(authority)).map_err(|()| "bad authority")?;
+    request.set_path_with_query(Some(path)).map_err(|()| "bad path")?;
+    request.set_method(&Method::Get).map_err(|()| "bad method")?;
+    let code = |code: ErrorCode| format!("{code:?}");
+    let response = wasi::http::outgoing_handler::handle(request, None).map_err(code)?;
+    response.subscribe().block();
+    let response = response.get().ok_or("no response")?.map_err(|()| "taken")?.map_err(code)?;
+    let status = response.status();
+    let body = response.consume().map_err(|()| "no body")?;
+    let stream = body.stream().map_err(|()| "no stream")?;
+    let mut size = 0;
+    loop {
+        match stream.blocking_read(64 << 10) {
+            Ok(bytes) => size += bytes.len(),
+            Err(wasi::io::streams::StreamError::Closed) => break,
+            Err(wasi::io::streams::StreamError::LastOperationFailed(error)) => {
+                return Err(wasi::http::types::http_error_code(&error)
+                    .map_or_else(|| error.to_debug_string(), code));
+            }
+        }
+    }
+    Ok((status, size))
 }
 
 cordon_guest::export_plugin!(Hostile);

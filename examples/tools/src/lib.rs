@@ -1,4 +1,4 @@
-//! Cordon's example tools, one component with five tools:
+//! Cordon's example tools, one component with six tools:
 //!
 //! - `echo(text)` returns the text.
 //! - `reindex(collection, total = 120, step_ms = 100)` indexes in steps of 40, reporting
@@ -7,6 +7,9 @@
 //! - `locks()` lists the locks currently held, so a client can see that cleanup ran.
 //! - `spin(seconds)` burns CPU and never checks for cancellation: only a hard stop ends it.
 //! - `order_book(title)` holds a title, waits 30 s for "payment", then orders it.
+//! - `fetch(url, max_bytes = 65536)` GETs a URL and returns `"<status> <body text>"`, the body
+//!   cut to `max_bytes`. Only origins the operator grants (`allow_http`) are reachable; the
+//!   default config grants none, so there every fetch is a tool error saying `denied`.
 //!
 //! Locks are files in the tool's data directory (`/data`, preopened by the host), so they
 //! outlive the instance. A call releases its lock when it returns; after a stop, `cleanup`
@@ -17,7 +20,7 @@ use std::io::ErrorKind;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use cordon_guest::{CleanupContext, Plugin, Tool, ToolError};
+use cordon_guest::{CleanupContext, Plugin, Tool, ToolError, http};
 use schemars::JsonSchema;
 use serde::Deserialize;
 
@@ -208,6 +211,28 @@ fn order_book(args: OrderArgs) -> Result<String, ToolError> {
     Ok(format!("Ordered {}", args.title))
 }
 
+#[derive(Deserialize, JsonSchema)]
+struct FetchArgs {
+    /// The http:// or https:// URL to GET. Its origin must be granted to this component.
+    url: String,
+    /// At most this many bytes of the body are returned; the rest is not read.
+    #[serde(default = "default_max_bytes")]
+    #[schemars(range(min = 0))]
+    max_bytes: u64,
+}
+
+fn default_max_bytes() -> u64 {
+    65536
+}
+
+fn fetch(args: FetchArgs) -> Result<String, ToolError> {
+    let cap = usize::try_from(args.max_bytes).unwrap_or(usize::MAX);
+    // A refused origin, a failed connection or a cancel while waiting is an `Err`: a tool
+    // error whose text says why (`denied`, `cancelled`, ...).
+    let response = http::Request::get(&args.url).max_body_bytes(cap).send()?;
+    Ok(format!("{} {}", response.status(), response.text()))
+}
+
 struct ExampleTools;
 
 impl Plugin for ExampleTools {
@@ -231,6 +256,13 @@ impl Plugin for ExampleTools {
                 "Places a hold on a book, waits 30 s for payment, then orders it; a stopped order releases its hold.",
                 order_book,
             ),
+            Tool::new(
+                "fetch",
+                "GETs a URL and returns \"<status> <body text>\", the body cut to max_bytes. Only origins the operator grants are reachable; others fail with \"denied\".",
+                fetch,
+            )
+            .read_only()
+            .open_world(),
         ]
     }
 

@@ -256,6 +256,7 @@ impl Call {
             }
             None => (new_store(&self.engine, &self.component, limits, self.control.clone(), backstop), None),
         };
+        store.data_mut().begin_call(&self.tool, limits);
         let pre = self.component.pre.clone();
         let (tool, arguments) = (&self.tool, &self.arguments);
         let store_ref = &mut store;
@@ -528,6 +529,7 @@ pub(crate) fn new_store(
         limits,
         component.files.as_ref(),
         &component.options.environment,
+        component.http_grants.clone(),
         component.descriptors.clone(),
         control,
     );

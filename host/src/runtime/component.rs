@@ -14,6 +14,7 @@ use wasmtime::Engine;
 use wasmtime::component::Linker;
 
 use super::bindings::{PluginPre, ToolAnnotations, ToolInfo};
+use super::egress::HttpGrants;
 use super::engine::compile_component;
 use super::files::{FileGrants, Mount};
 use super::guest::GuestState;
@@ -54,6 +55,8 @@ pub struct ComponentOptions {
     pub mounts: Vec<Mount>,
     /// The environment the guest sees: these variables and nothing of the server's.
     pub environment: Environment,
+    /// Where the guest may send HTTP requests (egress.rs); nowhere by default.
+    pub allow_http: HttpGrants,
 }
 
 /// Environment variables for a component, literal values and secrets alike. Its `Debug`
@@ -181,6 +184,8 @@ pub(crate) struct LoadedComponent {
     pub(crate) files: Option<Arc<FileGrants>>,
     /// The server's descriptors for guests, which every call of this component draws on.
     pub(crate) descriptors: Arc<DescriptorBudget>,
+    /// `options.allow_http`, shared by every store of the component.
+    pub(crate) http_grants: Arc<HttpGrants>,
     pub(crate) options: ComponentOptions,
     pub(crate) tools: Vec<ToolSpec>,
     /// Compiled schemas, by tool name.

@@ -365,7 +365,7 @@ pub(crate) fn shadow_filesystem(linker: &mut Linker<GuestState>) -> Result<()> {
         |mut store: StoreContextMut<'_, GuestState>, (dir,): (Resource<Descriptor>,)| {
             Box::new(async move {
                 let state = store.data_mut();
-                state.settle_listings();
+                state.settle_table_charges();
                 let directory = match state.table().get(&dir)? {
                     Descriptor::Dir(directory) => Some(directory.dir.clone()),
                     // wasmtime-wasi answers a file with the right error.
@@ -385,7 +385,7 @@ pub(crate) fn shadow_filesystem(linker: &mut Linker<GuestState>) -> Result<()> {
                 }
                 match state.filesystem_view().read_directory(dir).await {
                     Ok(listing) => {
-                        state.track_listing(listing.rep(), cost);
+                        state.track_charge::<DirectoryEntryStream>(listing.rep(), cost);
                         Ok((Ok(listing),))
                     }
                     Err(error) => {
@@ -418,7 +418,7 @@ fn count_descriptors(table: &mut ResourceTable) -> usize {
 }
 
 fn charge_stream(state: &mut GuestState) -> Result<StreamCharge, ErrorCode> {
-    state.settle_listings();
+    state.settle_table_charges();
     let open = count_descriptors(state.table());
     state.ledger().charge_stream(open).map_err(refused)
 }
@@ -544,28 +544,6 @@ impl OutputStream for Charged<DynOutputStream> {
     }
     async fn cancel(&mut self) {
         self.inner.cancel().await;
-    }
-}
-
-/// The listings a call holds, with what each was charged: wasmtime-wasi's listing type
-/// cannot carry its charge, so the call's table is checked for which are still alive.
-#[derive(Default)]
-pub(crate) struct Listings(Vec<(u32, usize)>);
-
-impl Listings {
-    pub(crate) fn track(&mut self, rep: u32, cost: usize) {
-        self.0.push((rep, cost));
-    }
-
-    /// Give back the charge of every listing the guest has dropped.
-    pub(crate) fn settle(&mut self, table: &mut ResourceTable, release: impl Fn(usize)) {
-        self.0.retain(|&(rep, cost)| {
-            let alive = table.get_any_mut(rep).is_ok_and(|entry| entry.is::<DirectoryEntryStream>());
-            if !alive {
-                release(cost);
-            }
-            alive
-        });
     }
 }
 

@@ -8,23 +8,29 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use wasmtime::component::ResourceTable;
 use wasmtime_wasi::filesystem::WasiFilesystemCtxView;
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
 use super::bindings::cordon::tool::{host, types};
 use super::component::Environment;
 use super::control::{CallControl, Progress};
-use super::files::{FileGrants, Listings};
-use super::ledger::{DescriptorBudget, Ledger};
+use super::egress::{Egress, FIELDS_BYTES, HttpGrants};
+use super::files::FileGrants;
+use super::ledger::{DescriptorBudget, Ledger, TableCharges};
 use super::limits::{GuestLimiter, ToolLimits};
 use super::quota::Quota;
 
 pub(crate) struct GuestState {
     wasi: WasiCtx,
+    http: WasiHttpCtx,
+    /// Where its HTTP requests may go and what they may hold (egress.rs).
+    egress: Egress,
     table: ResourceTable,
     pub(crate) limiter: GuestLimiter,
     /// What the guest makes the host hold for it (ledger.rs).
     ledger: Arc<Ledger>,
-    /// Its directory listings, charged to the ledger while they live (files.rs).
-    listings: Listings,
+    /// Its resources charged to the ledger while they live: directory listings (files.rs),
+    /// HTTP header fields and the requests that carry them (egress.rs).
+    table_charges: TableCharges,
     /// The directories the component is granted, opened at load (files.rs).
     grants: Option<Arc<FileGrants>>,
     /// Which grant each descriptor the guest opened lies under, by its handle: preopens are
@@ -39,7 +45,8 @@ pub(crate) struct GuestState {
 
 impl GuestState {
     /// State for one store. WASI is locked down: only the environment the operator gave the
-    /// component (nothing of the server's), no arguments, no network,
+    /// component (nothing of the server's), no arguments, no sockets (outbound HTTP goes
+    /// through `wasi:http` and egress.rs, to what the component is granted only),
     /// stdin closed, stdout discarded (stdout may be the MCP channel), stderr to the
     /// operator's log line by line, tagged with the component's name;
     /// the data directory and mounts, when the operator granted them, are the only file
@@ -49,9 +56,17 @@ impl GuestState {
         limits: &ToolLimits,
         grants: Option<&Arc<FileGrants>>,
         environment: &Environment,
+        http_grants: Arc<HttpGrants>,
         descriptors: Arc<DescriptorBudget>,
         control: Arc<CallControl>,
     ) -> Self {
+        let ledger = Arc::new(Ledger::new(limits, descriptors));
+        let mut http = WasiHttpCtx::new();
+        // Header fields the guest builds live in host memory, each set charged its most to
+        // the call (egress.rs): a few KiB is what real requests use (wasmtime-wasi-http's
+        // default allows 128 KiB per set).
+        http.set_field_size_limit(FIELDS_BYTES);
+        let egress = Egress::new(http_grants, component.clone(), limits, ledger.clone());
         let operator_log = OperatorLog {
             component,
             limit: limits.stderr_bytes,
@@ -72,14 +87,16 @@ impl GuestState {
         }
         Self {
             wasi,
+            http,
+            egress,
             table: {
                 let mut table = ResourceTable::new();
                 table.set_max_capacity(limits.host_resources);
                 table
             },
             limiter: GuestLimiter::new(limits, control.memory.clone()),
-            ledger: Arc::new(Ledger::new(limits, descriptors)),
-            listings: Listings::default(),
+            ledger,
+            table_charges: TableCharges::default(),
             grants: grants.cloned(),
             descriptor_grants: HashMap::new(),
             control,
@@ -94,6 +111,12 @@ impl GuestState {
         self.limiter.rebind(limits, control.memory.clone());
         self.note_bytes = limits.note_bytes;
         self.control = control;
+    }
+
+    /// The call about to run is one of `tool`, under `limits`: its outbound requests are
+    /// counted afresh, and refusals logged with the tool's name.
+    pub(crate) fn begin_call(&mut self, tool: &str, limits: &ToolLimits) {
+        self.egress.begin_call(tool, limits);
     }
 
     pub(crate) fn control(&self) -> &CallControl {
@@ -144,20 +167,32 @@ impl GuestState {
         grants.grants.get(self.grant_of(rep)?)?.quota.clone()
     }
 
-    pub(crate) fn track_listing(&mut self, rep: u32, cost: usize) {
-        self.listings.track(rep, cost);
+    /// Charge the resource of type `T` at `rep` `cost` bytes of host memory while it lives
+    /// (the caller has charged the ledger already).
+    pub(crate) fn track_charge<T: 'static>(&mut self, rep: u32, cost: usize) {
+        self.table_charges.track::<T>(rep, cost);
     }
 
-    /// Give back the charge of the listings the guest dropped.
-    pub(crate) fn settle_listings(&mut self) {
-        let ledger = &self.ledger;
-        self.listings.settle(&mut self.table, |cost| ledger.release_memory(cost));
+    /// Give back the charge of the tracked resources the guest dropped.
+    pub(crate) fn settle_table_charges(&mut self) {
+        self.table_charges.settle(&mut self.table, &self.ledger);
+    }
+
+    /// wasmtime-wasi-http's view of this store, whose functions egress.rs calls.
+    pub(crate) fn http_view(&mut self) -> WasiHttpCtxView<'_> {
+        self.http()
     }
 }
 
 impl WasiView for GuestState {
     fn ctx(&mut self) -> WasiCtxView<'_> {
         WasiCtxView { ctx: &mut self.wasi, table: &mut self.table }
+    }
+}
+
+impl WasiHttpView for GuestState {
+    fn http(&mut self) -> WasiHttpCtxView<'_> {
+        WasiHttpCtxView { ctx: &mut self.http, table: &mut self.table, hooks: &mut self.egress }
     }
 }
 

@@ -176,17 +176,34 @@ impl Ledger {
 
     /// Charge a new file stream: its buffer, and the descriptor it may keep open.
     pub(crate) fn charge_stream(self: &Arc<Self>, open_descriptors: usize) -> Result<StreamCharge, Refusal> {
+        self.charge_open(Some(open_descriptors), STREAM_BUFFER_BYTES)
+    }
+
+    /// Charge an outbound connection like a stream: its descriptor, and its buffers
+    /// (egress.rs caps hyper's at a stream's size) plus `extra_bytes` (TLS).
+    pub(crate) fn charge_connection(self: &Arc<Self>, extra_bytes: usize) -> Result<StreamCharge, Refusal> {
+        self.charge_open(None, STREAM_BUFFER_BYTES + extra_bytes)
+    }
+
+    /// Charge one more open stream or connection holding `bytes`, with the call's open
+    /// descriptors recounted as `open_descriptors` if given.
+    fn charge_open(
+        self: &Arc<Self>,
+        open_descriptors: Option<usize>,
+        bytes: usize,
+    ) -> Result<StreamCharge, Refusal> {
         let mut held = self.held.lock().unwrap();
-        let next = Held { descriptors: open_descriptors, streams: held.streams + 1 };
+        let descriptors = open_descriptors.unwrap_or(held.descriptors);
+        let next = Held { descriptors, streams: held.streams + 1 };
         if next.total() > self.open_files_limit {
             return Err(Refusal::OpenFiles);
         }
-        self.charge_memory(STREAM_BUFFER_BYTES)?;
+        self.charge_memory(bytes)?;
         if let Err(refusal) = self.hold(&mut held, next) {
-            self.release_memory(STREAM_BUFFER_BYTES);
+            self.release_memory(bytes);
             return Err(refusal);
         }
-        Ok(StreamCharge(self.clone()))
+        Ok(StreamCharge { ledger: self.clone(), bytes })
     }
 }
 
@@ -198,17 +215,75 @@ impl Drop for Ledger {
     }
 }
 
-/// A file stream's charge, given back when the stream drops.
+/// A file stream's or a connection's charge (a descriptor and its buffers), given back
+/// when it drops.
 #[derive(Debug)]
-pub(crate) struct StreamCharge(Arc<Ledger>);
+pub(crate) struct StreamCharge {
+    ledger: Arc<Ledger>,
+    bytes: usize,
+}
 
 impl Drop for StreamCharge {
     fn drop(&mut self) {
-        let ledger = &self.0;
+        let ledger = &self.ledger;
         let mut held = ledger.held.lock().unwrap();
         let next = Held { descriptors: held.descriptors, streams: held.streams - 1 };
         let _ = ledger.hold(&mut held, next);
-        ledger.release_memory(STREAM_BUFFER_BYTES);
+        ledger.release_memory(self.bytes);
+    }
+}
+
+/// Host memory charged while it is held, given back when this drops (a buffer that lives
+/// inside another object, such as an outgoing HTTP body's).
+#[derive(Debug)]
+pub(crate) struct MemoryCharge {
+    ledger: Arc<Ledger>,
+    bytes: usize,
+}
+
+impl Ledger {
+    /// Charge `bytes` of host memory until the returned charge drops.
+    pub(crate) fn hold_memory(self: &Arc<Self>, bytes: usize) -> Result<MemoryCharge, Refusal> {
+        self.charge_memory(bytes)?;
+        Ok(MemoryCharge { ledger: self.clone(), bytes })
+    }
+}
+
+impl Drop for MemoryCharge {
+    fn drop(&mut self) {
+        self.ledger.release_memory(self.bytes);
+    }
+}
+
+/// Resources in a call's table charged to its host memory while they live, for types
+/// that cannot carry their charge (wasmtime-wasi's and wasmtime-wasi-http's own): each is
+/// known by its slot and type, and the table is checked for the ones the guest dropped
+/// before the next charge. A slot reused by a new resource of the same type keeps the old
+/// charge too: the error is only ever on the side of charging more.
+#[derive(Default)]
+pub(crate) struct TableCharges(Vec<TableCharge>);
+
+struct TableCharge {
+    rep: u32,
+    bytes: usize,
+    alive: fn(&mut dyn std::any::Any) -> bool,
+}
+
+impl TableCharges {
+    /// Remember that the resource of type `T` at `rep` was charged `bytes`.
+    pub(crate) fn track<T: 'static>(&mut self, rep: u32, bytes: usize) {
+        self.0.push(TableCharge { rep, bytes, alive: |entry| entry.is::<T>() });
+    }
+
+    /// Give back to `ledger` the charge of every tracked resource the guest has dropped.
+    pub(crate) fn settle(&mut self, table: &mut wasmtime::component::ResourceTable, ledger: &Ledger) {
+        self.0.retain(|charge| {
+            let alive = table.get_any_mut(charge.rep).is_ok_and(|entry| (charge.alive)(entry));
+            if !alive {
+                ledger.release_memory(charge.bytes);
+            }
+            alive
+        });
     }
 }
 

@@ -46,6 +46,18 @@ pub struct ToolLimits {
     /// and each of its file streams may keep one open too, so both count). One more is
     /// refused with `quota`.
     pub open_files: usize,
+    /// Outbound HTTP requests a call may make (egress.rs); more get
+    /// `connection-limit-reached`.
+    pub http_requests: usize,
+    /// Bytes of HTTP response bodies a call may receive, all its requests together; past
+    /// it, the body fails with `HTTP-response-body-size`.
+    pub http_response_bytes: usize,
+    /// How long resolving, connecting and the TLS handshake of one request may take; a
+    /// guest may ask for less.
+    pub http_connect_timeout: Duration,
+    /// How long a request may wait for the response head, and for each next piece of its
+    /// body; a guest may ask for less.
+    pub http_first_byte_timeout: Duration,
     /// Bytes an instance may send to the operator's log, through stderr and the `log`
     /// import together; the rest is dropped.
     pub stderr_bytes: usize,
@@ -74,6 +86,10 @@ impl Default for ToolLimits {
             host_resources: 10_000,
             host_memory_bytes: 16 << 20,
             open_files: 256,
+            http_requests: 32,
+            http_response_bytes: 8 << 20,
+            http_connect_timeout: Duration::from_secs(5),
+            http_first_byte_timeout: Duration::from_secs(30),
             stderr_bytes: 64 << 10,
             idle_timeout: Some(Duration::from_secs(60)),
             max_duration: Some(Duration::from_secs(300)),

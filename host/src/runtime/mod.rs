@@ -22,6 +22,7 @@ mod bindings;
 pub mod call;
 pub mod component;
 mod control;
+mod egress;
 pub mod engine;
 mod files;
 mod guest;
@@ -53,6 +54,7 @@ pub use component::{
     grant_warnings,
 };
 pub use control::{MAX_PROGRESS_MESSAGE, Progress};
+pub use egress::{GrantError, HttpGrants};
 pub use engine::EngineSettings;
 pub use files::{GUEST_DATA_DIR, Mount};
 pub use ledger::{DescriptorBudget, raise_open_file_limit};
@@ -152,6 +154,8 @@ impl Runtime {
         let (engine, ticker) = engine::build_engine(&settings.engine)?;
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
+        wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker)?;
+        egress::shadow_http_types(&mut linker)?;
         files::shadow_filesystem(&mut linker)?;
         quota::shadow_quota(&mut linker)?;
         waits::wake_waits_on_stop(&mut linker)?;
@@ -236,6 +240,7 @@ impl Runtime {
             pre,
             files,
             descriptors: self.descriptors.clone(),
+            http_grants: Arc::new(options.allow_http.clone()),
             options,
             tools: Vec::new(),
             schemas: HashMap::new(),

@@ -287,6 +287,9 @@ pub fn capture_log<F: std::future::Future<Output = ()>>(body: impl FnOnce() -> F
     let writer = log.clone();
     let subscriber = tracing_subscriber::fmt().with_writer(move || writer.clone()).with_ansi(false).finish();
     tracing::subscriber::with_default(subscriber, || {
+        // Another test's thread may have met a callsite first, with no subscriber, and
+        // cached that nobody wants it: ask every callsite again, now that this one exists.
+        tracing::callsite::rebuild_interest_cache();
         let tokio = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         tokio.block_on(body());
     });

@@ -115,7 +115,9 @@ def anyio_backend():
     return "asyncio"
 
 
-def write_config(tmp_path: Path) -> Path:
+def write_config(tmp_path: Path, component_keys: str = "") -> Path:
+    """A config serving the example tools; `component_keys` are TOML lines added to their
+    `[[components]]` table (e.g. `allow_http = [...]`)."""
     assert CORDON.is_file(), f"{CORDON} is missing: build it (cargo xtask test does)"
     assert TOOLS.is_file(), f"{TOOLS} is missing: run `cargo xtask guests`"
     config = tmp_path / "cordon.toml"
@@ -123,6 +125,7 @@ def write_config(tmp_path: Path) -> Path:
         "[server]\ncache = false\nmax_concurrent_calls = 256\nprogress_interval_ms = 10\n\n"
         "[http]\nsse_after_ms = 200\n\n"
         f"[[components]]\npath = {json.dumps(str(TOOLS))}\ndata_dir = \"data\"\n"
+        f"{component_keys}"
         "limits = { grace_ms = 250, idle_timeout_ms = 0, max_duration_ms = 120000 }\n"
     )
     return config
@@ -130,10 +133,17 @@ def write_config(tmp_path: Path) -> Path:
 
 @pytest.fixture(params=["stdio", "http"])
 def cordon(request, tmp_path: Path):
-    config = write_config(tmp_path)
+    with serving(request.param, write_config(tmp_path), tmp_path) as server:
+        yield server
+
+
+@contextlib.contextmanager
+def serving(transport: str, config: Path, tmp_path: Path):
+    """`cordon serve` on `config` over `transport` ("stdio" or "http"); afterwards, every
+    message it sent is checked against the schema."""
     log = tmp_path / "messages.jsonl"
     log.touch()
-    if request.param == "stdio":
+    if transport == "stdio":
         params = StdioServerParameters(
             command=sys.executable,
             args=[str(HERE / "recorder.py"), str(log), str(CORDON), "serve", "--stdio", "--config", str(config)],

@@ -1,0 +1,910 @@
+//! # Outbound HTTP: what a component may reach, and what its requests may hold
+//!
+//! Every component is linked with `wasi:http/outgoing-handler` (wasmtime-wasi-http), and
+//! every request goes through [`Egress::send_request`], which wasmtime-wasi-http calls in
+//! place of its own client. Nothing is reachable unless the component's `allow_http`
+//! grants it ([`HttpGrants`]), and then only under these rules:
+//!
+//! - **The rule check comes first**, before any name is resolved or any connection made:
+//!   scheme, host (exact, or `*.` for subdomains, which does not include the apex) and
+//!   port (the scheme's by default) must match one rule, or the guest gets
+//!   `HTTP-request-denied`, and the operator's log says so once per call, with the tool
+//!   and the refused authority.
+//! - **The host resolves the name itself** and refuses addresses that lead inside
+//!   (loopback, private, link-local and metadata, carrier-grade NAT, multicast, reserved
+//!   and IPv6's equivalents, including IPv4 addresses inside IPv6 ones) with
+//!   `destination-IP-prohibited`, unless the rule that matched names that address
+//!   literally (`http://127.0.0.1:9000`). It then connects to the address it checked,
+//!   never resolving again, so a name that changes its answer (DNS rebinding) cannot
+//!   slip past. `https` is verified against the name the guest asked for, with the
+//!   bundled web PKI roots.
+//! - **Per-call limits** (`limits`): `http_requests` requests per call (more get
+//!   `connection-limit-reached`), `http_response_bytes` of response bodies per call, all
+//!   requests together (past it, the body fails with `HTTP-response-body-size`), and the
+//!   connect and first-byte timeouts, which also cap what the guest asks for in its
+//!   `request-options` (the time between body bytes is capped by the first-byte one).
+//! - **What a request makes the host hold is charged to the call** (ledger.rs): each open
+//!   connection is a descriptor against `open_files` and the server's descriptor budget,
+//!   and its buffers (hyper's, capped at [`CONNECTION_BUFFER_BYTES`], and TLS's) are host
+//!   memory against `host_memory_bytes`, until the connection closes. A refused charge is
+//!   `connection-limit-reached`. The body a guest sends is buffered a chunk at a time,
+//!   capped at the same size.
+//! - **What a guest builds before it sends is charged too**: every set of header fields
+//!   (`fields`, and the outgoing requests and responses that carry one) counts its most,
+//!   [`FIELDS_BYTES`], against `host_memory_bytes` while it lives, and every outgoing
+//!   body its buffer ([`CONNECTION_BUFFER_BYTES`]) until the body is dropped or sent and
+//!   done: `wasi:http/types` constructors are shadowed in front of wasmtime-wasi-http's
+//!   own, which still do the work. A refused fields set traps (the constructor has no
+//!   error to return); a refused body is `body()`'s error.
+//! - **Stops**: a request runs in a task owned by the guest's resource table, so when a
+//!   stopped call's store is dropped the task is aborted and the connection closed; a
+//!   guest that checks for stops is woken from its wait on the response (waits.rs).
+//!
+//! Redirects are the guest's business: each hop is a new request, checked the same way.
+//!
+//! A name is resolved with the system resolver on tokio's blocking pool, which cannot be
+//! interrupted: a lookup outlives a stopped call by at most the resolver's own timeout,
+//! and each call's lookups are bounded by `http_requests`.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::BodyExt;
+use hyper::body::{Body, Frame, Incoming};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::TcpStream;
+use tokio_rustls::rustls;
+use wasmtime_wasi_http::io::TokioIo;
+use wasmtime_wasi_http::{Error as HttpError, RequestOptions, WasiBody, WasiHttpCtxView, WasiHttpHooks};
+
+use wasmtime::StoreContextMut;
+use wasmtime::component::{Linker, Resource};
+use wasmtime_wasi_http::FieldMap;
+use wasmtime_wasi_http::p2::bindings::http::types::{
+    HostFields, HostOutgoingRequest as OutgoingRequestHost, HostOutgoingResponse as OutgoingResponseHost,
+};
+use wasmtime_wasi_http::p2::body::{HostOutgoingBody, HyperOutgoingBody};
+use wasmtime_wasi_http::p2::types::{HostOutgoingRequest, HostOutgoingResponse};
+
+use super::guest::GuestState;
+use super::ledger::{Ledger, MemoryCharge, StreamCharge};
+use super::limits::ToolLimits;
+
+/// The most hyper may buffer for one connection, each way; charged to the call with its
+/// descriptor while the connection is open.
+pub(crate) const CONNECTION_BUFFER_BYTES: usize = 64 << 10;
+/// What TLS adds to a connection's buffers (rustls' record buffers and state).
+const TLS_BUFFER_BYTES: usize = 64 << 10;
+
+/// Host memory a set of header fields may take (wasmtime-wasi-http's `field_size_limit`,
+/// which counts its in-memory size), charged whole to every fields set a guest holds.
+pub(crate) const FIELDS_BYTES: usize = 16 << 10;
+
+/// The `wasi:http/types` instance wasmtime-wasi-http 48 defines (older 0.2 imports
+/// resolve to it).
+const HTTP_TYPES: &str = "wasi:http/types@0.2.12";
+
+/// Put the charges in front of wasmtime-wasi-http's constructors of what a guest can make
+/// the host hold before sending anything: header fields, and outgoing bodies' buffers.
+pub(crate) fn shadow_http_types(linker: &mut Linker<GuestState>) -> wasmtime::Result<()> {
+    linker.allow_shadowing(true);
+    let mut types = linker.instance(HTTP_TYPES)?;
+    types.func_wrap("[constructor]fields", |mut store: StoreContextMut<'_, GuestState>, (): ()| {
+        let state = store.data_mut();
+        charge_fields(state)?;
+        let fields = HostFields::new(&mut state.http_view())?;
+        state.track_charge::<FieldMap>(fields.rep(), FIELDS_BYTES);
+        Ok((fields,))
+    })?;
+    types.func_wrap(
+        "[static]fields.from-list",
+        |mut store: StoreContextMut<'_, GuestState>, (entries,): (Vec<(String, Vec<u8>)>,)| {
+            let state = store.data_mut();
+            charge_fields(state)?;
+            match HostFields::from_list(&mut state.http_view(), entries) {
+                Ok(fields) => {
+                    state.track_charge::<FieldMap>(fields.rep(), FIELDS_BYTES);
+                    Ok((Ok(fields),))
+                }
+                Err(error) => {
+                    state.ledger().release_memory(FIELDS_BYTES);
+                    Ok((Err(error.downcast()?),))
+                }
+            }
+        },
+    )?;
+    types.func_wrap(
+        "[method]fields.clone",
+        |mut store: StoreContextMut<'_, GuestState>, (fields,): (Resource<FieldMap>,)| {
+            let state = store.data_mut();
+            charge_fields(state)?;
+            let copy = HostFields::clone(&mut state.http_view(), fields)?;
+            state.track_charge::<FieldMap>(copy.rep(), FIELDS_BYTES);
+            Ok((copy,))
+        },
+    )?;
+    // A request or response takes its fields over: made first, so that the fields'
+    // charge goes (their resource is gone) before the request's comes. Refused, the guest
+    // traps, and its store with the request goes.
+    types.func_wrap(
+        "[constructor]outgoing-request",
+        |mut store: StoreContextMut<'_, GuestState>, (headers,): (Resource<FieldMap>,)| {
+            let state = store.data_mut();
+            let message = OutgoingRequestHost::new(&mut state.http_view(), headers)?;
+            Ok((carrying_fields(state, message)?,))
+        },
+    )?;
+    types.func_wrap(
+        "[constructor]outgoing-response",
+        |mut store: StoreContextMut<'_, GuestState>, (headers,): (Resource<FieldMap>,)| {
+            let state = store.data_mut();
+            let message = OutgoingResponseHost::new(&mut state.http_view(), headers)?;
+            Ok((carrying_fields(state, message)?,))
+        },
+    )?;
+    types.func_wrap(
+        "[method]outgoing-request.body",
+        |mut store: StoreContextMut<'_, GuestState>, (request,): (Resource<HostOutgoingRequest>,)| {
+            Ok((charged_body(store.data_mut(), request)?,))
+        },
+    )?;
+    types.func_wrap(
+        "[method]outgoing-response.body",
+        |mut store: StoreContextMut<'_, GuestState>, (response,): (Resource<HostOutgoingResponse>,)| {
+            Ok((charged_body(store.data_mut(), response)?,))
+        },
+    )?;
+    linker.allow_shadowing(false);
+    Ok(())
+}
+
+/// Charge one more set of header fields to the call, after giving back the charge of those
+/// the guest dropped; refused, the guest traps.
+fn charge_fields(state: &mut GuestState) -> wasmtime::Result<()> {
+    state.settle_table_charges();
+    state.ledger().charge_memory(FIELDS_BYTES).map_err(|refusal| {
+        wasmtime::format_err!("{refusal}: the guest holds too many HTTP header fields, requests or responses")
+    })
+}
+
+/// Charge a request or response just made its fields.
+fn carrying_fields<M: 'static>(
+    state: &mut GuestState,
+    message: Resource<M>,
+) -> wasmtime::Result<Resource<M>> {
+    charge_fields(state)?;
+    state.track_charge::<M>(message.rep(), FIELDS_BYTES);
+    Ok(message)
+}
+
+/// An outgoing request or response, which a guest may give a body.
+trait OutgoingMessage: Sized + Send + 'static {
+    fn body_slot(&mut self) -> &mut Option<HyperOutgoingBody>;
+    /// wasmtime-wasi-http's `body()` for it.
+    fn open_body(
+        view: &mut WasiHttpCtxView<'_>,
+        message: Resource<Self>,
+    ) -> wasmtime::Result<Result<Resource<HostOutgoingBody>, ()>>;
+}
+
+impl OutgoingMessage for HostOutgoingRequest {
+    fn body_slot(&mut self) -> &mut Option<HyperOutgoingBody> {
+        &mut self.body
+    }
+    fn open_body(
+        view: &mut WasiHttpCtxView<'_>,
+        request: Resource<Self>,
+    ) -> wasmtime::Result<Result<Resource<HostOutgoingBody>, ()>> {
+        OutgoingRequestHost::body(view, request)
+    }
+}
+
+impl OutgoingMessage for HostOutgoingResponse {
+    fn body_slot(&mut self) -> &mut Option<HyperOutgoingBody> {
+        &mut self.body
+    }
+    fn open_body(
+        view: &mut WasiHttpCtxView<'_>,
+        response: Resource<Self>,
+    ) -> wasmtime::Result<Result<Resource<HostOutgoingBody>, ()>> {
+        OutgoingResponseHost::body(view, response)
+    }
+}
+
+/// `body()` of a request or response, its buffer charged to the call until the body is
+/// dropped (sent and done, or never sent); refused, `body()`'s error.
+fn charged_body<M: OutgoingMessage>(
+    state: &mut GuestState,
+    message: Resource<M>,
+) -> wasmtime::Result<Result<Resource<HostOutgoingBody>, ()>> {
+    let Ok(charge) = state.ledger().hold_memory(CONNECTION_BUFFER_BYTES) else {
+        return Ok(Err(()));
+    };
+    let rep = message.rep();
+    let body = M::open_body(&mut state.http_view(), message)?;
+    if body.is_ok() {
+        let message = state.table().get_mut(&Resource::<M>::new_borrow(rep))?;
+        let slot = message.body_slot();
+        *slot = slot.take().map(|body| charged(body, charge));
+    }
+    Ok(body)
+}
+
+/// `body` holding `charge` until it is dropped: sent and done, or never sent.
+fn charged(body: HyperOutgoingBody, charge: MemoryCharge) -> HyperOutgoingBody {
+    ChargedBody { inner: body, _charge: charge }.boxed_unsync()
+}
+
+struct ChargedBody {
+    inner: HyperOutgoingBody,
+    _charge: MemoryCharge,
+}
+
+impl Body for ChargedBody {
+    type Data = Bytes;
+    type Error = HttpError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, HttpError>>> {
+        Pin::new(&mut self.inner).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// A rule of `allow_http` that does not parse.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("allow_http rule {rule:?}: {problem}")]
+pub struct GrantError {
+    rule: String,
+    problem: &'static str,
+}
+
+/// The hosts a component may reach over HTTP: its `allow_http` rules. Empty (the default)
+/// grants nothing.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HttpGrants {
+    rules: Vec<Rule>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Rule {
+    tls: bool,
+    host: HostRule,
+    port: u16,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum HostRule {
+    /// Exactly this name (lower case).
+    Name(String),
+    /// Any name ending in `.` + this (lower case); not this name itself.
+    Subdomains(String),
+    /// This address, named literally: the only way to reach an inside address.
+    Address(IpAddr),
+}
+
+impl HttpGrants {
+    /// Parse `allow_http` rules: `scheme://host[:port]`, where the scheme is `http` or
+    /// `https`, the host a name, `*.` and a name, an IPv4 address or a bracketed IPv6 one,
+    /// and nothing follows but an optional `/`.
+    pub fn parse(rules: &[String]) -> Result<Self, GrantError> {
+        let rules = rules.iter().map(|rule| Rule::parse(rule)).collect::<Result<_, _>>()?;
+        Ok(Self { rules })
+    }
+
+    /// Whether any host is granted at all.
+    pub fn is_empty(&self) -> bool {
+        self.rules.is_empty()
+    }
+
+    /// The rules, as `scheme://host:port`, for `cordon inspect` and messages.
+    pub fn describe(&self) -> Vec<String> {
+        self.rules.iter().map(Rule::to_string).collect()
+    }
+
+    /// The rule that grants `host` (as in a URI: an IPv6 address in brackets) on `port`.
+    fn grant(&self, tls: bool, host: &str, port: u16) -> Option<&Rule> {
+        let host = host.to_ascii_lowercase();
+        let address = host.trim_start_matches('[').trim_end_matches(']').parse::<IpAddr>().ok();
+        self.rules.iter().find(|rule| {
+            rule.tls == tls
+                && rule.port == port
+                && match (&rule.host, address) {
+                    (HostRule::Address(granted), Some(address)) => *granted == address,
+                    (HostRule::Name(name), None) => *name == host,
+                    (HostRule::Subdomains(parent), None) => host
+                        .strip_suffix(parent.as_str())
+                        .is_some_and(|sub| sub.len() > 1 && sub.ends_with('.')),
+                    _ => false,
+                }
+        })
+    }
+}
+
+impl Rule {
+    fn parse(text: &str) -> Result<Self, GrantError> {
+        let problem = |problem| GrantError { rule: text.to_owned(), problem };
+        let (scheme, rest) =
+            text.split_once("://").ok_or_else(|| problem("must start with http:// or https://"))?;
+        let tls = match scheme.to_ascii_lowercase().as_str() {
+            "https" => true,
+            "http" => false,
+            _ => return Err(problem("the scheme must be http or https")),
+        };
+        let authority = rest.strip_suffix('/').unwrap_or(rest);
+        if authority.is_empty() || authority.contains(['/', '?', '#', '@']) {
+            return Err(problem("must be scheme://host[:port], with no path, query or user"));
+        }
+        let (host, port) = if let Some(bracketed) = authority.strip_prefix('[') {
+            let (address, after) = bracketed.split_once(']').ok_or_else(|| problem("an unclosed ["))?;
+            let address = address.parse::<Ipv6Addr>().map_err(|_| problem("not an IPv6 address in [ ]"))?;
+            (HostRule::Address(IpAddr::V6(address)), after.strip_prefix(':'))
+        } else {
+            let (host, port) = match authority.rsplit_once(':') {
+                Some((host, port)) => (host, Some(port)),
+                None => (authority, None),
+            };
+            (HostRule::parse(host).ok_or_else(|| problem("not a host name, *.name or IP address"))?, port)
+        };
+        let port = match port {
+            None if authority.ends_with(']') || !authority.contains(':') => {
+                if tls {
+                    443
+                } else {
+                    80
+                }
+            }
+            Some(port) => {
+                port.parse::<u16>().ok().filter(|&port| port > 0).ok_or_else(|| problem("a bad port"))?
+            }
+            None => return Err(problem("a bad port")),
+        };
+        Ok(Self { tls, host, port })
+    }
+}
+
+impl HostRule {
+    fn parse(host: &str) -> Option<Self> {
+        let host = host.to_ascii_lowercase();
+        if let Ok(address) = host.parse::<Ipv4Addr>() {
+            return Some(Self::Address(IpAddr::V4(address)));
+        }
+        let (subdomains, name) = match host.strip_prefix("*.") {
+            Some(name) => (true, name),
+            None => (false, host.as_str()),
+        };
+        let label_ok = |label: &str| {
+            !label.is_empty()
+                && label.len() <= 63
+                && label.bytes().all(|byte| byte.is_ascii_alphanumeric() || byte == b'-' || byte == b'_')
+        };
+        if name.len() > 253 || !name.split('.').all(label_ok) {
+            return None;
+        }
+        Some(if subdomains { Self::Subdomains(name.to_owned()) } else { Self::Name(name.to_owned()) })
+    }
+}
+
+impl std::fmt::Display for Rule {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let scheme = if self.tls { "https" } else { "http" };
+        match &self.host {
+            HostRule::Name(name) => write!(f, "{scheme}://{name}:{}", self.port),
+            HostRule::Subdomains(name) => write!(f, "{scheme}://*.{name}:{}", self.port),
+            HostRule::Address(IpAddr::V6(address)) => write!(f, "{scheme}://[{address}]:{}", self.port),
+            HostRule::Address(address) => write!(f, "{scheme}://{address}:{}", self.port),
+        }
+    }
+}
+
+/// Whether `address` leads inside: to this machine, a private or link-local network, a
+/// cloud metadata service, or anything not globally routable. Reachable only through a
+/// rule that names it.
+pub(crate) fn is_inside(address: IpAddr) -> bool {
+    match address {
+        IpAddr::V4(v4) => is_inside_v4(v4),
+        IpAddr::V6(v6) => {
+            let segments = v6.segments();
+            // IPv4 carried inside IPv6: mapped (::ffff:0:0/96), compatible (::/96), NAT64
+            // (64:ff9b::/96) and 6to4 (2002::/16) lead wherever their IPv4 address does.
+            let embedded = |high: u16, low: u16| Ipv4Addr::from(((high as u32) << 16) | low as u32);
+            if let Some(v4) = v6.to_ipv4_mapped() {
+                return is_inside_v4(v4);
+            }
+            if segments[..6] == [0; 6] && !v6.is_loopback() && !v6.is_unspecified() {
+                return is_inside_v4(embedded(segments[6], segments[7]));
+            }
+            if segments[..6] == [0x64, 0xff9b, 0, 0, 0, 0] {
+                return is_inside_v4(embedded(segments[6], segments[7]));
+            }
+            if segments[0] == 0x2002 {
+                return is_inside_v4(embedded(segments[1], segments[2]));
+            }
+            v6.is_unspecified()
+                || v6.is_loopback()
+                || v6.is_multicast()
+                || (segments[0] & 0xfe00) == 0xfc00 // unique local, fc00::/7 (AWS metadata: fd00:ec2::254)
+                || (segments[0] & 0xffc0) == 0xfe80 // link-local, fe80::/10
+                || (segments[0] & 0xffc0) == 0xfec0 // site-local, fec0::/10
+                || (segments[0] == 0x2001 && segments[1] == 0x0db8) // documentation
+                || (segments[0] == 0x2001 && segments[1] == 0) // Teredo: its IPv4 end is obfuscated
+                || segments[..4] == [0x100, 0, 0, 0] // discard, 100::/64
+        }
+    }
+}
+
+fn is_inside_v4(v4: Ipv4Addr) -> bool {
+    let [a, b, c, _] = v4.octets();
+    v4.is_unspecified()
+        || a == 0 // "this network", 0/8
+        || v4.is_loopback()
+        || v4.is_private()
+        || v4.is_link_local() // 169.254/16, metadata services included
+        || (a == 100 && (64..128).contains(&b)) // carrier-grade NAT, 100.64/10
+        || (a == 192 && b == 0 && c == 0) // IETF protocol assignments, 192.0.0/24
+        || v4.is_documentation()
+        || (a == 198 && (18..20).contains(&b)) // benchmarking, 198.18/15
+        || v4.is_multicast()
+        || a >= 240 // reserved and broadcast
+}
+
+/// One call's outbound HTTP: its grants and what is left of its limits. Made for each
+/// store; a spare instance's is remade for the call that takes it.
+pub(crate) struct Egress {
+    grants: Arc<HttpGrants>,
+    ledger: Arc<Ledger>,
+    call: Arc<CallEgress>,
+}
+
+/// What every request of one call shares, from its own task.
+struct CallEgress {
+    /// The component and the tool being called, for the log; no tool for a component's
+    /// `list` at load.
+    component: Arc<str>,
+    tool: Option<Arc<str>>,
+    requests_left: AtomicUsize,
+    response_bytes_left: AtomicUsize,
+    response_bytes_limit: usize,
+    connect_timeout: Duration,
+    first_byte_timeout: Duration,
+    /// Whether a refusal has been logged for this call yet: once is enough.
+    refusal_logged: AtomicBool,
+}
+
+impl Egress {
+    pub(crate) fn new(
+        grants: Arc<HttpGrants>,
+        component: Arc<str>,
+        limits: &ToolLimits,
+        ledger: Arc<Ledger>,
+    ) -> Self {
+        Self { grants, ledger, call: Arc::new(CallEgress::new(limits, component, None)) }
+    }
+
+    /// Start afresh for a call of `tool` under `limits`.
+    pub(crate) fn begin_call(&mut self, tool: &str, limits: &ToolLimits) {
+        self.call = Arc::new(CallEgress::new(limits, self.call.component.clone(), Some(tool.into())));
+    }
+}
+
+impl CallEgress {
+    fn new(limits: &ToolLimits, component: Arc<str>, tool: Option<Arc<str>>) -> Self {
+        Self {
+            component,
+            tool,
+            requests_left: AtomicUsize::new(limits.http_requests),
+            response_bytes_left: AtomicUsize::new(limits.http_response_bytes),
+            response_bytes_limit: limits.http_response_bytes,
+            connect_timeout: limits.http_connect_timeout,
+            first_byte_timeout: limits.http_first_byte_timeout,
+            refusal_logged: AtomicBool::new(false),
+        }
+    }
+
+    /// Log a refusal the first time in this call.
+    fn log_refusal(&self, authority: &str, why: &str) {
+        if !self.refusal_logged.swap(true, Ordering::Relaxed) {
+            let component = &*self.component;
+            let tool = self.tool.as_deref().unwrap_or("-");
+            tracing::warn!(
+                component,
+                tool,
+                authority,
+                "outbound HTTP request refused: {why} (logged once per call)"
+            );
+        }
+    }
+
+    fn take_request(&self) -> bool {
+        self.requests_left
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |left| left.checked_sub(1))
+            .is_ok()
+    }
+
+    /// The guest's timeouts, capped by the call's limits.
+    fn timeouts(&self, asked: Option<RequestOptions>) -> (Duration, Duration, Duration) {
+        let asked = asked.unwrap_or_default();
+        let cap = |asked: Option<Duration>, limit: Duration| asked.map_or(limit, |asked| asked.min(limit));
+        let connect = cap(asked.connect_timeout, self.connect_timeout);
+        let first_byte = cap(asked.first_byte_timeout, self.first_byte_timeout);
+        let between_bytes =
+            cap(asked.between_bytes_timeout, self.first_byte_timeout).max(Duration::from_nanos(1));
+        (connect, first_byte, between_bytes)
+    }
+}
+
+/// A request that passed the rules: where to connect, and how.
+struct Target {
+    host: String,
+    port: u16,
+    tls: bool,
+    /// The matching rule named this address: it may be inside.
+    literal: Option<IpAddr>,
+    authority: String,
+}
+
+/// What the connection's driver returns when the connection closes.
+type ConnectionFuture = Box<dyn Future<Output = Result<(), HttpError>> + Send>;
+type SendFuture =
+    Box<dyn Future<Output = Result<(http::Response<WasiBody>, ConnectionFuture), HttpError>> + Send>;
+
+impl WasiHttpHooks for Egress {
+    fn send_request(
+        &mut self,
+        request: http::Request<WasiBody>,
+        options: Option<RequestOptions>,
+        _body_result: ConnectionFuture,
+    ) -> SendFuture {
+        let call = self.call.clone();
+        let target = self.check(&request);
+        let ledger = self.ledger.clone();
+        Box::new(async move {
+            let target = target?;
+            let (connect_timeout, first_byte_timeout, between_bytes_timeout) = call.timeouts(options);
+            let connection = tokio::time::timeout(connect_timeout, connect(&target, &call, &ledger))
+                .await
+                .map_err(|_| HttpError::ConnectionTimeout)??;
+            let response = send(connection, request, first_byte_timeout).await?;
+            let (response, io) = response;
+            let response = response.map(|incoming| {
+                ResponseBody {
+                    incoming,
+                    call: call.clone(),
+                    between_bytes: between_bytes_timeout,
+                    idle: None,
+                }
+                .boxed_unsync()
+            });
+            Ok((response, io))
+        })
+    }
+
+    /// A guest's body is buffered a chunk at a time: cap the chunk like a connection's
+    /// buffer (wasmtime-wasi-http's default is 1 MiB).
+    fn p2_outgoing_body_chunk_size(&mut self) -> usize {
+        CONNECTION_BUFFER_BYTES
+    }
+}
+
+impl Egress {
+    /// The rules, and the call's request count: what can be decided before any I/O.
+    fn check(&self, request: &http::Request<WasiBody>) -> Result<Target, HttpError> {
+        let uri = request.uri();
+        let authority = uri.authority().map(|authority| authority.as_str()).unwrap_or("").to_owned();
+        let refuse = |why: &str, error: HttpError| {
+            self.call.log_refusal(&authority, why);
+            Err(error)
+        };
+        let tls = match uri.scheme_str() {
+            Some("https") => true,
+            Some("http") => false,
+            _ => return refuse("not http or https", HttpError::HttpRequestDenied),
+        };
+        let (Some(host), Some(port)) =
+            (uri.host(), uri.port_u16().or_else(|| uri.authority().map(|_| if tls { 443 } else { 80 })))
+        else {
+            return refuse("no host", HttpError::HttpRequestUriInvalid);
+        };
+        let Some(rule) = self.grants.grant(tls, host, port) else {
+            return refuse("no allow_http rule grants it", HttpError::HttpRequestDenied);
+        };
+        if !self.call.take_request() {
+            return refuse(
+                "the call made all the requests its http_requests allows",
+                HttpError::ConnectionLimitReached,
+            );
+        }
+        let literal = match rule.host {
+            HostRule::Address(address) => Some(address),
+            _ => None,
+        };
+        let host = host.trim_start_matches('[').trim_end_matches(']').to_ascii_lowercase();
+        Ok(Target { host, port, tls, literal, authority })
+    }
+}
+
+/// Resolve the target (unless its rule named the address), refuse inside addresses,
+/// charge the connection to the call and open it, with TLS for `https`.
+async fn connect(target: &Target, call: &CallEgress, ledger: &Arc<Ledger>) -> Result<Connection, HttpError> {
+    let address = match target.literal {
+        Some(address) => SocketAddr::new(address, target.port),
+        None => {
+            let addresses: Vec<SocketAddr> = tokio::net::lookup_host((target.host.as_str(), target.port))
+                .await
+                .map_err(|_| HttpError::DnsError { rcode: None, info_code: None })?
+                .collect();
+            if addresses.is_empty() {
+                return Err(HttpError::DestinationNotFound);
+            }
+            match addresses.iter().find(|address| !is_inside(address.ip())) {
+                Some(address) => *address,
+                None => {
+                    call.log_refusal(&target.authority, "its name resolves to an inside address");
+                    return Err(HttpError::DestinationIpProhibited);
+                }
+            }
+        }
+    };
+    let charge =
+        ledger.charge_connection(if target.tls { TLS_BUFFER_BYTES } else { 0 }).map_err(|refusal| {
+            call.log_refusal(&target.authority, &refusal.to_string());
+            HttpError::ConnectionLimitReached
+        })?;
+    let tcp = TcpStream::connect(address).await.map_err(|error| match error.kind() {
+        std::io::ErrorKind::ConnectionRefused => HttpError::ConnectionRefused,
+        _ => HttpError::Connect(error),
+    })?;
+    let _ = tcp.set_nodelay(true);
+    let stream: Box<dyn Stream> = if target.tls {
+        let name = rustls::pki_types::ServerName::try_from(target.host.clone())
+            .map_err(|_| HttpError::HttpRequestUriInvalid)?;
+        let tls =
+            tokio_rustls::TlsConnector::from(tls_config()).connect(name, tcp).await.map_err(tls_error)?;
+        Box::new(tls)
+    } else {
+        Box::new(tcp)
+    };
+    Ok(Connection { stream, charge })
+}
+
+/// A failed handshake as the guest's error code: a certificate the roots do not vouch for
+/// for this name is `TLS-certificate-error`, an alert from the server
+/// `TLS-alert-received`, anything else `TLS-protocol-error`.
+fn tls_error(error: std::io::Error) -> HttpError {
+    match error.get_ref().and_then(|inner| inner.downcast_ref::<rustls::Error>()) {
+        Some(rustls::Error::InvalidCertificate(_)) => HttpError::TlsCertificateError,
+        Some(rustls::Error::AlertReceived(alert)) => HttpError::TlsAlertReceived {
+            alert_id: Some(u8::from(*alert)),
+            alert_message: Some(format!("{alert:?}")),
+        },
+        _ => HttpError::TlsProtocolError,
+    }
+}
+
+/// An open connection and its charge to the call, which lasts as long as it does.
+struct Connection {
+    stream: Box<dyn Stream>,
+    charge: StreamCharge,
+}
+
+trait Stream: AsyncRead + AsyncWrite + Send + Sync + Unpin + 'static {}
+impl<T: AsyncRead + AsyncWrite + Send + Sync + Unpin + 'static> Stream for T {}
+
+/// The client configuration for `https`: the web PKI roots bundled with the server (the
+/// host's own store is not consulted, so what a guest may trust does not depend on it).
+fn tls_config() -> Arc<rustls::ClientConfig> {
+    static CONFIG: OnceLock<Arc<rustls::ClientConfig>> = OnceLock::new();
+    CONFIG
+        .get_or_init(|| {
+            let roots = rustls::RootCertStore { roots: webpki_roots::TLS_SERVER_ROOTS.into() };
+            let provider = Arc::new(rustls::crypto::ring::default_provider());
+            let config = rustls::ClientConfig::builder_with_provider(provider)
+                .with_safe_default_protocol_versions()
+                .expect("ring supports the default TLS versions")
+                .with_root_certificates(roots)
+                .with_no_client_auth();
+            Arc::new(config)
+        })
+        .clone()
+}
+
+/// Send `request` on `connection` (HTTP/1.1) and wait for the response head within
+/// `first_byte_timeout`; the returned future drives the connection until it closes.
+async fn send(
+    connection: Connection,
+    mut request: http::Request<WasiBody>,
+    first_byte_timeout: Duration,
+) -> Result<(http::Response<Incoming>, ConnectionFuture), HttpError> {
+    let Connection { stream, charge } = connection;
+    let (mut sender, connection) = hyper::client::conn::http1::Builder::new()
+        .max_buf_size(CONNECTION_BUFFER_BYTES)
+        .handshake(TokioIo::new(stream))
+        .await?;
+    // The request line carries the path only: the authority is in `Host` already.
+    let path = request.uri().path_and_query().map_or("/", |path| path.as_str());
+    *request.uri_mut() =
+        http::Uri::builder().path_and_query(path).build().map_err(|_| HttpError::HttpRequestUriInvalid)?;
+    let mut connection = Box::pin(async move {
+        let result = connection.await;
+        drop(charge);
+        result.map_err(HttpError::from)
+    });
+    let response = sender.send_request(request);
+    let mut response = std::pin::pin!(tokio::time::timeout(first_byte_timeout, response));
+    // Drive the connection while the response head is awaited.
+    let mut closed = None;
+    let response = std::future::poll_fn(|cx| {
+        if let Poll::Ready(response) = response.as_mut().poll(cx) {
+            return Poll::Ready(response);
+        }
+        if closed.is_none()
+            && let Poll::Ready(result) = connection.as_mut().poll(cx)
+        {
+            closed = Some(result);
+            // The connection ended first: the response can now only fail or be ready.
+            return response.as_mut().poll(cx);
+        }
+        Poll::Pending
+    })
+    .await
+    .map_err(|_| HttpError::ConnectionReadTimeout)??;
+    let io: ConnectionFuture = match closed {
+        Some(result) => Box::new(std::future::ready(result)),
+        None => Box::new(connection),
+    };
+    Ok((response, io))
+}
+
+/// A response body, counted against the call's `http_response_bytes`, that fails when
+/// no bytes come for `between_bytes`.
+struct ResponseBody {
+    incoming: Incoming,
+    call: Arc<CallEgress>,
+    between_bytes: Duration,
+    idle: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl Body for ResponseBody {
+    type Data = Bytes;
+    type Error = HttpError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, HttpError>>> {
+        match Pin::new(&mut self.incoming).poll_frame(cx) {
+            Poll::Ready(Some(Ok(frame))) => {
+                self.idle = None;
+                let size = frame.data_ref().map_or(0, Bytes::len);
+                let taken =
+                    self.call
+                        .response_bytes_left
+                        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |left| left.checked_sub(size));
+                if taken.is_err() {
+                    let limit = self.call.response_bytes_limit as u64;
+                    return Poll::Ready(Some(Err(HttpError::HttpResponseBodySize(Some(limit)))));
+                }
+                Poll::Ready(Some(Ok(frame)))
+            }
+            Poll::Ready(Some(Err(error))) => Poll::Ready(Some(Err(HttpError::from(error)))),
+            Poll::Ready(None) => Poll::Ready(None),
+            Poll::Pending => {
+                let between_bytes = self.between_bytes;
+                let idle = self.idle.get_or_insert_with(|| Box::pin(tokio::time::sleep(between_bytes)));
+                match idle.as_mut().poll(cx) {
+                    Poll::Ready(()) => Poll::Ready(Some(Err(HttpError::ConnectionReadTimeout))),
+                    Poll::Pending => Poll::Pending,
+                }
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.incoming.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.incoming.size_hint()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn grants(rules: &[&str]) -> HttpGrants {
+        HttpGrants::parse(&rules.iter().map(|rule| rule.to_string()).collect::<Vec<_>>()).unwrap()
+    }
+
+    #[test]
+    fn rules_name_scheme_host_and_port() {
+        let grants =
+            grants(&["https://api.github.com", "https://*.example.com:8443", "http://127.0.0.1:9000/"]);
+        assert!(grants.grant(true, "api.github.com", 443).is_some());
+        assert!(grants.grant(true, "API.GitHub.com", 443).is_some(), "names compare without case");
+        assert!(grants.grant(false, "api.github.com", 80).is_none(), "the scheme is part of the rule");
+        assert!(grants.grant(true, "api.github.com", 8443).is_none(), "the port defaults to the scheme's");
+        assert!(grants.grant(true, "evil.api.github.com", 443).is_none());
+        assert!(grants.grant(true, "a.example.com", 8443).is_some());
+        assert!(grants.grant(true, "a.b.example.com", 8443).is_some());
+        assert!(grants.grant(true, "example.com", 8443).is_none(), "*. is for subdomains only");
+        assert!(grants.grant(true, "badexample.com", 8443).is_none());
+        assert!(grants.grant(false, "127.0.0.1", 9000).is_some());
+        assert!(grants.grant(false, "localhost", 9000).is_none(), "an address rule grants that address only");
+        assert_eq!(
+            grants.describe(),
+            ["https://api.github.com:443", "https://*.example.com:8443", "http://127.0.0.1:9000"]
+        );
+        let v6 = self::grants(&["http://[::1]:8080"]);
+        assert!(v6.grant(false, "[::1]", 8080).is_some());
+    }
+
+    #[test]
+    fn malformed_rules_are_refused_with_the_rule_named() {
+        for rule in [
+            "api.github.com",
+            "ftp://example.com",
+            "https://example.com/path",
+            "https://user@example.com",
+            "https://example.com:0",
+            "https://example.com:99999",
+            "https://*",
+            "https://a.*.com",
+            "https://[::1",
+            "https://exa mple.com",
+            "https://",
+        ] {
+            let error = HttpGrants::parse(&[rule.to_owned()]).unwrap_err();
+            assert!(error.to_string().contains(rule), "{error}");
+        }
+    }
+
+    #[test]
+    fn inside_addresses_are_recognised_in_every_spelling() {
+        for inside in [
+            "127.0.0.1",
+            "127.1.2.3",
+            "10.0.0.1",
+            "172.16.0.1",
+            "172.31.255.255",
+            "192.168.1.1",
+            "169.254.169.254",
+            "100.64.0.1",
+            "0.0.0.0",
+            "224.0.0.1",
+            "255.255.255.255",
+            "::1",
+            "::",
+            "fc00::1",
+            "fd00:ec2::254",
+            "fe80::1",
+            "::ffff:127.0.0.1",
+            "::ffff:169.254.169.254",
+            "::127.0.0.1",
+            "64:ff9b::a00:1",
+            "2002:7f00:1::",
+            "ff02::1",
+        ] {
+            assert!(is_inside(inside.parse().unwrap()), "{inside} is inside");
+        }
+        for outside in
+            ["8.8.8.8", "1.1.1.1", "172.32.0.1", "2606:4700::1111", "::ffff:8.8.8.8", "64:ff9b::808:808"]
+        {
+            assert!(!is_inside(outside.parse().unwrap()), "{outside} is outside");
+        }
+    }
+}

@@ -1,0 +1,334 @@
+//! Outbound HTTP from a real component (`examples/hostile`'s `http_get` and `http_hang`,
+//! raw `wasi:http`, never cooperating) against a local HTTP server this test runs: what
+//! `allow_http` grants and refuses, the inside-address rule, the per-call limits, and a
+//! guest stopped while it waits on a response.
+
+mod common;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use cordon::runtime::{
+    CallReport, CleanupOutcome, ComponentOptions, Content, HttpGrants, Outcome, Runtime, ToolLimits,
+};
+use serde_json::json;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+use tokio::sync::mpsc;
+
+fn hostile() -> PathBuf {
+    let path = cordon::paths::default_tools_dir().join("hostile.wasm");
+    assert!(path.is_file(), "{} is missing: run `cargo xtask guests` first", path.display());
+    path
+}
+
+/// A local HTTP/1.1 server: `/ok` answers `hello`, `/big/N` N bytes, `/hang` never answers.
+/// It counts the connections it accepts and reports each `/hang` connection's close.
+struct Upstream {
+    port: u16,
+    connections: Arc<AtomicUsize>,
+    hang_closed: mpsc::UnboundedReceiver<()>,
+}
+
+impl Upstream {
+    async fn start() -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let connections = Arc::new(AtomicUsize::new(0));
+        let (closed, hang_closed) = mpsc::unbounded_channel();
+        let counter = connections.clone();
+        tokio::spawn(async move {
+            loop {
+                let Ok((mut socket, _)) = listener.accept().await else { return };
+                counter.fetch_add(1, Ordering::SeqCst);
+                let closed = closed.clone();
+                tokio::spawn(async move {
+                    let mut head = Vec::new();
+                    let mut buffer = [0u8; 4096];
+                    while !head.windows(4).any(|window| window == b"\r\n\r\n") {
+                        match socket.read(&mut buffer).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(read) => head.extend_from_slice(&buffer[..read]),
+                        }
+                    }
+                    let head = String::from_utf8_lossy(&head);
+                    let path = head.split_whitespace().nth(1).unwrap_or("/").to_owned();
+                    let body = if path == "/ok" {
+                        b"hello".to_vec()
+                    } else if let Some(size) = path.strip_prefix("/big/") {
+                        vec![b'x'; size.parse().unwrap()]
+                    } else {
+                        // /hang: read until the client goes away, then say so.
+                        while let Ok(read) = socket.read(&mut buffer).await {
+                            if read == 0 {
+                                break;
+                            }
+                        }
+                        let _ = closed.send(());
+                        return;
+                    };
+                    let head = format!(
+                        "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+                        body.len()
+                    );
+                    let _ = socket.write_all(head.as_bytes()).await;
+                    let _ = socket.write_all(&body).await;
+                });
+            }
+        });
+        Self { port, connections, hang_closed }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{path}", self.port)
+    }
+
+    fn connections(&self) -> usize {
+        self.connections.load(Ordering::SeqCst)
+    }
+}
+
+async fn runtime(rules: &[String], limits: ToolLimits) -> Runtime {
+    let mut runtime = Runtime::new(common::settings(4)).unwrap();
+    let options = ComponentOptions {
+        limits,
+        allow_http: HttpGrants::parse(rules).unwrap(),
+        ..ComponentOptions::default()
+    };
+    runtime.load_file(&hostile(), options).await.unwrap();
+    runtime
+}
+
+async fn call(runtime: &Runtime, tool: &str, arguments: serde_json::Value) -> CallReport {
+    runtime.call(tool, &arguments).await.unwrap().run().await
+}
+
+fn text(report: &CallReport) -> String {
+    match &report.outcome {
+        Outcome::Completed(result) => match result.content.as_slice() {
+            [Content::Text(text)] => text.clone(),
+            other => panic!("expected one text item, got {other:?}"),
+        },
+        other => panic!("expected an answer, got {other:?}"),
+    }
+}
+
+async fn get(runtime: &Runtime, url: &str, times: u32) -> Vec<String> {
+    let report = call(runtime, "http_get", json!({ "url": url, "times": times })).await;
+    text(&report).lines().map(str::to_owned).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_what_allow_http_grants_is_reached() {
+    let upstream = Upstream::start().await;
+    let port = upstream.port;
+    let rule = format!("http://127.0.0.1:{port}");
+    let runtime = runtime(&[rule, format!("http://localhost:{port}")], common::quick_limits()).await;
+
+    assert_eq!(get(&runtime, &upstream.url("/ok"), 1).await, ["200 5"], "a granted address");
+    assert_eq!(upstream.connections(), 1);
+
+    for (url, why) in [
+        (format!("http://127.0.0.2:{port}/ok"), "another host"),
+        (format!("http://127.0.0.1:{}/ok", port + 1), "another port"),
+        (format!("https://127.0.0.1:{port}/ok"), "another scheme"),
+        (format!("http://example.com:{port}/ok"), "a name no rule grants"),
+    ] {
+        assert_eq!(get(&runtime, &url, 1).await, ["error ErrorCode::HttpRequestDenied"], "{why}: {url}");
+    }
+    // Granted by name, but the name leads to loopback, which only a literal rule may reach.
+    let by_name = format!("http://localhost:{port}/ok");
+    assert_eq!(get(&runtime, &by_name, 1).await, ["error ErrorCode::DestinationIpProhibited"]);
+    assert_eq!(upstream.connections(), 1, "no refused request made a connection");
+}
+
+#[test]
+fn nothing_is_granted_by_default_and_a_refusal_is_logged_once_per_call() {
+    let log = common::capture_log(|| async {
+        let upstream = Upstream::start().await;
+        let runtime = runtime(&[], common::quick_limits()).await;
+        let lines = get(&runtime, &upstream.url("/ok"), 3).await;
+        assert_eq!(lines, ["error ErrorCode::HttpRequestDenied"; 3]);
+        assert_eq!(upstream.connections(), 0);
+    });
+    let refusals: Vec<&str> =
+        log.lines().filter(|line| line.contains("outbound HTTP request refused")).collect();
+    assert_eq!(refusals.len(), 1, "{log}");
+    assert!(refusals[0].contains("tool=\"http_get\"") || refusals[0].contains("tool=http_get"), "{log}");
+    assert!(refusals[0].contains("127.0.0.1:"), "the refused authority is named: {log}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_and_response_bytes_are_limited_per_call() {
+    let upstream = Upstream::start().await;
+    let rules = [format!("http://127.0.0.1:{}", upstream.port)];
+    let limits = ToolLimits { http_requests: 3, http_response_bytes: 100_000, ..common::quick_limits() };
+    let runtime = runtime(&rules, limits).await;
+
+    let lines = get(&runtime, &upstream.url("/ok"), 5).await;
+    assert_eq!(
+        lines,
+        [
+            "200 5",
+            "200 5",
+            "200 5",
+            "error ErrorCode::ConnectionLimitReached",
+            "error ErrorCode::ConnectionLimitReached"
+        ]
+    );
+    assert_eq!(upstream.connections(), 3);
+    assert_eq!(get(&runtime, &upstream.url("/ok"), 1).await, ["200 5"], "each call counts afresh");
+
+    // 60,000 bytes twice passes 100,000 for the call: the second body fails part way.
+    let lines = get(&runtime, &upstream.url("/big/60000"), 2).await;
+    assert_eq!(lines[0], "200 60000");
+    // wasmtime-wasi-http hands a body's failure to the guest as a stream error with this
+    // message (its `http-error-code` is not set for errors the host's body raises).
+    assert_eq!(lines[1], "error HTTP response body size exceeds limit: 100000 bytes");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_response_that_never_comes_times_out_and_closes_its_connection() {
+    let mut upstream = Upstream::start().await;
+    let rules = [format!("http://127.0.0.1:{}", upstream.port)];
+    let limits = ToolLimits { http_first_byte_timeout: Duration::from_millis(300), ..common::quick_limits() };
+    let runtime = runtime(&rules, limits).await;
+    let started = Instant::now();
+    assert_eq!(get(&runtime, &upstream.url("/hang"), 1).await, ["error ErrorCode::ConnectionReadTimeout"]);
+    assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
+    tokio::time::timeout(Duration::from_secs(5), upstream.hang_closed.recv())
+        .await
+        .expect("the connection is closed after the timeout");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connecting_is_bounded_by_the_connect_timeout() {
+    // A listener whose accept queue is full drops new connections' SYNs: connecting hangs.
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let listener = socket.listen(1).unwrap();
+    let address = listener.local_addr().unwrap();
+    let mut fillers = Vec::new();
+    let hangs = loop {
+        match tokio::time::timeout(Duration::from_millis(200), tokio::net::TcpStream::connect(address)).await
+        {
+            Ok(Ok(stream)) if fillers.len() < 64 => fillers.push(stream),
+            Ok(_) => break false,
+            Err(_) => break true,
+        }
+    };
+    assert!(hangs, "the accept queue never filled");
+    let limits = ToolLimits { http_connect_timeout: Duration::from_millis(300), ..common::quick_limits() };
+    let runtime = runtime(&[format!("http://{address}")], limits).await;
+    let started = Instant::now();
+    assert_eq!(get(&runtime, &format!("http://{address}/"), 1).await, ["error ErrorCode::ConnectionTimeout"]);
+    assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guest_waiting_on_a_response_is_stopped_its_connection_closed_and_cleaned_up() {
+    let mut upstream = Upstream::start().await;
+    let rules = [format!("http://127.0.0.1:{}", upstream.port)];
+    let limits = ToolLimits {
+        max_duration: Some(Duration::from_millis(300)),
+        grace: Duration::from_millis(50),
+        ..common::quick_limits()
+    };
+    let runtime = runtime(&rules, limits).await;
+
+    // A timeout.
+    let report = call(&runtime, "http_hang", json!({ "url": upstream.url("/hang") })).await;
+    assert!(matches!(report.outcome, Outcome::TimedOut(_)), "{:?}", report.outcome);
+    assert!(report.hard_stopped, "http_hang never checks: it is stopped by force");
+    let stop_latency = report.stopped_at - report.hard_stop_at.unwrap();
+    assert!(stop_latency < Duration::from_millis(100), "stopped {stop_latency:?} after the hard stop");
+    assert_eq!(report.cleanup.as_ref().map(|cleanup| &cleanup.outcome), Some(&CleanupOutcome::Completed));
+    tokio::time::timeout(Duration::from_secs(5), upstream.hang_closed.recv())
+        .await
+        .expect("connection closed");
+
+    // A cancel.
+    let call = runtime.call("http_hang", &json!({ "url": upstream.url("/hang") })).await.unwrap();
+    let handle = call.handle();
+    let running = tokio::spawn(call.run());
+    let connected = async {
+        while upstream.connections() < 2 {
+            tokio::task::yield_now().await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(5), connected).await.expect("the request reached the server");
+    handle.cancel();
+    let report = running.await.unwrap();
+    assert_eq!(report.outcome, Outcome::Cancelled);
+    assert_eq!(report.cleanup.as_ref().map(|cleanup| &cleanup.outcome), Some(&CleanupOutcome::Completed));
+    tokio::time::timeout(Duration::from_secs(5), upstream.hang_closed.recv())
+        .await
+        .expect("connection closed");
+    assert_eq!(runtime.pool_usage().calls, 0);
+}
+
+/// `https` is TLS verified against the bundled web PKI roots: a server whose certificate
+/// no public authority signed (this one is self-signed, for 127.0.0.1) is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn https_is_verified_and_a_self_signed_certificate_is_refused() {
+    use tokio_rustls::rustls;
+    use tokio_rustls::rustls::pki_types::pem::PemObject;
+    use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
+
+    let fixtures = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+    let certificate = CertificateDer::from_pem_file(fixtures.join("self-signed-cert.pem")).unwrap();
+    let key = PrivateKeyDer::from_pem_file(fixtures.join("self-signed-key.pem")).unwrap();
+    let config =
+        rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(vec![certificate], key)
+            .unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let (handshakes, mut handshake_results) = mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        while let Ok((socket, _)) = listener.accept().await {
+            let result = acceptor.accept(socket).await.map(|_| ()).map_err(|error| error.to_string());
+            let _ = handshakes.send(result);
+        }
+    });
+
+    let runtime = runtime(&[format!("https://127.0.0.1:{port}")], common::quick_limits()).await;
+    let lines = get(&runtime, &format!("https://127.0.0.1:{port}/"), 1).await;
+    assert_eq!(lines.len(), 1);
+    assert_eq!(lines, ["error ErrorCode::TlsCertificateError"]);
+    let server_saw =
+        tokio::time::timeout(Duration::from_secs(5), handshake_results.recv()).await.unwrap().unwrap();
+    assert!(server_saw.is_err(), "the client gave up the handshake: {server_saw:?}");
+}
+
+/// What a guest builds without sending it is host memory too: header fields, and the
+/// buffer of every outgoing body. Both count against `host_memory_bytes`; before they
+/// did, 1,000 unsent requests with full bodies held 64 MiB of host memory.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unsent_requests_bodies_and_header_fields_are_charged_to_the_call() {
+    let limits = ToolLimits { host_memory_bytes: 4 << 20, ..common::quick_limits() };
+    let runtime = runtime(&[], limits).await;
+
+    // A request costs its fields' most (16 KiB) and its body's buffer (64 KiB): 4 MiB
+    // holds 51 of them, and the 52nd body is refused.
+    let report = call(&runtime, "http_hoard", json!({ "count": 1000 })).await;
+    assert_eq!(text(&report), "bodies 51 of 1000");
+
+    // Fields alone: 256 sets of 16 KiB fill 4 MiB; the next one traps the guest.
+    let report = call(&runtime, "http_hoard", json!({ "count": 1000, "fields_only": true })).await;
+    match &report.outcome {
+        Outcome::Trapped(message) => assert!(message.contains("HTTP header fields"), "{message}"),
+        other => panic!("expected a trap, got {other:?}"),
+    }
+    // Everything was given back with the stores: the next call has its whole budget.
+    let report = call(&runtime, "http_hoard", json!({ "count": 200, "fields_only": true })).await;
+    assert_eq!(text(&report), "bodies 0 fields 200 of 200");
+    let report = call(&runtime, "http_hoard", json!({ "count": 1000 })).await;
+    assert_eq!(text(&report), "bodies 51 of 1000");
+}
