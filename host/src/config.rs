@@ -482,6 +482,8 @@ pub struct Grants {
     pub env: Vec<String>,
     /// The names of the `secrets` variables.
     pub secrets: Vec<String>,
+    /// The `allow_http` rules.
+    pub allow_http: HttpGrants,
 }
 
 impl Grants {
@@ -493,6 +495,7 @@ impl Grants {
             data_dir: self.data_dir.clone(),
             mounts: self.mounts.clone(),
             environment: Environment::new(names.collect()).unwrap_or_default(),
+            allow_http: self.allow_http.clone(),
             ..ComponentOptions::default()
         }
     }
@@ -516,12 +519,15 @@ impl Config {
                 Some(DataDirConfig::Default(false)) | None => None,
             };
             let mounts = entry.mounts.iter().map(|mount| mount.resolve(base)).collect::<Result<_>>()?;
+            let allow_http = HttpGrants::parse(&entry.allow_http)
+                .map_err(|problem| anyhow::anyhow!("component {name}: {problem}"))?;
             return Ok(Some(Grants {
                 name,
                 data_dir,
                 mounts,
                 env: entry.env.keys().cloned().collect(),
                 secrets: entry.secrets.keys().cloned().collect(),
+                allow_http,
             }));
         }
         Ok(None)

@@ -176,8 +176,7 @@ fn inspect(component: &std::path::Path, config: Option<&std::path::Path>) -> Res
     let list = |names: &[String]| if names.is_empty() { "none".to_owned() } else { names.join(", ") };
     println!("  env: {}", list(&grants.env));
     println!("  secrets: {} (values never shown)", list(&grants.secrets));
-    // Outbound HTTP is not granted by this build; the allow-list goes here.
-    println!("  allow_http: none");
+    println!("  allow_http: {}", list(&grants.allow_http.describe()));
     let warnings = cordon::runtime::grant_warnings(&interfaces.imports, &grants.options_without_values());
     for warning in warnings {
         println!("warning: {warning}");

@@ -418,6 +418,7 @@ fn inspect_shows_interfaces_and_grants_but_never_a_secret_s_value() {
         &format!(
             "[[components]]\npath = {hostile:?}\ndata_dir = \"data\"\n\
              env = {{ REGION = \"eu-west-value\" }}\n\
+             allow_http = [\"https://api.example.com\"]\n\
              secrets = {{ API_TOKEN = {{ file = \"token\" }}, OTHER = {{ env = \"CORDON_TEST_UNSET_VARIABLE\" }} }}\n\
              [[components.mounts]]\nhost = \"ro\"\nguest = \"/ro\"\nmode = \"ro\"\n\
              [[components.mounts]]\nhost = \"rw\"\nguest = \"/mnt/rw\"\nmode = \"rw\"\nquota_mb = 5\n"
@@ -439,7 +440,7 @@ fn inspect_shows_interfaces_and_grants_but_never_a_secret_s_value() {
         "/mnt/rw (rw, quota 5 MiB)",
         "env: REGION",
         "secrets: API_TOKEN, OTHER",
-        "allow_http:",
+        "allow_http: https://api.example.com:443",
     ] {
         assert!(out.contains(expected), "{expected:?} missing from:\n{out}");
     }
@@ -452,7 +453,7 @@ fn inspect_shows_interfaces_and_grants_but_never_a_secret_s_value() {
 }
 
 #[test]
-fn a_component_importing_the_environment_without_variables_is_warned_about_at_load() {
+fn a_component_importing_the_environment_or_http_without_a_grant_is_warned_about_at_load() {
     let dir = fresh_dir("warn");
     let hostile = hostile().display().to_string();
     let warning = "imports wasi:cli/environment but is granted no variables";
@@ -463,6 +464,8 @@ fn a_component_importing_the_environment_without_variables_is_warned_about_at_lo
     let line =
         log.lines().find(|line| line.contains(warning)).unwrap_or_else(|| panic!("no warning in:\n{log}"));
     assert!(line.contains("WARN") && line.contains("hostile"), "{line}");
+    let http = "imports wasi:http/outgoing-handler but is granted no `allow_http`";
+    assert!(log.contains(http), "no HTTP warning in:\n{log}");
     let config =
         write_config(&dir, &format!("[[components]]\npath = {hostile:?}\nenv = {{ REGION = \"eu\" }}\n"));
     let (_, log, ok) =

@@ -128,8 +128,12 @@ pub fn grant_warnings(imports: &[String], options: &ComponentOptions) -> Vec<Str
                 .to_owned(),
         );
     }
-    // One more line per grant that can be missing, e.g. `wasi:http/outgoing-handler`
-    // without `allow_http`.
+    if imports_interface(imports, "wasi:http/outgoing-handler") && options.allow_http.is_empty() {
+        warnings.push(
+            "it imports wasi:http/outgoing-handler but is granted no `allow_http`: every request is denied"
+                .to_owned(),
+        );
+    }
     warnings
 }
 
@@ -419,5 +423,12 @@ mod tests {
         };
         assert!(grant_warnings(&imports, &granted).is_empty());
         assert!(grant_warnings(&imports[1..], &none).is_empty(), "no import, nothing to warn about");
+        let http = vec!["wasi:http/outgoing-handler@0.2.12".to_owned()];
+        assert_eq!(grant_warnings(&http, &none).len(), 1);
+        let allowed = ComponentOptions {
+            allow_http: HttpGrants::parse(&["https://api.example.com".to_owned()]).unwrap(),
+            ..ComponentOptions::default()
+        };
+        assert!(grant_warnings(&http, &allowed).is_empty());
     }
 }
