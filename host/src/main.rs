@@ -149,7 +149,9 @@ fn inspect(component: &std::path::Path, config: Option<&std::path::Path>) -> Res
         println!("  {name}");
     }
     let Some(config) = config else { return Ok(ExitCode::SUCCESS) };
-    let base = std::path::absolute(config.parent().unwrap_or(std::path::Path::new("")))?;
+    // A bare file name's parent is empty: the current directory.
+    let parent = config.parent().filter(|parent| !parent.as_os_str().is_empty());
+    let base = std::path::absolute(parent.unwrap_or(std::path::Path::new(".")))?;
     let Some(grants) = cordon::config::Config::load(config)?.grants_for(&base, component)? else {
         println!("grants: none ({} has no [[components]] entry for this file)", config.display());
         return Ok(ExitCode::SUCCESS);
