@@ -35,6 +35,7 @@ fuzz_target!(|input: &[u8]| {
             mounts: Vec::new(),
             env: Default::default(),
             secrets: Default::default(),
+            allow_http: Vec::new(),
             limits: LimitsConfig::default(),
             tools: Default::default(),
         });
@@ -75,6 +76,7 @@ fn check_limits(written: &LimitsConfig, planned: &ToolLimits) {
     exact(written.note_kb, 10, planned.note_bytes as u128, "note_kb");
     exact(written.host_memory_kb, 10, planned.host_memory_bytes as u128, "host_memory_kb");
     exact(written.stderr_kb, 10, planned.stderr_bytes as u128, "stderr_kb");
+    exact(written.http_response_kb, 10, planned.http_response_bytes as u128, "http_response_kb");
 }
 
 /// A size written in units of `1 << shift` bytes resolves to exactly that many bytes.
