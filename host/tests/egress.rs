@@ -228,7 +228,7 @@ async fn connecting_is_bounded_by_the_connect_timeout() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_guest_waiting_on_a_response_is_stopped_its_connection_closed_and_cleaned_up() {
+async fn a_guest_waiting_on_a_response_is_stopped_by_timeout_cancel_and_shutdown_and_its_connection_closed() {
     let mut upstream = Upstream::start().await;
     let rules = [format!("http://127.0.0.1:{}", upstream.port)];
     let limits = ToolLimits {
@@ -267,6 +267,22 @@ async fn a_guest_waiting_on_a_response_is_stopped_its_connection_closed_and_clea
         .await
         .expect("connection closed");
     assert_eq!(runtime.pool_usage().calls, 0);
+
+    // A shutdown.
+    let call = runtime.call("http_hang", &json!({ "url": upstream.url("/hang") })).await.unwrap();
+    let running = tokio::spawn(call.run());
+    let connected = async {
+        while upstream.connections() < 3 {
+            tokio::task::yield_now().await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(5), connected).await.expect("the request reached the server");
+    runtime.shutdown();
+    let report = running.await.unwrap();
+    assert_eq!(report.outcome, Outcome::Shutdown);
+    tokio::time::timeout(Duration::from_secs(5), upstream.hang_closed.recv())
+        .await
+        .expect("connection closed");
 }
 
 /// `https` is TLS verified against the bundled web PKI roots: a server whose certificate
