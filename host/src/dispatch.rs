@@ -646,6 +646,11 @@ fn spawn_unless_ready(task: impl Future<Output = ()> + Send + 'static) {
 /// (a spinning tool, thousands of files opened or listed), the kernel otherwise lets them
 /// run out their time slice (1.5 ms on 2 cores) before a woken transport thread gets a
 /// core: the soak's echo p99 beside them was 2.8–3.8× its idle p99.
+///
+/// Its blocking pool is small: a guest that opens 200 file streams starts a background
+/// read on each, and tokio's default of 512 threads let one such call make the server
+/// start 200 threads (the soak's HTTP server had 219 after its warm-up), each with its stack
+/// and allocator cache; idle ones end after 2 s, not 10.
 /// `None` when the runtime cannot be started; calls then stay on the caller's runtime.
 fn waiting_calls() -> Option<&'static tokio::runtime::Handle> {
     static RUNTIME: std::sync::OnceLock<Option<tokio::runtime::Runtime>> = std::sync::OnceLock::new();
@@ -653,6 +658,8 @@ fn waiting_calls() -> Option<&'static tokio::runtime::Handle> {
         .get_or_init(|| {
             tokio::runtime::Builder::new_multi_thread()
                 .thread_name("cordon-calls")
+                .max_blocking_threads(WAITING_CALLS_BLOCKING_THREADS)
+                .thread_keep_alive(Duration::from_secs(2))
                 .on_thread_start(lower_priority)
                 .enable_all()
                 .build()
@@ -662,6 +669,10 @@ fn waiting_calls() -> Option<&'static tokio::runtime::Handle> {
         .as_ref()
         .map(tokio::runtime::Runtime::handle)
 }
+
+/// Threads for the file work of calls that wait (wasmtime-wasi does each file operation on
+/// the blocking pool): enough for every core many times over.
+const WAITING_CALLS_BLOCKING_THREADS: usize = 32;
 
 /// Put the calling thread in Linux's `SCHED_IDLE` class: a thread of any other class that
 /// wakes up preempts it at once. Any process may lower its own threads' priority.
