@@ -16,10 +16,11 @@ use cordon::runtime::{ComponentOptions, Content, Outcome, Runtime, RuntimeSettin
 /// work the server's RSS stayed 8–16 % above its baseline, and neither `malloc_trim` nor
 /// `M_ARENA_MAX=2` changed that. jemalloc with a background thread purges freed pages
 /// after about a second (`dirty_decay_ms`, with nothing kept "muzzy"): RSS came back to
-/// within 5–11 % of the baseline in the 30 s soaks (BENCHMARKS.md, "Soak"). It also made a
-/// short call faster: the soak's idle echo p50 went from 257 to 102 µs on stdio. It costs
-/// about 30 s of a cold build (jemalloc's C sources). mimalloc was tried too and
-/// rejected: the same soak peaked at 850 MiB (110 MiB with glibc) and stayed up after.
+/// within 5–11 % of the baseline in the soaks, from a baseline about 10 MiB lower than
+/// glibc's (BENCHMARKS.md, "Soak"); a call is about 6 % cheaper in the runtime
+/// benchmark. It costs about 30 s of a cold build (jemalloc's C sources). mimalloc was
+/// tried too and rejected: the same soak peaked at 850 MiB (110 MiB with glibc) and
+/// stayed up after.
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
