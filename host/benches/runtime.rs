@@ -10,6 +10,10 @@
 #[path = "../tests/common/mod.rs"]
 mod common;
 
+/// The allocator `cordon` runs on (host/src/main.rs), so these are the server's figures.
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 

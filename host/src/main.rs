@@ -8,6 +8,33 @@ use clap::{Parser, Subcommand};
 use cordon::paths;
 use cordon::runtime::{ComponentOptions, Content, Outcome, Runtime, RuntimeSettings};
 
+/// jemalloc, not glibc's malloc: memory the host frees goes back to the system.
+///
+/// A call can make the host hold a lot for a while (file buffers, directory listings, up
+/// to its `host_memory_bytes`) from any thread of the blocking pool. glibc kept what those
+/// threads freed in per-thread arenas and in the main heap: after the soak's hostile file
+/// work the server's RSS stayed 8–16 % above its baseline, and neither `malloc_trim` nor
+/// `M_ARENA_MAX=2` changed that. jemalloc with a background thread purges freed pages
+/// after about a second (`dirty_decay_ms`, with nothing kept "muzzy"): RSS came back to
+/// within 5–11 % of the baseline in the soaks, from a baseline about 10 MiB lower than
+/// glibc's (BENCHMARKS.md, "Soak"); a call is about 6 % cheaper in the runtime
+/// benchmark. It costs about 30 s of a cold build (jemalloc's C sources). mimalloc was
+/// tried too and rejected: the same soak peaked at 850 MiB (110 MiB with glibc) and
+/// stayed up after.
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
+/// jemalloc's options (the symbol it reads at its first allocation).
+#[used]
+#[unsafe(export_name = "_rjem_malloc_conf")]
+static MALLOC_CONF: MallocConf =
+    MallocConf(c"background_thread:true,dirty_decay_ms:1000,muzzy_decay_ms:0".as_ptr());
+
+#[repr(transparent)]
+struct MallocConf(*const std::ffi::c_char);
+// SAFETY: a pointer to a static C string, never written.
+unsafe impl Sync for MallocConf {}
+
 #[derive(Parser)]
 #[command(
     name = "cordon",

@@ -539,25 +539,33 @@ pub(crate) fn new_store(
     store
 }
 
+/// How long a run computes before an epoch tick makes it yield: past it, every tick does.
+const FIRST_SLICE: Duration = Duration::from_micros(250);
+
 /// Give `store` one run's bounds: its host-call fuel, and an epoch callback that traps at
-/// the hard stop or at `backstop` and otherwise yields every tick, from the second on.
+/// the hard stop or at `backstop` and otherwise yields at every tick once the run has
+/// lasted [`FIRST_SLICE`].
 ///
 /// The first tick of a run comes at a random point of it, often within microseconds: a
 /// short call that yielded there would wait behind every busy guest (the trivial call's
 /// p99 beside two spinning guests was 2.2–2.8× its idle p99; without the first yield,
-/// 1.3–1.9×). The hard stop is checked at every tick, the first included.
+/// 1.3–1.9×). Skipping the first tick outright let a busy guest hold its thread for one to
+/// two ticks before its first yield, and a call's first slice runs in place, on the thread
+/// that reads the transport (dispatch.rs): a guest filling its memory or spinning held up
+/// every request behind it for up to 2 ms. Now it yields at the first tick that finds it
+/// at least 250 µs in. The hard stop is checked at every tick, the first included.
 fn arm(store: &mut Store<GuestState>, limits: &ToolLimits, backstop: Option<Instant>) {
     // Host-call fuel also bounds the result copied out of the guest: leave room above the
     // result limit so an oversized result is measured and refused by `check_result`.
     store.set_hostcall_fuel(limits.hostcall_bytes.max(limits.result_bytes.saturating_mul(2)));
     store.set_epoch_deadline(1);
-    let mut first_tick = true;
+    let armed = Instant::now();
     store.epoch_deadline_callback(move |store| {
         if store.data().control().is_hard_stopping()
             || backstop.is_some_and(|backstop| Instant::now() >= backstop)
         {
             Ok(UpdateDeadline::Interrupt)
-        } else if std::mem::take(&mut first_tick) {
+        } else if armed.elapsed() < FIRST_SLICE {
             Ok(UpdateDeadline::Continue(1))
         } else {
             Ok(UpdateDeadline::YieldCustom(1, Box::pin(tokio::task::yield_now())))
