@@ -98,7 +98,7 @@ async fn measure() {
         let port = upstream().await;
         let url = format!("http://127.0.0.1:{port}/");
         let mut runtime = Runtime::new(common::settings(4)).unwrap();
-        let hostile = cordon::paths::default_tools_dir().join("hostile.wasm");
+        let hostile = common::hostile();
         let options = ComponentOptions {
             allow_http: HttpGrants::parse(&[format!("http://127.0.0.1:{port}")]).unwrap(),
             ..ComponentOptions::default()

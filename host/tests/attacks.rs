@@ -5,30 +5,13 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU32, Ordering};
+use common::{fresh_dir, hostile};
+
+use std::path::Path;
 use std::time::Duration;
 
 use cordon::runtime::{CallReport, ComponentOptions, Content, Outcome, Runtime, RuntimeSettings, ToolLimits};
 use serde_json::{Value, json};
-
-fn hostile() -> PathBuf {
-    let path = cordon::paths::default_tools_dir().join("hostile.wasm");
-    assert!(path.is_file(), "{} is missing: run `cargo xtask guests` first", path.display());
-    path
-}
-
-fn fresh_dir(what: &str) -> PathBuf {
-    static NEXT: AtomicU32 = AtomicU32::new(0);
-    let dir = std::env::temp_dir().join(format!(
-        "cordon-attacks-{what}-{}-{}",
-        std::process::id(),
-        NEXT.fetch_add(1, Ordering::Relaxed)
-    ));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
 
 async fn hostile_runtime(settings: RuntimeSettings, limits: ToolLimits, data_dir: &Path) -> Runtime {
     let mut runtime = Runtime::new(settings).unwrap();

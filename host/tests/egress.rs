@@ -5,7 +5,8 @@
 
 mod common;
 
-use std::path::PathBuf;
+use common::hostile;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -17,12 +18,6 @@ use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
-
-fn hostile() -> PathBuf {
-    let path = cordon::paths::default_tools_dir().join("hostile.wasm");
-    assert!(path.is_file(), "{} is missing: run `cargo xtask guests` first", path.display());
-    path
-}
 
 /// A local HTTP/1.1 server: `/ok` answers `hello`, `/big/N` N bytes, `/hang` never answers.
 /// It counts the connections it accepts and reports each `/hang` connection's close.

@@ -234,6 +234,26 @@ pub fn quick_limits() -> ToolLimits {
     }
 }
 
+/// The hostile example component (`examples/hostile`), built by `cargo xtask guests`.
+pub fn hostile() -> std::path::PathBuf {
+    let path = cordon::paths::default_tools_dir().join("hostile.wasm");
+    assert!(path.is_file(), "{} is missing: run `cargo xtask guests` first", path.display());
+    path
+}
+
+/// A new empty directory for one test, named after `what`.
+pub fn fresh_dir(what: &str) -> std::path::PathBuf {
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "cordon-test-{what}-{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
 pub fn settings(max_concurrent_calls: usize) -> RuntimeSettings {
     RuntimeSettings {
         engine: EngineSettings { max_concurrent_calls, cache_dir: None, ..EngineSettings::default() },
