@@ -5,12 +5,12 @@
 
 mod common;
 
-use common::{fresh_dir, hostile};
+use common::{answer, call, fresh_dir, hostile};
 
 use std::path::Path;
 use std::time::Duration;
 
-use cordon::runtime::{CallReport, ComponentOptions, Content, Outcome, Runtime, RuntimeSettings, ToolLimits};
+use cordon::runtime::{ComponentOptions, Outcome, Runtime, RuntimeSettings, ToolLimits};
 use serde_json::{Value, json};
 
 async fn hostile_runtime(settings: RuntimeSettings, limits: ToolLimits, data_dir: &Path) -> Runtime {
@@ -19,22 +19,6 @@ async fn hostile_runtime(settings: RuntimeSettings, limits: ToolLimits, data_dir
         ComponentOptions { limits, data_dir: Some(data_dir.to_owned()), ..ComponentOptions::default() };
     runtime.load_file(&hostile(), options).await.unwrap();
     runtime
-}
-
-/// The text a call returned, or its tool error's message.
-fn answer(report: &CallReport) -> String {
-    match &report.outcome {
-        Outcome::Completed(result) => match result.content.as_slice() {
-            [Content::Text(text)] => text.clone(),
-            other => panic!("expected one text item, got {other:?}"),
-        },
-        Outcome::ToolError(message) => message.clone(),
-        other => panic!("expected an answer, got {other:?}"),
-    }
-}
-
-async fn call(runtime: &Runtime, tool: &str, arguments: Value) -> CallReport {
-    runtime.call(tool, &arguments).await.unwrap().run().await
 }
 
 /// The first number in `text` ("opened 255 of 5000: ...").

@@ -5,15 +5,13 @@
 
 mod common;
 
-use common::hostile;
+use common::{answer, call, hostile};
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use cordon::runtime::{
-    CallReport, CleanupOutcome, ComponentOptions, Content, HttpGrants, Outcome, Runtime, ToolLimits,
-};
+use cordon::runtime::{CleanupOutcome, ComponentOptions, HttpGrants, Outcome, Runtime, ToolLimits};
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
@@ -96,23 +94,9 @@ async fn runtime(rules: &[String], limits: ToolLimits) -> Runtime {
     runtime
 }
 
-async fn call(runtime: &Runtime, tool: &str, arguments: serde_json::Value) -> CallReport {
-    runtime.call(tool, &arguments).await.unwrap().run().await
-}
-
-fn text(report: &CallReport) -> String {
-    match &report.outcome {
-        Outcome::Completed(result) => match result.content.as_slice() {
-            [Content::Text(text)] => text.clone(),
-            other => panic!("expected one text item, got {other:?}"),
-        },
-        other => panic!("expected an answer, got {other:?}"),
-    }
-}
-
 async fn get(runtime: &Runtime, url: &str, times: u32) -> Vec<String> {
     let report = call(runtime, "http_get", json!({ "url": url, "times": times })).await;
-    text(&report).lines().map(str::to_owned).collect()
+    answer(&report).lines().map(str::to_owned).collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -329,7 +313,7 @@ async fn unsent_requests_bodies_and_header_fields_are_charged_to_the_call() {
     // A request costs its fields' most (16 KiB) and its body's buffer (64 KiB): 4 MiB
     // holds 51 of them, and the 52nd body is refused.
     let report = call(&runtime, "http_hoard", json!({ "count": 1000 })).await;
-    assert_eq!(text(&report), "bodies 51 of 1000");
+    assert_eq!(answer(&report), "bodies 51 of 1000");
 
     // Fields alone: 256 sets of 16 KiB fill 4 MiB; the next one traps the guest.
     let report = call(&runtime, "http_hoard", json!({ "count": 1000, "fields_only": true })).await;
@@ -339,7 +323,7 @@ async fn unsent_requests_bodies_and_header_fields_are_charged_to_the_call() {
     }
     // Everything was given back with the stores: the next call has its whole budget.
     let report = call(&runtime, "http_hoard", json!({ "count": 200, "fields_only": true })).await;
-    assert_eq!(text(&report), "bodies 0 fields 200 of 200");
+    assert_eq!(answer(&report), "bodies 0 fields 200 of 200");
     let report = call(&runtime, "http_hoard", json!({ "count": 1000 })).await;
-    assert_eq!(text(&report), "bodies 51 of 1000");
+    assert_eq!(answer(&report), "bodies 51 of 1000");
 }

@@ -3,6 +3,8 @@
 
 mod common;
 
+use common::call;
+
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
@@ -58,10 +60,6 @@ fn text_of(report: &CallReport) -> String {
         }
         other => panic!("expected a completed call, got {other:?}"),
     }
-}
-
-async fn call(runtime: &Runtime, tool: &str, arguments: Value) -> CallReport {
-    runtime.call(tool, &arguments).await.unwrap().run().await
 }
 
 async fn locks(runtime: &Runtime) -> Vec<String> {

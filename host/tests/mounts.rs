@@ -6,13 +6,13 @@
 
 mod common;
 
-use common::{fresh_dir, hostile};
+use common::{answer, call, fresh_dir, hostile};
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use cordon::runtime::{CallReport, ComponentOptions, Content, Mount, Outcome, Runtime};
-use serde_json::{Value, json};
+use cordon::runtime::{CallReport, ComponentOptions, Mount, Outcome, Runtime};
+use serde_json::json;
 
 fn mount(host: &Path, guest: &str, writable: bool, quota_bytes: Option<u64>) -> Mount {
     Mount { host: host.to_owned(), guest: guest.into(), writable, quota_bytes }
@@ -24,26 +24,10 @@ async fn runtime_with(options: ComponentOptions) -> Result<Runtime, cordon::runt
     runtime.load_file(&hostile(), options).await.map(|()| runtime)
 }
 
-/// The text a call returned, or its tool error's message.
-fn answer(report: &CallReport) -> String {
-    match &report.outcome {
-        Outcome::Completed(result) => match result.content.as_slice() {
-            [Content::Text(text)] => text.clone(),
-            other => panic!("expected one text item, got {other:?}"),
-        },
-        Outcome::ToolError(message) => message.clone(),
-        other => panic!("expected an answer, got {other:?}"),
-    }
-}
-
 /// Whether the call answered with a tool error.
 fn failed(report: &CallReport) -> bool {
     matches!(&report.outcome, Outcome::ToolError(_))
         || matches!(&report.outcome, Outcome::Completed(result) if result.is_error)
-}
-
-async fn call(runtime: &Runtime, tool: &str, arguments: Value) -> CallReport {
-    runtime.call(tool, &arguments).await.unwrap().run().await
 }
 
 /// A data directory, a read-only mount and a read-write one, side by side with a

@@ -234,6 +234,28 @@ pub fn quick_limits() -> ToolLimits {
     }
 }
 
+/// Run one call of `tool` to its end.
+pub async fn call(
+    runtime: &Runtime,
+    tool: &str,
+    arguments: serde_json::Value,
+) -> cordon::runtime::CallReport {
+    runtime.call(tool, &arguments).await.unwrap().run().await
+}
+
+/// The text a call returned, or its tool error's message.
+pub fn answer(report: &cordon::runtime::CallReport) -> String {
+    use cordon::runtime::{Content, Outcome};
+    match &report.outcome {
+        Outcome::Completed(result) => match result.content.as_slice() {
+            [Content::Text(text)] => text.clone(),
+            other => panic!("expected one text item, got {other:?}"),
+        },
+        Outcome::ToolError(message) => message.clone(),
+        other => panic!("expected an answer, got {other:?}"),
+    }
+}
+
 /// The hostile example component (`examples/hostile`), built by `cargo xtask guests`.
 pub fn hostile() -> std::path::PathBuf {
     let path = cordon::paths::default_tools_dir().join("hostile.wasm");
