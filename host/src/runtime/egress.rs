@@ -60,7 +60,9 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 use tokio_rustls::rustls;
 use wasmtime_wasi_http::io::TokioIo;
-use wasmtime_wasi_http::{Error as HttpError, RequestOptions, WasiBody, WasiHttpCtxView, WasiHttpHooks};
+use wasmtime_wasi_http::{
+    Error as HttpError, RequestOptions, WasiBody, WasiHttpCtxView, WasiHttpHooks, WasiHttpView,
+};
 
 use wasmtime::StoreContextMut;
 use wasmtime::component::{Linker, Resource};
@@ -97,7 +99,7 @@ pub(crate) fn shadow_http_types(linker: &mut Linker<GuestState>) -> wasmtime::Re
     types.func_wrap("[constructor]fields", |mut store: StoreContextMut<'_, GuestState>, (): ()| {
         let state = store.data_mut();
         charge_fields(state)?;
-        let fields = HostFields::new(&mut state.http_view())?;
+        let fields = HostFields::new(&mut state.http())?;
         state.track_charge::<FieldMap>(fields.rep(), FIELDS_BYTES);
         Ok((fields,))
     })?;
@@ -106,7 +108,7 @@ pub(crate) fn shadow_http_types(linker: &mut Linker<GuestState>) -> wasmtime::Re
         |mut store: StoreContextMut<'_, GuestState>, (entries,): (Vec<(String, Vec<u8>)>,)| {
             let state = store.data_mut();
             charge_fields(state)?;
-            match HostFields::from_list(&mut state.http_view(), entries) {
+            match HostFields::from_list(&mut state.http(), entries) {
                 Ok(fields) => {
                     state.track_charge::<FieldMap>(fields.rep(), FIELDS_BYTES);
                     Ok((Ok(fields),))
@@ -123,7 +125,7 @@ pub(crate) fn shadow_http_types(linker: &mut Linker<GuestState>) -> wasmtime::Re
         |mut store: StoreContextMut<'_, GuestState>, (fields,): (Resource<FieldMap>,)| {
             let state = store.data_mut();
             charge_fields(state)?;
-            let copy = HostFields::clone(&mut state.http_view(), fields)?;
+            let copy = HostFields::clone(&mut state.http(), fields)?;
             state.track_charge::<FieldMap>(copy.rep(), FIELDS_BYTES);
             Ok((copy,))
         },
@@ -135,7 +137,7 @@ pub(crate) fn shadow_http_types(linker: &mut Linker<GuestState>) -> wasmtime::Re
         "[constructor]outgoing-request",
         |mut store: StoreContextMut<'_, GuestState>, (headers,): (Resource<FieldMap>,)| {
             let state = store.data_mut();
-            let message = OutgoingRequestHost::new(&mut state.http_view(), headers)?;
+            let message = OutgoingRequestHost::new(&mut state.http(), headers)?;
             Ok((carrying_fields(state, message)?,))
         },
     )?;
@@ -143,7 +145,7 @@ pub(crate) fn shadow_http_types(linker: &mut Linker<GuestState>) -> wasmtime::Re
         "[constructor]outgoing-response",
         |mut store: StoreContextMut<'_, GuestState>, (headers,): (Resource<FieldMap>,)| {
             let state = store.data_mut();
-            let message = OutgoingResponseHost::new(&mut state.http_view(), headers)?;
+            let message = OutgoingResponseHost::new(&mut state.http(), headers)?;
             Ok((carrying_fields(state, message)?,))
         },
     )?;
@@ -226,7 +228,7 @@ fn charged_body<M: OutgoingMessage>(
         return Ok(Err(()));
     };
     let rep = message.rep();
-    let body = M::open_body(&mut state.http_view(), message)?;
+    let body = M::open_body(&mut state.http(), message)?;
     if body.is_ok() {
         let message = state.table().get_mut(&Resource::<M>::new_borrow(rep))?;
         let slot = message.body_slot();

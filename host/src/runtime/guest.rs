@@ -177,11 +177,6 @@ impl GuestState {
     pub(crate) fn settle_table_charges(&mut self) {
         self.table_charges.settle(&mut self.table, &self.ledger);
     }
-
-    /// wasmtime-wasi-http's view of this store, whose functions egress.rs calls.
-    pub(crate) fn http_view(&mut self) -> WasiHttpCtxView<'_> {
-        self.http()
-    }
 }
 
 impl WasiView for GuestState {
