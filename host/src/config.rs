@@ -322,7 +322,6 @@ fn bytes(value: usize, shift: u32, key: &str) -> Result<usize> {
 }
 
 /// A component to load, resolved.
-#[derive(Debug)]
 pub struct ComponentPlan {
     pub name: String,
     pub path: PathBuf,
@@ -330,6 +329,19 @@ pub struct ComponentPlan {
     /// without a config); `path` is then only where they were built from.
     pub embedded: Option<&'static [u8]>,
     pub options: ComponentOptions,
+}
+
+// By hand, so that embedded bytes show as their length, not as a list of numbers.
+impl std::fmt::Debug for ComponentPlan {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter
+            .debug_struct("ComponentPlan")
+            .field("name", &self.name)
+            .field("path", &self.path)
+            .field("embedded", &self.embedded.map(|bytes| format!("{} bytes", bytes.len())))
+            .field("options", &self.options)
+            .finish()
+    }
 }
 
 /// Everything `serve` needs, resolved from a config file (or the defaults).
