@@ -40,6 +40,12 @@ def dockerfile_instructions() -> list[tuple[str, str]]:
     return [tuple(line.split(None, 1)) for line in lines if line and not line.startswith("#")]
 
 
+def runtime_stage(instructions: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The instructions from the last FROM on: the image that ships."""
+    last = max(i for i, (instruction, _) in enumerate(instructions) if instruction == "FROM")
+    return instructions[last:]
+
+
 def test_the_dockerfile_has_no_hadolint_finding():
     lint = subprocess.run(
         [BIN / "hadolint", "--no-color", "--failure-threshold", "style", str(DOCKERFILE)],
@@ -57,7 +63,7 @@ def test_the_image_builds_host_and_guests_then_runs_slim_and_unprivileged():
     # Debian's rustc-web route for the guests, before the release build that embeds them.
     assert "rustc-web cargo-web rust-web-src lld-22 wasi-libc" in build
     assert build.index("cargo xtask guests") < build.index("cargo build --release --locked -p cordon")
-    runtime = instructions[[i for i, (instruction, _) in enumerate(instructions) if instruction == "FROM"][1]:]
+    runtime = runtime_stage(instructions)
     values = {instruction: arguments for instruction, arguments in runtime}
     assert values["USER"] == "10001:10001"
     # The engine's compile cache is $XDG_CACHE_HOME/cordon (host/src/runtime/engine.rs).
@@ -132,6 +138,26 @@ def test_the_service_budget_and_autoscaler_select_the_deployment():
     autoscaler = objects["HorizontalPodAutoscaler"]["spec"]
     assert autoscaler["scaleTargetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment", "name": "cordon"}
     assert autoscaler["minReplicas"] == deployment["spec"]["replicas"] <= autoscaler["maxReplicas"]
+
+
+def test_the_manifests_and_the_image_agree():
+    """The Deployment runs the image's user on its ports, mounts volumes where the image
+    keeps its cache and data, and the ConfigMap names components where the image puts them."""
+    runtime = runtime_stage(dockerfile_instructions())
+    image = {instruction: arguments for instruction, arguments in runtime}
+    objects = manifests()
+    pod = objects["Deployment"]["spec"]["template"]["spec"]
+    [container] = pod["containers"]
+    uid, gid = image["USER"].split(":")
+    assert (pod["securityContext"]["runAsUser"], pod["securityContext"]["runAsGroup"]) == (int(uid), int(gid))
+    assert sorted(port["containerPort"] for port in container["ports"]) == sorted(map(int, image["EXPOSE"].split()))
+    mounted = {mount["mountPath"] for mount in container["volumeMounts"]}
+    assert set(re.findall(r'"(/[^"]+)"', image["VOLUME"])) <= mounted
+    # Folders the image copies into (a destination ending in "/").
+    folders = [arguments.split()[-1] for instruction, arguments in runtime if instruction == "COPY"]
+    folders = [folder for folder in folders if folder.endswith("/")]
+    paths = re.findall(r'^path = "([^"]+)"', objects["ConfigMap"]["data"]["cordon.toml"], re.MULTILINE)
+    assert paths and all(any(map(path.startswith, folders)) for path in paths), (folders, paths)
 
 
 async def test_the_configmap_config_serves_the_example_tools(tmp_path):
