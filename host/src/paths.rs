@@ -4,7 +4,8 @@ use std::path::PathBuf;
 
 /// The folder `cargo xtask guests` builds the example components into.
 pub fn default_tools_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/guests")
+    let host = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    host.parent().unwrap_or(host).join("target/guests")
 }
 
 /// Where `cargo xtask guests` puts the example tools, in the repository this binary was
