@@ -95,7 +95,7 @@ enum Command {
         /// $XDG_DATA_HOME/cordon/<component>, else ~/.local/share/cordon/<component>].
         #[arg(long)]
         data_dir: Option<PathBuf>,
-        /// Stop the call after this many seconds [default: 300, the default max_duration_ms].
+        /// Stop the call after this many seconds [default: 300, a tool's default maximum duration].
         #[arg(long)]
         timeout: Option<f64>,
     },
