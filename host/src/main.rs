@@ -44,6 +44,9 @@ unsafe impl Sync for MallocConf {}
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// How the log on stderr is written: `text` or `json` (one object per line).
+    #[arg(long, global = true, default_value = "text", value_parser = ["text", "json"])]
+    log_format: String,
 }
 
 #[derive(Subcommand)]
@@ -64,6 +67,10 @@ enum Command {
         /// in target/guests, built by `cargo xtask guests`].
         #[arg(long)]
         config: Option<PathBuf>,
+        /// Serve Prometheus metrics (/metrics) and health probes (/healthz, /readyz) on this
+        /// address, e.g. 127.0.0.1:9464.
+        #[arg(long, value_name = "ADDRESS")]
+        metrics: Option<std::net::SocketAddr>,
     },
     /// List a component's tools with their input schemas, as JSON.
     List {
@@ -99,38 +106,36 @@ enum Command {
 
 fn main() -> ExitCode {
     use std::io::IsTerminal;
-    let Ok((log, flush)) = cordon::operator_log::start(std::io::stderr()) else {
-        eprintln!("error: cannot start the log thread");
-        return ExitCode::FAILURE;
-    };
-    tracing_subscriber::fmt()
-        .with_writer(log)
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("CORDON_LOG").unwrap_or_else(|_| "info".into()),
-        )
-        .init();
     let cli = Cli::parse();
+    let format = cli.log_format.parse().expect("clap allows only known formats");
+    let log =
+        match cordon::telemetry::log::install(std::io::stderr(), format, std::io::stderr().is_terminal()) {
+            Ok(log) => log,
+            Err(error) => {
+                eprintln!("error: {error}");
+                return ExitCode::FAILURE;
+            }
+        };
     let runtime = tokio::runtime::Runtime::new().expect("starting the tokio runtime");
-    match runtime.block_on(run(cli)) {
-        Ok(code) => code,
-        Err(error) => {
-            flush.flush(); // the log before the error
-            eprintln!("error: {error:#}");
-            ExitCode::FAILURE
-        }
-    }
+    let code = runtime.block_on(run(cli, &log));
+    log.finish(); // the log before the error
+    code.unwrap_or_else(|error| {
+        eprintln!("error: {error:#}");
+        ExitCode::FAILURE
+    })
 }
 
-async fn run(cli: Cli) -> Result<ExitCode> {
+async fn run(cli: Cli, log: &cordon::telemetry::LogHandle) -> Result<ExitCode> {
     match cli.command {
-        Command::Serve { stdio, http, allow_host, config } => {
+        Command::Serve { stdio, http, allow_host, config, metrics } => {
             let transport = match (stdio, http) {
                 (true, _) => Transport::Stdio,
                 (false, Some(address)) => Transport::Http { address, allow_host },
                 (false, None) => anyhow::bail!("choose a transport: `--stdio` or `--http 127.0.0.1:8080`"),
             };
-            serve(config, transport).await
+            tokio::spawn(log.dropped().report_every(std::time::Duration::from_secs(10)));
+            let telemetry = Telemetry::start(metrics, log.dropped()).await?;
+            serve(config, transport, telemetry).await
         }
         Command::List { component } => {
             let runtime = load(&component, None).await?;
@@ -218,8 +223,44 @@ enum Transport {
     Http { address: std::net::SocketAddr, allow_host: Vec<String> },
 }
 
-async fn serve(config: Option<PathBuf>, transport: Transport) -> Result<ExitCode> {
+/// What `serve` tells operators: the call log, and with `--metrics` the metrics and probes.
+struct Telemetry {
+    health: std::sync::Arc<cordon::telemetry::Health>,
+    metrics: Option<std::sync::Arc<cordon::telemetry::Metrics>>,
+}
+
+impl Telemetry {
+    /// Bind the metrics listener first, so that probes answer while components compile.
+    async fn start(
+        address: Option<std::net::SocketAddr>,
+        dropped: cordon::telemetry::LogDropped,
+    ) -> Result<Self> {
+        let health = std::sync::Arc::new(cordon::telemetry::Health::default());
+        let Some(address) = address else { return Ok(Self { health, metrics: None }) };
+        let listener = cordon::telemetry::MetricsListener::bind(address)
+            .await
+            .with_context(|| format!("serving metrics on {address}"))?;
+        tracing::info!("serving metrics on http://{}/metrics", listener.local_addr()?);
+        let metrics = cordon::telemetry::Metrics::new(Some(dropped));
+        tokio::spawn(listener.serve(metrics.clone(), health.clone()));
+        Ok(Self { health, metrics: Some(metrics) })
+    }
+
+    fn observe(&self, runtime: &mut Runtime) {
+        runtime.observe(std::sync::Arc::new(cordon::telemetry::CallLog));
+        if let Some(metrics) = &self.metrics {
+            runtime.observe(metrics.clone());
+        }
+    }
+}
+
+async fn serve(config: Option<PathBuf>, transport: Transport, telemetry: Telemetry) -> Result<ExitCode> {
     let shutdown = shutdown_signal()?;
+    let health = telemetry.health.clone();
+    let shutdown = async move {
+        shutdown.await;
+        health.set_stopping();
+    };
     let plan = match &config {
         Some(path) => {
             let base = path.parent().map(std::path::Path::to_path_buf).unwrap_or_default();
@@ -238,6 +279,7 @@ async fn serve(config: Option<PathBuf>, transport: Transport) -> Result<ExitCode
         Transport::Stdio => settings.reserved_descriptors,
     });
     let mut runtime = Runtime::new(settings)?;
+    telemetry.observe(&mut runtime);
     let mut drain = std::time::Duration::ZERO;
     for component in plan.components {
         let limits = std::iter::once(&component.options.limits).chain(component.options.tool_limits.values());
@@ -246,11 +288,17 @@ async fn serve(config: Option<PathBuf>, transport: Transport) -> Result<ExitCode
     }
     let tools: Vec<&str> = runtime.tools().map(|tool| tool.name.as_str()).collect();
     tracing::info!("loaded {} tools: {}", tools.len(), tools.join(", "));
-    let server = cordon::dispatch::Server::with_limits(
-        std::sync::Arc::new(runtime),
-        plan.progress_interval,
-        plan.server_limits,
-    );
+    let runtime = std::sync::Arc::new(runtime);
+    let server =
+        cordon::dispatch::Server::with_limits(runtime.clone(), plan.progress_interval, plan.server_limits);
+    let stats = matches!(transport, Transport::Http { .. }).then(|| plan.http.stats.clone());
+    if let Some(metrics) = &telemetry.metrics {
+        metrics.attach(runtime, stats.clone());
+    }
+    if let Some(stats) = stats {
+        telemetry.health.watch_listener(stats);
+    }
+    telemetry.health.set_loaded();
     // A call may also be in a schema check, which nothing interrupts (runtime/schema.rs).
     let drain = drain.max(cordon::runtime::SCHEMA_CHECK_BUDGET) + std::time::Duration::from_secs(1);
     if let Transport::Http { address, allow_host } = transport {
@@ -295,6 +343,7 @@ async fn load(
     options: Option<(ComponentOptions, Option<PathBuf>)>,
 ) -> Result<Runtime> {
     let mut runtime = Runtime::new(RuntimeSettings::default())?;
+    runtime.observe(std::sync::Arc::new(cordon::telemetry::CallLog));
     let (mut options, data_dir) = options.unwrap_or_default();
     let name = path.file_stem().map(|stem| stem.to_string_lossy().into_owned()).unwrap_or_default();
     options.data_dir = Some(data_dir.unwrap_or_else(|| paths::default_data_dir(&name)));
