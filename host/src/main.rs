@@ -134,7 +134,7 @@ async fn run(cli: Cli, log: &cordon::telemetry::LogHandle) -> Result<ExitCode> {
                 (false, None) => anyhow::bail!("choose a transport: `--stdio` or `--http 127.0.0.1:8080`"),
             };
             tokio::spawn(log.dropped().report_every(std::time::Duration::from_secs(10)));
-            let telemetry = Telemetry::start(metrics, log.dropped()).await?;
+            let telemetry = cordon::telemetry::Telemetry::start(metrics, Some(log.dropped())).await?;
             serve(config, transport, telemetry).await
         }
         Command::List { component } => {
@@ -223,44 +223,12 @@ enum Transport {
     Http { address: std::net::SocketAddr, allow_host: Vec<String> },
 }
 
-/// What `serve` tells operators: the call log, and with `--metrics` the metrics and probes.
-struct Telemetry {
-    health: std::sync::Arc<cordon::telemetry::Health>,
-    metrics: Option<std::sync::Arc<cordon::telemetry::Metrics>>,
-}
-
-impl Telemetry {
-    /// Bind the metrics listener first, so that probes answer while components compile.
-    async fn start(
-        address: Option<std::net::SocketAddr>,
-        dropped: cordon::telemetry::LogDropped,
-    ) -> Result<Self> {
-        let health = std::sync::Arc::new(cordon::telemetry::Health::default());
-        let Some(address) = address else { return Ok(Self { health, metrics: None }) };
-        let listener = cordon::telemetry::MetricsListener::bind(address)
-            .await
-            .with_context(|| format!("serving metrics on {address}"))?;
-        tracing::info!("serving metrics on http://{}/metrics", listener.local_addr()?);
-        let metrics = cordon::telemetry::Metrics::new(Some(dropped));
-        tokio::spawn(listener.serve(metrics.clone(), health.clone()));
-        Ok(Self { health, metrics: Some(metrics) })
-    }
-
-    fn observe(&self, runtime: &mut Runtime) {
-        runtime.observe(std::sync::Arc::new(cordon::telemetry::CallLog));
-        if let Some(metrics) = &self.metrics {
-            runtime.observe(metrics.clone());
-        }
-    }
-}
-
-async fn serve(config: Option<PathBuf>, transport: Transport, telemetry: Telemetry) -> Result<ExitCode> {
-    let shutdown = shutdown_signal()?;
-    let health = telemetry.health.clone();
-    let shutdown = async move {
-        shutdown.await;
-        health.set_stopping();
-    };
+async fn serve(
+    config: Option<PathBuf>,
+    transport: Transport,
+    telemetry: cordon::telemetry::Telemetry,
+) -> Result<ExitCode> {
+    let shutdown = telemetry.until_stopping(shutdown_signal()?);
     let plan = match &config {
         Some(path) => {
             let base = path.parent().map(std::path::Path::to_path_buf).unwrap_or_default();
@@ -292,13 +260,7 @@ async fn serve(config: Option<PathBuf>, transport: Transport, telemetry: Telemet
     let server =
         cordon::dispatch::Server::with_limits(runtime.clone(), plan.progress_interval, plan.server_limits);
     let stats = matches!(transport, Transport::Http { .. }).then(|| plan.http.stats.clone());
-    if let Some(metrics) = &telemetry.metrics {
-        metrics.attach(runtime, stats.clone());
-    }
-    if let Some(stats) = stats {
-        telemetry.health.watch_listener(stats);
-    }
-    telemetry.health.set_loaded();
+    telemetry.loaded(runtime, stats);
     // A call may also be in a schema check, which nothing interrupts (runtime/schema.rs).
     let drain = drain.max(cordon::runtime::SCHEMA_CHECK_BUDGET) + std::time::Duration::from_secs(1);
     if let Transport::Http { address, allow_host } = transport {

@@ -21,3 +21,83 @@ pub mod metrics;
 pub use listener::{Health, MetricsListener};
 pub use log::{CallLog, LogDropped, LogFormat, LogHandle};
 pub use metrics::Metrics;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use crate::runtime::Runtime;
+use crate::transport::http::HttpStats;
+
+/// Why telemetry could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum TelemetryError {
+    #[error("serving metrics on {address}: {source}")]
+    Bind { address: SocketAddr, source: std::io::Error },
+}
+
+/// What a server tells its operator: the call log, and with a metrics address the
+/// metrics and the probes.
+pub struct Telemetry {
+    health: Arc<Health>,
+    metrics: Option<Arc<Metrics>>,
+    metrics_address: Option<SocketAddr>,
+}
+
+impl Telemetry {
+    /// Bind the metrics listener (when `address` is given) and serve it at once, so that
+    /// `/healthz` answers (and `/readyz` says not yet) while components compile.
+    /// `dropped` is the log's count of dropped events, exported as a metric.
+    pub async fn start(
+        address: Option<SocketAddr>,
+        dropped: Option<LogDropped>,
+    ) -> Result<Self, TelemetryError> {
+        let health = Arc::new(Health::default());
+        let Some(address) = address else {
+            return Ok(Self { health, metrics: None, metrics_address: None });
+        };
+        let bind_error = |source| TelemetryError::Bind { address, source };
+        let listener = MetricsListener::bind(address).await.map_err(bind_error)?;
+        let bound = listener.local_addr().map_err(bind_error)?;
+        tracing::info!("serving metrics on http://{bound}/metrics");
+        let metrics = Metrics::new(dropped);
+        tokio::spawn(listener.serve(metrics.clone(), health.clone()));
+        Ok(Self { health, metrics: Some(metrics), metrics_address: Some(bound) })
+    }
+
+    /// Where the metrics listener listens, if it does.
+    pub fn metrics_address(&self) -> Option<SocketAddr> {
+        self.metrics_address
+    }
+
+    /// Give `runtime` its observers: the call log, and the metrics when served.
+    pub fn observe(&self, runtime: &mut Runtime) {
+        runtime.observe(Arc::new(CallLog));
+        if let Some(metrics) = &self.metrics {
+            runtime.observe(metrics.clone());
+        }
+    }
+
+    /// Every component is loaded into `runtime`: read the gauges from it (and from the
+    /// MCP listener's `http` counts), and be ready once that listener accepts.
+    pub fn loaded(&self, runtime: Arc<Runtime>, http: Option<Arc<HttpStats>>) {
+        if let Some(metrics) = &self.metrics {
+            metrics.attach(runtime, http.clone());
+        }
+        if let Some(http) = http {
+            self.health.watch_listener(http);
+        }
+        self.health.set_loaded();
+    }
+
+    /// `shutdown`, which also marks the server not ready when it resolves.
+    pub fn until_stopping(
+        &self,
+        shutdown: impl std::future::Future<Output = ()>,
+    ) -> impl std::future::Future<Output = ()> {
+        let health = self.health.clone();
+        async move {
+            shutdown.await;
+            health.set_stopping();
+        }
+    }
+}
