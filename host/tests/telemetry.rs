@@ -372,3 +372,109 @@ fn one_json_log_line_per_call_of_each_outcome_and_metrics_that_count_them() {
     let call_lines = server.log_text.iter().filter(|line| line.contains("\"cordon::call\"")).count();
     assert_eq!(call_lines, 1009, "one line per call");
 }
+
+/// `get`, from async code.
+async fn get_async(address: SocketAddr, path: &'static str) -> (u16, String) {
+    tokio::task::spawn_blocking(move || get(address, "GET", path)).await.unwrap()
+}
+
+/// Wait until `check` holds of what `path` answers, for at most 10 s.
+async fn until(address: SocketAddr, path: &'static str, check: impl Fn(u16, &str) -> bool) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let (status, body) = get_async(address, path).await;
+        if check(status, &body) {
+            return;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{path} stayed at {status}: {body}");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readyz_is_503_until_loaded_and_accepting_and_again_once_shutdown_begins() {
+    use cordon::transport::http::{HttpSettings, serve};
+    use std::sync::Arc;
+    let telemetry =
+        cordon::telemetry::Telemetry::start(Some("127.0.0.1:0".parse().unwrap()), None).await.unwrap();
+    let metrics = telemetry.metrics_address().unwrap();
+    // Alive at once, not ready while components load.
+    assert_eq!(get_async(metrics, "/healthz").await.0, 200);
+    assert_eq!(get_async(metrics, "/readyz").await.0, 503);
+    let echo = common::WatGuest::new("echo", "(call $ok_text (i32.const 2000) (i32.const 4))");
+    let mut runtime = common::runtime_with(&[echo], common::quick_limits()).await;
+    telemetry.observe(&mut runtime);
+    let runtime = Arc::new(runtime);
+    let settings = HttpSettings::default();
+    telemetry.loaded(runtime.clone(), Some(settings.stats.clone()));
+    // Loaded, but the MCP listener does not accept yet.
+    assert_eq!(get_async(metrics, "/readyz").await.0, 503);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let mcp = listener.local_addr().unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let shutdown = telemetry.until_stopping(async move {
+        let _ = stopped.await;
+    });
+    let server = cordon::dispatch::Server::new(runtime, Duration::from_millis(10));
+    let serving = tokio::spawn(serve(server, listener, settings, shutdown, Duration::from_secs(2)));
+    until(metrics, "/readyz", |status, _| status == 200).await;
+    // An open MCP connection shows in the gauge.
+    let connection = tokio::net::TcpStream::connect(mcp).await.unwrap();
+    until(metrics, "/metrics", |_, body| body.contains("cordon_http_connections_open 1\n")).await;
+    drop(connection);
+    until(metrics, "/metrics", |_, body| body.contains("cordon_http_connections_open 0\n")).await;
+    // Shutdown begins: not ready, still alive.
+    stop.send(()).unwrap();
+    until(metrics, "/readyz", |status, _| status == 503).await;
+    assert_eq!(get_async(metrics, "/healthz").await.0, 200);
+    serving.await.unwrap().unwrap();
+    assert_eq!(get_async(metrics, "/readyz").await.0, 503);
+}
+
+#[test]
+fn the_metrics_listener_refuses_long_heads_never_reads_a_body_and_caps_its_connections() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let telemetry = runtime
+        .block_on(cordon::telemetry::Telemetry::start(Some("127.0.0.1:0".parse().unwrap()), None))
+        .unwrap();
+    let address = telemetry.metrics_address().unwrap();
+    // A head past 8 KiB is refused, not buffered.
+    let mut stream = TcpStream::connect(address).unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let long = "x".repeat(16 << 10);
+    let _ = write!(stream, "GET /metrics HTTP/1.1\r\nHost: a\r\nX-Long: {long}\r\n\r\n");
+    let mut response = String::new();
+    let _ = stream.read_to_string(&mut response);
+    assert!(response.starts_with("HTTP/1.1 431"), "{response:.200}");
+    // A request announcing a body it never sends is answered at once, its body unread.
+    let mut stream = TcpStream::connect(address).unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(stream, "GET /healthz HTTP/1.1\r\nHost: a\r\nContent-Length: 1000000\r\n\r\n").unwrap();
+    let mut head = [0u8; 12];
+    stream.read_exact(&mut head).unwrap();
+    assert_eq!(&head, b"HTTP/1.1 200");
+    // Its own connection limit: with every slot held by a silent client, the next
+    // connection is closed unread; once one of them leaves, connections are served again.
+    let silent: Vec<TcpStream> = (0..cordon::telemetry::listener::MAX_CONNECTIONS)
+        .map(|_| TcpStream::connect(address).unwrap())
+        .collect();
+    let mut refused = TcpStream::connect(address).unwrap();
+    refused.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let _ = write!(refused, "GET /healthz HTTP/1.1\r\nHost: a\r\n\r\n");
+    let mut answer = Vec::new();
+    let _ = refused.read_to_end(&mut answer);
+    assert!(answer.is_empty(), "over the limit, nothing is answered: {:?}", String::from_utf8_lossy(&answer));
+    drop(silent);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let mut stream = TcpStream::connect(address).unwrap();
+        stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let _ = write!(stream, "GET /healthz HTTP/1.1\r\nHost: a\r\n\r\n");
+        let mut answer = String::new();
+        let _ = stream.read_to_string(&mut answer);
+        if answer.starts_with("HTTP/1.1 200") {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "slots never came back");
+    }
+}

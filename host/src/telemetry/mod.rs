@@ -90,10 +90,10 @@ impl Telemetry {
     }
 
     /// `shutdown`, which also marks the server not ready when it resolves.
-    pub fn until_stopping(
+    pub fn until_stopping<F: std::future::Future<Output = ()>>(
         &self,
-        shutdown: impl std::future::Future<Output = ()>,
-    ) -> impl std::future::Future<Output = ()> {
+        shutdown: F,
+    ) -> impl std::future::Future<Output = ()> + use<F> {
         let health = self.health.clone();
         async move {
             shutdown.await;
