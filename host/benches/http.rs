@@ -50,8 +50,7 @@ fn main() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let log = observed.stderr.take().unwrap();
-    let log_lines = std::thread::spawn(move || std::io::BufReader::new(log).lines().count());
+    let log_lines = support::drain_log(observed.stderr.take().unwrap());
     let python_port = free_port();
     let mut reference = Command::new(&python)
         .arg(root.join("host/benches/reference_server.py"))

@@ -43,8 +43,7 @@ impl Subject {
         let mut child = command.stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
         let stdin = child.stdin.take().unwrap();
         let stdout = BufReader::new(child.stdout.take().unwrap());
-        let log_lines =
-            child.stderr.take().map(|log| std::thread::spawn(move || BufReader::new(log).lines().count()));
+        let log_lines = child.stderr.take().map(support::drain_log);
         let mut subject = Self {
             label,
             child,

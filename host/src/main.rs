@@ -134,7 +134,7 @@ async fn run(cli: Cli, log: &cordon::telemetry::LogHandle) -> Result<ExitCode> {
                 (false, None) => anyhow::bail!("choose a transport: `--stdio` or `--http 127.0.0.1:8080`"),
             };
             tokio::spawn(log.dropped().report_every(std::time::Duration::from_secs(10)));
-            let telemetry = cordon::telemetry::Telemetry::start(metrics, Some(log.dropped())).await?;
+            let telemetry = cordon::telemetry::Telemetry::start(metrics, Some(log)).await?;
             serve(config, transport, telemetry).await
         }
         Command::List { component } => {
@@ -305,7 +305,7 @@ async fn load(
     options: Option<(ComponentOptions, Option<PathBuf>)>,
 ) -> Result<Runtime> {
     let mut runtime = Runtime::new(RuntimeSettings::default())?;
-    runtime.observe(std::sync::Arc::new(cordon::telemetry::CallLog));
+    runtime.observe(std::sync::Arc::new(cordon::telemetry::CallLog::via_tracing()));
     let (mut options, data_dir) = options.unwrap_or_default();
     let name = path.file_stem().map(|stem| stem.to_string_lossy().into_owned()).unwrap_or_default();
     options.data_dir = Some(data_dir.unwrap_or_else(|| paths::default_data_dir(&name)));

@@ -124,9 +124,15 @@ impl LogDropped {
 /// The installed log: its writer thread runs as long as the process.
 pub struct LogHandle {
     shared: Arc<Shared>,
+    format: LogFormat,
 }
 
 impl LogHandle {
+    /// The call log, writing its lines straight into this log's buffer.
+    pub fn call_log(&self) -> CallLog {
+        CallLog { direct: Some((self.shared.clone(), self.format)) }
+    }
+
     /// The count of events dropped so far.
     pub fn dropped(&self) -> LogDropped {
         LogDropped(self.shared.clone())
@@ -203,23 +209,29 @@ impl Write for EventWriter<'_> {
 
 impl Drop for EventWriter<'_> {
     fn drop(&mut self) {
-        if self.bytes.is_empty() {
-            return;
+        if !self.bytes.is_empty() {
+            self.shared.append(&self.bytes);
         }
-        let mut batch = self.shared.batch.lock().unwrap();
+    }
+}
+
+impl Shared {
+    /// Add one whole event to the batch, or drop and count it when the buffer is full.
+    fn append(&self, event: &[u8]) {
+        let mut batch = self.batch.lock().unwrap();
         let before = batch.bytes.len();
-        if before + self.bytes.len() > BUFFER_BYTES {
+        if before + event.len() > BUFFER_BYTES {
             drop(batch);
-            self.shared.dropped.fetch_add(1, Ordering::Relaxed);
+            self.dropped.fetch_add(1, Ordering::Relaxed);
             return;
         }
-        batch.bytes.extend_from_slice(&self.bytes);
+        batch.bytes.extend_from_slice(event);
         // The writer sleeps until the first event of a batch, and is woken early only by a
         // large one: one wake-up per batch, not per event.
         let wake = before == 0 || (before < WAKE_BYTES && batch.bytes.len() >= WAKE_BYTES);
         drop(batch);
         if wake {
-            self.shared.wake.notify_one();
+            self.wake.notify_one();
         }
     }
 }
@@ -240,7 +252,8 @@ pub fn install(
     format: LogFormat,
     ansi: bool,
 ) -> Result<LogHandle, LogError> {
-    let (writer, handle) = start(output)?;
+    let (writer, mut handle) = start(output)?;
+    handle.format = format;
     let filter = tracing_subscriber::EnvFilter::try_from_env("CORDON_LOG").unwrap_or_else(|_| "info".into());
     let builder = tracing_subscriber::fmt().with_writer(writer).with_env_filter(filter);
     let installed = match format {
@@ -259,38 +272,186 @@ fn start(output: impl Write + Send + 'static) -> Result<(BatchWriter, LogHandle)
         .name("cordon-log".into())
         .spawn(move || write_batches(&writer, output))
         .map_err(LogError::Thread)?;
-    Ok((BatchWriter(shared.clone()), LogHandle { shared }))
+    Ok((BatchWriter(shared.clone()), LogHandle { shared, format: LogFormat::Text }))
 }
 
 /// The one log line each call ends with (target `cordon::call`, level info): who asked,
 /// what ran, how it ended and stopped, its cleanup, and sizes. Never an argument's or a
 /// result's value; a tool's name only when the tool is loaded. A field without a value
 /// (no tenant, a call that never ran) is left out.
-pub struct CallLog;
+///
+/// With the log installed here ([`LogHandle::call_log`]) the line is formatted by hand, in
+/// the shape `tracing-subscriber` gives every other line (text or JSON), and appended to
+/// the buffer directly: through `tracing`'s formatter it cost the HTTP echo about 4 µs of
+/// CPU per call (its field visitors, `Debug` escaping, float formatting), over the 5 %
+/// target at saturation (BENCHMARKS.md, "Telemetry"). `$CORDON_LOG` still decides whether
+/// it is written. Without a log of ours (a test), it goes through `tracing`.
+#[derive(Clone, Default)]
+pub struct CallLog {
+    direct: Option<(Arc<Shared>, LogFormat)>,
+}
+
+impl CallLog {
+    /// A call log that goes through `tracing`, whatever the subscriber.
+    pub fn via_tracing() -> Self {
+        Self::default()
+    }
+}
 
 impl CallObserver for CallLog {
     fn call_ended(&self, event: &CallEnded) {
-        let millis = |duration: std::time::Duration| duration.as_secs_f64() * 1e3;
-        tracing::info!(
-            target: "cordon::call",
-            request_id = event.tags.request_id.as_deref(),
-            tenant = event.tags.tenant.as_deref(),
-            call_id = event.call_id,
-            component = event.component.as_deref(),
-            tool = event.tool.as_deref(),
-            outcome = event.outcome.as_str(),
-            refusal = event.refusal.map(|reason| reason.as_str()),
-            stop = event.stop_path.map(|path| path.as_str()),
-            duration_ms = millis(event.duration),
-            queue_ms = millis(event.queue_wait),
-            stop_latency_ms = event.stop_latency.map(millis),
-            cleanup = event.cleanup.map(|cleanup| cleanup.result.as_str()),
-            cleanup_ms = event.cleanup.map(|cleanup| millis(cleanup.duration)),
-            argument_bytes = event.argument_bytes,
-            result_bytes = event.result_bytes,
-            "call ended"
-        );
+        if !tracing::enabled!(target: "cordon::call", tracing::Level::INFO) {
+            return;
+        }
+        let Some((shared, format)) = &self.direct else {
+            return via_tracing(event);
+        };
+        let mut line = Line::start(*format);
+        if let Some(id) = &event.tags.request_id {
+            line.text("request_id", id);
+        }
+        if let Some(tenant) = &event.tags.tenant {
+            line.text("tenant", tenant);
+        }
+        if let Some(id) = event.call_id {
+            line.number("call_id", id);
+        }
+        if let Some(component) = &event.component {
+            line.text("component", component);
+        }
+        if let Some(tool) = &event.tool {
+            line.text("tool", tool);
+        }
+        line.text("outcome", event.outcome.as_str());
+        if let Some(reason) = event.refusal {
+            line.text("refusal", reason.as_str());
+        }
+        if let Some(stop) = event.stop_path {
+            line.text("stop", stop.as_str());
+        }
+        line.millis("duration_ms", event.duration);
+        line.millis("queue_ms", event.queue_wait);
+        if let Some(latency) = event.stop_latency {
+            line.millis("stop_latency_ms", latency);
+        }
+        if let Some(cleanup) = event.cleanup {
+            line.text("cleanup", cleanup.result.as_str());
+            line.millis("cleanup_ms", cleanup.duration);
+        }
+        line.number("argument_bytes", event.argument_bytes as u64);
+        line.number("result_bytes", event.result_bytes as u64);
+        shared.append(&line.finish());
     }
+}
+
+/// The call line through `tracing` (tests, and `cordon call` before a log is installed).
+fn via_tracing(event: &CallEnded) {
+    let millis = |duration: Duration| duration.as_secs_f64() * 1e3;
+    tracing::info!(
+        target: "cordon::call",
+        request_id = event.tags.request_id.as_deref(),
+        tenant = event.tags.tenant.as_deref(),
+        call_id = event.call_id,
+        component = event.component.as_deref(),
+        tool = event.tool.as_deref(),
+        outcome = event.outcome.as_str(),
+        refusal = event.refusal.map(|reason| reason.as_str()),
+        stop = event.stop_path.map(|path| path.as_str()),
+        duration_ms = millis(event.duration),
+        queue_ms = millis(event.queue_wait),
+        stop_latency_ms = event.stop_latency.map(millis),
+        cleanup = event.cleanup.map(|cleanup| cleanup.result.as_str()),
+        cleanup_ms = event.cleanup.map(|cleanup| millis(cleanup.duration)),
+        argument_bytes = event.argument_bytes,
+        result_bytes = event.result_bytes,
+        "call ended"
+    );
+}
+
+/// A call line being written, in `tracing-subscriber`'s text or JSON shape.
+struct Line {
+    bytes: Vec<u8>,
+    json: bool,
+}
+
+impl Line {
+    fn start(format: LogFormat) -> Self {
+        let mut bytes = Vec::with_capacity(320);
+        let json = format == LogFormat::Json;
+        if json {
+            bytes.extend_from_slice(b"{\"timestamp\":\"");
+            write_timestamp(&mut bytes, std::time::SystemTime::now());
+            bytes.extend_from_slice(b"\",\"level\":\"INFO\",\"fields\":{\"message\":\"call ended\"");
+        } else {
+            write_timestamp(&mut bytes, std::time::SystemTime::now());
+            bytes.extend_from_slice(b"  INFO cordon::call: call ended");
+        }
+        Self { bytes, json }
+    }
+
+    fn key(&mut self, key: &str) {
+        if self.json {
+            self.bytes.extend_from_slice(b",\"");
+            self.bytes.extend_from_slice(key.as_bytes());
+            self.bytes.extend_from_slice(b"\":");
+        } else {
+            self.bytes.push(b' ');
+            self.bytes.extend_from_slice(key.as_bytes());
+            self.bytes.push(b'=');
+        }
+    }
+
+    /// A string, quoted and escaped as JSON in both shapes: a tool name or a request id
+    /// can never break the line.
+    fn text(&mut self, key: &str, value: &str) {
+        self.key(key);
+        serde_json::to_writer(&mut self.bytes, value).expect("writing to a Vec never fails");
+    }
+
+    fn number(&mut self, key: &str, value: u64) {
+        self.key(key);
+        let _ = write!(self.bytes, "{value}");
+    }
+
+    /// Milliseconds with microseconds: `0.176`.
+    fn millis(&mut self, key: &str, value: Duration) {
+        self.key(key);
+        let micros = value.as_micros();
+        let _ = write!(self.bytes, "{}.{:03}", micros / 1000, micros % 1000);
+    }
+
+    fn finish(mut self) -> Vec<u8> {
+        if self.json {
+            self.bytes.extend_from_slice(b"},\"target\":\"cordon::call\"}");
+        }
+        self.bytes.push(b'\n');
+        self.bytes
+    }
+}
+
+/// `2026-12-01T11:41:23.226102Z`: UTC, to the microsecond, as `tracing-subscriber` writes it.
+fn write_timestamp(out: &mut Vec<u8>, now: std::time::SystemTime) {
+    let since = now.duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    let seconds = since.as_secs();
+    let (days, of_day) = ((seconds / 86_400) as i64, seconds % 86_400);
+    // Days since 1970-01-01 to a civil date (Howard Hinnant's `civil_from_days`).
+    let shifted = days + 719_468;
+    let era = shifted.div_euclid(146_097);
+    let day_of_era = shifted.rem_euclid(146_097);
+    let year_of_era = (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
+    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
+    let month_index = (5 * day_of_year + 2) / 153;
+    let day = day_of_year - (153 * month_index + 2) / 5 + 1;
+    let month = if month_index < 10 { month_index + 3 } else { month_index - 9 };
+    let year = year_of_era + era * 400 + i64::from(month <= 2);
+    let _ = write!(
+        out,
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:06}Z",
+        of_day / 3600,
+        of_day % 3600 / 60,
+        of_day % 60,
+        since.subsec_micros()
+    );
 }
 
 #[cfg(test)]
@@ -387,5 +548,41 @@ mod tests {
             "whole lines"
         );
         assert!(writes < 100, "{writes} writes for 1,000 events: they were batched");
+    }
+}
+
+#[cfg(test)]
+mod line_tests {
+    use super::*;
+
+    #[test]
+    fn timestamps_are_civil_utc_dates() {
+        let at = |seconds: u64, micros: u32| {
+            let mut out = Vec::new();
+            let time = std::time::UNIX_EPOCH + Duration::new(seconds, micros * 1000);
+            write_timestamp(&mut out, time);
+            String::from_utf8(out).unwrap()
+        };
+        assert_eq!(at(0, 0), "1970-01-01T00:00:00.000000Z");
+        assert_eq!(at(951_782_400, 7), "2000-02-29T00:00:00.000007Z");
+        assert_eq!(at(1_796_125_283, 226_102), "2026-12-01T11:41:23.226102Z");
+        assert_eq!(at(4_107_542_399, 999_999), "2100-02-28T23:59:59.999999Z");
+    }
+
+    #[test]
+    fn a_json_line_is_one_json_object_in_tracing_subscribers_shape() {
+        let mut line = Line::start(LogFormat::Json);
+        line.text("request_id", "\"a\\nb\"");
+        line.number("call_id", 7);
+        line.millis("duration_ms", Duration::from_micros(176_393));
+        let bytes = line.finish();
+        assert_eq!(bytes.iter().filter(|&&byte| byte == b'\n').count(), 1);
+        let value: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!(value["level"], "INFO");
+        assert_eq!(value["target"], "cordon::call");
+        assert_eq!(value["fields"]["message"], "call ended");
+        assert_eq!(value["fields"]["request_id"], "\"a\\nb\"");
+        assert_eq!(value["fields"]["call_id"], 7);
+        assert_eq!(value["fields"]["duration_ms"], 176.393);
     }
 }

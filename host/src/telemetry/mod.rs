@@ -38,6 +38,7 @@ pub enum TelemetryError {
 /// What a server tells its operator: the call log, and with a metrics address the
 /// metrics and the probes.
 pub struct Telemetry {
+    call_log: CallLog,
     health: Arc<Health>,
     metrics: Option<Arc<Metrics>>,
     metrics_address: Option<SocketAddr>,
@@ -46,22 +47,21 @@ pub struct Telemetry {
 impl Telemetry {
     /// Bind the metrics listener (when `address` is given) and serve it at once, so that
     /// `/healthz` answers (and `/readyz` says not yet) while components compile.
-    /// `dropped` is the log's count of dropped events, exported as a metric.
-    pub async fn start(
-        address: Option<SocketAddr>,
-        dropped: Option<LogDropped>,
-    ) -> Result<Self, TelemetryError> {
+    /// `log` is the installed log, if any: the call lines go straight into it, and its
+    /// count of dropped events is a metric.
+    pub async fn start(address: Option<SocketAddr>, log: Option<&LogHandle>) -> Result<Self, TelemetryError> {
         let health = Arc::new(Health::default());
+        let call_log = log.map_or_else(CallLog::via_tracing, LogHandle::call_log);
         let Some(address) = address else {
-            return Ok(Self { health, metrics: None, metrics_address: None });
+            return Ok(Self { call_log, health, metrics: None, metrics_address: None });
         };
         let bind_error = |source| TelemetryError::Bind { address, source };
         let listener = MetricsListener::bind(address).await.map_err(bind_error)?;
         let bound = listener.local_addr().map_err(bind_error)?;
         tracing::info!("serving metrics on http://{bound}/metrics");
-        let metrics = Metrics::new(dropped);
+        let metrics = Metrics::new(log.map(LogHandle::dropped));
         tokio::spawn(listener.serve(metrics.clone(), health.clone()));
-        Ok(Self { health, metrics: Some(metrics), metrics_address: Some(bound) })
+        Ok(Self { call_log, health, metrics: Some(metrics), metrics_address: Some(bound) })
     }
 
     /// Where the metrics listener listens, if it does.
@@ -71,7 +71,7 @@ impl Telemetry {
 
     /// Give `runtime` its observers: the call log, and the metrics when served.
     pub fn observe(&self, runtime: &mut Runtime) {
-        runtime.observe(Arc::new(CallLog));
+        runtime.observe(Arc::new(self.call_log.clone()));
         if let Some(metrics) = &self.metrics {
             runtime.observe(metrics.clone());
         }
