@@ -3,8 +3,10 @@
 `/metrics` on the second listener and reads the calls counted there, with their
 outcomes, and the probes."""
 
+import asyncio
 import contextlib
 import os
+import time
 import re
 import subprocess
 import threading
@@ -60,10 +62,34 @@ def samples(text: str) -> dict[str, float]:
     return found
 
 
+async def until(check, what: str, timeout: float = 10.0):
+    """Wait for `check()` (async) to return something true, for at most `timeout`."""
+    deadline = time.monotonic() + timeout
+    while not (found := await check()):
+        assert time.monotonic() < deadline, f"never {what}"
+        await asyncio.sleep(0.01)
+    return found
+
+
+CALLS = 'cordon_calls_total{component="example-tools",tool="%s",outcome="ok"}'
+
+
 async def test_calls_through_the_sdk_are_counted_in_the_metrics(tmp_path: Path):
     with served_with_metrics(write_config(tmp_path)) as (mcp_url, metrics_url):
         async with httpx2.AsyncClient(timeout=30) as http:
-            assert (await http.get(f"{metrics_url}/readyz")).status_code == 200
+
+            async def ready():
+                return (await http.get(f"{metrics_url}/readyz")).status_code == 200
+
+            async def scraped():
+                # A call is counted just after its answer is out: wait for the last one.
+                response = await http.get(f"{metrics_url}/metrics")
+                assert response.status_code == 200
+                assert response.headers["content-type"].startswith("text/plain")
+                found = samples(response.text)
+                return found if CALLS % "reindex" in found else None
+
+            await until(ready, "ready")
             assert (await http.get(f"{metrics_url}/healthz")).status_code == 200
             assert (await http.get(f"{metrics_url}/mcp")).status_code == 404
             async with httpx2.AsyncClient(timeout=30) as mcp_http, Client(
@@ -74,13 +100,9 @@ async def test_calls_through_the_sdk_are_counted_in_the_metrics(tmp_path: Path):
                     assert result.content[0].text == text
                 result = await client.call_tool("reindex", {"collection": "m", "total": 80, "step_ms": 10})
                 assert not result.is_error
-            response = await http.get(f"{metrics_url}/metrics")
-            assert response.status_code == 200
-            assert response.headers["content-type"].startswith("text/plain")
-            found = samples(response.text)
-    calls = 'cordon_calls_total{component="example-tools",tool="%s",outcome="ok"}'
-    assert found[calls % "echo"] == 3
-    assert found[calls % "reindex"] == 1
+            found = await until(scraped, "counted the last call")
+    assert found[CALLS % "echo"] == 3
+    assert found[CALLS % "reindex"] == 1
     assert found['cordon_call_duration_seconds_count{component="example-tools",tool="echo"}'] == 3
     assert found["cordon_queue_wait_seconds_count"] == 4
     assert found["cordon_pool_slots"] == 256
