@@ -322,11 +322,26 @@ fn bytes(value: usize, shift: u32, key: &str) -> Result<usize> {
 }
 
 /// A component to load, resolved.
-#[derive(Debug)]
 pub struct ComponentPlan {
     pub name: String,
     pub path: PathBuf,
+    /// The component's bytes when they are built into the binary (the example tools
+    /// without a config); `path` is then only where they were built from.
+    pub embedded: Option<&'static [u8]>,
     pub options: ComponentOptions,
+}
+
+// By hand, so that embedded bytes show as their length, not as a list of numbers.
+impl std::fmt::Debug for ComponentPlan {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter
+            .debug_struct("ComponentPlan")
+            .field("name", &self.name)
+            .field("path", &self.path)
+            .field("embedded", &self.embedded.map(|bytes| format!("{} bytes", bytes.len())))
+            .field("options", &self.options)
+            .finish()
+    }
 }
 
 /// Everything `serve` needs, resolved from a config file (or the defaults).
@@ -460,6 +475,7 @@ impl Config {
             components.push(ComponentPlan {
                 name,
                 path,
+                embedded: None,
                 options: ComponentOptions { limits, tool_limits, data_dir, mounts, environment, allow_http },
             });
         }
@@ -553,20 +569,25 @@ fn check_component_name(name: &str, path: &Path) -> Result<()> {
     Ok(())
 }
 
-/// The example tools, with their default data directory.
+/// The example tools, with their default data directory: those built into this binary,
+/// else the repository's (`paths::example_tools_source`).
 fn default_components() -> Result<Vec<ComponentPlan>> {
-    let path = paths::example_tools();
-    if !path.is_file() {
-        bail!(
-            "{} is missing and no config was given: run `cargo xtask guests` first, or pass --config",
-            path.display()
-        );
-    }
+    let (path, embedded) = match paths::example_tools_source()? {
+        paths::ExampleTools::Embedded(bytes) => {
+            tracing::info!("no --config: serving the example tools built into this binary");
+            (paths::example_tools(), Some(bytes))
+        }
+        paths::ExampleTools::File(path) => {
+            tracing::info!("no --config: serving the example tools in {}", path.display());
+            (path, None)
+        }
+    };
     let name = component_name(&path);
     let data_dir = Some(paths::default_data_dir(&name));
     Ok(vec![ComponentPlan {
         name,
         path,
+        embedded,
         options: ComponentOptions { data_dir, ..ComponentOptions::default() },
     }])
 }

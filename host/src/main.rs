@@ -56,19 +56,21 @@ enum Command {
         /// Speak MCP on stdin and stdout.
         #[arg(long, conflicts_with = "http")]
         stdio: bool,
-        /// Speak MCP over Streamable HTTP on this address (POST /mcp), e.g. 127.0.0.1:8080.
+        /// Speak MCP over Streamable HTTP on this address (POST /mcp), e.g. 127.0.0.1:8080
+        /// [default: none; one of --stdio and --http is required].
         #[arg(long, value_name = "ADDRESS")]
         http: Option<std::net::SocketAddr>,
         /// Another host name to accept in `Host` and `Origin` headers over HTTP (localhost,
-        /// 127.0.0.1 and [::1] always are); repeat for more.
+        /// 127.0.0.1 and [::1] always are); repeat for more [default: none].
         #[arg(long, value_name = "NAME")]
         allow_host: Vec<String>,
-        /// A TOML file naming the components and their limits [default: the example tools
-        /// in target/guests, built by `cargo xtask guests`].
+        /// A TOML file naming the components and their limits [default: none: the example
+        /// tools built into this binary, else target/guests/example-tools.wasm in the
+        /// repository it was built from].
         #[arg(long)]
         config: Option<PathBuf>,
         /// Serve Prometheus metrics (/metrics) and health probes (/healthz, /readyz) on this
-        /// address, e.g. 127.0.0.1:9464.
+        /// address, e.g. 127.0.0.1:9464 [default: none: no metrics listener].
         #[arg(long, value_name = "ADDRESS")]
         metrics: Option<std::net::SocketAddr>,
     },
@@ -82,7 +84,8 @@ enum Command {
     Inspect {
         /// The component (.wasm).
         component: PathBuf,
-        /// A config file; the `[[components]]` entry whose `path` is this component is shown.
+        /// A config file; the `[[components]]` entry whose `path` is this component is shown
+        /// [default: none: the interfaces only].
         #[arg(long)]
         config: Option<PathBuf>,
     },
@@ -95,10 +98,11 @@ enum Command {
         /// The arguments, as a JSON object.
         #[arg(default_value = "{}")]
         arguments: String,
-        /// The tool's data directory, preopened at /data [default: ~/.local/share/cordon/<component>].
+        /// The tool's data directory, preopened at /data [default:
+        /// $XDG_DATA_HOME/cordon/<component>, else ~/.local/share/cordon/<component>].
         #[arg(long)]
         data_dir: Option<PathBuf>,
-        /// Stop the call after this many seconds.
+        /// Stop the call after this many seconds [default: 300, a tool's default maximum duration].
         #[arg(long)]
         timeout: Option<f64>,
     },
@@ -252,7 +256,10 @@ async fn serve(
     for component in plan.components {
         let limits = std::iter::once(&component.options.limits).chain(component.options.tool_limits.values());
         drain = limits.map(|limits| limits.grace + limits.cleanup_budget).fold(drain, std::cmp::max);
-        runtime.load_named_file(&component.name, &component.path, component.options).await?;
+        match component.embedded {
+            Some(bytes) => runtime.load_bytes(&component.name, bytes, component.options).await?,
+            None => runtime.load_named_file(&component.name, &component.path, component.options).await?,
+        }
     }
     let tools: Vec<&str> = runtime.tools().map(|tool| tool.name.as_str()).collect();
     tracing::info!("loaded {} tools: {}", tools.len(), tools.join(", "));
@@ -359,5 +366,45 @@ async fn call(runtime: &Runtime, tool: &str, arguments: &serde_json::Value) -> R
             eprintln!("call ended: {other:?}");
             Ok(ExitCode::FAILURE)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::{ArgAction, CommandFactory};
+
+    /// Every flag of every subcommand shows its default in `--help`: clap's own
+    /// `[default: ...]`, or one written in the help text for a default that is computed.
+    /// Switches (`--stdio`, `--help`) and required positionals have none to show.
+    #[test]
+    fn every_flag_of_every_command_shows_its_default() {
+        fn undocumented(command: &clap::Command, path: &str, found: &mut Vec<String>) {
+            for arg in command.get_arguments() {
+                let switch = matches!(
+                    arg.get_action(),
+                    ArgAction::SetTrue
+                        | ArgAction::SetFalse
+                        | ArgAction::Count
+                        | ArgAction::Help
+                        | ArgAction::HelpShort
+                        | ArgAction::HelpLong
+                        | ArgAction::Version
+                );
+                let required_positional = arg.is_positional() && arg.is_required_set();
+                let help =
+                    arg.get_long_help().or(arg.get_help()).map(ToString::to_string).unwrap_or_default();
+                let shown = !arg.get_default_values().is_empty() || help.contains("[default: ");
+                if !(switch || required_positional || shown) {
+                    found.push(format!("{path} {}", arg.get_id()));
+                }
+            }
+            for sub in command.get_subcommands() {
+                undocumented(sub, &format!("{path} {}", sub.get_name()), found);
+            }
+        }
+        let command = super::Cli::command();
+        let mut found = Vec::new();
+        undocumented(&command, "cordon", &mut found);
+        assert!(found.is_empty(), "flags whose --help shows no default: {found:?}");
     }
 }
