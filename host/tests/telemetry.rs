@@ -392,7 +392,7 @@ async fn until(address: SocketAddr, path: &'static str, check: impl Fn(u16, &str
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn readyz_is_503_until_loaded_and_accepting_and_again_once_shutdown_begins() {
+async fn readyz_follows_loading_listening_and_shutdown_and_the_gauges_follow_connections_and_streams() {
     use cordon::transport::http::{HttpSettings, serve};
     use std::sync::Arc;
     let telemetry =
@@ -401,11 +401,15 @@ async fn readyz_is_503_until_loaded_and_accepting_and_again_once_shutdown_begins
     // Alive at once, not ready while components load.
     assert_eq!(get_async(metrics, "/healthz").await.0, 200);
     assert_eq!(get_async(metrics, "/readyz").await.0, 503);
-    let echo = common::WatGuest::new("echo", "(call $ok_text (i32.const 2000) (i32.const 4))");
-    let mut runtime = common::runtime_with(&[echo], common::quick_limits()).await;
+    let wait = common::WatGuest::new(
+        "wait",
+        "(call $sleep_ms (i64.const 1000)) (call $ok_text (i32.const 2000) (i32.const 4))",
+    );
+    let mut runtime = common::runtime_with(&[wait], common::quick_limits()).await;
     telemetry.observe(&mut runtime);
     let runtime = Arc::new(runtime);
-    let settings = HttpSettings::default();
+    // A call quiet for 20 ms is answered as an SSE stream.
+    let settings = HttpSettings { sse_after: Duration::from_millis(20), ..HttpSettings::default() };
     telemetry.loaded(runtime.clone(), Some(settings.stats.clone()));
     // Loaded, but the MCP listener does not accept yet.
     assert_eq!(get_async(metrics, "/readyz").await.0, 503);
@@ -423,6 +427,28 @@ async fn readyz_is_503_until_loaded_and_accepting_and_again_once_shutdown_begins
     until(metrics, "/metrics", |_, body| body.contains("cordon_http_connections_open 1\n")).await;
     drop(connection);
     until(metrics, "/metrics", |_, body| body.contains("cordon_http_connections_open 0\n")).await;
+    // A call answered as a stream shows in the streams gauge while it runs, and is counted
+    // once it is answered.
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": {"name": "wait", "arguments": {}, "_meta": meta()}})
+    .to_string();
+    let mut stream = tokio::net::TcpStream::connect(mcp).await.unwrap();
+    let request = format!(
+        "POST /mcp HTTP/1.1\r\nHost: {mcp}\r\nConnection: close\r\nAccept: application/json, text/event-stream\r\n\
+         Content-Type: application/json\r\nMCP-Protocol-Version: 2026-07-28\r\nMcp-Method: tools/call\r\nMcp-Name: wait\r\n\
+         Content-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    tokio::io::AsyncWriteExt::write_all(&mut stream, request.as_bytes()).await.unwrap();
+    until(metrics, "/metrics", |_, body| body.contains("cordon_http_streams_open 1\n")).await;
+    let mut response = String::new();
+    tokio::io::AsyncReadExt::read_to_string(&mut stream, &mut response).await.unwrap();
+    assert!(response.contains("text/event-stream") && response.contains("done"), "{response}");
+    until(metrics, "/metrics", |_, body| {
+        body.contains("cordon_http_streams_open 0\n")
+            && body.contains("cordon_calls_total{component=\"wait\",tool=\"wait\",outcome=\"ok\"} 1\n")
+    })
+    .await;
     // Shutdown begins: not ready, still alive.
     stop.send(()).unwrap();
     until(metrics, "/readyz", |status, _| status == 503).await;
