@@ -35,7 +35,9 @@ use tokio::time::Instant;
 
 use crate::protocol::jsonrpc::{self, INTERNAL_ERROR, INVALID_REQUEST, Incoming, RequestId, RpcError};
 use crate::protocol::{cost, mcp};
-use crate::runtime::{CallHandle, CallOutcome, CallTags, Outcome, RefusalReason, Runtime, Teardown};
+use crate::runtime::{
+    CallEnded, CallHandle, CallOutcome, CallTags, Outcome, RefusalReason, Runtime, Teardown,
+};
 
 /// What every connection shares.
 pub struct Server {
@@ -520,7 +522,7 @@ impl Connection {
             call = runtime.call_as(name, arguments, call_tags(id)) => call,
             // A call cancelled while it waits for a slot leaves the queue at once.
             () = cancel_signal.notified() => {
-                runtime.report_unstarted(call_tags(id), Some(name), CallOutcome::Cancelled, None);
+                runtime.report_unstarted(CallEnded::unstarted(call_tags(id), CallOutcome::Cancelled), Some(name));
                 return (None, None);
             }
         };
@@ -539,7 +541,10 @@ impl Connection {
             let mut in_flight = self.in_flight.lock().unwrap();
             let entry = in_flight.entry(id.clone()).or_default();
             if entry.cancelled {
-                runtime.report_unstarted(call_tags(id), Some(name), CallOutcome::Cancelled, None);
+                runtime.report_unstarted(
+                    CallEnded::unstarted(call_tags(id), CallOutcome::Cancelled),
+                    Some(name),
+                );
                 return (None, None);
             }
             entry.handle = Some(handle.clone());
@@ -592,7 +597,7 @@ impl Connection {
 
     /// Tell the runtime's observers of a call refused here, before it reached the runtime.
     fn refused(&self, id: &RequestId, tool: Option<&str>, reason: RefusalReason) {
-        self.server.runtime.report_unstarted(call_tags(id), tool, CallOutcome::Refused, Some(reason));
+        self.server.runtime.report_unstarted(CallEnded::refused(call_tags(id), reason), tool);
     }
 
     fn is_cancelled(&self, id: &RequestId) -> bool {

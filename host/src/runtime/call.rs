@@ -184,8 +184,9 @@ impl CallHandle {
 /// A finished call's instance and its slot in the pool, freed when this drops (the store
 /// first, then the permit, so pool usage never shows a free slot that is still in use).
 ///
-/// The call's [`CallEnded`] goes to the observers when this drops: after the answer is
-/// out, so that no observer ever delays it.
+/// The call's [`CallEnded`] goes to the observers when this drops, which dispatch does
+/// once the answer is written (stdio) or handed to the response (HTTP): no observer
+/// delays an answer.
 pub struct Teardown {
     store: Option<Store<GuestState>>,
     /// Makes the component's next spare instance; set when the guest returned normally.

@@ -181,13 +181,18 @@ pub struct CallEnded {
 impl CallEnded {
     /// A call refused before it ran.
     pub fn refused(tags: CallTags, reason: RefusalReason) -> Self {
+        Self { refusal: Some(reason), ..Self::unstarted(tags, CallOutcome::Refused) }
+    }
+
+    /// A call that ended before it ran, with `outcome`.
+    pub fn unstarted(tags: CallTags, outcome: CallOutcome) -> Self {
         Self {
             tags,
             call_id: None,
             component: None,
             tool: None,
-            outcome: CallOutcome::Refused,
-            refusal: Some(reason),
+            outcome,
+            refusal: None,
             stop_path: None,
             queue_wait: Duration::ZERO,
             duration: Duration::ZERO,

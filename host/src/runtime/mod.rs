@@ -229,21 +229,13 @@ impl Runtime {
         self.settings.engine.max_concurrent_calls
     }
 
-    /// Tell the observers of a call refused before it reached the runtime (the request
-    /// was malformed, or cancelled while it waited for a slot: `outcome`).
-    pub fn report_unstarted(
-        &self,
-        tags: CallTags,
-        tool: Option<&str>,
-        outcome: CallOutcome,
-        refusal: Option<RefusalReason>,
-    ) {
+    /// Tell the observers of a call that ended before it ran, outside [`Runtime::call_as`]
+    /// (refused for a malformed request, or cancelled while it waited for a slot); the
+    /// event names `tool` only when it is loaded.
+    pub fn report_unstarted(&self, mut event: CallEnded, tool: Option<&str>) {
         if self.observers.is_empty() {
             return;
         }
-        let mut event = CallEnded::refused(tags, refusal.unwrap_or(RefusalReason::InvalidArguments));
-        event.outcome = outcome;
-        event.refusal = refusal;
         if let Some((component, tool)) = tool.and_then(|tool| self.known_tool(tool)) {
             event.component = Some(component);
             event.tool = Some(tool);
