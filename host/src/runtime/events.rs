@@ -3,8 +3,8 @@
 //! Telemetry observes outcomes, it does not steer them. Every call the runtime is asked
 //! for ends in exactly one [`CallEnded`], handed to the [`CallObserver`]s given to the
 //! runtime at construction ([`Runtime::observe`](super::Runtime::observe)): a call that
-//! ran, once its teardown drops (after the answer is out), and a call refused before it
-//! ran, at the refusal. The runtime knows nothing of logs or metrics; the operator's log
+//! ran, once its teardown drops (after the answer is out), and a call that never ran, at
+//! its refusal (or its cancel while it waited for a slot). The runtime knows nothing of logs or metrics; the operator's log
 //! line and the Prometheus metrics are two observers (`crate::telemetry`).
 //!
 //! An event carries sizes, durations and fixed names, never an argument's or a result's
