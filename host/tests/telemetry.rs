@@ -32,8 +32,9 @@ struct Server {
 }
 
 impl Server {
-    fn start() -> Self {
-        let config = examples_config("telemetry", "");
+    /// `server` is added to the config's `[server]` table.
+    fn start(name: &str, server: &str) -> Self {
+        let config = examples_config(name, server);
         let dir = config.parent().unwrap();
         let trap = common::WatGuest::new("boom", "unreachable").component();
         std::fs::write(dir.join("trap.wasm"), trap).unwrap();
@@ -204,7 +205,7 @@ fn sample(samples: &BTreeMap<String, f64>, series: &str) -> f64 {
 
 #[test]
 fn one_json_log_line_per_call_of_each_outcome_and_metrics_that_count_them() {
-    let mut server = Server::start();
+    let mut server = Server::start("telemetry", "");
     let text = json!({"text": MARKER});
 
     // ok
@@ -503,4 +504,45 @@ fn the_metrics_listener_refuses_long_heads_never_reads_a_body_and_caps_its_conne
         }
         assert!(std::time::Instant::now() < deadline, "slots never came back");
     }
+}
+
+#[test]
+fn calls_that_wait_for_a_slot_count_their_wait_and_are_refused_or_cancelled_there() {
+    let mut server = Server::start("telemetry-queue", "max_concurrent_calls = 1\nqueue_timeout_ms = 300");
+    // order_book holds the one slot for its 400 ms (then grace and cleanup).
+    server.call(json!(1), "order_book", json!({"title": "slot"}));
+    // Waits, then is refused: the slot stays taken past the queue timeout.
+    server.call(json!(2), "echo", json!({"text": "busy"}));
+    let busy = server.call_line("2");
+    assert_eq!(
+        (busy["outcome"].as_str(), busy["refusal"].as_str()),
+        (Some("refused"), Some("busy")),
+        "{busy}"
+    );
+    assert!(busy["queue_ms"].as_f64().unwrap() >= 300.0, "{busy}");
+    let held = server.call_line("1");
+    assert_eq!(held["outcome"], "timed_out");
+    // Holding the slot again, a waiting call is cancelled before it runs.
+    server.call(json!(3), "order_book", json!({"title": "slot"}));
+    server.call(json!(4), "echo", json!({"text": "never runs"}));
+    server.cancel(4);
+    let cancelled = server.call_line("4");
+    assert_eq!(cancelled["outcome"], "cancelled", "{cancelled}");
+    assert!(
+        cancelled.get("stop").is_none() && cancelled.get("call_id").is_none(),
+        "it never ran: {cancelled}"
+    );
+    assert_eq!(cancelled["tool"], "echo");
+    let (_, body) = get(server.metrics, "GET", "/metrics");
+    let samples = parse_exposition(&body);
+    assert_eq!(sample(&samples, "cordon_refusals_total{reason=\"busy\"}"), 1.0);
+    assert_eq!(
+        sample(
+            &samples,
+            "cordon_calls_total{component=\"example-tools\",tool=\"echo\",outcome=\"cancelled\"}"
+        ),
+        1.0
+    );
+    // The busy refusal's wait is a queue wait too, beside the calls that ran.
+    assert!(sample(&samples, "cordon_queue_wait_seconds_count") >= 2.0);
 }
