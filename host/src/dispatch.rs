@@ -35,7 +35,9 @@ use tokio::time::Instant;
 
 use crate::protocol::jsonrpc::{self, INTERNAL_ERROR, INVALID_REQUEST, Incoming, RequestId, RpcError};
 use crate::protocol::{cost, mcp};
-use crate::runtime::{CallHandle, Outcome, Runtime, Teardown};
+use crate::runtime::{
+    CallEnded, CallHandle, CallOutcome, CallTags, Outcome, RefusalReason, Runtime, Teardown,
+};
 
 /// What every connection shares.
 pub struct Server {
@@ -420,6 +422,7 @@ impl Connection {
                 if let Some(spec) = tool.and_then(|tool| self.server.runtime.tool(tool))
                     && let Err(error) = mcp::check_capabilities(envelope.as_ref(), &spec.requires)
                 {
+                    self.refused(id, tool, RefusalReason::MissingCapability);
                     return Reply::Error(error);
                 }
                 let progress_token = mcp::progress_token(params.as_ref());
@@ -438,6 +441,7 @@ impl Connection {
     ) -> Reply {
         let mut params = params.unwrap_or_default();
         let Some(name) = params.get("name").and_then(Value::as_str).map(str::to_owned) else {
+            self.refused(id, None, RefusalReason::InvalidArguments);
             return Reply::Error(RpcError::invalid_params("Invalid params: `name` must be a string"));
         };
         // Taken, not copied: a large request's arguments are held once.
@@ -445,6 +449,7 @@ impl Connection {
             None | Some(Value::Null) => json!({}),
             Some(arguments @ Value::Object(_)) => arguments,
             Some(_) => {
+                self.refused(id, Some(&name), RefusalReason::InvalidArguments);
                 return Reply::Error(RpcError::invalid_params(
                     "Invalid params: `arguments` must be an object",
                 ));
@@ -514,9 +519,12 @@ impl Connection {
         let runtime = &self.server.runtime;
         let call = tokio::select! {
             biased;
-            call = runtime.call(name, arguments) => call,
+            call = runtime.call_as(name, arguments, call_tags(id)) => call,
             // A call cancelled while it waits for a slot leaves the queue at once.
-            () = cancel_signal.notified() => return (None, None),
+            () = cancel_signal.notified() => {
+                runtime.report_unstarted(CallEnded::unstarted(call_tags(id), CallOutcome::Cancelled), Some(name));
+                return (None, None);
+            }
         };
         let call = match call {
             Ok(call) => call,
@@ -533,6 +541,10 @@ impl Connection {
             let mut in_flight = self.in_flight.lock().unwrap();
             let entry = in_flight.entry(id.clone()).or_default();
             if entry.cancelled {
+                runtime.report_unstarted(
+                    CallEnded::unstarted(call_tags(id), CallOutcome::Cancelled),
+                    Some(name),
+                );
                 return (None, None);
             }
             entry.handle = Some(handle.clone());
@@ -583,6 +595,11 @@ impl Connection {
         (Some(jsonrpc::success(id, mcp::call_result(&report.outcome, &limits))), Some(teardown))
     }
 
+    /// Tell the runtime's observers of a call refused here, before it reached the runtime.
+    fn refused(&self, id: &RequestId, tool: Option<&str>, reason: RefusalReason) {
+        self.server.runtime.report_unstarted(CallEnded::refused(call_tags(id), reason), tool);
+    }
+
     fn is_cancelled(&self, id: &RequestId) -> bool {
         self.in_flight.lock().unwrap().get(id).is_some_and(|entry| entry.cancelled)
     }
@@ -614,6 +631,17 @@ impl Connection {
     pub fn set_legacy(&self) {
         self.legacy.store(true, Ordering::Relaxed);
     }
+}
+
+/// The longest request id a call's event carries, in bytes of JSON text.
+const MAX_TAGGED_ID: usize = 128;
+
+/// Who asks for the call answering request `id`: the id as JSON text (escaped, so it is
+/// one line whatever the client sent), cut to [`MAX_TAGGED_ID`] bytes.
+fn call_tags(id: &RequestId) -> CallTags {
+    let mut text = id.to_json().to_string();
+    text.truncate(text.floor_char_boundary(MAX_TAGGED_ID));
+    CallTags { request_id: Some(text), ..CallTags::default() }
 }
 
 /// Run `task` in its own task, unless it completes in its first poll, made here and now.

@@ -8,15 +8,16 @@
 //! - [`dispatch`]: one connection's requests: eras, concurrency, progress, cancellation.
 //! - [`runtime`]: engine, components, instances; the one owner of the stop sequence.
 //! - [`config`], [`paths`]: what to serve and where things live.
-//! - [`operator_log`]: the operator's log on stderr, which never blocks the server.
+//! - [`telemetry`]: beside the path, observing it: the operator's log (one line per call),
+//!   Prometheus metrics, health probes.
 
 pub mod config;
 pub mod dispatch;
 // Entry points for the fuzz targets in fuzz/, compiled always so that they never rot.
 #[doc(hidden)]
 pub mod fuzzing;
-pub mod operator_log;
 pub mod paths;
 pub mod protocol;
 pub mod runtime;
+pub mod telemetry;
 pub mod transport;

@@ -39,7 +39,7 @@ use std::convert::Infallible;
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
@@ -94,6 +94,47 @@ pub struct HttpSettings {
     pub linger_timeout: Duration,
     /// ...and how many bytes at most.
     pub linger_bytes: usize,
+    /// What the listener holds open now, for the metrics (shared with whoever reads them).
+    pub stats: Arc<HttpStats>,
+}
+
+/// What an HTTP listener holds open right now: counted here, read by the metrics.
+#[derive(Debug, Default)]
+pub struct HttpStats {
+    connections: AtomicUsize,
+    streams: AtomicUsize,
+    accepting: AtomicBool,
+}
+
+impl HttpStats {
+    /// Connections open.
+    pub fn connections(&self) -> usize {
+        self.connections.load(Ordering::Relaxed)
+    }
+
+    /// Answers being sent as SSE streams.
+    pub fn streams(&self) -> usize {
+        self.streams.load(Ordering::Relaxed)
+    }
+
+    /// Whether the listener accepts connections (from its first accept until shutdown).
+    pub fn accepting(&self) -> bool {
+        self.accepting.load(Ordering::Acquire)
+    }
+
+    fn hold(counter: &AtomicUsize) -> Held<'_> {
+        counter.fetch_add(1, Ordering::Relaxed);
+        Held(counter)
+    }
+}
+
+/// One unit of an [`HttpStats`] counter, given back when dropped.
+struct Held<'a>(&'a AtomicUsize);
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 impl Default for HttpSettings {
@@ -111,6 +152,7 @@ impl Default for HttpSettings {
             header_timeout: Duration::from_secs(10),
             linger_timeout: Duration::from_secs(5),
             linger_bytes: 16 << 20,
+            stats: Arc::default(),
             allowed_hosts: ["localhost", "127.0.0.1", "[::1]", "::1"]
                 .iter()
                 .map(|host| host.to_string())
@@ -274,6 +316,8 @@ pub async fn serve(
     let mut shutdown = std::pin::pin!(shutdown);
     let mut connections = tokio::task::JoinSet::new();
     let open_slots = Arc::new(tokio::sync::Semaphore::new(shared.settings.max_connections));
+    let stats = shared.settings.stats.clone();
+    stats.accepting.store(true, Ordering::Release);
     loop {
         let (slot, (stream, peer)) = tokio::select! {
             accepted = async {
@@ -307,6 +351,8 @@ pub async fn serve(
         let mut closing = closing_signal.clone();
         connections.spawn(async move {
             let _slot = slot; // held while the connection is open
+            let stats = shared.settings.stats.clone();
+            let _open = HttpStats::hold(&stats.connections);
             let header_timeout = shared.settings.header_timeout;
             // Wait, unread, for the address's turn to send a request head.
             let permit = tokio::select! {
@@ -351,6 +397,7 @@ pub async fn serve(
         });
     }
     drop(listener);
+    stats.accepting.store(false, Ordering::Release);
     // Idle connections close now and a request arriving on a busy one is refused with 503,
     // so that a load balancer sends it to another replica; the answers in flight finish.
     closing.send_replace(true);
@@ -532,7 +579,7 @@ async fn serve_request(
         Ok(None) => None,
         Err(_quiet) => None,
     };
-    Ok(sse_answer(guard, first, outbox, settings.keep_alive))
+    Ok(sse_answer(guard, first, outbox, settings.keep_alive, settings.stats.clone()))
 }
 
 /// Whether a request comes from a 2025-era client: without the 2026 envelope, `initialize`,
@@ -922,6 +969,7 @@ fn sse_answer(
     first: Option<Value>,
     mut outbox: mpsc::Receiver<Value>,
     keep_alive: Duration,
+    stats: Arc<HttpStats>,
 ) -> HttpResponse {
     let (events, body) = mpsc::channel::<Bytes>(16);
     // A client that stops reading (its connection still open) is treated as gone once a
@@ -930,6 +978,7 @@ fn sse_answer(
     tokio::spawn(async move {
         // Own the whole guard here: it cancels the call if this task ends early.
         let mut guard = guard;
+        let _open = HttpStats::hold(&stats.streams);
         let event = |message: &Value| Bytes::from(format!("data: {message}\n\n"));
         let send = |bytes: Bytes| {
             let events = events.clone();
