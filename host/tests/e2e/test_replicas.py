@@ -251,6 +251,8 @@ async def test_three_hundred_calls_spread_and_survive_a_replica_stopping(cluster
     assert stopped.process.wait(15) == 0, "the stopped replica exits cleanly"
     assert len(outcomes) == 300
     stopped_calls = sorted(i for i, outcome in outcomes.items() if outcome == "stopped")
+    (tmp_path / "stopped.log").write_text("".join(stopped.log_lines))  # to read when this fails
+    assert stopped_calls, "the stopped replica had calls in flight"
     records = stopped.call_records()
     # Nothing cancels in this test: a cancelled call on the stopped replica is one its
     # shutdown stopped; a call refused as shutting down reached it just as it began to stop.
