@@ -478,16 +478,13 @@ impl Connection {
                 connection.run_call(&id, &name, &arguments, progress_token, &cancel_signal, &out).await;
             // Deciding and leaving `in_flight` are one step: a cancel either lands before it
             // (and nothing is sent) or finds the request finished (and is ignored), and the
-            // id is free again once the answer can be out. The call counts for a drain
-            // until its answer is written.
+            // id is free again once the answer can be out.
             let cancelled =
                 connection.in_flight.lock().unwrap().remove(&id).is_some_and(|entry| entry.cancelled);
             if let Some(answer) = answer.filter(|_| !cancelled) {
                 out.send(answer).await;
             }
             drop((charge, arguments));
-            connection.server.calls.fetch_sub(1, Ordering::AcqRel);
-            connection.server.call_finished.notify_waiters();
             if let Some(teardown) = teardown {
                 match &out {
                     // The answer is written: free the instance and make the next spare
@@ -501,6 +498,11 @@ impl Connection {
                     Outbox::Channel(_) => drop(teardown),
                 }
             }
+            // Only now, with the teardown done and the call's event told to the observers
+            // (the call log, the metrics), may a drain see the call finished: a server that
+            // exits after its drain loses nothing.
+            connection.server.calls.fetch_sub(1, Ordering::AcqRel);
+            connection.server.call_finished.notify_waiters();
         });
         Reply::Later
     }

@@ -221,6 +221,8 @@ struct Shared {
     settings: HttpSettings,
     sessions: Sessions,
     clients: Arc<Clients>,
+    /// Turns true when shutdown begins: from then on requests are refused with 503.
+    closing: tokio::sync::watch::Receiver<bool>,
 }
 
 /// Open connections by client address. An entry lives while its address has a connection
@@ -303,14 +305,15 @@ pub async fn serve(
     shutdown: impl std::future::Future<Output = ()>,
     drain: Duration,
 ) -> std::io::Result<()> {
+    let (closing, closing_signal) = tokio::sync::watch::channel(false);
     let shared = Arc::new(Shared {
         server: server.clone(),
         settings,
         sessions: Sessions::default(),
         clients: Arc::default(),
+        closing: closing_signal.clone(),
     });
     let mut shutdown = std::pin::pin!(shutdown);
-    let (closing, closing_signal) = tokio::sync::watch::channel(false);
     let mut connections = tokio::task::JoinSet::new();
     let open_slots = Arc::new(tokio::sync::Semaphore::new(shared.settings.max_connections));
     let stats = shared.settings.stats.clone();
@@ -395,11 +398,13 @@ pub async fn serve(
     }
     drop(listener);
     stats.accepting.store(false, Ordering::Release);
+    // Idle connections close now and a request arriving on a busy one is refused with 503,
+    // so that a load balancer sends it to another replica; the answers in flight finish.
+    closing.send_replace(true);
     server.runtime().shutdown();
     if !server.drain(drain).await {
         tracing::warn!("calls still running after {drain:?}; exiting anyway");
     }
-    closing.send_replace(true);
     let flushed = tokio::time::timeout(Duration::from_secs(2), async {
         while connections.join_next().await.is_some() {}
     });
@@ -454,6 +459,9 @@ async fn serve_request(
     body_read: &mut bool,
 ) -> Result<HttpResponse, HttpResponse> {
     let (server, settings) = (&shared.server, &shared.settings);
+    if *shared.closing.borrow() {
+        return Err(shutting_down());
+    }
     let headers = request.headers();
     if let Some(origin) = headers.get(header::ORIGIN)
         && !origin_allowed(origin, &settings.allowed_hosts)
@@ -1030,6 +1038,17 @@ fn rpc_error(status: StatusCode, id: Option<&RequestId>, error: &RpcError) -> Ht
 /// A refusal before any JSON-RPC message was read: a JSON body saying why.
 fn plain(status: StatusCode, text: &str) -> HttpResponse {
     json_response(status, &json!({"error": text}))
+}
+
+/// A request that arrives once shutdown has begun: it never reached a handler, so a load
+/// balancer may safely send it to another replica (`Retry-After`), on a new connection.
+fn shutting_down() -> HttpResponse {
+    let mut response =
+        plain(StatusCode::SERVICE_UNAVAILABLE, "Service Unavailable: the server is shutting down");
+    let headers = response.headers_mut();
+    headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
+    response
 }
 
 fn empty(status: StatusCode) -> HttpResponse {
