@@ -322,12 +322,7 @@ fn bytes(value: usize, shift: u32, key: &str) -> Result<usize> {
 }
 
 /// A component to load, resolved.
-#[derive(Debug)]
-pub struct ComponentPlan {
-    pub name: String,
-    pub path: PathBuf,
-    pub options: ComponentOptions,
-}
+pub type ComponentPlan = crate::runtime::ComponentSource;
 
 /// Everything `serve` needs, resolved from a config file (or the defaults).
 #[derive(Debug)]

@@ -35,13 +35,14 @@ use tokio::time::Instant;
 
 use crate::protocol::jsonrpc::{self, INTERNAL_ERROR, INVALID_REQUEST, Incoming, RequestId, RpcError};
 use crate::protocol::{cost, mcp};
-use crate::runtime::{CallHandle, Outcome, Runtime, Teardown};
+use crate::runtime::{CallHandle, Outcome, Runtime, Teardown, ToolSet};
 
 /// What every connection shares.
 pub struct Server {
     runtime: Arc<Runtime>,
-    /// Every tool as MCP describes it, in a stable order.
-    tools: Vec<Value>,
+    /// Every tool of the latest tool set as MCP describes it, in a stable order, made once
+    /// per set: (the set's generation, the list).
+    tool_list: Mutex<(u64, Arc<Vec<Value>>)>,
     /// The shortest gap between two progress notifications of one call.
     progress_interval: Duration,
     /// Calls accepted whose answer is not out yet (or, after a cancel, not yet dropped):
@@ -83,10 +84,12 @@ impl Server {
         progress_interval: Duration,
         limits: ServerLimits,
     ) -> Arc<Self> {
-        let tools = runtime.tools().map(mcp::tool_json).collect();
+        let tools = runtime.snapshot();
+        let tool_list =
+            Mutex::new((tools.generation(), Arc::new(tools.tools().map(mcp::tool_json).collect())));
         Arc::new(Self {
             runtime,
-            tools,
+            tool_list,
             progress_interval,
             calls: AtomicUsize::new(0),
             call_finished: Notify::new(),
@@ -97,6 +100,15 @@ impl Server {
 
     pub fn runtime(&self) -> &Arc<Runtime> {
         &self.runtime
+    }
+
+    /// The tools of `tools` as MCP describes them (made once per tool set).
+    pub fn tool_list(&self, tools: &ToolSet) -> Arc<Vec<Value>> {
+        let mut cached = self.tool_list.lock().unwrap();
+        if cached.0 != tools.generation() {
+            *cached = (tools.generation(), Arc::new(tools.tools().map(mcp::tool_json).collect()));
+        }
+        cached.1.clone()
     }
 
     /// The ledger of bytes requests hold.
@@ -410,20 +422,23 @@ impl Connection {
             "server/discover" => Reply::Result(mcp::discover_result()),
             "tools/list" => {
                 let cursor = params.as_ref().and_then(|params| params.get("cursor"));
-                match mcp::list_result(&self.server.tools, cursor) {
+                match mcp::list_result(&self.server.tool_list(&self.server.runtime.snapshot()), cursor) {
                     Ok(result) => Reply::Result(result),
                     Err(error) => Reply::Error(error),
                 }
             }
             _ => {
+                // The call's one snapshot of the tools: a reload from here on changes
+                // nothing for it.
+                let tools = self.server.runtime.snapshot();
                 let tool = params.as_ref().and_then(|params| params.get("name")).and_then(Value::as_str);
-                if let Some(spec) = tool.and_then(|tool| self.server.runtime.tool(tool))
+                if let Some(spec) = tool.and_then(|tool| tools.tool(tool))
                     && let Err(error) = mcp::check_capabilities(envelope.as_ref(), &spec.requires)
                 {
                     return Reply::Error(error);
                 }
                 let progress_token = mcp::progress_token(params.as_ref());
-                self.start_call(id, params, progress_token, out.clone(), charge)
+                self.start_call(id, params, tools, progress_token, out.clone(), charge)
             }
         }
     }
@@ -432,6 +447,7 @@ impl Connection {
         self: &Arc<Self>,
         id: &RequestId,
         params: Option<Value>,
+        tools: Arc<ToolSet>,
         progress_token: Option<Value>,
         out: Outbox,
         charge: Charge,
@@ -469,8 +485,9 @@ impl Connection {
         let id = id.clone();
         spawn_unless_ready(async move {
             // The request's bytes count until its answer is out.
-            let (answer, teardown) =
-                connection.run_call(&id, &name, &arguments, progress_token, &cancel_signal, &out).await;
+            let (answer, teardown) = connection
+                .run_call(&id, &tools, &name, &arguments, progress_token, &cancel_signal, &out)
+                .await;
             // Deciding and leaving `in_flight` are one step: a cancel either lands before it
             // (and nothing is sent) or finds the request finished (and is ignored), and the
             // id is free again once the answer can be out. The call counts for a drain
@@ -502,9 +519,11 @@ impl Connection {
 
     /// Run one call to its answer (`None` when the client cancelled it), and the call's
     /// teardown, to drop once the answer is out.
+    #[allow(clippy::too_many_arguments)]
     async fn run_call(
         &self,
         id: &RequestId,
+        tools: &ToolSet,
         name: &str,
         arguments: &Value,
         token: Option<Value>,
@@ -514,7 +533,7 @@ impl Connection {
         let runtime = &self.server.runtime;
         let call = tokio::select! {
             biased;
-            call = runtime.call(name, arguments) => call,
+            call = runtime.call_in(tools, name, arguments) => call,
             // A call cancelled while it waits for a slot leaves the queue at once.
             () = cancel_signal.notified() => return (None, None),
         };
@@ -579,7 +598,7 @@ impl Connection {
         if let (Some(token), Some(latest)) = (&token, unsent) {
             out.send(mcp::progress_notification(token, &latest)).await;
         }
-        let limits = runtime.limits(name).cloned().unwrap_or_default();
+        let limits = tools.limits(name).cloned().unwrap_or_default();
         (Some(jsonrpc::success(id, mcp::call_result(&report.outcome, &limits))), Some(teardown))
     }
 

@@ -135,6 +135,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         Command::List { component } => {
             let runtime = load(&component, None).await?;
             let tools: Vec<_> = runtime
+                .snapshot()
                 .tools()
                 .map(|tool| {
                     serde_json::json!({
@@ -244,7 +245,8 @@ async fn serve(config: Option<PathBuf>, transport: Transport) -> Result<ExitCode
         drain = limits.map(|limits| limits.grace + limits.cleanup_budget).fold(drain, std::cmp::max);
         runtime.load_named_file(&component.name, &component.path, component.options).await?;
     }
-    let tools: Vec<&str> = runtime.tools().map(|tool| tool.name.as_str()).collect();
+    let tools = runtime.snapshot();
+    let tools: Vec<&str> = tools.tools().map(|tool| tool.name.as_str()).collect();
     tracing::info!("loaded {} tools: {}", tools.len(), tools.join(", "));
     let server = cordon::dispatch::Server::with_limits(
         std::sync::Arc::new(runtime),

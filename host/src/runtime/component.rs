@@ -23,6 +23,14 @@ use super::limits::ToolLimits;
 use super::schema::Schema;
 use super::spare::SpareSlot;
 
+/// A component the operator asks for: its name, its file and how to run it.
+#[derive(Debug, Clone)]
+pub struct ComponentSource {
+    pub name: String,
+    pub path: PathBuf,
+    pub options: ComponentOptions,
+}
+
 /// Why a component could not be loaded.
 #[derive(Debug, thiserror::Error)]
 #[error("{origin}: {problem}")]
@@ -39,8 +47,9 @@ impl LoadError {
     }
 }
 
-/// How the operator runs one component.
-#[derive(Debug, Clone, Default)]
+/// How the operator runs one component. Compared whole at a reload: a component whose
+/// bytes and options are unchanged keeps its loaded version.
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct ComponentOptions {
     /// Limits for every call of its tools, unless `tool_limits` names the tool.
     pub limits: ToolLimits,
@@ -183,6 +192,9 @@ pub enum ParamKind {
 /// A loaded component, ready to instantiate.
 pub(crate) struct LoadedComponent {
     pub(crate) name: Arc<str>,
+    /// SHA-256 of the bytes it was loaded from: a reload with the same bytes and options
+    /// keeps this component instead of compiling it again.
+    pub(crate) digest: [u8; 32],
     pub(crate) pre: PluginPre<GuestState>,
     /// The data directory and mounts, opened at load, when the operator granted any.
     pub(crate) files: Option<Arc<FileGrants>>,

@@ -483,10 +483,11 @@ async fn serve_request(
 
     let legacy = is_legacy(&headers, &method, params.as_ref(), session_id.is_some());
     if !legacy {
+        let tools = server.runtime().snapshot();
         let tool = (method == "tools/call")
             .then(|| params.as_ref().and_then(|params| params.get("name")).and_then(Value::as_str))
             .flatten()
-            .and_then(|name| server.runtime().tool(name));
+            .and_then(|name| tools.tool(name));
         check_modern(&headers, &id, &method, params.as_ref(), tool)?;
     } else if session_id.is_some() && session.is_none() && method != "initialize" {
         return Err(plain(StatusCode::NOT_FOUND, "Not Found: unknown or expired session; initialize again"));
