@@ -8,6 +8,7 @@
 //! - [`dispatch`]: one connection's requests: eras, concurrency, progress, cancellation.
 //! - [`runtime`]: engine, components, instances; the one owner of the stop sequence.
 //! - [`config`], [`paths`]: what to serve and where things live.
+//! - [`reload`]: the config read again on SIGHUP or a file change, and `cordon check`.
 //! - [`operator_log`]: the operator's log on stderr, which never blocks the server.
 
 pub mod config;
@@ -18,5 +19,6 @@ pub mod fuzzing;
 pub mod operator_log;
 pub mod paths;
 pub mod protocol;
+pub mod reload;
 pub mod runtime;
 pub mod transport;

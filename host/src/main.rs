@@ -61,9 +61,19 @@ enum Command {
         #[arg(long, value_name = "NAME")]
         allow_host: Vec<String>,
         /// A TOML file naming the components and their limits [default: the example tools
-        /// in target/guests, built by `cargo xtask guests`].
+        /// in target/guests, built by `cargo xtask guests`]. SIGHUP reloads its components.
         #[arg(long)]
         config: Option<PathBuf>,
+        /// Reload the components when the config file or a component's file changes.
+        #[arg(long)]
+        watch: bool,
+    },
+    /// Validate a config and compile every component it names, without serving: exit 0
+    /// with a one-line summary, or an error naming each component or key at fault.
+    Check {
+        /// The config file.
+        #[arg(long)]
+        config: PathBuf,
     },
     /// List a component's tools with their input schemas, as JSON.
     List {
@@ -124,13 +134,19 @@ fn main() -> ExitCode {
 
 async fn run(cli: Cli) -> Result<ExitCode> {
     match cli.command {
-        Command::Serve { stdio, http, allow_host, config } => {
+        Command::Serve { stdio, http, allow_host, config, watch } => {
             let transport = match (stdio, http) {
                 (true, _) => Transport::Stdio,
                 (false, Some(address)) => Transport::Http { address, allow_host },
                 (false, None) => anyhow::bail!("choose a transport: `--stdio` or `--http 127.0.0.1:8080`"),
             };
-            serve(config, transport).await
+            serve(config, watch, transport).await
+        }
+        Command::Check { config } => {
+            let summary = cordon::reload::check(&config).await?;
+            let (count, tools) = (summary.tools.len(), summary.tools.join(", "));
+            println!("{}: ok, {} components, {count} tools: {tools}", config.display(), summary.components);
+            Ok(ExitCode::SUCCESS)
         }
         Command::List { component } => {
             let runtime = load(&component, None).await?;
@@ -219,15 +235,9 @@ enum Transport {
     Http { address: std::net::SocketAddr, allow_host: Vec<String> },
 }
 
-async fn serve(config: Option<PathBuf>, transport: Transport) -> Result<ExitCode> {
+async fn serve(config: Option<PathBuf>, watch: bool, transport: Transport) -> Result<ExitCode> {
     let shutdown = shutdown_signal()?;
-    let plan = match &config {
-        Some(path) => {
-            let base = path.parent().map(std::path::Path::to_path_buf).unwrap_or_default();
-            cordon::config::Config::load(path)?.plan(&base)?
-        }
-        None => cordon::config::Config::default().plan(std::path::Path::new("."))?,
-    };
+    let plan = cordon::reload::read_plan(config.as_deref())?;
     match cordon::runtime::raise_open_file_limit() {
         Ok(limit) => tracing::debug!("the process may open {limit} files"),
         Err(error) => tracing::warn!("could not raise the open-file limit: {error}"),
@@ -248,11 +258,10 @@ async fn serve(config: Option<PathBuf>, transport: Transport) -> Result<ExitCode
     let tools = runtime.snapshot();
     let tools: Vec<&str> = tools.tools().map(|tool| tool.name.as_str()).collect();
     tracing::info!("loaded {} tools: {}", tools.len(), tools.join(", "));
-    let server = cordon::dispatch::Server::with_limits(
-        std::sync::Arc::new(runtime),
-        plan.progress_interval,
-        plan.server_limits,
-    );
+    let runtime = std::sync::Arc::new(runtime);
+    let reloader = cordon::reload::Reloader::new(runtime.clone(), config, watch)?;
+    tokio::spawn(async move { reloader.run().await.inspect_err(|error| tracing::error!("{error}")) });
+    let server = cordon::dispatch::Server::with_limits(runtime, plan.progress_interval, plan.server_limits);
     // A call may also be in a schema check, which nothing interrupts (runtime/schema.rs).
     let drain = drain.max(cordon::runtime::SCHEMA_CHECK_BUDGET) + std::time::Duration::from_secs(1);
     if let Transport::Http { address, allow_host } = transport {

@@ -543,6 +543,11 @@ impl Runtime {
         }
     }
 
+    /// Whether [`Runtime::shutdown`] was called, and a way to wait for it.
+    pub fn shutting_down(&self) -> watch::Receiver<bool> {
+        self.shutdown.subscribe()
+    }
+
     /// Wait until no call holds a slot, or `timeout` passes; returns whether it is idle.
     pub async fn idle(&self, timeout: Duration) -> bool {
         let slots = self.settings.engine.max_concurrent_calls as u32;
