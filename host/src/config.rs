@@ -138,6 +138,7 @@ pub struct ServerConfig {
     pub cache: Option<bool>,
     pub cache_dir: Option<PathBuf>,
     pub reserved_descriptors: Option<usize>,
+    pub max_listen_streams: Option<usize>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -372,6 +373,9 @@ impl Config {
         }
         if let Some(kb) = server.max_request_cost_kb {
             server_limits.max_request_cost = kb << 10;
+        }
+        if let Some(streams) = server.max_listen_streams {
+            server_limits.max_listen_streams = streams;
         }
         let mut http = HttpSettings::default();
         if let Some(kb) = self.http.max_body_kb {
@@ -755,7 +759,11 @@ mod tests {
         let plan = config.plan(Path::new("/etc/cordon")).unwrap();
         assert_eq!(
             plan.server_limits,
-            ServerLimits { max_queued_request_bytes: 1 << 20, max_request_cost: 512 << 10 }
+            ServerLimits {
+                max_queued_request_bytes: 1 << 20,
+                max_request_cost: 512 << 10,
+                ..ServerLimits::default()
+            }
         );
         let http = &plan.http;
         assert_eq!((http.max_connections_per_ip, http.max_header_connections_per_ip), (8, 2));

@@ -13,6 +13,13 @@
 //! all; the instance is torn down only after the answer is out. Stopping the call is the
 //! runtime's job: this module only asks for it.
 //!
+//! **Tool list changes.** A reload swaps the runtime's tool set; a client is told when
+//! the list it would get changed (a reload that changes nothing sends nothing). A
+//! 2026-07-28 client asks with `subscriptions/listen` ([`Connection`] keeps the stream:
+//! the acknowledgement first, every message tagged with the listen id, a final answer
+//! when the server ends it, bounded by [`ServerLimits::max_listen_streams`]); a 2025-era
+//! client gets plain notifications on its stream ([`Connection::follow_tool_changes`]).
+//!
 //! **Admission.** Every request is charged what it holds in memory, from its first byte
 //! read to its last byte answered, against one server-wide bound ([`Admission`]): a parsed
 //! message is charged its estimated size as a [`Value`] ([`crate::protocol::cost`]), not its
@@ -46,8 +53,12 @@ pub struct Server {
     /// The shortest gap between two progress notifications of one call.
     progress_interval: Duration,
     /// Calls accepted whose answer is not out yet (or, after a cancel, not yet dropped):
-    /// from the first check of their arguments to the last byte of their answer.
+    /// from the first check of their arguments to the last byte of their answer; and
+    /// listen streams until their final answer is out.
     calls: AtomicUsize,
+    /// `subscriptions/listen` streams open, on every connection.
+    listens: AtomicUsize,
+    max_listen_streams: usize,
     /// Signalled whenever `calls` goes down.
     call_finished: Notify,
     /// The bytes requests hold, from their first byte read to their answer.
@@ -64,13 +75,17 @@ pub struct ServerLimits {
     pub max_queued_request_bytes: usize,
     /// The estimated in-memory size of one parsed message beyond which it is refused.
     pub max_request_cost: usize,
+    /// `subscriptions/listen` streams open at once, across all clients; more are refused.
+    /// (Over HTTP each also holds a connection, within `max_connections`.)
+    pub max_listen_streams: usize,
 }
 
 impl Default for ServerLimits {
     fn default() -> Self {
         // 256 MiB holds 64 calls with 4 MiB of string arguments each; 64 MiB is a 4 MiB
         // body of small values (about 10x once parsed) with room to spare.
-        Self { max_queued_request_bytes: 256 << 20, max_request_cost: 64 << 20 }
+        // Listen streams: half the default HTTP connections, so they never take them all.
+        Self { max_queued_request_bytes: 256 << 20, max_request_cost: 64 << 20, max_listen_streams: 1024 }
     }
 }
 
@@ -92,6 +107,8 @@ impl Server {
             tool_list,
             progress_interval,
             calls: AtomicUsize::new(0),
+            listens: AtomicUsize::new(0),
+            max_listen_streams: limits.max_listen_streams,
             call_finished: Notify::new(),
             admission: Admission::new(limits.max_queued_request_bytes),
             max_request_cost: limits.max_request_cost,
@@ -336,6 +353,8 @@ pub struct Connection {
     server: Arc<Server>,
     /// Set by a 2025-era `initialize`: requests without the 2026 envelope are then served.
     legacy: AtomicBool,
+    /// Whether a stream of this connection gets 2025-era tool list changes (one at most).
+    following: Arc<AtomicBool>,
     in_flight: Mutex<HashMap<RequestId, InFlight>>,
 }
 
@@ -350,7 +369,12 @@ enum Reply {
 impl Connection {
     /// A connection to `server`.
     pub fn new(server: Arc<Server>) -> Arc<Self> {
-        Arc::new(Self { server, legacy: AtomicBool::new(false), in_flight: Mutex::new(HashMap::new()) })
+        Arc::new(Self {
+            server,
+            legacy: AtomicBool::new(false),
+            following: Arc::default(),
+            in_flight: Mutex::new(HashMap::new()),
+        })
     }
 
     /// The server this connection belongs to.
@@ -401,13 +425,20 @@ impl Connection {
             self.legacy.store(true, Ordering::Relaxed);
             let requested =
                 params.as_ref().and_then(|params| params.get("protocolVersion")).and_then(Value::as_str);
+            // A stream that outlives the request (stdio) is where list changes go; over
+            // HTTP they go on the session's GET stream.
+            if let Outbox::Lines(_) = out {
+                self.follow_tool_changes(out.clone());
+            }
             return Reply::Result(mcp::initialize_result(requested));
         }
         let legacy = !modern && self.legacy.load(Ordering::Relaxed);
         if legacy && method == "ping" {
             return Reply::Result(mcp::complete(Default::default()));
         }
-        if !matches!(method, "server/discover" | "tools/list" | "tools/call") {
+        let known = matches!(method, "server/discover" | "tools/list" | "tools/call")
+            || (method == "subscriptions/listen" && !legacy);
+        if !known {
             return Reply::Error(RpcError::method_not_found(method));
         }
         let envelope = if legacy {
@@ -420,6 +451,7 @@ impl Connection {
         };
         match method {
             "server/discover" => Reply::Result(mcp::discover_result()),
+            "subscriptions/listen" => self.start_listen(id, params.as_ref(), out.clone(), charge),
             "tools/list" => {
                 let cursor = params.as_ref().and_then(|params| params.get("cursor"));
                 match mcp::list_result(&self.server.tool_list(&self.server.runtime.snapshot()), cursor) {
@@ -600,6 +632,136 @@ impl Connection {
         }
         let limits = tools.limits(name).cloned().unwrap_or_default();
         (Some(jsonrpc::success(id, mcp::call_result(&report.outcome, &limits))), Some(teardown))
+    }
+
+    /// Open a `subscriptions/listen` stream: acknowledge what it will carry, then send
+    /// `notifications/tools/list_changed` (when asked for) each time the list changes, until
+    /// the client ends it (a cancel, or a closed HTTP stream: nothing more is sent) or the
+    /// server shuts down (the final answer; on stdio then `notifications/cancelled`).
+    fn start_listen(
+        self: &Arc<Self>,
+        id: &RequestId,
+        params: Option<&Value>,
+        out: Outbox,
+        charge: Charge,
+    ) -> Reply {
+        let honoured = match mcp::listen_filter(params) {
+            Ok(honoured) => honoured,
+            Err(error) => return Reply::Error(error),
+        };
+        let server = &self.server;
+        let admitted = server.listens.fetch_update(Ordering::AcqRel, Ordering::Acquire, |open| {
+            (open < server.max_listen_streams).then_some(open + 1)
+        });
+        if admitted.is_err() {
+            return Reply::Error(
+                RpcError::new(
+                    INTERNAL_ERROR,
+                    format!(
+                        "Server busy: {} subscriptions/listen streams are open, the most this server keeps; \
+                         close one or try again later",
+                        server.max_listen_streams
+                    ),
+                )
+                .with_data(json!({"retryAfterSeconds": RETRY_AFTER_SECONDS})),
+            );
+        }
+        let cancel_signal = {
+            let mut in_flight = self.in_flight.lock().unwrap();
+            if in_flight.contains_key(id) {
+                server.listens.fetch_sub(1, Ordering::AcqRel);
+                return Reply::Error(RpcError::new(
+                    INVALID_REQUEST,
+                    "Invalid Request: this id is already in use",
+                ));
+            }
+            let entry = InFlight::default();
+            let signal = entry.cancel_signal.clone();
+            in_flight.insert(id.clone(), entry);
+            server.calls.fetch_add(1, Ordering::AcqRel);
+            signal
+        };
+        let wants_tools = honoured.contains_key("toolsListChanged");
+        // Watched from before the acknowledgement: a change right after it is not missed.
+        let mut tools = server.runtime.watch_tools();
+        let mut last = server.tool_list(&tools.borrow_and_update());
+        let mut shutdown = server.runtime.shutting_down();
+        let (connection, id) = (self.clone(), id.clone());
+        tokio::spawn(async move {
+            out.send(mcp::subscription_acknowledged(&id, honoured)).await;
+            loop {
+                tokio::select! {
+                    biased;
+                    () = cancel_signal.notified() => break,
+                    () = async { let _ = shutdown.wait_for(|stopping| *stopping).await; } => break,
+                    changed = tools.changed(), if wants_tools => {
+                        if changed.is_err() {
+                            break;
+                        }
+                        let list = connection.server.tool_list(&tools.borrow_and_update());
+                        if list != last {
+                            last = list;
+                            out.send(mcp::tools_list_changed(Some(&id))).await;
+                        }
+                    }
+                }
+            }
+            let cancelled =
+                connection.in_flight.lock().unwrap().remove(&id).is_some_and(|entry| entry.cancelled);
+            if !cancelled {
+                out.send(jsonrpc::success(&id, mcp::listen_ended(&id))).await;
+                if let Outbox::Lines(_) = out {
+                    out.send(mcp::listen_cancelled(&id, "the server is shutting down")).await;
+                }
+            }
+            drop(charge);
+            let server = &connection.server;
+            server.listens.fetch_sub(1, Ordering::AcqRel);
+            server.calls.fetch_sub(1, Ordering::AcqRel);
+            server.call_finished.notify_waiters();
+        });
+        Reply::Later
+    }
+
+    /// Send this connection's 2025-era client `notifications/tools/list_changed` on `out`
+    /// each time the tool list changes, until the server shuts down or `out` closes. One
+    /// stream per connection: false (and nothing started) when one already follows.
+    pub fn follow_tool_changes(self: &Arc<Self>, out: Outbox) -> bool {
+        if self.following.swap(true, Ordering::AcqRel) {
+            return false;
+        }
+        let runtime = &self.server.runtime;
+        let mut tools = runtime.watch_tools();
+        let mut last = self.server.tool_list(&tools.borrow_and_update());
+        let mut shutdown = runtime.shutting_down();
+        let (server, following) = (self.server.clone(), self.following.clone());
+        tokio::spawn(async move {
+            let closed = async {
+                match &out {
+                    Outbox::Channel(sender) => sender.closed().await,
+                    Outbox::Lines(_) => std::future::pending().await,
+                }
+            };
+            let mut closed = std::pin::pin!(closed);
+            loop {
+                tokio::select! {
+                    () = &mut closed => break,
+                    () = async { let _ = shutdown.wait_for(|stopping| *stopping).await; } => break,
+                    changed = tools.changed() => {
+                        if changed.is_err() {
+                            break;
+                        }
+                        let list = server.tool_list(&tools.borrow_and_update());
+                        if list != last {
+                            last = list;
+                            out.send(mcp::tools_list_changed(None)).await;
+                        }
+                    }
+                }
+            }
+            following.store(false, Ordering::Release);
+        });
+        true
     }
 
     fn is_cancelled(&self, id: &RequestId) -> bool {

@@ -429,6 +429,11 @@ async fn serve_request(
             false => plain(StatusCode::NOT_FOUND, "Not Found: unknown or expired session"),
         });
     }
+    if request.method() == Method::GET
+        && let Some(id) = &session_id
+    {
+        return Err(session_stream(shared, headers, id));
+    }
     if request.method() != Method::POST {
         let mut response = plain(StatusCode::METHOD_NOT_ALLOWED, "Method Not Allowed: use POST");
         response.headers_mut().insert(header::ALLOW, HeaderValue::from_static("POST, DELETE"));
@@ -525,7 +530,30 @@ async fn serve_request(
         Ok(None) => None,
         Err(_quiet) => None,
     };
-    Ok(sse_answer(guard, first, outbox, settings.keep_alive))
+    Ok(sse_answer(Some(guard), first, outbox, settings.keep_alive))
+}
+
+/// `GET /mcp` with a 2025-era session's id: the session's stream of server messages (its
+/// tool list changes), one per session, open until the client closes it or the server
+/// shuts down. (Without a session id a GET is answered 405, as the 2026 protocol asks.)
+fn session_stream(shared: &Shared, headers: &HeaderMap, session_id: &str) -> HttpResponse {
+    let accepts_sse = headers
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|value| value.split(','))
+        .any(|item| item.split(';').next().unwrap_or("").trim().eq_ignore_ascii_case("text/event-stream"));
+    if !accepts_sse {
+        return plain(StatusCode::NOT_ACCEPTABLE, "Not Acceptable: Accept must list text/event-stream");
+    }
+    let Some(connection) = shared.sessions.get(session_id) else {
+        return plain(StatusCode::NOT_FOUND, "Not Found: unknown or expired session; initialize again");
+    };
+    let (sender, outbox) = mpsc::channel(16);
+    if !connection.follow_tool_changes(Outbox::Channel(sender)) {
+        return plain(StatusCode::CONFLICT, "Conflict: this session already has a GET stream open");
+    }
+    sse_answer(None, None, outbox, shared.settings.keep_alive)
 }
 
 /// Whether a request comes from a 2025-era client: without the 2026 envelope, `initialize`,
@@ -911,7 +939,7 @@ fn json_answer(mut guard: CancelOnDrop, message: &Value, legacy: bool) -> HttpRe
 }
 
 fn sse_answer(
-    guard: CancelOnDrop,
+    guard: Option<CancelOnDrop>,
     first: Option<Value>,
     mut outbox: mpsc::Receiver<Value>,
     keep_alive: Duration,
@@ -941,7 +969,7 @@ fn sse_answer(
                 message = outbox.recv() => {
                     let Some(message) = message else { break };
                     let done = message.get("id").is_some();
-                    if done {
+                    if done && let Some(guard) = &mut guard {
                         guard.armed = false;
                     }
                     if !send(event(&message)).await {
@@ -958,7 +986,9 @@ fn sse_answer(
                 }
             }
         }
-        guard.armed = false;
+        if let Some(guard) = &mut guard {
+            guard.armed = false;
+        }
     });
     let mut response = Response::new(ResponseBody::Stream(body));
     let headers = response.headers_mut();
