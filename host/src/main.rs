@@ -237,6 +237,7 @@ enum Transport {
 
 async fn serve(config: Option<PathBuf>, watch: bool, transport: Transport) -> Result<ExitCode> {
     let shutdown = shutdown_signal()?;
+    let hangup = cordon::reload::hangup_signal()?;
     let plan = cordon::reload::read_plan(config.as_deref())?;
     match cordon::runtime::raise_open_file_limit() {
         Ok(limit) => tracing::debug!("the process may open {limit} files"),
@@ -259,7 +260,7 @@ async fn serve(config: Option<PathBuf>, watch: bool, transport: Transport) -> Re
     let tools: Vec<&str> = tools.tools().map(|tool| tool.name.as_str()).collect();
     tracing::info!("loaded {} tools: {}", tools.len(), tools.join(", "));
     let runtime = std::sync::Arc::new(runtime);
-    let reloader = cordon::reload::Reloader::new(runtime.clone(), config, watch)?;
+    let reloader = cordon::reload::Reloader::new(runtime.clone(), config, watch, hangup)?;
     tokio::spawn(async move { reloader.run().await.inspect_err(|error| tracing::error!("{error}")) });
     let server = cordon::dispatch::Server::with_limits(runtime, plan.progress_interval, plan.server_limits);
     // A call may also be in a schema check, which nothing interrupts (runtime/schema.rs).

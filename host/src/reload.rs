@@ -88,12 +88,25 @@ pub struct Reloader {
     /// The directories watched now (a file is watched through its directory, since editors
     /// and `cp` often replace a file rather than write it in place).
     directories: HashSet<PathBuf>,
+    hangup: tokio::signal::unix::Signal,
+}
+
+/// Take SIGHUP from now on (its default action ends the process): install this before
+/// loading anything, and hand it to [`Reloader::new`].
+pub fn hangup_signal() -> Result<tokio::signal::unix::Signal, ReloadError> {
+    use tokio::signal::unix::{SignalKind, signal};
+    signal(SignalKind::hangup()).map_err(ReloadError::Signal)
 }
 
 impl Reloader {
-    /// A reloader for `runtime` serving the config at `config`; with `watch`, the files
-    /// are watched from now on.
-    pub fn new(runtime: Arc<Runtime>, config: Option<PathBuf>, watch: bool) -> Result<Self, ReloadError> {
+    /// A reloader for `runtime` serving the config at `config`, reloading on `hangup`
+    /// ([`hangup_signal`]); with `watch`, the files are watched from now on.
+    pub fn new(
+        runtime: Arc<Runtime>,
+        config: Option<PathBuf>,
+        watch: bool,
+        hangup: tokio::signal::unix::Signal,
+    ) -> Result<Self, ReloadError> {
         let watched: Arc<Mutex<HashSet<PathBuf>>> = Arc::default();
         let changed = Arc::new(Notify::new());
         let watcher = if watch {
@@ -114,7 +127,8 @@ impl Reloader {
         } else {
             None
         };
-        let mut reloader = Self { runtime, config, watched, changed, watcher, directories: HashSet::new() };
+        let directories = HashSet::new();
+        let mut reloader = Self { runtime, config, watched, changed, watcher, directories, hangup };
         reloader.watch_files()?;
         Ok(reloader)
     }
@@ -149,12 +163,10 @@ impl Reloader {
 
     /// Reload on every trigger until the runtime shuts down.
     pub async fn run(mut self) -> Result<(), ReloadError> {
-        use tokio::signal::unix::{SignalKind, signal};
-        let mut hangup = signal(SignalKind::hangup()).map_err(ReloadError::Signal)?;
         let mut shutdown = self.runtime.shutting_down();
         loop {
             tokio::select! {
-                _ = hangup.recv() => tracing::info!("SIGHUP: reloading the config"),
+                _ = self.hangup.recv() => tracing::info!("SIGHUP: reloading the config"),
                 () = self.changed.notified() => {
                     // A burst of events is one change: wait for quiet.
                     while tokio::time::timeout(DEBOUNCE, self.changed.notified()).await.is_ok() {}
