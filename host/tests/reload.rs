@@ -12,6 +12,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::Arc;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -24,7 +25,8 @@ const WAIT: Duration = Duration::from_secs(20);
 /// Return "lock" at once: a second version of a tool that returns "done".
 const LOCK_BODY: &str = "(call $ok_text (i32.const 2010) (i32.const 4))";
 /// Report progress (so the test knows the call runs), sleep 1.5 s, return "done".
-const SLOW_BODY: &str = "(call $progress (f64.const 1) (i32.const 0) (f64.const 0) (i32.const 0) (i32.const 0) (i32.const 0))
+const SLOW_BODY: &str =
+    "(call $progress (f64.const 1) (i32.const 0) (f64.const 0) (i32.const 0) (i32.const 0) (i32.const 0))
     (call $sleep_ms (i64.const 1500)) (call $ok_text (i32.const 2000) (i32.const 4))";
 
 /// A directory with a config and the components it names.
@@ -94,7 +96,10 @@ impl Process {
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             let line = self.log.recv_timeout(left).unwrap_or_else(|_| {
-                panic!("no log line with {needle:?} within {WAIT:?}; the log so far:\n{}", self.seen.join("\n"))
+                panic!(
+                    "no log line with {needle:?} within {WAIT:?}; the log so far:\n{}",
+                    self.seen.join("\n")
+                )
             });
             self.seen.push(line.clone());
             if line.contains(needle) {
@@ -236,7 +241,11 @@ fn sighup_swaps_components_and_listen_streams_hear_of_it_as_the_spec_says() {
     let setup = two_tools("sighup");
     let mut server = StdioServer::start(&setup, &[]);
     // Two listens: one for tool changes, one for prompts only (not honoured: no prompts).
-    server.request(json!("tools"), "subscriptions/listen", json!({"notifications": {"toolsListChanged": true}}));
+    server.request(
+        json!("tools"),
+        "subscriptions/listen",
+        json!({"notifications": {"toolsListChanged": true}}),
+    );
     let ack = server.next();
     assert_eq!(ack["method"], "notifications/subscriptions/acknowledged", "{ack}");
     assert_eq!(ack["params"]["notifications"], json!({"toolsListChanged": true}));
@@ -246,9 +255,15 @@ fn sighup_swaps_components_and_listen_streams_hear_of_it_as_the_spec_says() {
     assert_eq!(ack["params"]["notifications"], json!({}), "{ack}");
     assert_eq!(ack["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"], 7);
     // A third, which the client ends: it hears nothing more, not even at shutdown.
-    server.request(json!("gone"), "subscriptions/listen", json!({"notifications": {"toolsListChanged": true}}));
+    server.request(
+        json!("gone"),
+        "subscriptions/listen",
+        json!({"notifications": {"toolsListChanged": true}}),
+    );
     assert_eq!(server.next()["method"], "notifications/subscriptions/acknowledged");
-    server.send(json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": "gone"}}));
+    server.send(
+        json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": "gone"}}),
+    );
     assert_eq!(server.tool_names(1).0, ["alpha"]);
 
     // Add beta, remove alpha.
@@ -390,7 +405,10 @@ fn a_config_that_fails_to_parse_keeps_everything() {
     let error = server.process.wait_log("ERROR");
     assert!(error.contains("the config was not applied") && error.contains("cordon.toml"), "{error}");
     // A config that parses but does not validate is refused the same way.
-    write_atomically(&setup.config(), b"[[components]]\npath = \"beta.wasm\"\nlimits = { memory_mb = \"lots\" }\n");
+    write_atomically(
+        &setup.config(),
+        b"[[components]]\npath = \"beta.wasm\"\nlimits = { memory_mb = \"lots\" }\n",
+    );
     server.process.signal(libc::SIGHUP);
     let error = server.process.wait_log("ERROR");
     assert!(error.contains("the config was not applied"), "{error}");
@@ -428,8 +446,11 @@ fn cordon_check_validates_a_config_and_compiles_every_component() {
 
     let config = setup.dir.join("broken.toml");
     std::fs::write(&setup.dir.join("broken.wasm"), b"\0asm\x01\0\0\0").unwrap();
-    std::fs::write(&config, "[[components]]\npath = \"alpha.wasm\"\n[[components]]\npath = \"broken.wasm\"\n")
-        .unwrap();
+    std::fs::write(
+        &config,
+        "[[components]]\npath = \"alpha.wasm\"\n[[components]]\npath = \"broken.wasm\"\n",
+    )
+    .unwrap();
     let (code, _, stderr) = check(&config);
     assert_eq!(code, Some(1));
     assert!(stderr.contains("1 of 2 components failed") && stderr.contains("broken.wasm"), "{stderr}");
@@ -446,7 +467,11 @@ fn listen_streams_are_bounded() {
     setup.serve(&["alpha.wasm"], "max_listen_streams = 2");
     let mut server = StdioServer::start(&setup, &[]);
     for id in 1..=2 {
-        server.request(json!(id), "subscriptions/listen", json!({"notifications": {"toolsListChanged": true}}));
+        server.request(
+            json!(id),
+            "subscriptions/listen",
+            json!({"notifications": {"toolsListChanged": true}}),
+        );
         assert_eq!(server.next()["method"], "notifications/subscriptions/acknowledged");
     }
     server.request(json!(3), "subscriptions/listen", json!({"notifications": {"toolsListChanged": true}}));
@@ -459,7 +484,11 @@ fn listen_streams_are_bounded() {
     let deadline = Instant::now() + WAIT;
     let mut id = 4;
     loop {
-        server.request(json!(id), "subscriptions/listen", json!({"notifications": {"toolsListChanged": true}}));
+        server.request(
+            json!(id),
+            "subscriptions/listen",
+            json!({"notifications": {"toolsListChanged": true}}),
+        );
         let answer = server.next();
         if answer["method"] == "notifications/subscriptions/acknowledged" {
             break;
@@ -505,7 +534,8 @@ impl Http {
         command.stdin(Stdio::null()).stdout(Stdio::null());
         let mut process = Process::spawn(command);
         let line = process.wait_log("serving MCP on http://127.0.0.1:");
-        let port = line.split("http://127.0.0.1:").nth(1).unwrap().split('/').next().unwrap().parse().unwrap();
+        let port =
+            line.split("http://127.0.0.1:").nth(1).unwrap().split('/').next().unwrap().parse().unwrap();
         Self { process, port, schema: Schema::new() }
     }
 
@@ -656,4 +686,71 @@ fn a_2025_session_gets_list_changed_on_its_get_stream() {
     server.schema.check("ToolListChangedNotification", &changed);
     server.process.signal(libc::SIGTERM);
     assert!(next_event(&mut stream, &mut comments).is_none(), "the stream ends at shutdown");
+}
+
+fn source(setup: &Setup, file: &str, data: bool) -> cordon::runtime::ComponentSource {
+    let options = cordon::runtime::ComponentOptions {
+        limits: common::quick_limits(),
+        data_dir: data.then(|| setup.dir.join(format!("{file}.data"))),
+        ..Default::default()
+    };
+    cordon::runtime::ComponentSource {
+        name: file.trim_end_matches(".wasm").to_owned(),
+        path: setup.dir.join(file),
+        options,
+    }
+}
+
+/// One call of `tool`, its instance torn down as stdio does (which makes a spare).
+async fn call_and_refill(runtime: &cordon::runtime::Runtime, tool: &str) -> String {
+    let call = runtime.call(tool, &json!({})).await.unwrap();
+    let (report, teardown) = call.run_deferring_teardown().await;
+    teardown.finish().await;
+    common::answer(&report)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unchanged_components_are_carried_over_and_replaced_ones_drop_their_spares() {
+    let setup = two_tools("carry-over");
+    let runtime = cordon::runtime::Runtime::new(common::settings(8)).unwrap();
+    let sources = || vec![source(&setup, "alpha.wasm", true), source(&setup, "beta.wasm", false)];
+    let report = runtime.reload(sources()).await;
+    assert_eq!(
+        (report.loaded.as_slice(), report.swapped),
+        (["alpha".to_owned(), "beta".to_owned()].as_slice(), true)
+    );
+    let first = runtime.snapshot();
+    assert_eq!(call_and_refill(&runtime, "alpha").await, "done");
+    assert_eq!(runtime.pool_usage().spares, 1, "a finished call leaves a spare");
+
+    // The same bytes and options: nothing compiled, nothing swapped, the spare kept.
+    let report = runtime.reload(sources()).await;
+    assert!(report.loaded.is_empty() && !report.swapped, "{report:?}");
+    assert_eq!(report.unchanged, ["alpha", "beta"]);
+    assert!(Arc::ptr_eq(&first, &runtime.snapshot()), "the very same set");
+    assert_eq!(runtime.pool_usage().spares, 1);
+
+    // Other options for alpha make it a new component; beta is carried over as it is.
+    let mut changed = sources();
+    changed[0].options.limits.memory_bytes /= 2;
+    let report = runtime.reload(changed).await;
+    assert_eq!(
+        (report.loaded.as_slice(), report.unchanged.as_slice()),
+        (["alpha".to_owned()].as_slice(), ["beta".to_owned()].as_slice())
+    );
+    assert_eq!(runtime.pool_usage().spares, 0, "the replaced component's spare is dropped");
+    assert_eq!(runtime.snapshot().generation(), first.generation() + 1);
+    // A call on the old snapshot still runs (on the old version), and leaves no spare.
+    let old_call = runtime.call_in(&first, "alpha", &json!({})).await.unwrap();
+    let (report, teardown) = old_call.run_deferring_teardown().await;
+    teardown.finish().await;
+    assert_eq!(common::answer(&report), "done");
+    assert_eq!(runtime.pool_usage().spares, 0, "a retired component makes no spare");
+    // Removing beta drops it from the set.
+    let report = runtime.reload(vec![source(&setup, "alpha.wasm", true)]).await;
+    assert_eq!(report.removed, ["beta"]);
+    let names: Vec<String> = runtime.snapshot().tools().map(|tool| tool.name.clone()).collect();
+    assert_eq!(names, ["alpha"]);
+    drop(first);
+    assert_eq!(runtime.pool_usage().component_instances, 0, "no instance outlives its component");
 }
