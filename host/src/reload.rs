@@ -32,7 +32,8 @@ pub enum ReloadError {
     /// The file could not be read, parsed or validated; the message names the key.
     #[error("{0}")]
     Config(String),
-    /// Watching the files failed.
+    #[error("cannot start watching files: {0}")]
+    Watcher(notify::Error),
     #[error("cannot watch {path}: {source}")]
     Watch { path: PathBuf, source: notify::Error },
     #[error("installing the SIGHUP handler: {0}")]
@@ -122,7 +123,7 @@ impl Reloader {
                     changed.notify_one();
                 }
             })
-            .map_err(|source| ReloadError::Watch { path: PathBuf::new(), source })?;
+            .map_err(ReloadError::Watcher)?;
             Some(watcher)
         } else {
             None

@@ -445,7 +445,7 @@ fn cordon_check_validates_a_config_and_compiles_every_component() {
     assert!(stderr.contains("unknown field `max_calls`") && stderr.contains("unknown-key.toml"), "{stderr}");
 
     let config = setup.dir.join("broken.toml");
-    std::fs::write(&setup.dir.join("broken.wasm"), b"\0asm\x01\0\0\0").unwrap();
+    std::fs::write(setup.dir.join("broken.wasm"), b"\0asm\x01\0\0\0").unwrap();
     std::fs::write(
         &config,
         "[[components]]\npath = \"alpha.wasm\"\n[[components]]\npath = \"broken.wasm\"\n",
@@ -543,7 +543,8 @@ impl Http {
     fn open(&self, method: &str, headers: &[(&str, &str)], body: &str) -> (BufReader<TcpStream>, String) {
         let mut stream = TcpStream::connect(("127.0.0.1", self.port)).unwrap();
         stream.set_read_timeout(Some(WAIT)).unwrap();
-        let mut head = format!("{method} /mcp HTTP/1.1\r\nHost: 127.0.0.1:{}\r\n", self.port);
+        let mut head =
+            format!("{method} /mcp HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nConnection: close\r\n", self.port);
         for (name, value) in headers {
             head.push_str(&format!("{name}: {value}\r\n"));
         }

@@ -356,24 +356,33 @@ impl Runtime {
         for source in sources {
             let origin = source.path.display().to_string();
             let old = current.component(&source.name).cloned();
-            let candidate = match std::fs::read(&source.path) {
+            let path = source.path.clone();
+            let read = tokio::task::spawn_blocking(move || {
+                use sha2::Digest;
+                std::fs::read(path).map(|bytes| (<[u8; 32]>::from(sha2::Sha256::digest(&bytes)), bytes))
+            });
+            let candidate = match read.await.unwrap_or_else(|error| Err(std::io::Error::other(error))) {
                 Err(error) => Err(LoadError::new(&origin, format!("cannot read: {error}"))),
-                Ok(bytes) => {
-                    use sha2::Digest;
-                    let digest: [u8; 32] = sha2::Sha256::digest(&bytes).into();
-                    match &old {
-                        Some(old) if old.digest == digest && old.options == source.options => {
-                            Ok((old.clone(), false))
-                        }
-                        _ => self
-                            .build(&source.name, &origin, bytes, source.options, &next.components)
-                            .await
-                            .map(|loaded| (Arc::new(loaded), true)),
+                Ok((digest, bytes)) => match &old {
+                    Some(old) if old.digest == digest && old.options == source.options => {
+                        Ok((old.clone(), false))
                     }
-                }
+                    _ => self
+                        .build(&source.name, &origin, bytes, source.options, &next.components)
+                        .await
+                        .map(|loaded| (Arc::new(loaded), true)),
+                },
             };
-            let candidate = candidate.and_then(|(component, fresh)| match next.clash(&origin, &component) {
-                Some(clash) => Err(clash),
+            // A component carried over is checked too: one loaded before it may now
+            // offer one of its tools or overlap its directories.
+            let fits = |component: &LoadedComponent| {
+                next.clash(&origin, component).or_else(|| {
+                    let files = component.files.as_deref()?;
+                    files_conflict(&source.name, &origin, files, &next.components)
+                })
+            };
+            let candidate = candidate.and_then(|(component, fresh)| match fits(&component) {
+                Some(problem) => Err(problem),
                 None => Ok((component, fresh)),
             });
             match candidate {
@@ -384,13 +393,7 @@ impl Runtime {
                 }
                 Err(error) => {
                     // The old version stays, unless it no longer fits beside the others.
-                    let kept = old.filter(|old| {
-                        let files = old.files.as_deref();
-                        next.clash(&origin, old).is_none()
-                            && files.is_none_or(|files| {
-                                files_conflict(&source.name, &origin, files, &next.components).is_none()
-                            })
-                    });
+                    let kept = old.filter(|old| fits(old).is_none());
                     report.failed.push(error);
                     if let Some(old) = kept {
                         report.unchanged.push(source.name.clone());
