@@ -391,6 +391,18 @@ impl Connection {
     /// Handle one message let in by [`Server::admit`]; its charge is held until its answer
     /// is out (for a call, until the call's task ends).
     pub async fn handle_admitted(self: &Arc<Self>, admitted: Admitted, out: &Outbox) {
+        self.handle_admitted_in(admitted, None, out).await;
+    }
+
+    /// [`Connection::handle_admitted`], serving a call from `tools`, the snapshot the
+    /// transport already took to check the request (HTTP checks `Mcp-Param-*` headers
+    /// against the tool), so that one request sees one tool set throughout.
+    pub async fn handle_admitted_in(
+        self: &Arc<Self>,
+        admitted: Admitted,
+        tools: Option<Arc<ToolSet>>,
+        out: &Outbox,
+    ) {
         let Admitted { message, charge } = admitted;
         match message {
             Incoming::Invalid { id, error } => out.send(jsonrpc::failure(id.as_ref(), &error)).await,
@@ -401,11 +413,13 @@ impl Connection {
                 }
                 // Anything else (e.g. notifications/initialized) needs no action.
             }
-            Incoming::Request { id, method, params } => match self.route(&id, &method, params, out, charge) {
-                Reply::Result(result) => out.send(jsonrpc::success(&id, result)).await,
-                Reply::Error(error) => out.send(jsonrpc::failure(Some(&id), &error)).await,
-                Reply::Later => {}
-            },
+            Incoming::Request { id, method, params } => {
+                match self.route(&id, &method, params, tools, out, charge) {
+                    Reply::Result(result) => out.send(jsonrpc::success(&id, result)).await,
+                    Reply::Error(error) => out.send(jsonrpc::failure(Some(&id), &error)).await,
+                    Reply::Later => {}
+                }
+            }
         }
     }
 
@@ -414,6 +428,7 @@ impl Connection {
         id: &RequestId,
         method: &str,
         params: Option<Value>,
+        tools: Option<Arc<ToolSet>>,
         out: &Outbox,
         charge: Charge,
     ) -> Reply {
@@ -462,7 +477,7 @@ impl Connection {
             _ => {
                 // The call's one snapshot of the tools: a reload from here on changes
                 // nothing for it.
-                let tools = self.server.runtime.snapshot();
+                let tools = tools.unwrap_or_else(|| self.server.runtime.snapshot());
                 let tool = params.as_ref().and_then(|params| params.get("name")).and_then(Value::as_str);
                 if let Some(spec) = tool.and_then(|tool| tools.tool(tool))
                     && let Err(error) = mcp::check_capabilities(envelope.as_ref(), &spec.requires)

@@ -487,8 +487,10 @@ async fn serve_request(
     };
 
     let legacy = is_legacy(&headers, &method, params.as_ref(), session_id.is_some());
+    // The request's one snapshot of the tools: its headers are checked and its call runs
+    // against the same set, whatever a reload swaps in meanwhile.
+    let tools = server.runtime().snapshot();
     if !legacy {
-        let tools = server.runtime().snapshot();
         let tool = (method == "tools/call")
             .then(|| params.as_ref().and_then(|params| params.get("name")).and_then(Value::as_str))
             .flatten()
@@ -510,7 +512,7 @@ async fn serve_request(
     // From here on, dropping the guard (the client went away) cancels the call.
     let guard = CancelOnDrop { connection: connection.clone(), id: id.clone(), armed: true };
     let admitted = Admitted { message: Incoming::Request { id, method, params }, charge };
-    connection.handle_admitted(admitted, &Outbox::Channel(sender)).await;
+    connection.handle_admitted_in(admitted, Some(tools), &Outbox::Channel(sender)).await;
     drop(connection);
 
     let first = match tokio::time::timeout(settings.sse_after, outbox.recv()).await {
