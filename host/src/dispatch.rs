@@ -878,19 +878,5 @@ const WAITING_CALLS_BLOCKING_THREADS: usize = 32;
 /// noisy), and it leaves a waiting call almost nothing on a machine other processes keep
 /// busy. Any process may lower its own threads' priority.
 fn lower_priority() {
-    #[cfg(target_os = "linux")]
-    {
-        // SAFETY: gettid has no preconditions; setpriority on one's own thread id changes
-        // only that thread's nice value (Linux keeps it per thread).
-        let thread = unsafe { libc::gettid() };
-        if unsafe { libc::setpriority(libc::PRIO_PROCESS, thread as libc::id_t, WAITING_CALLS_NICE) } != 0 {
-            tracing::debug!(
-                "lowering a call thread's priority was refused: {}",
-                std::io::Error::last_os_error()
-            );
-        }
-    }
+    crate::runtime::engine::lower_thread_priority();
 }
-
-/// The nice value of the threads of calls that wait (0 is the default, 19 the lowest).
-const WAITING_CALLS_NICE: libc::c_int = 19;
