@@ -133,6 +133,7 @@ fn main() {
         reloads_during += last - before;
     }
     let _ = child.kill();
+    let _ = child.wait();
     let _ = std::fs::remove_file(&path);
     let (quiet_p50, quiet_p99) = (percentile(&mut quiet, 0.5), percentile(&mut quiet, 0.99));
     let (busy_p50, busy_p99) = (percentile(&mut reloading, 0.5), percentile(&mut reloading, 0.99));
