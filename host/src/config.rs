@@ -1,4 +1,6 @@
 //! The server's TOML configuration: which components to serve and their limits.
+//! `serve` reads it again on SIGHUP (and with `--watch` when it changes), applying only
+//! `[[components]]` (see `reload.rs`).
 //!
 //! ```toml
 //! [server]
@@ -17,6 +19,8 @@
 //!                                # (HTTP 503 + Retry-After; stdio: a -32603 error)
 //! max_request_cost_kb = 65536    # one parsed message's estimated size; over it: refused
 //!                                # (HTTP 413; stdio: a -32600 error)
+//! max_listen_streams = 1024      # `subscriptions/listen` streams open at once; more are
+//!                                # refused (a -32603 error)
 //!
 //! [http]                         # only for `serve --http`
 //! max_body_kb = 4096             # 413 beyond it
