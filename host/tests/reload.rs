@@ -386,10 +386,9 @@ fn a_broken_component_keeps_its_old_version_and_the_error_is_logged() {
     setup.component("gamma.wasm", &WatGuest::new("gamma", DONE_BODY));
     setup.serve(&["alpha.wasm", "beta.wasm", "gamma.wasm", "missing.wasm"], "");
     server.process.signal(libc::SIGHUP);
-    let error = server.process.wait_log("ERROR");
-    assert!(error.contains("beta.wasm"), "{error}");
-    let error = server.process.wait_log("ERROR");
-    assert!(error.contains("missing.wasm") && error.contains("cannot read"), "{error}");
+    let errors = [server.process.wait_log("ERROR"), server.process.wait_log("ERROR")].join("\n");
+    assert!(errors.contains("beta.wasm: not a WebAssembly file"), "{errors}");
+    assert!(errors.contains("missing.wasm: cannot read"), "{errors}");
     let line = server.process.wait_log("reload:");
     assert!(line.contains("loaded [gamma]"), "{line}");
     assert!(is_list_changed(&server.next(), &json!(9)));
@@ -754,4 +753,27 @@ async fn unchanged_components_are_carried_over_and_replaced_ones_drop_their_spar
     assert_eq!(names, ["alpha"]);
     drop(first);
     assert_eq!(runtime.pool_usage().component_instances, 0, "no instance outlives its component");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_is_served_wins_over_a_new_component_that_clashes_with_it() {
+    let setup = two_tools("precedence");
+    setup.component("alpha2.wasm", &WatGuest::new("alpha", LOCK_BODY));
+    let runtime = cordon::runtime::Runtime::new(common::settings(8)).unwrap();
+    runtime.reload(vec![source(&setup, "alpha.wasm", true)]).await;
+    // Listed first, a new component with alpha's tool name; then one with its directory.
+    let same_tool = source(&setup, "alpha2.wasm", false);
+    let mut same_dir = source(&setup, "beta.wasm", false);
+    same_dir.options.data_dir = Some(setup.dir.join("alpha.wasm.data"));
+    let report = runtime.reload(vec![same_tool, same_dir, source(&setup, "alpha.wasm", true)]).await;
+    assert_eq!(report.unchanged, ["alpha"]);
+    assert!(report.loaded.is_empty(), "{report:?}");
+    let problems: Vec<String> = report.failed.iter().map(ToString::to_string).collect();
+    assert!(
+        problems[0].contains("alpha2.wasm") && problems[0].contains("also offered by component alpha"),
+        "{problems:?}"
+    );
+    assert!(problems[1].contains("beta.wasm") && problems[1].contains("overlaps"), "{problems:?}");
+    assert!(!report.swapped);
+    assert_eq!(call_and_refill(&runtime, "alpha").await, "done", "the served alpha, not the new one");
 }

@@ -93,6 +93,16 @@ impl Default for RuntimeSettings {
     }
 }
 
+/// One component's part in a reload.
+enum Step {
+    /// Served as it is (unchanged, or kept after its file could not be read).
+    Stay(Arc<LoadedComponent>),
+    /// To be loaded from these bytes; the old version, if any, stays if that fails.
+    Load(Box<ComponentSource>, String, Vec<u8>, Option<Arc<LoadedComponent>>),
+    /// New, and unreadable: left out.
+    Skip,
+}
+
 /// Why `name`'s files (`grants`) cannot sit beside `others`: a directory of one overlaps
 /// one of another where either may be written. A guest could otherwise change what the
 /// other sees, or replace a directory inside the other's with a symlink.
@@ -348,11 +358,16 @@ impl Runtime {
     /// its old version (or stays out, when it is new); the report says which and why.
     /// Components left out are dropped from the set at the swap; calls running on them
     /// finish on them, and they make no more spare instances.
+    ///
+    /// What is already served wins: a new or changed component whose tools or directories
+    /// clash with one carried over (or kept after a failure) is the one refused.
     pub async fn reload(&self, sources: Vec<ComponentSource>) -> ReloadReport {
         let _one_at_a_time = self.reloading.lock().await;
         let current = self.snapshot();
         let mut report = ReloadReport::default();
-        let mut next = ToolSet::default();
+        // First what stays as it is, then what must be loaded, checked against it all.
+        let mut steps = Vec::new();
+        let mut staying = ToolSet::default();
         for source in sources {
             let origin = source.path.display().to_string();
             let old = current.component(&source.name).cloned();
@@ -361,47 +376,76 @@ impl Runtime {
                 use sha2::Digest;
                 std::fs::read(path).map(|bytes| (<[u8; 32]>::from(sha2::Sha256::digest(&bytes)), bytes))
             });
-            let candidate = match read.await.unwrap_or_else(|error| Err(std::io::Error::other(error))) {
-                Err(error) => Err(LoadError::new(&origin, format!("cannot read: {error}"))),
-                Ok((digest, bytes)) => match &old {
-                    Some(old) if old.digest == digest && old.options == source.options => {
-                        Ok((old.clone(), false))
+            let step = match read.await.unwrap_or_else(|error| Err(std::io::Error::other(error))) {
+                Ok((digest, _))
+                    if old
+                        .as_ref()
+                        .is_some_and(|old| old.digest == digest && old.options == source.options) =>
+                {
+                    let old = old.expect("checked");
+                    staying.push(old.clone()).expect("it was served beside the others");
+                    report.unchanged.push(source.name.clone());
+                    Step::Stay(old)
+                }
+                Ok((_, bytes)) => Step::Load(Box::new(source), origin, bytes, old),
+                Err(error) => {
+                    report.failed.push(LoadError::new(&origin, format!("cannot read: {error}")));
+                    match old {
+                        Some(old) => {
+                            staying.push(old.clone()).expect("it was served beside the others");
+                            report.unchanged.push(source.name.clone());
+                            Step::Stay(old)
+                        }
+                        None => Step::Skip,
                     }
-                    _ => self
-                        .build(&source.name, &origin, bytes, source.options, &next.components)
-                        .await
-                        .map(|loaded| (Arc::new(loaded), true)),
-                },
+                }
             };
-            // A component carried over is checked too: one loaded before it may now
-            // offer one of its tools or overlap its directories.
-            let fits = |component: &LoadedComponent| {
-                next.clash(&origin, component).or_else(|| {
-                    let files = component.files.as_deref()?;
-                    files_conflict(&source.name, &origin, files, &next.components)
-                })
+            steps.push(step);
+        }
+        let mut order = Vec::new();
+        for step in steps {
+            let (source, origin, bytes, old) = match step {
+                Step::Stay(component) => {
+                    order.push(component);
+                    continue;
+                }
+                Step::Skip => continue,
+                Step::Load(source, origin, bytes, old) => (source, origin, bytes, old),
             };
-            let candidate = candidate.and_then(|(component, fresh)| match fits(&component) {
-                Some(problem) => Err(problem),
-                None => Ok((component, fresh)),
-            });
-            match candidate {
-                Ok((component, fresh)) => {
-                    let list = if fresh { &mut report.loaded } else { &mut report.unchanged };
-                    list.push(source.name.clone());
-                    next.push(component).expect("its tools were checked against the set");
+            let built = self
+                .build(&source.name, &origin, bytes, source.options, &staying.components)
+                .await
+                .and_then(|loaded| match staying.clash(&origin, &loaded) {
+                    Some(clash) => Err(clash),
+                    None => Ok(Arc::new(loaded)),
+                });
+            let component = match built {
+                Ok(component) => {
+                    report.loaded.push(source.name.clone());
+                    component
                 }
                 Err(error) => {
-                    // The old version stays, unless it no longer fits beside the others.
-                    let kept = old.filter(|old| fits(old).is_none());
                     report.failed.push(error);
-                    if let Some(old) = kept {
-                        report.unchanged.push(source.name.clone());
-                        next.push(old).expect("its tools were checked against the set");
+                    // The old version stays, unless it no longer fits beside the others.
+                    let fits = |old: &LoadedComponent| {
+                        staying.clash(&origin, old).is_none()
+                            && old.files.as_deref().is_none_or(|files| {
+                                files_conflict(&source.name, &origin, files, &staying.components).is_none()
+                            })
+                    };
+                    match old.filter(|old| fits(old)) {
+                        Some(old) => {
+                            report.unchanged.push(source.name.clone());
+                            old
+                        }
+                        None => continue,
                     }
                 }
-            }
+            };
+            staying.push(component.clone()).expect("checked against the set");
+            order.push(component);
         }
+        let next = ToolSet::new(order, current.generation()).expect("every pair was checked");
         let same = next.components.len() == current.components.len()
             && next.components.iter().zip(&current.components).all(|(a, b)| Arc::ptr_eq(a, b));
         if same {
