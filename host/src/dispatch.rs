@@ -469,7 +469,8 @@ impl Connection {
             "subscriptions/listen" => self.start_listen(id, params.as_ref(), out.clone(), charge),
             "tools/list" => {
                 let cursor = params.as_ref().and_then(|params| params.get("cursor"));
-                match mcp::list_result(&self.server.tool_list(&self.server.runtime.snapshot()), cursor) {
+                let tools = tools.unwrap_or_else(|| self.server.runtime.snapshot());
+                match mcp::list_result(&self.server.tool_list(&tools), cursor) {
                     Ok(result) => Reply::Result(result),
                     Err(error) => Reply::Error(error),
                 }
