@@ -82,14 +82,30 @@ pub async fn reload(runtime: &Runtime, path: Option<&Path>) -> Result<ReloadRepo
 pub struct Reloader {
     runtime: Arc<Runtime>,
     config: Option<PathBuf>,
-    /// The files whose change triggers a reload (absolute): the config and the components.
-    watched: Arc<Mutex<HashSet<PathBuf>>>,
+    /// What a change must touch to trigger a reload.
+    watched: Arc<Mutex<Watched>>,
     changed: Arc<Notify>,
     watcher: Option<notify::RecommendedWatcher>,
     /// The directories watched now (a file is watched through its directory, since editors
     /// and `cp` often replace a file rather than write it in place).
     directories: HashSet<PathBuf>,
     hangup: tokio::signal::unix::Signal,
+}
+
+/// The files whose change triggers a reload (absolute): the config and the components;
+/// and the directories in which any change does: those of files that are symlinks, which
+/// change when a link on the way is swapped (a Kubernetes ConfigMap volume swaps its
+/// `..data` link and never touches the file's own path).
+#[derive(Default)]
+struct Watched {
+    files: HashSet<PathBuf>,
+    any_in: HashSet<PathBuf>,
+}
+
+impl Watched {
+    fn touched_by(&self, path: &Path) -> bool {
+        self.files.contains(path) || path.parent().is_some_and(|directory| self.any_in.contains(directory))
+    }
 }
 
 /// Take SIGHUP from now on (its default action ends the process): install this before
@@ -108,7 +124,7 @@ impl Reloader {
         watch: bool,
         hangup: tokio::signal::unix::Signal,
     ) -> Result<Self, ReloadError> {
-        let watched: Arc<Mutex<HashSet<PathBuf>>> = Arc::default();
+        let watched: Arc<Mutex<Watched>> = Arc::default();
         let changed = Arc::new(Notify::new());
         let watcher = if watch {
             let (watched, changed) = (watched.clone(), changed.clone());
@@ -119,7 +135,7 @@ impl Reloader {
                     return;
                 }
                 let watched = watched.lock().unwrap();
-                if event.paths.iter().any(|path| watched.contains(path)) {
+                if event.paths.iter().any(|path| watched.touched_by(path)) {
                     changed.notify_one();
                 }
             })
@@ -148,6 +164,11 @@ impl Reloader {
             files.iter().map(|file| std::path::absolute(file).unwrap_or_else(|_| file.clone())).collect();
         let directories: HashSet<PathBuf> =
             files.iter().filter_map(|file| file.parent().map(Path::to_path_buf)).collect();
+        let any_in = files
+            .iter()
+            .filter(|file| std::fs::symlink_metadata(file).is_ok_and(|metadata| metadata.is_symlink()))
+            .filter_map(|file| file.parent().map(Path::to_path_buf))
+            .collect();
         use notify::Watcher;
         for gone in self.directories.difference(&directories) {
             let _ = watcher.unwatch(gone);
@@ -158,7 +179,7 @@ impl Reloader {
                 .map_err(|source| ReloadError::Watch { path: new.clone(), source })?;
         }
         self.directories = directories;
-        *self.watched.lock().unwrap() = files;
+        *self.watched.lock().unwrap() = Watched { files, any_in };
         Ok(())
     }
 

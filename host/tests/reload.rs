@@ -777,3 +777,35 @@ async fn what_is_served_wins_over_a_new_component_that_clashes_with_it() {
     assert!(!report.swapped);
     assert_eq!(call_and_refill(&runtime, "alpha").await, "done", "the served alpha, not the new one");
 }
+
+#[test]
+fn watch_follows_a_config_behind_a_swapped_symlink_as_kubernetes_mounts_it() {
+    // A ConfigMap volume: cordon.toml -> ..data/cordon.toml, ..data -> a versioned
+    // directory; an update makes a new directory and renames a new `..data` link over the
+    // old one. The file's own path is never written.
+    let setup = two_tools("configmap");
+    let volume = setup.dir.join("volume");
+    let version = |name: &str, files: &[&str]| {
+        let dir = volume.join(name);
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut text = String::from("[server]\ncache = false\n");
+        for file in files {
+            text.push_str(&format!("[[components]]\npath = {:?}\n", setup.dir.join(file)));
+        }
+        std::fs::write(dir.join("cordon.toml"), text).unwrap();
+    };
+    version("v1", &["alpha.wasm"]);
+    std::os::unix::fs::symlink("v1", volume.join("..data")).unwrap();
+    std::os::unix::fs::symlink("..data/cordon.toml", volume.join("cordon.toml")).unwrap();
+    let mut command = Command::new(env!("CARGO_BIN_EXE_cordon"));
+    command.args(["serve", "--stdio", "--watch", "--config"]).arg(volume.join("cordon.toml"));
+    command.stdin(Stdio::piped()).stdout(Stdio::null());
+    let mut process = Process::spawn(command);
+    process.wait_log("loaded 1 tools: alpha");
+    version("v2", &["alpha.wasm", "beta.wasm"]);
+    std::os::unix::fs::symlink("v2", volume.join("..data_tmp")).unwrap();
+    std::fs::rename(volume.join("..data_tmp"), volume.join("..data")).unwrap();
+    process.wait_log("a watched file changed");
+    let line = process.wait_log("reload:");
+    assert!(line.contains("loaded [beta]") && line.contains("unchanged [alpha]"), "{line}");
+}
