@@ -53,15 +53,17 @@ enum Command {
         /// Speak MCP on stdin and stdout.
         #[arg(long, conflicts_with = "http")]
         stdio: bool,
-        /// Speak MCP over Streamable HTTP on this address (POST /mcp), e.g. 127.0.0.1:8080.
+        /// Speak MCP over Streamable HTTP on this address (POST /mcp), e.g. 127.0.0.1:8080
+        /// [default: none; one of --stdio and --http is required].
         #[arg(long, value_name = "ADDRESS")]
         http: Option<std::net::SocketAddr>,
         /// Another host name to accept in `Host` and `Origin` headers over HTTP (localhost,
-        /// 127.0.0.1 and [::1] always are); repeat for more.
+        /// 127.0.0.1 and [::1] always are); repeat for more [default: none].
         #[arg(long, value_name = "NAME")]
         allow_host: Vec<String>,
-        /// A TOML file naming the components and their limits [default: the example tools
-        /// in target/guests, built by `cargo xtask guests`]. SIGHUP reloads its components.
+        /// A TOML file naming the components and their limits [default: none: the example
+        /// tools built into this binary, else target/guests/example-tools.wasm in the
+        /// repository it was built from]. SIGHUP reloads its components.
         #[arg(long)]
         config: Option<PathBuf>,
         /// Reload the components when the config file or a component's file changes.
@@ -85,7 +87,8 @@ enum Command {
     Inspect {
         /// The component (.wasm).
         component: PathBuf,
-        /// A config file; the `[[components]]` entry whose `path` is this component is shown.
+        /// A config file; the `[[components]]` entry whose `path` is this component is shown
+        /// [default: none: the interfaces only].
         #[arg(long)]
         config: Option<PathBuf>,
     },
@@ -98,10 +101,11 @@ enum Command {
         /// The arguments, as a JSON object.
         #[arg(default_value = "{}")]
         arguments: String,
-        /// The tool's data directory, preopened at /data [default: ~/.local/share/cordon/<component>].
+        /// The tool's data directory, preopened at /data [default:
+        /// $XDG_DATA_HOME/cordon/<component>, else ~/.local/share/cordon/<component>].
         #[arg(long)]
         data_dir: Option<PathBuf>,
-        /// Stop the call after this many seconds.
+        /// Stop the call after this many seconds [default: 300, a tool's default maximum duration].
         #[arg(long)]
         timeout: Option<f64>,
     },
@@ -254,13 +258,17 @@ async fn serve(config: Option<PathBuf>, watch: bool, transport: Transport) -> Re
     for component in plan.components {
         let limits = std::iter::once(&component.options.limits).chain(component.options.tool_limits.values());
         drain = limits.map(|limits| limits.grace + limits.cleanup_budget).fold(drain, std::cmp::max);
-        runtime.load_named_file(&component.name, &component.path, component.options).await?;
+        match component.embedded {
+            Some(bytes) => runtime.load_bytes(&component.name, bytes, component.options).await?,
+            None => runtime.load_named_file(&component.name, &component.path, component.options).await?,
+        }
     }
+    let runtime = std::sync::Arc::new(runtime);
+    // Watching before the log says "loaded": a change from then on is seen.
+    let reloader = cordon::reload::Reloader::new(runtime.clone(), config, watch, hangup)?;
     let tools = runtime.snapshot();
     let tools: Vec<&str> = tools.tools().map(|tool| tool.name.as_str()).collect();
     tracing::info!("loaded {} tools: {}", tools.len(), tools.join(", "));
-    let runtime = std::sync::Arc::new(runtime);
-    let reloader = cordon::reload::Reloader::new(runtime.clone(), config, watch, hangup)?;
     tokio::spawn(async move { reloader.run().await.inspect_err(|error| tracing::error!("{error}")) });
     let server = cordon::dispatch::Server::with_limits(runtime, plan.progress_interval, plan.server_limits);
     // A call may also be in a schema check, which nothing interrupts (runtime/schema.rs).
@@ -360,5 +368,46 @@ async fn call(runtime: &Runtime, tool: &str, arguments: &serde_json::Value) -> R
             eprintln!("call ended: {other:?}");
             Ok(ExitCode::FAILURE)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::{ArgAction, CommandFactory};
+
+    /// Every flag of every subcommand shows its default in `--help`: clap's own
+    /// `[default: ...]`, or one written in the help text for a default that is computed.
+    /// Switches (`--stdio`, `--help`) and required positionals have none to show.
+    #[test]
+    fn every_flag_of_every_command_shows_its_default() {
+        fn undocumented(command: &clap::Command, path: &str, found: &mut Vec<String>) {
+            for arg in command.get_arguments() {
+                let switch = matches!(
+                    arg.get_action(),
+                    ArgAction::SetTrue
+                        | ArgAction::SetFalse
+                        | ArgAction::Count
+                        | ArgAction::Help
+                        | ArgAction::HelpShort
+                        | ArgAction::HelpLong
+                        | ArgAction::Version
+                );
+                // A required argument has no default to show (`cordon check --config`).
+                let required = arg.is_required_set();
+                let help =
+                    arg.get_long_help().or(arg.get_help()).map(ToString::to_string).unwrap_or_default();
+                let shown = !arg.get_default_values().is_empty() || help.contains("[default: ");
+                if !(switch || required || shown) {
+                    found.push(format!("{path} {}", arg.get_id()));
+                }
+            }
+            for sub in command.get_subcommands() {
+                undocumented(sub, &format!("{path} {}", sub.get_name()), found);
+            }
+        }
+        let command = super::Cli::command();
+        let mut found = Vec::new();
+        undocumented(&command, "cordon", &mut found);
+        assert!(found.is_empty(), "flags whose --help shows no default: {found:?}");
     }
 }

@@ -697,6 +697,7 @@ fn source(setup: &Setup, file: &str, data: bool) -> cordon::runtime::ComponentSo
     cordon::runtime::ComponentSource {
         name: file.trim_end_matches(".wasm").to_owned(),
         path: setup.dir.join(file),
+        embedded: None,
         options,
     }
 }

@@ -24,11 +24,27 @@ use super::schema::Schema;
 use super::spare::SpareSlot;
 
 /// A component the operator asks for: its name, its file and how to run it.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct ComponentSource {
     pub name: String,
     pub path: PathBuf,
+    /// The component's bytes when they are built into the binary (the example tools
+    /// without a config); `path` is then only where they were built from.
+    pub embedded: Option<&'static [u8]>,
     pub options: ComponentOptions,
+}
+
+// By hand, so that embedded bytes show as their length, not as a list of numbers.
+impl std::fmt::Debug for ComponentSource {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter
+            .debug_struct("ComponentSource")
+            .field("name", &self.name)
+            .field("path", &self.path)
+            .field("embedded", &self.embedded.map(|bytes| format!("{} bytes", bytes.len())))
+            .field("options", &self.options)
+            .finish()
+    }
 }
 
 /// Why a component could not be loaded.

@@ -371,10 +371,14 @@ impl Runtime {
         for source in sources {
             let origin = source.path.display().to_string();
             let old = current.component(&source.name).cloned();
-            let path = source.path.clone();
+            let (path, embedded) = (source.path.clone(), source.embedded);
             let read = tokio::task::spawn_blocking(move || {
                 use sha2::Digest;
-                std::fs::read(path).map(|bytes| (<[u8; 32]>::from(sha2::Sha256::digest(&bytes)), bytes))
+                let bytes = match embedded {
+                    Some(bytes) => Ok(bytes.to_vec()),
+                    None => std::fs::read(path),
+                };
+                bytes.map(|bytes| (<[u8; 32]>::from(sha2::Sha256::digest(&bytes)), bytes))
             });
             let step = match read.await.unwrap_or_else(|error| Err(std::io::Error::other(error))) {
                 Ok((digest, _))
