@@ -44,6 +44,9 @@ unsafe impl Sync for MallocConf {}
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// How the log on stderr is written: `text` or `json` (one object per line).
+    #[arg(long, global = true, default_value = "text", value_parser = ["text", "json"])]
+    log_format: String,
 }
 
 #[derive(Subcommand)]
@@ -69,6 +72,10 @@ enum Command {
         /// Reload the components when the config file or a component's file changes.
         #[arg(long)]
         watch: bool,
+        /// Serve Prometheus metrics (/metrics) and health probes (/healthz, /readyz) on this
+        /// address, e.g. 127.0.0.1:9464 [default: none: no metrics listener].
+        #[arg(long, value_name = "ADDRESS")]
+        metrics: Option<std::net::SocketAddr>,
     },
     /// Validate a config and compile every component it names, without serving: exit 0
     /// with a one-line summary, or an error naming each component or key at fault.
@@ -113,38 +120,36 @@ enum Command {
 
 fn main() -> ExitCode {
     use std::io::IsTerminal;
-    let Ok((log, flush)) = cordon::operator_log::start(std::io::stderr()) else {
-        eprintln!("error: cannot start the log thread");
-        return ExitCode::FAILURE;
-    };
-    tracing_subscriber::fmt()
-        .with_writer(log)
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("CORDON_LOG").unwrap_or_else(|_| "info".into()),
-        )
-        .init();
     let cli = Cli::parse();
+    let format = cli.log_format.parse().expect("clap allows only known formats");
+    let log =
+        match cordon::telemetry::log::install(std::io::stderr(), format, std::io::stderr().is_terminal()) {
+            Ok(log) => log,
+            Err(error) => {
+                eprintln!("error: {error}");
+                return ExitCode::FAILURE;
+            }
+        };
     let runtime = tokio::runtime::Runtime::new().expect("starting the tokio runtime");
-    match runtime.block_on(run(cli)) {
-        Ok(code) => code,
-        Err(error) => {
-            flush.flush(); // the log before the error
-            eprintln!("error: {error:#}");
-            ExitCode::FAILURE
-        }
-    }
+    let code = runtime.block_on(run(cli, &log));
+    log.finish(); // the log before the error
+    code.unwrap_or_else(|error| {
+        eprintln!("error: {error:#}");
+        ExitCode::FAILURE
+    })
 }
 
-async fn run(cli: Cli) -> Result<ExitCode> {
+async fn run(cli: Cli, log: &cordon::telemetry::LogHandle) -> Result<ExitCode> {
     match cli.command {
-        Command::Serve { stdio, http, allow_host, config, watch } => {
+        Command::Serve { stdio, http, allow_host, config, watch, metrics } => {
             let transport = match (stdio, http) {
                 (true, _) => Transport::Stdio,
                 (false, Some(address)) => Transport::Http { address, allow_host },
                 (false, None) => anyhow::bail!("choose a transport: `--stdio` or `--http 127.0.0.1:8080`"),
             };
-            serve(config, watch, transport).await
+            tokio::spawn(log.dropped().report_every(std::time::Duration::from_secs(10)));
+            let telemetry = cordon::telemetry::Telemetry::start(metrics, Some(log)).await?;
+            serve(config, watch, transport, telemetry).await
         }
         Command::Check { config } => {
             let summary = cordon::reload::check(&config).await?;
@@ -239,8 +244,13 @@ enum Transport {
     Http { address: std::net::SocketAddr, allow_host: Vec<String> },
 }
 
-async fn serve(config: Option<PathBuf>, watch: bool, transport: Transport) -> Result<ExitCode> {
-    let shutdown = shutdown_signal()?;
+async fn serve(
+    config: Option<PathBuf>,
+    watch: bool,
+    transport: Transport,
+    telemetry: cordon::telemetry::Telemetry,
+) -> Result<ExitCode> {
+    let shutdown = telemetry.until_stopping(shutdown_signal()?);
     let hangup = cordon::reload::hangup_signal()?;
     let plan = cordon::reload::read_plan(config.as_deref())?;
     match cordon::runtime::raise_open_file_limit() {
@@ -254,6 +264,7 @@ async fn serve(config: Option<PathBuf>, watch: bool, transport: Transport) -> Re
         Transport::Stdio => settings.reserved_descriptors,
     });
     let mut runtime = Runtime::new(settings)?;
+    telemetry.observe(&mut runtime);
     let mut drain = std::time::Duration::ZERO;
     for component in plan.components {
         let limits = std::iter::once(&component.options.limits).chain(component.options.tool_limits.values());
@@ -270,7 +281,10 @@ async fn serve(config: Option<PathBuf>, watch: bool, transport: Transport) -> Re
     let tools: Vec<&str> = tools.tools().map(|tool| tool.name.as_str()).collect();
     tracing::info!("loaded {} tools: {}", tools.len(), tools.join(", "));
     tokio::spawn(async move { reloader.run().await.inspect_err(|error| tracing::error!("{error}")) });
-    let server = cordon::dispatch::Server::with_limits(runtime, plan.progress_interval, plan.server_limits);
+    let server =
+        cordon::dispatch::Server::with_limits(runtime.clone(), plan.progress_interval, plan.server_limits);
+    let stats = matches!(transport, Transport::Http { .. }).then(|| plan.http.stats.clone());
+    telemetry.loaded(runtime, stats);
     // A call may also be in a schema check, which nothing interrupts (runtime/schema.rs).
     let drain = drain.max(cordon::runtime::SCHEMA_CHECK_BUDGET) + std::time::Duration::from_secs(1);
     if let Transport::Http { address, allow_host } = transport {
@@ -315,6 +329,7 @@ async fn load(
     options: Option<(ComponentOptions, Option<PathBuf>)>,
 ) -> Result<Runtime> {
     let mut runtime = Runtime::new(RuntimeSettings::default())?;
+    runtime.observe(std::sync::Arc::new(cordon::telemetry::CallLog::via_tracing()));
     let (mut options, data_dir) = options.unwrap_or_default();
     let name = path.file_stem().map(|stem| stem.to_string_lossy().into_owned()).unwrap_or_default();
     options.data_dir = Some(data_dir.unwrap_or_else(|| paths::default_data_dir(&name)));

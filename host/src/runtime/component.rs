@@ -259,6 +259,7 @@ pub(crate) fn prepare(
     origin: &str,
     bytes: &[u8],
     cache_dir: Option<&Path>,
+    cache: &super::engine::CompileCache,
 ) -> Result<PluginPre<GuestState>, LoadError> {
     let is_text = bytes.trim_ascii_start().starts_with(b"(");
     if !is_text {
@@ -276,7 +277,7 @@ pub(crate) fn prepare(
             return Err(LoadError::new(origin, "not a WebAssembly component (unknown header layer)"));
         }
     }
-    let component = compile_component(engine, bytes, cache_dir)
+    let component = compile_component(engine, bytes, cache_dir, cache)
         .map_err(|error| LoadError::new(origin, format!("invalid component: {error:#}")))?;
     let instance_pre = linker.instantiate_pre(&component).map_err(|error| {
         LoadError::new(origin, format!("imports something Cordon does not provide: {error:#}"))
