@@ -8,6 +8,7 @@
 //! - [`dispatch`]: one connection's requests: eras, concurrency, progress, cancellation.
 //! - [`runtime`]: engine, components, instances; the one owner of the stop sequence.
 //! - [`config`], [`paths`]: what to serve and where things live.
+//! - [`reload`]: the config read again on SIGHUP or a file change, and `cordon check`.
 //! - [`telemetry`]: beside the path, observing it: the operator's log (one line per call),
 //!   Prometheus metrics, health probes.
 
@@ -18,6 +19,7 @@ pub mod dispatch;
 pub mod fuzzing;
 pub mod paths;
 pub mod protocol;
+pub mod reload;
 pub mod runtime;
 pub mod telemetry;
 pub mod transport;

@@ -484,6 +484,11 @@ async fn serve_request(
             false => plain(StatusCode::NOT_FOUND, "Not Found: unknown or expired session"),
         });
     }
+    if request.method() == Method::GET
+        && let Some(id) = &session_id
+    {
+        return Err(session_stream(shared, headers, id));
+    }
     if request.method() != Method::POST {
         let mut response = plain(StatusCode::METHOD_NOT_ALLOWED, "Method Not Allowed: use POST");
         response.headers_mut().insert(header::ALLOW, HeaderValue::from_static("POST, DELETE"));
@@ -537,11 +542,14 @@ async fn serve_request(
     };
 
     let legacy = is_legacy(&headers, &method, params.as_ref(), session_id.is_some());
+    // The request's one snapshot of the tools: its headers are checked and its call runs
+    // against the same set, whatever a reload swaps in meanwhile.
+    let tools = server.runtime().snapshot();
     if !legacy {
         let tool = (method == "tools/call")
             .then(|| params.as_ref().and_then(|params| params.get("name")).and_then(Value::as_str))
             .flatten()
-            .and_then(|name| server.runtime().tool(name));
+            .and_then(|name| tools.tool(name));
         check_modern(&headers, &id, &method, params.as_ref(), tool)?;
     } else if session_id.is_some() && session.is_none() && method != "initialize" {
         return Err(plain(StatusCode::NOT_FOUND, "Not Found: unknown or expired session; initialize again"));
@@ -559,7 +567,7 @@ async fn serve_request(
     // From here on, dropping the guard (the client went away) cancels the call.
     let guard = CancelOnDrop { connection: connection.clone(), id: id.clone(), armed: true };
     let admitted = Admitted { message: Incoming::Request { id, method, params }, charge };
-    connection.handle_admitted(admitted, &Outbox::Channel(sender)).await;
+    connection.handle_admitted_in(admitted, Some(tools), &Outbox::Channel(sender)).await;
     drop(connection);
 
     let first = match tokio::time::timeout(settings.sse_after, outbox.recv()).await {
@@ -579,7 +587,30 @@ async fn serve_request(
         Ok(None) => None,
         Err(_quiet) => None,
     };
-    Ok(sse_answer(guard, first, outbox, settings.keep_alive, settings.stats.clone()))
+    Ok(sse_answer(Some(guard), first, outbox, settings.keep_alive, settings.stats.clone()))
+}
+
+/// `GET /mcp` with a 2025-era session's id: the session's stream of server messages (its
+/// tool list changes), one per session, open until the client closes it or the server
+/// shuts down. (Without a session id a GET is answered 405, as the 2026 protocol asks.)
+fn session_stream(shared: &Shared, headers: &HeaderMap, session_id: &str) -> HttpResponse {
+    let accepts_sse = headers
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|value| value.split(','))
+        .any(|item| item.split(';').next().unwrap_or("").trim().eq_ignore_ascii_case("text/event-stream"));
+    if !accepts_sse {
+        return plain(StatusCode::NOT_ACCEPTABLE, "Not Acceptable: Accept must list text/event-stream");
+    }
+    let Some(connection) = shared.sessions.get(session_id) else {
+        return plain(StatusCode::NOT_FOUND, "Not Found: unknown or expired session; initialize again");
+    };
+    let (sender, outbox) = mpsc::channel(16);
+    if !connection.follow_tool_changes(Outbox::Channel(sender)) {
+        return plain(StatusCode::CONFLICT, "Conflict: this session already has a GET stream open");
+    }
+    sse_answer(None, None, outbox, shared.settings.keep_alive, shared.settings.stats.clone())
 }
 
 /// Whether a request comes from a 2025-era client: without the 2026 envelope, `initialize`,
@@ -965,7 +996,7 @@ fn json_answer(mut guard: CancelOnDrop, message: &Value, legacy: bool) -> HttpRe
 }
 
 fn sse_answer(
-    guard: CancelOnDrop,
+    guard: Option<CancelOnDrop>,
     first: Option<Value>,
     mut outbox: mpsc::Receiver<Value>,
     keep_alive: Duration,
@@ -997,7 +1028,7 @@ fn sse_answer(
                 message = outbox.recv() => {
                     let Some(message) = message else { break };
                     let done = message.get("id").is_some();
-                    if done {
+                    if done && let Some(guard) = &mut guard {
                         guard.armed = false;
                     }
                     if !send(event(&message)).await {
@@ -1014,7 +1045,9 @@ fn sse_answer(
                 }
             }
         }
-        guard.armed = false;
+        if let Some(guard) = &mut guard {
+            guard.armed = false;
+        }
     });
     let mut response = Response::new(ResponseBody::Stream(body));
     let headers = response.headers_mut();
