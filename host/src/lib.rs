@@ -4,6 +4,7 @@
 //! stop them. The modules read as the data's path, each using only the ones after it:
 //!
 //! - [`transport`]: stdio (and Streamable HTTP): bytes in, messages out.
+//! - [`auth`]: who is asking (API keys → a tenant), a step of the HTTP transport.
 //! - [`protocol`]: JSON-RPC framing and MCP message shapes; no I/O.
 //! - [`dispatch`]: one connection's requests: eras, concurrency, progress, cancellation.
 //! - [`runtime`]: engine, components, instances; the one owner of the stop sequence.
@@ -11,6 +12,7 @@
 //! - [`reload`]: the config read again on SIGHUP or a file change, and `cordon check`.
 //! - [`operator_log`]: the operator's log on stderr, which never blocks the server.
 
+pub mod auth;
 pub mod config;
 pub mod dispatch;
 // Entry points for the fuzz targets in fuzz/, compiled always so that they never rot.

@@ -156,7 +156,7 @@ pub struct Teardown {
     store: Option<Store<GuestState>>,
     /// Makes the component's next spare instance; set when the guest returned normally.
     refill: Option<Refill>,
-    _permit: OwnedSemaphorePermit,
+    _permit: (OwnedSemaphorePermit, super::fair::FairPermit),
 }
 
 impl Teardown {
@@ -181,7 +181,10 @@ pub struct Call {
     pub(crate) arguments: String,
     pub(crate) control: Arc<CallControl>,
     pub(crate) shutdown: watch::Receiver<bool>,
-    pub(crate) permit: OwnedSemaphorePermit,
+    pub(crate) permit: (OwnedSemaphorePermit, super::fair::FairPermit),
+    /// The tenant's own file grants (its data directory), when the component has one per
+    /// tenant; the component's otherwise.
+    pub(crate) files: Option<Arc<super::files::FileGrants>>,
     pub(crate) cleanup_permits: Arc<Semaphore>,
     pub(crate) spares: Arc<super::spare::SpareBudget>,
 }
@@ -230,7 +233,8 @@ impl Call {
             stopped_at,
             cleanup,
         };
-        let refill = store.is_some().then(|| Refill {
+        // A spare is made with the component's own grants: never for a tenant's.
+        let refill = (store.is_some() && self.files.is_none()).then(|| Refill {
             engine: self.engine.clone(),
             ticker: self.ticker.clone(),
             component: self.component.clone(),
@@ -248,13 +252,27 @@ impl Call {
         let backstop = limits.max_duration.map(|max| self.control.started() + max + limits.grace);
         // A spare instance made ahead (spare.rs) is bound to this call; otherwise a fresh
         // one is made now.
-        let (mut store, spare) = match self.component.spare.take(limits) {
+        let spare = match self.files {
+            Some(_) => None,
+            None => self.component.spare.take(limits),
+        };
+        let (mut store, spare) = match spare {
             Some((mut store, plugin)) => {
                 store.data_mut().bind(limits, self.control.clone());
                 arm(&mut store, limits, backstop);
                 (store, Some(plugin))
             }
-            None => (new_store(&self.engine, &self.component, limits, self.control.clone(), backstop), None),
+            None => (
+                new_store_with(
+                    &self.engine,
+                    &self.component,
+                    self.files.as_ref().or(self.component.files.as_ref()),
+                    limits,
+                    self.control.clone(),
+                    backstop,
+                ),
+                None,
+            ),
         };
         store.data_mut().begin_call(&self.tool, limits);
         let pre = self.component.pre.clone();
@@ -524,10 +542,22 @@ pub(crate) fn new_store(
     control: Arc<CallControl>,
     backstop: Option<Instant>,
 ) -> Store<GuestState> {
+    new_store_with(engine, component, component.files.as_ref(), limits, control, backstop)
+}
+
+/// [`new_store`] with these file grants (a tenant's) instead of the component's.
+pub(crate) fn new_store_with(
+    engine: &Engine,
+    component: &LoadedComponent,
+    files: Option<&Arc<super::files::FileGrants>>,
+    limits: &ToolLimits,
+    control: Arc<CallControl>,
+    backstop: Option<Instant>,
+) -> Store<GuestState> {
     let state = GuestState::new(
         component.name.clone(),
         limits,
-        component.files.as_ref(),
+        files,
         &component.options.environment,
         component.http_grants.clone(),
         component.descriptors.clone(),

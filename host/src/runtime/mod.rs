@@ -25,6 +25,7 @@ pub mod component;
 mod control;
 mod egress;
 pub mod engine;
+mod fair;
 mod files;
 mod guest;
 mod ledger;
@@ -61,7 +62,7 @@ pub use engine::EngineSettings;
 pub use files::{GUEST_DATA_DIR, Mount};
 pub use ledger::{DescriptorBudget, raise_open_file_limit};
 pub use limits::ToolLimits;
-pub use registry::{ReloadReport, ToolSet};
+pub use registry::{ReloadReport, TenantView, ToolSet};
 pub use schema::CHECK_BUDGET as SCHEMA_CHECK_BUDGET;
 
 use component::LoadedComponent;
@@ -148,6 +149,10 @@ pub enum CallError {
     ArgumentsUnchecked { tool: String, reason: String },
     #[error("the server is busy: all {slots} call slots stayed in use for {waited:?}; try again later")]
     Busy { slots: usize, waited: Duration },
+    #[error(
+        "the tenant's call limit is reached: its {slots} concurrent calls stayed in use for {waited:?}; try again later"
+    )]
+    TenantBusy { slots: usize, waited: Duration },
     #[error("the server is shutting down")]
     ShuttingDown,
 }
@@ -183,6 +188,8 @@ pub struct Runtime {
     /// One reload at a time: each builds on the set the previous one left.
     reloading: tokio::sync::Mutex<()>,
     call_permits: Arc<Semaphore>,
+    /// Who gets the next free call slot: tenants take turns (fair.rs).
+    fair_slots: Arc<fair::FairSlots>,
     cleanup_permits: Arc<Semaphore>,
     spares: Arc<spare::SpareBudget>,
     /// Host descriptors guests may hold, across every call.
@@ -220,6 +227,7 @@ impl Runtime {
             tool_set: watch::Sender::new(Arc::default()),
             reloading: tokio::sync::Mutex::new(()),
             call_permits: Arc::new(Semaphore::new(slots)),
+            fair_slots: fair::FairSlots::new(slots),
             cleanup_permits: Arc::new(Semaphore::new(slots)),
             spares: Arc::new(spare::SpareBudget::new()),
             // Every store the pool can hold at once is guaranteed a few descriptors.
@@ -294,7 +302,7 @@ impl Runtime {
         others: &[Arc<LoadedComponent>],
     ) -> Result<LoadedComponent, LoadError> {
         use sha2::Digest;
-        let files = self.open_files(name, origin, &options, others)?;
+        let (files, tenant_files) = self.open_tenant_files(name, origin, &options, others)?;
         let cache_dir = self.settings.engine.cache_dir.clone();
         let (engine, linker, owned_origin) = (self.engine.clone(), self.linker.clone(), origin.to_owned());
         let (pre, digest) = tokio::task::spawn_blocking(move || {
@@ -313,6 +321,7 @@ impl Runtime {
             digest,
             pre,
             files,
+            tenant_files,
             descriptors: self.descriptors.clone(),
             http_grants: Arc::new(options.allow_http.clone()),
             options,
@@ -465,6 +474,37 @@ impl Runtime {
         report
     }
 
+    /// Open `name`'s grants: with tenants, its mounts for calls of no tenant and, for each
+    /// tenant, its mounts with the data directory `<data_dir>/<tenant>`; otherwise its data
+    /// directory and mounts.
+    #[allow(clippy::type_complexity)]
+    fn open_tenant_files(
+        &self,
+        name: &str,
+        origin: &str,
+        options: &ComponentOptions,
+        others: &[Arc<LoadedComponent>],
+    ) -> Result<(Option<Arc<files::FileGrants>>, HashMap<String, Arc<files::FileGrants>>), LoadError> {
+        let Some(data_dir) = options.data_dir.as_ref().filter(|_| !options.tenants.is_empty()) else {
+            return Ok((self.open_files(name, origin, options, others)?, HashMap::new()));
+        };
+        let mut by_tenant = HashMap::new();
+        for tenant in &options.tenants {
+            if !crate::paths::is_safe_name(tenant) {
+                return Err(LoadError::new(
+                    origin,
+                    format!("tenant name {tenant:?} cannot name a directory"),
+                ));
+            }
+            let own = ComponentOptions { data_dir: Some(data_dir.join(tenant)), ..options.clone() };
+            if let Some(grants) = self.open_files(name, origin, &own, others)? {
+                by_tenant.insert(tenant.clone(), grants);
+            }
+        }
+        let shared = ComponentOptions { data_dir: None, ..options.clone() };
+        Ok((self.open_files(name, origin, &shared, others)?, by_tenant))
+    }
+
     /// Open `name`'s data directory and mounts once, refusing any that overlaps one of
     /// `others` where either may be written.
     fn open_files(
@@ -538,12 +578,22 @@ impl Runtime {
     /// Reserve a slot for a call of `tool` with `arguments`. Waits for a free slot for at
     /// most the queue timeout, then refuses with [`CallError::Busy`].
     pub async fn call(&self, tool: &str, arguments: &Value) -> Result<Call, CallError> {
-        self.call_in(&self.snapshot(), tool, arguments).await
+        self.call_in(&self.snapshot(), None, tool, arguments).await
     }
 
-    /// [`Runtime::call`] with the tool taken from `tools`, the snapshot the request took.
-    pub async fn call_in(&self, tools: &ToolSet, tool: &str, arguments: &Value) -> Result<Call, CallError> {
-        let component = tools.component_of(tool).ok_or_else(|| CallError::UnknownTool(tool.to_owned()))?;
+    /// [`Runtime::call`] with the tool taken from `tools`, the snapshot the request took,
+    /// as `view` sees it: a tool outside the tenant's view is an unknown tool, refused in
+    /// the same words; the call runs with the tenant's data directory and waits for a
+    /// slot in the tenant's turn.
+    pub async fn call_in(
+        &self,
+        tools: &ToolSet,
+        view: Option<&TenantView>,
+        tool: &str,
+        arguments: &Value,
+    ) -> Result<Call, CallError> {
+        let component =
+            tools.component_for(view, tool).ok_or_else(|| CallError::UnknownTool(tool.to_owned()))?;
         if !arguments.is_object() {
             return Err(CallError::ArgumentsNotObject);
         }
@@ -560,10 +610,26 @@ impl Runtime {
             return Err(CallError::ShuttingDown);
         }
         let waited = self.settings.queue_timeout;
-        let permit = tokio::time::timeout(waited, self.call_permits.clone().acquire_owned())
+        let tenant = view.map_or_else(|| Arc::<str>::from(""), |view| view.tenant.clone());
+        let cap = view.and_then(|view| view.max_concurrent_calls);
+        let deadline = tokio::time::Instant::now() + waited;
+        let busy = || match cap {
+            Some(cap) => CallError::TenantBusy { slots: cap, waited },
+            None => CallError::Busy { slots: self.settings.engine.max_concurrent_calls, waited },
+        };
+        let fair_permit = tokio::time::timeout_at(deadline, self.fair_slots.acquire(&tenant, cap))
             .await
-            .map_err(|_| CallError::Busy { slots: self.settings.engine.max_concurrent_calls, waited })?
+            .map_err(|_| busy())?;
+        // The fair gate has as many slots as the pool: this waits only while a load's
+        // `list` holds one.
+        let permit = tokio::time::timeout_at(deadline, self.call_permits.clone().acquire_owned())
+            .await
+            .map_err(|_| busy())?
             .expect("the call semaphore is never closed");
+        let files = match view {
+            Some(view) => component.tenant_files.get(&*view.tenant).cloned(),
+            None => None,
+        };
         let component = component.clone();
         Ok(Call {
             id: self.next_call_id.fetch_add(1, Ordering::Relaxed),
@@ -575,7 +641,8 @@ impl Runtime {
             tool: tool.to_owned(),
             arguments: arguments.to_string(),
             shutdown: self.shutdown.subscribe(),
-            permit,
+            permit: (permit, fair_permit),
+            files,
             cleanup_permits: self.cleanup_permits.clone(),
             spares: self.spares.clone(),
         })
