@@ -50,10 +50,10 @@ pub struct Server {
     runtime: Arc<Runtime>,
     /// Every tool of the latest tool set as MCP describes it, in a stable order, made once
     /// per set: (the set's generation, the list).
-    tool_list: Mutex<(u64, Arc<Vec<Value>>)>,
+    tool_list: Mutex<ToolList>,
     /// The same per tenant: each tenant's view, made once per set (bounded by the tenants
     /// configured).
-    tenant_tool_lists: Mutex<HashMap<Arc<str>, (u64, Arc<Vec<Value>>)>>,
+    tenant_tool_lists: Mutex<HashMap<Arc<str>, ToolList>>,
     /// The tenants configured (none: one implicit tenant, every tool).
     tenants: Arc<Tenants>,
     /// The shortest gap between two progress notifications of one call.
@@ -72,6 +72,9 @@ pub struct Server {
     /// The most one parsed message may cost.
     max_request_cost: usize,
 }
+
+/// A tool list as MCP describes it, and the generation of the set it was made from.
+type ToolList = (u64, Arc<Vec<Value>>);
 
 /// Bounds on what requests may hold in memory, on every transport.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
