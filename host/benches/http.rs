@@ -4,6 +4,11 @@
 //! per server, in alternation, of 16 concurrent clients, each sending `tools/call` after
 //! `tools/call` on one kept-alive connection (as HTTP client libraries do).
 //!
+//! A second cordon runs beside them with the operator's telemetry on (the call log at
+//! `info` into a pipe that is drained, `--metrics`), against the first with logging at
+//! `warn` and no metrics: the cost of telemetry, as a ratio of medians (target: at most
+//! 5 % added at p50).
+//!
 //! ```sh
 //! cargo xtask test   # builds target/debug/cordon, the example tools and the Python env
 //! cargo bench -p cordon --bench http --profile dev
@@ -34,6 +39,18 @@ fn main() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
+    // The same server, with the log at info (one line per call) into a pipe that a thread
+    // drains, and the metrics listener on.
+    let observed_port = free_port();
+    let mut observed = Command::new(&cordon)
+        .args(["serve", "--http", &format!("127.0.0.1:{observed_port}"), "--config"])
+        .arg(&config)
+        .args(["--metrics", "127.0.0.1:0"])
+        .env("CORDON_LOG", "info")
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let log_lines = support::drain_log(observed.stderr.take().unwrap());
     let python_port = free_port();
     let mut reference = Command::new(&python)
         .arg(root.join("host/benches/reference_server.py"))
@@ -45,9 +62,11 @@ fn main() {
     let stderr = reference.stderr.take().unwrap();
     std::thread::spawn(move || std::io::BufReader::new(stderr).lines().for_each(drop));
     wait_for(cordon_port);
+    wait_for(observed_port);
     wait_for(python_port);
     let mut subjects = [
         Subject::new("cordon (wasm echo, fresh instance)", server, cordon_port),
+        Subject::new("cordon, call log at info + metrics", observed, observed_port),
         Subject::new("python SDK reference server", reference, python_port),
     ];
     // Slices alternate between the servers, so that this machine's slow spells fall on
@@ -57,7 +76,13 @@ fn main() {
             subject.slice(&tokio, SLICE);
         }
     }
-    let [ours, theirs] = subjects.map(Subject::report);
+    let [ours, observed, theirs] = subjects.map(Subject::report);
+    println!(
+        "telemetry on / off: median latency {:.3}x (target <= 1.05x), throughput {:.3}x; {} log lines",
+        observed.median.as_secs_f64() / ours.median.as_secs_f64(),
+        observed.rate / ours.rate,
+        log_lines.join().unwrap()
+    );
 
     println!(
         "throughput: cordon / reference = {:.1}x; median latency: reference / cordon = {:.1}x (target >= 10x)",

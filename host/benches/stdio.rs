@@ -2,7 +2,10 @@
 //! instance per call) against the same tool on a reference server written with the
 //! official Python SDK, measured in the same run with the same client loop. `cat` (which
 //! echoes the request line back) gives the floor: what the pipes and process wake-ups
-//! alone cost on this machine. The three run side by side, in alternating rounds.
+//! alone cost on this machine. A second cordon has the operator's telemetry on (the call
+//! log at `info` into a pipe that is drained, `--metrics`), the first has logging off and
+//! no metrics: their ratio of medians is the cost of telemetry (target: at most 5 % added
+//! at p50). The four run side by side, in alternating rounds.
 //!
 //! ```sh
 //! cargo xtask guests && cargo xtask test   # builds target/debug/cordon and the Python env
@@ -31,16 +34,26 @@ struct Subject {
     samples: Vec<Duration>,
     /// CPU time the server's threads spent in the measured rounds.
     cpu: Duration,
+    /// Drains the server's stderr when it is a pipe (as a log collector would); counts lines.
+    log_lines: Option<std::thread::JoinHandle<usize>>,
 }
 
 impl Subject {
     fn spawn(label: &'static str, command: &mut Command) -> Self {
-        let mut child =
-            command.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::null()).spawn().unwrap();
+        let mut child = command.stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
         let stdin = child.stdin.take().unwrap();
         let stdout = BufReader::new(child.stdout.take().unwrap());
-        let mut subject =
-            Self { label, child, stdin, stdout, next_id: 0, samples: Vec::new(), cpu: Duration::ZERO };
+        let log_lines = child.stderr.take().map(support::drain_log);
+        let mut subject = Self {
+            label,
+            child,
+            stdin,
+            stdout,
+            next_id: 0,
+            samples: Vec::new(),
+            cpu: Duration::ZERO,
+            log_lines,
+        };
         for _ in 0..WARM_UP {
             subject.round_trip();
         }
@@ -111,16 +124,29 @@ fn main() {
     let support::Binaries { root, cordon, python } = support::binaries();
     let config = support::examples_config(&root, "stdio", "");
     let mut subjects = [
-        Subject::spawn("floor: `cat` echoing the line", &mut Command::new("cat")),
+        Subject::spawn("floor: `cat` echoing the line", Command::new("cat").stderr(Stdio::null())),
         Subject::spawn(
             "cordon (wasm echo, fresh instance)",
-            Command::new(&cordon).args(["serve", "--stdio", "--config"]).arg(&config),
+            Command::new(&cordon)
+                .args(["serve", "--stdio", "--config"])
+                .arg(&config)
+                .env("CORDON_LOG", "off")
+                .stderr(Stdio::null()),
+        ),
+        Subject::spawn(
+            "cordon, call log at info + metrics",
+            Command::new(&cordon)
+                .args(["serve", "--stdio", "--metrics", "127.0.0.1:0", "--config"])
+                .arg(&config)
+                .env("CORDON_LOG", "info")
+                .stderr(Stdio::piped()),
         ),
         Subject::spawn(
             "python SDK reference server",
-            Command::new(&python).arg(root.join("host/benches/reference_server.py")),
+            Command::new(&python).arg(root.join("host/benches/reference_server.py")).stderr(Stdio::null()),
         ),
     ];
+    let log_lines = subjects[2].log_lines.take().expect("the observed server logs into a pipe");
     // Rounds alternate between the servers, so that this machine's slow spells (which
     // move round trips by up to 1.7x) fall on all of them alike; the servers not being
     // measured are paused (SIGSTOP), so that their timers and housekeeping threads do not
@@ -143,7 +169,14 @@ fn main() {
     for subject in &subjects {
         subject.signal(libc::SIGCONT);
     }
-    let [(floor, _), (cordon, cordon_cpu), (python, python_cpu)] = subjects.map(Subject::report);
+    let [(floor, _), (cordon, cordon_cpu), (observed, observed_cpu), (python, python_cpu)] =
+        subjects.map(Subject::report);
+    println!(
+        "telemetry on / off: median latency {:.3}x (target <= 1.05x), server CPU per call {:.3}x; {} log lines",
+        observed.as_secs_f64() / cordon.as_secs_f64(),
+        observed_cpu.as_secs_f64() / cordon_cpu.as_secs_f64(),
+        log_lines.join().unwrap()
+    );
     println!(
         "median latency: reference / cordon = {:.1}x (target >= 10x); above the pipe floor: {:.1}x",
         python.as_secs_f64() / cordon.as_secs_f64(),

@@ -484,6 +484,7 @@ impl Config {
             components.push(ComponentPlan {
                 name,
                 path,
+                embedded: None,
                 options: ComponentOptions {
                     limits,
                     tool_limits,
@@ -635,20 +636,25 @@ fn check_component_name(name: &str, path: &Path) -> Result<()> {
     Ok(())
 }
 
-/// The example tools, with their default data directory.
+/// The example tools, with their default data directory: those built into this binary,
+/// else the repository's (`paths::example_tools_source`).
 fn default_components() -> Result<Vec<ComponentPlan>> {
-    let path = paths::example_tools();
-    if !path.is_file() {
-        bail!(
-            "{} is missing and no config was given: run `cargo xtask guests` first, or pass --config",
-            path.display()
-        );
-    }
+    let (path, embedded) = match paths::example_tools_source()? {
+        paths::ExampleTools::Embedded(bytes) => {
+            tracing::info!("no --config: serving the example tools built into this binary");
+            (paths::example_tools(), Some(bytes))
+        }
+        paths::ExampleTools::File(path) => {
+            tracing::info!("no --config: serving the example tools in {}", path.display());
+            (path, None)
+        }
+    };
     let name = component_name(&path);
     let data_dir = Some(paths::default_data_dir(&name));
     Ok(vec![ComponentPlan {
         name,
         path,
+        embedded,
         options: ComponentOptions { data_dir, ..ComponentOptions::default() },
     }])
 }

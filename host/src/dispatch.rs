@@ -43,7 +43,10 @@ use tokio::time::Instant;
 use crate::auth::{Tenant, Tenants};
 use crate::protocol::jsonrpc::{self, INTERNAL_ERROR, INVALID_REQUEST, Incoming, RequestId, RpcError};
 use crate::protocol::{cost, mcp};
-use crate::runtime::{CallHandle, Outcome, Runtime, Teardown, TenantView, ToolSet};
+use crate::runtime::{
+    CallEnded, CallHandle, CallOutcome, CallTags, Outcome, RefusalReason, Runtime, Teardown, TenantView,
+    ToolSet,
+};
 
 /// What every connection shares.
 pub struct Server {
@@ -451,6 +454,14 @@ impl Connection {
         self.tenant.as_ref()
     }
 
+    /// The tags of request `id`'s call: its id and, with tenants, the tenant's name (a
+    /// configured one: a bounded label).
+    fn call_tags(&self, id: &RequestId) -> CallTags {
+        let mut tags = call_tags(id);
+        tags.tenant = self.tenant.as_ref().map(|tenant| tenant.id.to_string());
+        tags
+    }
+
     fn view(&self) -> Option<&TenantView> {
         self.tenant.as_deref().map(|tenant| &tenant.view)
     }
@@ -568,6 +579,7 @@ impl Connection {
                 if let Some(spec) = tool.and_then(|tool| tools.tool_for(self.view(), tool))
                     && let Err(error) = mcp::check_capabilities(envelope.as_ref(), &spec.requires)
                 {
+                    self.refused(id, tool, RefusalReason::MissingCapability);
                     return Reply::Error(error);
                 }
                 let progress_token = mcp::progress_token(params.as_ref());
@@ -587,6 +599,7 @@ impl Connection {
     ) -> Reply {
         let mut params = params.unwrap_or_default();
         let Some(name) = params.get("name").and_then(Value::as_str).map(str::to_owned) else {
+            self.refused(id, None, RefusalReason::InvalidArguments);
             return Reply::Error(RpcError::invalid_params("Invalid params: `name` must be a string"));
         };
         // Taken, not copied: a large request's arguments are held once.
@@ -594,6 +607,7 @@ impl Connection {
             None | Some(Value::Null) => json!({}),
             Some(arguments @ Value::Object(_)) => arguments,
             Some(_) => {
+                self.refused(id, Some(&name), RefusalReason::InvalidArguments);
                 return Reply::Error(RpcError::invalid_params(
                     "Invalid params: `arguments` must be an object",
                 ));
@@ -623,16 +637,13 @@ impl Connection {
                 .await;
             // Deciding and leaving `in_flight` are one step: a cancel either lands before it
             // (and nothing is sent) or finds the request finished (and is ignored), and the
-            // id is free again once the answer can be out. The call counts for a drain
-            // until its answer is written.
+            // id is free again once the answer can be out.
             let cancelled =
                 connection.in_flight.lock().unwrap().remove(&id).is_some_and(|entry| entry.cancelled);
             if let Some(answer) = answer.filter(|_| !cancelled) {
                 out.send(answer).await;
             }
             drop((charge, arguments));
-            connection.server.calls.fetch_sub(1, Ordering::AcqRel);
-            connection.server.call_finished.notify_waiters();
             if let Some(teardown) = teardown {
                 match &out {
                     // The answer is written: free the instance and make the next spare
@@ -646,6 +657,11 @@ impl Connection {
                     Outbox::Channel(_) => drop(teardown),
                 }
             }
+            // Only now, with the teardown done and the call's event told to the observers
+            // (the call log, the metrics), may a drain see the call finished: a server that
+            // exits after its drain loses nothing.
+            connection.server.calls.fetch_sub(1, Ordering::AcqRel);
+            connection.server.call_finished.notify_waiters();
         });
         Reply::Later
     }
@@ -666,9 +682,12 @@ impl Connection {
         let runtime = &self.server.runtime;
         let call = tokio::select! {
             biased;
-            call = runtime.call_in(tools, self.view(), name, arguments) => call,
+            call = runtime.call_in(tools, self.view(), name, arguments, self.call_tags(id)) => call,
             // A call cancelled while it waits for a slot leaves the queue at once.
-            () = cancel_signal.notified() => return (None, None),
+            () = cancel_signal.notified() => {
+                runtime.report_unstarted(CallEnded::unstarted(self.call_tags(id), CallOutcome::Cancelled), Some(name));
+                return (None, None);
+            }
         };
         let call = match call {
             Ok(call) => call,
@@ -685,6 +704,10 @@ impl Connection {
             let mut in_flight = self.in_flight.lock().unwrap();
             let entry = in_flight.entry(id.clone()).or_default();
             if entry.cancelled {
+                runtime.report_unstarted(
+                    CallEnded::unstarted(self.call_tags(id), CallOutcome::Cancelled),
+                    Some(name),
+                );
                 return (None, None);
             }
             entry.handle = Some(handle.clone());
@@ -865,6 +888,11 @@ impl Connection {
         true
     }
 
+    /// Tell the runtime's observers of a call refused here, before it reached the runtime.
+    fn refused(&self, id: &RequestId, tool: Option<&str>, reason: RefusalReason) {
+        self.server.runtime.report_unstarted(CallEnded::refused(self.call_tags(id), reason), tool);
+    }
+
     fn is_cancelled(&self, id: &RequestId) -> bool {
         self.in_flight.lock().unwrap().get(id).is_some_and(|entry| entry.cancelled)
     }
@@ -896,6 +924,17 @@ impl Connection {
     pub fn set_legacy(&self) {
         self.legacy.store(true, Ordering::Relaxed);
     }
+}
+
+/// The longest request id a call's event carries, in bytes of JSON text.
+const MAX_TAGGED_ID: usize = 128;
+
+/// Who asks for the call answering request `id`: the id as JSON text (escaped, so it is
+/// one line whatever the client sent), cut to [`MAX_TAGGED_ID`] bytes.
+fn call_tags(id: &RequestId) -> CallTags {
+    let mut text = id.to_json().to_string();
+    text.truncate(text.floor_char_boundary(MAX_TAGGED_ID));
+    CallTags { request_id: Some(text), ..CallTags::default() }
 }
 
 /// Run `task` in its own task, unless it completes in its first poll, made here and now.

@@ -10,7 +10,8 @@
 //! - [`runtime`]: engine, components, instances; the one owner of the stop sequence.
 //! - [`config`], [`paths`]: what to serve and where things live.
 //! - [`reload`]: the config read again on SIGHUP or a file change, and `cordon check`.
-//! - [`operator_log`]: the operator's log on stderr, which never blocks the server.
+//! - [`telemetry`]: beside the path, observing it: the operator's log (one line per call),
+//!   Prometheus metrics, health probes.
 
 pub mod auth;
 pub mod config;
@@ -18,9 +19,9 @@ pub mod dispatch;
 // Entry points for the fuzz targets in fuzz/, compiled always so that they never rot.
 #[doc(hidden)]
 pub mod fuzzing;
-pub mod operator_log;
 pub mod paths;
 pub mod protocol;
 pub mod reload;
 pub mod runtime;
+pub mod telemetry;
 pub mod transport;

@@ -44,6 +44,9 @@ unsafe impl Sync for MallocConf {}
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// How the log on stderr is written: `text` or `json` (one object per line).
+    #[arg(long, global = true, default_value = "text", value_parser = ["text", "json"])]
+    log_format: String,
 }
 
 #[derive(Subcommand)]
@@ -53,15 +56,17 @@ enum Command {
         /// Speak MCP on stdin and stdout.
         #[arg(long, conflicts_with = "http")]
         stdio: bool,
-        /// Speak MCP over Streamable HTTP on this address (POST /mcp), e.g. 127.0.0.1:8080.
+        /// Speak MCP over Streamable HTTP on this address (POST /mcp), e.g. 127.0.0.1:8080
+        /// [default: none; one of --stdio and --http is required].
         #[arg(long, value_name = "ADDRESS")]
         http: Option<std::net::SocketAddr>,
         /// Another host name to accept in `Host` and `Origin` headers over HTTP (localhost,
-        /// 127.0.0.1 and [::1] always are); repeat for more.
+        /// 127.0.0.1 and [::1] always are); repeat for more [default: none].
         #[arg(long, value_name = "NAME")]
         allow_host: Vec<String>,
-        /// A TOML file naming the components and their limits [default: the example tools
-        /// in target/guests, built by `cargo xtask guests`]. SIGHUP reloads its components.
+        /// A TOML file naming the components and their limits [default: none: the example
+        /// tools built into this binary, else target/guests/example-tools.wasm in the
+        /// repository it was built from]. SIGHUP reloads its components.
         #[arg(long)]
         config: Option<PathBuf>,
         /// Reload the components when the config file or a component's file changes.
@@ -75,6 +80,10 @@ enum Command {
         /// `[[tenants]]`, so that anyone who reaches it may call every tool.
         #[arg(long)]
         allow_unauthenticated: bool,
+        /// Serve Prometheus metrics (/metrics) and health probes (/healthz, /readyz) on this
+        /// address, e.g. 127.0.0.1:9464 [default: none: no metrics listener].
+        #[arg(long, value_name = "ADDRESS")]
+        metrics: Option<std::net::SocketAddr>,
     },
     /// Validate a config and compile every component it names, without serving: exit 0
     /// with a one-line summary, or an error naming each component or key at fault.
@@ -93,7 +102,8 @@ enum Command {
     Inspect {
         /// The component (.wasm).
         component: PathBuf,
-        /// A config file; the `[[components]]` entry whose `path` is this component is shown.
+        /// A config file; the `[[components]]` entry whose `path` is this component is shown
+        /// [default: none: the interfaces only].
         #[arg(long)]
         config: Option<PathBuf>,
     },
@@ -106,10 +116,11 @@ enum Command {
         /// The arguments, as a JSON object.
         #[arg(default_value = "{}")]
         arguments: String,
-        /// The tool's data directory, preopened at /data [default: ~/.local/share/cordon/<component>].
+        /// The tool's data directory, preopened at /data [default:
+        /// $XDG_DATA_HOME/cordon/<component>, else ~/.local/share/cordon/<component>].
         #[arg(long)]
         data_dir: Option<PathBuf>,
-        /// Stop the call after this many seconds.
+        /// Stop the call after this many seconds [default: 300, a tool's default maximum duration].
         #[arg(long)]
         timeout: Option<f64>,
     },
@@ -117,38 +128,36 @@ enum Command {
 
 fn main() -> ExitCode {
     use std::io::IsTerminal;
-    let Ok((log, flush)) = cordon::operator_log::start(std::io::stderr()) else {
-        eprintln!("error: cannot start the log thread");
-        return ExitCode::FAILURE;
-    };
-    tracing_subscriber::fmt()
-        .with_writer(log)
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("CORDON_LOG").unwrap_or_else(|_| "info".into()),
-        )
-        .init();
     let cli = Cli::parse();
+    let format = cli.log_format.parse().expect("clap allows only known formats");
+    let log =
+        match cordon::telemetry::log::install(std::io::stderr(), format, std::io::stderr().is_terminal()) {
+            Ok(log) => log,
+            Err(error) => {
+                eprintln!("error: {error}");
+                return ExitCode::FAILURE;
+            }
+        };
     let runtime = tokio::runtime::Runtime::new().expect("starting the tokio runtime");
-    match runtime.block_on(run(cli)) {
-        Ok(code) => code,
-        Err(error) => {
-            flush.flush(); // the log before the error
-            eprintln!("error: {error:#}");
-            ExitCode::FAILURE
-        }
-    }
+    let code = runtime.block_on(run(cli, &log));
+    log.finish(); // the log before the error
+    code.unwrap_or_else(|error| {
+        eprintln!("error: {error:#}");
+        ExitCode::FAILURE
+    })
 }
 
-async fn run(cli: Cli) -> Result<ExitCode> {
+async fn run(cli: Cli, log: &cordon::telemetry::LogHandle) -> Result<ExitCode> {
     match cli.command {
-        Command::Serve { stdio, http, allow_host, config, watch, tenant, allow_unauthenticated } => {
+        Command::Serve { stdio, http, allow_host, config, watch, metrics, tenant, allow_unauthenticated } => {
             let transport = match (stdio, http) {
                 (true, _) => Transport::Stdio { tenant },
                 (false, Some(address)) => Transport::Http { address, allow_host, allow_unauthenticated },
                 (false, None) => anyhow::bail!("choose a transport: `--stdio` or `--http 127.0.0.1:8080`"),
             };
-            serve(config, watch, transport).await
+            tokio::spawn(log.dropped().report_every(std::time::Duration::from_secs(10)));
+            let telemetry = cordon::telemetry::Telemetry::start(metrics, Some(log)).await?;
+            serve(config, watch, transport, telemetry).await
         }
         Command::Check { config } => {
             let summary = cordon::reload::check(&config).await?;
@@ -243,8 +252,13 @@ enum Transport {
     Http { address: std::net::SocketAddr, allow_host: Vec<String>, allow_unauthenticated: bool },
 }
 
-async fn serve(config: Option<PathBuf>, watch: bool, transport: Transport) -> Result<ExitCode> {
-    let shutdown = shutdown_signal()?;
+async fn serve(
+    config: Option<PathBuf>,
+    watch: bool,
+    transport: Transport,
+    telemetry: cordon::telemetry::Telemetry,
+) -> Result<ExitCode> {
+    let shutdown = telemetry.until_stopping(shutdown_signal()?);
     let hangup = cordon::reload::hangup_signal()?;
     let plan = cordon::reload::read_plan(config.as_deref())?;
     match cordon::runtime::raise_open_file_limit() {
@@ -285,20 +299,31 @@ async fn serve(config: Option<PathBuf>, watch: bool, transport: Transport) -> Re
         },
     };
     let mut runtime = Runtime::new(settings)?;
+    telemetry.observe(&mut runtime);
     let mut drain = std::time::Duration::ZERO;
     for component in plan.components {
         let limits = std::iter::once(&component.options.limits).chain(component.options.tool_limits.values());
         drain = limits.map(|limits| limits.grace + limits.cleanup_budget).fold(drain, std::cmp::max);
-        runtime.load_named_file(&component.name, &component.path, component.options).await?;
+        match component.embedded {
+            Some(bytes) => runtime.load_bytes(&component.name, bytes, component.options).await?,
+            None => runtime.load_named_file(&component.name, &component.path, component.options).await?,
+        }
     }
+    let runtime = std::sync::Arc::new(runtime);
+    // Watching before the log says "loaded": a change from then on is seen.
+    let reloader = cordon::reload::Reloader::new(runtime.clone(), config, watch, hangup)?;
     let tools = runtime.snapshot();
     let tools: Vec<&str> = tools.tools().map(|tool| tool.name.as_str()).collect();
     tracing::info!("loaded {} tools: {}", tools.len(), tools.join(", "));
-    let runtime = std::sync::Arc::new(runtime);
-    let reloader = cordon::reload::Reloader::new(runtime.clone(), config, watch, hangup)?;
     tokio::spawn(async move { reloader.run().await.inspect_err(|error| tracing::error!("{error}")) });
-    let server =
-        cordon::dispatch::Server::with_tenants(runtime, plan.progress_interval, plan.server_limits, tenants);
+    let server = cordon::dispatch::Server::with_tenants(
+        runtime.clone(),
+        plan.progress_interval,
+        plan.server_limits,
+        tenants,
+    );
+    let stats = matches!(transport, Transport::Http { .. }).then(|| plan.http.stats.clone());
+    telemetry.loaded(runtime, stats);
     // A call may also be in a schema check, which nothing interrupts (runtime/schema.rs).
     let drain = drain.max(cordon::runtime::SCHEMA_CHECK_BUDGET) + std::time::Duration::from_secs(1);
     if let Transport::Http { address, allow_host, .. } = transport {
@@ -343,6 +368,7 @@ async fn load(
     options: Option<(ComponentOptions, Option<PathBuf>)>,
 ) -> Result<Runtime> {
     let mut runtime = Runtime::new(RuntimeSettings::default())?;
+    runtime.observe(std::sync::Arc::new(cordon::telemetry::CallLog::via_tracing()));
     let (mut options, data_dir) = options.unwrap_or_default();
     let name = path.file_stem().map(|stem| stem.to_string_lossy().into_owned()).unwrap_or_default();
     options.data_dir = Some(data_dir.unwrap_or_else(|| paths::default_data_dir(&name)));
@@ -396,5 +422,46 @@ async fn call(runtime: &Runtime, tool: &str, arguments: &serde_json::Value) -> R
             eprintln!("call ended: {other:?}");
             Ok(ExitCode::FAILURE)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::{ArgAction, CommandFactory};
+
+    /// Every flag of every subcommand shows its default in `--help`: clap's own
+    /// `[default: ...]`, or one written in the help text for a default that is computed.
+    /// Switches (`--stdio`, `--help`) and required positionals have none to show.
+    #[test]
+    fn every_flag_of_every_command_shows_its_default() {
+        fn undocumented(command: &clap::Command, path: &str, found: &mut Vec<String>) {
+            for arg in command.get_arguments() {
+                let switch = matches!(
+                    arg.get_action(),
+                    ArgAction::SetTrue
+                        | ArgAction::SetFalse
+                        | ArgAction::Count
+                        | ArgAction::Help
+                        | ArgAction::HelpShort
+                        | ArgAction::HelpLong
+                        | ArgAction::Version
+                );
+                // A required argument has no default to show (`cordon check --config`).
+                let required = arg.is_required_set();
+                let help =
+                    arg.get_long_help().or(arg.get_help()).map(ToString::to_string).unwrap_or_default();
+                let shown = !arg.get_default_values().is_empty() || help.contains("[default: ");
+                if !(switch || required || shown) {
+                    found.push(format!("{path} {}", arg.get_id()));
+                }
+            }
+            for sub in command.get_subcommands() {
+                undocumented(sub, &format!("{path} {}", sub.get_name()), found);
+            }
+        }
+        let command = super::Cli::command();
+        let mut found = Vec::new();
+        undocumented(&command, "cordon", &mut found);
+        assert!(found.is_empty(), "flags whose --help shows no default: {found:?}");
     }
 }

@@ -158,7 +158,9 @@ impl Reloader {
             files.insert(config.clone());
         }
         if let Ok(plan) = read_plan(self.config.as_deref()) {
-            files.extend(plan.components.into_iter().map(|component| component.path));
+            // Components built into the binary have no file to watch.
+            let on_disk = plan.components.into_iter().filter(|component| component.embedded.is_none());
+            files.extend(on_disk.map(|component| component.path));
         }
         let files: HashSet<PathBuf> =
             files.iter().map(|file| std::path::absolute(file).unwrap_or_else(|_| file.clone())).collect();
@@ -236,8 +238,11 @@ pub async fn check(path: &Path) -> Result<CheckSummary, CheckError> {
     let total = plan.components.len();
     let mut failed = Vec::new();
     for component in plan.components {
-        if let Err(error) = runtime.load_named_file(&component.name, &component.path, component.options).await
-        {
+        let loaded = match component.embedded {
+            Some(bytes) => runtime.load_bytes(&component.name, bytes, component.options).await,
+            None => runtime.load_named_file(&component.name, &component.path, component.options).await,
+        };
+        if let Err(error) = loaded {
             failed.push(error);
         }
     }

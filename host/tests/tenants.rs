@@ -63,6 +63,8 @@ fn cordon(args: &[&str]) -> Command {
 struct Server {
     child: Child,
     port: u16,
+    /// Where its metrics are served.
+    metrics: String,
     log: Arc<Mutex<String>>,
     schema: Arc<Schema>,
     dir: PathBuf,
@@ -71,7 +73,7 @@ struct Server {
 impl Server {
     fn start(name: &str, server: &str) -> Self {
         let config = config(name, server);
-        let mut child = cordon(&["serve", "--http", "127.0.0.1:0", "--config"])
+        let mut child = cordon(&["serve", "--http", "127.0.0.1:0", "--metrics", "127.0.0.1:0", "--config"])
             .arg(&config)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -80,14 +82,19 @@ impl Server {
             .unwrap();
         let mut stderr = BufReader::new(child.stderr.take().unwrap());
         let log = Arc::new(Mutex::new(String::new()));
-        let port = loop {
+        let (mut port, mut metrics) = (None, None);
+        while port.is_none() || metrics.is_none() {
             let mut line = String::new();
             assert!(stderr.read_line(&mut line).unwrap() > 0, "the server exited: {}", log.lock().unwrap());
             log.lock().unwrap().push_str(&line);
-            if let Some(rest) = line.split("http://127.0.0.1:").nth(1) {
-                break rest.split('/').next().unwrap().parse().unwrap();
+            let address = line.split("http://").nth(1).map(|rest| rest.split('/').next().unwrap().to_owned());
+            if line.contains("serving metrics") {
+                metrics = address;
+            } else if line.contains("serving MCP") {
+                port = address.map(|address| address.rsplit(':').next().unwrap().parse().unwrap());
             }
-        };
+        }
+        let (port, metrics) = (port.unwrap(), metrics.unwrap());
         let collected = log.clone();
         std::thread::spawn(move || {
             for line in stderr.lines().map_while(Result::ok) {
@@ -96,7 +103,7 @@ impl Server {
             }
         });
         let dir = config.parent().unwrap().to_owned();
-        Self { child, port, log, schema: Arc::new(Schema::new()), dir }
+        Self { child, port, metrics, log, schema: Arc::new(Schema::new()), dir }
     }
 
     fn post(&self, target: &str, headers: &[(&str, &str)], body: &Value) -> Answer {
@@ -114,6 +121,36 @@ impl Server {
             headers.push(("Authorization", bearer));
         }
         self.post("/mcp", &headers, &body)
+    }
+
+    /// The log so far, once a line of it passes `wanted` (the log is written in batches).
+    fn log_until(&self, wanted: impl Fn(&str) -> bool) -> String {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let log = self.log.lock().unwrap().clone();
+            if log.lines().any(&wanted) {
+                return log;
+            }
+            assert!(Instant::now() < deadline, "no such line in {log}");
+            std::thread::sleep(Duration::from_millis(20)); // polling the log, with a deadline
+        }
+    }
+
+    /// `/metrics`, once it holds `sample` (calls are counted just after their answer).
+    fn metrics_with(&self, sample: &str) -> String {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let mut stream = TcpStream::connect(&self.metrics).unwrap();
+            write!(stream, "GET /metrics HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n", self.metrics)
+                .unwrap();
+            let mut text = String::new();
+            stream.read_to_string(&mut text).unwrap();
+            if text.contains(sample) {
+                return text;
+            }
+            assert!(Instant::now() < deadline, "no {sample} in {text}");
+            std::thread::sleep(Duration::from_millis(20)); // polling the scrape, with a deadline
+        }
     }
 
     fn call(&self, key: &str, tool: &str, arguments: Value) -> Answer {
@@ -268,10 +305,12 @@ fn requests_without_a_valid_key_get_401_with_the_challenge_and_no_key_is_logged(
     assert_eq!(list(Some(BETA_KEY)).status, 200);
     assert_eq!(server.call(ACME_KEY, "echo", json!({"text": "hi"})).text(), "hi");
 
-    let log = server.log.lock().unwrap().clone();
-    assert!(log.contains("serving MCP"), "{log}");
+    // The call is counted under its tenant, and its log line names the tenant.
+    let metrics = server.metrics_with("cordon_tenant_calls_total{tenant=\"acme\",outcome=\"ok\"} 1");
+    let log = server.log_until(|line| line.contains("tool=\"echo\"") && line.contains("tenant=\"acme\""));
     for secret in [ACME_KEY, BETA_KEY, "acme-second-key", "wrong-key"] {
         assert!(!log.contains(secret), "the log holds a key: {log}");
+        assert!(!metrics.contains(secret), "the metrics hold a key: {metrics}");
     }
 }
 

@@ -65,3 +65,16 @@ pub fn signal(child: &Child, signal: i32) {
     // SAFETY: kill(2) on our own child's pid.
     assert_eq!(unsafe { libc::kill(child.id() as i32, signal) }, 0);
 }
+
+/// Read a server's log from `stream` until it closes, as a log collector that stores it
+/// would (large reads, no parsing), on a thread of its own; the thread returns the lines.
+pub fn drain_log(mut stream: impl std::io::Read + Send + 'static) -> std::thread::JoinHandle<usize> {
+    std::thread::spawn(move || {
+        let mut buffer = vec![0u8; 1 << 16];
+        let mut lines = 0;
+        while let Ok(read @ 1..) = stream.read(&mut buffer) {
+            lines += buffer[..read].iter().filter(|&&byte| byte == b'\n').count();
+        }
+        lines
+    })
+}

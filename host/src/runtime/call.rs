@@ -24,7 +24,8 @@
 
 use std::future::Future;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
@@ -34,6 +35,7 @@ use wasmtime::{Engine, Store, Trap, UpdateDeadline};
 use super::bindings::{self, CleanupContext, Content, StopReason};
 use super::component::LoadedComponent;
 use super::control::{CallControl, Progress, StopRequest};
+use super::events::{CallEnded, CallOutcome, CallTags, CleanupEnded, CleanupResult, Observers, StopPath};
 use super::guest::GuestState;
 use super::limits::ToolLimits;
 use super::schema::Check;
@@ -78,6 +80,20 @@ impl Outcome {
             _ => return None,
         })
     }
+
+    /// The outcome in the fixed set operators count by.
+    pub fn kind(&self) -> CallOutcome {
+        match self {
+            Outcome::Completed(result) if !result.is_error => CallOutcome::Ok,
+            Outcome::Completed(_) | Outcome::ToolError(_) | Outcome::InvalidResult(_) => {
+                CallOutcome::ToolError
+            }
+            Outcome::Cancelled | Outcome::Shutdown => CallOutcome::Cancelled,
+            Outcome::TimedOut(_) => CallOutcome::TimedOut,
+            Outcome::Trapped(_) | Outcome::StartFailed(_) => CallOutcome::Trapped,
+            Outcome::OutOfMemory | Outcome::ResultTooLarge { .. } => CallOutcome::Limit,
+        }
+    }
 }
 
 /// Which timeout stopped a call, with its configured length.
@@ -119,6 +135,8 @@ pub struct CallReport {
     pub hard_stop_at: Option<Instant>,
     /// When the guest stopped running: the moment its future returned or was dropped.
     pub stopped_at: Instant,
+    /// How the guest stopped running.
+    pub stop_path: StopPath,
     /// The cleanup that followed, if the outcome called for one.
     pub cleanup: Option<CleanupReport>,
 }
@@ -128,6 +146,19 @@ pub struct CleanupReport {
     pub outcome: CleanupOutcome,
     /// When the cleanup's fresh instance was about to be created.
     pub started_at: Instant,
+    /// How long it ran, from then to its end.
+    pub duration: Duration,
+}
+
+impl CleanupOutcome {
+    /// The outcome in fixed names.
+    pub fn kind(&self) -> CleanupResult {
+        match self {
+            CleanupOutcome::Completed => CleanupResult::Completed,
+            CleanupOutcome::Failed(_) => CleanupResult::Failed,
+            CleanupOutcome::TimedOut => CleanupResult::TimedOut,
+        }
+    }
 }
 
 /// Lets a caller watch and cancel a running call. Cheap to clone.
@@ -152,11 +183,24 @@ impl CallHandle {
 
 /// A finished call's instance and its slot in the pool, freed when this drops (the store
 /// first, then the permit, so pool usage never shows a free slot that is still in use).
+///
+/// The call's [`CallEnded`] goes to the observers when this drops, which dispatch does
+/// once the answer is written (stdio) or handed to the response (HTTP): no observer
+/// delays an answer.
 pub struct Teardown {
     store: Option<Store<GuestState>>,
     /// Makes the component's next spare instance; set when the guest returned normally.
     refill: Option<Refill>,
+    ended: Option<(CallEnded, Observers)>,
     _permit: (OwnedSemaphorePermit, super::fair::FairPermit),
+}
+
+impl Drop for Teardown {
+    fn drop(&mut self) {
+        if let Some((event, observers)) = self.ended.take() {
+            observers.emit(&event);
+        }
+    }
 }
 
 impl Teardown {
@@ -187,6 +231,12 @@ pub struct Call {
     pub(crate) files: Option<Arc<super::files::FileGrants>>,
     pub(crate) cleanup_permits: Arc<Semaphore>,
     pub(crate) spares: Arc<super::spare::SpareBudget>,
+    pub(crate) tags: CallTags,
+    /// How long the call waited for its slot.
+    pub(crate) queue_wait: Duration,
+    pub(crate) observers: Observers,
+    /// The size of what the guest returned (result or error message), once it has.
+    pub(crate) result_bytes: AtomicUsize,
 }
 
 impl Call {
@@ -209,7 +259,7 @@ impl Call {
     /// slot is a good part of a short call's cost, and the client need not wait for it.
     pub async fn run_deferring_teardown(self) -> (CallReport, Teardown) {
         let _ticking = self.ticker.running();
-        let (outcome, hard_stopped, store) = self.drive().await;
+        let (outcome, hard_stopped, stop_path, store) = self.drive().await;
         let stopped_at = Instant::now();
         if self.control.memory.grew.load(Ordering::Relaxed)
             && !self.component.growth_hinted.swap(true, Ordering::Relaxed)
@@ -224,6 +274,8 @@ impl Call {
             Some(reason) => Some(self.cleanup(reason).await),
             None => None,
         };
+        let ended = (!self.observers.is_empty())
+            .then(|| (self.ended(&outcome, stop_path, stopped_at, cleanup.as_ref()), self.observers.clone()));
         let report = CallReport {
             call_id: self.id,
             hard_stop_at: self.control.hard_stop_at(),
@@ -231,6 +283,7 @@ impl Call {
             outcome,
             hard_stopped,
             stopped_at,
+            stop_path,
             cleanup,
         };
         // A spare is made with the component's own grants: never for a tenant's.
@@ -242,12 +295,43 @@ impl Call {
             budget: self.spares.clone(),
             shutdown: self.shutdown.clone(),
         });
-        (report, Teardown { store, refill, _permit: self.permit })
+        (report, Teardown { store, refill, ended, _permit: self.permit })
     }
 
-    /// Phases 1 to 3; returns the store too when the guest returned (it is dropped here
-    /// after a trap or a stop).
-    async fn drive(&self) -> (Outcome, bool, Option<Store<GuestState>>) {
+    /// The event observers get for this call.
+    fn ended(
+        &self,
+        outcome: &Outcome,
+        stop_path: StopPath,
+        stopped_at: Instant,
+        cleanup: Option<&CleanupReport>,
+    ) -> CallEnded {
+        let stop_latency = match stop_path {
+            StopPath::Returned => None,
+            // With no request, the maximum duration's backstop stopped it.
+            _ => self.control.stop_requested_at().or_else(|| self.control.max_deadline()),
+        };
+        CallEnded {
+            tags: self.tags.clone(),
+            call_id: Some(self.id),
+            component: Some(self.component.name.clone()),
+            tool: Some(Arc::from(self.tool.as_str())),
+            outcome: outcome.kind(),
+            refusal: None,
+            stop_path: Some(stop_path),
+            queue_wait: self.queue_wait,
+            duration: stopped_at.saturating_duration_since(self.control.started()),
+            stop_latency: stop_latency.map(|since| stopped_at.saturating_duration_since(since)),
+            cleanup: cleanup
+                .map(|cleanup| CleanupEnded { result: cleanup.outcome.kind(), duration: cleanup.duration }),
+            argument_bytes: self.arguments.len(),
+            result_bytes: self.result_bytes.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Phases 1 to 3; returns how the guest stopped, and the store too when the guest
+    /// returned (it is dropped here after a trap or a stop).
+    async fn drive(&self) -> (Outcome, bool, StopPath, Option<Store<GuestState>>) {
         let limits = &self.limits;
         let backstop = limits.max_duration.map(|max| self.control.started() + max + limits.grace);
         // A spare instance made ahead (spare.rs) is bound to this call; otherwise a fresh
@@ -329,16 +413,39 @@ impl Call {
         };
 
         // Phase 3: hard stop. Dropping the future unwinds the guest wherever it is parked.
-        let Some(result) = result else {
-            self.control.begin_hard_stop();
-            drop(call);
-            return (self.stopped_outcome(), true, None);
+        let result = match result {
+            Some(result) => result,
+            None => {
+                self.control.begin_hard_stop();
+                // A guest suspended at an epoch yield is computing, not in a host call
+                // (grace ended while it waited for its turn): resumed once with the epoch
+                // bumped, it traps at its next epoch check, within microseconds. Pending
+                // after that poll, it is parked in a host call.
+                let resumed = if self.control.is_at_epoch_yield() {
+                    self.engine.increment_epoch();
+                    std::future::poll_fn(|context| Poll::Ready(call.as_mut().poll(context))).await
+                } else {
+                    Poll::Pending
+                };
+                match resumed {
+                    Poll::Ready(result) => result,
+                    Poll::Pending => {
+                        drop(call);
+                        return (self.stopped_outcome(), true, StopPath::DroppedInHostCall, None);
+                    }
+                }
+            }
         };
         drop(call);
         let hard_stopped = self.control.is_hard_stopping();
+        let stop_path = match &result {
+            Err(error) if error.downcast_ref::<Trap>() == Some(&Trap::Interrupt) => StopPath::EpochTrap,
+            _ if self.control.stop_request().is_some() => StopPath::Cooperative,
+            _ => StopPath::Returned,
+        };
         // A trapped store is poisoned: no reason to keep it.
         let store = result.is_ok().then_some(store);
-        (self.classify(result).await, hard_stopped, store)
+        (self.classify(result).await, hard_stopped, stop_path, store)
     }
 
     fn next_deadline(&self) -> Option<Instant> {
@@ -381,10 +488,14 @@ impl Call {
             Ok(Ok(result)) => self.check_result(result).await,
             // An error after a stop request is the guest's cooperative way out.
             Ok(Err(_)) if stop_requested => self.stopped_outcome(),
-            Ok(Err(message)) if message.len() > self.limits.result_bytes => {
-                Outcome::ResultTooLarge { bytes: message.len(), limit: self.limits.result_bytes }
+            Ok(Err(message)) => {
+                let (bytes, limit) = (self.note_result_bytes(message.len()), self.limits.result_bytes);
+                if bytes > limit {
+                    Outcome::ResultTooLarge { bytes, limit }
+                } else {
+                    Outcome::ToolError(message)
+                }
             }
-            Ok(Err(message)) => Outcome::ToolError(message),
             Err(error) => {
                 // A stop explains the trap even when the guest was refused memory earlier
                 // (and carried on): the caller asked for it, and cleanup is told so.
@@ -399,9 +510,15 @@ impl Call {
         }
     }
 
+    /// Keep the size of what the guest returned for the call's event; returns it.
+    fn note_result_bytes(&self, bytes: usize) -> usize {
+        self.result_bytes.store(bytes, Ordering::Relaxed);
+        bytes
+    }
+
     async fn check_result(&self, result: bindings::CallResult) -> Outcome {
         let limit = self.limits.result_bytes;
-        let bytes = result_size(&result);
+        let bytes = self.note_result_bytes(result_size(&result));
         if bytes > limit {
             return Outcome::ResultTooLarge { bytes, limit };
         }
@@ -460,6 +577,7 @@ impl Call {
         };
         let budget = self.limits.cleanup_budget;
         let outcome = run_cleanup(&self.engine, &self.component, &self.limits, context).await;
+        let duration = started_at.elapsed();
         // One line per cleanup, whatever its outcome, so an operator (and the soak) can see
         // that each stopped call was cleaned up exactly once.
         match &outcome {
@@ -473,7 +591,7 @@ impl Call {
                 tracing::warn!(component = %self.component.name, tool = %self.tool, call = self.id, reason = %why, "cleanup ran past its budget of {budget:?} and was stopped");
             }
         }
-        CleanupReport { outcome, started_at }
+        CleanupReport { outcome, started_at, duration }
     }
 }
 
@@ -598,7 +716,17 @@ fn arm(store: &mut Store<GuestState>, limits: &ToolLimits, backstop: Option<Inst
         } else if armed.elapsed() < FIRST_SLICE {
             Ok(UpdateDeadline::Continue(1))
         } else {
-            Ok(UpdateDeadline::YieldCustom(1, Box::pin(tokio::task::yield_now())))
+            // Held up while the guest waits for its turn: it is computing, not in a host
+            // call, should grace end now (`Call::drive`, phase 3).
+            let at_yield = store.data().control().epoch_yield_flag();
+            at_yield.store(true, Ordering::Release);
+            Ok(UpdateDeadline::YieldCustom(
+                1,
+                Box::pin(async move {
+                    tokio::task::yield_now().await;
+                    at_yield.store(false, Ordering::Release);
+                }),
+            ))
         }
     });
 }

@@ -24,11 +24,27 @@ use super::schema::Schema;
 use super::spare::SpareSlot;
 
 /// A component the operator asks for: its name, its file and how to run it.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct ComponentSource {
     pub name: String,
     pub path: PathBuf,
+    /// The component's bytes when they are built into the binary (the example tools
+    /// without a config); `path` is then only where they were built from.
+    pub embedded: Option<&'static [u8]>,
     pub options: ComponentOptions,
+}
+
+// By hand, so that embedded bytes show as their length, not as a list of numbers.
+impl std::fmt::Debug for ComponentSource {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter
+            .debug_struct("ComponentSource")
+            .field("name", &self.name)
+            .field("path", &self.path)
+            .field("embedded", &self.embedded.map(|bytes| format!("{} bytes", bytes.len())))
+            .field("options", &self.options)
+            .finish()
+    }
 }
 
 /// Why a component could not be loaded.
@@ -249,6 +265,7 @@ pub(crate) fn prepare(
     origin: &str,
     bytes: &[u8],
     cache_dir: Option<&Path>,
+    cache: &super::engine::CompileCache,
 ) -> Result<PluginPre<GuestState>, LoadError> {
     let is_text = bytes.trim_ascii_start().starts_with(b"(");
     if !is_text {
@@ -266,7 +283,7 @@ pub(crate) fn prepare(
             return Err(LoadError::new(origin, "not a WebAssembly component (unknown header layer)"));
         }
     }
-    let component = compile_component(engine, bytes, cache_dir)
+    let component = compile_component(engine, bytes, cache_dir, cache)
         .map_err(|error| LoadError::new(origin, format!("invalid component: {error:#}")))?;
     let instance_pre = linker.instantiate_pre(&component).map_err(|error| {
         LoadError::new(origin, format!("imports something Cordon does not provide: {error:#}"))

@@ -49,6 +49,11 @@ pub(crate) struct CallControl {
     /// Set when the grace period is over: the epoch callback traps from then on.
     hard_stop: AtomicBool,
     hard_stop_at: OnceLock<Instant>,
+    /// When the first stop was requested.
+    stop_requested_at: OnceLock<Instant>,
+    /// True while the guest is suspended at an epoch yield (computing, not in a host call):
+    /// how the stop sequence tells an epoch trap from a drop inside a host call.
+    at_epoch_yield: Arc<AtomicBool>,
     /// Wakes the driver when a stop is requested.
     pub(crate) wake: Notify,
     /// Turns true when a stop is requested: wakes the waits of a guest that checks.
@@ -73,6 +78,8 @@ impl CallControl {
             stopping: AtomicBool::new(false),
             hard_stop: AtomicBool::new(false),
             hard_stop_at: OnceLock::new(),
+            stop_requested_at: OnceLock::new(),
+            at_epoch_yield: Arc::default(),
             wake: Notify::new(),
             stop_signal: watch::Sender::new(false),
             checks_for_stop: AtomicBool::new(false),
@@ -90,6 +97,7 @@ impl CallControl {
             return false;
         }
         *stop = Some(request);
+        self.stop_requested_at.get_or_init(Instant::now);
         self.stopping.store(true, Ordering::Release);
         drop(stop);
         self.wake.notify_one();
@@ -115,6 +123,21 @@ impl CallControl {
     /// When the hard stop began, if it did.
     pub(crate) fn hard_stop_at(&self) -> Option<Instant> {
         self.hard_stop_at.get().copied()
+    }
+
+    /// When the first stop was requested, if one was.
+    pub(crate) fn stop_requested_at(&self) -> Option<Instant> {
+        self.stop_requested_at.get().copied()
+    }
+
+    /// The flag the epoch callback holds up while the guest is suspended at a yield.
+    pub(crate) fn epoch_yield_flag(&self) -> Arc<AtomicBool> {
+        self.at_epoch_yield.clone()
+    }
+
+    /// Whether the guest is suspended at an epoch yield right now.
+    pub(crate) fn is_at_epoch_yield(&self) -> bool {
+        self.at_epoch_yield.load(Ordering::Acquire)
     }
 
     pub(crate) fn stop_request(&self) -> Option<StopRequest> {

@@ -12,7 +12,7 @@ use std::hash::{DefaultHasher, Hash, Hasher};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::thread;
 use std::time::Duration;
 
@@ -234,19 +234,46 @@ impl Ticker {
     }
 }
 
-/// Compile `bytes`, or load the result of an earlier compile from `cache_dir`.
+/// How the compile cache served the components compiled so far.
+#[derive(Debug, Default)]
+pub struct CompileCache {
+    hits: AtomicU64,
+    /// Compiled anew: no usable entry, or no cache.
+    misses: AtomicU64,
+}
+
+impl CompileCache {
+    pub fn hits(&self) -> u64 {
+        self.hits.load(Ordering::Relaxed)
+    }
+
+    pub fn misses(&self) -> u64 {
+        self.misses.load(Ordering::Relaxed)
+    }
+}
+
+/// Compile `bytes`, or load the result of an earlier compile from `cache_dir`; counted in
+/// `counts`.
 ///
 /// Entries are keyed by the SHA-256 of the component and the engine's compatibility hash,
 /// and carry the SHA-256 of their own payload: a corrupt, truncated or foreign entry is
 /// detected (or rejected by wasmtime) and the component is compiled again.
-pub fn compile_component(engine: &Engine, bytes: &[u8], cache_dir: Option<&Path>) -> Result<Component> {
+pub fn compile_component(
+    engine: &Engine,
+    bytes: &[u8],
+    cache_dir: Option<&Path>,
+    counts: &CompileCache,
+) -> Result<Component> {
     let Some(cache_dir) = cache_dir else {
+        counts.misses.fetch_add(1, Ordering::Relaxed);
         return Component::new(engine, bytes).map_err(anyhow::Error::from);
     };
     let entry = cache_dir.join(format!("{}.cwasm", cache_key(engine, bytes)));
     if let Some(component) = load_cached(engine, &entry) {
+        counts.hits.fetch_add(1, Ordering::Relaxed);
         return Ok(component);
     }
+    counts.misses.fetch_add(1, Ordering::Relaxed);
     let component = Component::new(engine, bytes).map_err(anyhow::Error::from)?;
     if let Err(error) = store_cached(&component, cache_dir, &entry) {
         tracing::warn!(path = %entry.display(), "could not write the compile cache: {error:#}");

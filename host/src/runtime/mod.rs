@@ -7,6 +7,7 @@
 //! - [`engine`]: the engine configuration, the epoch ticker, the compile cache.
 //! - [`component`]: loading and checking a component, reading its tool list.
 //! - [`call`]: one call, from instance to outcome, and the cleanup after a stop.
+//! - [`events`]: the one typed event per call end, and the observers that get it.
 //! - `control`: the control block a call shares with its guest and its handle.
 //! - `guest`: the store's data and the host side of the guest's imports.
 //! - `files`: a component's data directory and mounts, opened once, and the guards on
@@ -25,6 +26,7 @@ pub mod component;
 mod control;
 mod egress;
 pub mod engine;
+pub mod events;
 mod fair;
 mod files;
 mod guest;
@@ -58,7 +60,10 @@ pub use component::{
 };
 pub use control::{MAX_PROGRESS_MESSAGE, Progress};
 pub use egress::{GrantError, HttpGrants};
-pub use engine::EngineSettings;
+pub use engine::{CompileCache, EngineSettings};
+pub use events::{
+    CallEnded, CallObserver, CallOutcome, CallTags, CleanupEnded, CleanupResult, RefusalReason, StopPath,
+};
 pub use files::{GUEST_DATA_DIR, Mount};
 pub use ledger::{DescriptorBudget, raise_open_file_limit};
 pub use limits::ToolLimits;
@@ -92,6 +97,11 @@ impl Default for RuntimeSettings {
             reserved_descriptors: 256,
         }
     }
+}
+
+/// The component's and the tool's names, for a tool of `tools` only.
+fn known_tool(tools: &ToolSet, view: Option<&TenantView>, tool: &str) -> Option<(Arc<str>, Arc<str>)> {
+    Some((tools.component_for(view, tool)?.name.clone(), Arc::from(tool)))
 }
 
 /// One component's part in a reload.
@@ -157,6 +167,20 @@ pub enum CallError {
     ShuttingDown,
 }
 
+impl CallError {
+    /// The refusal as call events name it.
+    pub fn reason(&self) -> RefusalReason {
+        match self {
+            Self::UnknownTool(_) => RefusalReason::UnknownTool,
+            Self::ArgumentsNotObject | Self::InvalidArguments { .. } | Self::ArgumentsUnchecked { .. } => {
+                RefusalReason::InvalidArguments
+            }
+            Self::Busy { .. } | Self::TenantBusy { .. } => RefusalReason::Busy,
+            Self::ShuttingDown => RefusalReason::ShuttingDown,
+        }
+    }
+}
+
 /// What the pool holds right now; all zero when no call runs and no spare instance is kept.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PoolUsage {
@@ -196,6 +220,9 @@ pub struct Runtime {
     descriptors: Arc<DescriptorBudget>,
     shutdown: watch::Sender<bool>,
     next_call_id: AtomicU64,
+    /// Who gets each call's [`CallEnded`].
+    observers: events::Observers,
+    compile_cache: Arc<CompileCache>,
 }
 
 impl Runtime {
@@ -237,8 +264,39 @@ impl Runtime {
             )),
             shutdown: watch::Sender::new(false),
             next_call_id: AtomicU64::new(1),
+            observers: events::Observers::default(),
+            compile_cache: Arc::default(),
             settings,
         })
+    }
+
+    /// Hand every call's end to `observer` too, from now on (set before serving).
+    pub fn observe(&mut self, observer: Arc<dyn CallObserver>) {
+        self.observers = self.observers.with(observer);
+    }
+
+    /// How the compile cache has served the components loaded so far.
+    pub fn compile_cache(&self) -> &CompileCache {
+        &self.compile_cache
+    }
+
+    /// The call slots of the instance pool.
+    pub fn call_slots(&self) -> usize {
+        self.settings.engine.max_concurrent_calls
+    }
+
+    /// Tell the observers of a call that ended before it ran, outside [`Runtime::call_as`]
+    /// (refused for a malformed request, or cancelled while it waited for a slot); the
+    /// event names `tool` only when it is loaded.
+    pub fn report_unstarted(&self, mut event: CallEnded, tool: Option<&str>) {
+        if self.observers.is_empty() {
+            return;
+        }
+        if let Some((component, tool)) = tool.and_then(|tool| known_tool(&self.snapshot(), None, tool)) {
+            event.component = Some(component);
+            event.tool = Some(tool);
+        }
+        self.observers.emit(&event);
     }
 
     /// Load the component in `path`; its name is the file's stem.
@@ -305,9 +363,10 @@ impl Runtime {
         let (files, tenant_files) = self.open_tenant_files(name, origin, &options, others)?;
         let cache_dir = self.settings.engine.cache_dir.clone();
         let (engine, linker, owned_origin) = (self.engine.clone(), self.linker.clone(), origin.to_owned());
+        let compile_cache = self.compile_cache.clone();
         let (pre, digest) = tokio::task::spawn_blocking(move || {
             let digest: [u8; 32] = sha2::Sha256::digest(&bytes).into();
-            component::prepare(&engine, &linker, &owned_origin, &bytes, cache_dir.as_deref())
+            component::prepare(&engine, &linker, &owned_origin, &bytes, cache_dir.as_deref(), &compile_cache)
                 .map(|pre| (pre, digest))
         })
         .await
@@ -380,10 +439,14 @@ impl Runtime {
         for source in sources {
             let origin = source.path.display().to_string();
             let old = current.component(&source.name).cloned();
-            let path = source.path.clone();
+            let (path, embedded) = (source.path.clone(), source.embedded);
             let read = tokio::task::spawn_blocking(move || {
                 use sha2::Digest;
-                std::fs::read(path).map(|bytes| (<[u8; 32]>::from(sha2::Sha256::digest(&bytes)), bytes))
+                let bytes = match embedded {
+                    Some(bytes) => Ok(bytes.to_vec()),
+                    None => std::fs::read(path),
+                };
+                bytes.map(|bytes| (<[u8; 32]>::from(sha2::Sha256::digest(&bytes)), bytes))
             });
             let step = match read.await.unwrap_or_else(|error| Err(std::io::Error::other(error))) {
                 Ok((digest, _))
@@ -545,8 +608,9 @@ impl Runtime {
         let bytes =
             std::fs::read(path).map_err(|error| LoadError::new(&origin, format!("cannot read: {error}")))?;
         let cache_dir = self.settings.engine.cache_dir.clone();
-        let component = engine::compile_component(&self.engine, &bytes, cache_dir.as_deref())
-            .map_err(|error| LoadError::new(&origin, format!("invalid component: {error:#}")))?;
+        let component =
+            engine::compile_component(&self.engine, &bytes, cache_dir.as_deref(), &self.compile_cache)
+                .map_err(|error| LoadError::new(&origin, format!("invalid component: {error:#}")))?;
         Ok(Interfaces::of(&self.engine, &component))
     }
 
@@ -578,10 +642,16 @@ impl Runtime {
     /// Reserve a slot for a call of `tool` with `arguments`. Waits for a free slot for at
     /// most the queue timeout, then refuses with [`CallError::Busy`].
     pub async fn call(&self, tool: &str, arguments: &Value) -> Result<Call, CallError> {
-        self.call_in(&self.snapshot(), None, tool, arguments).await
+        self.call_as(tool, arguments, CallTags::default()).await
     }
 
-    /// [`Runtime::call`] with the tool taken from `tools`, the snapshot the request took,
+    /// [`Runtime::call`] for the asker `tags` names, which the call's event carries. A
+    /// refusal is an event too.
+    pub async fn call_as(&self, tool: &str, arguments: &Value, tags: CallTags) -> Result<Call, CallError> {
+        self.call_in(&self.snapshot(), None, tool, arguments, tags).await
+    }
+
+    /// [`Runtime::call_as`] with the tool taken from `tools`, the snapshot the request took,
     /// as `view` sees it: a tool outside the tenant's view is an unknown tool, refused in
     /// the same words; the call runs with the tenant's data directory and waits for a
     /// slot in the tenant's turn.
@@ -591,6 +661,32 @@ impl Runtime {
         view: Option<&TenantView>,
         tool: &str,
         arguments: &Value,
+        tags: CallTags,
+    ) -> Result<Call, CallError> {
+        let observed = if self.observers.is_empty() { None } else { Some(tags.clone()) };
+        let call = self.reserve(tools, view, tool, arguments, tags).await;
+        if let (Err(error), Some(tags)) = (&call, observed) {
+            let mut event = CallEnded::refused(tags, error.reason());
+            if let Some((component, tool)) = known_tool(tools, view, tool) {
+                event.component = Some(component);
+                event.tool = Some(tool);
+            }
+            event.argument_bytes = if arguments.is_object() { arguments.to_string().len() } else { 0 };
+            if let CallError::Busy { waited, .. } | CallError::TenantBusy { waited, .. } = error {
+                event.queue_wait = *waited;
+            }
+            self.observers.emit(&event);
+        }
+        call
+    }
+
+    async fn reserve(
+        &self,
+        tools: &ToolSet,
+        view: Option<&TenantView>,
+        tool: &str,
+        arguments: &Value,
+        tags: CallTags,
     ) -> Result<Call, CallError> {
         let component =
             tools.component_for(view, tool).ok_or_else(|| CallError::UnknownTool(tool.to_owned()))?;
@@ -610,6 +706,7 @@ impl Runtime {
             return Err(CallError::ShuttingDown);
         }
         let waited = self.settings.queue_timeout;
+        let queued = std::time::Instant::now();
         let tenant = view.map_or_else(|| Arc::<str>::from(""), |view| view.tenant.clone());
         let cap = view.and_then(|view| view.max_concurrent_calls);
         let deadline = tokio::time::Instant::now() + waited;
@@ -645,6 +742,10 @@ impl Runtime {
             files,
             cleanup_permits: self.cleanup_permits.clone(),
             spares: self.spares.clone(),
+            tags,
+            queue_wait: queued.elapsed(),
+            observers: self.observers.clone(),
+            result_bytes: Default::default(),
         })
     }
 

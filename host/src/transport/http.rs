@@ -39,7 +39,7 @@ use std::convert::Infallible;
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
@@ -96,6 +96,47 @@ pub struct HttpSettings {
     pub linger_timeout: Duration,
     /// ...and how many bytes at most.
     pub linger_bytes: usize,
+    /// What the listener holds open now, for the metrics (shared with whoever reads them).
+    pub stats: Arc<HttpStats>,
+}
+
+/// What an HTTP listener holds open right now: counted here, read by the metrics.
+#[derive(Debug, Default)]
+pub struct HttpStats {
+    connections: AtomicUsize,
+    streams: AtomicUsize,
+    accepting: AtomicBool,
+}
+
+impl HttpStats {
+    /// Connections open.
+    pub fn connections(&self) -> usize {
+        self.connections.load(Ordering::Relaxed)
+    }
+
+    /// Answers being sent as SSE streams.
+    pub fn streams(&self) -> usize {
+        self.streams.load(Ordering::Relaxed)
+    }
+
+    /// Whether the listener accepts connections (from its first accept until shutdown).
+    pub fn accepting(&self) -> bool {
+        self.accepting.load(Ordering::Acquire)
+    }
+
+    fn hold(counter: &AtomicUsize) -> Held<'_> {
+        counter.fetch_add(1, Ordering::Relaxed);
+        Held(counter)
+    }
+}
+
+/// One unit of an [`HttpStats`] counter, given back when dropped.
+struct Held<'a>(&'a AtomicUsize);
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 impl Default for HttpSettings {
@@ -113,6 +154,7 @@ impl Default for HttpSettings {
             header_timeout: Duration::from_secs(10),
             linger_timeout: Duration::from_secs(5),
             linger_bytes: 16 << 20,
+            stats: Arc::default(),
             allowed_hosts: ["localhost", "127.0.0.1", "[::1]", "::1"]
                 .iter()
                 .map(|host| host.to_string())
@@ -183,6 +225,8 @@ struct Shared {
     settings: HttpSettings,
     sessions: Sessions,
     clients: Arc<Clients>,
+    /// Turns true when shutdown begins: from then on requests are refused with 503.
+    closing: tokio::sync::watch::Receiver<bool>,
 }
 
 /// Open connections by client address. An entry lives while its address has a connection
@@ -265,17 +309,20 @@ pub async fn serve(
     shutdown: impl std::future::Future<Output = ()>,
     drain: Duration,
 ) -> std::io::Result<()> {
+    let (closing, closing_signal) = tokio::sync::watch::channel(false);
     let shared = Arc::new(Shared {
         server: server.clone(),
         scheme: "http",
         settings,
         sessions: Sessions::default(),
         clients: Arc::default(),
+        closing: closing_signal.clone(),
     });
     let mut shutdown = std::pin::pin!(shutdown);
-    let (closing, closing_signal) = tokio::sync::watch::channel(false);
     let mut connections = tokio::task::JoinSet::new();
     let open_slots = Arc::new(tokio::sync::Semaphore::new(shared.settings.max_connections));
+    let stats = shared.settings.stats.clone();
+    stats.accepting.store(true, Ordering::Release);
     loop {
         let (slot, (stream, peer)) = tokio::select! {
             accepted = async {
@@ -309,6 +356,8 @@ pub async fn serve(
         let mut closing = closing_signal.clone();
         connections.spawn(async move {
             let _slot = slot; // held while the connection is open
+            let stats = shared.settings.stats.clone();
+            let _open = HttpStats::hold(&stats.connections);
             let header_timeout = shared.settings.header_timeout;
             // Wait, unread, for the address's turn to send a request head.
             let permit = tokio::select! {
@@ -353,11 +402,14 @@ pub async fn serve(
         });
     }
     drop(listener);
+    stats.accepting.store(false, Ordering::Release);
+    // Idle connections close now and a request arriving on a busy one is refused with 503,
+    // so that a load balancer sends it to another replica; the answers in flight finish.
+    closing.send_replace(true);
     server.runtime().shutdown();
     if !server.drain(drain).await {
         tracing::warn!("calls still running after {drain:?}; exiting anyway");
     }
-    closing.send_replace(true);
     let flushed = tokio::time::timeout(Duration::from_secs(2), async {
         while connections.join_next().await.is_some() {}
     });
@@ -412,6 +464,9 @@ async fn serve_request(
     body_read: &mut bool,
 ) -> Result<HttpResponse, HttpResponse> {
     let (server, settings) = (&shared.server, &shared.settings);
+    if *shared.closing.borrow() {
+        return Err(shutting_down());
+    }
     let headers = request.headers();
     if let Some(origin) = headers.get(header::ORIGIN)
         && !origin_allowed(origin, &settings.allowed_hosts)
@@ -558,7 +613,7 @@ async fn serve_request(
         Ok(None) => None,
         Err(_quiet) => None,
     };
-    Ok(sse_answer(Some(guard), first, outbox, settings.keep_alive))
+    Ok(sse_answer(Some(guard), first, outbox, settings.keep_alive, settings.stats.clone()))
 }
 
 /// The tenant of the request's credentials (`None` when no tenants are configured: every
@@ -626,7 +681,7 @@ fn session_stream(
     if !connection.follow_tool_changes(Outbox::Channel(sender)) {
         return plain(StatusCode::CONFLICT, "Conflict: this session already has a GET stream open");
     }
-    sse_answer(None, None, outbox, shared.settings.keep_alive)
+    sse_answer(None, None, outbox, shared.settings.keep_alive, shared.settings.stats.clone())
 }
 
 /// Whether a request comes from a 2025-era client: without the 2026 envelope, `initialize`,
@@ -1016,6 +1071,7 @@ fn sse_answer(
     first: Option<Value>,
     mut outbox: mpsc::Receiver<Value>,
     keep_alive: Duration,
+    stats: Arc<HttpStats>,
 ) -> HttpResponse {
     let (events, body) = mpsc::channel::<Bytes>(16);
     // A client that stops reading (its connection still open) is treated as gone once a
@@ -1024,6 +1080,7 @@ fn sse_answer(
     tokio::spawn(async move {
         // Own the whole guard here: it cancels the call if this task ends early.
         let mut guard = guard;
+        let _open = HttpStats::hold(&stats.streams);
         let event = |message: &Value| Bytes::from(format!("data: {message}\n\n"));
         let send = |bytes: Bytes| {
             let events = events.clone();
@@ -1085,6 +1142,17 @@ fn rpc_error(status: StatusCode, id: Option<&RequestId>, error: &RpcError) -> Ht
 /// A refusal before any JSON-RPC message was read: a JSON body saying why.
 fn plain(status: StatusCode, text: &str) -> HttpResponse {
     json_response(status, &json!({"error": text}))
+}
+
+/// A request that arrives once shutdown has begun: it never reached a handler, so a load
+/// balancer may safely send it to another replica (`Retry-After`), on a new connection.
+fn shutting_down() -> HttpResponse {
+    let mut response =
+        plain(StatusCode::SERVICE_UNAVAILABLE, "Service Unavailable: the server is shutting down");
+    let headers = response.headers_mut();
+    headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
+    response
 }
 
 fn empty(status: StatusCode) -> HttpResponse {

@@ -1,0 +1,267 @@
+//! The Prometheus metrics (`prometheus-client`, one registry of our own, no global one).
+//!
+//! Counters and histograms move at each call's end ([`Metrics`] is a
+//! [`CallObserver`]); gauges (pool, spares, HTTP connections and streams) and the compile
+//! cache's and the log's counts are read from their owners at each scrape
+//! ([`Metrics::attach`]).
+//!
+//! **Bounded labels.** `component` and `tool` come from the loaded components only: the
+//! runtime's event carries no tool name for an unknown tool, which is counted with both
+//! labels empty. `outcome`, `stop`, `reason` and `cleanup` are fixed enums. So the number
+//! of series is bounded by the configuration, never by what clients send. `tenant` (on
+//! `cordon_tenant_calls_total`, counted only for calls made for a tenant) is a configured
+//! tenant's name: a request that names no configured tenant never reaches a call.
+
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, OnceLock};
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::{Registry, Unit};
+
+use super::log::LogDropped;
+use crate::runtime::{CallEnded, CallObserver, RefusalReason, Runtime};
+use crate::transport::http::HttpStats;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CallLabels {
+    component: Option<Arc<str>>,
+    tool: Option<Arc<str>>,
+    outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TenantLabels {
+    tenant: String,
+    outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ToolLabels {
+    component: Option<Arc<str>>,
+    tool: Option<Arc<str>>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StopLabels {
+    stop: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CleanupLabels {
+    component: Option<Arc<str>>,
+    cleanup: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RefusalLabels {
+    reason: &'static str,
+}
+
+type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
+
+/// Seconds, from 100 µs to about 52 s.
+fn duration_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(1e-4, 2.0, 20))
+}
+
+/// Seconds, from 10 µs to about 21 s (a stop includes the tool's grace period).
+fn latency_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(1e-5, 2.0, 22))
+}
+
+/// Where the gauges are read at each scrape, once the server has them.
+struct Sources {
+    runtime: Arc<Runtime>,
+    http: Option<Arc<HttpStats>>,
+}
+
+/// Every metric the server exports; see the README's "Metrics" for the list.
+pub struct Metrics {
+    registry: Registry,
+    calls: Family<CallLabels, Counter>,
+    tenant_calls: Family<TenantLabels, Counter>,
+    call_duration: HistogramFamily<ToolLabels>,
+    stop_latency: HistogramFamily<StopLabels>,
+    cleanups: Family<CleanupLabels, Counter>,
+    cleanup_duration: Histogram,
+    refusals: Family<RefusalLabels, Counter>,
+    queue_wait: Histogram,
+    slots: Gauge,
+    slots_in_use: Gauge,
+    spares: Gauge,
+    compile_cache_hits: Counter,
+    compile_cache_misses: Counter,
+    http_connections: Gauge,
+    http_streams: Gauge,
+    log_dropped: Counter,
+    log_source: Option<LogDropped>,
+    sources: OnceLock<Sources>,
+}
+
+impl Metrics {
+    /// Every metric at zero; `log` is the log's dropped-events count, when it has one.
+    pub fn new(log: Option<LogDropped>) -> Arc<Self> {
+        let mut registry = Registry::with_prefix("cordon");
+        let calls = Family::<CallLabels, Counter>::default();
+        registry.register("calls", "Calls ended, by component, tool and outcome", calls.clone());
+        let tenant_calls = Family::<TenantLabels, Counter>::default();
+        registry.register("tenant_calls", "Calls ended, by tenant and outcome", tenant_calls.clone());
+        let call_duration =
+            HistogramFamily::<ToolLabels>::new_with_constructor(duration_histogram as fn() -> _);
+        registry.register_with_unit(
+            "call_duration",
+            "From a call's slot taken to its guest stopped",
+            Unit::Seconds,
+            call_duration.clone(),
+        );
+        let stop_latency =
+            HistogramFamily::<StopLabels>::new_with_constructor(latency_histogram as fn() -> _);
+        registry.register_with_unit(
+            "stop_latency",
+            "From a stop request (cancel, timeout, shutdown) to the guest stopped, by stop path",
+            Unit::Seconds,
+            stop_latency.clone(),
+        );
+        let cleanups = Family::<CleanupLabels, Counter>::default();
+        registry.register(
+            "cleanups",
+            "Cleanups run after a stop, by component and outcome",
+            cleanups.clone(),
+        );
+        let cleanup_duration = duration_histogram();
+        registry.register_with_unit(
+            "cleanup_duration",
+            "How long cleanups ran",
+            Unit::Seconds,
+            cleanup_duration.clone(),
+        );
+        let refusals = Family::<RefusalLabels, Counter>::default();
+        registry.register("refusals", "Calls refused before they ran, by reason", refusals.clone());
+        let queue_wait = latency_histogram();
+        registry.register_with_unit(
+            "queue_wait",
+            "How long calls waited for a slot in the instance pool",
+            Unit::Seconds,
+            queue_wait.clone(),
+        );
+        let gauge = |registry: &mut Registry, name: &str, help: &str| {
+            let gauge = Gauge::default();
+            registry.register(name, help, gauge.clone());
+            gauge
+        };
+        let slots = gauge(&mut registry, "pool_slots", "Call slots in the instance pool");
+        let slots_in_use =
+            gauge(&mut registry, "pool_slots_in_use", "Call slots held by calls (running or cleaning up)");
+        let spares =
+            gauge(&mut registry, "spare_instances", "Instances made ahead of the calls that will use them");
+        let http_connections = gauge(&mut registry, "http_connections_open", "MCP HTTP connections open");
+        let http_streams = gauge(&mut registry, "http_streams_open", "MCP answers being sent as SSE streams");
+        let counter = |registry: &mut Registry, name: &str, help: &str| {
+            let counter = Counter::default();
+            registry.register(name, help, counter.clone());
+            counter
+        };
+        let compile_cache_hits =
+            counter(&mut registry, "compile_cache_hits", "Components loaded from the compile cache");
+        let compile_cache_misses = counter(
+            &mut registry,
+            "compile_cache_misses",
+            "Components compiled (no usable cache entry, or no cache)",
+        );
+        let log_dropped = counter(
+            &mut registry,
+            "log_events_dropped",
+            "Log events dropped: stderr was not read fast enough",
+        );
+        Arc::new(Self {
+            registry,
+            calls,
+            tenant_calls,
+            call_duration,
+            stop_latency,
+            cleanups,
+            cleanup_duration,
+            refusals,
+            queue_wait,
+            slots,
+            slots_in_use,
+            spares,
+            compile_cache_hits,
+            compile_cache_misses,
+            http_connections,
+            http_streams,
+            log_dropped,
+            log_source: log,
+            sources: OnceLock::new(),
+        })
+    }
+
+    /// Read the pool, the compile cache and (over HTTP) the listener's counts from these
+    /// at each scrape from now on. Only the first call counts.
+    pub fn attach(&self, runtime: Arc<Runtime>, http: Option<Arc<HttpStats>>) {
+        let _ = self.sources.set(Sources { runtime, http });
+    }
+
+    /// The exposition, in Prometheus text format, with every gauge read now.
+    pub fn scrape(&self) -> String {
+        if let Some(Sources { runtime, http }) = self.sources.get() {
+            let usage = runtime.pool_usage();
+            self.slots.set(runtime.call_slots() as i64);
+            self.slots_in_use.set(usage.calls as i64);
+            self.spares.set(usage.spares as i64);
+            let cache = runtime.compile_cache();
+            self.compile_cache_hits.inner().store(cache.hits(), Ordering::Relaxed);
+            self.compile_cache_misses.inner().store(cache.misses(), Ordering::Relaxed);
+            if let Some(http) = http {
+                self.http_connections.set(http.connections() as i64);
+                self.http_streams.set(http.streams() as i64);
+            }
+        }
+        if let Some(log) = &self.log_source {
+            self.log_dropped.inner().store(log.count(), Ordering::Relaxed);
+        }
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &self.registry)
+            .expect("writing to a String never fails");
+        text
+    }
+}
+
+impl CallObserver for Metrics {
+    fn call_ended(&self, event: &CallEnded) {
+        let labels = CallLabels {
+            component: event.component.clone(),
+            tool: event.tool.clone(),
+            outcome: event.outcome.as_str(),
+        };
+        self.calls.get_or_create(&labels).inc();
+        if let Some(tenant) = &event.tags.tenant {
+            let labels = TenantLabels { tenant: tenant.clone(), outcome: event.outcome.as_str() };
+            self.tenant_calls.get_or_create(&labels).inc();
+        }
+        if let Some(reason) = event.refusal {
+            self.refusals.get_or_create(&RefusalLabels { reason: reason.as_str() }).inc();
+            if reason == RefusalReason::Busy {
+                self.queue_wait.observe(event.queue_wait.as_secs_f64());
+            }
+        }
+        let Some(stop) = event.stop_path else { return }; // it never ran
+        let tool = ToolLabels { component: labels.component, tool: labels.tool };
+        self.queue_wait.observe(event.queue_wait.as_secs_f64());
+        self.call_duration.get_or_create(&tool).observe(event.duration.as_secs_f64());
+        if let Some(latency) = event.stop_latency {
+            self.stop_latency
+                .get_or_create(&StopLabels { stop: stop.as_str() })
+                .observe(latency.as_secs_f64());
+        }
+        if let Some(cleanup) = event.cleanup {
+            let labels = CleanupLabels { component: tool.component, cleanup: cleanup.result.as_str() };
+            self.cleanups.get_or_create(&labels).inc();
+            self.cleanup_duration.observe(cleanup.duration.as_secs_f64());
+        }
+    }
+}
