@@ -1,6 +1,6 @@
 //! The server's TOML configuration: which components to serve and their limits.
 //! `serve` reads it again on SIGHUP (and with `--watch` when it changes), applying only
-//! `[[components]]` (see `reload.rs`).
+//! `[[components]]` (see `reload.rs`); `[[tenants]]` are read at startup.
 //!
 //! ```toml
 //! [server]
@@ -81,6 +81,15 @@
 //!
 //! [components.tools.spin]        # per-tool limits, over the component's; a tool the
 //! max_duration_ms = 10000        # component does not export is a load error
+//!
+//! [[tenants]]                    # with any, HTTP asks every request for an API key
+//! name = "acme"                  # like a component's name: it names directories
+//! components = ["tools"]         # whose tools it sees; each component's data_dir
+//!                                # becomes <data_dir>/<tenant> for it
+//! api_keys = { env = "ACME_API_KEYS" }   # comma-separated; or { file = "..." }: one a
+//!                                # line. Hashed (SHA-256) when read; never shown
+//! max_concurrent_calls = 8       # its calls holding a slot at once; more wait in the queue
+//! calls_per_second = 50          # more are refused at once (HTTP 429 + Retry-After)
 //! ```
 //!
 //! Every key is optional except `path`; unknown keys are errors, so typos never pass

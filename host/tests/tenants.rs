@@ -550,3 +550,33 @@ fn stdio_needs_a_known_tenant_and_open_http_needs_tenants_or_a_flag() {
     let _ = allowed.wait();
     let _ = std::fs::remove_dir_all(config.parent().unwrap());
 }
+
+#[test]
+fn a_2025_era_session_belongs_to_the_tenant_that_opened_it() {
+    let server = Server::start("sessions", "");
+    let base = [("Accept", "application/json, text/event-stream"), ("Content-Type", "application/json")];
+    let with_key = |key: &str, extra: &[(&'static str, String)]| {
+        let mut headers: Vec<(String, String)> =
+            base.iter().map(|(name, value)| (name.to_string(), value.to_string())).collect();
+        headers.push(("Authorization".into(), format!("Bearer {key}")));
+        headers.extend(extra.iter().map(|(name, value)| (name.to_string(), value.clone())));
+        headers
+    };
+    let post_as = |headers: &[(String, String)], body: &Value| {
+        let headers: Vec<(&str, &str)> =
+            headers.iter().map(|(name, value)| (name.as_str(), value.as_str())).collect();
+        server.post("/mcp", &headers, body)
+    };
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}});
+    let opened = post_as(&with_key(SOLO_KEY, &[]), &init);
+    assert_eq!(opened.status, 200, "{}", opened.body);
+    let session = opened.header("mcp-session-id").expect("a session id").to_owned();
+    let legacy = [("MCP-Protocol-Version", "2025-11-25".to_owned()), ("Mcp-Session-Id", session)];
+    let list = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"});
+    let own = post_as(&with_key(SOLO_KEY, &legacy), &list);
+    assert_eq!(own.status, 200, "{}", own.body);
+    // acme holds a valid key, but not this session's: the session is unknown to it.
+    let other = post_as(&with_key(ACME_KEY, &legacy), &list);
+    assert_eq!(other.status, 404, "{}", other.body);
+}

@@ -576,7 +576,9 @@ impl Call {
             note: self.control.take_note(),
         };
         let budget = self.limits.cleanup_budget;
-        let outcome = run_cleanup(&self.engine, &self.component, &self.limits, context).await;
+        // The cleanup sees what the call saw: the tenant's data directory, when it has one.
+        let files = self.files.as_ref().or(self.component.files.as_ref());
+        let outcome = run_cleanup(&self.engine, &self.component, files, &self.limits, context).await;
         let duration = started_at.elapsed();
         // One line per cleanup, whatever its outcome, so an operator (and the soak) can see
         // that each stopped call was cleaned up exactly once.
@@ -610,10 +612,11 @@ fn reason_name(reason: &StopReason) -> &'static str {
 async fn run_cleanup(
     engine: &Engine,
     component: &Arc<LoadedComponent>,
+    files: Option<&Arc<super::files::FileGrants>>,
     limits: &ToolLimits,
     context: CleanupContext,
 ) -> CleanupOutcome {
-    let (mut store, deadline) = bounded_store(engine, component, limits, limits.cleanup_budget);
+    let (mut store, deadline) = bounded_store_with(engine, component, files, limits, limits.cleanup_budget);
     let pre = component.pre.clone();
     let cleanup = async move {
         let plugin = pre.instantiate_async(&mut store).await?;
@@ -637,10 +640,21 @@ pub(crate) fn bounded_store(
     limits: &ToolLimits,
     budget: Duration,
 ) -> (Store<GuestState>, Instant) {
+    bounded_store_with(engine, component, component.files.as_ref(), limits, budget)
+}
+
+/// [`bounded_store`] with these file grants (a tenant's).
+fn bounded_store_with(
+    engine: &Engine,
+    component: &LoadedComponent,
+    files: Option<&Arc<super::files::FileGrants>>,
+    limits: &ToolLimits,
+    budget: Duration,
+) -> (Store<GuestState>, Instant) {
     let deadline = Instant::now() + budget;
     let limits = ToolLimits { idle_timeout: None, max_duration: Some(budget), ..limits.clone() };
     let control = CallControl::new(&limits);
-    (new_store(engine, component, &limits, control, Some(deadline)), deadline)
+    (new_store_with(engine, component, files, &limits, control, Some(deadline)), deadline)
 }
 
 /// Run guest code that has no caller to cancel it (`list` at load time, `cleanup`) until
