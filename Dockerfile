@@ -67,5 +67,7 @@ HEALTHCHECK --interval=10s --timeout=3s --start-period=60s --retries=3 \
     CMD ["bash", "-c", "exec 3<>/dev/tcp/127.0.0.1/9464 && printf 'GET /readyz HTTP/1.1\\r\\nHost: localhost\\r\\nConnection: close\\r\\n\\r\\n' >&3 && read -r -t 2 _ status _ <&3 && [ \"$status\" = 200 ]"]
 
 ENTRYPOINT ["cordon"]
-# Binding 0.0.0.0 will need --allow-unauthenticated once authentication exists (issue 11).
-CMD ["serve", "--http", "0.0.0.0:8080", "--metrics", "0.0.0.0:9464"]
+# The container's address is beyond loopback: without [[tenants]] in a config (API keys),
+# cordon refuses to serve it unless told that anyone who reaches it may call every tool.
+# With a config of tenants, pass `serve --http 0.0.0.0:8080 --config ...` without the flag.
+CMD ["serve", "--http", "0.0.0.0:8080", "--allow-unauthenticated", "--metrics", "0.0.0.0:9464"]

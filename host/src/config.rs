@@ -1,6 +1,6 @@
 //! The server's TOML configuration: which components to serve and their limits.
 //! `serve` reads it again on SIGHUP (and with `--watch` when it changes), applying only
-//! `[[components]]` (see `reload.rs`).
+//! `[[components]]` (see `reload.rs`); `[[tenants]]` are read at startup.
 //!
 //! ```toml
 //! [server]
@@ -81,6 +81,15 @@
 //!
 //! [components.tools.spin]        # per-tool limits, over the component's; a tool the
 //! max_duration_ms = 10000        # component does not export is a load error
+//!
+//! [[tenants]]                    # with any, HTTP asks every request for an API key
+//! name = "acme"                  # like a component's name: it names directories
+//! components = ["tools"]         # whose tools it sees; each component's data_dir
+//!                                # becomes <data_dir>/<tenant> for it
+//! api_keys = { env = "ACME_API_KEYS" }   # comma-separated; or { file = "..." }: one a
+//!                                # line. Hashed (SHA-256) when read; never shown
+//! max_concurrent_calls = 8       # its calls holding a slot at once; more wait in the queue
+//! calls_per_second = 50          # more are refused at once (HTTP 429 + Retry-After)
 //! ```
 //!
 //! Every key is optional except `path`; unknown keys are errors, so typos never pass
@@ -94,10 +103,11 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use serde::Deserialize;
 
+use crate::auth::{ApiKeys, Tenant, TenantId, Tenants};
 use crate::dispatch::ServerLimits;
 use crate::paths;
 use crate::runtime::{
-    ComponentOptions, EngineSettings, Environment, HttpGrants, Mount, RuntimeSettings, ToolLimits,
+    ComponentOptions, EngineSettings, Environment, HttpGrants, Mount, RuntimeSettings, TenantView, ToolLimits,
 };
 use crate::transport::http::HttpSettings;
 
@@ -110,6 +120,24 @@ pub struct Config {
     pub http: HttpConfig,
     #[serde(default)]
     pub components: Vec<ComponentConfig>,
+    #[serde(default)]
+    pub tenants: Vec<TenantConfig>,
+}
+
+/// A `[[tenants]]` entry: who may call which components, with which keys and quotas.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TenantConfig {
+    /// Also its data directory's name under a component's `data_dir`.
+    pub name: String,
+    /// The components whose tools it sees (by `[[components]]` name).
+    pub components: Vec<String>,
+    /// Its API keys: `{ env = "VAR" }` (comma-separated) or `{ file = "keys" }` (one a line).
+    pub api_keys: Option<SecretSource>,
+    /// Its calls holding a slot at once; more wait in the queue.
+    pub max_concurrent_calls: Option<usize>,
+    /// Its calls per second; more are refused at once.
+    pub calls_per_second: Option<u32>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -339,6 +367,8 @@ pub struct Plan {
     /// `[server] reserved_descriptors`, when the file sets it.
     pub reserved_descriptors: Option<usize>,
     pub components: Vec<ComponentPlan>,
+    /// `[[tenants]]`, their keys read and hashed; empty without any.
+    pub tenants: Tenants,
 }
 
 impl Config {
@@ -464,15 +494,75 @@ impl Config {
                 name,
                 path,
                 embedded: None,
-                options: ComponentOptions { limits, tool_limits, data_dir, mounts, environment, allow_http },
+                options: ComponentOptions {
+                    limits,
+                    tool_limits,
+                    data_dir,
+                    tenants: Vec::new(),
+                    mounts,
+                    environment,
+                    allow_http,
+                },
             });
         }
         if components.is_empty() {
             components = default_components()?;
         }
+        let tenants = plan_tenants(self.tenants, &mut components, base)?;
         let reserved_descriptors = server.reserved_descriptors;
-        Ok(Plan { runtime, http, server_limits, progress_interval, reserved_descriptors, components })
+        Ok(Plan {
+            runtime,
+            http,
+            server_limits,
+            progress_interval,
+            reserved_descriptors,
+            components,
+            tenants,
+        })
     }
+}
+
+/// Check the `[[tenants]]` entries against the components, read and hash their keys, and
+/// tell each component which tenants use it (each gets a data directory of its own).
+fn plan_tenants(
+    entries: Vec<TenantConfig>,
+    components: &mut [ComponentPlan],
+    base: &Path,
+) -> Result<Tenants> {
+    let mut tenants = Vec::new();
+    let mut keys = ApiKeys::default();
+    for entry in entries {
+        let name = &entry.name;
+        if !paths::is_safe_name(name) {
+            bail!(
+                "tenant {name:?}: a tenant's name is 1 to 64 letters, digits, `_`, `-` and `.` (not first): \
+                 it names the tenant's data directories"
+            );
+        }
+        if tenants.iter().any(|tenant: &Tenant| tenant.id.as_str() == name) {
+            bail!("two tenants are named {name:?}");
+        }
+        for component in &entry.components {
+            let Some(plan) = components.iter_mut().find(|plan| &plan.name == component) else {
+                bail!("tenant {name}: no component is named {component:?}");
+            };
+            plan.options.tenants.push(name.clone());
+        }
+        if entry.max_concurrent_calls == Some(0) || entry.calls_per_second == Some(0) {
+            bail!("tenant {name}: max_concurrent_calls and calls_per_second must be at least 1");
+        }
+        let id = TenantId::new(name);
+        if let Some(source) = &entry.api_keys {
+            // The error names where the keys were looked for, never a key.
+            let text = source.read(&format!("api_keys of tenant {name}"), base)?;
+            if keys.add(&id, &text) == 0 {
+                bail!("tenant {name}: its api_keys hold no key");
+            }
+        }
+        let view = TenantView::new(name, entry.components, entry.max_concurrent_calls);
+        tenants.push(Tenant::new(id, view, entry.calls_per_second));
+    }
+    Ok(Tenants::new(tenants, keys))
 }
 
 /// What a component is granted, as `cordon inspect` shows it: paths and names only.
@@ -545,9 +635,7 @@ fn component_name(path: &Path) -> String {
 /// A component's name becomes a directory name (its default data directory) and a log
 /// field: plain characters only, so it can never climb (`..`) or hide (`.x`).
 fn check_component_name(name: &str, path: &Path) -> Result<()> {
-    let plain = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.');
-    let safe = !name.is_empty() && name.len() <= 64 && name.chars().all(plain) && !name.starts_with('.');
-    if !safe {
+    if !paths::is_safe_name(name) {
         bail!(
             "component {} has the name {name:?}: a name is 1 to 64 letters, digits, `_`, `-` and `.` \
              (not first); set `name` in its [[components]] entry",
@@ -748,6 +836,49 @@ mod tests {
         .plan(Path::new("/etc/cordon"))
         .unwrap_err();
         assert!(format!("{ro_quota:#}").contains("quota_mb is for `rw` mounts"), "{ro_quota:#}");
+    }
+
+    #[test]
+    fn tenants_are_checked_and_their_keys_hashed() {
+        let dir = std::env::temp_dir().join(format!("cordon-config-tenants-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("keys"), "key-one\nkey-two\n").unwrap();
+        let plan = |tenants: &str| {
+            let text = format!(
+                "[[components]]\npath = \"a.wasm\"\nname = \"tools\"\ndata_dir = \"/srv/d\"\n\
+                 [[components]]\npath = \"b.wasm\"\n{tenants}"
+            );
+            toml::from_str::<Config>(&text).map_err(anyhow::Error::from).and_then(|config| config.plan(&dir))
+        };
+        let planned = plan(
+            "[[tenants]]\nname = \"acme\"\ncomponents = [\"tools\"]\napi_keys = { file = \"keys\" }\n\
+             max_concurrent_calls = 8\ncalls_per_second = 50\n\
+             [[tenants]]\nname = \"beta\"\ncomponents = [\"tools\", \"b\"]\n",
+        )
+        .unwrap();
+        assert_eq!(planned.tenants.names(), ["acme", "beta"]);
+        assert_eq!(planned.components[0].options.tenants, ["acme", "beta"]);
+        assert_eq!(planned.components[1].options.tenants, ["beta"]);
+        let acme = planned.tenants.get("acme").unwrap();
+        assert_eq!(acme.view.max_concurrent_calls, Some(8));
+        assert_eq!(acme.rate.as_ref().unwrap().per_second(), 50);
+        let principal = planned.tenants.authenticate(Some(b"Bearer key-two"), None).unwrap();
+        assert_eq!(principal.tenant.as_str(), "acme");
+        assert!(!format!("{planned:?}").contains("key-one"), "a key shows in the plan's Debug");
+
+        // Path tricks in a tenant's name, unknown components, typos: config errors.
+        for bad in ["..", "../up", "a/b", ".hidden", "", "sp ace", "x\\y"] {
+            let error =
+                plan(&format!("[[tenants]]\nname = {bad:?}\ncomponents = [\"tools\"]\n")).unwrap_err();
+            assert!(format!("{error:#}").contains("a tenant's name is"), "{bad:?}: {error:#}");
+        }
+        let unknown = plan("[[tenants]]\nname = \"acme\"\ncomponents = [\"../tools\"]\n").unwrap_err();
+        assert!(format!("{unknown:#}").contains("no component is named \"../tools\""), "{unknown:#}");
+        assert!(plan("[[tenants]]\nname = \"acme\"\ncomponents = []\napi_key = \"x\"\n").is_err());
+        let empty = plan("[[tenants]]\nname = \"acme\"\ncomponents = []\napi_keys = { env = \"CORDON_NO_SUCH_VARIABLE\" }\n")
+            .unwrap_err();
+        assert!(format!("{empty:#}").contains("CORDON_NO_SUCH_VARIABLE"), "{empty:#}");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

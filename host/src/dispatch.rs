@@ -40,10 +40,12 @@ use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::{Notify, mpsc};
 use tokio::time::Instant;
 
+use crate::auth::{Tenant, Tenants};
 use crate::protocol::jsonrpc::{self, INTERNAL_ERROR, INVALID_REQUEST, Incoming, RequestId, RpcError};
 use crate::protocol::{cost, mcp};
 use crate::runtime::{
-    CallEnded, CallHandle, CallOutcome, CallTags, Outcome, RefusalReason, Runtime, Teardown, ToolSet,
+    CallEnded, CallHandle, CallOutcome, CallTags, Outcome, RefusalReason, Runtime, Teardown, TenantView,
+    ToolSet,
 };
 
 /// What every connection shares.
@@ -51,7 +53,12 @@ pub struct Server {
     runtime: Arc<Runtime>,
     /// Every tool of the latest tool set as MCP describes it, in a stable order, made once
     /// per set: (the set's generation, the list).
-    tool_list: Mutex<(u64, Arc<Vec<Value>>)>,
+    tool_list: Mutex<ToolList>,
+    /// The same per tenant: each tenant's view, made once per set (bounded by the tenants
+    /// configured).
+    tenant_tool_lists: Mutex<HashMap<Arc<str>, ToolList>>,
+    /// The tenants configured (none: one implicit tenant, every tool).
+    tenants: Arc<Tenants>,
     /// The shortest gap between two progress notifications of one call.
     progress_interval: Duration,
     /// Calls accepted whose answer is not out yet (or, after a cancel, not yet dropped):
@@ -68,6 +75,9 @@ pub struct Server {
     /// The most one parsed message may cost.
     max_request_cost: usize,
 }
+
+/// A tool list as MCP describes it, and the generation of the set it was made from.
+type ToolList = (u64, Arc<Vec<Value>>);
 
 /// Bounds on what requests may hold in memory, on every transport.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -101,12 +111,24 @@ impl Server {
         progress_interval: Duration,
         limits: ServerLimits,
     ) -> Arc<Self> {
+        Self::with_tenants(runtime, progress_interval, limits, Arc::default())
+    }
+
+    /// A server for these tenants: each connection then serves one tenant's view.
+    pub fn with_tenants(
+        runtime: Arc<Runtime>,
+        progress_interval: Duration,
+        limits: ServerLimits,
+        tenants: Arc<Tenants>,
+    ) -> Arc<Self> {
         let tools = runtime.snapshot();
         let tool_list =
             Mutex::new((tools.generation(), Arc::new(tools.tools().map(mcp::tool_json).collect())));
         Arc::new(Self {
             runtime,
             tool_list,
+            tenant_tool_lists: Mutex::default(),
+            tenants,
             progress_interval,
             calls: AtomicUsize::new(0),
             listens: AtomicUsize::new(0),
@@ -128,6 +150,23 @@ impl Server {
             *cached = (tools.generation(), Arc::new(tools.tools().map(mcp::tool_json).collect()));
         }
         cached.1.clone()
+    }
+
+    /// The tools of `tools` that `view` sees (all without a view), made once per set.
+    pub fn tool_list_for(&self, tools: &ToolSet, view: Option<&TenantView>) -> Arc<Vec<Value>> {
+        let Some(view) = view else { return self.tool_list(tools) };
+        let mut lists = self.tenant_tool_lists.lock().unwrap();
+        let cached = lists.entry(view.tenant.clone()).or_insert_with(|| (u64::MAX, Arc::default()));
+        if cached.0 != tools.generation() {
+            let list = tools.tools_for(Some(view)).map(mcp::tool_json).collect();
+            *cached = (tools.generation(), Arc::new(list));
+        }
+        cached.1.clone()
+    }
+
+    /// The tenants configured.
+    pub fn tenants(&self) -> &Arc<Tenants> {
+        &self.tenants
     }
 
     /// The ledger of bytes requests hold.
@@ -358,6 +397,30 @@ pub struct Connection {
     /// Whether a stream of this connection gets 2025-era tool list changes (one at most).
     following: Arc<AtomicBool>,
     in_flight: Mutex<HashMap<RequestId, InFlight>>,
+    /// The tenant this connection serves (`None`: no tenants are configured).
+    tenant: Option<Arc<Tenant>>,
+    /// Where the tenant's `calls_per_second` is enforced.
+    rate_check: RateCheck,
+}
+
+/// Who refuses a tenant's calls over its `calls_per_second`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RateCheck {
+    /// Dispatch does, answering a JSON-RPC error with a retry hint (stdio).
+    Here,
+    /// The transport already did, before the request reached dispatch (HTTP: a 429).
+    Done,
+}
+
+/// The JSON-RPC error for a call over its tenant's rate, with when to retry.
+pub fn rate_limited(tenant: &Tenant, retry_after: Duration) -> RpcError {
+    let per_second = tenant.rate.as_ref().map_or(0, |rate| rate.per_second());
+    let milliseconds = retry_after.as_millis().max(1) as u64;
+    RpcError::new(
+        INTERNAL_ERROR,
+        format!("Rate limited: at most {per_second} calls per second; try again in {milliseconds} ms"),
+    )
+    .with_data(json!({"retryAfterMs": milliseconds, "retryAfterSeconds": milliseconds.div_ceil(1000)}))
 }
 
 /// What a request gets right away.
@@ -371,12 +434,36 @@ enum Reply {
 impl Connection {
     /// A connection to `server`.
     pub fn new(server: Arc<Server>) -> Arc<Self> {
+        Self::for_tenant(server, None, RateCheck::Here)
+    }
+
+    /// A connection serving `tenant`'s view of the tools, under its quotas.
+    pub fn for_tenant(server: Arc<Server>, tenant: Option<Arc<Tenant>>, rate_check: RateCheck) -> Arc<Self> {
         Arc::new(Self {
             server,
             legacy: AtomicBool::new(false),
             following: Arc::default(),
             in_flight: Mutex::new(HashMap::new()),
+            tenant,
+            rate_check,
         })
+    }
+
+    /// The tenant this connection serves.
+    pub fn tenant(&self) -> Option<&Arc<Tenant>> {
+        self.tenant.as_ref()
+    }
+
+    /// The tags of request `id`'s call: its id and, with tenants, the tenant's name (a
+    /// configured one: a bounded label).
+    fn call_tags(&self, id: &RequestId) -> CallTags {
+        let mut tags = call_tags(id);
+        tags.tenant = self.tenant.as_ref().map(|tenant| tenant.id.to_string());
+        tags
+    }
+
+    fn view(&self) -> Option<&TenantView> {
+        self.tenant.as_deref().map(|tenant| &tenant.view)
     }
 
     /// The server this connection belongs to.
@@ -467,12 +554,14 @@ impl Connection {
             }
         };
         match method {
-            "server/discover" => Reply::Result(mcp::discover_result()),
+            // What a tenant sees is its own: never to be cached across tenants.
+            "server/discover" => Reply::Result(mcp::discover_result(self.tenant.is_some())),
             "subscriptions/listen" => self.start_listen(id, params.as_ref(), out.clone(), charge),
             "tools/list" => {
                 let cursor = params.as_ref().and_then(|params| params.get("cursor"));
                 let tools = tools.unwrap_or_else(|| self.server.runtime.snapshot());
-                match mcp::list_result(&self.server.tool_list(&tools), cursor) {
+                let list = self.server.tool_list_for(&tools, self.view());
+                match mcp::list_result(&list, cursor, self.tenant.is_some()) {
                     Ok(result) => Reply::Result(result),
                     Err(error) => Reply::Error(error),
                 }
@@ -481,8 +570,13 @@ impl Connection {
                 // The call's one snapshot of the tools: a reload from here on changes
                 // nothing for it.
                 let tools = tools.unwrap_or_else(|| self.server.runtime.snapshot());
+                if let (Some(tenant), RateCheck::Here) = (&self.tenant, self.rate_check)
+                    && let Err(retry_after) = tenant.admit_call()
+                {
+                    return Reply::Error(rate_limited(tenant, retry_after));
+                }
                 let tool = params.as_ref().and_then(|params| params.get("name")).and_then(Value::as_str);
-                if let Some(spec) = tool.and_then(|tool| tools.tool(tool))
+                if let Some(spec) = tool.and_then(|tool| tools.tool_for(self.view(), tool))
                     && let Err(error) = mcp::check_capabilities(envelope.as_ref(), &spec.requires)
                 {
                     self.refused(id, tool, RefusalReason::MissingCapability);
@@ -588,10 +682,10 @@ impl Connection {
         let runtime = &self.server.runtime;
         let call = tokio::select! {
             biased;
-            call = runtime.call_in(tools, name, arguments, call_tags(id)) => call,
+            call = runtime.call_in(tools, self.view(), name, arguments, self.call_tags(id)) => call,
             // A call cancelled while it waits for a slot leaves the queue at once.
             () = cancel_signal.notified() => {
-                runtime.report_unstarted(CallEnded::unstarted(call_tags(id), CallOutcome::Cancelled), Some(name));
+                runtime.report_unstarted(CallEnded::unstarted(self.call_tags(id), CallOutcome::Cancelled), Some(name));
                 return (None, None);
             }
         };
@@ -611,7 +705,7 @@ impl Connection {
             let entry = in_flight.entry(id.clone()).or_default();
             if entry.cancelled {
                 runtime.report_unstarted(
-                    CallEnded::unstarted(call_tags(id), CallOutcome::Cancelled),
+                    CallEnded::unstarted(self.call_tags(id), CallOutcome::Cancelled),
                     Some(name),
                 );
                 return (None, None);
@@ -714,7 +808,7 @@ impl Connection {
         let wants_tools = honoured.contains_key("toolsListChanged");
         // Watched from before the acknowledgement: a change right after it is not missed.
         let mut tools = server.runtime.watch_tools();
-        let mut last = server.tool_list(&tools.borrow_and_update());
+        let mut last = server.tool_list_for(&tools.borrow_and_update(), self.view());
         let mut shutdown = server.runtime.shutting_down();
         let (connection, id) = (self.clone(), id.clone());
         tokio::spawn(async move {
@@ -728,7 +822,7 @@ impl Connection {
                         if changed.is_err() {
                             break;
                         }
-                        let list = connection.server.tool_list(&tools.borrow_and_update());
+                        let list = connection.server.tool_list_for(&tools.borrow_and_update(), connection.view());
                         if list != last {
                             last = list;
                             out.send(mcp::tools_list_changed(Some(&id))).await;
@@ -762,9 +856,9 @@ impl Connection {
         }
         let runtime = &self.server.runtime;
         let mut tools = runtime.watch_tools();
-        let mut last = self.server.tool_list(&tools.borrow_and_update());
+        let mut last = self.server.tool_list_for(&tools.borrow_and_update(), self.view());
         let mut shutdown = runtime.shutting_down();
-        let (server, following) = (self.server.clone(), self.following.clone());
+        let (connection, following) = (self.clone(), self.following.clone());
         tokio::spawn(async move {
             let closed = async {
                 match &out {
@@ -781,7 +875,7 @@ impl Connection {
                         if changed.is_err() {
                             break;
                         }
-                        let list = server.tool_list(&tools.borrow_and_update());
+                        let list = connection.server.tool_list_for(&tools.borrow_and_update(), connection.view());
                         if list != last {
                             last = list;
                             out.send(mcp::tools_list_changed(None)).await;
@@ -796,7 +890,7 @@ impl Connection {
 
     /// Tell the runtime's observers of a call refused here, before it reached the runtime.
     fn refused(&self, id: &RequestId, tool: Option<&str>, reason: RefusalReason) {
-        self.server.runtime.report_unstarted(CallEnded::refused(call_tags(id), reason), tool);
+        self.server.runtime.report_unstarted(CallEnded::refused(self.call_tags(id), reason), tool);
     }
 
     fn is_cancelled(&self, id: &RequestId) -> bool {

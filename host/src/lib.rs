@@ -4,6 +4,7 @@
 //! stop them. The modules read as the data's path, each using only the ones after it:
 //!
 //! - [`transport`]: stdio (and Streamable HTTP): bytes in, messages out.
+//! - [`auth`]: who is asking (API keys → a tenant), a step of the HTTP transport.
 //! - [`protocol`]: JSON-RPC framing and MCP message shapes; no I/O.
 //! - [`dispatch`]: one connection's requests: eras, concurrency, progress, cancellation.
 //! - [`runtime`]: engine, components, instances; the one owner of the stop sequence.
@@ -12,6 +13,7 @@
 //! - [`telemetry`]: beside the path, observing it: the operator's log (one line per call),
 //!   Prometheus metrics, health probes.
 
+pub mod auth;
 pub mod config;
 pub mod dispatch;
 // Entry points for the fuzz targets in fuzz/, compiled always so that they never rot.

@@ -72,6 +72,14 @@ enum Command {
         /// Reload the components when the config file or a component's file changes.
         #[arg(long)]
         watch: bool,
+        /// Over stdio, the `[[tenants]]` entry whose tools and quotas apply (required when
+        /// the config has tenants).
+        #[arg(long, value_name = "NAME", requires = "stdio")]
+        tenant: Option<String>,
+        /// Serve HTTP on an address beyond loopback although the config has no
+        /// `[[tenants]]`, so that anyone who reaches it may call every tool.
+        #[arg(long)]
+        allow_unauthenticated: bool,
         /// Serve Prometheus metrics (/metrics) and health probes (/healthz, /readyz) on this
         /// address, e.g. 127.0.0.1:9464 [default: none: no metrics listener].
         #[arg(long, value_name = "ADDRESS")]
@@ -141,10 +149,10 @@ fn main() -> ExitCode {
 
 async fn run(cli: Cli, log: &cordon::telemetry::LogHandle) -> Result<ExitCode> {
     match cli.command {
-        Command::Serve { stdio, http, allow_host, config, watch, metrics } => {
+        Command::Serve { stdio, http, allow_host, config, watch, metrics, tenant, allow_unauthenticated } => {
             let transport = match (stdio, http) {
-                (true, _) => Transport::Stdio,
-                (false, Some(address)) => Transport::Http { address, allow_host },
+                (true, _) => Transport::Stdio { tenant },
+                (false, Some(address)) => Transport::Http { address, allow_host, allow_unauthenticated },
                 (false, None) => anyhow::bail!("choose a transport: `--stdio` or `--http 127.0.0.1:8080`"),
             };
             tokio::spawn(log.dropped().report_every(std::time::Duration::from_secs(10)));
@@ -240,8 +248,8 @@ fn inspect(component: &std::path::Path, config: Option<&std::path::Path>) -> Res
 }
 
 enum Transport {
-    Stdio,
-    Http { address: std::net::SocketAddr, allow_host: Vec<String> },
+    Stdio { tenant: Option<String> },
+    Http { address: std::net::SocketAddr, allow_host: Vec<String>, allow_unauthenticated: bool },
 }
 
 async fn serve(
@@ -261,8 +269,35 @@ async fn serve(
     // The server's own descriptors: a fixed reserve, and one per HTTP connection it accepts.
     settings.reserved_descriptors = plan.reserved_descriptors.unwrap_or(match transport {
         Transport::Http { .. } => settings.reserved_descriptors + plan.http.max_connections,
-        Transport::Stdio => settings.reserved_descriptors,
+        Transport::Stdio { .. } => settings.reserved_descriptors,
     });
+    let tenants = std::sync::Arc::new(plan.tenants);
+    // Who may call, decided before anything is loaded.
+    let stdio_tenant = match &transport {
+        Transport::Http { address, allow_unauthenticated, .. } => {
+            if tenants.is_empty() && !address.ip().is_loopback() && !allow_unauthenticated {
+                anyhow::bail!(
+                    "refusing to serve {address} without authentication: the config has no [[tenants]], so \
+                     anyone who reaches the address could call every tool; configure tenants with api_keys, \
+                     bind a loopback address, or pass --allow-unauthenticated"
+                );
+            }
+            None
+        }
+        Transport::Stdio { tenant: None } if !tenants.is_empty() => anyhow::bail!(
+            "the config has [[tenants]] ({}): choose whose tools and quotas apply with --tenant NAME",
+            tenants.names().join(", ")
+        ),
+        Transport::Stdio { tenant: None } => None,
+        Transport::Stdio { tenant: Some(name) } => match tenants.get(name) {
+            Some(tenant) => Some(tenant.clone()),
+            None if tenants.is_empty() => anyhow::bail!("--tenant {name}: the config has no [[tenants]]"),
+            None => anyhow::bail!(
+                "--tenant {name}: no such tenant in the config (it has: {})",
+                tenants.names().join(", ")
+            ),
+        },
+    };
     let mut runtime = Runtime::new(settings)?;
     telemetry.observe(&mut runtime);
     let mut drain = std::time::Duration::ZERO;
@@ -281,13 +316,17 @@ async fn serve(
     let tools: Vec<&str> = tools.tools().map(|tool| tool.name.as_str()).collect();
     tracing::info!("loaded {} tools: {}", tools.len(), tools.join(", "));
     tokio::spawn(async move { reloader.run().await.inspect_err(|error| tracing::error!("{error}")) });
-    let server =
-        cordon::dispatch::Server::with_limits(runtime.clone(), plan.progress_interval, plan.server_limits);
+    let server = cordon::dispatch::Server::with_tenants(
+        runtime.clone(),
+        plan.progress_interval,
+        plan.server_limits,
+        tenants,
+    );
     let stats = matches!(transport, Transport::Http { .. }).then(|| plan.http.stats.clone());
     telemetry.loaded(runtime, stats);
     // A call may also be in a schema check, which nothing interrupts (runtime/schema.rs).
     let drain = drain.max(cordon::runtime::SCHEMA_CHECK_BUDGET) + std::time::Duration::from_secs(1);
-    if let Transport::Http { address, allow_host } = transport {
+    if let Transport::Http { address, allow_host, .. } = transport {
         let mut settings = plan.http;
         settings.allowed_hosts.extend(allow_host.into_iter().map(|host| host.to_ascii_lowercase()));
         cordon::transport::http::bind_and_serve(server, address, settings, shutdown, drain)
@@ -306,7 +345,7 @@ async fn serve(
     use std::os::fd::AsFd;
     let stdin = std::fs::File::from(std::io::stdin().as_fd().try_clone_to_owned()?);
     let stdin = std::io::BufReader::with_capacity(64 << 10, stdin);
-    cordon::transport::stdio::serve(server, stdin, stdout, shutdown, drain).await?;
+    cordon::transport::stdio::serve_as(server, stdio_tenant, stdin, stdout, shutdown, drain).await?;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -72,6 +72,14 @@ pub fn default_data_dir(component: &str) -> PathBuf {
     base.join("cordon").join(component)
 }
 
+/// Whether `name` may name a directory of ours (a component's, a tenant's): 1 to 64
+/// letters, digits, `_`, `-` and `.`, not first, so that it can never climb (`..`), hide
+/// (`.x`) or reach elsewhere (`a/b`).
+pub fn is_safe_name(name: &str) -> bool {
+    let plain = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.');
+    !name.is_empty() && name.len() <= 64 && name.chars().all(plain) && !name.starts_with('.')
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

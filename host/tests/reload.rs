@@ -742,7 +742,7 @@ async fn unchanged_components_are_carried_over_and_replaced_ones_drop_their_spar
     assert_eq!(runtime.pool_usage().spares, 0, "the replaced component's spare is dropped");
     assert_eq!(runtime.snapshot().generation(), first.generation() + 1);
     // A call on the old snapshot still runs (on the old version), and leaves no spare.
-    let old_call = runtime.call_in(&first, "alpha", &json!({}), Default::default()).await.unwrap();
+    let old_call = runtime.call_in(&first, None, "alpha", &json!({}), Default::default()).await.unwrap();
     let (report, teardown) = old_call.run_deferring_teardown().await;
     teardown.finish().await;
     assert_eq!(common::answer(&report), "done");

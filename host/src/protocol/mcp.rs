@@ -165,13 +165,19 @@ fn object(value: Value) -> Map<String, Value> {
 const INSTRUCTIONS: &str = "Tools run in WebAssembly sandboxes with hard limits; a call that is cancelled or \
     runs out of time is stopped and cleaned up.";
 
-pub fn discover_result() -> Value {
+/// `cacheScope` for results that depend on who asks (`private`) or not.
+fn cache_scope(private: bool) -> &'static str {
+    if private { "private" } else { "public" }
+}
+
+/// `server/discover`; `private` when the server has tenants (their views differ).
+pub fn discover_result(private: bool) -> Value {
     complete(object(json!({
         "supportedVersions": [PROTOCOL_VERSION],
         "capabilities": {"tools": {"listChanged": true}},
         "instructions": INSTRUCTIONS,
         "ttlMs": TTL.as_millis() as u64,
-        "cacheScope": "public",
+        "cacheScope": cache_scope(private),
     })))
 }
 
@@ -218,8 +224,8 @@ pub fn tool_json(spec: &ToolSpec) -> Value {
 }
 
 /// One page of `tools/list`. The cursor is the offset of the page, as text; the empty
-/// string means the first page.
-pub fn list_result(tools: &[Value], cursor: Option<&Value>) -> Result<Value, RpcError> {
+/// string means the first page. `private` when the list is a tenant's view.
+pub fn list_result(tools: &[Value], cursor: Option<&Value>, private: bool) -> Result<Value, RpcError> {
     let start = match cursor {
         None | Some(Value::Null) => 0,
         Some(Value::String(cursor)) if cursor.is_empty() => 0,
@@ -234,7 +240,7 @@ pub fn list_result(tools: &[Value], cursor: Option<&Value>) -> Result<Value, Rpc
     let mut result = object(json!({
         "tools": tools[start..end],
         "ttlMs": TTL.as_millis() as u64,
-        "cacheScope": "public",
+        "cacheScope": cache_scope(private),
     }));
     if end < tools.len() {
         result.insert("nextCursor".into(), json!(end.to_string()));
@@ -250,9 +256,10 @@ pub fn call_error(error: &CallError) -> Result<Value, RpcError> {
             Err(RpcError::invalid_params(capitalized(&error.to_string())))
         }
         // The tool's own schema is at fault, not the client.
-        CallError::Busy { .. } | CallError::ShuttingDown | CallError::ArgumentsUnchecked { .. } => {
-            Ok(error_result(&capitalized(&error.to_string())))
-        }
+        CallError::Busy { .. }
+        | CallError::TenantBusy { .. }
+        | CallError::ShuttingDown
+        | CallError::ArgumentsUnchecked { .. } => Ok(error_result(&capitalized(&error.to_string()))),
     }
 }
 
@@ -440,16 +447,16 @@ mod tests {
     #[test]
     fn tools_list_pages_with_an_opaque_cursor() {
         let tools: Vec<Value> = (0..250).map(|i| json!({"name": format!("t{i}")})).collect();
-        let first = list_result(&tools, None).unwrap();
+        let first = list_result(&tools, None, false).unwrap();
         assert_eq!(first["tools"].as_array().unwrap().len(), PAGE_SIZE);
         let cursor = first["nextCursor"].clone();
-        let second = list_result(&tools, Some(&cursor)).unwrap();
+        let second = list_result(&tools, Some(&cursor), false).unwrap();
         assert_eq!(second["tools"][0]["name"], "t100");
-        let last = list_result(&tools, Some(&second["nextCursor"])).unwrap();
+        let last = list_result(&tools, Some(&second["nextCursor"]), false).unwrap();
         assert_eq!(last["tools"].as_array().unwrap().len(), 50);
         assert!(last.get("nextCursor").is_none());
-        assert_eq!(list_result(&tools, Some(&json!(""))).unwrap()["tools"][0]["name"], "t0");
-        assert_eq!(list_result(&tools, Some(&json!("bogus"))).unwrap_err().code, -32602);
-        assert_eq!(list_result(&tools, Some(&json!("999"))).unwrap_err().code, -32602);
+        assert_eq!(list_result(&tools, Some(&json!("")), false).unwrap()["tools"][0]["name"], "t0");
+        assert_eq!(list_result(&tools, Some(&json!("bogus")), false).unwrap_err().code, -32602);
+        assert_eq!(list_result(&tools, Some(&json!("999")), false).unwrap_err().code, -32602);
     }
 }

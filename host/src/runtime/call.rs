@@ -192,7 +192,7 @@ pub struct Teardown {
     /// Makes the component's next spare instance; set when the guest returned normally.
     refill: Option<Refill>,
     ended: Option<(CallEnded, Observers)>,
-    _permit: OwnedSemaphorePermit,
+    _permit: (OwnedSemaphorePermit, super::fair::FairPermit),
 }
 
 impl Drop for Teardown {
@@ -225,7 +225,10 @@ pub struct Call {
     pub(crate) arguments: String,
     pub(crate) control: Arc<CallControl>,
     pub(crate) shutdown: watch::Receiver<bool>,
-    pub(crate) permit: OwnedSemaphorePermit,
+    pub(crate) permit: (OwnedSemaphorePermit, super::fair::FairPermit),
+    /// The tenant's own file grants (its data directory), when the component has one per
+    /// tenant; the component's otherwise.
+    pub(crate) files: Option<Arc<super::files::FileGrants>>,
     pub(crate) cleanup_permits: Arc<Semaphore>,
     pub(crate) spares: Arc<super::spare::SpareBudget>,
     pub(crate) tags: CallTags,
@@ -283,7 +286,8 @@ impl Call {
             stop_path,
             cleanup,
         };
-        let refill = store.is_some().then(|| Refill {
+        // A spare is made with the component's own grants: never for a tenant's.
+        let refill = (store.is_some() && self.files.is_none()).then(|| Refill {
             engine: self.engine.clone(),
             ticker: self.ticker.clone(),
             component: self.component.clone(),
@@ -332,13 +336,27 @@ impl Call {
         let backstop = limits.max_duration.map(|max| self.control.started() + max + limits.grace);
         // A spare instance made ahead (spare.rs) is bound to this call; otherwise a fresh
         // one is made now.
-        let (mut store, spare) = match self.component.spare.take(limits) {
+        let spare = match self.files {
+            Some(_) => None,
+            None => self.component.spare.take(limits),
+        };
+        let (mut store, spare) = match spare {
             Some((mut store, plugin)) => {
                 store.data_mut().bind(limits, self.control.clone());
                 arm(&mut store, limits, backstop);
                 (store, Some(plugin))
             }
-            None => (new_store(&self.engine, &self.component, limits, self.control.clone(), backstop), None),
+            None => (
+                new_store_with(
+                    &self.engine,
+                    &self.component,
+                    self.files.as_ref().or(self.component.files.as_ref()),
+                    limits,
+                    self.control.clone(),
+                    backstop,
+                ),
+                None,
+            ),
         };
         store.data_mut().begin_call(&self.tool, limits);
         let pre = self.component.pre.clone();
@@ -558,7 +576,9 @@ impl Call {
             note: self.control.take_note(),
         };
         let budget = self.limits.cleanup_budget;
-        let outcome = run_cleanup(&self.engine, &self.component, &self.limits, context).await;
+        // The cleanup sees what the call saw: the tenant's data directory, when it has one.
+        let files = self.files.as_ref().or(self.component.files.as_ref());
+        let outcome = run_cleanup(&self.engine, &self.component, files, &self.limits, context).await;
         let duration = started_at.elapsed();
         // One line per cleanup, whatever its outcome, so an operator (and the soak) can see
         // that each stopped call was cleaned up exactly once.
@@ -592,10 +612,11 @@ fn reason_name(reason: &StopReason) -> &'static str {
 async fn run_cleanup(
     engine: &Engine,
     component: &Arc<LoadedComponent>,
+    files: Option<&Arc<super::files::FileGrants>>,
     limits: &ToolLimits,
     context: CleanupContext,
 ) -> CleanupOutcome {
-    let (mut store, deadline) = bounded_store(engine, component, limits, limits.cleanup_budget);
+    let (mut store, deadline) = bounded_store_with(engine, component, files, limits, limits.cleanup_budget);
     let pre = component.pre.clone();
     let cleanup = async move {
         let plugin = pre.instantiate_async(&mut store).await?;
@@ -619,10 +640,21 @@ pub(crate) fn bounded_store(
     limits: &ToolLimits,
     budget: Duration,
 ) -> (Store<GuestState>, Instant) {
+    bounded_store_with(engine, component, component.files.as_ref(), limits, budget)
+}
+
+/// [`bounded_store`] with these file grants (a tenant's).
+fn bounded_store_with(
+    engine: &Engine,
+    component: &LoadedComponent,
+    files: Option<&Arc<super::files::FileGrants>>,
+    limits: &ToolLimits,
+    budget: Duration,
+) -> (Store<GuestState>, Instant) {
     let deadline = Instant::now() + budget;
     let limits = ToolLimits { idle_timeout: None, max_duration: Some(budget), ..limits.clone() };
     let control = CallControl::new(&limits);
-    (new_store(engine, component, &limits, control, Some(deadline)), deadline)
+    (new_store_with(engine, component, files, &limits, control, Some(deadline)), deadline)
 }
 
 /// Run guest code that has no caller to cancel it (`list` at load time, `cleanup`) until
@@ -642,10 +674,22 @@ pub(crate) fn new_store(
     control: Arc<CallControl>,
     backstop: Option<Instant>,
 ) -> Store<GuestState> {
+    new_store_with(engine, component, component.files.as_ref(), limits, control, backstop)
+}
+
+/// [`new_store`] with these file grants (a tenant's) instead of the component's.
+pub(crate) fn new_store_with(
+    engine: &Engine,
+    component: &LoadedComponent,
+    files: Option<&Arc<super::files::FileGrants>>,
+    limits: &ToolLimits,
+    control: Arc<CallControl>,
+    backstop: Option<Instant>,
+) -> Store<GuestState> {
     let state = GuestState::new(
         component.name.clone(),
         limits,
-        component.files.as_ref(),
+        files,
         &component.options.environment,
         component.http_grants.clone(),
         component.descriptors.clone(),

@@ -75,6 +75,9 @@ pub struct ComponentOptions {
     /// system at all. Created if missing and opened once, at load; it may not overlap
     /// another component's.
     pub data_dir: Option<PathBuf>,
+    /// The tenants that use the component: with any, the data directory is never opened
+    /// itself; each tenant gets `<data_dir>/<tenant>` instead.
+    pub tenants: Vec<String>,
     /// More host directories, each at a guest path of its own, read-only or read-write.
     /// Opened once, at load; a missing one is a load error.
     pub mounts: Vec<Mount>,
@@ -214,6 +217,9 @@ pub(crate) struct LoadedComponent {
     pub(crate) pre: PluginPre<GuestState>,
     /// The data directory and mounts, opened at load, when the operator granted any.
     pub(crate) files: Option<Arc<FileGrants>>,
+    /// With tenants: each tenant's grants, its data directory `<data_dir>/<tenant>`
+    /// (`options.tenants`), never one shared between tenants.
+    pub(crate) tenant_files: HashMap<String, Arc<FileGrants>>,
     /// The server's descriptors for guests, which every call of this component draws on.
     pub(crate) descriptors: Arc<DescriptorBudget>,
     /// `options.allow_http`, shared by every store of the component.

@@ -27,6 +27,7 @@ mod control;
 mod egress;
 pub mod engine;
 pub mod events;
+mod fair;
 mod files;
 mod guest;
 mod ledger;
@@ -66,7 +67,7 @@ pub use events::{
 pub use files::{GUEST_DATA_DIR, Mount};
 pub use ledger::{DescriptorBudget, raise_open_file_limit};
 pub use limits::ToolLimits;
-pub use registry::{ReloadReport, ToolSet};
+pub use registry::{ReloadReport, TenantView, ToolSet};
 pub use schema::CHECK_BUDGET as SCHEMA_CHECK_BUDGET;
 
 use component::LoadedComponent;
@@ -99,8 +100,8 @@ impl Default for RuntimeSettings {
 }
 
 /// The component's and the tool's names, for a tool of `tools` only.
-fn known_tool(tools: &ToolSet, tool: &str) -> Option<(Arc<str>, Arc<str>)> {
-    Some((tools.component_of(tool)?.name.clone(), Arc::from(tool)))
+fn known_tool(tools: &ToolSet, view: Option<&TenantView>, tool: &str) -> Option<(Arc<str>, Arc<str>)> {
+    Some((tools.component_for(view, tool)?.name.clone(), Arc::from(tool)))
 }
 
 /// One component's part in a reload.
@@ -158,6 +159,10 @@ pub enum CallError {
     ArgumentsUnchecked { tool: String, reason: String },
     #[error("the server is busy: all {slots} call slots stayed in use for {waited:?}; try again later")]
     Busy { slots: usize, waited: Duration },
+    #[error(
+        "the tenant's call limit is reached: its {slots} concurrent calls stayed in use for {waited:?}; try again later"
+    )]
+    TenantBusy { slots: usize, waited: Duration },
     #[error("the server is shutting down")]
     ShuttingDown,
 }
@@ -170,7 +175,7 @@ impl CallError {
             Self::ArgumentsNotObject | Self::InvalidArguments { .. } | Self::ArgumentsUnchecked { .. } => {
                 RefusalReason::InvalidArguments
             }
-            Self::Busy { .. } => RefusalReason::Busy,
+            Self::Busy { .. } | Self::TenantBusy { .. } => RefusalReason::Busy,
             Self::ShuttingDown => RefusalReason::ShuttingDown,
         }
     }
@@ -207,6 +212,8 @@ pub struct Runtime {
     /// One reload at a time: each builds on the set the previous one left.
     reloading: tokio::sync::Mutex<()>,
     call_permits: Arc<Semaphore>,
+    /// Who gets the next free call slot: tenants take turns (fair.rs).
+    fair_slots: Arc<fair::FairSlots>,
     cleanup_permits: Arc<Semaphore>,
     spares: Arc<spare::SpareBudget>,
     /// Host descriptors guests may hold, across every call.
@@ -247,6 +254,7 @@ impl Runtime {
             tool_set: watch::Sender::new(Arc::default()),
             reloading: tokio::sync::Mutex::new(()),
             call_permits: Arc::new(Semaphore::new(slots)),
+            fair_slots: fair::FairSlots::new(slots),
             cleanup_permits: Arc::new(Semaphore::new(slots)),
             spares: Arc::new(spare::SpareBudget::new()),
             // Every store the pool can hold at once is guaranteed a few descriptors.
@@ -284,7 +292,7 @@ impl Runtime {
         if self.observers.is_empty() {
             return;
         }
-        if let Some((component, tool)) = tool.and_then(|tool| known_tool(&self.snapshot(), tool)) {
+        if let Some((component, tool)) = tool.and_then(|tool| known_tool(&self.snapshot(), None, tool)) {
             event.component = Some(component);
             event.tool = Some(tool);
         }
@@ -352,7 +360,7 @@ impl Runtime {
         others: &[Arc<LoadedComponent>],
     ) -> Result<LoadedComponent, LoadError> {
         use sha2::Digest;
-        let files = self.open_files(name, origin, &options, others)?;
+        let (files, tenant_files) = self.open_tenant_files(name, origin, &options, others)?;
         let cache_dir = self.settings.engine.cache_dir.clone();
         let (engine, linker, owned_origin) = (self.engine.clone(), self.linker.clone(), origin.to_owned());
         let compile_cache = self.compile_cache.clone();
@@ -372,6 +380,7 @@ impl Runtime {
             digest,
             pre,
             files,
+            tenant_files,
             descriptors: self.descriptors.clone(),
             http_grants: Arc::new(options.allow_http.clone()),
             options,
@@ -528,6 +537,37 @@ impl Runtime {
         report
     }
 
+    /// Open `name`'s grants: with tenants, its mounts for calls of no tenant and, for each
+    /// tenant, its mounts with the data directory `<data_dir>/<tenant>`; otherwise its data
+    /// directory and mounts.
+    #[allow(clippy::type_complexity)]
+    fn open_tenant_files(
+        &self,
+        name: &str,
+        origin: &str,
+        options: &ComponentOptions,
+        others: &[Arc<LoadedComponent>],
+    ) -> Result<(Option<Arc<files::FileGrants>>, HashMap<String, Arc<files::FileGrants>>), LoadError> {
+        let Some(data_dir) = options.data_dir.as_ref().filter(|_| !options.tenants.is_empty()) else {
+            return Ok((self.open_files(name, origin, options, others)?, HashMap::new()));
+        };
+        let mut by_tenant = HashMap::new();
+        for tenant in &options.tenants {
+            if !crate::paths::is_safe_name(tenant) {
+                return Err(LoadError::new(
+                    origin,
+                    format!("tenant name {tenant:?} cannot name a directory"),
+                ));
+            }
+            let own = ComponentOptions { data_dir: Some(data_dir.join(tenant)), ..options.clone() };
+            if let Some(grants) = self.open_files(name, origin, &own, others)? {
+                by_tenant.insert(tenant.clone(), grants);
+            }
+        }
+        let shared = ComponentOptions { data_dir: None, ..options.clone() };
+        Ok((self.open_files(name, origin, &shared, others)?, by_tenant))
+    }
+
     /// Open `name`'s data directory and mounts once, refusing any that overlaps one of
     /// `others` where either may be written.
     fn open_files(
@@ -608,27 +648,31 @@ impl Runtime {
     /// [`Runtime::call`] for the asker `tags` names, which the call's event carries. A
     /// refusal is an event too.
     pub async fn call_as(&self, tool: &str, arguments: &Value, tags: CallTags) -> Result<Call, CallError> {
-        self.call_in(&self.snapshot(), tool, arguments, tags).await
+        self.call_in(&self.snapshot(), None, tool, arguments, tags).await
     }
 
-    /// [`Runtime::call_as`] with the tool taken from `tools`, the snapshot the request took.
+    /// [`Runtime::call_as`] with the tool taken from `tools`, the snapshot the request took,
+    /// as `view` sees it: a tool outside the tenant's view is an unknown tool, refused in
+    /// the same words; the call runs with the tenant's data directory and waits for a
+    /// slot in the tenant's turn.
     pub async fn call_in(
         &self,
         tools: &ToolSet,
+        view: Option<&TenantView>,
         tool: &str,
         arguments: &Value,
         tags: CallTags,
     ) -> Result<Call, CallError> {
         let observed = if self.observers.is_empty() { None } else { Some(tags.clone()) };
-        let call = self.reserve(tools, tool, arguments, tags).await;
+        let call = self.reserve(tools, view, tool, arguments, tags).await;
         if let (Err(error), Some(tags)) = (&call, observed) {
             let mut event = CallEnded::refused(tags, error.reason());
-            if let Some((component, tool)) = known_tool(tools, tool) {
+            if let Some((component, tool)) = known_tool(tools, view, tool) {
                 event.component = Some(component);
                 event.tool = Some(tool);
             }
             event.argument_bytes = if arguments.is_object() { arguments.to_string().len() } else { 0 };
-            if let CallError::Busy { waited, .. } = error {
+            if let CallError::Busy { waited, .. } | CallError::TenantBusy { waited, .. } = error {
                 event.queue_wait = *waited;
             }
             self.observers.emit(&event);
@@ -639,11 +683,13 @@ impl Runtime {
     async fn reserve(
         &self,
         tools: &ToolSet,
+        view: Option<&TenantView>,
         tool: &str,
         arguments: &Value,
         tags: CallTags,
     ) -> Result<Call, CallError> {
-        let component = tools.component_of(tool).ok_or_else(|| CallError::UnknownTool(tool.to_owned()))?;
+        let component =
+            tools.component_for(view, tool).ok_or_else(|| CallError::UnknownTool(tool.to_owned()))?;
         if !arguments.is_object() {
             return Err(CallError::ArgumentsNotObject);
         }
@@ -661,10 +707,26 @@ impl Runtime {
         }
         let waited = self.settings.queue_timeout;
         let queued = std::time::Instant::now();
-        let permit = tokio::time::timeout(waited, self.call_permits.clone().acquire_owned())
+        let tenant = view.map_or_else(|| Arc::<str>::from(""), |view| view.tenant.clone());
+        let cap = view.and_then(|view| view.max_concurrent_calls);
+        let deadline = tokio::time::Instant::now() + waited;
+        let busy = || match cap {
+            Some(cap) => CallError::TenantBusy { slots: cap, waited },
+            None => CallError::Busy { slots: self.settings.engine.max_concurrent_calls, waited },
+        };
+        let fair_permit = tokio::time::timeout_at(deadline, self.fair_slots.acquire(&tenant, cap))
             .await
-            .map_err(|_| CallError::Busy { slots: self.settings.engine.max_concurrent_calls, waited })?
+            .map_err(|_| busy())?;
+        // The fair gate has as many slots as the pool: this waits only while a load's
+        // `list` holds one.
+        let permit = tokio::time::timeout_at(deadline, self.call_permits.clone().acquire_owned())
+            .await
+            .map_err(|_| busy())?
             .expect("the call semaphore is never closed");
+        let files = match view {
+            Some(view) => component.tenant_files.get(&*view.tenant).cloned(),
+            None => None,
+        };
         let component = component.clone();
         Ok(Call {
             id: self.next_call_id.fetch_add(1, Ordering::Relaxed),
@@ -676,7 +738,8 @@ impl Runtime {
             tool: tool.to_owned(),
             arguments: arguments.to_string(),
             shutdown: self.shutdown.subscribe(),
-            permit,
+            permit: (permit, fair_permit),
+            files,
             cleanup_permits: self.cleanup_permits.clone(),
             spares: self.spares.clone(),
             tags,

@@ -15,7 +15,7 @@
 //! Tenants (per-tenant views) belong here too: a view is a filter over one set, taken
 //! with it, so that a tenant's list and calls come from the same snapshot.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
 use super::component::{LoadError, LoadedComponent, ToolSpec};
@@ -97,8 +97,61 @@ impl ToolSet {
         Some(&self.components[*self.tools.get(tool)?])
     }
 
+    /// The tool called `name` as `view` sees it: a tool of a component outside the view is
+    /// not there at all. `None` sees every tool.
+    pub fn tool_for(&self, view: Option<&TenantView>, name: &str) -> Option<&ToolSpec> {
+        self.component_for(view, name)?.tools.iter().find(|tool| tool.name == name)
+    }
+
+    /// Every tool `view` sees, in load order.
+    pub fn tools_for<'a>(&'a self, view: Option<&'a TenantView>) -> impl Iterator<Item = &'a ToolSpec> {
+        self.components
+            .iter()
+            .filter(move |component| view.is_none_or(|view| view.sees(&component.name)))
+            .flat_map(|component| component.tools.iter())
+    }
+
+    pub(crate) fn component_for(
+        &self,
+        view: Option<&TenantView>,
+        tool: &str,
+    ) -> Option<&Arc<LoadedComponent>> {
+        self.component_of(tool).filter(|component| view.is_none_or(|view| view.sees(&component.name)))
+    }
+
     pub(crate) fn component(&self, name: &str) -> Option<&Arc<LoadedComponent>> {
         self.components.iter().find(|component| &*component.name == name)
+    }
+}
+
+/// A tenant's view of any tool set: the components it may use (by name, so that it holds
+/// across reloads) and its share of the call slots. Built from the config; the runtime
+/// knows tenants by name only, never how a request proved it was one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TenantView {
+    pub tenant: Arc<str>,
+    pub components: Arc<BTreeSet<String>>,
+    /// Calls of this tenant holding a slot at once; more wait in the queue (fairly, see
+    /// `fair.rs`).
+    pub max_concurrent_calls: Option<usize>,
+}
+
+impl TenantView {
+    pub fn new(
+        tenant: &str,
+        components: impl IntoIterator<Item = String>,
+        max_concurrent_calls: Option<usize>,
+    ) -> Self {
+        Self {
+            tenant: tenant.into(),
+            components: Arc::new(components.into_iter().collect()),
+            max_concurrent_calls,
+        }
+    }
+
+    /// Whether the tenant may use the component called `component`.
+    pub fn sees(&self, component: &str) -> bool {
+        self.components.contains(component)
     }
 }
 

@@ -8,7 +8,9 @@
 //! **Bounded labels.** `component` and `tool` come from the loaded components only: the
 //! runtime's event carries no tool name for an unknown tool, which is counted with both
 //! labels empty. `outcome`, `stop`, `reason` and `cleanup` are fixed enums. So the number
-//! of series is bounded by the configuration, never by what clients send.
+//! of series is bounded by the configuration, never by what clients send. `tenant` (on
+//! `cordon_tenant_calls_total`, counted only for calls made for a tenant) is a configured
+//! tenant's name: a request that names no configured tenant never reaches a call.
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock};
@@ -28,6 +30,12 @@ use crate::transport::http::HttpStats;
 struct CallLabels {
     component: Option<Arc<str>>,
     tool: Option<Arc<str>>,
+    outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TenantLabels {
+    tenant: String,
     outcome: &'static str,
 }
 
@@ -75,6 +83,7 @@ struct Sources {
 pub struct Metrics {
     registry: Registry,
     calls: Family<CallLabels, Counter>,
+    tenant_calls: Family<TenantLabels, Counter>,
     call_duration: HistogramFamily<ToolLabels>,
     stop_latency: HistogramFamily<StopLabels>,
     cleanups: Family<CleanupLabels, Counter>,
@@ -99,6 +108,8 @@ impl Metrics {
         let mut registry = Registry::with_prefix("cordon");
         let calls = Family::<CallLabels, Counter>::default();
         registry.register("calls", "Calls ended, by component, tool and outcome", calls.clone());
+        let tenant_calls = Family::<TenantLabels, Counter>::default();
+        registry.register("tenant_calls", "Calls ended, by tenant and outcome", tenant_calls.clone());
         let call_duration =
             HistogramFamily::<ToolLabels>::new_with_constructor(duration_histogram as fn() -> _);
         registry.register_with_unit(
@@ -169,6 +180,7 @@ impl Metrics {
         Arc::new(Self {
             registry,
             calls,
+            tenant_calls,
             call_duration,
             stop_latency,
             cleanups,
@@ -227,6 +239,10 @@ impl CallObserver for Metrics {
             outcome: event.outcome.as_str(),
         };
         self.calls.get_or_create(&labels).inc();
+        if let Some(tenant) = &event.tags.tenant {
+            let labels = TenantLabels { tenant: tenant.clone(), outcome: event.outcome.as_str() };
+            self.tenant_calls.get_or_create(&labels).inc();
+        }
         if let Some(reason) = event.refusal {
             self.refusals.get_or_create(&RefusalLabels { reason: reason.as_str() }).inc();
             if reason == RefusalReason::Busy {

@@ -55,8 +55,10 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 
+use crate::auth::{self, AuthError, Tenant};
 use crate::dispatch::{
-    Admission, Admitted, Charge, Connection, Outbox, RETRY_AFTER_SECONDS, Refusal, Server,
+    Admission, Admitted, Charge, Connection, Outbox, RETRY_AFTER_SECONDS, RateCheck, Refusal, Server,
+    rate_limited,
 };
 use crate::protocol::jsonrpc::{self, HEADER_MISMATCH, INVALID_REQUEST, Incoming, RequestId, RpcError};
 use crate::protocol::mcp;
@@ -218,6 +220,8 @@ impl Sessions {
 /// What every HTTP request shares.
 struct Shared {
     server: Arc<Server>,
+    /// How clients reach us, for the resource metadata URL in a 401's challenge.
+    scheme: &'static str,
     settings: HttpSettings,
     sessions: Sessions,
     clients: Arc<Clients>,
@@ -308,6 +312,7 @@ pub async fn serve(
     let (closing, closing_signal) = tokio::sync::watch::channel(false);
     let shared = Arc::new(Shared {
         server: server.clone(),
+        scheme: "http",
         settings,
         sessions: Sessions::default(),
         clients: Arc::default(),
@@ -474,11 +479,16 @@ async fn serve_request(
     if request.uri().path() != settings.path {
         return Err(plain(StatusCode::NOT_FOUND, "Not Found: the MCP endpoint is POST /mcp"));
     }
+    // Who is asking, before anything else of the request is read.
+    let tenant = authenticate(shared, &request)?;
     let session_id = header_text(headers, "mcp-session-id");
     if request.method() == Method::DELETE
         && let Some(id) = &session_id
     {
         // Ending a 2025-era session; a session that is gone is told so, as for any request.
+        if shared.sessions.get(id).is_some_and(|session| !same_tenant(&session, tenant.as_ref())) {
+            return Err(plain(StatusCode::NOT_FOUND, "Not Found: unknown or expired session"));
+        }
         return Err(match shared.sessions.close(id) {
             true => empty(StatusCode::OK),
             false => plain(StatusCode::NOT_FOUND, "Not Found: unknown or expired session"),
@@ -487,7 +497,7 @@ async fn serve_request(
     if request.method() == Method::GET
         && let Some(id) = &session_id
     {
-        return Err(session_stream(shared, headers, id));
+        return Err(session_stream(shared, headers, id, tenant.as_ref()));
     }
     if request.method() != Method::POST {
         let mut response = plain(StatusCode::METHOD_NOT_ALLOWED, "Method Not Allowed: use POST");
@@ -513,7 +523,11 @@ async fn serve_request(
     // From here on the parsed message is what is held.
     drop((body, body_charge));
     // A 2025-era session, when the request names a live one (2026 requests ignore it).
-    let session = session_id.as_deref().and_then(|id| shared.sessions.get(id));
+    // Another tenant's session is no session at all.
+    let session = session_id
+        .as_deref()
+        .and_then(|id| shared.sessions.get(id))
+        .filter(|session| same_tenant(session, tenant.as_ref()));
     let (id, method, params) = match message {
         Incoming::Request { id, method, params } => (id, method, params),
         notification @ Incoming::Notification { .. } => {
@@ -545,11 +559,23 @@ async fn serve_request(
     // The request's one snapshot of the tools: its headers are checked and its call runs
     // against the same set, whatever a reload swaps in meanwhile.
     let tools = server.runtime().snapshot();
+    if method == "tools/call"
+        && let Some(tenant) = &tenant
+        && let Err(retry_after) = tenant.admit_call()
+    {
+        // Refused before any handler saw it: 429, and when to come back.
+        let mut response =
+            rpc_error(StatusCode::TOO_MANY_REQUESTS, Some(&id), &rate_limited(tenant, retry_after));
+        let seconds = retry_after.as_secs_f64().ceil().max(1.0) as u64;
+        response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+        return Err(response);
+    }
+    let view = tenant.as_deref().map(|tenant| &tenant.view);
     if !legacy {
         let tool = (method == "tools/call")
             .then(|| params.as_ref().and_then(|params| params.get("name")).and_then(Value::as_str))
             .flatten()
-            .and_then(|name| tools.tool(name));
+            .and_then(|name| tools.tool_for(view, name));
         check_modern(&headers, &id, &method, params.as_ref(), tool)?;
     } else if session_id.is_some() && session.is_none() && method != "initialize" {
         return Err(plain(StatusCode::NOT_FOUND, "Not Found: unknown or expired session; initialize again"));
@@ -558,7 +584,7 @@ async fn serve_request(
     let (sender, mut outbox) = mpsc::channel(64);
     let connection = match session.filter(|_| legacy) {
         Some(connection) => connection,
-        None => Connection::new(server.clone()),
+        None => Connection::for_tenant(server.clone(), tenant, RateCheck::Done),
     };
     if legacy {
         connection.set_legacy();
@@ -590,10 +616,54 @@ async fn serve_request(
     Ok(sse_answer(Some(guard), first, outbox, settings.keep_alive, settings.stats.clone()))
 }
 
+/// The tenant of the request's credentials (`None` when no tenants are configured: every
+/// request is let in, as the one implicit tenant). A refusal is a 401 (or 403) with a
+/// `WWW-Authenticate` challenge naming the protected resource metadata.
+#[allow(clippy::result_large_err)]
+fn authenticate(
+    shared: &Shared,
+    request: &Request<IncomingBody>,
+) -> Result<Option<Arc<Tenant>>, HttpResponse> {
+    let tenants = shared.server.tenants();
+    if tenants.is_empty() {
+        return Ok(None);
+    }
+    let headers = request.headers();
+    let authorization = headers.get(header::AUTHORIZATION).map(HeaderValue::as_bytes);
+    let principal = tenants.authenticate(authorization, request.uri().query());
+    match principal.map(|principal| tenants.of(&principal).cloned()) {
+        Ok(Some(tenant)) => Ok(Some(tenant)),
+        Ok(None) => Err(unauthorized(shared, headers, &AuthError::Invalid)),
+        Err(error) => Err(unauthorized(shared, headers, &error)),
+    }
+}
+
+fn unauthorized(shared: &Shared, headers: &HeaderMap, error: &AuthError) -> HttpResponse {
+    let host = headers.get(header::HOST).and_then(|host| host.to_str().ok()).unwrap_or("localhost");
+    let metadata = auth::resource_metadata_url(shared.scheme, host, &shared.settings.path);
+    let status = StatusCode::from_u16(error.status()).expect("401 or 403");
+    let mut response =
+        plain(status, &format!("{}: {error}", status.canonical_reason().unwrap_or("Unauthorized")));
+    if let Ok(challenge) = HeaderValue::from_str(&error.challenge(&metadata)) {
+        response.headers_mut().insert(header::WWW_AUTHENTICATE, challenge);
+    }
+    response
+}
+
+/// Whether a 2025-era session belongs to the tenant of the request naming it.
+fn same_tenant(session: &Connection, tenant: Option<&Arc<Tenant>>) -> bool {
+    session.tenant().map(|tenant| &tenant.id) == tenant.map(|tenant| &tenant.id)
+}
+
 /// `GET /mcp` with a 2025-era session's id: the session's stream of server messages (its
 /// tool list changes), one per session, open until the client closes it or the server
 /// shuts down. (Without a session id a GET is answered 405, as the 2026 protocol asks.)
-fn session_stream(shared: &Shared, headers: &HeaderMap, session_id: &str) -> HttpResponse {
+fn session_stream(
+    shared: &Shared,
+    headers: &HeaderMap,
+    session_id: &str,
+    tenant: Option<&Arc<Tenant>>,
+) -> HttpResponse {
     let accepts_sse = headers
         .get_all(header::ACCEPT)
         .iter()
@@ -603,7 +673,8 @@ fn session_stream(shared: &Shared, headers: &HeaderMap, session_id: &str) -> Htt
     if !accepts_sse {
         return plain(StatusCode::NOT_ACCEPTABLE, "Not Acceptable: Accept must list text/event-stream");
     }
-    let Some(connection) = shared.sessions.get(session_id) else {
+    let Some(connection) = shared.sessions.get(session_id).filter(|session| same_tenant(session, tenant))
+    else {
         return plain(StatusCode::NOT_FOUND, "Not Found: unknown or expired session; initialize again");
     };
     let (sender, outbox) = mpsc::channel(16);

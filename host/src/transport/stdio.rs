@@ -15,7 +15,8 @@ use std::io::BufRead;
 
 use tokio::io::AsyncWrite;
 
-use crate::dispatch::{Admitted, Connection, Outbox, Server};
+use crate::auth::Tenant;
+use crate::dispatch::{Admitted, Connection, Outbox, RateCheck, Server};
 use crate::protocol::jsonrpc::{self, INVALID_REQUEST, Incoming, RpcError};
 
 /// The largest message accepted on stdin.
@@ -41,8 +42,25 @@ where
     R: BufRead + Send + 'static,
     W: AsyncWrite + Unpin + Send + 'static,
 {
+    serve_as(server, None, input, output, shutdown, drain).await
+}
+
+/// [`serve`] as `tenant` (`serve --stdio --tenant NAME`): its view of the tools, its quotas
+/// (a call over its rate is answered with a JSON-RPC error and a retry hint).
+pub async fn serve_as<R, W>(
+    server: Arc<Server>,
+    tenant: Option<Arc<Tenant>>,
+    input: R,
+    output: W,
+    shutdown: impl Future<Output = ()>,
+    drain: Duration,
+) -> std::io::Result<()>
+where
+    R: BufRead + Send + 'static,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
     let out = Outbox::lines(output);
-    let connection = Connection::new(server.clone());
+    let connection = Connection::for_tenant(server.clone(), tenant, RateCheck::Here);
     let (finished, reader_done) = tokio::sync::oneshot::channel();
     let runtime = tokio::runtime::Handle::current();
     let reader = {

@@ -71,7 +71,9 @@ def test_the_image_builds_host_and_guests_then_runs_slim_and_unprivileged():
     assert '"/var/cache/cordon"' in values["VOLUME"]
     assert "/readyz" in values["HEALTHCHECK"] and "9464" in values["HEALTHCHECK"]
     assert values["ENTRYPOINT"] == '["cordon"]'
-    assert values["CMD"] == '["serve", "--http", "0.0.0.0:8080", "--metrics", "0.0.0.0:9464"]'
+    assert values["CMD"] == (
+        '["serve", "--http", "0.0.0.0:8080", "--allow-unauthenticated", "--metrics", "0.0.0.0:9464"]'
+    )
 
 
 def test_the_build_context_leaves_out_build_output_and_history():
@@ -121,6 +123,8 @@ def test_the_deployment_runs_three_locked_down_replicas_probed_on_the_metrics_po
     toml = objects["ConfigMap"]["data"][Path(config).name]
     for directory in re.findall(r'(?:cache_dir|data_dir) = "([^"]+)"', toml):
         assert any(directory.startswith(mount) for mount in mounts if mounts[mount] != "config"), directory
+    # Beyond loopback cordon serves only tenants (API keys) unless told otherwise.
+    assert "[[tenants]]" in toml or "--allow-unauthenticated" in args
 
 
 def test_the_service_budget_and_autoscaler_select_the_deployment():

@@ -1,0 +1,268 @@
+//! # Auth: who is asking, as a step of the HTTP transport
+//!
+//! This module owns the tenants the operator configured ([`Tenants`], each a [`Tenant`]
+//! with its view of the tools and its quotas) and turns a request's credentials into a
+//! [`Principal`]: the tenant it acts for and the scopes it was granted. The HTTP transport
+//! authenticates each request here before anything else of it is read; stdio names its
+//! tenant on the command line. Dispatch receives the [`Tenant`] and never sees a header
+//! or a token; nothing below dispatch knows that tokens exist.
+//!
+//! Credentials are API keys ([`api_keys`]) today; an OAuth access token (a JWT whose
+//! `tenant_claim` names the tenant) yields the same [`Principal`].
+//!
+//! A refusal is an [`AuthError`], answered 401 (or 403 for a missing scope) with a
+//! `WWW-Authenticate: Bearer` challenge pointing at the protected resource metadata
+//! (RFC 9728). No error, log line or metric ever holds a key or a token.
+
+pub mod api_keys;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::runtime::TenantView;
+
+pub use api_keys::ApiKeys;
+
+/// A tenant's name, as the operator wrote it in `[[tenants]]` (checked by
+/// [`crate::paths::safe_name`]: it names a data directory).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TenantId(Arc<str>);
+
+impl TenantId {
+    pub fn new(name: &str) -> Self {
+        Self(name.into())
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Display for TenantId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Who a request acts for, once its credentials are checked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Principal {
+    pub tenant: TenantId,
+    /// Scopes granted (an OAuth token's `scope`); empty for API keys, which grant the
+    /// tenant's whole view.
+    pub scopes: Vec<String>,
+}
+
+/// Why a request was not let in.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AuthError {
+    #[error("authentication required: send `Authorization: Bearer <key>`")]
+    Missing,
+    /// The credential matched nothing (never says which part was wrong, nor echoes it).
+    #[error("invalid credentials")]
+    Invalid,
+    #[error("credentials in the query string are refused: send `Authorization: Bearer <key>`")]
+    InQuery,
+    #[error("the token lacks the scope {scope:?}")]
+    InsufficientScope { scope: String },
+}
+
+impl AuthError {
+    /// The HTTP status: 401 for credentials missing or wrong, 403 for a missing scope.
+    pub fn status(&self) -> u16 {
+        match self {
+            Self::InsufficientScope { .. } => 403,
+            _ => 401,
+        }
+    }
+
+    /// The `WWW-Authenticate` challenge, pointing at `resource_metadata` (the URL of the
+    /// protected resource metadata, see [`resource_metadata_url`]).
+    pub fn challenge(&self, resource_metadata: &str) -> String {
+        let base = format!("Bearer resource_metadata=\"{resource_metadata}\"");
+        match self {
+            Self::Missing => base,
+            Self::Invalid | Self::InQuery => format!("{base}, error=\"invalid_token\""),
+            Self::InsufficientScope { scope } => {
+                format!("{base}, error=\"insufficient_scope\", scope=\"{scope}\"")
+            }
+        }
+    }
+}
+
+/// Where the protected resource metadata of the endpoint at `path` is published (RFC 9728
+/// section 3.1: the well-known prefix inserted before the path).
+pub fn resource_metadata_url(scheme: &str, host: &str, path: &str) -> String {
+    let path = if path == "/" { "" } else { path };
+    format!("{scheme}://{host}/.well-known/oauth-protected-resource{path}")
+}
+
+/// The token of an `Authorization: Bearer <token>` header value (the scheme is
+/// case-insensitive, RFC 6750).
+pub fn bearer_token(authorization: &[u8]) -> Option<&[u8]> {
+    let space = authorization.iter().position(|byte| *byte == b' ')?;
+    let (scheme, rest) = authorization.split_at(space);
+    if !scheme.eq_ignore_ascii_case(b"bearer") {
+        return None;
+    }
+    let token = rest.trim_ascii();
+    (!token.is_empty()).then_some(token)
+}
+
+/// Whether a query string carries a credential (`access_token`, `api_key`, `key`,
+/// `token`): refused outright, since URLs end up in logs and histories.
+pub fn query_has_credential(query: &str) -> bool {
+    query.split('&').any(|pair| {
+        let name = pair.split('=').next().unwrap_or("");
+        ["access_token", "api_key", "apikey", "key", "token"]
+            .iter()
+            .any(|known| name.eq_ignore_ascii_case(known))
+    })
+}
+
+/// A configured tenant: what it may call, where its files are, its quotas.
+#[derive(Debug)]
+pub struct Tenant {
+    pub id: TenantId,
+    /// Its view of the tool set (its components) and its share of call slots.
+    pub view: TenantView,
+    /// Calls per second, refused at once over it.
+    pub rate: Option<RateLimit>,
+}
+
+impl Tenant {
+    pub fn new(id: TenantId, view: TenantView, calls_per_second: Option<u32>) -> Self {
+        Self { id, view, rate: calls_per_second.map(RateLimit::new) }
+    }
+
+    /// Take one call from the tenant's rate; `Err` holds how long until one is free.
+    pub fn admit_call(&self) -> Result<(), Duration> {
+        match &self.rate {
+            Some(rate) => rate.take(),
+            None => Ok(()),
+        }
+    }
+}
+
+/// A token bucket: `per_second` calls a second, bursts of up to one second's worth.
+#[derive(Debug)]
+pub struct RateLimit {
+    per_second: u32,
+    /// (tokens left, when last refilled).
+    bucket: Mutex<(f64, Instant)>,
+}
+
+impl RateLimit {
+    pub fn new(per_second: u32) -> Self {
+        Self { per_second, bucket: Mutex::new((f64::from(per_second), Instant::now())) }
+    }
+
+    pub fn per_second(&self) -> u32 {
+        self.per_second
+    }
+
+    /// Take a token, or how long until the next one.
+    pub fn take(&self) -> Result<(), Duration> {
+        let rate = f64::from(self.per_second.max(1));
+        let mut bucket = self.bucket.lock().unwrap();
+        let now = Instant::now();
+        let (tokens, last) = *bucket;
+        let tokens = (tokens + now.duration_since(last).as_secs_f64() * rate).min(rate);
+        if tokens >= 1.0 {
+            *bucket = (tokens - 1.0, now);
+            Ok(())
+        } else {
+            *bucket = (tokens, now);
+            Err(Duration::from_secs_f64((1.0 - tokens) / rate))
+        }
+    }
+}
+
+/// The configured tenants, by name, and how to authenticate a request as one of them.
+#[derive(Debug, Default)]
+pub struct Tenants {
+    by_name: HashMap<TenantId, Arc<Tenant>>,
+    keys: ApiKeys,
+}
+
+impl Tenants {
+    pub fn new(tenants: Vec<Tenant>, keys: ApiKeys) -> Self {
+        Self {
+            by_name: tenants.into_iter().map(|tenant| (tenant.id.clone(), Arc::new(tenant))).collect(),
+            keys,
+        }
+    }
+
+    /// Whether any tenant is configured: without, the server runs as one implicit tenant
+    /// and asks for no credentials.
+    pub fn is_empty(&self) -> bool {
+        self.by_name.is_empty()
+    }
+
+    /// The configured tenant called `name`.
+    pub fn get(&self, name: &str) -> Option<&Arc<Tenant>> {
+        self.by_name.get(&TenantId::new(name))
+    }
+
+    /// The tenant a principal acts for.
+    pub fn of(&self, principal: &Principal) -> Option<&Arc<Tenant>> {
+        self.by_name.get(&principal.tenant)
+    }
+
+    /// Every tenant's name, sorted.
+    pub fn names(&self) -> Vec<&str> {
+        let mut names: Vec<&str> = self.by_name.keys().map(TenantId::as_str).collect();
+        names.sort_unstable();
+        names
+    }
+
+    /// Authenticate a request by its `Authorization` header value and its query string.
+    pub fn authenticate(
+        &self,
+        authorization: Option<&[u8]>,
+        query: Option<&str>,
+    ) -> Result<Principal, AuthError> {
+        if query.is_some_and(query_has_credential) {
+            return Err(AuthError::InQuery);
+        }
+        let token = bearer_token(authorization.ok_or(AuthError::Missing)?).ok_or(AuthError::Missing)?;
+        let tenant = self.keys.tenant_of(token).ok_or(AuthError::Invalid)?;
+        Ok(Principal { tenant, scopes: Vec::new() })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn challenges_point_at_the_metadata() {
+        let url = resource_metadata_url("https", "mcp.example.com", "/mcp");
+        assert_eq!(url, "https://mcp.example.com/.well-known/oauth-protected-resource/mcp");
+        assert_eq!(AuthError::Missing.challenge(&url), format!("Bearer resource_metadata=\"{url}\""));
+        assert_eq!(AuthError::Missing.status(), 401);
+        let scope = AuthError::InsufficientScope { scope: "tools".into() };
+        assert_eq!(scope.status(), 403);
+        assert!(scope.challenge(&url).ends_with("error=\"insufficient_scope\", scope=\"tools\""));
+    }
+
+    #[test]
+    fn bearer_tokens_are_read_and_query_credentials_seen() {
+        assert_eq!(bearer_token(b"Bearer abc"), Some(&b"abc"[..]));
+        assert_eq!(bearer_token(b"bearer  abc "), Some(&b"abc"[..]));
+        assert_eq!(bearer_token(b"Basic abc"), None);
+        assert_eq!(bearer_token(b"Bearer "), None);
+        assert!(query_has_credential("a=1&access_token=x"));
+        assert!(query_has_credential("api_key=x"));
+        assert!(!query_has_credential("a=1&keys=2"));
+    }
+
+    #[test]
+    fn the_rate_refuses_past_its_burst_and_says_when() {
+        let rate = RateLimit::new(2);
+        assert!(rate.take().is_ok() && rate.take().is_ok());
+        let wait = rate.take().unwrap_err();
+        assert!(wait > Duration::ZERO && wait <= Duration::from_millis(500), "{wait:?}");
+    }
+}
