@@ -7,10 +7,12 @@
 //! - [`protocol`]: JSON-RPC framing and MCP message shapes; no I/O.
 //! - [`dispatch`]: one connection's requests: eras, concurrency, progress, cancellation.
 //! - [`runtime`]: engine, components, instances; the one owner of the stop sequence.
+//! - [`auth`]: a step of the HTTP transport: credentials in, the tenant they act for out.
 //! - [`config`], [`paths`]: what to serve and where things live.
 //! - [`telemetry`]: beside the path, observing it: the operator's log (one line per call),
 //!   Prometheus metrics, health probes.
 
+pub mod auth;
 pub mod config;
 pub mod dispatch;
 // Entry points for the fuzz targets in fuzz/, compiled always so that they never rot.

@@ -73,6 +73,13 @@ enum Command {
         /// address, e.g. 127.0.0.1:9464 [default: none: no metrics listener].
         #[arg(long, value_name = "ADDRESS")]
         metrics: Option<std::net::SocketAddr>,
+        /// Serve HTTPS with this PEM certificate chain (leaf first); needs --tls-key
+        /// [default: none: plain HTTP, TLS terminated in front of the server].
+        #[arg(long, value_name = "PEM", requires = "tls_key", requires = "http")]
+        tls_cert: Option<PathBuf>,
+        /// The PEM private key of --tls-cert [default: none].
+        #[arg(long, value_name = "PEM", requires = "tls_cert")]
+        tls_key: Option<PathBuf>,
     },
     /// List a component's tools with their input schemas, as JSON.
     List {
@@ -131,10 +138,17 @@ fn main() -> ExitCode {
 
 async fn run(cli: Cli, log: &cordon::telemetry::LogHandle) -> Result<ExitCode> {
     match cli.command {
-        Command::Serve { stdio, http, allow_host, config, metrics } => {
+        Command::Serve { stdio, http, allow_host, config, metrics, tls_cert, tls_key } => {
             let transport = match (stdio, http) {
                 (true, _) => Transport::Stdio,
-                (false, Some(address)) => Transport::Http { address, allow_host },
+                (false, Some(address)) => {
+                    // Read before anything loads, so that a bad file is the first thing said.
+                    let tls = match (tls_cert, tls_key) {
+                        (Some(cert), Some(key)) => Some(cordon::transport::tls::Tls::from_pem_files(&cert, &key)?),
+                        _ => None,
+                    };
+                    Transport::Http { address, allow_host, tls }
+                }
                 (false, None) => anyhow::bail!("choose a transport: `--stdio` or `--http 127.0.0.1:8080`"),
             };
             tokio::spawn(log.dropped().report_every(std::time::Duration::from_secs(10)));
@@ -224,7 +238,7 @@ fn inspect(component: &std::path::Path, config: Option<&std::path::Path>) -> Res
 
 enum Transport {
     Stdio,
-    Http { address: std::net::SocketAddr, allow_host: Vec<String> },
+    Http { address: std::net::SocketAddr, allow_host: Vec<String>, tls: Option<cordon::transport::tls::Tls> },
 }
 
 async fn serve(
@@ -233,12 +247,18 @@ async fn serve(
     telemetry: cordon::telemetry::Telemetry,
 ) -> Result<ExitCode> {
     let shutdown = telemetry.until_stopping(shutdown_signal()?);
-    let plan = match &config {
+    let mut plan = match &config {
         Some(path) => {
             let base = path.parent().map(std::path::Path::to_path_buf).unwrap_or_default();
             cordon::config::Config::load(path)?.plan(&base)?
         }
         None => cordon::config::Config::default().plan(std::path::Path::new("."))?,
+    };
+    // The issuer's keys before the components, so that a bad JWKS file is said at once;
+    // stdio is the local user's and takes no tokens.
+    let oauth = match (&transport, plan.oauth.take()) {
+        (Transport::Http { .. }, Some(oauth)) => Some(cordon::auth::oauth::Validator::start(oauth).await?),
+        _ => None,
     };
     match cordon::runtime::raise_open_file_limit() {
         Ok(limit) => tracing::debug!("the process may open {limit} files"),
@@ -270,8 +290,10 @@ async fn serve(
     telemetry.loaded(runtime, stats);
     // A call may also be in a schema check, which nothing interrupts (runtime/schema.rs).
     let drain = drain.max(cordon::runtime::SCHEMA_CHECK_BUDGET) + std::time::Duration::from_secs(1);
-    if let Transport::Http { address, allow_host } = transport {
+    if let Transport::Http { address, allow_host, tls } = transport {
         let mut settings = plan.http;
+        settings.tls = tls;
+        settings.oauth = oauth;
         settings.allowed_hosts.extend(allow_host.into_iter().map(|host| host.to_ascii_lowercase()));
         cordon::transport::http::bind_and_serve(server, address, settings, shutdown, drain)
             .await
