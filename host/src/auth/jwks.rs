@@ -302,10 +302,9 @@ impl KeyCache {
             fetches: Default::default(),
         };
         match cache.load().await {
-            Ok(set) => {
-                *cache.current.write().unwrap() = Arc::new(set);
-                *cache.refetch.lock().await = Some(Instant::now());
-            }
+            // Not counted against the interval: a key rotated in just after startup is
+            // still looked up at its first token.
+            Ok(set) => *cache.current.write().unwrap() = Arc::new(set),
             Err(error) if matches!(cache.source, JwksSource::Url(_)) => {
                 tracing::warn!("{error}; trying again at the first token");
             }
