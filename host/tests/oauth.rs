@@ -585,3 +585,82 @@ fn a_loopback_server_does_not_warn_about_tls() {
     let log = server.stop();
     assert!(!log.contains("TLS is expected"), "{log}");
 }
+
+/// A validator in process on a JWKS file holding `keys`, with refetches allowed at once.
+async fn validator_on_file(name: &str, keys: &[&SigningKey]) -> (Arc<cordon::auth::oauth::Validator>, std::path::PathBuf) {
+    use cordon::auth::jwks::JwksSource;
+    use cordon::auth::oauth::{OAuthSettings, Validator};
+    let dir = std::env::temp_dir().join(format!("cordon-oauth-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("jwks.json");
+    write_jwks(&file, keys);
+    let mut settings = OAuthSettings::new(
+        "https://idp.example.com".into(),
+        AUDIENCE.into(),
+        JwksSource::File(file.clone()),
+        "org".into(),
+        vec!["tools".into()],
+    );
+    settings.min_refetch_interval = Duration::ZERO;
+    (Validator::start(settings).await.unwrap(), file)
+}
+
+fn write_jwks(file: &std::path::Path, keys: &[&SigningKey]) {
+    let keys: Vec<&Value> = keys.iter().map(|key| &key.jwk).collect();
+    std::fs::write(file, json!({"keys": keys}).to_string()).unwrap();
+}
+
+fn file_claims(tenant: &str, scope: &str, expires_in: i64) -> Value {
+    let now = now();
+    json!({"iss": "https://idp.example.com", "aud": AUDIENCE, "org": tenant, "scope": scope, "exp": now + expires_in})
+}
+
+#[tokio::test]
+async fn a_remembered_token_is_still_held_to_its_scopes_its_bytes_and_its_expiry() {
+    use cordon::auth::oauth::TokenError;
+    let key = SigningKey::generate("key-1");
+    let (validator, _) = validator_on_file("remembered", &[&key]).await;
+
+    let narrow = key.sign(&file_claims("acme", "other", 300));
+    for _ in 0..2 {
+        let refused = validator.validate(&narrow).await.unwrap_err();
+        assert!(matches!(refused, TokenError::InsufficientScope { .. }), "{refused:?}");
+    }
+
+    let token = key.sign(&file_claims("acme", "tools", 300));
+    assert_eq!(validator.validate(&token).await.unwrap().tenant, "acme");
+    assert_eq!(validator.validate(&token).await.unwrap().tenant, "acme");
+    // One byte of the signature changed: another token, checked and refused.
+    let mut tampered = token.clone().into_bytes();
+    let last = tampered.len() - 2;
+    tampered[last] = if tampered[last] == b'A' { b'B' } else { b'A' };
+    let tampered = String::from_utf8(tampered).unwrap();
+    assert_eq!(validator.validate(&tampered).await, Err(TokenError::Invalid("bad signature")));
+
+    // Expired 29 s ago: within the 30 s leeway, so taken and remembered; refused once the
+    // leeway runs out, although it is remembered.
+    let ending = key.sign(&file_claims("acme", "tools", -29));
+    assert!(validator.validate(&ending).await.is_ok());
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        match validator.validate(&ending).await {
+            Ok(_) => assert!(std::time::Instant::now() < deadline, "still taken past exp + leeway"),
+            Err(error) => break assert_eq!(error, TokenError::Invalid("expired")),
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_key_removed_from_the_set_takes_its_remembered_tokens_with_it() {
+    use cordon::auth::oauth::TokenError;
+    let (old, new) = (SigningKey::generate("old"), SigningKey::generate("new"));
+    let (validator, file) = validator_on_file("removed", &[&old]).await;
+    let token = old.sign(&file_claims("acme", "tools", 300));
+    assert!(validator.validate(&token).await.is_ok());
+    // The issuer rotates `old` out; the first token of `new` makes the set be read again.
+    write_jwks(&file, &[&new]);
+    assert!(validator.validate(&new.sign(&file_claims("acme", "tools", 300))).await.is_ok());
+    assert_eq!(validator.keys().reads(), 2);
+    assert_eq!(validator.validate(&token).await, Err(TokenError::Invalid("signed with an unknown key")));
+}

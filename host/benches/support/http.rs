@@ -13,6 +13,11 @@ pub const CLIENTS: usize = 16;
 
 /// The request every client sends: `tools/call echo` with `{"text": "hello"}`.
 pub fn echo_request(port: u16) -> String {
+    echo_request_with(port, "")
+}
+
+/// [`echo_request`] with `headers` (each line ending in `\r\n`) added to its head.
+pub fn echo_request_with(port: u16, headers: &str) -> String {
     let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
         "name": "echo", "arguments": {"text": "hello"},
         "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {}}}})
@@ -20,14 +25,19 @@ pub fn echo_request(port: u16) -> String {
     format!(
         "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAccept: application/json, text/event-stream\r\n\
          Content-Type: application/json\r\nMCP-Protocol-Version: 2026-07-28\r\nMcp-Method: tools/call\r\nMcp-Name: echo\r\n\
-         Content-Length: {}\r\n\r\n{body}",
+         {headers}Content-Length: {}\r\n\r\n{body}",
         body.len()
     )
 }
 
 /// The latencies of every request made in `duration`.
 pub async fn load(port: u16, duration: Duration) -> Vec<Duration> {
-    let request = echo_request(port);
+    load_with(port, duration, "").await
+}
+
+/// [`load`], each request carrying `headers` (e.g. `Authorization: Bearer …\r\n`).
+pub async fn load_with(port: u16, duration: Duration, headers: &str) -> Vec<Duration> {
+    let request = echo_request_with(port, headers);
     let deadline = Instant::now() + duration;
     let mut workers = Vec::new();
     for _ in 0..CLIENTS {
@@ -111,6 +121,8 @@ pub struct Subject {
     pub label: &'static str,
     pub child: Child,
     pub port: u16,
+    /// Head lines every request carries besides the usual ones.
+    headers: String,
     latencies: Vec<Duration>,
     cpu: Duration,
     loaded: Duration,
@@ -127,9 +139,15 @@ impl Subject {
     /// `child` serves HTTP on `port`; it is paused (SIGSTOP) until its first slice.
     pub fn new(label: &'static str, child: Child, port: u16) -> Self {
         let subject =
-            Self { label, child, port, latencies: Vec::new(), cpu: Duration::ZERO, loaded: Duration::ZERO };
+            Self { label, child, port, headers: String::new(), latencies: Vec::new(), cpu: Duration::ZERO, loaded: Duration::ZERO };
         subject.signal(libc::SIGSTOP);
         subject
+    }
+
+    /// Every request also carries `headers` (each line ending in `\r\n`).
+    pub fn with_headers(mut self, headers: String) -> Self {
+        self.headers = headers;
+        self
     }
 
     pub fn signal(&self, signal: i32) {
@@ -141,7 +159,7 @@ impl Subject {
     pub fn slice(&mut self, tokio: &tokio::runtime::Runtime, slice: Duration) {
         self.signal(libc::SIGCONT);
         let cpu_before = super::cpu_used(self.child.id());
-        let latencies = tokio.block_on(load(self.port, slice));
+        let latencies = tokio.block_on(load_with(self.port, slice, &self.headers));
         self.cpu += super::cpu_used(self.child.id()) - cpu_before;
         self.latencies.extend(latencies);
         self.loaded += slice;

@@ -281,6 +281,8 @@ pub struct KeyCache {
     refetch: tokio::sync::Mutex<Option<Instant>>,
     min_refetch_interval: Duration,
     fetches: std::sync::atomic::AtomicU64,
+    /// Bumped whenever a new set replaces the held one.
+    generation: std::sync::atomic::AtomicU64,
 }
 
 impl std::fmt::Debug for KeyCache {
@@ -300,6 +302,7 @@ impl KeyCache {
             refetch: tokio::sync::Mutex::new(None),
             min_refetch_interval,
             fetches: Default::default(),
+            generation: Default::default(),
         };
         match cache.load().await {
             // Not counted against the interval: a key rotated in just after startup is
@@ -324,6 +327,12 @@ impl KeyCache {
         self.fetches.load(std::sync::atomic::Ordering::Relaxed)
     }
 
+    /// Which key set is held: it changes whenever the set is replaced, so that what was
+    /// checked against an older set can be told apart.
+    pub fn generation(&self) -> u64 {
+        self.generation.load(std::sync::atomic::Ordering::Acquire)
+    }
+
     /// The key `kid` names: from the cached set, else from the set read again if the last
     /// read is at least `min_refetch_interval` old.
     pub async fn key(&self, kid: Option<&str>) -> Option<Arc<Key>> {
@@ -343,6 +352,7 @@ impl KeyCache {
             Ok(set) => {
                 tracing::info!("read the JWKS again ({} keys)", set.len());
                 *self.current.write().unwrap() = Arc::new(set);
+                self.generation.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
             }
             Err(error) => tracing::warn!("{error}; keeping the keys held"),
         }
