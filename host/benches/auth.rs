@@ -93,7 +93,12 @@ fn percentiles(mut times: Vec<Duration>) -> (Duration, Duration) {
     (times[times.len() / 2], times[times.len() * 99 / 100])
 }
 
-fn in_process(tokio: &tokio::runtime::Runtime, jwks_file: &std::path::Path, es_tokens: &[String], ed_tokens: &[String]) {
+fn in_process(
+    tokio: &tokio::runtime::Runtime,
+    jwks_file: &std::path::Path,
+    es_tokens: &[String],
+    ed_tokens: &[String],
+) {
     let validator = tokio.block_on(Validator::start(settings(jwks_file))).unwrap();
     let headers = |tokens: &[String]| -> Vec<http::HeaderValue> {
         tokens.iter().map(|token| http::HeaderValue::from_str(&format!("Bearer {token}")).unwrap()).collect()

@@ -149,22 +149,33 @@ pub enum JwksConfig {
 
 impl OAuthConfig {
     fn plan(self, base: &Path) -> Result<OAuthSettings> {
-        let issuer: http::Uri =
-            self.issuer.parse().with_context(|| format!("[auth.oauth] issuer {:?} is not a URL", self.issuer))?;
+        let issuer: http::Uri = self
+            .issuer
+            .parse()
+            .with_context(|| format!("[auth.oauth] issuer {:?} is not a URL", self.issuer))?;
         let issuer_is_loopback = issuer.host().is_some_and(is_loopback_host);
         match issuer.scheme_str() {
             Some("https") => {}
             Some("http") if issuer_is_loopback => {}
-            _ => bail!("[auth.oauth] issuer {:?} must be an https:// URL (http:// only on a loopback address)", self.issuer),
+            _ => bail!(
+                "[auth.oauth] issuer {:?} must be an https:// URL (http:// only on a loopback address)",
+                self.issuer
+            ),
         }
         if self.audience.is_empty() {
-            bail!("[auth.oauth] audience must be this server's resource URI, e.g. https://mcp.example.com/mcp");
+            bail!(
+                "[auth.oauth] audience must be this server's resource URI, e.g. https://mcp.example.com/mcp"
+            );
         }
         if self.tenant_claim.is_empty() {
             bail!("[auth.oauth] tenant_claim must name the claim that names the tenant, e.g. \"org\"");
         }
-        if let Some(scope) = self.required_scopes.iter().find(|scope| scope.is_empty() || scope.contains([' ', '"', '\\'])) {
-            bail!("[auth.oauth] required_scopes: {scope:?} is not a scope (no spaces, quotes or backslashes)");
+        if let Some(scope) =
+            self.required_scopes.iter().find(|scope| scope.is_empty() || scope.contains([' ', '"', '\\']))
+        {
+            bail!(
+                "[auth.oauth] required_scopes: {scope:?} is not a scope (no spaces, quotes or backslashes)"
+            );
         }
         let jwks = match self.jwks {
             JwksConfig::Url { url } => JwksSource::url(&url, issuer_is_loopback)?,

@@ -144,7 +144,9 @@ async fn run(cli: Cli, log: &cordon::telemetry::LogHandle) -> Result<ExitCode> {
                 (false, Some(address)) => {
                     // Read before anything loads, so that a bad file is the first thing said.
                     let tls = match (tls_cert, tls_key) {
-                        (Some(cert), Some(key)) => Some(cordon::transport::tls::Tls::from_pem_files(&cert, &key)?),
+                        (Some(cert), Some(key)) => {
+                            Some(cordon::transport::tls::Tls::from_pem_files(&cert, &key)?)
+                        }
                         _ => None,
                     };
                     Transport::Http { address, allow_host, tls }

@@ -161,7 +161,12 @@ impl Server {
 
     /// `tools/list` with a bearer token (none for `None`).
     fn list(&self, token: Option<&str>) -> Answer {
-        self.request("POST", "/mcp", &list_headers(token).iter().map(|(k, v)| (*k, v.as_str())).collect::<Vec<_>>(), &list_body())
+        self.request(
+            "POST",
+            "/mcp",
+            &list_headers(token).iter().map(|(k, v)| (*k, v.as_str())).collect::<Vec<_>>(),
+            &list_body(),
+        )
     }
 
     /// Stop the server (SIGTERM, so that its log is flushed) and return everything it logged.
@@ -274,7 +279,10 @@ fn every_bad_token_is_refused_and_a_good_one_is_served() {
     // No token: 401 pointing to the metadata, without an error code (RFC 6750 §3.1).
     let answer = server.list(None);
     assert_eq!(answer.status, 401, "{}", answer.body);
-    assert_eq!(answer.header("www-authenticate"), Some(format!("Bearer resource_metadata=\"{METADATA_URL}\"").as_str()));
+    assert_eq!(
+        answer.header("www-authenticate"),
+        Some(format!("Bearer resource_metadata=\"{METADATA_URL}\"").as_str())
+    );
 
     let good = issuer.claims("acme");
     let mut cases: Vec<(&str, String)> = vec![("not a JWT", "wrong-token".to_owned())];
@@ -292,7 +300,12 @@ fn every_bad_token_is_refused_and_a_good_one_is_served() {
     cases.push(("alg none", forged(json!({"alg": "none", "typ": "JWT", "kid": "key-1"}), &good, None)));
     // HS256 with the issuer's public key as the HMAC secret: the point's bytes, and the
     // JWK's text, as an attacker who read the JWKS could use either.
-    let point = [&[4u8][..], &B64.decode(key.jwk["x"].as_str().unwrap()).unwrap(), &B64.decode(key.jwk["y"].as_str().unwrap()).unwrap()].concat();
+    let point = [
+        &[4u8][..],
+        &B64.decode(key.jwk["x"].as_str().unwrap()).unwrap(),
+        &B64.decode(key.jwk["y"].as_str().unwrap()).unwrap(),
+    ]
+    .concat();
     let hs256 = json!({"alg": "HS256", "typ": "JWT", "kid": "key-1"});
     cases.push(("HS256 with the public key", forged(hs256.clone(), &good, Some(&point))));
     cases.push(("HS256 with the JWK", forged(hs256, &good, Some(key.jwk.to_string().as_bytes()))));
@@ -318,7 +331,12 @@ fn every_bad_token_is_refused_and_a_good_one_is_served() {
     assert_eq!(answer.status, 403, "{}", answer.body);
     assert_eq!(
         answer.header("www-authenticate"),
-        Some(format!("Bearer error=\"insufficient_scope\", scope=\"tools\", resource_metadata=\"{METADATA_URL}\"").as_str())
+        Some(
+            format!(
+                "Bearer error=\"insufficient_scope\", scope=\"tools\", resource_metadata=\"{METADATA_URL}\""
+            )
+            .as_str()
+        )
     );
     // `scp` as a list serves as well.
     let scp = with(&|claims| {
@@ -383,7 +401,10 @@ fn every_bad_token_is_refused_and_a_good_one_is_served() {
     );
     for token in &tokens {
         let signature = token.rsplit('.').next().unwrap();
-        assert!(!log.contains(token.as_str()) && (signature.is_empty() || !log.contains(signature)), "a token in the log");
+        assert!(
+            !log.contains(token.as_str()) && (signature.is_empty() || !log.contains(signature)),
+            "a token in the log"
+        );
     }
 }
 
@@ -470,7 +491,10 @@ fn https_with_a_bearer_token_and_a_self_signed_certificate() {
     let issuer = Issuer::start(&key);
     let config = issuer.config("oauth-tls");
     let (cert, key_file, der) = self_signed(config.parent().unwrap());
-    let server = Server::start(&config, &["--tls-cert", cert.to_str().unwrap(), "--tls-key", key_file.to_str().unwrap()]);
+    let server = Server::start(
+        &config,
+        &["--tls-cert", cert.to_str().unwrap(), "--tls-key", key_file.to_str().unwrap()],
+    );
     assert!(server.log.lock().unwrap().contains("serving MCP on https://127.0.0.1:"));
 
     let mut roots = rustls::RootCertStore::empty();
@@ -525,7 +549,15 @@ fn bad_certificate_and_key_files_are_clear_startup_errors() {
     let garbage = dir.join("garbage.pem");
     std::fs::write(&garbage, "not a PEM file\n").unwrap();
     let serve = |cert: &std::path::Path, key: &std::path::Path| {
-        startup_error(&["serve", "--http", "127.0.0.1:0", "--tls-cert", cert.to_str().unwrap(), "--tls-key", key.to_str().unwrap()])
+        startup_error(&[
+            "serve",
+            "--http",
+            "127.0.0.1:0",
+            "--tls-cert",
+            cert.to_str().unwrap(),
+            "--tls-key",
+            key.to_str().unwrap(),
+        ])
     };
     let error = serve(&garbage, &key);
     assert!(error.contains("holds no PEM certificate") && error.contains("garbage.pem"), "{error}");
@@ -587,7 +619,10 @@ fn a_loopback_server_does_not_warn_about_tls() {
 }
 
 /// A validator in process on a JWKS file holding `keys`, with refetches allowed at once.
-async fn validator_on_file(name: &str, keys: &[&SigningKey]) -> (Arc<cordon::auth::oauth::Validator>, std::path::PathBuf) {
+async fn validator_on_file(
+    name: &str,
+    keys: &[&SigningKey],
+) -> (Arc<cordon::auth::oauth::Validator>, std::path::PathBuf) {
     use cordon::auth::jwks::JwksSource;
     use cordon::auth::oauth::{OAuthSettings, Validator};
     let dir = std::env::temp_dir().join(format!("cordon-oauth-{name}-{}", std::process::id()));

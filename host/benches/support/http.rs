@@ -138,8 +138,15 @@ pub struct Figures {
 impl Subject {
     /// `child` serves HTTP on `port`; it is paused (SIGSTOP) until its first slice.
     pub fn new(label: &'static str, child: Child, port: u16) -> Self {
-        let subject =
-            Self { label, child, port, headers: String::new(), latencies: Vec::new(), cpu: Duration::ZERO, loaded: Duration::ZERO };
+        let subject = Self {
+            label,
+            child,
+            port,
+            headers: String::new(),
+            latencies: Vec::new(),
+            cpu: Duration::ZERO,
+            loaded: Duration::ZERO,
+        };
         subject.signal(libc::SIGSTOP);
         subject
     }

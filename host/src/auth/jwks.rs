@@ -38,7 +38,9 @@ pub enum JwksSource {
 /// Why the key set could not be read. Messages name the source, never a key.
 #[derive(Debug, thiserror::Error)]
 pub enum JwksError {
-    #[error("the JWKS URL {0:?} is not an https:// URL (http:// is accepted only for a loopback address, with a loopback issuer)")]
+    #[error(
+        "the JWKS URL {0:?} is not an https:// URL (http:// is accepted only for a loopback address, with a loopback issuer)"
+    )]
     Scheme(String),
     #[error("the JWKS URL {0:?} is not a valid URL")]
     BadUrl(String),
@@ -80,7 +82,9 @@ impl JwksSource {
         match self {
             Self::File(path) => {
                 let path = path.clone();
-                tokio::task::spawn_blocking(move || read_file(path)).await.expect("reading a file does not panic")
+                tokio::task::spawn_blocking(move || read_file(path))
+                    .await
+                    .expect("reading a file does not panic")
             }
             Self::Url(uri) => {
                 let failed = |reason: String| JwksError::Fetch { url: uri.to_string(), reason };
@@ -130,8 +134,12 @@ async fn fetch(uri: &http::Uri) -> Result<Vec<u8>, String> {
         .body(Empty::<bytes::Bytes>::new())
         .map_err(|error| error.to_string())?;
     let response = if https {
-        let name = rustls::pki_types::ServerName::try_from(bare_host.to_owned()).map_err(|error| error.to_string())?;
-        let tls = tokio_rustls::TlsConnector::from(tls_config()).connect(name, tcp).await.map_err(|error| error.to_string())?;
+        let name = rustls::pki_types::ServerName::try_from(bare_host.to_owned())
+            .map_err(|error| error.to_string())?;
+        let tls = tokio_rustls::TlsConnector::from(tls_config())
+            .connect(name, tcp)
+            .await
+            .map_err(|error| error.to_string())?;
         send(hyper_util::rt::TokioIo::new(tls), request).await?
     } else {
         send(hyper_util::rt::TokioIo::new(tcp), request).await?
@@ -374,9 +382,18 @@ mod tests {
         assert!(JwksSource::url("http://127.0.0.1:9000/jwks.json", true).is_ok());
         assert!(JwksSource::url("http://[::1]:9000/jwks.json", true).is_ok());
         assert!(JwksSource::url("http://localhost/jwks.json", true).is_ok());
-        assert!(matches!(JwksSource::url("http://127.0.0.1:9000/jwks.json", false), Err(JwksError::Scheme(_))));
-        assert!(matches!(JwksSource::url("http://idp.example.com/jwks.json", true), Err(JwksError::Scheme(_))));
-        assert!(matches!(JwksSource::url("ftp://idp.example.com/jwks.json", false), Err(JwksError::Scheme(_))));
+        assert!(matches!(
+            JwksSource::url("http://127.0.0.1:9000/jwks.json", false),
+            Err(JwksError::Scheme(_))
+        ));
+        assert!(matches!(
+            JwksSource::url("http://idp.example.com/jwks.json", true),
+            Err(JwksError::Scheme(_))
+        ));
+        assert!(matches!(
+            JwksSource::url("ftp://idp.example.com/jwks.json", false),
+            Err(JwksError::Scheme(_))
+        ));
         assert!(matches!(JwksSource::url("not a url", false), Err(JwksError::BadUrl(_))));
     }
 

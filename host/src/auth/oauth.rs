@@ -78,7 +78,14 @@ impl OAuthSettings {
         tenant_claim: String,
         required_scopes: Vec<String>,
     ) -> Self {
-        Self { issuer, audience, jwks, tenant_claim, required_scopes, min_refetch_interval: MIN_REFETCH_INTERVAL }
+        Self {
+            issuer,
+            audience,
+            jwks,
+            tenant_claim,
+            required_scopes,
+            min_refetch_interval: MIN_REFETCH_INTERVAL,
+        }
     }
 
     /// The Protected Resource Metadata document (RFC 9728 §2).
@@ -138,7 +145,8 @@ impl Checked {
     fn get(&self, token: &str, generation: u64, now: u64) -> Option<Claims> {
         let tokens = self.tokens.read().unwrap();
         let remembered = tokens.get(token)?;
-        (remembered.generation == generation && now <= remembered.usable_until).then(|| remembered.claims.clone())
+        (remembered.generation == generation && now <= remembered.usable_until)
+            .then(|| remembered.claims.clone())
     }
 
     fn remember(&self, token: &str, remembered: Remembered, now: u64) {
@@ -257,9 +265,13 @@ impl Validator {
 /// write it).
 fn scopes(claims: &Map<String, Value>) -> Vec<String> {
     match (claims.get("scope"), claims.get("scp")) {
-        (Some(Value::String(scope)), _) => scope.split(' ').filter(|s| !s.is_empty()).map(str::to_owned).collect(),
+        (Some(Value::String(scope)), _) => {
+            scope.split(' ').filter(|s| !s.is_empty()).map(str::to_owned).collect()
+        }
         (_, Some(Value::Array(list))) => list.iter().filter_map(Value::as_str).map(str::to_owned).collect(),
-        (_, Some(Value::String(scp))) => scp.split(' ').filter(|s| !s.is_empty()).map(str::to_owned).collect(),
+        (_, Some(Value::String(scp))) => {
+            scp.split(' ').filter(|s| !s.is_empty()).map(str::to_owned).collect()
+        }
         _ => Vec::new(),
     }
 }

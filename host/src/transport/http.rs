@@ -258,13 +258,19 @@ impl Protection {
             ),
             _ => (String::new(), String::new()),
         };
-        let mut metadata_paths = vec![RESOURCE_METADATA_PATH.to_owned(), format!("{RESOURCE_METADATA_PATH}{endpoint}")];
+        let mut metadata_paths =
+            vec![RESOURCE_METADATA_PATH.to_owned(), format!("{RESOURCE_METADATA_PATH}{endpoint}")];
         if !resource_path.is_empty() {
             metadata_paths.push(format!("{RESOURCE_METADATA_PATH}{resource_path}"));
         }
         let metadata_url = format!("{origin}{RESOURCE_METADATA_PATH}{resource_path}");
         let metadata = Bytes::from(oauth.resource_metadata().to_string());
-        Self { validator, metadata_paths, metadata, challenge: format!("Bearer resource_metadata=\"{metadata_url}\"") }
+        Self {
+            validator,
+            metadata_paths,
+            metadata,
+            challenge: format!("Bearer resource_metadata=\"{metadata_url}\""),
+        }
     }
 
     /// The metadata document: GET only, no credentials needed.
@@ -285,24 +291,41 @@ impl Protection {
         // A token in the URL ends up in logs and histories (MCP authorization: never).
         if uri.query().is_some_and(|query| query.split('&').any(|pair| pair.starts_with("access_token="))) {
             let challenge = format!("{}, error=\"invalid_request\"", self.challenge);
-            return Err(self.refusal(StatusCode::BAD_REQUEST, challenge, "Bad Request: send the token in the Authorization header, never in the URL"));
+            return Err(self.refusal(
+                StatusCode::BAD_REQUEST,
+                challenge,
+                "Bad Request: send the token in the Authorization header, never in the URL",
+            ));
         }
         let Some(token) = headers.get(header::AUTHORIZATION).and_then(bearer_token) else {
-            return Err(self.refusal(StatusCode::UNAUTHORIZED, self.challenge.clone(), "Unauthorized: a bearer token is required"));
+            return Err(self.refusal(
+                StatusCode::UNAUTHORIZED,
+                self.challenge.clone(),
+                "Unauthorized: a bearer token is required",
+            ));
         };
         match self.validator.validate(token).await {
             Ok(claims) => Ok(claims.tenant),
             Err(TokenError::Invalid(reason)) => {
                 tracing::debug!("refused a token: {reason}");
-                let challenge = format!("Bearer error=\"invalid_token\", {}", &self.challenge["Bearer ".len()..]);
-                Err(self.refusal(StatusCode::UNAUTHORIZED, challenge, "Unauthorized: invalid or expired token"))
+                let challenge =
+                    format!("Bearer error=\"invalid_token\", {}", &self.challenge["Bearer ".len()..]);
+                Err(self.refusal(
+                    StatusCode::UNAUTHORIZED,
+                    challenge,
+                    "Unauthorized: invalid or expired token",
+                ))
             }
             Err(TokenError::InsufficientScope { required }) => {
                 let challenge = format!(
                     "Bearer error=\"insufficient_scope\", scope=\"{required}\", {}",
                     &self.challenge["Bearer ".len()..]
                 );
-                Err(self.refusal(StatusCode::FORBIDDEN, challenge, "Forbidden: the token lacks a required scope"))
+                Err(self.refusal(
+                    StatusCode::FORBIDDEN,
+                    challenge,
+                    "Forbidden: the token lacks a required scope",
+                ))
             }
         }
     }

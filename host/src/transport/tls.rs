@@ -52,7 +52,8 @@ impl Tls {
         let private_key = PrivateKeyDer::from_pem_file(key)
             .map_err(|error| TlsError::Key { path: key.to_owned(), reason: error.to_string() })?;
         let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let mismatch = |reason: String| TlsError::Mismatch { cert: cert.to_owned(), key: key.to_owned(), reason };
+        let mismatch =
+            |reason: String| TlsError::Mismatch { cert: cert.to_owned(), key: key.to_owned(), reason };
         let mut config = rustls::ServerConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
             .expect("ring supports the default versions")
