@@ -1,4 +1,6 @@
 //! The server's TOML configuration: which components to serve and their limits.
+//! `serve` reads it again on SIGHUP (and with `--watch` when it changes), applying only
+//! `[[components]]` (see `reload.rs`).
 //!
 //! ```toml
 //! [server]
@@ -17,6 +19,8 @@
 //!                                # (HTTP 503 + Retry-After; stdio: a -32603 error)
 //! max_request_cost_kb = 65536    # one parsed message's estimated size; over it: refused
 //!                                # (HTTP 413; stdio: a -32600 error)
+//! max_listen_streams = 1024      # `subscriptions/listen` streams open at once; more are
+//!                                # refused (a -32603 error)
 //!
 //! [http]                         # only for `serve --http`
 //! max_body_kb = 4096             # 413 beyond it
@@ -215,6 +219,7 @@ pub struct ServerConfig {
     pub cache: Option<bool>,
     pub cache_dir: Option<PathBuf>,
     pub reserved_descriptors: Option<usize>,
+    pub max_listen_streams: Option<usize>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -399,27 +404,7 @@ fn bytes(value: usize, shift: u32, key: &str) -> Result<usize> {
 }
 
 /// A component to load, resolved.
-pub struct ComponentPlan {
-    pub name: String,
-    pub path: PathBuf,
-    /// The component's bytes when they are built into the binary (the example tools
-    /// without a config); `path` is then only where they were built from.
-    pub embedded: Option<&'static [u8]>,
-    pub options: ComponentOptions,
-}
-
-// By hand, so that embedded bytes show as their length, not as a list of numbers.
-impl std::fmt::Debug for ComponentPlan {
-    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        formatter
-            .debug_struct("ComponentPlan")
-            .field("name", &self.name)
-            .field("path", &self.path)
-            .field("embedded", &self.embedded.map(|bytes| format!("{} bytes", bytes.len())))
-            .field("options", &self.options)
-            .finish()
-    }
-}
+pub type ComponentPlan = crate::runtime::ComponentSource;
 
 /// Everything `serve` needs, resolved from a config file (or the defaults).
 #[derive(Debug)]
@@ -471,6 +456,9 @@ impl Config {
         }
         if let Some(kb) = server.max_request_cost_kb {
             server_limits.max_request_cost = kb << 10;
+        }
+        if let Some(streams) = server.max_listen_streams {
+            server_limits.max_listen_streams = streams;
         }
         let mut http = HttpSettings::default();
         if let Some(kb) = self.http.max_body_kb {
@@ -861,7 +849,11 @@ mod tests {
         let plan = config.plan(Path::new("/etc/cordon")).unwrap();
         assert_eq!(
             plan.server_limits,
-            ServerLimits { max_queued_request_bytes: 1 << 20, max_request_cost: 512 << 10 }
+            ServerLimits {
+                max_queued_request_bytes: 1 << 20,
+                max_request_cost: 512 << 10,
+                ..ServerLimits::default()
+            }
         );
         let http = &plan.http;
         assert_eq!((http.max_connections_per_ip, http.max_header_connections_per_ip), (8, 2));

@@ -13,6 +13,13 @@
 //! all; the instance is torn down only after the answer is out. Stopping the call is the
 //! runtime's job: this module only asks for it.
 //!
+//! **Tool list changes.** A reload swaps the runtime's tool set; a client is told when
+//! the list it would get changed (a reload that changes nothing sends nothing). A
+//! 2026-07-28 client asks with `subscriptions/listen` ([`Connection`] keeps the stream:
+//! the acknowledgement first, every message tagged with the listen id, a final answer
+//! when the server ends it, bounded by [`ServerLimits::max_listen_streams`]); a 2025-era
+//! client gets plain notifications on its stream ([`Connection::follow_tool_changes`]).
+//!
 //! **Admission.** Every request is charged what it holds in memory, from its first byte
 //! read to its last byte answered, against one server-wide bound ([`Admission`]): a parsed
 //! message is charged its estimated size as a [`Value`] ([`crate::protocol::cost`]), not its
@@ -36,19 +43,24 @@ use tokio::time::Instant;
 use crate::protocol::jsonrpc::{self, INTERNAL_ERROR, INVALID_REQUEST, Incoming, RequestId, RpcError};
 use crate::protocol::{cost, mcp};
 use crate::runtime::{
-    CallEnded, CallHandle, CallOutcome, CallTags, Outcome, RefusalReason, Runtime, Teardown,
+    CallEnded, CallHandle, CallOutcome, CallTags, Outcome, RefusalReason, Runtime, Teardown, ToolSet,
 };
 
 /// What every connection shares.
 pub struct Server {
     runtime: Arc<Runtime>,
-    /// Every tool as MCP describes it, in a stable order.
-    tools: Vec<Value>,
+    /// Every tool of the latest tool set as MCP describes it, in a stable order, made once
+    /// per set: (the set's generation, the list).
+    tool_list: Mutex<(u64, Arc<Vec<Value>>)>,
     /// The shortest gap between two progress notifications of one call.
     progress_interval: Duration,
     /// Calls accepted whose answer is not out yet (or, after a cancel, not yet dropped):
-    /// from the first check of their arguments to the last byte of their answer.
+    /// from the first check of their arguments to the last byte of their answer; and
+    /// listen streams until their final answer is out.
     calls: AtomicUsize,
+    /// `subscriptions/listen` streams open, on every connection.
+    listens: AtomicUsize,
+    max_listen_streams: usize,
     /// Signalled whenever `calls` goes down.
     call_finished: Notify,
     /// The bytes requests hold, from their first byte read to their answer.
@@ -65,13 +77,17 @@ pub struct ServerLimits {
     pub max_queued_request_bytes: usize,
     /// The estimated in-memory size of one parsed message beyond which it is refused.
     pub max_request_cost: usize,
+    /// `subscriptions/listen` streams open at once, across all clients; more are refused.
+    /// (Over HTTP each also holds a connection, within `max_connections`.)
+    pub max_listen_streams: usize,
 }
 
 impl Default for ServerLimits {
     fn default() -> Self {
         // 256 MiB holds 64 calls with 4 MiB of string arguments each; 64 MiB is a 4 MiB
         // body of small values (about 10x once parsed) with room to spare.
-        Self { max_queued_request_bytes: 256 << 20, max_request_cost: 64 << 20 }
+        // Listen streams: half the default HTTP connections, so they never take them all.
+        Self { max_queued_request_bytes: 256 << 20, max_request_cost: 64 << 20, max_listen_streams: 1024 }
     }
 }
 
@@ -85,12 +101,16 @@ impl Server {
         progress_interval: Duration,
         limits: ServerLimits,
     ) -> Arc<Self> {
-        let tools = runtime.tools().map(mcp::tool_json).collect();
+        let tools = runtime.snapshot();
+        let tool_list =
+            Mutex::new((tools.generation(), Arc::new(tools.tools().map(mcp::tool_json).collect())));
         Arc::new(Self {
             runtime,
-            tools,
+            tool_list,
             progress_interval,
             calls: AtomicUsize::new(0),
+            listens: AtomicUsize::new(0),
+            max_listen_streams: limits.max_listen_streams,
             call_finished: Notify::new(),
             admission: Admission::new(limits.max_queued_request_bytes),
             max_request_cost: limits.max_request_cost,
@@ -99,6 +119,15 @@ impl Server {
 
     pub fn runtime(&self) -> &Arc<Runtime> {
         &self.runtime
+    }
+
+    /// The tools of `tools` as MCP describes them (made once per tool set).
+    pub fn tool_list(&self, tools: &ToolSet) -> Arc<Vec<Value>> {
+        let mut cached = self.tool_list.lock().unwrap();
+        if cached.0 != tools.generation() {
+            *cached = (tools.generation(), Arc::new(tools.tools().map(mcp::tool_json).collect()));
+        }
+        cached.1.clone()
     }
 
     /// The ledger of bytes requests hold.
@@ -326,6 +355,8 @@ pub struct Connection {
     server: Arc<Server>,
     /// Set by a 2025-era `initialize`: requests without the 2026 envelope are then served.
     legacy: AtomicBool,
+    /// Whether a stream of this connection gets 2025-era tool list changes (one at most).
+    following: Arc<AtomicBool>,
     in_flight: Mutex<HashMap<RequestId, InFlight>>,
 }
 
@@ -340,7 +371,12 @@ enum Reply {
 impl Connection {
     /// A connection to `server`.
     pub fn new(server: Arc<Server>) -> Arc<Self> {
-        Arc::new(Self { server, legacy: AtomicBool::new(false), in_flight: Mutex::new(HashMap::new()) })
+        Arc::new(Self {
+            server,
+            legacy: AtomicBool::new(false),
+            following: Arc::default(),
+            in_flight: Mutex::new(HashMap::new()),
+        })
     }
 
     /// The server this connection belongs to.
@@ -357,6 +393,18 @@ impl Connection {
     /// Handle one message let in by [`Server::admit`]; its charge is held until its answer
     /// is out (for a call, until the call's task ends).
     pub async fn handle_admitted(self: &Arc<Self>, admitted: Admitted, out: &Outbox) {
+        self.handle_admitted_in(admitted, None, out).await;
+    }
+
+    /// [`Connection::handle_admitted`], serving a call from `tools`, the snapshot the
+    /// transport already took to check the request (HTTP checks `Mcp-Param-*` headers
+    /// against the tool), so that one request sees one tool set throughout.
+    pub async fn handle_admitted_in(
+        self: &Arc<Self>,
+        admitted: Admitted,
+        tools: Option<Arc<ToolSet>>,
+        out: &Outbox,
+    ) {
         let Admitted { message, charge } = admitted;
         match message {
             Incoming::Invalid { id, error } => out.send(jsonrpc::failure(id.as_ref(), &error)).await,
@@ -367,11 +415,13 @@ impl Connection {
                 }
                 // Anything else (e.g. notifications/initialized) needs no action.
             }
-            Incoming::Request { id, method, params } => match self.route(&id, &method, params, out, charge) {
-                Reply::Result(result) => out.send(jsonrpc::success(&id, result)).await,
-                Reply::Error(error) => out.send(jsonrpc::failure(Some(&id), &error)).await,
-                Reply::Later => {}
-            },
+            Incoming::Request { id, method, params } => {
+                match self.route(&id, &method, params, tools, out, charge) {
+                    Reply::Result(result) => out.send(jsonrpc::success(&id, result)).await,
+                    Reply::Error(error) => out.send(jsonrpc::failure(Some(&id), &error)).await,
+                    Reply::Later => {}
+                }
+            }
         }
     }
 
@@ -380,6 +430,7 @@ impl Connection {
         id: &RequestId,
         method: &str,
         params: Option<Value>,
+        tools: Option<Arc<ToolSet>>,
         out: &Outbox,
         charge: Charge,
     ) -> Reply {
@@ -391,13 +442,20 @@ impl Connection {
             self.legacy.store(true, Ordering::Relaxed);
             let requested =
                 params.as_ref().and_then(|params| params.get("protocolVersion")).and_then(Value::as_str);
+            // A stream that outlives the request (stdio) is where list changes go; over
+            // HTTP they go on the session's GET stream.
+            if let Outbox::Lines(_) = out {
+                self.follow_tool_changes(out.clone());
+            }
             return Reply::Result(mcp::initialize_result(requested));
         }
         let legacy = !modern && self.legacy.load(Ordering::Relaxed);
         if legacy && method == "ping" {
             return Reply::Result(mcp::complete(Default::default()));
         }
-        if !matches!(method, "server/discover" | "tools/list" | "tools/call") {
+        let known = matches!(method, "server/discover" | "tools/list" | "tools/call")
+            || (method == "subscriptions/listen" && !legacy);
+        if !known {
             return Reply::Error(RpcError::method_not_found(method));
         }
         let envelope = if legacy {
@@ -410,23 +468,28 @@ impl Connection {
         };
         match method {
             "server/discover" => Reply::Result(mcp::discover_result()),
+            "subscriptions/listen" => self.start_listen(id, params.as_ref(), out.clone(), charge),
             "tools/list" => {
                 let cursor = params.as_ref().and_then(|params| params.get("cursor"));
-                match mcp::list_result(&self.server.tools, cursor) {
+                let tools = tools.unwrap_or_else(|| self.server.runtime.snapshot());
+                match mcp::list_result(&self.server.tool_list(&tools), cursor) {
                     Ok(result) => Reply::Result(result),
                     Err(error) => Reply::Error(error),
                 }
             }
             _ => {
+                // The call's one snapshot of the tools: a reload from here on changes
+                // nothing for it.
+                let tools = tools.unwrap_or_else(|| self.server.runtime.snapshot());
                 let tool = params.as_ref().and_then(|params| params.get("name")).and_then(Value::as_str);
-                if let Some(spec) = tool.and_then(|tool| self.server.runtime.tool(tool))
+                if let Some(spec) = tool.and_then(|tool| tools.tool(tool))
                     && let Err(error) = mcp::check_capabilities(envelope.as_ref(), &spec.requires)
                 {
                     self.refused(id, tool, RefusalReason::MissingCapability);
                     return Reply::Error(error);
                 }
                 let progress_token = mcp::progress_token(params.as_ref());
-                self.start_call(id, params, progress_token, out.clone(), charge)
+                self.start_call(id, params, tools, progress_token, out.clone(), charge)
             }
         }
     }
@@ -435,6 +498,7 @@ impl Connection {
         self: &Arc<Self>,
         id: &RequestId,
         params: Option<Value>,
+        tools: Arc<ToolSet>,
         progress_token: Option<Value>,
         out: Outbox,
         charge: Charge,
@@ -474,20 +538,18 @@ impl Connection {
         let id = id.clone();
         spawn_unless_ready(async move {
             // The request's bytes count until its answer is out.
-            let (answer, teardown) =
-                connection.run_call(&id, &name, &arguments, progress_token, &cancel_signal, &out).await;
+            let (answer, teardown) = connection
+                .run_call(&id, &tools, &name, &arguments, progress_token, &cancel_signal, &out)
+                .await;
             // Deciding and leaving `in_flight` are one step: a cancel either lands before it
             // (and nothing is sent) or finds the request finished (and is ignored), and the
-            // id is free again once the answer can be out. The call counts for a drain
-            // until its answer is written.
+            // id is free again once the answer can be out.
             let cancelled =
                 connection.in_flight.lock().unwrap().remove(&id).is_some_and(|entry| entry.cancelled);
             if let Some(answer) = answer.filter(|_| !cancelled) {
                 out.send(answer).await;
             }
             drop((charge, arguments));
-            connection.server.calls.fetch_sub(1, Ordering::AcqRel);
-            connection.server.call_finished.notify_waiters();
             if let Some(teardown) = teardown {
                 match &out {
                     // The answer is written: free the instance and make the next spare
@@ -501,15 +563,22 @@ impl Connection {
                     Outbox::Channel(_) => drop(teardown),
                 }
             }
+            // Only now, with the teardown done and the call's event told to the observers
+            // (the call log, the metrics), may a drain see the call finished: a server that
+            // exits after its drain loses nothing.
+            connection.server.calls.fetch_sub(1, Ordering::AcqRel);
+            connection.server.call_finished.notify_waiters();
         });
         Reply::Later
     }
 
     /// Run one call to its answer (`None` when the client cancelled it), and the call's
     /// teardown, to drop once the answer is out.
+    #[allow(clippy::too_many_arguments)]
     async fn run_call(
         &self,
         id: &RequestId,
+        tools: &ToolSet,
         name: &str,
         arguments: &Value,
         token: Option<Value>,
@@ -519,7 +588,7 @@ impl Connection {
         let runtime = &self.server.runtime;
         let call = tokio::select! {
             biased;
-            call = runtime.call_as(name, arguments, call_tags(id)) => call,
+            call = runtime.call_in(tools, name, arguments, call_tags(id)) => call,
             // A call cancelled while it waits for a slot leaves the queue at once.
             () = cancel_signal.notified() => {
                 runtime.report_unstarted(CallEnded::unstarted(call_tags(id), CallOutcome::Cancelled), Some(name));
@@ -591,8 +660,138 @@ impl Connection {
         if let (Some(token), Some(latest)) = (&token, unsent) {
             out.send(mcp::progress_notification(token, &latest)).await;
         }
-        let limits = runtime.limits(name).cloned().unwrap_or_default();
+        let limits = tools.limits(name).cloned().unwrap_or_default();
         (Some(jsonrpc::success(id, mcp::call_result(&report.outcome, &limits))), Some(teardown))
+    }
+
+    /// Open a `subscriptions/listen` stream: acknowledge what it will carry, then send
+    /// `notifications/tools/list_changed` (when asked for) each time the list changes, until
+    /// the client ends it (a cancel, or a closed HTTP stream: nothing more is sent) or the
+    /// server shuts down (the final answer; on stdio then `notifications/cancelled`).
+    fn start_listen(
+        self: &Arc<Self>,
+        id: &RequestId,
+        params: Option<&Value>,
+        out: Outbox,
+        charge: Charge,
+    ) -> Reply {
+        let honoured = match mcp::listen_filter(params) {
+            Ok(honoured) => honoured,
+            Err(error) => return Reply::Error(error),
+        };
+        let server = &self.server;
+        let admitted = server.listens.fetch_update(Ordering::AcqRel, Ordering::Acquire, |open| {
+            (open < server.max_listen_streams).then_some(open + 1)
+        });
+        if admitted.is_err() {
+            return Reply::Error(
+                RpcError::new(
+                    INTERNAL_ERROR,
+                    format!(
+                        "Server busy: {} subscriptions/listen streams are open, the most this server keeps; \
+                         close one or try again later",
+                        server.max_listen_streams
+                    ),
+                )
+                .with_data(json!({"retryAfterSeconds": RETRY_AFTER_SECONDS})),
+            );
+        }
+        let cancel_signal = {
+            let mut in_flight = self.in_flight.lock().unwrap();
+            if in_flight.contains_key(id) {
+                server.listens.fetch_sub(1, Ordering::AcqRel);
+                return Reply::Error(RpcError::new(
+                    INVALID_REQUEST,
+                    "Invalid Request: this id is already in use",
+                ));
+            }
+            let entry = InFlight::default();
+            let signal = entry.cancel_signal.clone();
+            in_flight.insert(id.clone(), entry);
+            server.calls.fetch_add(1, Ordering::AcqRel);
+            signal
+        };
+        let wants_tools = honoured.contains_key("toolsListChanged");
+        // Watched from before the acknowledgement: a change right after it is not missed.
+        let mut tools = server.runtime.watch_tools();
+        let mut last = server.tool_list(&tools.borrow_and_update());
+        let mut shutdown = server.runtime.shutting_down();
+        let (connection, id) = (self.clone(), id.clone());
+        tokio::spawn(async move {
+            out.send(mcp::subscription_acknowledged(&id, honoured)).await;
+            loop {
+                tokio::select! {
+                    biased;
+                    () = cancel_signal.notified() => break,
+                    () = async { let _ = shutdown.wait_for(|stopping| *stopping).await; } => break,
+                    changed = tools.changed(), if wants_tools => {
+                        if changed.is_err() {
+                            break;
+                        }
+                        let list = connection.server.tool_list(&tools.borrow_and_update());
+                        if list != last {
+                            last = list;
+                            out.send(mcp::tools_list_changed(Some(&id))).await;
+                        }
+                    }
+                }
+            }
+            let cancelled =
+                connection.in_flight.lock().unwrap().remove(&id).is_some_and(|entry| entry.cancelled);
+            if !cancelled {
+                out.send(jsonrpc::success(&id, mcp::listen_ended(&id))).await;
+                if let Outbox::Lines(_) = out {
+                    out.send(mcp::listen_cancelled(&id, "the server is shutting down")).await;
+                }
+            }
+            drop(charge);
+            let server = &connection.server;
+            server.listens.fetch_sub(1, Ordering::AcqRel);
+            server.calls.fetch_sub(1, Ordering::AcqRel);
+            server.call_finished.notify_waiters();
+        });
+        Reply::Later
+    }
+
+    /// Send this connection's 2025-era client `notifications/tools/list_changed` on `out`
+    /// each time the tool list changes, until the server shuts down or `out` closes. One
+    /// stream per connection: false (and nothing started) when one already follows.
+    pub fn follow_tool_changes(self: &Arc<Self>, out: Outbox) -> bool {
+        if self.following.swap(true, Ordering::AcqRel) {
+            return false;
+        }
+        let runtime = &self.server.runtime;
+        let mut tools = runtime.watch_tools();
+        let mut last = self.server.tool_list(&tools.borrow_and_update());
+        let mut shutdown = runtime.shutting_down();
+        let (server, following) = (self.server.clone(), self.following.clone());
+        tokio::spawn(async move {
+            let closed = async {
+                match &out {
+                    Outbox::Channel(sender) => sender.closed().await,
+                    Outbox::Lines(_) => std::future::pending().await,
+                }
+            };
+            let mut closed = std::pin::pin!(closed);
+            loop {
+                tokio::select! {
+                    () = &mut closed => break,
+                    () = async { let _ = shutdown.wait_for(|stopping| *stopping).await; } => break,
+                    changed = tools.changed() => {
+                        if changed.is_err() {
+                            break;
+                        }
+                        let list = server.tool_list(&tools.borrow_and_update());
+                        if list != last {
+                            last = list;
+                            out.send(mcp::tools_list_changed(None)).await;
+                        }
+                    }
+                }
+            }
+            following.store(false, Ordering::Release);
+        });
+        true
     }
 
     /// Tell the runtime's observers of a call refused here, before it reached the runtime.
@@ -710,19 +909,5 @@ const WAITING_CALLS_BLOCKING_THREADS: usize = 32;
 /// noisy), and it leaves a waiting call almost nothing on a machine other processes keep
 /// busy. Any process may lower its own threads' priority.
 fn lower_priority() {
-    #[cfg(target_os = "linux")]
-    {
-        // SAFETY: gettid has no preconditions; setpriority on one's own thread id changes
-        // only that thread's nice value (Linux keeps it per thread).
-        let thread = unsafe { libc::gettid() };
-        if unsafe { libc::setpriority(libc::PRIO_PROCESS, thread as libc::id_t, WAITING_CALLS_NICE) } != 0 {
-            tracing::debug!(
-                "lowering a call thread's priority was refused: {}",
-                std::io::Error::last_os_error()
-            );
-        }
-    }
+    crate::runtime::engine::lower_thread_priority();
 }
-
-/// The nice value of the threads of calls that wait (0 is the default, 19 the lowest).
-const WAITING_CALLS_NICE: libc::c_int = 19;

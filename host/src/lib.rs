@@ -9,6 +9,7 @@
 //! - [`runtime`]: engine, components, instances; the one owner of the stop sequence.
 //! - [`auth`]: a step of the HTTP transport: credentials in, the tenant they act for out.
 //! - [`config`], [`paths`]: what to serve and where things live.
+//! - [`reload`]: the config read again on SIGHUP or a file change, and `cordon check`.
 //! - [`telemetry`]: beside the path, observing it: the operator's log (one line per call),
 //!   Prometheus metrics, health probes.
 
@@ -20,6 +21,7 @@ pub mod dispatch;
 pub mod fuzzing;
 pub mod paths;
 pub mod protocol;
+pub mod reload;
 pub mod runtime;
 pub mod telemetry;
 pub mod transport;

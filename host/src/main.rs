@@ -66,9 +66,12 @@ enum Command {
         allow_host: Vec<String>,
         /// A TOML file naming the components and their limits [default: none: the example
         /// tools built into this binary, else target/guests/example-tools.wasm in the
-        /// repository it was built from].
+        /// repository it was built from]. SIGHUP reloads its components.
         #[arg(long)]
         config: Option<PathBuf>,
+        /// Reload the components when the config file or a component's file changes.
+        #[arg(long)]
+        watch: bool,
         /// Serve Prometheus metrics (/metrics) and health probes (/healthz, /readyz) on this
         /// address, e.g. 127.0.0.1:9464 [default: none: no metrics listener].
         #[arg(long, value_name = "ADDRESS")]
@@ -80,6 +83,13 @@ enum Command {
         /// The PEM private key of --tls-cert [default: none].
         #[arg(long, value_name = "PEM", requires = "tls_cert")]
         tls_key: Option<PathBuf>,
+    },
+    /// Validate a config and compile every component it names, without serving: exit 0
+    /// with a one-line summary, or an error naming each component or key at fault.
+    Check {
+        /// The config file.
+        #[arg(long)]
+        config: PathBuf,
     },
     /// List a component's tools with their input schemas, as JSON.
     List {
@@ -138,7 +148,7 @@ fn main() -> ExitCode {
 
 async fn run(cli: Cli, log: &cordon::telemetry::LogHandle) -> Result<ExitCode> {
     match cli.command {
-        Command::Serve { stdio, http, allow_host, config, metrics, tls_cert, tls_key } => {
+        Command::Serve { stdio, http, allow_host, config, watch, metrics, tls_cert, tls_key } => {
             let transport = match (stdio, http) {
                 (true, _) => Transport::Stdio,
                 (false, Some(address)) => {
@@ -155,11 +165,18 @@ async fn run(cli: Cli, log: &cordon::telemetry::LogHandle) -> Result<ExitCode> {
             };
             tokio::spawn(log.dropped().report_every(std::time::Duration::from_secs(10)));
             let telemetry = cordon::telemetry::Telemetry::start(metrics, Some(log)).await?;
-            serve(config, transport, telemetry).await
+            serve(config, watch, transport, telemetry).await
+        }
+        Command::Check { config } => {
+            let summary = cordon::reload::check(&config).await?;
+            let (count, tools) = (summary.tools.len(), summary.tools.join(", "));
+            println!("{}: ok, {} components, {count} tools: {tools}", config.display(), summary.components);
+            Ok(ExitCode::SUCCESS)
         }
         Command::List { component } => {
             let runtime = load(&component, None).await?;
             let tools: Vec<_> = runtime
+                .snapshot()
                 .tools()
                 .map(|tool| {
                     serde_json::json!({
@@ -245,19 +262,15 @@ enum Transport {
 
 async fn serve(
     config: Option<PathBuf>,
+    watch: bool,
     transport: Transport,
     telemetry: cordon::telemetry::Telemetry,
 ) -> Result<ExitCode> {
     let shutdown = telemetry.until_stopping(shutdown_signal()?);
-    let mut plan = match &config {
-        Some(path) => {
-            let base = path.parent().map(std::path::Path::to_path_buf).unwrap_or_default();
-            cordon::config::Config::load(path)?.plan(&base)?
-        }
-        None => cordon::config::Config::default().plan(std::path::Path::new("."))?,
-    };
+    let hangup = cordon::reload::hangup_signal()?;
+    let mut plan = cordon::reload::read_plan(config.as_deref())?;
     // The issuer's keys before the components, so that a bad JWKS file is said at once;
-    // stdio is the local user's and takes no tokens.
+    // stdio is the local user's and takes no tokens. A reload does not change them.
     let oauth = match (&transport, plan.oauth.take()) {
         (Transport::Http { .. }, Some(oauth)) => Some(cordon::auth::oauth::Validator::start(oauth).await?),
         _ => None,
@@ -283,9 +296,13 @@ async fn serve(
             None => runtime.load_named_file(&component.name, &component.path, component.options).await?,
         }
     }
-    let tools: Vec<&str> = runtime.tools().map(|tool| tool.name.as_str()).collect();
-    tracing::info!("loaded {} tools: {}", tools.len(), tools.join(", "));
     let runtime = std::sync::Arc::new(runtime);
+    // Watching before the log says "loaded": a change from then on is seen.
+    let reloader = cordon::reload::Reloader::new(runtime.clone(), config, watch, hangup)?;
+    let tools = runtime.snapshot();
+    let tools: Vec<&str> = tools.tools().map(|tool| tool.name.as_str()).collect();
+    tracing::info!("loaded {} tools: {}", tools.len(), tools.join(", "));
+    tokio::spawn(async move { reloader.run().await.inspect_err(|error| tracing::error!("{error}")) });
     let server =
         cordon::dispatch::Server::with_limits(runtime.clone(), plan.progress_interval, plan.server_limits);
     let stats = matches!(transport, Transport::Http { .. }).then(|| plan.http.stats.clone());
@@ -414,11 +431,12 @@ mod tests {
                         | ArgAction::HelpLong
                         | ArgAction::Version
                 );
-                let required_positional = arg.is_positional() && arg.is_required_set();
+                // A required argument has no default to show (`cordon check --config`).
+                let required = arg.is_required_set();
                 let help =
                     arg.get_long_help().or(arg.get_help()).map(ToString::to_string).unwrap_or_default();
                 let shown = !arg.get_default_values().is_empty() || help.contains("[default: ");
-                if !(switch || required_positional || shown) {
+                if !(switch || required || shown) {
                     found.push(format!("{path} {}", arg.get_id()));
                 }
             }

@@ -20,7 +20,8 @@ const KEYS: usize = 150_000;
 
 /// Room for two large requests (about 22 MB each, with their text), not three; one of
 /// twice as many keys is too costly alone.
-const LIMITS: ServerLimits = ServerLimits { max_queued_request_bytes: 48 << 20, max_request_cost: 32 << 20 };
+const LIMITS: ServerLimits =
+    ServerLimits { max_queued_request_bytes: 48 << 20, max_request_cost: 32 << 20, max_listen_streams: 1024 };
 
 /// The example tools with one call slot, so that calls queue.
 async fn server(name: &str) -> Arc<Server> {

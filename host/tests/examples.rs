@@ -69,20 +69,21 @@ async fn locks(runtime: &Runtime) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_sdk_lists_every_tool_with_an_object_schema_generated_from_its_rust_type() {
     let runtime = examples().await;
-    let names: Vec<&str> = runtime.tools().map(|tool| tool.name.as_str()).collect();
+    let tools = runtime.snapshot();
+    let names: Vec<&str> = tools.tools().map(|tool| tool.name.as_str()).collect();
     assert_eq!(names, ["echo", "reindex", "locks", "spin", "order_book", "fetch"]);
-    for tool in runtime.tools() {
+    for tool in tools.tools() {
         assert_eq!(tool.input_schema["type"], "object", "{}", tool.name);
         assert!(!tool.description.is_empty());
     }
-    let reindex = &runtime.tool("reindex").unwrap().input_schema;
+    let reindex = &tools.tool("reindex").unwrap().input_schema;
     assert_eq!(reindex["required"], json!(["collection"]));
     assert_eq!(reindex["properties"]["collection"]["type"], "string");
     assert_eq!(reindex["properties"]["total"]["default"], 120);
     assert_eq!(reindex["properties"]["step_ms"]["default"], 100);
-    assert_eq!(runtime.tool("spin").unwrap().input_schema["properties"]["seconds"]["type"], "number");
-    assert_eq!(runtime.tool("echo").unwrap().annotations.as_ref().unwrap().read_only, Some(true));
-    let fetch = runtime.tool("fetch").unwrap();
+    assert_eq!(tools.tool("spin").unwrap().input_schema["properties"]["seconds"]["type"], "number");
+    assert_eq!(tools.tool("echo").unwrap().annotations.as_ref().unwrap().read_only, Some(true));
+    let fetch = tools.tool("fetch").unwrap();
     assert_eq!(fetch.input_schema["required"], json!(["url"]));
     assert_eq!(fetch.input_schema["properties"]["max_bytes"]["default"], 65536);
     assert_eq!(fetch.annotations.as_ref().unwrap().open_world, Some(true));

@@ -27,12 +27,20 @@ impl Server {
 
     /// A server with the example tools and the config text `extra` (more components).
     fn start_with(name: &str, extra: &str) -> Self {
+        Self::start_with_tail(name, extra, "")
+    }
+
+    /// As `start_with`, and `tail` appended to the config (after the example tools' table).
+    fn start_with_tail(name: &str, extra: &str, tail: &str) -> Self {
         let config = examples_config(
             name,
             &format!(
                 "[http]\nbody_timeout_ms = 500\nmax_body_kb = 1024\nsse_after_ms = 200\nkeep_alive_ms = 100\n{extra}"
             ),
         );
+        let mut text = std::fs::read_to_string(&config).unwrap();
+        text.push_str(tail);
+        std::fs::write(&config, text).unwrap();
         let (child, port) = spawn_http_server(env!("CARGO_BIN_EXE_cordon").as_ref(), &config);
         Self { child, port, schema: Arc::new(Schema::new()) }
     }
@@ -473,11 +481,10 @@ async fn a_thousand_concurrent_streams_are_all_answered() {
     }
 }
 
-#[test]
-fn sigterm_stops_calls_in_flight_answers_them_and_exits() {
-    let mut server = Server::start("http-sigterm");
-    let port = server.port;
-    let schema = server.schema.clone();
+/// A `spin` call (which never returns by itself) in flight on `server`, once it holds its
+/// lock; the thread ends with its answer.
+fn spin_in_flight(server: &Server) -> std::thread::JoinHandle<Answer> {
+    let (port, schema) = (server.port, server.schema.clone());
     let caller = std::thread::spawn(move || {
         let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
             "params": {"name": "spin", "arguments": {"seconds": 600}, "_meta": meta()}});
@@ -487,6 +494,13 @@ fn sigterm_stops_calls_in_flight_answers_them_and_exits() {
     while !server.locks().contains("spin") {
         assert!(started.elapsed() < Duration::from_secs(5));
     }
+    caller
+}
+
+#[test]
+fn sigterm_stops_calls_in_flight_answers_them_and_exits() {
+    let mut server = Server::start("http-sigterm");
+    let caller = spin_in_flight(&server);
     // SAFETY: signalling our own child process.
     unsafe { libc::kill(server.child.id() as i32, libc::SIGTERM) };
     let signalled = Instant::now();
@@ -501,6 +515,55 @@ fn sigterm_stops_calls_in_flight_answers_them_and_exits() {
         assert!(signalled.elapsed() < Duration::from_secs(5), "the server did not exit");
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// What a load balancer needs from a replica that is stopping: while a call drains (spin,
+/// with a 3 s grace), idle connections close at once, a request arriving on an open
+/// connection is refused with 503 (it never reached a handler, so it may go elsewhere), and
+/// new connections are refused; the call in flight still gets its answer.
+#[test]
+fn shutdown_closes_idle_connections_and_refuses_new_requests_while_calls_drain() {
+    let mut server =
+        Server::start_with_tail("http-shutdown-drain", "", "[components.tools.spin]\ngrace_ms = 3000\n");
+    let port = server.port;
+    let caller = spin_in_flight(&server);
+    let mut idle = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let mut late = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    // SAFETY: signalling our own child process.
+    unsafe { libc::kill(server.child.id() as i32, libc::SIGTERM) };
+    let signalled = Instant::now();
+    // The idle connection is closed long before the spin call's grace runs out: with a FIN
+    // once accepted, with a reset if it was still in the listen backlog.
+    idle.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+    let mut byte = [0u8; 1];
+    match idle.read(&mut byte) {
+        Ok(read) => assert_eq!(read, 0),
+        Err(error) => assert_eq!(error.kind(), std::io::ErrorKind::ConnectionReset, "closed, not {error}"),
+    }
+    assert!(signalled.elapsed() < Duration::from_secs(2));
+    // A request on a connection opened before the signal is refused, never run.
+    let body = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+        "params": {"name": "echo", "arguments": {"text": "late"}, "_meta": meta()}});
+    let mut request = format!("POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n");
+    for (name, value) in modern_headers("tools/call", Some("echo")) {
+        request.push_str(&format!("{name}: {value}\r\n"));
+    }
+    request.push_str(&format!("Content-Length: {}\r\n\r\n{body}", body.to_string().len()));
+    let _ = late.write_all(request.as_bytes()); // the server may have closed it already
+    late.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+    let mut raw = Vec::new();
+    let _ = BufReader::new(late).read_to_end(&mut raw);
+    let raw = String::from_utf8_lossy(&raw);
+    assert!(raw.is_empty() || raw.starts_with("HTTP/1.1 503"), "{raw}");
+    assert!(!raw.contains("late"), "{raw}");
+    // New connections are refused.
+    assert!(TcpStream::connect(("127.0.0.1", port)).is_err());
+    // The call in flight still ends with its answer.
+    let answer = caller.join().unwrap();
+    let text = answer.messages.last().unwrap()["result"]["content"][0]["text"].as_str().unwrap().to_owned();
+    assert!(text.contains("shutting down"), "{text}");
+    let status = server.child.wait().unwrap();
+    assert!(status.success());
 }
 
 #[test]

@@ -121,7 +121,8 @@ async fn x_mcp_header_annotations_that_break_the_rules_are_refused() {
     let mut runtime = Runtime::new(settings(4)).unwrap();
     let guest = WatGuest::new("headed", DONE_BODY).input_schema(schema);
     runtime.load_bytes("headed", &guest.component(), ComponentOptions::default()).await.unwrap();
-    let headers = &runtime.tool("headed").unwrap().param_headers;
+    let tools = runtime.snapshot();
+    let headers = &tools.tool("headed").unwrap().param_headers;
     assert_eq!(headers.len(), 1);
     assert_eq!((headers[0].name.as_str(), headers[0].path.join(".")), ("Region", "where.region".into()));
 }

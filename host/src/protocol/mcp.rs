@@ -8,7 +8,7 @@ use base64::engine::general_purpose::STANDARD as BASE64;
 use serde_json::{Map, Value, json};
 
 use super::jsonrpc::{
-    MISSING_REQUIRED_CLIENT_CAPABILITY, RpcError, UNSUPPORTED_PROTOCOL_VERSION, is_id_like,
+    MISSING_REQUIRED_CLIENT_CAPABILITY, RequestId, RpcError, UNSUPPORTED_PROTOCOL_VERSION, is_id_like,
 };
 use crate::runtime::{CallError, Content, Outcome, Timeout, ToolLimits, ToolResult, ToolSpec};
 
@@ -28,8 +28,11 @@ pub const META_LOG_LEVEL: &str = "io.modelcontextprotocol/logLevel";
 const LOG_LEVELS: [&str; 8] =
     ["debug", "info", "notice", "warning", "error", "critical", "alert", "emergency"];
 
-/// How long clients may cache discovery and tool lists: tools are fixed for the life of
-/// the process.
+/// Tags every message of a `subscriptions/listen` stream with the listen request's id.
+pub const META_SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
+
+/// How long clients may cache discovery and tool lists. A reload may change the tools
+/// sooner: clients that listen are told at once (`notifications/tools/list_changed`).
 const TTL: Duration = Duration::from_secs(300);
 /// Tools per `tools/list` page.
 pub const PAGE_SIZE: usize = 100;
@@ -165,7 +168,7 @@ const INSTRUCTIONS: &str = "Tools run in WebAssembly sandboxes with hard limits;
 pub fn discover_result() -> Value {
     complete(object(json!({
         "supportedVersions": [PROTOCOL_VERSION],
-        "capabilities": {"tools": {}},
+        "capabilities": {"tools": {"listChanged": true}},
         "instructions": INSTRUCTIONS,
         "ttlMs": TTL.as_millis() as u64,
         "cacheScope": "public",
@@ -178,7 +181,7 @@ pub fn initialize_result(requested: Option<&str>) -> Value {
     let version = requested.filter(|version| LEGACY_VERSIONS.contains(version)).unwrap_or(LEGACY_VERSIONS[0]);
     complete(object(json!({
         "protocolVersion": version,
-        "capabilities": {"tools": {}},
+        "capabilities": {"tools": {"listChanged": true}},
         "serverInfo": server_info(),
         "instructions": INSTRUCTIONS,
     })))
@@ -339,6 +342,60 @@ fn seconds(duration: Duration) -> String {
 fn capitalized(text: &str) -> String {
     let mut chars = text.chars();
     chars.next().map(|first| first.to_uppercase().chain(chars).collect()).unwrap_or_default()
+}
+
+/// The notifications a `subscriptions/listen` request asks for that this server honours:
+/// `toolsListChanged` only (there are no prompts or resources). `-32602` unless
+/// `params.notifications` is an object.
+pub fn listen_filter(params: Option<&Value>) -> Result<Map<String, Value>, RpcError> {
+    let Some(requested) = params.and_then(|params| params.get("notifications")).and_then(Value::as_object)
+    else {
+        return Err(RpcError::invalid_params("Invalid params: `notifications` must be an object"));
+    };
+    let mut honoured = Map::new();
+    if requested.get("toolsListChanged") == Some(&Value::Bool(true)) {
+        honoured.insert("toolsListChanged".into(), json!(true));
+    }
+    Ok(honoured)
+}
+
+fn subscription_meta(subscription: &RequestId) -> Value {
+    json!({ META_SUBSCRIPTION_ID: subscription.to_json() })
+}
+
+/// The first message of a listen stream: what it will carry.
+pub fn subscription_acknowledged(subscription: &RequestId, honoured: Map<String, Value>) -> Value {
+    super::jsonrpc::notification(
+        "notifications/subscriptions/acknowledged",
+        json!({"_meta": subscription_meta(subscription), "notifications": honoured}),
+    )
+}
+
+/// `notifications/tools/list_changed`: on a listen stream (tagged with its id), or, for a
+/// 2025-era client, on its own.
+pub fn tools_list_changed(subscription: Option<&RequestId>) -> Value {
+    match subscription {
+        Some(subscription) => super::jsonrpc::notification(
+            "notifications/tools/list_changed",
+            json!({"_meta": subscription_meta(subscription)}),
+        ),
+        None => json!({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}),
+    }
+}
+
+/// The answer that ends a listen stream the server closes (at shutdown).
+pub fn listen_ended(subscription: &RequestId) -> Value {
+    let mut result = complete(Map::new());
+    result["_meta"][META_SUBSCRIPTION_ID] = subscription.to_json();
+    result
+}
+
+/// On stdio, what follows [`listen_ended`]: the stream is torn down (spec digest §17.1).
+pub fn listen_cancelled(subscription: &RequestId, reason: &str) -> Value {
+    super::jsonrpc::notification(
+        "notifications/cancelled",
+        json!({"_meta": subscription_meta(subscription), "requestId": subscription.to_json(), "reason": reason}),
+    )
 }
 
 /// A progress notification.

@@ -23,6 +23,30 @@ use super::limits::ToolLimits;
 use super::schema::Schema;
 use super::spare::SpareSlot;
 
+/// A component the operator asks for: its name, its file and how to run it.
+#[derive(Clone)]
+pub struct ComponentSource {
+    pub name: String,
+    pub path: PathBuf,
+    /// The component's bytes when they are built into the binary (the example tools
+    /// without a config); `path` is then only where they were built from.
+    pub embedded: Option<&'static [u8]>,
+    pub options: ComponentOptions,
+}
+
+// By hand, so that embedded bytes show as their length, not as a list of numbers.
+impl std::fmt::Debug for ComponentSource {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter
+            .debug_struct("ComponentSource")
+            .field("name", &self.name)
+            .field("path", &self.path)
+            .field("embedded", &self.embedded.map(|bytes| format!("{} bytes", bytes.len())))
+            .field("options", &self.options)
+            .finish()
+    }
+}
+
 /// Why a component could not be loaded.
 #[derive(Debug, thiserror::Error)]
 #[error("{origin}: {problem}")]
@@ -39,8 +63,9 @@ impl LoadError {
     }
 }
 
-/// How the operator runs one component.
-#[derive(Debug, Clone, Default)]
+/// How the operator runs one component. Compared whole at a reload: a component whose
+/// bytes and options are unchanged keeps its loaded version.
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct ComponentOptions {
     /// Limits for every call of its tools, unless `tool_limits` names the tool.
     pub limits: ToolLimits,
@@ -183,6 +208,9 @@ pub enum ParamKind {
 /// A loaded component, ready to instantiate.
 pub(crate) struct LoadedComponent {
     pub(crate) name: Arc<str>,
+    /// SHA-256 of the bytes it was loaded from: a reload with the same bytes and options
+    /// keeps this component instead of compiling it again.
+    pub(crate) digest: [u8; 32],
     pub(crate) pre: PluginPre<GuestState>,
     /// The data directory and mounts, opened at load, when the operator granted any.
     pub(crate) files: Option<Arc<FileGrants>>,

@@ -89,6 +89,7 @@ pub(crate) fn pool_slots(settings: &EngineSettings) -> usize {
 
 /// Build the engine and start its epoch ticker.
 pub(crate) fn build_engine(settings: &EngineSettings) -> Result<(Engine, Arc<Ticker>)> {
+    compile_at_low_priority();
     let slots = u32::try_from(pool_slots(settings))
         .ok()
         .filter(|slots| slots.checked_mul(CORE_INSTANCES_PER_SLOT.max(TABLES_PER_SLOT)).is_some())
@@ -320,6 +321,43 @@ fn store_cached(component: &Component, cache_dir: &Path, entry: &Path) -> Result
 
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|byte| format!("{byte:02x}")).collect()
+}
+
+/// Lower the calling thread's priority to nice 19, the lowest (see `dispatch.rs`, where
+/// calls that wait run at it, for why 19 and not `SCHED_IDLE`). Any process may lower its
+/// own threads' priority.
+pub fn lower_thread_priority() {
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: gettid has no preconditions; setpriority on one's own thread id changes
+        // only that thread's nice value (Linux keeps it per thread).
+        let thread = unsafe { libc::gettid() };
+        if unsafe { libc::setpriority(libc::PRIO_PROCESS, thread as libc::id_t, LOWEST_NICE) } != 0 {
+            tracing::debug!("lowering a thread's priority was refused: {}", std::io::Error::last_os_error());
+        }
+    }
+}
+
+/// The nice value of threads that must not delay the transports (0 is the default).
+const LOWEST_NICE: libc::c_int = 19;
+
+/// Compile on threads of the lowest priority. wasmtime compiles a component's functions
+/// in parallel on rayon's global pool, whose threads are made here, at most once per
+/// process, at nice 19: a reload compiles while calls are served, and on a machine of few
+/// cores the compile otherwise took the cores from the transports (echo p99 during reloads
+/// 1.5-5.2x the quiet one on 2 cores; BENCHMARKS.md, "Reload"). Alone, a compile still
+/// gets every core.
+pub(crate) fn compile_at_low_priority() {
+    static POOL: std::sync::Once = std::sync::Once::new();
+    POOL.call_once(|| {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .thread_name(|index| format!("cordon-compile-{index}"))
+            .start_handler(|_| lower_thread_priority())
+            .build_global();
+        if let Err(error) = pool {
+            tracing::debug!("compiling at the default priority: {error}");
+        }
+    });
 }
 
 #[cfg(test)]

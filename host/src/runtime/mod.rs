@@ -18,6 +18,7 @@
 //! - `spare`: instances made ahead of the calls that will use them.
 //! - `schema`: checking arguments and structured output against a tool's schemas, bounded.
 //! - [`limits`]: per-tool limits.
+//! - [`registry`]: the set of loaded components, a snapshot swapped whole at a reload.
 
 mod bindings;
 pub mod call;
@@ -31,6 +32,7 @@ mod guest;
 mod ledger;
 pub mod limits;
 mod quota;
+pub mod registry;
 mod schema;
 mod spare;
 mod waits;
@@ -52,8 +54,8 @@ pub use call::{
     Call, CallHandle, CallReport, CleanupOutcome, CleanupReport, Outcome, Teardown, Timeout, ToolResult,
 };
 pub use component::{
-    ComponentOptions, Environment, Interfaces, LoadError, MAX_SCHEMA_BYTES, ParamHeader, ParamKind, ToolSpec,
-    grant_warnings,
+    ComponentOptions, ComponentSource, Environment, Interfaces, LoadError, MAX_SCHEMA_BYTES, ParamHeader,
+    ParamKind, ToolSpec, grant_warnings,
 };
 pub use control::{MAX_PROGRESS_MESSAGE, Progress};
 pub use egress::{GrantError, HttpGrants};
@@ -64,6 +66,7 @@ pub use events::{
 pub use files::{GUEST_DATA_DIR, Mount};
 pub use ledger::{DescriptorBudget, raise_open_file_limit};
 pub use limits::ToolLimits;
+pub use registry::{ReloadReport, ToolSet};
 pub use schema::CHECK_BUDGET as SCHEMA_CHECK_BUDGET;
 
 use component::LoadedComponent;
@@ -93,6 +96,50 @@ impl Default for RuntimeSettings {
             reserved_descriptors: 256,
         }
     }
+}
+
+/// The component's and the tool's names, for a tool of `tools` only.
+fn known_tool(tools: &ToolSet, tool: &str) -> Option<(Arc<str>, Arc<str>)> {
+    Some((tools.component_of(tool)?.name.clone(), Arc::from(tool)))
+}
+
+/// One component's part in a reload.
+enum Step {
+    /// Served as it is (unchanged, or kept after its file could not be read).
+    Stay(Arc<LoadedComponent>),
+    /// To be loaded from these bytes; the old version, if any, stays if that fails.
+    Load(Box<ComponentSource>, String, Vec<u8>, Option<Arc<LoadedComponent>>),
+    /// New, and unreadable: left out.
+    Skip,
+}
+
+/// Why `name`'s files (`grants`) cannot sit beside `others`: a directory of one overlaps
+/// one of another where either may be written. A guest could otherwise change what the
+/// other sees, or replace a directory inside the other's with a symlink.
+fn files_conflict(
+    name: &str,
+    origin: &str,
+    grants: &files::FileGrants,
+    others: &[Arc<LoadedComponent>],
+) -> Option<LoadError> {
+    others.iter().find_map(|other| {
+        let (mine, theirs) = other.files.as_ref().and_then(|other_files| grants.conflict(other_files))?;
+        let what = |grant: &files::Grant| {
+            if grant.guest == GUEST_DATA_DIR { "the data directory" } else { "the mount" }
+        };
+        Some(LoadError::new(
+            origin,
+            format!(
+                "{} of component {name} ({}) overlaps {} of component {} ({}): each component needs \
+                 a directory of its own, neither inside the other, unless both only read it",
+                what(mine),
+                mine.describe(),
+                what(theirs),
+                other.name,
+                theirs.describe()
+            ),
+        ))
+    })
 }
 
 /// Why a call could not start.
@@ -153,11 +200,12 @@ pub struct PoolUsage {
 pub struct Runtime {
     engine: Engine,
     ticker: Arc<engine::Ticker>,
-    linker: Linker<GuestState>,
+    linker: Arc<Linker<GuestState>>,
     settings: RuntimeSettings,
-    components: Vec<Arc<LoadedComponent>>,
-    /// Tool name → index into `components`.
-    tools: HashMap<String, usize>,
+    /// The components, swapped whole at a reload ([`registry`]); requests take a snapshot.
+    tool_set: watch::Sender<Arc<ToolSet>>,
+    /// One reload at a time: each builds on the set the previous one left.
+    reloading: tokio::sync::Mutex<()>,
     call_permits: Arc<Semaphore>,
     cleanup_permits: Arc<Semaphore>,
     spares: Arc<spare::SpareBudget>,
@@ -195,9 +243,9 @@ impl Runtime {
         Ok(Self {
             engine,
             ticker,
-            linker,
-            components: Vec::new(),
-            tools: HashMap::new(),
+            linker: Arc::new(linker),
+            tool_set: watch::Sender::new(Arc::default()),
+            reloading: tokio::sync::Mutex::new(()),
             call_permits: Arc::new(Semaphore::new(slots)),
             cleanup_permits: Arc::new(Semaphore::new(slots)),
             spares: Arc::new(spare::SpareBudget::new()),
@@ -236,17 +284,11 @@ impl Runtime {
         if self.observers.is_empty() {
             return;
         }
-        if let Some((component, tool)) = tool.and_then(|tool| self.known_tool(tool)) {
+        if let Some((component, tool)) = tool.and_then(|tool| known_tool(&self.snapshot(), tool)) {
             event.component = Some(component);
             event.tool = Some(tool);
         }
         self.observers.emit(&event);
-    }
-
-    /// The component's and the tool's names, for a loaded tool only.
-    fn known_tool(&self, tool: &str) -> Option<(Arc<str>, Arc<str>)> {
-        let component = &self.components[*self.tools.get(tool)?];
-        Some((component.name.clone(), Arc::from(tool)))
     }
 
     /// Load the component in `path`; its name is the file's stem.
@@ -287,22 +329,47 @@ impl Runtime {
         bytes: &[u8],
         options: ComponentOptions,
     ) -> Result<(), LoadError> {
-        let files = self.open_files(name, origin, &options)?;
+        let current = self.snapshot();
+        let loaded = self.build(name, origin, bytes.to_vec(), options, &current.components).await?;
+        let mut next = ToolSet::new(current.components.clone(), current.generation())?;
+        if let Some(clash) = next.clash(origin, &loaded) {
+            return Err(clash);
+        }
+        next.push(Arc::new(loaded))?;
+        self.tool_set.send_replace(Arc::new(next));
+        Ok(())
+    }
+
+    /// Compile `bytes` (on the blocking pool: a reload must not hold up the threads that
+    /// serve calls), open the component's files, check them against `others`, and read
+    /// its tools.
+    async fn build(
+        &self,
+        name: &str,
+        origin: &str,
+        bytes: Vec<u8>,
+        options: ComponentOptions,
+        others: &[Arc<LoadedComponent>],
+    ) -> Result<LoadedComponent, LoadError> {
+        use sha2::Digest;
+        let files = self.open_files(name, origin, &options, others)?;
         let cache_dir = self.settings.engine.cache_dir.clone();
-        let pre = component::prepare(
-            &self.engine,
-            &self.linker,
-            origin,
-            bytes,
-            cache_dir.as_deref(),
-            &self.compile_cache,
-        )?;
+        let (engine, linker, owned_origin) = (self.engine.clone(), self.linker.clone(), origin.to_owned());
+        let compile_cache = self.compile_cache.clone();
+        let (pre, digest) = tokio::task::spawn_blocking(move || {
+            let digest: [u8; 32] = sha2::Sha256::digest(&bytes).into();
+            component::prepare(&engine, &linker, &owned_origin, &bytes, cache_dir.as_deref(), &compile_cache)
+                .map(|pre| (pre, digest))
+        })
+        .await
+        .map_err(|error| LoadError::new(origin, format!("compiling failed: {error}")))??;
         let interfaces = Interfaces::of(&self.engine, pre.instance_pre().component());
         for warning in grant_warnings(&interfaces.imports, &options) {
             tracing::warn!(component = name, "{warning}");
         }
         let mut loaded = LoadedComponent {
             name: name.into(),
+            digest,
             pre,
             files,
             descriptors: self.descriptors.clone(),
@@ -331,58 +398,152 @@ impl Runtime {
             }
         }
         loaded.schemas = component::compile_schemas(origin, &loaded.tools)?;
-        let index = self.components.len();
-        for tool in &loaded.tools {
-            if let Some(&other) = self.tools.get(&tool.name) {
-                let other = &self.components[other].name;
-                return Err(LoadError::new(
-                    origin,
-                    format!("tool {:?} is also offered by component {other}", tool.name),
-                ));
-            }
-        }
-        for tool in &loaded.tools {
-            self.tools.insert(tool.name.clone(), index);
-        }
-        self.components.push(Arc::new(loaded));
-        Ok(())
+        Ok(loaded)
     }
 
-    /// Open `name`'s data directory and mounts once, refusing any that overlaps another
-    /// component's where either may be written: a guest could otherwise change what the
-    /// other sees, or replace a directory inside the other's with a symlink.
+    /// The components a request may call now: a snapshot that no reload changes.
+    pub fn snapshot(&self) -> Arc<ToolSet> {
+        self.tool_set.borrow().clone()
+    }
+
+    /// The current set, and each one a reload swaps in after it.
+    pub fn watch_tools(&self) -> watch::Receiver<Arc<ToolSet>> {
+        self.tool_set.subscribe()
+    }
+
+    /// Make `sources` the set of components: carry over each whose bytes and options are
+    /// unchanged, load the others (in the background: calls go on meanwhile), and swap the
+    /// new set in at once when something changed. A component that fails to load keeps
+    /// its old version (or stays out, when it is new); the report says which and why.
+    /// Components left out are dropped from the set at the swap; calls running on them
+    /// finish on them, and they make no more spare instances.
+    ///
+    /// What is already served wins: a new or changed component whose tools or directories
+    /// clash with one carried over (or kept after a failure) is the one refused.
+    pub async fn reload(&self, sources: Vec<ComponentSource>) -> ReloadReport {
+        let _one_at_a_time = self.reloading.lock().await;
+        let current = self.snapshot();
+        let mut report = ReloadReport::default();
+        // First what stays as it is, then what must be loaded, checked against it all.
+        let mut steps = Vec::new();
+        let mut staying = ToolSet::default();
+        for source in sources {
+            let origin = source.path.display().to_string();
+            let old = current.component(&source.name).cloned();
+            let (path, embedded) = (source.path.clone(), source.embedded);
+            let read = tokio::task::spawn_blocking(move || {
+                use sha2::Digest;
+                let bytes = match embedded {
+                    Some(bytes) => Ok(bytes.to_vec()),
+                    None => std::fs::read(path),
+                };
+                bytes.map(|bytes| (<[u8; 32]>::from(sha2::Sha256::digest(&bytes)), bytes))
+            });
+            let step = match read.await.unwrap_or_else(|error| Err(std::io::Error::other(error))) {
+                Ok((digest, _))
+                    if old
+                        .as_ref()
+                        .is_some_and(|old| old.digest == digest && old.options == source.options) =>
+                {
+                    let old = old.expect("checked");
+                    staying.push(old.clone()).expect("it was served beside the others");
+                    report.unchanged.push(source.name.clone());
+                    Step::Stay(old)
+                }
+                Ok((_, bytes)) => Step::Load(Box::new(source), origin, bytes, old),
+                Err(error) => {
+                    report.failed.push(LoadError::new(&origin, format!("cannot read: {error}")));
+                    match old {
+                        Some(old) => {
+                            staying.push(old.clone()).expect("it was served beside the others");
+                            report.unchanged.push(source.name.clone());
+                            Step::Stay(old)
+                        }
+                        None => Step::Skip,
+                    }
+                }
+            };
+            steps.push(step);
+        }
+        let mut order = Vec::new();
+        for step in steps {
+            let (source, origin, bytes, old) = match step {
+                Step::Stay(component) => {
+                    order.push(component);
+                    continue;
+                }
+                Step::Skip => continue,
+                Step::Load(source, origin, bytes, old) => (source, origin, bytes, old),
+            };
+            let built = self
+                .build(&source.name, &origin, bytes, source.options, &staying.components)
+                .await
+                .and_then(|loaded| match staying.clash(&origin, &loaded) {
+                    Some(clash) => Err(clash),
+                    None => Ok(Arc::new(loaded)),
+                });
+            let component = match built {
+                Ok(component) => {
+                    report.loaded.push(source.name.clone());
+                    component
+                }
+                Err(error) => {
+                    report.failed.push(error);
+                    // The old version stays, unless it no longer fits beside the others.
+                    let fits = |old: &LoadedComponent| {
+                        staying.clash(&origin, old).is_none()
+                            && old.files.as_deref().is_none_or(|files| {
+                                files_conflict(&source.name, &origin, files, &staying.components).is_none()
+                            })
+                    };
+                    match old.filter(|old| fits(old)) {
+                        Some(old) => {
+                            report.unchanged.push(source.name.clone());
+                            old
+                        }
+                        None => continue,
+                    }
+                }
+            };
+            staying.push(component.clone()).expect("checked against the set");
+            order.push(component);
+        }
+        let next = ToolSet::new(order, current.generation()).expect("every pair was checked");
+        let same = next.components.len() == current.components.len()
+            && next.components.iter().zip(&current.components).all(|(a, b)| Arc::ptr_eq(a, b));
+        if same {
+            return report;
+        }
+        for old in &current.components {
+            if !next.components.iter().any(|new| Arc::ptr_eq(new, old)) {
+                if next.component(&old.name).is_none() {
+                    report.removed.push(old.name.to_string());
+                }
+                old.spare.retire();
+            }
+        }
+        let next = next.with_generation(current.generation() + 1);
+        self.tool_set.send_replace(Arc::new(next));
+        report.swapped = true;
+        report
+    }
+
+    /// Open `name`'s data directory and mounts once, refusing any that overlaps one of
+    /// `others` where either may be written.
     fn open_files(
         &self,
         name: &str,
         origin: &str,
         options: &ComponentOptions,
+        others: &[Arc<LoadedComponent>],
     ) -> Result<Option<Arc<files::FileGrants>>, LoadError> {
         let Some(grants) = files::FileGrants::open(options.data_dir.as_deref(), &options.mounts)
             .map_err(|problem| LoadError::new(origin, format!("component {name}: {problem}")))?
         else {
             return Ok(None);
         };
-        for other in &self.components {
-            let Some((mine, theirs)) =
-                other.files.as_ref().and_then(|other_files| grants.conflict(other_files))
-            else {
-                continue;
-            };
-            let what = |grant: &files::Grant| {
-                if grant.guest == GUEST_DATA_DIR { "the data directory" } else { "the mount" }
-            };
-            return Err(LoadError::new(
-                origin,
-                format!(
-                    "{} of component {name} ({}) overlaps {} of component {} ({}): each component needs \
-                     a directory of its own, neither inside the other, unless both only read it",
-                    what(mine),
-                    mine.describe(),
-                    what(theirs),
-                    other.name,
-                    theirs.describe()
-                ),
-            ));
+        if let Some(conflict) = files_conflict(name, origin, &grants, others) {
+            return Err(conflict);
         }
         for grant in &grants.grants {
             let Some(quota) = &grant.quota else { continue };
@@ -438,22 +599,6 @@ impl Runtime {
         }
     }
 
-    /// Every tool, in load order (component by component, each in its own order).
-    pub fn tools(&self) -> impl Iterator<Item = &ToolSpec> {
-        self.components.iter().flat_map(|component| component.tools.iter())
-    }
-
-    /// The tool called `name`.
-    pub fn tool(&self, name: &str) -> Option<&ToolSpec> {
-        let component = &self.components[*self.tools.get(name)?];
-        component.tools.iter().find(|tool| tool.name == name)
-    }
-
-    /// The limits that apply to the tool called `name`.
-    pub fn limits(&self, name: &str) -> Option<&ToolLimits> {
-        Some(self.components[*self.tools.get(name)?].options.limits_for(name))
-    }
-
     /// Reserve a slot for a call of `tool` with `arguments`. Waits for a free slot for at
     /// most the queue timeout, then refuses with [`CallError::Busy`].
     pub async fn call(&self, tool: &str, arguments: &Value) -> Result<Call, CallError> {
@@ -463,11 +608,22 @@ impl Runtime {
     /// [`Runtime::call`] for the asker `tags` names, which the call's event carries. A
     /// refusal is an event too.
     pub async fn call_as(&self, tool: &str, arguments: &Value, tags: CallTags) -> Result<Call, CallError> {
+        self.call_in(&self.snapshot(), tool, arguments, tags).await
+    }
+
+    /// [`Runtime::call_as`] with the tool taken from `tools`, the snapshot the request took.
+    pub async fn call_in(
+        &self,
+        tools: &ToolSet,
+        tool: &str,
+        arguments: &Value,
+        tags: CallTags,
+    ) -> Result<Call, CallError> {
         let observed = if self.observers.is_empty() { None } else { Some(tags.clone()) };
-        let call = self.reserve(tool, arguments, tags).await;
+        let call = self.reserve(tools, tool, arguments, tags).await;
         if let (Err(error), Some(tags)) = (&call, observed) {
             let mut event = CallEnded::refused(tags, error.reason());
-            if let Some((component, tool)) = self.known_tool(tool) {
+            if let Some((component, tool)) = known_tool(tools, tool) {
                 event.component = Some(component);
                 event.tool = Some(tool);
             }
@@ -480,12 +636,17 @@ impl Runtime {
         call
     }
 
-    async fn reserve(&self, tool: &str, arguments: &Value, tags: CallTags) -> Result<Call, CallError> {
-        let index = *self.tools.get(tool).ok_or_else(|| CallError::UnknownTool(tool.to_owned()))?;
+    async fn reserve(
+        &self,
+        tools: &ToolSet,
+        tool: &str,
+        arguments: &Value,
+        tags: CallTags,
+    ) -> Result<Call, CallError> {
+        let component = tools.component_of(tool).ok_or_else(|| CallError::UnknownTool(tool.to_owned()))?;
         if !arguments.is_object() {
             return Err(CallError::ArgumentsNotObject);
         }
-        let component = &self.components[index];
         match component.schemas[tool].input.check(arguments).await {
             schema::Check::Valid => {}
             schema::Check::Invalid(problems) => {
@@ -504,7 +665,7 @@ impl Runtime {
             .await
             .map_err(|_| CallError::Busy { slots: self.settings.engine.max_concurrent_calls, waited })?
             .expect("the call semaphore is never closed");
-        let component = self.components[index].clone();
+        let component = component.clone();
         Ok(Call {
             id: self.next_call_id.fetch_add(1, Ordering::Relaxed),
             engine: self.engine.clone(),
@@ -529,9 +690,14 @@ impl Runtime {
     /// cleanup) and refuse new ones. Wait for [`Runtime::idle`] to see them finish.
     pub fn shutdown(&self) {
         self.shutdown.send_replace(true);
-        for component in &self.components {
+        for component in &self.snapshot().components {
             component.spare.clear();
         }
+    }
+
+    /// Whether [`Runtime::shutdown`] was called, and a way to wait for it.
+    pub fn shutting_down(&self) -> watch::Receiver<bool> {
+        self.shutdown.subscribe()
     }
 
     /// Wait until no call holds a slot, or `timeout` passes; returns whether it is idle.
@@ -559,7 +725,8 @@ impl Runtime {
     /// the guest runs. Returns the store so that a benchmark can time its drop apart.
     #[doc(hidden)]
     pub async fn instantiate_once(&self, tool: &str) -> Result<impl Drop> {
-        let component = &self.components[*self.tools.get(tool).context("unknown tool")?];
+        let tools = self.snapshot();
+        let component = tools.component_of(tool).context("unknown tool")?;
         let limits = component.options.limits_for(tool);
         let mut store = call::new_store(&self.engine, component, limits, CallControl::new(limits), None);
         component.pre.instantiate_async(&mut store).await?;

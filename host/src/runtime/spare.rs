@@ -80,6 +80,9 @@ struct SlotState {
     spare: Option<Spare>,
     /// A refill is under way: concurrent calls finishing together make one spare, not many.
     refilling: bool,
+    /// The component left the tool set at a reload: calls still running on it make no
+    /// spare, which would hold a spare slot and pool memory until they end.
+    retired: bool,
 }
 
 impl SpareSlot {
@@ -95,10 +98,17 @@ impl SpareSlot {
         drop(self.0.lock().unwrap().spare.take());
     }
 
+    /// Drop the spare and make no more: the component was replaced or removed.
+    pub(crate) fn retire(&self) {
+        let mut state = self.0.lock().unwrap();
+        state.retired = true;
+        drop(state.spare.take());
+    }
+
     /// Claim the right to make the spare: `None` when there is one, or one is being made.
     fn begin_refill(&self) -> Option<RefillClaim<'_>> {
         let mut state = self.0.lock().unwrap();
-        if state.spare.is_some() || state.refilling {
+        if state.spare.is_some() || state.refilling || state.retired {
             return None;
         }
         state.refilling = true;
@@ -110,11 +120,12 @@ impl SpareSlot {
 struct RefillClaim<'a>(&'a SpareSlot);
 
 impl RefillClaim<'_> {
-    /// Keep `spare` unless the runtime shut down. The check happens under the lock that
-    /// [`SpareSlot::clear`] takes after shutdown is flagged, so no spare outlives a shutdown.
+    /// Keep `spare` unless the runtime shut down or the component retired. The check
+    /// happens under the lock that [`SpareSlot::clear`] takes after shutdown is flagged
+    /// (and [`SpareSlot::retire`] takes), so no spare outlives either.
     fn put(self, spare: Spare, shutdown: &watch::Receiver<bool>) {
         let mut state = self.0.0.lock().unwrap();
-        if !*shutdown.borrow() {
+        if !*shutdown.borrow() && !state.retired {
             state.spare = Some(spare);
         }
         drop(state); // before the claim's drop takes the lock again

@@ -230,6 +230,8 @@ struct Shared {
     settings: HttpSettings,
     sessions: Sessions,
     clients: Arc<Clients>,
+    /// Turns true when shutdown begins: from then on requests are refused with 503.
+    closing: tokio::sync::watch::Receiver<bool>,
     protection: Option<Protection>,
 }
 
@@ -428,15 +430,16 @@ pub async fn serve(
     drain: Duration,
 ) -> std::io::Result<()> {
     let protection = settings.oauth.clone().map(|validator| Protection::new(validator, &settings.path));
+    let (closing, closing_signal) = tokio::sync::watch::channel(false);
     let shared = Arc::new(Shared {
         server: server.clone(),
         settings,
         sessions: Sessions::default(),
         clients: Arc::default(),
+        closing: closing_signal.clone(),
         protection,
     });
     let mut shutdown = std::pin::pin!(shutdown);
-    let (closing, closing_signal) = tokio::sync::watch::channel(false);
     let mut connections = tokio::task::JoinSet::new();
     let open_slots = Arc::new(tokio::sync::Semaphore::new(shared.settings.max_connections));
     let stats = shared.settings.stats.clone();
@@ -520,11 +523,13 @@ pub async fn serve(
     }
     drop(listener);
     stats.accepting.store(false, Ordering::Release);
+    // Idle connections close now and a request arriving on a busy one is refused with 503,
+    // so that a load balancer sends it to another replica; the answers in flight finish.
+    closing.send_replace(true);
     server.runtime().shutdown();
     if !server.drain(drain).await {
         tracing::warn!("calls still running after {drain:?}; exiting anyway");
     }
-    closing.send_replace(true);
     let flushed = tokio::time::timeout(Duration::from_secs(2), async {
         while connections.join_next().await.is_some() {}
     });
@@ -616,6 +621,9 @@ async fn serve_request(
     body_read: &mut bool,
 ) -> Result<HttpResponse, HttpResponse> {
     let (server, settings) = (&shared.server, &shared.settings);
+    if *shared.closing.borrow() {
+        return Err(shutting_down());
+    }
     let headers = request.headers();
     if let Some(origin) = headers.get(header::ORIGIN)
         && !origin_allowed(origin, &settings.allowed_hosts)
@@ -648,6 +656,11 @@ async fn serve_request(
             true => empty(StatusCode::OK),
             false => plain(StatusCode::NOT_FOUND, "Not Found: unknown or expired session"),
         });
+    }
+    if request.method() == Method::GET
+        && let Some(id) = &session_id
+    {
+        return Err(session_stream(shared, headers, id));
     }
     if request.method() != Method::POST {
         let mut response = plain(StatusCode::METHOD_NOT_ALLOWED, "Method Not Allowed: use POST");
@@ -702,11 +715,14 @@ async fn serve_request(
     };
 
     let legacy = is_legacy(&headers, &method, params.as_ref(), session_id.is_some());
+    // The request's one snapshot of the tools: its headers are checked and its call runs
+    // against the same set, whatever a reload swaps in meanwhile.
+    let tools = server.runtime().snapshot();
     if !legacy {
         let tool = (method == "tools/call")
             .then(|| params.as_ref().and_then(|params| params.get("name")).and_then(Value::as_str))
             .flatten()
-            .and_then(|name| server.runtime().tool(name));
+            .and_then(|name| tools.tool(name));
         check_modern(&headers, &id, &method, params.as_ref(), tool)?;
     } else if session_id.is_some() && session.is_none() && method != "initialize" {
         return Err(plain(StatusCode::NOT_FOUND, "Not Found: unknown or expired session; initialize again"));
@@ -724,7 +740,7 @@ async fn serve_request(
     // From here on, dropping the guard (the client went away) cancels the call.
     let guard = CancelOnDrop { connection: connection.clone(), id: id.clone(), armed: true };
     let admitted = Admitted { message: Incoming::Request { id, method, params }, charge };
-    connection.handle_admitted(admitted, &Outbox::Channel(sender)).await;
+    connection.handle_admitted_in(admitted, Some(tools), &Outbox::Channel(sender)).await;
     drop(connection);
 
     let first = match tokio::time::timeout(settings.sse_after, outbox.recv()).await {
@@ -744,7 +760,30 @@ async fn serve_request(
         Ok(None) => None,
         Err(_quiet) => None,
     };
-    Ok(sse_answer(guard, first, outbox, settings.keep_alive, settings.stats.clone()))
+    Ok(sse_answer(Some(guard), first, outbox, settings.keep_alive, settings.stats.clone()))
+}
+
+/// `GET /mcp` with a 2025-era session's id: the session's stream of server messages (its
+/// tool list changes), one per session, open until the client closes it or the server
+/// shuts down. (Without a session id a GET is answered 405, as the 2026 protocol asks.)
+fn session_stream(shared: &Shared, headers: &HeaderMap, session_id: &str) -> HttpResponse {
+    let accepts_sse = headers
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|value| value.split(','))
+        .any(|item| item.split(';').next().unwrap_or("").trim().eq_ignore_ascii_case("text/event-stream"));
+    if !accepts_sse {
+        return plain(StatusCode::NOT_ACCEPTABLE, "Not Acceptable: Accept must list text/event-stream");
+    }
+    let Some(connection) = shared.sessions.get(session_id) else {
+        return plain(StatusCode::NOT_FOUND, "Not Found: unknown or expired session; initialize again");
+    };
+    let (sender, outbox) = mpsc::channel(16);
+    if !connection.follow_tool_changes(Outbox::Channel(sender)) {
+        return plain(StatusCode::CONFLICT, "Conflict: this session already has a GET stream open");
+    }
+    sse_answer(None, None, outbox, shared.settings.keep_alive, shared.settings.stats.clone())
 }
 
 /// Whether a request comes from a 2025-era client: without the 2026 envelope, `initialize`,
@@ -1130,7 +1169,7 @@ fn json_answer(mut guard: CancelOnDrop, message: &Value, legacy: bool) -> HttpRe
 }
 
 fn sse_answer(
-    guard: CancelOnDrop,
+    guard: Option<CancelOnDrop>,
     first: Option<Value>,
     mut outbox: mpsc::Receiver<Value>,
     keep_alive: Duration,
@@ -1162,7 +1201,7 @@ fn sse_answer(
                 message = outbox.recv() => {
                     let Some(message) = message else { break };
                     let done = message.get("id").is_some();
-                    if done {
+                    if done && let Some(guard) = &mut guard {
                         guard.armed = false;
                     }
                     if !send(event(&message)).await {
@@ -1179,7 +1218,9 @@ fn sse_answer(
                 }
             }
         }
-        guard.armed = false;
+        if let Some(guard) = &mut guard {
+            guard.armed = false;
+        }
     });
     let mut response = Response::new(ResponseBody::Stream(body));
     let headers = response.headers_mut();
@@ -1203,6 +1244,17 @@ fn rpc_error(status: StatusCode, id: Option<&RequestId>, error: &RpcError) -> Ht
 /// A refusal before any JSON-RPC message was read: a JSON body saying why.
 fn plain(status: StatusCode, text: &str) -> HttpResponse {
     json_response(status, &json!({"error": text}))
+}
+
+/// A request that arrives once shutdown has begun: it never reached a handler, so a load
+/// balancer may safely send it to another replica (`Retry-After`), on a new connection.
+fn shutting_down() -> HttpResponse {
+    let mut response =
+        plain(StatusCode::SERVICE_UNAVAILABLE, "Service Unavailable: the server is shutting down");
+    let headers = response.headers_mut();
+    headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
+    response
 }
 
 fn empty(status: StatusCode) -> HttpResponse {

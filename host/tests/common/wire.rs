@@ -48,11 +48,19 @@ impl Schema {
                 Some("tools/call") => "CallToolResultResponse",
                 Some("tools/list") => "ListToolsResultResponse",
                 Some("server/discover") => "DiscoverResultResponse",
+                Some("subscriptions/listen") => "SubscriptionsListenResultResponse",
                 _ => "JSONRPCResultResponse",
             };
             self.check(definition, message);
-        } else if message["method"] == "notifications/progress" {
-            self.check("ProgressNotification", message);
+        } else {
+            let definition = match message["method"].as_str() {
+                Some("notifications/progress") => "ProgressNotification",
+                Some("notifications/subscriptions/acknowledged") => "SubscriptionsAcknowledgedNotification",
+                Some("notifications/tools/list_changed") => "ToolListChangedNotification",
+                Some("notifications/cancelled") => "CancelledNotification",
+                _ => "JSONRPCNotification",
+            };
+            self.check(definition, message);
         }
     }
 }

@@ -34,6 +34,15 @@ RESPONSE_SCHEMAS = {
     "tools/call": "CallToolResultResponse",
     "tools/list": "ListToolsResultResponse",
     "server/discover": "DiscoverResultResponse",
+    "subscriptions/listen": "SubscriptionsListenResultResponse",
+}
+
+# The schema definition each notification must match, by method.
+NOTIFICATION_SCHEMAS = {
+    "notifications/progress": "ProgressNotification",
+    "notifications/subscriptions/acknowledged": "SubscriptionsAcknowledgedNotification",
+    "notifications/tools/list_changed": "ToolListChangedNotification",
+    "notifications/cancelled": "CancelledNotification",
 }
 
 
@@ -217,6 +226,6 @@ def check_log(log: Path) -> None:
             elif "id" in message:
                 method = methods.get(json.dumps(message["id"]))
                 validator(RESPONSE_SCHEMAS.get(method, "JSONRPCResultResponse")).validate(message)
-            elif message.get("method") == "notifications/progress":
-                validator("ProgressNotification").validate(message)
+            elif message.get("method") in NOTIFICATION_SCHEMAS:
+                validator(NOTIFICATION_SCHEMAS[message["method"]]).validate(message)
     assert sent > 0, "the server sent nothing"

@@ -1,0 +1,254 @@
+//! # Hot reload: the config read again, the components swapped in while calls go on
+//!
+//! [`Reloader`] owns what triggers a reload: SIGHUP, and with `serve --watch` a change to
+//! the config file or to a component's file (inotify through the `notify` crate; a burst
+//! of events, such as an editor's save or a copy in several writes, makes one reload
+//! after [`DEBOUNCE`] of quiet). Each reload reads the config, and hands its
+//! `[[components]]` to [`Runtime::reload`], which compiles what changed in the background
+//! and swaps the new set in at once. A config that fails to read, parse or validate
+//! changes nothing; a component that fails keeps its old version. Either way the error
+//! is logged. Only `[[components]]` are reloaded: `[server]` and `[http]` settings are
+//! read at start.
+//!
+//! [`check`] is the same work without serving: `cordon check --config FILE` in a CI
+//! pipeline.
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+
+use crate::config::{Config, Plan};
+use crate::runtime::{LoadError, ReloadReport, Runtime};
+
+/// How long the watched files must stay quiet before a reload starts.
+pub const DEBOUNCE: Duration = Duration::from_millis(300);
+
+/// Why a config could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ReloadError {
+    /// The file could not be read, parsed or validated; the message names the key.
+    #[error("{0}")]
+    Config(String),
+    #[error("cannot start watching files: {0}")]
+    Watcher(notify::Error),
+    #[error("cannot watch {path}: {source}")]
+    Watch { path: PathBuf, source: notify::Error },
+    #[error("installing the SIGHUP handler: {0}")]
+    Signal(std::io::Error),
+}
+
+/// Read the config at `path` (or, without one, the default: the example tools) into a
+/// plan, with paths resolved against the file's directory.
+pub fn read_plan(path: Option<&Path>) -> Result<Plan, ReloadError> {
+    let plan = match path {
+        Some(path) => {
+            let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
+            Config::load(path).and_then(|config| config.plan(&base))
+        }
+        None => Config::default().plan(Path::new(".")),
+    };
+    plan.map_err(|error| ReloadError::Config(format!("{error:#}")))
+}
+
+/// Reload the components of the config at `path` into `runtime`, logging what changed
+/// and every failure.
+pub async fn reload(runtime: &Runtime, path: Option<&Path>) -> Result<ReloadReport, ReloadError> {
+    let plan = read_plan(path).inspect_err(|error| {
+        tracing::error!("reload: the config was not applied, nothing changed: {error}");
+    })?;
+    let report = runtime.reload(plan.components).await;
+    for error in &report.failed {
+        tracing::error!("reload: {error} (the component keeps its old version, if it had one)");
+    }
+    if report.swapped {
+        let tools = runtime.snapshot();
+        tracing::info!(
+            "reload: loaded [{}], removed [{}], unchanged [{}]; serving {} tools",
+            report.loaded.join(", "),
+            report.removed.join(", "),
+            report.unchanged.join(", "),
+            tools.tools().count()
+        );
+    } else {
+        tracing::info!("reload: nothing changed");
+    }
+    Ok(report)
+}
+
+/// Reloads `runtime` from its config on SIGHUP and, when watching, when a file changes.
+pub struct Reloader {
+    runtime: Arc<Runtime>,
+    config: Option<PathBuf>,
+    /// What a change must touch to trigger a reload.
+    watched: Arc<Mutex<Watched>>,
+    changed: Arc<Notify>,
+    watcher: Option<notify::RecommendedWatcher>,
+    /// The directories watched now (a file is watched through its directory, since editors
+    /// and `cp` often replace a file rather than write it in place).
+    directories: HashSet<PathBuf>,
+    hangup: tokio::signal::unix::Signal,
+}
+
+/// The files whose change triggers a reload (absolute): the config and the components;
+/// and the directories in which any change does: those of files that are symlinks, which
+/// change when a link on the way is swapped (a Kubernetes ConfigMap volume swaps its
+/// `..data` link and never touches the file's own path).
+#[derive(Default)]
+struct Watched {
+    files: HashSet<PathBuf>,
+    any_in: HashSet<PathBuf>,
+}
+
+impl Watched {
+    fn touched_by(&self, path: &Path) -> bool {
+        self.files.contains(path) || path.parent().is_some_and(|directory| self.any_in.contains(directory))
+    }
+}
+
+/// Take SIGHUP from now on (its default action ends the process): install this before
+/// loading anything, and hand it to [`Reloader::new`].
+pub fn hangup_signal() -> Result<tokio::signal::unix::Signal, ReloadError> {
+    use tokio::signal::unix::{SignalKind, signal};
+    signal(SignalKind::hangup()).map_err(ReloadError::Signal)
+}
+
+impl Reloader {
+    /// A reloader for `runtime` serving the config at `config`, reloading on `hangup`
+    /// ([`hangup_signal`]); with `watch`, the files are watched from now on.
+    pub fn new(
+        runtime: Arc<Runtime>,
+        config: Option<PathBuf>,
+        watch: bool,
+        hangup: tokio::signal::unix::Signal,
+    ) -> Result<Self, ReloadError> {
+        let watched: Arc<Mutex<Watched>> = Arc::default();
+        let changed = Arc::new(Notify::new());
+        let watcher = if watch {
+            let (watched, changed) = (watched.clone(), changed.clone());
+            let watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
+                let Ok(event) = event else { return };
+                // Reading a file (the reload itself does) is no change.
+                if matches!(event.kind, notify::EventKind::Access(_)) {
+                    return;
+                }
+                let watched = watched.lock().unwrap();
+                if event.paths.iter().any(|path| watched.touched_by(path)) {
+                    changed.notify_one();
+                }
+            })
+            .map_err(ReloadError::Watcher)?;
+            Some(watcher)
+        } else {
+            None
+        };
+        let directories = HashSet::new();
+        let mut reloader = Self { runtime, config, watched, changed, watcher, directories, hangup };
+        reloader.watch_files()?;
+        Ok(reloader)
+    }
+
+    /// Watch the config and the components the runtime now serves (from the config).
+    fn watch_files(&mut self) -> Result<(), ReloadError> {
+        let Some(watcher) = &mut self.watcher else { return Ok(()) };
+        let mut files: HashSet<PathBuf> = HashSet::new();
+        if let Some(config) = &self.config {
+            files.insert(config.clone());
+        }
+        if let Ok(plan) = read_plan(self.config.as_deref()) {
+            // Components built into the binary have no file to watch.
+            let on_disk = plan.components.into_iter().filter(|component| component.embedded.is_none());
+            files.extend(on_disk.map(|component| component.path));
+        }
+        let files: HashSet<PathBuf> =
+            files.iter().map(|file| std::path::absolute(file).unwrap_or_else(|_| file.clone())).collect();
+        let directories: HashSet<PathBuf> =
+            files.iter().filter_map(|file| file.parent().map(Path::to_path_buf)).collect();
+        let any_in = files
+            .iter()
+            .filter(|file| std::fs::symlink_metadata(file).is_ok_and(|metadata| metadata.is_symlink()))
+            .filter_map(|file| file.parent().map(Path::to_path_buf))
+            .collect();
+        use notify::Watcher;
+        for gone in self.directories.difference(&directories) {
+            let _ = watcher.unwatch(gone);
+        }
+        for new in directories.difference(&self.directories) {
+            watcher
+                .watch(new, notify::RecursiveMode::NonRecursive)
+                .map_err(|source| ReloadError::Watch { path: new.clone(), source })?;
+        }
+        self.directories = directories;
+        *self.watched.lock().unwrap() = Watched { files, any_in };
+        Ok(())
+    }
+
+    /// Reload on every trigger until the runtime shuts down.
+    pub async fn run(mut self) -> Result<(), ReloadError> {
+        let mut shutdown = self.runtime.shutting_down();
+        loop {
+            tokio::select! {
+                _ = self.hangup.recv() => tracing::info!("SIGHUP: reloading the config"),
+                () = self.changed.notified() => {
+                    // A burst of events is one change: wait for quiet.
+                    while tokio::time::timeout(DEBOUNCE, self.changed.notified()).await.is_ok() {}
+                    tracing::info!("a watched file changed: reloading the config");
+                }
+                () = async { let _ = shutdown.wait_for(|stopping| *stopping).await; } => return Ok(()),
+            }
+            let _ = reload(&self.runtime, self.config.as_deref()).await;
+            if let Err(error) = self.watch_files() {
+                tracing::error!("reload: {error}");
+            }
+        }
+    }
+}
+
+/// What `cordon check` found in a valid config.
+#[derive(Debug)]
+pub struct CheckSummary {
+    pub components: usize,
+    pub tools: Vec<String>,
+}
+
+/// Why `cordon check` failed.
+#[derive(Debug, thiserror::Error)]
+pub enum CheckError {
+    #[error(transparent)]
+    Config(#[from] ReloadError),
+    #[error("starting the runtime: {0:#}")]
+    Runtime(anyhow::Error),
+    /// Every component that failed to load, each naming its file.
+    #[error("{} of {total} components failed to load:\n{}", .failed.len(), list(.failed))]
+    Components { total: usize, failed: Vec<LoadError> },
+}
+
+fn list(errors: &[LoadError]) -> String {
+    errors.iter().map(|error| format!("  {error}")).collect::<Vec<_>>().join("\n")
+}
+
+/// Read and validate the config at `path`, and load every component it names (compile,
+/// instantiate once, read the tool list), as `serve` would, without serving. Data
+/// directories are created as `serve` creates them.
+pub async fn check(path: &Path) -> Result<CheckSummary, CheckError> {
+    let plan = read_plan(Some(path))?;
+    let mut runtime = Runtime::new(plan.runtime.clone()).map_err(CheckError::Runtime)?;
+    let total = plan.components.len();
+    let mut failed = Vec::new();
+    for component in plan.components {
+        let loaded = match component.embedded {
+            Some(bytes) => runtime.load_bytes(&component.name, bytes, component.options).await,
+            None => runtime.load_named_file(&component.name, &component.path, component.options).await,
+        };
+        if let Err(error) = loaded {
+            failed.push(error);
+        }
+    }
+    if !failed.is_empty() {
+        return Err(CheckError::Components { total, failed });
+    }
+    let tools = runtime.snapshot().tools().map(|tool| tool.name.clone()).collect();
+    Ok(CheckSummary { components: total, tools })
+}
