@@ -664,6 +664,47 @@ fn default_components() -> Result<Vec<ComponentPlan>> {
 mod tests {
     use super::*;
 
+    fn oauth(table: &str) -> Result<Option<OAuthSettings>> {
+        let config: Config = toml::from_str(&format!("[auth.oauth]\n{table}"))?;
+        config.auth.oauth.map(|oauth| oauth.plan(Path::new("/etc/cordon"))).transpose()
+    }
+
+    #[test]
+    fn auth_oauth_takes_exactly_the_issues_keys() {
+        let settings = oauth(
+            r#"issuer = "https://idp.example.com"
+            audience = "https://mcp.example.com/mcp"
+            jwks = { url = "https://idp.example.com/.well-known/jwks.json" }
+            tenant_claim = "org"
+            required_scopes = ["tools"]"#,
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(settings.tenant_claim, "org");
+        assert_eq!(settings.required_scopes, ["tools"]);
+        let file = oauth(
+            r#"issuer = "https://idp.example.com"
+            audience = "https://mcp.example.com/mcp"
+            jwks = { file = "jwks.json" }
+            tenant_claim = "org""#,
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(file.jwks, JwksSource::File("/etc/cordon/jwks.json".into()));
+        // A typo is an error, as everywhere in the config.
+        assert!(oauth("issuer = \"https://a\"\naudience = \"b\"\njwks = { file = \"j\" }\ntenant_claim = \"org\"\nrequired_scope = []").is_err());
+        // Plain HTTP: only for a loopback issuer and a loopback JWKS.
+        let plain = |issuer: &str, jwks: &str| {
+            oauth(&format!(
+                "issuer = {issuer:?}\naudience = \"https://mcp.example.com/mcp\"\njwks = {{ url = {jwks:?} }}\ntenant_claim = \"org\""
+            ))
+        };
+        assert!(plain("http://127.0.0.1:9000", "http://127.0.0.1:9000/jwks.json").is_ok());
+        assert!(plain("https://idp.example.com", "http://127.0.0.1:9000/jwks.json").is_err());
+        assert!(plain("http://idp.example.com", "https://idp.example.com/jwks.json").is_err());
+        assert!(plain("https://idp.example.com", "http://idp.example.com/jwks.json").is_err());
+    }
+
     #[test]
     fn limits_cascade_from_defaults_to_component_to_tool() {
         let config: Config = toml::from_str(

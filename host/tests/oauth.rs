@@ -699,3 +699,41 @@ async fn a_key_removed_from_the_set_takes_its_remembered_tokens_with_it() {
     assert_eq!(validator.keys().reads(), 2);
     assert_eq!(validator.validate(&token).await, Err(TokenError::Invalid("signed with an unknown key")));
 }
+
+#[tokio::test]
+async fn a_key_set_over_its_size_bound_is_not_taken() {
+    use cordon::auth::jwks::{JwksSource, MAX_JWKS_BYTES};
+    use cordon::auth::oauth::{OAuthSettings, TokenError, Validator};
+    // A JWKS endpoint answering with a body over the bound (valid JSON, padded).
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://127.0.0.1:{}", listener.local_addr().unwrap().port());
+    let key = SigningKey::generate("key-1");
+    let body = json!({"keys": [key.jwk], "padding": "x".repeat(MAX_JWKS_BYTES)}).to_string();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let mut reader = BufReader::new(stream.try_clone().unwrap());
+            let mut line = String::new();
+            while reader.read_line(&mut line).unwrap_or(0) > 2 {
+                line.clear();
+            }
+            let _ = write!(
+                stream,
+                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    let jwks = JwksSource::url(&format!("{url}/jwks.json"), true).unwrap();
+    let mut settings = OAuthSettings::new(url.clone(), AUDIENCE.into(), jwks, "org".into(), vec![]);
+    settings.min_refetch_interval = Duration::ZERO;
+    // A URL that cannot be read is a warning at startup, not an error...
+    let validator = Validator::start(settings).await.unwrap();
+    let claims = json!({"iss": url, "aud": AUDIENCE, "org": "acme", "exp": now() + 300});
+    // ...and its keys are never taken.
+    assert_eq!(
+        validator.validate(&key.sign(&claims)).await,
+        Err(TokenError::Invalid("signed with an unknown key"))
+    );
+    assert_eq!(validator.keys().reads(), 2);
+}

@@ -642,7 +642,9 @@ async fn serve_request(
     if request.uri().path() != settings.path {
         return Err(plain(StatusCode::NOT_FOUND, "Not Found: the MCP endpoint is POST /mcp"));
     }
-    // Who is asking, before anything else of the request is looked at or read.
+    // Who is asking, before anything else of the request is looked at or read. The
+    // tenant is handed to dispatch with the message where `[[tenants]]` gives tenants
+    // their views (the tenants part of this work); here it only lets the request in.
     let _tenant = match protection {
         Some(protection) => Some(protection.authenticate(request.uri(), headers).await?),
         None => None,
