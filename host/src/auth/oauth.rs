@@ -253,7 +253,9 @@ impl Validator {
             Some(Value::String(tenant)) if !tenant.is_empty() => tenant.clone(),
             _ => return Err(TokenError::Invalid("no tenant claim")),
         };
-        let expires = claims.get("exp").and_then(Value::as_u64).unwrap_or(0);
+        // `exp` passed its check, so it is a number; a fractional one counts by its seconds.
+        let expires = claims.get("exp").and_then(|exp| exp.as_u64().or(exp.as_f64().map(|exp| exp as u64)));
+        let expires = expires.unwrap_or(0);
         let checked = Claims { tenant, scopes: scopes(&claims) };
         let usable_until = expires.saturating_add(LEEWAY.as_secs());
         self.checked.remember(token, Remembered { claims: checked.clone(), usable_until, generation }, now);
