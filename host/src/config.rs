@@ -36,6 +36,14 @@
 //! linger_kb = 16384              # discard at most this much before closing
 //! allowed_hosts = ["mcp.internal"]   # besides localhost, 127.0.0.1 and [::1]
 //!
+//! [auth.oauth]                  # HTTP requests need a JWT access token from this issuer
+//! issuer = "https://idp.example.com"            # tokens' `iss`; http:// only on loopback
+//! audience = "https://mcp.example.com/mcp"      # tokens' `aud`: this server's resource URI
+//! jwks = { url = "https://idp.example.com/.well-known/jwks.json" }   # or { file = "jwks.json" }
+//!                                # (a URL: https, or http to loopback with a loopback issuer)
+//! tenant_claim = "org"           # the claim that names the tenant
+//! required_scopes = ["tools"]    # missing one: 403 insufficient_scope
+//!
 //! [[components]]
 //! path = "tools.wasm"            # relative to this file
 //! name = "tools"                 # defaults to the file's stem; letters, digits, `_`, `-`
@@ -103,6 +111,8 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use serde::Deserialize;
 
+use crate::auth::jwks::{JwksSource, is_loopback_host};
+use crate::auth::oauth::OAuthSettings;
 use crate::auth::{ApiKeys, Tenant, TenantId, Tenants};
 use crate::dispatch::ServerLimits;
 use crate::paths;
@@ -122,6 +132,73 @@ pub struct Config {
     pub components: Vec<ComponentConfig>,
     #[serde(default)]
     pub tenants: Vec<TenantConfig>,
+    #[serde(default)]
+    pub auth: AuthConfig,
+}
+
+/// `[auth]`: how HTTP requests prove who they are.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AuthConfig {
+    pub oauth: Option<OAuthConfig>,
+}
+
+/// `[auth.oauth]`: JWT access tokens from one authorization server.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OAuthConfig {
+    pub issuer: String,
+    pub audience: String,
+    pub jwks: JwksConfig,
+    pub tenant_claim: String,
+    #[serde(default)]
+    pub required_scopes: Vec<String>,
+}
+
+/// Where the issuer's keys are: `{ url = "..." }` or `{ file = "..." }`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, untagged)]
+pub enum JwksConfig {
+    Url { url: String },
+    File { file: PathBuf },
+}
+
+impl OAuthConfig {
+    fn plan(self, base: &Path) -> Result<OAuthSettings> {
+        let issuer: http::Uri = self
+            .issuer
+            .parse()
+            .with_context(|| format!("[auth.oauth] issuer {:?} is not a URL", self.issuer))?;
+        let issuer_is_loopback = issuer.host().is_some_and(is_loopback_host);
+        match issuer.scheme_str() {
+            Some("https") => {}
+            Some("http") if issuer_is_loopback => {}
+            _ => bail!(
+                "[auth.oauth] issuer {:?} must be an https:// URL (http:// only on a loopback address)",
+                self.issuer
+            ),
+        }
+        if self.audience.is_empty() {
+            bail!(
+                "[auth.oauth] audience must be this server's resource URI, e.g. https://mcp.example.com/mcp"
+            );
+        }
+        if self.tenant_claim.is_empty() {
+            bail!("[auth.oauth] tenant_claim must name the claim that names the tenant, e.g. \"org\"");
+        }
+        if let Some(scope) =
+            self.required_scopes.iter().find(|scope| scope.is_empty() || scope.contains([' ', '"', '\\']))
+        {
+            bail!(
+                "[auth.oauth] required_scopes: {scope:?} is not a scope (no spaces, quotes or backslashes)"
+            );
+        }
+        let jwks = match self.jwks {
+            JwksConfig::Url { url } => JwksSource::url(&url, issuer_is_loopback)?,
+            JwksConfig::File { file } => JwksSource::File(base.join(file)),
+        };
+        Ok(OAuthSettings::new(self.issuer, self.audience, jwks, self.tenant_claim, self.required_scopes))
+    }
 }
 
 /// A `[[tenants]]` entry: who may call which components, with which keys and quotas.
@@ -369,6 +446,8 @@ pub struct Plan {
     pub components: Vec<ComponentPlan>,
     /// `[[tenants]]`, their keys read and hashed; empty without any.
     pub tenants: Tenants,
+    /// `[auth.oauth]`, when set: HTTP requests need a valid access token.
+    pub oauth: Option<OAuthSettings>,
 }
 
 impl Config {
@@ -444,6 +523,7 @@ impl Config {
         }
         http.allowed_hosts.extend(self.http.allowed_hosts.iter().map(|host| host.to_ascii_lowercase()));
 
+        let oauth = self.auth.oauth.map(|oauth| oauth.plan(base)).transpose()?;
         let mut components: Vec<ComponentPlan> = Vec::new();
         for component in self.components {
             let path = base.join(&component.path);
@@ -518,6 +598,7 @@ impl Config {
             reserved_descriptors,
             components,
             tenants,
+            oauth,
         })
     }
 }
@@ -671,6 +752,47 @@ fn default_components() -> Result<Vec<ComponentPlan>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn oauth(table: &str) -> Result<Option<OAuthSettings>> {
+        let config: Config = toml::from_str(&format!("[auth.oauth]\n{table}"))?;
+        config.auth.oauth.map(|oauth| oauth.plan(Path::new("/etc/cordon"))).transpose()
+    }
+
+    #[test]
+    fn auth_oauth_takes_exactly_the_issues_keys() {
+        let settings = oauth(
+            r#"issuer = "https://idp.example.com"
+            audience = "https://mcp.example.com/mcp"
+            jwks = { url = "https://idp.example.com/.well-known/jwks.json" }
+            tenant_claim = "org"
+            required_scopes = ["tools"]"#,
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(settings.tenant_claim, "org");
+        assert_eq!(settings.required_scopes, ["tools"]);
+        let file = oauth(
+            r#"issuer = "https://idp.example.com"
+            audience = "https://mcp.example.com/mcp"
+            jwks = { file = "jwks.json" }
+            tenant_claim = "org""#,
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(file.jwks, JwksSource::File("/etc/cordon/jwks.json".into()));
+        // A typo is an error, as everywhere in the config.
+        assert!(oauth("issuer = \"https://a\"\naudience = \"b\"\njwks = { file = \"j\" }\ntenant_claim = \"org\"\nrequired_scope = []").is_err());
+        // Plain HTTP: only for a loopback issuer and a loopback JWKS.
+        let plain = |issuer: &str, jwks: &str| {
+            oauth(&format!(
+                "issuer = {issuer:?}\naudience = \"https://mcp.example.com/mcp\"\njwks = {{ url = {jwks:?} }}\ntenant_claim = \"org\""
+            ))
+        };
+        assert!(plain("http://127.0.0.1:9000", "http://127.0.0.1:9000/jwks.json").is_ok());
+        assert!(plain("https://idp.example.com", "http://127.0.0.1:9000/jwks.json").is_err());
+        assert!(plain("http://idp.example.com", "https://idp.example.com/jwks.json").is_err());
+        assert!(plain("https://idp.example.com", "http://idp.example.com/jwks.json").is_err());
+    }
 
     #[test]
     fn limits_cascade_from_defaults_to_component_to_tool() {

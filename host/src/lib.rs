@@ -8,6 +8,7 @@
 //! - [`protocol`]: JSON-RPC framing and MCP message shapes; no I/O.
 //! - [`dispatch`]: one connection's requests: eras, concurrency, progress, cancellation.
 //! - [`runtime`]: engine, components, instances; the one owner of the stop sequence.
+//! - [`auth`]: a step of the HTTP transport: credentials in, the tenant they act for out.
 //! - [`config`], [`paths`]: what to serve and where things live.
 //! - [`reload`]: the config read again on SIGHUP or a file change, and `cordon check`.
 //! - [`telemetry`]: beside the path, observing it: the operator's log (one line per call),

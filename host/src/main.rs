@@ -73,7 +73,7 @@ enum Command {
         #[arg(long)]
         watch: bool,
         /// Over stdio, the `[[tenants]]` entry whose tools and quotas apply (required when
-        /// the config has tenants).
+        /// the config has tenants) [default: none: the config has no tenants].
         #[arg(long, value_name = "NAME", requires = "stdio")]
         tenant: Option<String>,
         /// Serve HTTP on an address beyond loopback although the config has no
@@ -84,6 +84,13 @@ enum Command {
         /// address, e.g. 127.0.0.1:9464 [default: none: no metrics listener].
         #[arg(long, value_name = "ADDRESS")]
         metrics: Option<std::net::SocketAddr>,
+        /// Serve HTTPS with this PEM certificate chain (leaf first); needs --tls-key
+        /// [default: none: plain HTTP, TLS terminated in front of the server].
+        #[arg(long, value_name = "PEM", requires = "tls_key", requires = "http")]
+        tls_cert: Option<PathBuf>,
+        /// The PEM private key of --tls-cert [default: none].
+        #[arg(long, value_name = "PEM", requires = "tls_cert")]
+        tls_key: Option<PathBuf>,
     },
     /// Validate a config and compile every component it names, without serving: exit 0
     /// with a one-line summary, or an error naming each component or key at fault.
@@ -149,10 +156,30 @@ fn main() -> ExitCode {
 
 async fn run(cli: Cli, log: &cordon::telemetry::LogHandle) -> Result<ExitCode> {
     match cli.command {
-        Command::Serve { stdio, http, allow_host, config, watch, metrics, tenant, allow_unauthenticated } => {
+        Command::Serve {
+            stdio,
+            http,
+            allow_host,
+            config,
+            watch,
+            metrics,
+            tenant,
+            allow_unauthenticated,
+            tls_cert,
+            tls_key,
+        } => {
             let transport = match (stdio, http) {
                 (true, _) => Transport::Stdio { tenant },
-                (false, Some(address)) => Transport::Http { address, allow_host, allow_unauthenticated },
+                (false, Some(address)) => {
+                    // Read before anything loads, so that a bad file is the first thing said.
+                    let tls = match (tls_cert, tls_key) {
+                        (Some(cert), Some(key)) => {
+                            Some(cordon::transport::tls::Tls::from_pem_files(&cert, &key)?)
+                        }
+                        _ => None,
+                    };
+                    Transport::Http { address, allow_host, allow_unauthenticated, tls }
+                }
                 (false, None) => anyhow::bail!("choose a transport: `--stdio` or `--http 127.0.0.1:8080`"),
             };
             tokio::spawn(log.dropped().report_every(std::time::Duration::from_secs(10)));
@@ -248,8 +275,15 @@ fn inspect(component: &std::path::Path, config: Option<&std::path::Path>) -> Res
 }
 
 enum Transport {
-    Stdio { tenant: Option<String> },
-    Http { address: std::net::SocketAddr, allow_host: Vec<String>, allow_unauthenticated: bool },
+    Stdio {
+        tenant: Option<String>,
+    },
+    Http {
+        address: std::net::SocketAddr,
+        allow_host: Vec<String>,
+        allow_unauthenticated: bool,
+        tls: Option<cordon::transport::tls::Tls>,
+    },
 }
 
 async fn serve(
@@ -260,7 +294,13 @@ async fn serve(
 ) -> Result<ExitCode> {
     let shutdown = telemetry.until_stopping(shutdown_signal()?);
     let hangup = cordon::reload::hangup_signal()?;
-    let plan = cordon::reload::read_plan(config.as_deref())?;
+    let mut plan = cordon::reload::read_plan(config.as_deref())?;
+    // The issuer's keys before the components, so that a bad JWKS file is said at once;
+    // stdio is the local user's and takes no tokens. A reload does not change them.
+    let oauth = match (&transport, plan.oauth.take()) {
+        (Transport::Http { .. }, Some(oauth)) => Some(cordon::auth::oauth::Validator::start(oauth).await?),
+        _ => None,
+    };
     match cordon::runtime::raise_open_file_limit() {
         Ok(limit) => tracing::debug!("the process may open {limit} files"),
         Err(error) => tracing::warn!("could not raise the open-file limit: {error}"),
@@ -275,11 +315,13 @@ async fn serve(
     // Who may call, decided before anything is loaded.
     let stdio_tenant = match &transport {
         Transport::Http { address, allow_unauthenticated, .. } => {
-            if tenants.is_empty() && !address.ip().is_loopback() && !allow_unauthenticated {
+            if tenants.is_empty() && oauth.is_none() && !address.ip().is_loopback() && !allow_unauthenticated
+            {
                 anyhow::bail!(
-                    "refusing to serve {address} without authentication: the config has no [[tenants]], so \
-                     anyone who reaches the address could call every tool; configure tenants with api_keys, \
-                     bind a loopback address, or pass --allow-unauthenticated"
+                    "refusing to serve {address} without authentication: the config has no [[tenants]] and \
+                     no [auth.oauth], so anyone who reaches the address could call every tool; configure \
+                     tenants with api_keys or [auth.oauth], bind a loopback address, or pass \
+                     --allow-unauthenticated"
                 );
             }
             None
@@ -326,8 +368,10 @@ async fn serve(
     telemetry.loaded(runtime, stats);
     // A call may also be in a schema check, which nothing interrupts (runtime/schema.rs).
     let drain = drain.max(cordon::runtime::SCHEMA_CHECK_BUDGET) + std::time::Duration::from_secs(1);
-    if let Transport::Http { address, allow_host, .. } = transport {
+    if let Transport::Http { address, allow_host, tls, .. } = transport {
         let mut settings = plan.http;
+        settings.tls = tls;
+        settings.oauth = oauth;
         settings.allowed_hosts.extend(allow_host.into_iter().map(|host| host.to_ascii_lowercase()));
         cordon::transport::http::bind_and_serve(server, address, settings, shutdown, drain)
             .await

@@ -7,14 +7,17 @@
 //! tenant on the command line. Dispatch receives the [`Tenant`] and never sees a header
 //! or a token; nothing below dispatch knows that tokens exist.
 //!
-//! Credentials are API keys ([`api_keys`]) today; an OAuth access token (a JWT whose
-//! `tenant_claim` names the tenant) yields the same [`Principal`].
+//! Credentials are API keys ([`api_keys`]) or OAuth 2.1 access tokens ([`oauth`]: JWTs
+//! checked against the issuer's keys, [`jwks`], whose `tenant_claim` names the tenant);
+//! both yield the same [`Principal`].
 //!
 //! A refusal is an [`AuthError`], answered 401 (or 403 for a missing scope) with a
 //! `WWW-Authenticate: Bearer` challenge pointing at the protected resource metadata
 //! (RFC 9728). No error, log line or metric ever holds a key or a token.
 
 pub mod api_keys;
+pub mod jwks;
+pub mod oauth;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

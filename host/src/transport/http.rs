@@ -55,6 +55,8 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 
+use super::tls::Tls;
+use crate::auth::oauth::{TokenError, Validator};
 use crate::auth::{self, AuthError, Tenant};
 use crate::dispatch::{
     Admission, Admitted, Charge, Connection, Outbox, RETRY_AFTER_SECONDS, RateCheck, Refusal, Server,
@@ -98,6 +100,11 @@ pub struct HttpSettings {
     pub linger_bytes: usize,
     /// What the listener holds open now, for the metrics (shared with whoever reads them).
     pub stats: Arc<HttpStats>,
+    /// `[auth.oauth]`: requests to the endpoint need a valid access token, and the
+    /// Protected Resource Metadata is served.
+    pub oauth: Option<Arc<Validator>>,
+    /// Serve HTTPS with this certificate (`--tls-cert`, `--tls-key`).
+    pub tls: Option<Tls>,
 }
 
 /// What an HTTP listener holds open right now: counted here, read by the metrics.
@@ -155,6 +162,8 @@ impl Default for HttpSettings {
             linger_timeout: Duration::from_secs(5),
             linger_bytes: 16 << 20,
             stats: Arc::default(),
+            oauth: None,
+            tls: None,
             allowed_hosts: ["localhost", "127.0.0.1", "[::1]", "::1"]
                 .iter()
                 .map(|host| host.to_string())
@@ -227,6 +236,121 @@ struct Shared {
     clients: Arc<Clients>,
     /// Turns true when shutdown begins: from then on requests are refused with 503.
     closing: tokio::sync::watch::Receiver<bool>,
+    protection: Option<Protection>,
+}
+
+/// The endpoint behind OAuth: the validator, and the metadata that points clients to the
+/// authorization server.
+struct Protection {
+    validator: Arc<Validator>,
+    /// Where the metadata is served: `/.well-known/oauth-protected-resource`, and that
+    /// followed by the resource's path (RFC 9728 §3.1) and by the endpoint's.
+    metadata_paths: Vec<String>,
+    metadata: Bytes,
+    /// `Bearer resource_metadata="<url>"`, as a 401 without a token carries it.
+    challenge: String,
+}
+
+/// The well-known path of Protected Resource Metadata (RFC 9728 §3).
+pub const RESOURCE_METADATA_PATH: &str = "/.well-known/oauth-protected-resource";
+
+impl Protection {
+    fn new(validator: Arc<Validator>, endpoint: &str) -> Self {
+        let oauth = validator.settings();
+        let (origin, resource_path) = match oauth.audience.parse::<hyper::Uri>() {
+            Ok(uri) if uri.scheme().is_some() && uri.authority().is_some() => (
+                format!("{}://{}", uri.scheme_str().unwrap_or("https"), uri.authority().expect("checked")),
+                uri.path().trim_end_matches('/').to_owned(),
+            ),
+            _ => (String::new(), String::new()),
+        };
+        let mut metadata_paths =
+            vec![RESOURCE_METADATA_PATH.to_owned(), format!("{RESOURCE_METADATA_PATH}{endpoint}")];
+        if !resource_path.is_empty() {
+            metadata_paths.push(format!("{RESOURCE_METADATA_PATH}{resource_path}"));
+        }
+        let metadata_url = format!("{origin}{RESOURCE_METADATA_PATH}{resource_path}");
+        let metadata = Bytes::from(oauth.resource_metadata().to_string());
+        Self {
+            validator,
+            metadata_paths,
+            metadata,
+            challenge: format!("Bearer resource_metadata=\"{metadata_url}\""),
+        }
+    }
+
+    /// The metadata document: GET only, no credentials needed.
+    fn metadata_answer(&self, method: &Method) -> HttpResponse {
+        if method != Method::GET {
+            let mut response = plain(StatusCode::METHOD_NOT_ALLOWED, "Method Not Allowed: use GET");
+            response.headers_mut().insert(header::ALLOW, HeaderValue::from_static("GET"));
+            return response;
+        }
+        let mut response = Response::new(ResponseBody::Full(Some(self.metadata.clone())));
+        response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        response
+    }
+
+    /// The tenant a request's bearer token names, or the 400, 401 or 403 refusing it.
+    #[allow(clippy::result_large_err)]
+    async fn authenticate(&self, uri: &hyper::Uri, headers: &HeaderMap) -> Result<String, HttpResponse> {
+        // A token in the URL ends up in logs and histories (MCP authorization: never).
+        if uri.query().is_some_and(|query| query.split('&').any(|pair| pair.starts_with("access_token="))) {
+            let challenge = format!("{}, error=\"invalid_request\"", self.challenge);
+            return Err(self.refusal(
+                StatusCode::BAD_REQUEST,
+                challenge,
+                "Bad Request: send the token in the Authorization header, never in the URL",
+            ));
+        }
+        let Some(token) = headers.get(header::AUTHORIZATION).and_then(bearer_token) else {
+            return Err(self.refusal(
+                StatusCode::UNAUTHORIZED,
+                self.challenge.clone(),
+                "Unauthorized: a bearer token is required",
+            ));
+        };
+        match self.validator.validate(token).await {
+            Ok(claims) => Ok(claims.tenant),
+            Err(TokenError::Invalid(reason)) => {
+                tracing::debug!("refused a token: {reason}");
+                let challenge =
+                    format!("Bearer error=\"invalid_token\", {}", &self.challenge["Bearer ".len()..]);
+                Err(self.refusal(
+                    StatusCode::UNAUTHORIZED,
+                    challenge,
+                    "Unauthorized: invalid or expired token",
+                ))
+            }
+            Err(TokenError::InsufficientScope { required }) => {
+                let challenge = format!(
+                    "Bearer error=\"insufficient_scope\", scope=\"{required}\", {}",
+                    &self.challenge["Bearer ".len()..]
+                );
+                Err(self.refusal(
+                    StatusCode::FORBIDDEN,
+                    challenge,
+                    "Forbidden: the token lacks a required scope",
+                ))
+            }
+        }
+    }
+
+    fn refusal(&self, status: StatusCode, challenge: String, text: &str) -> HttpResponse {
+        let mut response = plain(status, text);
+        if let Ok(value) = HeaderValue::from_str(&challenge) {
+            response.headers_mut().insert(header::WWW_AUTHENTICATE, value);
+        }
+        response
+    }
+}
+
+/// The token of an `Authorization: Bearer <token>` header (the scheme in any case).
+fn bearer_token(value: &HeaderValue) -> Option<&str> {
+    let value = value.to_str().ok()?;
+    let (scheme, token) = value.split_once(' ')?;
+    let token = token.trim_matches(' ');
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
 }
 
 /// Open connections by client address. An entry lives while its address has a connection
@@ -309,14 +433,16 @@ pub async fn serve(
     shutdown: impl std::future::Future<Output = ()>,
     drain: Duration,
 ) -> std::io::Result<()> {
+    let protection = settings.oauth.clone().map(|validator| Protection::new(validator, &settings.path));
     let (closing, closing_signal) = tokio::sync::watch::channel(false);
     let shared = Arc::new(Shared {
         server: server.clone(),
-        scheme: "http",
+        scheme: if settings.tls.is_some() { "https" } else { "http" },
         settings,
         sessions: Sessions::default(),
         clients: Arc::default(),
         closing: closing_signal.clone(),
+        protection,
     });
     let mut shutdown = std::pin::pin!(shutdown);
     let mut connections = tokio::task::JoinSet::new();
@@ -373,6 +499,7 @@ pub async fn serve(
                 _ = closing.wait_for(|closing| *closing) => return,
             };
             let half_open = HalfOpen(std::sync::Mutex::new(Some(permit)));
+            let tls = shared.settings.tls.clone();
             let unread_body = Arc::new(AtomicBool::new(false));
             let socket = Socket::new(stream, unread_body.clone(), &shared.settings);
             let service = hyper::service::service_fn(move |request| {
@@ -382,22 +509,20 @@ pub async fn serve(
                 async move { Ok::<_, Infallible>(handle(request, &shared, &unread_body).await) }
             });
             let _ticket = ticket; // counted against the address while open
-            let connection = hyper::server::conn::http1::Builder::new()
-                .keep_alive(true)
-                .timer(hyper_util::rt::TokioTimer::new())
-                .header_read_timeout(header_timeout)
-                .serve_connection(TokioIo::new(socket), service);
-            let mut connection = std::pin::pin!(connection);
-            let ended = tokio::select! {
-                ended = connection.as_mut() => ended,
-                () = async { let _ = closing.wait_for(|closing| *closing).await; } => {
-                    // Finish the answer in flight, then close.
-                    connection.as_mut().graceful_shutdown();
-                    connection.await
+            match tls {
+                None => serve_connection(socket, service, header_timeout, closing).await,
+                Some(tls) => {
+                    // The handshake is part of the head: the same deadline, under the same slot.
+                    let accepted = tokio::select! {
+                        accepted = tokio::time::timeout(header_timeout, tls.acceptor().accept(socket)) => accepted,
+                        _ = closing.wait_for(|closing| *closing) => return,
+                    };
+                    match accepted {
+                        Ok(Ok(stream)) => serve_connection(stream, service, header_timeout, closing).await,
+                        Ok(Err(error)) => tracing::debug!(%peer, "TLS handshake failed: {error}"),
+                        Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
+                    }
                 }
-            };
-            if let Err(error) = ended {
-                tracing::debug!("HTTP connection ended: {error}");
             }
         });
     }
@@ -419,6 +544,36 @@ pub async fn serve(
     Ok(())
 }
 
+/// Serve HTTP/1.1 on one connection (plain or TLS) until it ends or the server closes.
+async fn serve_connection<I, S>(
+    io: I,
+    service: S,
+    header_timeout: Duration,
+    mut closing: tokio::sync::watch::Receiver<bool>,
+) where
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    S: hyper::service::Service<Request<IncomingBody>, Response = HttpResponse, Error = Infallible>,
+    S::Future: Send + 'static,
+{
+    let connection = hyper::server::conn::http1::Builder::new()
+        .keep_alive(true)
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(header_timeout)
+        .serve_connection(TokioIo::new(io), service);
+    let mut connection = std::pin::pin!(connection);
+    let ended = tokio::select! {
+        ended = connection.as_mut() => ended,
+        () = async { let _ = closing.wait_for(|closing| *closing).await; } => {
+            // Finish the answer in flight, then close.
+            connection.as_mut().graceful_shutdown();
+            connection.await
+        }
+    };
+    if let Err(error) = ended {
+        tracing::debug!("HTTP connection ended: {error}");
+    }
+}
+
 /// Bind `address` and serve.
 pub async fn bind_and_serve(
     server: Arc<Server>,
@@ -428,7 +583,14 @@ pub async fn bind_and_serve(
     drain: Duration,
 ) -> std::io::Result<()> {
     let listener = TcpListener::bind(address).await?;
-    tracing::info!("serving MCP on http://{}{}", listener.local_addr()?, settings.path);
+    let scheme = if settings.tls.is_some() { "https" } else { "http" };
+    tracing::info!("serving MCP on {scheme}://{}{}", listener.local_addr()?, settings.path);
+    if settings.tls.is_none() && !address.ip().is_loopback() {
+        tracing::warn!(
+            "serving plain HTTP on {address}, beyond loopback: TLS is expected to be terminated in front of \
+             this server (or give --tls-cert and --tls-key)"
+        );
+    }
     serve(server, listener, settings, shutdown, drain).await
 }
 
@@ -476,11 +638,17 @@ async fn serve_request(
     if !host_allowed(headers.get(header::HOST), &settings.allowed_hosts) {
         return Err(plain(StatusCode::FORBIDDEN, "Forbidden: host not allowed"));
     }
+    let protection = shared.protection.as_ref();
+    if let Some(protection) = protection
+        && protection.metadata_paths.iter().any(|path| path == request.uri().path())
+    {
+        return Err(protection.metadata_answer(request.method()));
+    }
     if request.uri().path() != settings.path {
         return Err(plain(StatusCode::NOT_FOUND, "Not Found: the MCP endpoint is POST /mcp"));
     }
     // Who is asking, before anything else of the request is read.
-    let tenant = authenticate(shared, &request)?;
+    let tenant = authenticate(shared, &request).await?;
     let session_id = header_text(headers, "mcp-session-id");
     if request.method() == Method::DELETE
         && let Some(id) = &session_id
@@ -620,21 +788,40 @@ async fn serve_request(
 /// request is let in, as the one implicit tenant). A refusal is a 401 (or 403) with a
 /// `WWW-Authenticate` challenge naming the protected resource metadata.
 #[allow(clippy::result_large_err)]
-fn authenticate(
+async fn authenticate(
     shared: &Shared,
     request: &Request<IncomingBody>,
 ) -> Result<Option<Arc<Tenant>>, HttpResponse> {
     let tenants = shared.server.tenants();
+    let headers = request.headers();
+    if !tenants.is_empty() {
+        let authorization = headers.get(header::AUTHORIZATION).map(HeaderValue::as_bytes);
+        match tenants.authenticate(authorization, request.uri().query()) {
+            Ok(principal) => match tenants.of(&principal) {
+                Some(tenant) => return Ok(Some(tenant.clone())),
+                None => return Err(unauthorized(shared, headers, &AuthError::Invalid)),
+            },
+            // Not an API key: with OAuth configured it may be an access token.
+            Err(AuthError::Invalid | AuthError::Missing) if shared.protection.is_some() => {}
+            Err(error) => return Err(unauthorized(shared, headers, &error)),
+        }
+    }
+    let Some(protection) = &shared.protection else {
+        return Ok(None);
+    };
+    let claimed = protection.authenticate(request.uri(), headers).await?;
     if tenants.is_empty() {
+        // One implicit tenant: the token only lets the request in.
         return Ok(None);
     }
-    let headers = request.headers();
-    let authorization = headers.get(header::AUTHORIZATION).map(HeaderValue::as_bytes);
-    let principal = tenants.authenticate(authorization, request.uri().query());
-    match principal.map(|principal| tenants.of(&principal).cloned()) {
-        Ok(Some(tenant)) => Ok(Some(tenant)),
-        Ok(None) => Err(unauthorized(shared, headers, &AuthError::Invalid)),
-        Err(error) => Err(unauthorized(shared, headers, &error)),
+    match tenants.get(&claimed) {
+        Some(tenant) => Ok(Some(tenant.clone())),
+        // A valid token for a tenant this server does not know: authenticated, not allowed.
+        None => Err(protection.refusal(
+            StatusCode::FORBIDDEN,
+            format!("Bearer error=\"invalid_token\", {}", &protection.challenge["Bearer ".len()..]),
+            "Forbidden: the token's tenant is not served here",
+        )),
     }
 }
 

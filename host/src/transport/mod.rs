@@ -1,10 +1,11 @@
 //! Transports: how messages reach the protocol layer and how answers leave it.
 //!
 //! - [`stdio`]: newline-delimited JSON-RPC on stdin and stdout.
-//! - [`http`]: Streamable HTTP, `POST /mcp`, JSON or SSE answers.
+//! - [`http`]: Streamable HTTP, `POST /mcp`, JSON or SSE answers; over TLS with [`tls`].
 
 pub mod http;
 mod pipe;
 pub mod stdio;
+pub mod tls;
 
 pub use pipe::Pipe;

@@ -166,22 +166,24 @@ def serving(transport: str, config: Path, tmp_path: Path):
 
 
 @contextlib.contextmanager
-def http_server(config: Path):
-    """`cordon serve --http` on a free port: yields its URL and its pid."""
+def http_server(config: Path, args: tuple = ()):
+    """`cordon serve --http` on a free port (and `args`, e.g. --tls-cert): yields its URL
+    (https:// when it serves TLS) and its pid."""
     server = subprocess.Popen(
-        [str(CORDON), "serve", "--http", "127.0.0.1:0", "--config", str(config)],
+        [str(CORDON), "serve", "--http", "127.0.0.1:0", "--config", str(config), *args],
         stderr=subprocess.PIPE,
         env={**os.environ, "CORDON_LOG": "info"},
     )
     for line in server.stderr:
-        found = re.search(rb"http://127\.0\.0\.1:(\d+)/mcp", line)
+        found = re.search(rb"(https?)://127\.0\.0\.1:(\d+)/mcp", line)
         if found:
             break
     else:
         raise AssertionError("the HTTP server exited before listening")
     threading.Thread(target=lambda: [None for _ in server.stderr], daemon=True).start()
     try:
-        yield f"http://127.0.0.1:{found.group(1).decode()}/mcp", server.pid
+        scheme, port = found.group(1).decode(), found.group(2).decode()
+        yield f"{scheme}://127.0.0.1:{port}/mcp", server.pid
     finally:
         server.terminate()
         server.wait(10)
