@@ -23,7 +23,6 @@
 mod client;
 mod load;
 mod server;
-#[allow(dead_code)]
 #[path = "../support/mod.rs"]
 mod support;
 
