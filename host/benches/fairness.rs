@@ -21,8 +21,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use support::http::{echo_request_with, free_port, read_response, wait_for};
-use tokio::io::{AsyncWriteExt, BufReader};
+use support::http::{echo_request_with, exchange, free_port, wait_for};
 
 const ROUNDS: usize = 4;
 const SAMPLES_PER_ROUND: usize = 500;
@@ -50,18 +49,8 @@ async fn acme_samples(port: u16, samples: usize) -> Vec<Duration> {
     let mut connection = None;
     while latencies.len() < samples {
         let started = Instant::now();
-        if connection.is_none() {
-            let stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.unwrap();
-            stream.set_nodelay(true).unwrap();
-            connection = Some(BufReader::new(stream));
-        }
-        let stream = connection.as_mut().unwrap();
-        stream.get_mut().write_all(request.as_bytes()).await.unwrap();
-        let (body, keep_alive) = read_response(stream).await;
+        let body = exchange(&mut connection, port, &request).await;
         assert!(body.contains("hello"), "{body}");
-        if !keep_alive {
-            connection = None;
-        }
         latencies.push(started.elapsed());
     }
     latencies
@@ -69,7 +58,11 @@ async fn acme_samples(port: u16, samples: usize) -> Vec<Duration> {
 
 /// `flood`'s clients: each keeps one park call in flight until `stop`; returns how many
 /// calls were answered.
-fn start_flood(port: u16, stop: Arc<AtomicBool>, answered: Arc<AtomicUsize>) -> Vec<tokio::task::JoinHandle<()>> {
+fn start_flood(
+    port: u16,
+    stop: Arc<AtomicBool>,
+    answered: Arc<AtomicUsize>,
+) -> Vec<tokio::task::JoinHandle<()>> {
     let request = park_request(port);
     (0..FLOOD_CALLS)
         .map(|_| {
@@ -77,18 +70,9 @@ fn start_flood(port: u16, stop: Arc<AtomicBool>, answered: Arc<AtomicUsize>) -> 
             tokio::spawn(async move {
                 let mut connection = None;
                 while !stop.load(Ordering::Relaxed) {
-                    if connection.is_none() {
-                        let stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.unwrap();
-                        connection = Some(BufReader::new(stream));
-                    }
-                    let stream = connection.as_mut().unwrap();
-                    stream.get_mut().write_all(request.as_bytes()).await.unwrap();
-                    let (body, keep_alive) = read_response(stream).await;
+                    let body = exchange(&mut connection, port, &request).await;
                     assert!(body.contains("parked"), "{body}");
                     answered.fetch_add(1, Ordering::Relaxed);
-                    if !keep_alive {
-                        connection = None;
-                    }
                 }
             })
         })
@@ -155,7 +139,10 @@ fn main() {
     flooded.sort();
     let (idle50, idle99) = (percentile(&idle, 0.5), percentile(&idle, 0.99));
     let (flood50, flood99) = (percentile(&flooded, 0.5), percentile(&flooded, 0.99));
-    println!("acme echo, server idle            p50 {idle50:>10.2?}  p99 {idle99:>10.2?}  ({} calls)", idle.len());
+    println!(
+        "acme echo, server idle            p50 {idle50:>10.2?}  p99 {idle99:>10.2?}  ({} calls)",
+        idle.len()
+    );
     println!(
         "acme echo, flood's 200 in flight   p50 {flood50:>10.2?}  p99 {flood99:>10.2?}  ({} calls; flood answered {flood_answered})",
         flooded.len()

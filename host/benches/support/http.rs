@@ -47,18 +47,8 @@ pub async fn load_with(port: u16, duration: Duration, headers: &str) -> Vec<Dura
             let mut connection = None;
             while Instant::now() < deadline {
                 let started = Instant::now();
-                if connection.is_none() {
-                    let stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.unwrap();
-                    stream.set_nodelay(true).unwrap();
-                    connection = Some(BufReader::new(stream));
-                }
-                let stream = connection.as_mut().unwrap();
-                stream.get_mut().write_all(request.as_bytes()).await.unwrap();
-                let (body, keep_alive) = read_response(stream).await;
+                let body = exchange(&mut connection, port, &request).await;
                 assert!(body.contains("hello"), "{body}");
-                if !keep_alive {
-                    connection = None;
-                }
                 latencies.push(started.elapsed());
             }
             latencies
@@ -69,6 +59,27 @@ pub async fn load_with(port: u16, duration: Duration, headers: &str) -> Vec<Dura
         latencies.extend(worker.await.unwrap());
     }
     latencies
+}
+
+/// Send `request` on `connection` (connecting first when there is none, to `port`) and
+/// read its answer's body; a connection the server closes is dropped.
+pub async fn exchange(
+    connection: &mut Option<BufReader<tokio::net::TcpStream>>,
+    port: u16,
+    request: &str,
+) -> String {
+    if connection.is_none() {
+        let stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+        stream.set_nodelay(true).unwrap();
+        *connection = Some(BufReader::new(stream));
+    }
+    let stream = connection.as_mut().unwrap();
+    stream.get_mut().write_all(request.as_bytes()).await.unwrap();
+    let (body, keep_alive) = read_response(stream).await;
+    if !keep_alive {
+        *connection = None;
+    }
+    body
 }
 
 /// Read one HTTP/1.1 response (a `Content-Length` or chunked body); returns the body and

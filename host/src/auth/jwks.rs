@@ -136,7 +136,7 @@ async fn fetch(uri: &http::Uri) -> Result<Vec<u8>, String> {
     let response = if https {
         let name = rustls::pki_types::ServerName::try_from(bare_host.to_owned())
             .map_err(|error| error.to_string())?;
-        let tls = tokio_rustls::TlsConnector::from(tls_config())
+        let tls = tokio_rustls::TlsConnector::from(crate::runtime::web_tls_client_config())
             .connect(name, tcp)
             .await
             .map_err(|error| error.to_string())?;
@@ -167,23 +167,6 @@ where
         let _ = connection.await;
     });
     sender.send_request(request).await.map_err(|error| error.to_string())
-}
-
-/// rustls with ring (the host's one crypto stack) and the web's roots.
-fn tls_config() -> Arc<rustls::ClientConfig> {
-    static CONFIG: std::sync::OnceLock<Arc<rustls::ClientConfig>> = std::sync::OnceLock::new();
-    CONFIG
-        .get_or_init(|| {
-            let roots = rustls::RootCertStore { roots: webpki_roots::TLS_SERVER_ROOTS.into() };
-            let provider = Arc::new(rustls::crypto::ring::default_provider());
-            let config = rustls::ClientConfig::builder_with_provider(provider)
-                .with_safe_default_protocol_versions()
-                .expect("ring supports the default versions")
-                .with_root_certificates(roots)
-                .with_no_client_auth();
-            Arc::new(config)
-        })
-        .clone()
 }
 
 /// One verification key.

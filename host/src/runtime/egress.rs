@@ -708,7 +708,8 @@ impl<T: AsyncRead + AsyncWrite + Send + Sync + Unpin + 'static> Stream for T {}
 
 /// The client configuration for `https`: the web PKI roots bundled with the server (the
 /// host's own store is not consulted, so what a guest may trust does not depend on it).
-fn tls_config() -> Arc<rustls::ClientConfig> {
+/// The JWKS fetch (`auth::jwks`) trusts the same roots.
+pub(crate) fn tls_config() -> Arc<rustls::ClientConfig> {
     static CONFIG: OnceLock<Arc<rustls::ClientConfig>> = OnceLock::new();
     CONFIG
         .get_or_init(|| {

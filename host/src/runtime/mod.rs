@@ -59,6 +59,7 @@ pub use component::{
     ParamKind, ToolSpec, grant_warnings,
 };
 pub use control::{MAX_PROGRESS_MESSAGE, Progress};
+pub(crate) use egress::tls_config as web_tls_client_config;
 pub use egress::{GrantError, HttpGrants};
 pub use engine::{CompileCache, EngineSettings};
 pub use events::{

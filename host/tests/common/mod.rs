@@ -306,13 +306,23 @@ pub const CLEANUP_CHECKS_NOTE: &str = "(if (i32.ne (local.get 9) (i32.const 1)) 
     (if (i32.ne (local.get 11) (i32.const 4)) (then unreachable))
     (if (i32.ne (i32.load (local.get 10)) (i32.load (i32.const 2010))) (then unreachable))";
 
-/// The operator's log, captured.
-#[derive(Clone, Default)]
-struct LogBuffer(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+std::thread_local! {
+    /// The log of the [`capture_log`] running on this thread, if any.
+    static CAPTURED: std::cell::RefCell<Option<std::sync::Arc<std::sync::Mutex<Vec<u8>>>>> =
+        const { std::cell::RefCell::new(None) };
+}
 
-impl std::io::Write for LogBuffer {
+/// The global subscriber's writer: into the capture of the thread the event happens on,
+/// or nowhere.
+struct ThreadCapture;
+
+impl std::io::Write for ThreadCapture {
     fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(bytes);
+        CAPTURED.with(|captured| {
+            if let Some(log) = &*captured.borrow() {
+                log.lock().unwrap().extend_from_slice(bytes);
+            }
+        });
         Ok(bytes.len())
     }
 
@@ -322,18 +332,23 @@ impl std::io::Write for LogBuffer {
 }
 
 /// Run `body` and return what it logged. It runs on a current-thread tokio runtime, so
-/// that guest code, and the events it causes, stay on this thread, where the subscriber
-/// is installed.
+/// that guest code, and the events it causes, stay on this thread.
+///
+/// One global subscriber (installed at the first capture) writes each event into the
+/// capture of the thread it happens on. A subscriber scoped to this thread instead lost
+/// events now and then: tests running on other threads, with no subscriber, left
+/// callsites' interest cached as "never".
 pub fn capture_log<F: std::future::Future<Output = ()>>(body: impl FnOnce() -> F) -> String {
-    let log = LogBuffer::default();
-    let writer = log.clone();
-    let subscriber = tracing_subscriber::fmt().with_writer(move || writer.clone()).with_ansi(false).finish();
-    tracing::subscriber::with_default(subscriber, || {
-        // Another test's thread may have met a callsite first, with no subscriber, and
-        // cached that nobody wants it: ask every callsite again, now that this one exists.
-        tracing::callsite::rebuild_interest_cache();
-        let tokio = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-        tokio.block_on(body());
+    static INSTALLED: std::sync::Once = std::sync::Once::new();
+    INSTALLED.call_once(|| {
+        let subscriber = tracing_subscriber::fmt().with_writer(|| ThreadCapture).with_ansi(false).finish();
+        tracing::subscriber::set_global_default(subscriber).expect("no other global subscriber in tests");
     });
-    String::from_utf8_lossy(&log.0.lock().unwrap()).into_owned()
+    let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    CAPTURED.with(|captured| *captured.borrow_mut() = Some(log.clone()));
+    let tokio = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    tokio.block_on(body());
+    drop(tokio);
+    CAPTURED.with(|captured| *captured.borrow_mut() = None);
+    String::from_utf8_lossy(&log.lock().unwrap()).into_owned()
 }
