@@ -11,7 +11,7 @@ use std::process::Child;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::wire::{Schema, examples_config, meta, spawn_http_server};
+use common::wire::{Answer, Schema, examples_config, meta, parse_answer, spawn_http_server};
 use serde_json::{Value, json};
 
 struct Server {
@@ -71,15 +71,6 @@ impl Drop for Server {
     }
 }
 
-/// What came back: status, headers (lower-case names), and the JSON-RPC messages (one for
-/// JSON, each `data:` event for SSE), each already checked against the schema.
-struct Answer {
-    status: u16,
-    headers: Vec<(String, String)>,
-    body: String,
-    messages: Vec<Value>,
-}
-
 impl Answer {
     fn header(&self, name: &str) -> Option<&str> {
         self.headers.iter().find(|(key, _)| key == name).map(|(_, value)| value.as_str())
@@ -124,49 +115,6 @@ fn read_answer(stream: TcpStream, schema: &Schema) -> Answer {
     let mut raw = Vec::new();
     BufReader::new(stream).read_to_end(&mut raw).unwrap();
     parse_answer(&String::from_utf8(raw).unwrap(), schema)
-}
-
-/// Parse a whole HTTP response: a JSON body or SSE events (chunked or not).
-fn parse_answer(text: &str, schema: &Schema) -> Answer {
-    let (head, body) = text.split_once("\r\n\r\n").expect("a complete HTTP response");
-    let mut lines = head.lines();
-    let status = lines.next().unwrap().split(' ').nth(1).unwrap().parse().unwrap();
-    let headers: Vec<(String, String)> = lines
-        .filter_map(|line| line.split_once(':'))
-        .map(|(key, value)| (key.trim().to_ascii_lowercase(), value.trim().to_owned()))
-        .collect();
-    let chunked = headers.iter().any(|(key, value)| key == "transfer-encoding" && value == "chunked");
-    let body = if chunked { dechunk(body) } else { body.to_owned() };
-    let is_sse = headers.iter().any(|(key, value)| key == "content-type" && value == "text/event-stream");
-    let messages: Vec<Value> = if is_sse {
-        body.lines()
-            .filter_map(|line| line.strip_prefix("data: "))
-            .map(|data| serde_json::from_str(data).unwrap())
-            .collect()
-    } else if headers.iter().any(|(key, value)| key == "content-type" && value == "application/json") {
-        let message: Value = serde_json::from_str(&body).unwrap();
-        if message.get("jsonrpc").is_some() { vec![message] } else { Vec::new() }
-    } else {
-        Vec::new()
-    };
-    for message in &messages {
-        schema
-            .check_sent(message, Some("tools/call").filter(|_| message.pointer("/result/content").is_some()));
-    }
-    Answer { status, headers, body, messages }
-}
-
-fn dechunk(mut body: &str) -> String {
-    let mut out = String::new();
-    while let Some((size, rest)) = body.split_once("\r\n") {
-        let size = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
-        if size == 0 {
-            break;
-        }
-        out.push_str(&rest[..size]);
-        body = rest[size..].trim_start_matches("\r\n");
-    }
-    out
 }
 
 #[test]

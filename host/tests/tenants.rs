@@ -16,7 +16,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::wire::{Schema, meta};
+use common::wire::{Answer, Schema, meta, parse_answer};
 use serde_json::{Value, json};
 
 const ACME_KEY: &str = "acme-key-7f3a9c1e5b2d4f60";
@@ -166,13 +166,6 @@ impl Drop for Server {
     }
 }
 
-struct Answer {
-    status: u16,
-    headers: Vec<(String, String)>,
-    messages: Vec<Value>,
-    body: String,
-}
-
 impl Answer {
     fn header(&self, name: &str) -> Option<&str> {
         self.headers.iter().find(|(key, _)| key == name).map(|(_, value)| value.as_str())
@@ -222,45 +215,7 @@ fn read_answer(stream: TcpStream, schema: &Schema) -> Answer {
     stream.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
     let mut raw = Vec::new();
     BufReader::new(stream).read_to_end(&mut raw).unwrap();
-    let text = String::from_utf8(raw).unwrap();
-    let (head, body) = text.split_once("\r\n\r\n").expect("a complete HTTP response");
-    let mut lines = head.lines();
-    let status = lines.next().unwrap().split(' ').nth(1).unwrap().parse().unwrap();
-    let headers: Vec<(String, String)> = lines
-        .filter_map(|line| line.split_once(':'))
-        .map(|(key, value)| (key.trim().to_ascii_lowercase(), value.trim().to_owned()))
-        .collect();
-    let is = |name: &str, value: &str| headers.iter().any(|(key, v)| key == name && v == value);
-    let body = if is("transfer-encoding", "chunked") { dechunk(body) } else { body.to_owned() };
-    let messages: Vec<Value> = if is("content-type", "text/event-stream") {
-        body.lines()
-            .filter_map(|line| line.strip_prefix("data: "))
-            .map(|data| serde_json::from_str(data).unwrap())
-            .collect()
-    } else if is("content-type", "application/json") {
-        let message: Value = serde_json::from_str(&body).unwrap();
-        if message.get("jsonrpc").is_some() { vec![message] } else { Vec::new() }
-    } else {
-        Vec::new()
-    };
-    for message in &messages {
-        schema
-            .check_sent(message, Some("tools/call").filter(|_| message.pointer("/result/content").is_some()));
-    }
-    Answer { status, headers, messages, body }
-}
-
-fn dechunk(mut body: &str) -> String {
-    let mut out = String::new();
-    while let Some((size, rest)) = body.split_once("\r\n") {
-        let size = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
-        if size == 0 {
-            break;
-        }
-        out.push_str(&rest[..size]);
-        body = rest[size..].trim_start_matches("\r\n");
-    }
-    out
+    parse_answer(&String::from_utf8(raw).unwrap(), schema)
 }
 
 fn names(answer: &Answer) -> Vec<String> {

@@ -123,3 +123,56 @@ pub fn spawn_http_server(binary: &std::ffi::OsStr, config: &std::path::Path) -> 
     std::thread::spawn(move || for _ in stderr.lines() {});
     (child, port)
 }
+
+/// What came back over HTTP: status, headers (lower-case names), the body, and the
+/// JSON-RPC messages in it (one for JSON, each `data:` event for SSE), each already checked
+/// against the schema.
+pub struct Answer {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: String,
+    pub messages: Vec<Value>,
+}
+
+/// Parse a whole HTTP response: a JSON body or SSE events (chunked or not).
+pub fn parse_answer(text: &str, schema: &Schema) -> Answer {
+    let (head, body) = text.split_once("\r\n\r\n").expect("a complete HTTP response");
+    let mut lines = head.lines();
+    let status = lines.next().unwrap().split(' ').nth(1).unwrap().parse().unwrap();
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|line| line.split_once(':'))
+        .map(|(key, value)| (key.trim().to_ascii_lowercase(), value.trim().to_owned()))
+        .collect();
+    let chunked = headers.iter().any(|(key, value)| key == "transfer-encoding" && value == "chunked");
+    let body = if chunked { dechunk(body) } else { body.to_owned() };
+    let is_sse = headers.iter().any(|(key, value)| key == "content-type" && value == "text/event-stream");
+    let messages: Vec<Value> = if is_sse {
+        body.lines()
+            .filter_map(|line| line.strip_prefix("data: "))
+            .map(|data| serde_json::from_str(data).unwrap())
+            .collect()
+    } else if headers.iter().any(|(key, value)| key == "content-type" && value == "application/json") {
+        let message: Value = serde_json::from_str(&body).unwrap();
+        if message.get("jsonrpc").is_some() { vec![message] } else { Vec::new() }
+    } else {
+        Vec::new()
+    };
+    for message in &messages {
+        schema
+            .check_sent(message, Some("tools/call").filter(|_| message.pointer("/result/content").is_some()));
+    }
+    Answer { status, headers, body, messages }
+}
+
+pub fn dechunk(mut body: &str) -> String {
+    let mut out = String::new();
+    while let Some((size, rest)) = body.split_once("\r\n") {
+        let size = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
+        if size == 0 {
+            break;
+        }
+        out.push_str(&rest[..size]);
+        body = rest[size..].trim_start_matches("\r\n");
+    }
+    out
+}
