@@ -503,7 +503,12 @@ impl Connection {
                 // Anything else (e.g. notifications/initialized) needs no action.
             }
             Incoming::Request { id, method, params } => {
+                let legacy = !mcp::has_envelope(params.as_ref()) && self.legacy.load(Ordering::Relaxed);
                 match self.route(&id, &method, params, tools, out, charge) {
+                    // `initialize` makes the connection legacy: its answer is one too.
+                    Reply::Result(result) if legacy || method == "initialize" => {
+                        out.send(jsonrpc::success(&id, mcp::legacy_result(result))).await
+                    }
                     Reply::Result(result) => out.send(jsonrpc::success(&id, result)).await,
                     Reply::Error(error) => out.send(jsonrpc::failure(Some(&id), &error)).await,
                     Reply::Later => {}
@@ -597,6 +602,7 @@ impl Connection {
         out: Outbox,
         charge: Charge,
     ) -> Reply {
+        let legacy = !mcp::has_envelope(params.as_ref()) && self.legacy.load(Ordering::Relaxed);
         let mut params = params.unwrap_or_default();
         let Some(name) = params.get("name").and_then(Value::as_str).map(str::to_owned) else {
             self.refused(id, None, RefusalReason::InvalidArguments);
@@ -641,7 +647,7 @@ impl Connection {
             let cancelled =
                 connection.in_flight.lock().unwrap().remove(&id).is_some_and(|entry| entry.cancelled);
             if let Some(answer) = answer.filter(|_| !cancelled) {
-                out.send(answer).await;
+                out.send(if legacy { mcp::legacy_answer(answer) } else { answer }).await;
             }
             drop((charge, arguments));
             if let Some(teardown) = teardown {
