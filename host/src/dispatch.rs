@@ -932,7 +932,7 @@ const MAX_TAGGED_ID: usize = 128;
 /// Who asks for the call answering request `id`: the id as JSON text (escaped, so it is
 /// one line whatever the client sent), cut to [`MAX_TAGGED_ID`] bytes.
 fn call_tags(id: &RequestId) -> CallTags {
-    let mut text = id.to_json().to_string();
+    let mut text = serde_json::to_string(&id.to_json()).expect("a Value always serializes");
     text.truncate(text.floor_char_boundary(MAX_TAGGED_ID));
     CallTags { request_id: Some(text), ..CallTags::default() }
 }

@@ -739,7 +739,8 @@ impl Runtime {
             limits: component.options.limits_for(tool).clone(),
             tool: schemas.name.clone(),
             component,
-            arguments: arguments.to_string(),
+            // Not `to_string`: `Display` goes through `fmt`, a call per token.
+            arguments: serde_json::to_string(arguments).expect("a Value always serializes"),
             shutdown: self.shutdown.subscribe(),
             permit: (permit, fair_permit),
             files,
