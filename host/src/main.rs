@@ -145,7 +145,13 @@ fn main() -> ExitCode {
                 return ExitCode::FAILURE;
             }
         };
-    let runtime = tokio::runtime::Runtime::new().expect("starting the tokio runtime");
+    // The threads that read and write the transports preempt busy ones as soon as they
+    // wake (`shorten_thread_slice`); calls that wait run on threads of their own.
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .on_thread_start(cordon::runtime::engine::shorten_thread_slice)
+        .build()
+        .expect("starting the tokio runtime");
     let code = runtime.block_on(run(cli, &log));
     log.finish(); // the log before the error
     code.unwrap_or_else(|error| {

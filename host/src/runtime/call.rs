@@ -220,7 +220,8 @@ pub struct Call {
     pub(crate) engine: Engine,
     pub(crate) ticker: Arc<super::engine::Ticker>,
     pub(crate) component: Arc<LoadedComponent>,
-    pub(crate) tool: String,
+    /// The loaded tool's own name (`ToolSchemas::name`).
+    pub(crate) tool: Arc<str>,
     pub(crate) limits: ToolLimits,
     pub(crate) arguments: String,
     pub(crate) control: Arc<CallControl>,
@@ -279,7 +280,7 @@ impl Call {
         let report = CallReport {
             call_id: self.id,
             hard_stop_at: self.control.hard_stop_at(),
-            tool: self.tool,
+            tool: self.tool.to_string(),
             outcome,
             hard_stopped,
             stopped_at,
@@ -315,7 +316,7 @@ impl Call {
             tags: self.tags.clone(),
             call_id: Some(self.id),
             component: Some(self.component.name.clone()),
-            tool: Some(Arc::from(self.tool.as_str())),
+            tool: Some(self.tool.clone()),
             outcome: outcome.kind(),
             refusal: None,
             stop_path: Some(stop_path),
@@ -532,7 +533,7 @@ impl Call {
                 return Outcome::InvalidResult(format!("structured output is not JSON: {error}"));
             }
         };
-        if let Some(schema) = &self.component.schemas[&self.tool].output {
+        if let Some(schema) = &self.component.schemas[&*self.tool].output {
             match &structured {
                 None if !result.is_error => {
                     return Outcome::InvalidResult(
@@ -570,7 +571,7 @@ impl Call {
         let why = reason_name(&reason);
         let context = CleanupContext {
             call_id: self.id.to_string(),
-            tool: self.tool.clone(),
+            tool: self.tool.to_string(),
             arguments: self.arguments.clone(),
             reason,
             note: self.control.take_note(),

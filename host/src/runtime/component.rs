@@ -234,8 +234,11 @@ pub(crate) struct LoadedComponent {
     pub(crate) growth_hinted: AtomicBool,
 }
 
-/// A tool's schemas, compiled once at load.
+/// A tool's schemas, compiled once at load, and its name as every call's event carries it.
 pub(crate) struct ToolSchemas {
+    /// One allocation per loaded tool: observers may tell tools apart by its identity
+    /// (the metrics keep each tool's series by it, `telemetry/metrics.rs`).
+    pub(crate) name: Arc<str>,
     pub(crate) input: Schema,
     pub(crate) output: Option<Schema>,
 }
@@ -250,7 +253,7 @@ impl ToolSchemas {
             .map(Schema::compile)
             .transpose()
             .map_err(|error| format!("output schema is not a valid JSON Schema: {error}"))?;
-        Ok(Self { input, output })
+        Ok(Self { name: Arc::from(spec.name.as_str()), input, output })
     }
 }
 

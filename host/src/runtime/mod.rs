@@ -102,7 +102,8 @@ impl Default for RuntimeSettings {
 
 /// The component's and the tool's names, for a tool of `tools` only.
 fn known_tool(tools: &ToolSet, view: Option<&TenantView>, tool: &str) -> Option<(Arc<str>, Arc<str>)> {
-    Some((tools.component_for(view, tool)?.name.clone(), Arc::from(tool)))
+    let component = tools.component_for(view, tool)?;
+    Some((component.name.clone(), component.schemas.get(tool)?.name.clone()))
 }
 
 /// One component's part in a reload.
@@ -694,7 +695,8 @@ impl Runtime {
         if !arguments.is_object() {
             return Err(CallError::ArgumentsNotObject);
         }
-        match component.schemas[tool].input.check(arguments).await {
+        let schemas = &component.schemas[tool];
+        match schemas.input.check(arguments).await {
             schema::Check::Valid => {}
             schema::Check::Invalid(problems) => {
                 return Err(CallError::InvalidArguments { tool: tool.to_owned(), problems });
@@ -735,9 +737,10 @@ impl Runtime {
             ticker: self.ticker.clone(),
             control: CallControl::new(component.options.limits_for(tool)),
             limits: component.options.limits_for(tool).clone(),
+            tool: schemas.name.clone(),
             component,
-            tool: tool.to_owned(),
-            arguments: arguments.to_string(),
+            // Not `to_string`: `Display` goes through `fmt`, a call per token.
+            arguments: serde_json::to_string(arguments).expect("a Value always serializes"),
             shutdown: self.shutdown.subscribe(),
             permit: (permit, fair_permit),
             files,
