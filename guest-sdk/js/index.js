@@ -242,7 +242,7 @@ export function plugin({ tools, cleanup = () => {} } = {}) {
 
     async cleanup(context) {
       const reason = context.reason.tag;
-      await cleanup({
+      const handler = async () => cleanup({
         callId: context.callId,
         tool: context.tool,
         arguments: parseOrNull(context.arguments),
@@ -251,6 +251,13 @@ export function plugin({ tools, cleanup = () => {} } = {}) {
         note: context.note,
         noteText: context.note === undefined ? undefined : new TextDecoder().decode(context.note),
       });
+      try {
+        await handler();
+      } catch (error) {
+        // The operator's log says why; rethrown, the host reports the cleanup as failed.
+        host.log("error", `cleanup after ${context.tool} failed: ${messageOf(error)}`);
+        throw error;
+      }
     },
   };
 }
