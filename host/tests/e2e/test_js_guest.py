@@ -15,9 +15,10 @@ from test_python_client import cpu_seconds
 pytestmark = pytest.mark.anyio
 
 JS_TOOLS = REPO / "target" / "guests" / "example-js.wasm"
-# Compiled code shared by both transports and later runs: the component holds a JavaScript
-# engine, and compiling it takes seconds.
-CACHE = REPO / "target" / "e2e-js-cache"
+# Compiled code shared by both transports, later runs and tests/js_guest.rs (cargo's
+# CARGO_TARGET_TMPDIR is target/tmp): the component holds a JavaScript engine, and
+# compiling it takes seconds.
+CACHE = REPO / "target" / "tmp" / "js-guest-cache"
 
 
 @pytest.fixture(params=["stdio", "http"])
