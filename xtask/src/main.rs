@@ -14,7 +14,9 @@
 //! - `cargo xtask fuzz [SECONDS]`: build the fuzz targets in `fuzz/` once, then run each
 //!   for SECONDS (60 by default) from its seed corpus; fails on any crash.
 //!
-//! Two routes, tried in order:
+//! JavaScript guests (`examples/js/`) build with componentize-js through npm: see `js.rs`.
+//!
+//! Two routes for the Rust guests, tried in order:
 //! 1. rustup's `wasm32-wasip2` target, when installed: a plain `cargo build`.
 //! 2. Debian's `rustc-web` (1.96, with `rust-web-src`), `lld-22` and `wasi-libc`: std is
 //!    rebuilt with `-Zbuild-std`, and rustup's bundled `wasm-component-ld` links the
@@ -30,6 +32,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{Context, Result, bail};
+
+mod js;
 
 const TARGET: &str = "wasm32-wasip2";
 /// Guest workspaces, relative to the repository root.
@@ -126,6 +130,7 @@ fn build_guests() -> Result<()> {
             built.push(dest);
         }
     }
+    built.extend(js::build_guests(&root, &out_dir)?);
     for path in &built {
         println!("{}", path.display());
     }
