@@ -265,3 +265,11 @@ def test_outside_a_test_host_calls_print_and_are_never_cancelled(capsys):
     cordon_guest.log("info", "hello")
     assert cordon_guest.cancelled() is False and time_left() is None
     assert capsys.readouterr().err == "progress 1/2: half\nINFO hello\n"
+
+
+def test_the_shipped_wit_is_the_repository_s():
+    from pathlib import Path
+
+    shipped = Path(cordon_guest.__file__).parent / "wit" / "cordon.wit"
+    repository = Path(__file__).resolve().parents[3] / "wit" / "cordon.wit"
+    assert shipped.read_text() == repository.read_text(), "copy wit/cordon.wit into the package"
