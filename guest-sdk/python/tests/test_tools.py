@@ -122,7 +122,12 @@ def test_other_returns_become_text_json_or_nothing():
 
 @pytest.mark.parametrize(
     "name, problem",
-    [("", "must be 1-128 characters"), ("has space", "must be 1-128"), ("x" * 129, "must be 1-128")],
+    [
+        ("", "must be 1-128 characters"),
+        ("has space", "must be 1-128"),
+        ("x" * 129, "must be 1-128"),
+        ("trailing\n", "must be 1-128"),
+    ],
 )
 def test_names_the_host_would_refuse_fail_at_definition(name, problem):
     with pytest.raises(SchemaError, match=problem):
@@ -151,6 +156,19 @@ def test_a_second_tool_of_the_same_name_or_a_missing_description_is_refused():
         @tool
         def undocumented() -> str:
             return ""
+
+
+def test_a_schema_over_the_host_s_limit_fails_at_definition():
+    from typing import Literal
+
+    Huge = Literal[tuple(f"choice-{i:05}" for i in range(5000))]
+
+    with pytest.raises(SchemaError, match="input schema is over the host's 64 KiB"):
+
+        @tool
+        def pick(choice: Huge) -> str:  # type: ignore[valid-type]
+            """Picks."""
+            return choice
 
 
 def test_a_python_exception_is_the_call_s_error_text_and_its_traceback_is_logged():
@@ -273,3 +291,13 @@ def test_the_shipped_wit_is_the_repository_s():
     shipped = Path(cordon_guest.__file__).parent / "wit" / "cordon.wit"
     repository = Path(__file__).resolve().parents[3] / "wit" / "cordon.wit"
     assert shipped.read_text() == repository.read_text(), "copy wit/cordon.wit into the package"
+
+
+def test_running_out_of_memory_says_which_limit():
+    @tool
+    def hungry() -> str:
+        """Allocates past the limit (as a component does when the host refuses to grow)."""
+        raise MemoryError()
+
+    with TestHost() as host, pytest.raises(ToolError, match=r"^MemoryError: out of memory \(the call reached its memory limit, `memory_mb`"):
+        host.call("hungry")

@@ -61,6 +61,7 @@ import json
 import logging
 import re
 import traceback
+import typing
 from typing import Any, Callable, Optional, TypeVar, Union, overload
 
 from . import _host
@@ -292,7 +293,9 @@ STOP_REASONS = ("cancelled", "idle-timeout", "max-duration", "trapped", "out-of-
 
 # The registry: filled when the module that defines the tools is imported (at build time).
 
-_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
+_NAME = re.compile(r"[A-Za-z0-9_.-]{1,128}")
+# The host refuses larger schemas (MAX_SCHEMA_BYTES in host/src/runtime/component.rs).
+_MAX_SCHEMA_BYTES = 64 << 10
 F = TypeVar("F", bound=Callable[..., Any])
 
 
@@ -364,7 +367,7 @@ def tool(
 
     def register(function: F) -> F:
         tool_name = function.__name__ if name is None else name
-        if not _NAME.match(tool_name):
+        if not _NAME.fullmatch(tool_name):
             raise SchemaError(f"tool name {tool_name!r} must be 1-128 characters of A-Z a-z 0-9 _ - .")
         if tool_name in _tools:
             raise SchemaError(f"two tools are named {tool_name!r}")
@@ -376,11 +379,15 @@ def tool(
         output_schema = None
         if is_object_type(return_hint) and return_hint not in _RESULT_TYPES:
             output_schema = json.dumps(type_schema(return_hint, f"tool {tool_name}, return type"))
+        encoded_input = json.dumps(input_schema)
+        for which, schema in (("input", encoded_input), ("output", output_schema)):
+            if schema is not None and len(schema.encode()) > _MAX_SCHEMA_BYTES:
+                raise SchemaError(f"tool {tool_name}: its {which} schema is over the host's 64 KiB")
         _tools[tool_name] = _ToolSpec(
             name=tool_name,
             title=title,
             description=text,
-            input_schema=json.dumps(input_schema),
+            input_schema=encoded_input,
             output_schema=output_schema,
             annotations={
                 "read_only": read_only,
@@ -416,8 +423,6 @@ def cleanup(function: Callable[[CleanupContext], None]) -> Callable[[CleanupCont
 
 
 def _return_hint(function: Callable[..., Any]) -> Any:
-    import typing
-
     try:
         return typing.get_type_hints(function, include_extras=True).get("return")
     except Exception:
