@@ -24,7 +24,8 @@ use cordon::runtime::{ComponentOptions, EngineSettings, Outcome, Runtime, ToolLi
 use serde_json::json;
 
 /// (language, component in `target/guests/`).
-const LANGUAGES: &[(&str, &str)] = &[("Rust", "example-tools.wasm"), ("JavaScript", "example-js.wasm")];
+const LANGUAGES: &[(&str, &str)] =
+    &[("Rust", "example-tools.wasm"), ("Python", "example-python.wasm"), ("JavaScript", "example-js.wasm")];
 const CALLS: usize = 2_000;
 const WARMUP: usize = 100;
 const INSTANCES: usize = 200;

@@ -25,6 +25,9 @@
 //!
 //! Guests build in `target/guest-build/`, apart from the host, so an incremental guest
 //! build takes about a second and never invalidates the host's build.
+//!
+//! Python guests (`examples/python`) are built with componentize-py from PyPI, in a
+//! virtualenv under `target/` (python.rs).
 
 use std::env;
 use std::fs;
@@ -34,6 +37,7 @@ use std::process::Command;
 use anyhow::{Context, Result, bail};
 
 mod js;
+mod python;
 
 const TARGET: &str = "wasm32-wasip2";
 /// Guest workspaces, relative to the repository root.
@@ -130,6 +134,7 @@ fn build_guests() -> Result<()> {
             built.push(dest);
         }
     }
+    built.extend(python::build_guests(&root, &out_dir)?);
     built.extend(js::build_guests(&root, &out_dir)?);
     for path in &built {
         println!("{}", path.display());
@@ -146,10 +151,11 @@ fn run_tests() -> Result<()> {
     // `cargo build` would unify features differently and compile wasmtime a second time.
     run(Command::new(&cargo).current_dir(&root).args(["test", "--workspace"]))?;
     let python = python_env(&root)?;
-    run(Command::new(python)
+    run(Command::new(&python)
         .current_dir(&root)
         .args(["-m", "pytest", "host/tests/e2e", "-q", "-p", "no:cacheprovider"])
-        .env("CORDON_BIN", root.join("target/debug/cordon")))
+        .env("CORDON_BIN", root.join("target/debug/cordon")))?;
+    python::run_sdk_tests(&root, &python)
 }
 
 /// Build `target/debug/cordon` as `cargo test` builds it (a plain `cargo build` would unify

@@ -58,9 +58,12 @@ pub fn default_cache_dir() -> Option<PathBuf> {
     Some(base.join("cordon"))
 }
 
-/// Core instances a component may hold: a Rust wasip2 component has a handful (the module,
-/// its adapter shims); this leaves room for larger ones.
-const CORE_INSTANCES_PER_SLOT: u32 = 16;
+/// Core instances a component may hold: a Rust wasip2 component has 4 (the module, its
+/// adapter shims), a CPython one made by componentize-py 14 (libc, libpython, its runtime
+/// and their shims), and each native extension library a Python tool bundles adds one. The
+/// pool only counts core instances (nothing is reserved per instance), so the headroom
+/// costs nothing.
+const CORE_INSTANCES_PER_SLOT: u32 = 32;
 const MEMORIES_PER_SLOT: u32 = 4;
 const TABLES_PER_SLOT: u32 = 8;
 const KEEP_RESIDENT_BYTES: usize = 256 << 10;
