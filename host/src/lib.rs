@@ -11,6 +11,7 @@
 //! - [`auth`]: a step of the HTTP transport: credentials in, the tenant they act for out.
 //! - [`config`], [`paths`]: what to serve and where things live.
 //! - [`reload`]: the config read again on SIGHUP or a file change, and `cordon check`.
+//! - [`inspect`]: `cordon inspect`, what a component is and what it will get.
 //! - [`telemetry`]: beside the path, observing it: the operator's log (one line per call),
 //!   Prometheus metrics, health probes.
 
@@ -20,6 +21,7 @@ pub mod dispatch;
 // Entry points for the fuzz targets in fuzz/, compiled always so that they never rot.
 #[doc(hidden)]
 pub mod fuzzing;
+pub mod inspect;
 pub mod paths;
 pub mod protocol;
 pub mod reload;
