@@ -227,13 +227,6 @@ fn envelope_version_method_and_argument_errors() {
         ("tools/call", json!({"_meta": meta(), "name": "nope"}), -32602),
         ("tools/call", json!({"_meta": meta(), "name": 5}), -32602),
         ("tools/call", json!({"_meta": meta(), "name": "echo", "arguments": []}), -32602),
-        ("tools/call", json!({"_meta": meta(), "name": "echo", "arguments": {"text": 5}}), -32602),
-        ("tools/call", json!({"_meta": meta(), "name": "echo", "arguments": {}}), -32602),
-        (
-            "tools/call",
-            json!({"_meta": meta(), "name": "reindex", "arguments": {"collection": "c", "total": -1}}),
-            -32602,
-        ),
     ];
     for (id, (method, params, code)) in cases.into_iter().enumerate() {
         server.request(id as i64, method, params.clone());
@@ -246,9 +239,22 @@ fn envelope_version_method_and_argument_errors() {
     server.request(99, "server/discover", json!({"_meta": old}));
     let answer = server.expect();
     assert_eq!(answer["error"]["data"], json!({"supported": ["2026-07-28"], "requested": "1999-01-01"}));
-    server.request(100, "tools/call", json!({"_meta": meta(), "name": "echo", "arguments": {"text": 5}}));
-    let message = server.expect()["error"]["message"].as_str().unwrap().to_owned();
-    assert!(message.contains("/text") && message.contains("string"), "{message}");
+    // Arguments that break the tool's input schema: a tool execution error naming the JSON
+    // path, so that the model can correct them (SEP-1303); no instance starts.
+    let schema_breaks = [
+        ("echo", json!({"text": 5}), ["/text", "string"]),
+        ("echo", json!({}), ["text", "required"]),
+        ("reindex", json!({"collection": "c", "total": -1}), ["/total", "minimum"]),
+    ];
+    for (id, (tool, arguments, words)) in (100..).zip(schema_breaks) {
+        server.request(id, "tools/call", json!({"_meta": meta(), "name": tool, "arguments": arguments}));
+        let answer = server.expect();
+        let result = &answer["result"];
+        assert_eq!(result["isError"], true, "{answer}");
+        let message = result["content"][0]["text"].as_str().unwrap();
+        assert!(message.starts_with("Invalid arguments for tool"), "{message}");
+        assert!(words.iter().all(|word| message.contains(word)), "{words:?} in {message}");
+    }
 }
 
 #[test]

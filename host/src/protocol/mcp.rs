@@ -248,15 +248,18 @@ pub fn list_result(tools: &[Value], cursor: Option<&Value>, private: bool) -> Re
     Ok(complete(result))
 }
 
-/// How a call that could not start is answered: a protocol error for what the client got
-/// wrong, a tool error for what it may retry.
+/// How a call that could not start is answered: a protocol error for a malformed request
+/// (an unknown tool, `arguments` not an object), a tool execution error for the rest.
+/// Arguments that break the tool's input schema are a tool execution error naming the JSON
+/// path (SEP-1303, 2025-11-25 on), so that the model can correct them and call again.
 pub fn call_error(error: &CallError) -> Result<Value, RpcError> {
     match error {
-        CallError::UnknownTool(_) | CallError::ArgumentsNotObject | CallError::InvalidArguments { .. } => {
+        CallError::UnknownTool(_) | CallError::ArgumentsNotObject => {
             Err(RpcError::invalid_params(capitalized(&error.to_string())))
         }
+        CallError::InvalidArguments { .. }
         // The tool's own schema is at fault, not the client.
-        CallError::Busy { .. }
+        | CallError::Busy { .. }
         | CallError::TenantBusy { .. }
         | CallError::ShuttingDown
         | CallError::ArgumentsUnchecked { .. } => Ok(error_result(&capitalized(&error.to_string()))),

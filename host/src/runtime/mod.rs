@@ -167,7 +167,7 @@ pub enum CallError {
         "the tenant's call limit is reached: its {slots} concurrent calls stayed in use for {waited:?}; try again later"
     )]
     TenantBusy { slots: usize, waited: Duration },
-    #[error("the server is shutting down")]
+    #[error("the server is shutting down; the call did not start")]
     ShuttingDown,
 }
 
