@@ -12,6 +12,7 @@
 //! - [`config`], [`paths`]: what to serve and where things live.
 //! - [`cli`]: the command line's subcommands for tool authors (`call`, `list`).
 //! - [`reload`]: the config read again on SIGHUP or a file change, and `cordon check`.
+//! - [`inspect`]: `cordon inspect`, what a component is and what it will get.
 //! - [`telemetry`]: beside the path, observing it: the operator's log (one line per call),
 //!   Prometheus metrics, health probes.
 
@@ -22,6 +23,7 @@ pub mod dispatch;
 // Entry points for the fuzz targets in fuzz/, compiled always so that they never rot.
 #[doc(hidden)]
 pub mod fuzzing;
+pub mod inspect;
 pub mod paths;
 pub mod protocol;
 pub mod reload;

@@ -108,8 +108,9 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Show a component's imported and exported interfaces and, with --config, what the
-    /// config grants it (paths and variable names; never a secret's value).
+    /// Show the world a component targets (Cordon or plain), what each of its imports gets,
+    /// its exports, its tools with their schemas and, with --config, what the config grants
+    /// it (paths and variable names; never a secret's value).
     Inspect {
         /// The component (.wasm).
         component: PathBuf,
@@ -232,7 +233,10 @@ async fn run(cli: Cli, log: &cordon::telemetry::LogHandle) -> Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        Command::Inspect { component, config } => inspect(&component, config.as_deref()),
+        Command::Inspect { component, config } => {
+            print!("{}", cordon::inspect::inspect(&component, config.as_deref()).await?);
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Call { component, tool, arguments, config, tenant, data_dir, timeout, json } => {
             let request = cordon::cli::call::CallRequest {
                 component,
@@ -253,57 +257,6 @@ async fn run(cli: Cli, log: &cordon::telemetry::LogHandle) -> Result<ExitCode> {
             })
         }
     }
-}
-
-/// `cordon inspect`: the component's interfaces, then what the config grants it and what
-/// it imports that the grants leave empty.
-fn inspect(component: &std::path::Path, config: Option<&std::path::Path>) -> Result<ExitCode> {
-    let interfaces = Runtime::new(RuntimeSettings::default())?.inspect_file(component)?;
-    println!("component: {}", component.display());
-    println!("imports:");
-    for name in &interfaces.imports {
-        println!("  {name}");
-    }
-    println!("exports:");
-    for name in &interfaces.exports {
-        println!("  {name}");
-    }
-    let Some(config) = config else { return Ok(ExitCode::SUCCESS) };
-    // A bare file name's parent is empty: the current directory.
-    let parent = config.parent().filter(|parent| !parent.as_os_str().is_empty());
-    let base = std::path::absolute(parent.unwrap_or(std::path::Path::new(".")))?;
-    let Some(grants) = cordon::config::Config::load(config)?.grants_for(&base, component)? else {
-        println!("grants: none ({} has no [[components]] entry for this file)", config.display());
-        return Ok(ExitCode::SUCCESS);
-    };
-    println!("grants (component {} in {}):", grants.name, config.display());
-    match &grants.data_dir {
-        Some(dir) => println!("  data_dir: {} at {}", dir.display(), cordon::runtime::GUEST_DATA_DIR),
-        None => println!("  data_dir: none"),
-    }
-    if grants.mounts.is_empty() {
-        println!("  mounts: none");
-    } else {
-        println!("  mounts:");
-        for mount in &grants.mounts {
-            let mode = match (mount.writable, mount.quota_bytes) {
-                (false, _) => "ro".to_owned(),
-                (true, None) => "rw".to_owned(),
-                (true, Some(bytes)) if bytes % (1 << 20) == 0 => format!("rw, quota {} MiB", bytes >> 20),
-                (true, Some(bytes)) => format!("rw, quota {bytes} bytes"),
-            };
-            println!("    {} at {} ({mode})", mount.host.display(), mount.guest);
-        }
-    }
-    let list = |names: &[String]| if names.is_empty() { "none".to_owned() } else { names.join(", ") };
-    println!("  env: {}", list(&grants.env));
-    println!("  secrets: {} (values never shown)", list(&grants.secrets));
-    println!("  allow_http: {}", list(&grants.allow_http.describe()));
-    let warnings = cordon::runtime::grant_warnings(&interfaces.imports, &grants.options_without_values());
-    for warning in warnings {
-        println!("warning: {warning}");
-    }
-    Ok(ExitCode::SUCCESS)
 }
 
 enum Transport {

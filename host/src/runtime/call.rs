@@ -272,7 +272,11 @@ impl Call {
             );
         }
         let cleanup = match outcome.stop_reason() {
-            Some(reason) => Some(self.cleanup(reason).await),
+            Some(reason) if self.component.pre.has_cleanup() => Some(self.cleanup(reason).await),
+            Some(reason) => {
+                tracing::info!(component = %self.component.name, tool = %self.tool, call = self.id, reason = %reason_name(&reason), "no cleanup to run: a plain component has none");
+                None
+            }
             None => None,
         };
         let ended = (!self.observers.is_empty())
@@ -342,10 +346,10 @@ impl Call {
             None => self.component.spare.take(limits),
         };
         let (mut store, spare) = match spare {
-            Some((mut store, plugin)) => {
+            Some((mut store, instance)) => {
                 store.data_mut().bind(limits, self.control.clone());
                 arm(&mut store, limits, backstop);
-                (store, Some(plugin))
+                (store, Some(instance))
             }
             None => (
                 new_store_with(
@@ -364,11 +368,11 @@ impl Call {
         let (tool, arguments) = (&self.tool, &self.arguments);
         let store_ref = &mut store;
         let mut call = Box::pin(async move {
-            let plugin = match spare {
-                Some(plugin) => plugin,
-                None => pre.instantiate_async(&mut *store_ref).await?,
+            let instance = match spare {
+                Some(instance) => instance,
+                None => pre.instantiate(&mut *store_ref).await?,
             };
-            plugin.cordon_tool_tool().call_call(store_ref, tool, arguments).await
+            instance.call(&pre, store_ref, tool, arguments).await
         });
 
         // Phase 1: running.
@@ -620,8 +624,13 @@ async fn run_cleanup(
     let (mut store, deadline) = bounded_store_with(engine, component, files, limits, limits.cleanup_budget);
     let pre = component.pre.clone();
     let cleanup = async move {
-        let plugin = pre.instantiate_async(&mut store).await?;
-        plugin.cordon_tool_tool().call_cleanup(&mut store, &context).await
+        match pre.instantiate(&mut store).await? {
+            super::component::GuestInstance::Cordon(plugin) => {
+                plugin.cordon_tool_tool().call_cleanup(&mut store, &context).await
+            }
+            // Never asked for: `run_deferring_teardown` runs cleanups of Cordon components only.
+            super::component::GuestInstance::Plain(_) => Ok(()),
+        }
     };
     match run_bounded(cleanup, deadline).await {
         Some(Ok(())) => CleanupOutcome::Completed,
