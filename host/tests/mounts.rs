@@ -395,7 +395,7 @@ fn inspect_shows_interfaces_and_grants_but_never_a_secret_s_value() {
         run_cordon(&["inspect", &hostile, "--config", config.to_str().unwrap()], Duration::from_secs(60));
     assert!(ok, "{out}\n{err}");
     for expected in [
-        "imports:",
+        "imports (with the grants of component hostile in",
         "wasi:filesystem/preopens@",
         "wasi:cli/environment@",
         "cordon:tool/host@0.1.0",

@@ -5,7 +5,7 @@
 //! `Retry-After`; over stdio a JSON-RPC error with a retry hint) and concurrency cap, fair
 //! call slots under another tenant's flood, the stdio `--tenant`, the non-loopback rule,
 //! and no key in the server's log. Every JSON-RPC message received is validated against
-//! the official MCP 2026-07-28 schema.
+//! the official MCP schema of the client's revision (2026-07-28, or 2025-11-25).
 
 mod common;
 
@@ -517,10 +517,11 @@ fn a_2025_era_session_belongs_to_the_tenant_that_opened_it() {
         headers.extend(extra.iter().map(|(name, value)| (name.to_string(), value.clone())));
         headers
     };
+    let legacy_schema = Schema::legacy();
     let post_as = |headers: &[(String, String)], body: &Value| {
         let headers: Vec<(&str, &str)> =
             headers.iter().map(|(name, value)| (name.as_str(), value.as_str())).collect();
-        server.post("/mcp", &headers, body)
+        post(server.port, "/mcp", &headers, body, &legacy_schema)
     };
     let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
         "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}});

@@ -115,9 +115,10 @@ pub(crate) fn discover(engine: &Engine, component: &Component, bytes: &[u8]) -> 
         }
     }
     if found.tools.is_empty() {
-        let mut problem = "does not implement the cordon:tool@0.1.0 `plugin` world (export `cordon:tool/tool`) \
+        let mut problem =
+            "does not implement the cordon:tool@0.1.0 `plugin` world (export `cordon:tool/tool`) \
                            and exports no function to serve as a plain component's tool"
-            .to_owned();
+                .to_owned();
         if !found.warnings.is_empty() {
             problem.push_str(&format!(" ({})", found.warnings.join("; ")));
         }

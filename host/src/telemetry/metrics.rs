@@ -405,10 +405,19 @@ mod tests {
         let (component, tool): (Arc<str>, Arc<str>) = (Arc::from("tools"), Arc::from("echo"));
         metrics.call_ended(&ran(&component, &tool, CallOutcome::Ok));
         let text = metrics.scrape();
-        assert!(text.contains(r#"cordon_calls_total{component="tools",tool="echo",outcome="ok"} 3"#), "{text}");
-        assert!(text.contains(r#"cordon_calls_total{component="tools",tool="echo",outcome="trapped"} 1"#), "{text}");
+        assert!(
+            text.contains(r#"cordon_calls_total{component="tools",tool="echo",outcome="ok"} 3"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"cordon_calls_total{component="tools",tool="echo",outcome="trapped"} 1"#),
+            "{text}"
+        );
         assert!(!text.contains(r#"outcome="limit""#), "a series appears once it moves: {text}");
-        assert!(text.contains(r#"cordon_call_duration_seconds_count{component="tools",tool="echo"} 4"#), "{text}");
+        assert!(
+            text.contains(r#"cordon_call_duration_seconds_count{component="tools",tool="echo"} 4"#),
+            "{text}"
+        );
         assert_eq!(metrics.tool_series.read().unwrap().len(), 1, "the old names' handles were dropped");
     }
 }
