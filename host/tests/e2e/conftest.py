@@ -3,8 +3,8 @@ over Streamable HTTP.
 
 Every test gets a fresh server on the example tools (built by `cargo xtask guests`). Over
 stdio it runs through recorder.py; over HTTP the client's transport records each body.
-After the test, every message the server sent is validated against the official MCP
-2026-07-28 schema.
+After the test, every message the server sent is validated against the official MCP schema
+of its request's revision (2026-07-28, or 2025-11-25 for a legacy client).
 """
 
 import contextlib
@@ -26,6 +26,7 @@ from mcp.client.streamable_http import streamable_http_client
 HERE = Path(__file__).parent
 REPO = HERE.parents[2]
 SCHEMA = json.loads((HERE.parent / "schema" / "mcp-2026-07-28.schema.json").read_text())
+LEGACY_SCHEMA = json.loads((HERE.parent / "schema" / "mcp-2025-11-25.schema.json").read_text())
 CORDON = Path(os.environ.get("CORDON_BIN", REPO / "target" / "debug" / "cordon"))
 TOOLS = REPO / "target" / "guests" / "example-tools.wasm"
 
@@ -37,6 +38,14 @@ RESPONSE_SCHEMAS = {
     "subscriptions/listen": "SubscriptionsListenResultResponse",
 }
 
+# 2025-11-25 names the results, not the responses that carry them.
+LEGACY_RESULT_SCHEMAS = {
+    "tools/call": "CallToolResult",
+    "tools/list": "ListToolsResult",
+    "initialize": "InitializeResult",
+    "ping": "EmptyResult",
+}
+
 # The schema definition each notification must match, by method.
 NOTIFICATION_SCHEMAS = {
     "notifications/progress": "ProgressNotification",
@@ -46,8 +55,8 @@ NOTIFICATION_SCHEMAS = {
 }
 
 
-def validator(definition: str) -> jsonschema.Draft202012Validator:
-    return jsonschema.Draft202012Validator({**SCHEMA, "$ref": f"#/$defs/{definition}"})
+def validator(definition: str, schema: dict = SCHEMA) -> jsonschema.Draft202012Validator:
+    return jsonschema.Draft202012Validator({**schema, "$ref": f"#/$defs/{definition}"})
 
 
 @dataclass
@@ -210,22 +219,29 @@ def sent_messages(entry: dict) -> list:
 def check_log(log: Path) -> None:
     """Every message the server sent is one valid MCP message; responses match their method."""
     message_schema = validator("JSONRPCMessage")
+    legacy_message_schema = validator("JSONRPCMessage", LEGACY_SCHEMA)
     methods, sent = {}, 0
     for entry in map(json.loads, log.read_text().splitlines()):
         if entry["dir"] == "in":
             message = json.loads(entry["line"]) if entry["line"].strip() else None
             if isinstance(message, dict) and "id" in message and "method" in message:
-                methods[json.dumps(message["id"])] = message["method"]
+                meta = (message.get("params") or {}).get("_meta") or {}
+                legacy = "io.modelcontextprotocol/protocolVersion" not in meta
+                methods[json.dumps(message["id"])] = (message["method"], legacy)
             continue
         for message in sent_messages(entry):
             sent += 1
             assert message is not None, "the server sent an empty line"
-            message_schema.validate(message)
+            method, legacy = methods.get(json.dumps(message.get("id")), (None, False))
+            (legacy_message_schema if legacy else message_schema).validate(message)
             if "error" in message:
                 validator("JSONRPCErrorResponse").validate(message)
             elif "id" in message:
-                method = methods.get(json.dumps(message["id"]))
-                validator(RESPONSE_SCHEMAS.get(method, "JSONRPCResultResponse")).validate(message)
+                if legacy:
+                    validator("JSONRPCResultResponse", LEGACY_SCHEMA).validate(message)
+                    validator(LEGACY_RESULT_SCHEMAS.get(method, "Result"), LEGACY_SCHEMA).validate(message["result"])
+                else:
+                    validator(RESPONSE_SCHEMAS.get(method, "JSONRPCResultResponse")).validate(message)
             elif message.get("method") in NOTIFICATION_SCHEMAS:
                 validator(NOTIFICATION_SCHEMAS[message["method"]]).validate(message)
     assert sent > 0, "the server sent nothing"
