@@ -11,10 +11,12 @@
 //! - [`auth`]: a step of the HTTP transport: credentials in, the tenant they act for out.
 //! - [`config`], [`paths`]: what to serve and where things live.
 //! - [`reload`]: the config read again on SIGHUP or a file change, and `cordon check`.
+//! - [`author`]: beside the server, for plugin authors: `cordon new` and `cordon build`.
 //! - [`telemetry`]: beside the path, observing it: the operator's log (one line per call),
 //!   Prometheus metrics, health probes.
 
 pub mod auth;
+pub mod author;
 pub mod config;
 pub mod dispatch;
 // Entry points for the fuzz targets in fuzz/, compiled always so that they never rot.
