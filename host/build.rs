@@ -78,7 +78,8 @@ fn collect(dir: &std::path::Path, files: &mut Vec<PathBuf>) {
         if SKIPPED.iter().any(|skipped| name == *skipped) {
             continue;
         }
-        match entry.file_type() {
+        // Followed through symlinks: guest-sdk/wit/cordon.wit links to wit/cordon.wit.
+        match std::fs::metadata(&path) {
             Ok(kind) if kind.is_dir() => collect(&path, files),
             Ok(kind) if kind.is_file() => files.push(path),
             _ => {}

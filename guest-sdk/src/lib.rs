@@ -228,8 +228,9 @@ impl fmt::Display for ToolError {
 impl<E: std::error::Error> From<E> for ToolError {
     fn from(error: E) -> Self {
         let mut message = error.to_string();
-        // std's words, on WASI, for a path under no directory the host granted.
-        if message.contains("pre-opened file descriptor") {
+        // WASI's words for a path under no directory the host granted (ENOTCAPABLE, and
+        // std's own message where it looks the preopens up itself).
+        if message.contains("Capabilities insufficient") || message.contains("pre-opened file descriptor") {
             message.push_str(NO_GRANT_HINT);
         }
         Self(message)

@@ -60,8 +60,9 @@ pub enum ParamKind {
     Boolean,
 }
 
-/// The first rule a tool list breaks.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// The first rule a tool list breaks. Its `Debug` is its message, so that a test's
+/// `check_tools::<P>().unwrap()` fails with words.
+#[derive(Clone, PartialEq, Eq)]
 pub struct Violation {
     /// The tool at fault.
     pub tool: String,
@@ -72,6 +73,12 @@ pub struct Violation {
 impl fmt::Display for Violation {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "tool {:?}{}", self.tool, self.problem)
+    }
+}
+
+impl fmt::Debug for Violation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
     }
 }
 
