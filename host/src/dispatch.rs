@@ -7,7 +7,9 @@
 //! in its first poll, made in place), so a slow call never blocks another. Call tasks run on
 //! a runtime of their own whose threads have the lowest priority (nice 19), so
 //! that a guest computing or doing file work never delays the transports or the calls
-//! made in place ([`spawn_unless_ready`]). A call task
+//! made in place ([`spawn_unless_ready`]); the transports' threads also take the shortest
+//! scheduler slice, so that they preempt those threads as soon as they wake
+//! (`runtime::engine::shorten_thread_slice`). A call task
 //! forwards progress (only with a progress token, only increasing, at most one
 //! notification per interval, none after the answer), and on a cancel sends nothing at
 //! all; the instance is torn down only after the answer is out. Stopping the call is the
@@ -503,7 +505,12 @@ impl Connection {
                 // Anything else (e.g. notifications/initialized) needs no action.
             }
             Incoming::Request { id, method, params } => {
+                let legacy = !mcp::has_envelope(params.as_ref()) && self.legacy.load(Ordering::Relaxed);
                 match self.route(&id, &method, params, tools, out, charge) {
+                    // `initialize` makes the connection legacy: its answer is one too.
+                    Reply::Result(result) if legacy || method == "initialize" => {
+                        out.send(jsonrpc::success(&id, mcp::legacy_result(result))).await
+                    }
                     Reply::Result(result) => out.send(jsonrpc::success(&id, result)).await,
                     Reply::Error(error) => out.send(jsonrpc::failure(Some(&id), &error)).await,
                     Reply::Later => {}
@@ -597,6 +604,7 @@ impl Connection {
         out: Outbox,
         charge: Charge,
     ) -> Reply {
+        let legacy = !mcp::has_envelope(params.as_ref()) && self.legacy.load(Ordering::Relaxed);
         let mut params = params.unwrap_or_default();
         let Some(name) = params.get("name").and_then(Value::as_str).map(str::to_owned) else {
             self.refused(id, None, RefusalReason::InvalidArguments);
@@ -641,7 +649,7 @@ impl Connection {
             let cancelled =
                 connection.in_flight.lock().unwrap().remove(&id).is_some_and(|entry| entry.cancelled);
             if let Some(answer) = answer.filter(|_| !cancelled) {
-                out.send(answer).await;
+                out.send(if legacy { mcp::legacy_answer(answer) } else { answer }).await;
             }
             drop((charge, arguments));
             if let Some(teardown) = teardown {
@@ -932,7 +940,7 @@ const MAX_TAGGED_ID: usize = 128;
 /// Who asks for the call answering request `id`: the id as JSON text (escaped, so it is
 /// one line whatever the client sent), cut to [`MAX_TAGGED_ID`] bytes.
 fn call_tags(id: &RequestId) -> CallTags {
-    let mut text = id.to_json().to_string();
+    let mut text = serde_json::to_string(&id.to_json()).expect("a Value always serializes");
     text.truncate(text.floor_char_boundary(MAX_TAGGED_ID));
     CallTags { request_id: Some(text), ..CallTags::default() }
 }

@@ -10,18 +10,22 @@
 //! - [`runtime`]: engine, components, instances; the one owner of the stop sequence.
 //! - [`auth`]: a step of the HTTP transport: credentials in, the tenant they act for out.
 //! - [`config`], [`paths`]: what to serve and where things live.
+//! - [`cli`]: the command line's subcommands for tool authors (`call`, `list`).
 //! - [`reload`]: the config read again on SIGHUP or a file change, and `cordon check`.
+//! - [`inspect`]: `cordon inspect`, what a component is and what it will get.
 //! - [`author`]: beside the server, for plugin authors: `cordon new` and `cordon build`.
 //! - [`telemetry`]: beside the path, observing it: the operator's log (one line per call),
 //!   Prometheus metrics, health probes.
 
 pub mod auth;
 pub mod author;
+pub mod cli;
 pub mod config;
 pub mod dispatch;
 // Entry points for the fuzz targets in fuzz/, compiled always so that they never rot.
 #[doc(hidden)]
 pub mod fuzzing;
+pub mod inspect;
 pub mod paths;
 pub mod protocol;
 pub mod reload;

@@ -1,12 +1,12 @@
 //! The `cordon` command line.
 
+use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
-use cordon::paths;
-use cordon::runtime::{ComponentOptions, Content, Outcome, Runtime, RuntimeSettings};
+use cordon::runtime::{ComponentOptions, Runtime, RuntimeSettings};
 
 /// jemalloc, not glibc's malloc: memory the host frees goes back to the system.
 ///
@@ -99,13 +99,18 @@ enum Command {
         #[arg(long)]
         config: PathBuf,
     },
-    /// List a component's tools with their input schemas, as JSON.
+    /// List a component's tools: their annotations and schemas as JSON (MCP's tool shape,
+    /// absent fields left out) when stdout is not a terminal, a summary for people on one.
     List {
         /// The component (.wasm).
         component: PathBuf,
+        /// JSON even on a terminal.
+        #[arg(long)]
+        json: bool,
     },
-    /// Show a component's imported and exported interfaces and, with --config, what the
-    /// config grants it (paths and variable names; never a secret's value).
+    /// Show the world a component targets (Cordon or plain), what each of its imports gets,
+    /// its exports, its tools with their schemas and, with --config, what the config grants
+    /// it (paths and variable names; never a secret's value).
     Inspect {
         /// The component (.wasm).
         component: PathBuf,
@@ -114,7 +119,12 @@ enum Command {
         #[arg(long)]
         config: Option<PathBuf>,
     },
-    /// Call one tool once, printing progress to stderr and the result to stdout.
+    /// Call one tool once: progress on stderr (a bar on a terminal), the result on stdout
+    /// (one JSON document when stdout is not a terminal). Ctrl-C stops the call (grace, hard
+    /// stop, cleanup) and says how it stopped; a second Ctrl-C exits at once.
+    #[command(after_help = "Exit codes: 0 the tool answered; 1 it failed (an error result or message, a \
+        crash, a limit); 2 the call could not start (arguments, config, component, tool name); 3 it \
+        was stopped (Ctrl-C, a timeout); 130 a second Ctrl-C.")]
     Call {
         /// The component (.wasm).
         component: PathBuf,
@@ -123,13 +133,25 @@ enum Command {
         /// The arguments, as a JSON object.
         #[arg(default_value = "{}")]
         arguments: String,
-        /// The tool's data directory, preopened at /data [default:
-        /// $XDG_DATA_HOME/cordon/<component>, else ~/.local/share/cordon/<component>].
+        /// A config file: the `[[components]]` entry whose `path` is this component gives
+        /// its limits and grants, as `serve` applies them [default: none: default limits,
+        /// no file system, environment or network].
         #[arg(long)]
+        config: Option<PathBuf>,
+        /// With --config, the `[[tenants]]` entry whose data directory
+        /// (`<data_dir>/<tenant>`) the call gets [default: none: no data directory for a
+        /// component that tenants use].
+        #[arg(long, value_name = "NAME", requires = "config")]
+        tenant: Option<String>,
+        /// A directory to grant the tool, preopened at /data [default: none: no file system].
+        #[arg(long, conflicts_with = "config")]
         data_dir: Option<PathBuf>,
-        /// Stop the call after this many seconds [default: 300, a tool's default maximum duration].
+        /// Stop the call after this many seconds [default: the config's max_duration_ms, else 300].
         #[arg(long)]
         timeout: Option<f64>,
+        /// Print the result as JSON even on a terminal.
+        #[arg(long)]
+        json: bool,
     },
     /// Make a tool project in a new folder: one example tool with progress, a cancel check
     /// and a cleanup, its tests, a README and a config to serve it.
@@ -150,18 +172,27 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    use std::io::IsTerminal;
     let cli = Cli::parse();
     let format = cli.log_format.parse().expect("clap allows only known formats");
-    let log =
-        match cordon::telemetry::log::install(std::io::stderr(), format, std::io::stderr().is_terminal()) {
-            Ok(log) => log,
-            Err(error) => {
-                eprintln!("error: {error}");
-                return ExitCode::FAILURE;
-            }
-        };
-    let runtime = tokio::runtime::Runtime::new().expect("starting the tokio runtime");
+    // `call` may draw a progress bar, which log lines must not tear.
+    let output: Box<dyn std::io::Write + Send> = match cli.command {
+        Command::Call { .. } => Box::new(cordon::cli::call::BarAwareStderr),
+        _ => Box::new(std::io::stderr()),
+    };
+    let log = match cordon::telemetry::log::install(output, format, std::io::stderr().is_terminal()) {
+        Ok(log) => log,
+        Err(error) => {
+            eprintln!("error: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    // The threads that read and write the transports preempt busy ones as soon as they
+    // wake (`shorten_thread_slice`); calls that wait run on threads of their own.
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .on_thread_start(cordon::runtime::engine::shorten_thread_slice)
+        .build()
+        .expect("starting the tokio runtime");
     let code = runtime.block_on(run(cli, &log));
     log.finish(); // the log before the error
     code.unwrap_or_else(|error| {
@@ -208,33 +239,38 @@ async fn run(cli: Cli, log: &cordon::telemetry::LogHandle) -> Result<ExitCode> {
             println!("{}: ok, {} components, {count} tools: {tools}", config.display(), summary.components);
             Ok(ExitCode::SUCCESS)
         }
-        Command::List { component } => {
-            let runtime = load(&component, None).await?;
-            let tools: Vec<_> = runtime
-                .snapshot()
-                .tools()
-                .map(|tool| {
-                    serde_json::json!({
-                        "name": tool.name,
-                        "description": tool.description,
-                        "inputSchema": tool.input_schema,
-                        "outputSchema": tool.output_schema,
-                    })
-                })
-                .collect();
-            println!("{}", serde_json::to_string_pretty(&tools)?);
+        Command::List { component, json } => {
+            let runtime = load(&component).await?;
+            let tools = runtime.snapshot();
+            if json || !std::io::stdout().is_terminal() {
+                println!("{}", serde_json::to_string_pretty(&cordon::cli::list::tools_json(tools.tools()))?);
+            } else {
+                print!("{}", cordon::cli::list::tools_text(tools.tools()));
+            }
             Ok(ExitCode::SUCCESS)
         }
-        Command::Inspect { component, config } => inspect(&component, config.as_deref()),
-        Command::Call { component, tool, arguments, data_dir, timeout } => {
-            let arguments: serde_json::Value =
-                serde_json::from_str(&arguments).context("the arguments are not JSON")?;
-            let mut options = ComponentOptions::default();
-            if let Some(seconds) = timeout {
-                options.limits.max_duration = Some(std::time::Duration::from_secs_f64(seconds));
-            }
-            let runtime = load(&component, Some((options, data_dir))).await?;
-            call(&runtime, &tool, &arguments).await
+        Command::Inspect { component, config } => {
+            print!("{}", cordon::inspect::inspect(&component, config.as_deref()).await?);
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Call { component, tool, arguments, config, tenant, data_dir, timeout, json } => {
+            let request = cordon::cli::call::CallRequest {
+                component,
+                tool,
+                arguments,
+                config,
+                tenant,
+                data_dir,
+                timeout,
+                json,
+            };
+            Ok(match cordon::cli::call::run(request).await {
+                Ok(exit) => ExitCode::from(exit.code()),
+                Err(error) => {
+                    eprintln!("error: {error}");
+                    ExitCode::from(error.exit().code())
+                }
+            })
         }
         Command::New { path, lang } => {
             cordon::author::new_project(&path, cordon::author::Language::parse(&lang)?)?;
@@ -262,57 +298,6 @@ async fn build(dir: &std::path::Path) -> Result<ExitCode> {
     println!("{}", built.component.display());
     let size = built.bytes as f64 / 1024.0;
     println!("{size:.1} KiB, built with {}; tools: {}", built.toolchain, tools.join(", "));
-    Ok(ExitCode::SUCCESS)
-}
-
-/// `cordon inspect`: the component's interfaces, then what the config grants it and what
-/// it imports that the grants leave empty.
-fn inspect(component: &std::path::Path, config: Option<&std::path::Path>) -> Result<ExitCode> {
-    let interfaces = Runtime::new(RuntimeSettings::default())?.inspect_file(component)?;
-    println!("component: {}", component.display());
-    println!("imports:");
-    for name in &interfaces.imports {
-        println!("  {name}");
-    }
-    println!("exports:");
-    for name in &interfaces.exports {
-        println!("  {name}");
-    }
-    let Some(config) = config else { return Ok(ExitCode::SUCCESS) };
-    // A bare file name's parent is empty: the current directory.
-    let parent = config.parent().filter(|parent| !parent.as_os_str().is_empty());
-    let base = std::path::absolute(parent.unwrap_or(std::path::Path::new(".")))?;
-    let Some(grants) = cordon::config::Config::load(config)?.grants_for(&base, component)? else {
-        println!("grants: none ({} has no [[components]] entry for this file)", config.display());
-        return Ok(ExitCode::SUCCESS);
-    };
-    println!("grants (component {} in {}):", grants.name, config.display());
-    match &grants.data_dir {
-        Some(dir) => println!("  data_dir: {} at {}", dir.display(), cordon::runtime::GUEST_DATA_DIR),
-        None => println!("  data_dir: none"),
-    }
-    if grants.mounts.is_empty() {
-        println!("  mounts: none");
-    } else {
-        println!("  mounts:");
-        for mount in &grants.mounts {
-            let mode = match (mount.writable, mount.quota_bytes) {
-                (false, _) => "ro".to_owned(),
-                (true, None) => "rw".to_owned(),
-                (true, Some(bytes)) if bytes % (1 << 20) == 0 => format!("rw, quota {} MiB", bytes >> 20),
-                (true, Some(bytes)) => format!("rw, quota {bytes} bytes"),
-            };
-            println!("    {} at {} ({mode})", mount.host.display(), mount.guest);
-        }
-    }
-    let list = |names: &[String]| if names.is_empty() { "none".to_owned() } else { names.join(", ") };
-    println!("  env: {}", list(&grants.env));
-    println!("  secrets: {} (values never shown)", list(&grants.secrets));
-    println!("  allow_http: {}", list(&grants.allow_http.describe()));
-    let warnings = cordon::runtime::grant_warnings(&interfaces.imports, &grants.options_without_values());
-    for warning in warnings {
-        println!("warning: {warning}");
-    }
     Ok(ExitCode::SUCCESS)
 }
 
@@ -449,66 +434,11 @@ fn shutdown_signal() -> Result<impl std::future::Future<Output = ()>> {
     })
 }
 
-async fn load(
-    path: &std::path::Path,
-    options: Option<(ComponentOptions, Option<PathBuf>)>,
-) -> Result<Runtime> {
+/// The component in `path`, loaded with default limits and no file system.
+async fn load(path: &std::path::Path) -> Result<Runtime> {
     let mut runtime = Runtime::new(RuntimeSettings::default())?;
-    runtime.observe(std::sync::Arc::new(cordon::telemetry::CallLog::via_tracing()));
-    let (mut options, data_dir) = options.unwrap_or_default();
-    let name = path.file_stem().map(|stem| stem.to_string_lossy().into_owned()).unwrap_or_default();
-    options.data_dir = Some(data_dir.unwrap_or_else(|| paths::default_data_dir(&name)));
-    runtime.load_file(path, options).await?;
+    runtime.load_file(path, ComponentOptions::default()).await?;
     Ok(runtime)
-}
-
-async fn call(runtime: &Runtime, tool: &str, arguments: &serde_json::Value) -> Result<ExitCode> {
-    let call = runtime.call(tool, arguments).await?;
-    let handle = call.handle();
-    let mut progress = handle.progress();
-    let mut run = std::pin::pin!(call.run());
-    let mut interrupted = false;
-    let print_progress = |progress: &mut tokio::sync::watch::Receiver<Option<cordon::runtime::Progress>>| {
-        if let Some(report) = progress.borrow_and_update().clone() {
-            let total = report.total.map(|total| format!("/{total}")).unwrap_or_default();
-            eprintln!("progress {}{total} {}", report.done, report.message.unwrap_or_default());
-        }
-    };
-    let report = loop {
-        tokio::select! {
-            report = &mut run => break report,
-            Ok(()) = progress.changed() => print_progress(&mut progress),
-            _ = tokio::signal::ctrl_c(), if !interrupted => {
-                eprintln!("interrupted: stopping the call");
-                interrupted = true;
-                handle.cancel();
-            }
-        }
-    };
-    if progress.has_changed().unwrap_or(false) {
-        print_progress(&mut progress);
-    }
-    if let Some(cleanup) = &report.cleanup {
-        eprintln!("cleanup: {:?}", cleanup.outcome);
-    }
-    match report.outcome {
-        Outcome::Completed(result) => {
-            for item in &result.content {
-                match item {
-                    Content::Text(text) => println!("{text}"),
-                    other => println!("{other:?}"),
-                }
-            }
-            if let Some(structured) = &result.structured {
-                println!("{structured}");
-            }
-            Ok(if result.is_error { ExitCode::FAILURE } else { ExitCode::SUCCESS })
-        }
-        other => {
-            eprintln!("call ended: {other:?}");
-            Ok(ExitCode::FAILURE)
-        }
-    }
 }
 
 #[cfg(test)]

@@ -100,7 +100,9 @@ fn a_new_rust_project_builds_passes_its_tests_and_answers_a_call() {
     let arguments = r#"{"to": 3, "pause_ms": 1}"#;
     let call =
         cordon(&project, &["call", component_arg, "count", arguments, "--data-dir", data.to_str().unwrap()]);
-    assert_eq!(succeeded("cordon call", &call).trim(), "counted to 3");
+    // Not a terminal: the result is one JSON document.
+    let result: serde_json::Value = serde_json::from_str(&succeeded("cordon call", &call)).unwrap();
+    assert_eq!(result["content"][0]["text"], "counted to 3", "{result}");
     let stderr = text(&call.stderr);
     assert!(stderr.contains("3 of 3"), "progress is shown: {stderr}");
     // The SDK's build script gave the component 2 MiB up front (the project has no build.rs).

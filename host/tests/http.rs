@@ -1,7 +1,7 @@
 //! `cordon serve --http` as a raw HTTP/1.1 client sees it: the validation ladder, JSON and
 //! SSE answers, cancel by disconnect, shutdown, 1,000 concurrent streams. Every JSON-RPC
-//! message received is validated against the official MCP 2026-07-28 schema. The
-//! real-client suite (the Python SDK over HTTP) is in `tests/e2e/`.
+//! message received is validated against the official MCP schema of the client's revision
+//! (2026-07-28, or 2025-11-25 for a legacy session). The real-client suite (the Python SDK over HTTP) is in `tests/e2e/`.
 
 mod common;
 
@@ -341,10 +341,13 @@ fn connections_beyond_the_cap_wait_until_one_closes() {
 #[test]
 fn a_legacy_client_gets_a_session_whose_cancellations_reach_its_calls() {
     let server = Server::start("http-legacy");
+    let schema = Schema::legacy();
+    let post_legacy =
+        |headers: &[(&str, &str)], body: &str| post(server.port, headers, body.as_bytes(), &schema);
     let base = [("Accept", "application/json, text/event-stream"), ("Content-Type", "application/json")];
     let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
         "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}});
-    let answer = server.post(&base, &init.to_string());
+    let answer = post_legacy(&base, &init.to_string());
     assert_eq!(answer.status, 200);
     assert_eq!(answer.messages[0]["result"]["protocolVersion"], "2025-11-25");
     let session = answer.header("mcp-session-id").expect("a session id").to_owned();
@@ -352,30 +355,34 @@ fn a_legacy_client_gets_a_session_whose_cancellations_reach_its_calls() {
     legacy.push(("MCP-Protocol-Version", "2025-11-25"));
     legacy.push(("Mcp-Session-Id", &session));
     let call = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "echo", "arguments": {"text": "old"}}});
-    assert_eq!(server.post(&legacy, &call.to_string()).messages[0]["result"]["content"][0]["text"], "old");
+    let called = post_legacy(&legacy, &call.to_string()).messages[0].clone();
+    assert_eq!(called["result"]["content"][0]["text"], "old");
+    // Nothing only 2026-07-28 defines; a ping is answered `{}`.
+    for result in [&answer.messages[0]["result"], &called["result"]] {
+        assert!(result.get("resultType").is_none() && result.get("_meta").is_none(), "{result}");
+    }
+    let ping = json!({"jsonrpc": "2.0", "id": 4, "method": "ping"});
+    assert_eq!(post_legacy(&legacy, &ping.to_string()).messages[0]["result"], json!({}));
     // In-band errors are 200 for a 2025-era client: a 404 would tell it its session is gone.
     let unknown = json!({"jsonrpc": "2.0", "id": 9, "method": "prompts/list"});
-    let answer = server.post(&legacy, &unknown.to_string());
+    let answer = post_legacy(&legacy, &unknown.to_string());
     assert_eq!((answer.status, answer.error_code()), (200, Some(-32601)));
 
     // A long call, then its cancellation as a POST of its own: the call stops, its answer
     // stream ends with nothing, and cleanup releases the lock.
-    let (port, schema, headers) = (
-        server.port,
-        server.schema.clone(),
-        legacy.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect::<Vec<_>>(),
-    );
+    let (port, headers) =
+        (server.port, legacy.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect::<Vec<_>>());
     let long = std::thread::spawn(move || {
         let headers: Vec<(&str, &str)> = headers.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
         let call = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "spin", "arguments": {"seconds": 600}}});
-        post(port, &headers, call.to_string().as_bytes(), &schema)
+        post(port, &headers, call.to_string().as_bytes(), &Schema::legacy())
     });
     let started = Instant::now();
     while !server.locks().contains("spin") {
         assert!(started.elapsed() < Duration::from_secs(5));
     }
     let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 3}});
-    assert_eq!(server.post(&legacy, &cancel.to_string()).status, 202);
+    assert_eq!(post_legacy(&legacy, &cancel.to_string()).status, 202);
     let answer = long.join().unwrap();
     assert!(answer.messages.is_empty(), "nothing is sent for a cancelled call: {:?}", answer.messages);
     // Still a request's answer: an event stream, ended without an event.
@@ -385,15 +392,15 @@ fn a_legacy_client_gets_a_session_whose_cancellations_reach_its_calls() {
     // An unknown session is told to start again; DELETE ends a session.
     let mut stale = base.to_vec();
     stale.push(("Mcp-Session-Id", "feedface"));
-    assert_eq!(server.post(&stale, &call.to_string()).status, 404);
-    assert_eq!(server.post(&stale, &cancel.to_string()).status, 404, "a cancel for a session that is gone");
+    assert_eq!(post_legacy(&stale, &call.to_string()).status, 404);
+    assert_eq!(post_legacy(&stale, &cancel.to_string()).status, 404, "a cancel for a session that is gone");
     let mut stream = TcpStream::connect(("127.0.0.1", server.port)).unwrap();
     write_request(&mut stream, server.port, "DELETE", &[("Mcp-Session-Id", &session)], b"");
-    assert_eq!(read_answer(stream, &server.schema).status, 200);
-    assert_eq!(server.post(&legacy, &call.to_string()).status, 404);
+    assert_eq!(read_answer(stream, &schema).status, 200);
+    assert_eq!(post_legacy(&legacy, &call.to_string()).status, 404);
     let mut stream = TcpStream::connect(("127.0.0.1", server.port)).unwrap();
     write_request(&mut stream, server.port, "DELETE", &[("Mcp-Session-Id", &session)], b"");
-    assert_eq!(read_answer(stream, &server.schema).status, 404, "a session ends once");
+    assert_eq!(read_answer(stream, &schema).status, 404, "a session ends once");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,6 +1,7 @@
 //! `cordon serve --stdio` as a client sees it: raw lines in, and every line out validated
-//! against the official MCP 2026-07-28 schema. The real-client suite (the Python SDK) is in
-//! `tests/e2e/`; this one covers bad input no well-behaved client would send.
+//! against the official MCP schema of its request's revision (2026-07-28 or 2025-11-25).
+//! The real-client suite (the Python SDK) is in `tests/e2e/`; this one covers bad input no
+//! well-behaved client would send.
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, Command, Stdio};
@@ -17,8 +18,11 @@ struct Server {
     stdin: Option<ChildStdin>,
     lines: mpsc::Receiver<String>,
     schema: Schema,
-    /// Request id → method, to pick the schema of each response.
-    methods: std::collections::HashMap<String, String>,
+    /// For the answers to requests without the 2026-07-28 envelope.
+    legacy_schema: Schema,
+    /// Request id → method and whether it was a 2025-11-25 request, to pick the schema of
+    /// each response.
+    methods: std::collections::HashMap<String, (String, bool)>,
 }
 
 impl Server {
@@ -53,7 +57,14 @@ impl Server {
             }
         });
         let stdin = child.stdin.take();
-        Self { child, stdin, lines, schema: Schema::new(), methods: Default::default() }
+        Self {
+            child,
+            stdin,
+            lines,
+            schema: Schema::new(),
+            legacy_schema: Schema::legacy(),
+            methods: Default::default(),
+        }
     }
 
     fn send_raw(&mut self, bytes: &[u8]) {
@@ -64,7 +75,8 @@ impl Server {
 
     fn send(&mut self, message: Value) {
         if let (Some(id), Some(method)) = (message.get("id"), message.get("method").and_then(Value::as_str)) {
-            self.methods.insert(id.to_string(), method.to_owned());
+            let legacy = message.pointer("/params/_meta/io.modelcontextprotocol~1protocolVersion").is_none();
+            self.methods.insert(id.to_string(), (method.to_owned(), legacy));
         }
         self.send_raw(format!("{message}\n").as_bytes());
     }
@@ -78,8 +90,11 @@ impl Server {
         let line = self.lines.recv_timeout(timeout).ok()?;
         let message: Value =
             serde_json::from_str(&line).unwrap_or_else(|_| panic!("stdout carried a non-JSON line: {line}"));
-        let method = message.get("id").and_then(|id| self.methods.get(&id.to_string())).cloned();
-        self.schema.check_sent(&message, method.as_deref());
+        match message.get("id").and_then(|id| self.methods.get(&id.to_string())) {
+            Some((method, true)) => self.legacy_schema.check_sent(&message, Some(method)),
+            Some((method, false)) => self.schema.check_sent(&message, Some(method)),
+            None => self.schema.check_sent(&message, None),
+        }
         Some(message)
     }
 
@@ -188,7 +203,7 @@ fn a_client_that_never_reads_stderr_never_blocks_the_server() {
     let ignored = "{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{\"padding\":\"................................................................................................................................\"}}\n";
     let echo = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
         "params": {"name": "echo", "arguments": {"text": "still serving"}, "_meta": meta()}});
-    server.methods.insert("2".into(), "tools/call".into());
+    server.methods.insert("2".into(), ("tools/call".into(), false));
     let writer = std::thread::spawn(move || {
         // About 1.5 MB of log lines: far more than a pipe holds.
         for _ in 0..5_000 {
@@ -227,13 +242,6 @@ fn envelope_version_method_and_argument_errors() {
         ("tools/call", json!({"_meta": meta(), "name": "nope"}), -32602),
         ("tools/call", json!({"_meta": meta(), "name": 5}), -32602),
         ("tools/call", json!({"_meta": meta(), "name": "echo", "arguments": []}), -32602),
-        ("tools/call", json!({"_meta": meta(), "name": "echo", "arguments": {"text": 5}}), -32602),
-        ("tools/call", json!({"_meta": meta(), "name": "echo", "arguments": {}}), -32602),
-        (
-            "tools/call",
-            json!({"_meta": meta(), "name": "reindex", "arguments": {"collection": "c", "total": -1}}),
-            -32602,
-        ),
     ];
     for (id, (method, params, code)) in cases.into_iter().enumerate() {
         server.request(id as i64, method, params.clone());
@@ -246,9 +254,22 @@ fn envelope_version_method_and_argument_errors() {
     server.request(99, "server/discover", json!({"_meta": old}));
     let answer = server.expect();
     assert_eq!(answer["error"]["data"], json!({"supported": ["2026-07-28"], "requested": "1999-01-01"}));
-    server.request(100, "tools/call", json!({"_meta": meta(), "name": "echo", "arguments": {"text": 5}}));
-    let message = server.expect()["error"]["message"].as_str().unwrap().to_owned();
-    assert!(message.contains("/text") && message.contains("string"), "{message}");
+    // Arguments that break the tool's input schema: a tool execution error naming the JSON
+    // path, so that the model can correct them (SEP-1303); no instance starts.
+    let schema_breaks = [
+        ("echo", json!({"text": 5}), ["/text", "string"]),
+        ("echo", json!({}), ["text", "required"]),
+        ("reindex", json!({"collection": "c", "total": -1}), ["/total", "minimum"]),
+    ];
+    for (id, (tool, arguments, words)) in (100..).zip(schema_breaks) {
+        server.request(id, "tools/call", json!({"_meta": meta(), "name": tool, "arguments": arguments}));
+        let answer = server.expect();
+        let result = &answer["result"];
+        assert_eq!(result["isError"], true, "{answer}");
+        let message = result["content"][0]["text"].as_str().unwrap();
+        assert!(message.starts_with("Invalid arguments for tool"), "{message}");
+        assert!(words.iter().all(|word| message.contains(word)), "{words:?} in {message}");
+    }
 }
 
 #[test]
@@ -260,11 +281,20 @@ fn a_legacy_client_is_served_after_initialize() {
     assert_eq!(init["result"]["serverInfo"]["name"], "cordon");
     server.send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
     server.request(2, "tools/list", json!({}));
-    assert_eq!(server.expect()["result"]["tools"][0]["name"], "echo");
+    let list = server.expect();
+    assert_eq!(list["result"]["tools"][0]["name"], "echo");
     server.request(3, "ping", json!({}));
-    assert_eq!(server.expect()["id"], 3);
+    assert_eq!(server.expect(), json!({"jsonrpc": "2.0", "id": 3, "result": {}}));
     server.request(4, "tools/call", json!({"name": "echo", "arguments": {"text": "old"}}));
-    assert_eq!(server.expect()["result"]["content"][0]["text"], "old");
+    let call = server.expect();
+    assert_eq!(call["result"]["content"][0]["text"], "old");
+    // Nothing only 2026-07-28 defines: no resultType, no serverInfo in _meta, no caching hints.
+    for answer in [&init, &list, &call] {
+        let result = answer["result"].as_object().unwrap();
+        for key in ["resultType", "_meta", "ttlMs", "cacheScope"] {
+            assert!(!result.contains_key(key), "{key} in {answer}");
+        }
+    }
     // A revision older than our answers' shapes is offered 2025-11-25 instead.
     server.request(5, "initialize", json!({"protocolVersion": "2025-03-26", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}));
     assert_eq!(server.expect()["result"]["protocolVersion"], "2025-11-25");

@@ -255,7 +255,8 @@ fn one_json_log_line_per_call_of_each_outcome_and_metrics_that_count_them() {
     assert!(server.answer().get("error").is_some());
     let unknown = server.call_line("8");
     server.call(json!("nine"), "echo", json!({"text": 5, "other": MARKER}));
-    assert!(server.answer().get("error").is_some());
+    // A tool execution error for the model to correct (SEP-1303); no instance started.
+    assert_eq!(server.answer()["result"]["isError"], true);
     let invalid = server.call_line("\"nine\"");
 
     let expect = |line: &Value, outcome: &str, stop: Option<&str>, cleanup: Option<&str>| {

@@ -14,12 +14,17 @@
 //! - `cargo xtask fuzz [SECONDS]`: build the fuzz targets in `fuzz/` once, then run each
 //!   for SECONDS (60 by default) from its seed corpus; fails on any crash.
 //!
-//! The guests build with whichever toolchain `cordon-toolchain` finds (rustup's
+//! JavaScript guests (`examples/js/`) build with componentize-js through npm: see `js.rs`.
+//!
+//! The Rust guests build with whichever toolchain `cordon-toolchain` finds (rustup's
 //! `wasm32-wasip2` target, else Debian's `rustc-web` route, installed with apt when we are
 //! root on Debian): the same discovery `cordon build` uses for authors' projects.
 //!
 //! Guests build in `target/guest-build/`, apart from the host, so an incremental guest
 //! build takes about a second and never invalidates the host's build.
+//!
+//! Python guests (`examples/python`) are built with componentize-py from PyPI, in a
+//! virtualenv under `target/` (python.rs).
 
 use std::env;
 use std::fs;
@@ -27,6 +32,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{Context, Result, bail};
+
+mod js;
+mod python;
 
 /// Guest workspaces, relative to the repository root.
 const GUEST_WORKSPACES: &[&str] = &["examples"];
@@ -115,6 +123,8 @@ fn build_guests() -> Result<()> {
             built.push(dest);
         }
     }
+    built.extend(python::build_guests(&root, &out_dir)?);
+    built.extend(js::build_guests(&root, &out_dir)?);
     for path in &built {
         println!("{}", path.display());
     }
@@ -157,10 +167,11 @@ fn run_tests() -> Result<()> {
         .args(["test", "--quiet", "-p", "example-tools", "--target-dir"])
         .arg(root.join("target/guest-native")))?;
     let python = python_env(&root)?;
-    run(Command::new(python)
+    run(Command::new(&python)
         .current_dir(&root)
         .args(["-m", "pytest", "host/tests/e2e", "-q", "-p", "no:cacheprovider"])
-        .env("CORDON_BIN", root.join("target/debug/cordon")))
+        .env("CORDON_BIN", root.join("target/debug/cordon")))?;
+    python::run_sdk_tests(&root, &python)
 }
 
 /// Build `target/debug/cordon` as `cargo test` builds it (a plain `cargo build` would unify

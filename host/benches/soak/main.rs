@@ -7,7 +7,9 @@
 //! calls stopped by their idle timeout or maximum duration (reindex, park, spin); hostile
 //! guests holding descriptors, streams and listings, allocating over their limit,
 //! linking and reading outside their data directory; and protocol garbage. A prober per
-//! transport sends one echo every 10 ms, idle first and then under the load.
+//! transport sends one echo every 10 ms, on a thread of its own, under the load and in
+//! idle windows between its stretches (so both figures come from the same spell of this
+//! machine).
 //!
 //! At the end, each a hard failure: every request answered exactly once (a cancelled one
 //! not at all, unless it completed first: counted); every stopped call cleaned up exactly
@@ -41,8 +43,16 @@ use server::{Server, Usage};
 
 /// The prober's pace, idle and under load.
 const PROBE_EVERY: Duration = Duration::from_millis(10);
-/// How long the idle prober runs (about 1,000 samples).
-const IDLE: Duration = Duration::from_secs(10);
+/// The load runs in this many stretches, each followed by an idle window: the prober's
+/// idle figure is taken across the whole run, in the machine's same states as the load's,
+/// not in ten seconds before it (see "The echo p99" in BENCHMARKS.md).
+const CYCLES: u64 = 10;
+/// How long the prober runs alone after each stretch of load (in all about 2,000 samples)...
+const IDLE_WINDOW: Duration = Duration::from_secs(2);
+/// ...once the last calls' cleanups (at most 1 s here) are done.
+const QUIET_BEFORE_IDLE: Duration = Duration::from_millis(1200);
+/// The prober alone before the baseline is read.
+const FIRST_IDLE: Duration = Duration::from_secs(2);
 /// One spin per transport this often.
 const SPIN_EVERY: Duration = Duration::from_millis(1500);
 /// How long the servers get to give back descriptors and memory after the load.
@@ -112,9 +122,25 @@ async fn soak(args: Args) -> Result<bool> {
     let stdio_config = server::write_config(&dir.join("stdio"), &root)?;
     let http_config = server::write_config(&dir.join("http"), &root)?;
 
+    // The probers run on a thread of their own, so that the lanes' work in this process
+    // (building and parsing megabyte messages) never delays a probe's timing, and with the
+    // short scheduler slice the servers' transport threads have: a prober woken by its
+    // answer then gets a core at once, rather than after a busy thread's slice. The stdio
+    // client's reader, which hands every answer on (the probes' too), runs there as well.
+    let probing = Background(Some(
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("soak-prober")
+            .on_thread_start(cordon::runtime::engine::shorten_thread_slice)
+            .enable_all()
+            .build()?,
+    ));
     let mut stdio = Server::stdio(&cordon, &stdio_config)?;
     let (stdin, stdout) = (stdio.child.stdin.take(), stdio.child.stdout.take());
-    let (client, reading) = StdioClient::new(stdin.context("no stdin")?, stdout.context("no stdout")?)?;
+    let (client, reading) = {
+        let _on_the_probers_thread = probing.handle().enter();
+        StdioClient::new(stdin.context("no stdin")?, stdout.context("no stdout")?)?
+    };
     let (mut http, port) = Server::http(&cordon, &http_config)?;
     let targets = [Target::Stdio(client.clone()), Target::Http { port, ids: Arc::new(AtomicU64::new(1)) }];
     let tallies: [SharedTally; 2] = Default::default();
@@ -143,7 +169,7 @@ async fn soak(args: Args) -> Result<bool> {
     // has done everything it will do, once.
     let warmup = Duration::from_secs((args.secs / 10).clamp(5, 20));
     println!("warm-up: {warmup:?} of the mix");
-    run_load("w", &targets, &tallies, &args, warmup, false).await?;
+    run_load("w", &targets, &tallies, &args, u64::MAX, warmup, None).await?;
     for target in &targets {
         let problems = load::probe_slots(target, &Arc::default()).await?;
         if !problems.is_empty() {
@@ -154,24 +180,41 @@ async fn soak(args: Args) -> Result<bool> {
         }
     }
 
-    println!("idle: the prober alone for {IDLE:?}");
+    let prober = probing.handle().clone();
     let pids = [stdio.pid(), http.pid()];
-    let clock = CpuClock::now(pids)?;
-    let mut idle = run_probers(&targets, &tallies, IDLE).await?;
-    let idle_cpu = CpuClock::now(pids)?.since(&clock);
-    println!("idle: {idle_cpu}");
+    let mut idle = run_probers(&prober, &targets, &tallies, "i", FIRST_IDLE).await?;
     let baseline = [stdio.usage()?, http.usage()?];
     let mappings = [server::resident_by_mapping(stdio.pid())?, server::resident_by_mapping(http.pid())?];
 
-    println!("load: {} s", args.secs);
+    let stretch = Duration::from_secs(args.secs) / CYCLES as u32;
+    println!(
+        "load: {} s in {CYCLES} stretches of {stretch:?}, each followed by {QUIET_BEFORE_IDLE:?} of quiet \
+         and {IDLE_WINDOW:?} of the prober alone (idle)",
+        args.secs
+    );
     let before: Vec<u64> = tallies.iter().map(|tally| tally.lock().unwrap().requests).collect();
     let peaks = Arc::new(Mutex::new(baseline));
     let monitor = tokio::spawn(watch_peaks([stdio.pid(), http.pid()], peaks.clone()));
-    let started = Instant::now();
-    let clock = CpuClock::now(pids)?;
-    let mut loaded = run_load("l", &targets, &tallies, &args, Duration::from_secs(args.secs), true).await?;
-    let load_cpu = CpuClock::now(pids)?.since(&clock);
-    let load_time = started.elapsed();
+    let mut loaded: [Vec<Duration>; 2] = Default::default();
+    let (mut load_cpu, mut idle_cpu) = (CpuTotals::default(), CpuTotals::default());
+    let mut load_time = Duration::ZERO;
+    for cycle in 0..CYCLES {
+        let started = Instant::now();
+        let clock = CpuClock::now(pids)?;
+        let samples =
+            run_load(&format!("l{cycle}"), &targets, &tallies, &args, cycle, stretch, Some(&prober)).await?;
+        load_cpu.add(&CpuClock::now(pids)?, &clock);
+        load_time += started.elapsed();
+        tokio::time::sleep(QUIET_BEFORE_IDLE).await;
+        let clock = CpuClock::now(pids)?;
+        let quiet = run_probers(&prober, &targets, &tallies, &format!("i{cycle}"), IDLE_WINDOW).await?;
+        idle_cpu.add(&CpuClock::now(pids)?, &clock);
+        for index in 0..2 {
+            loaded[index].extend(&samples[index]);
+            idle[index].extend(&quiet[index]);
+        }
+    }
+    let (load_cpu, idle_cpu) = (load_cpu.to_string(), idle_cpu.to_string());
     println!("load: {load_cpu}");
     monitor.abort();
     let peaks = *peaks.lock().unwrap();
@@ -274,29 +317,53 @@ async fn soak(args: Args) -> Result<bool> {
     println!("CPU while idle: {idle_cpu}\nCPU under load: {load_cpu}");
     println!("seed {} (replay the choices with --seed {})", args.seed, args.seed);
     let _ = std::fs::remove_dir_all(&dir);
+    drop(probing);
     Ok(passed)
+}
+
+/// A runtime dropped without waiting for its tasks (a runtime may not block as it drops
+/// inside another one), however `soak` returns.
+struct Background(Option<tokio::runtime::Runtime>);
+
+impl Background {
+    fn handle(&self) -> &tokio::runtime::Handle {
+        self.0.as_ref().expect("held until dropped").handle()
+    }
+}
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        if let Some(runtime) = self.0.take() {
+            runtime.shutdown_background();
+        }
+    }
 }
 
 fn mib(kib: u64) -> String {
     format!("{:.1} MiB", kib as f64 / 1024.0)
 }
 
-/// Mixed lanes and a spinner per transport (and the prober when `probe`) for `duration`;
-/// returns the prober's latencies per transport. A lane that fails (a lost answer, a
+/// Mixed lanes and a spinner per transport (and the prober, on `prober`'s runtime, when
+/// given) for `duration`; returns the prober's latencies per transport. `stretch` tells
+/// this stretch's lanes' choices from the others'. A lane that fails (a lost answer, a
 /// broken connection) stops, and its failure is a violation.
 async fn run_load(
     phase: &str,
     targets: &[Target; 2],
     tallies: &[SharedTally; 2],
     args: &Args,
+    stretch: u64,
     duration: Duration,
-    probe: bool,
+    prober: Option<&tokio::runtime::Handle>,
 ) -> Result<[Vec<Duration>; 2]> {
     let until = Instant::now() + duration;
     let mut lanes = Vec::new();
     let mut probers = Vec::new();
     for (index, (target, tally)) in targets.iter().zip(tallies).enumerate() {
-        let seed = |lane: u64| args.seed ^ (index as u64 * 1000 + lane).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        let seed = |lane: u64| {
+            let lane = (stretch.wrapping_mul(100_000)).wrapping_add(index as u64 * 1000 + lane);
+            args.seed ^ lane.wrapping_mul(0x9e37_79b9_7f4a_7c15)
+        };
         let name = |lane: &str| format!("{phase}{}{lane}", &target.label()[..1]);
         for lane in 0..args.lanes {
             let worker = Lane::new(target, name(&lane.to_string()), seed(lane as u64), tally.clone());
@@ -306,9 +373,9 @@ async fn run_load(
             let spinner = Lane::new(target, name("spin"), seed(999), tally.clone());
             lanes.push((tally.clone(), tokio::spawn(spinner.run_spinner(until, SPIN_EVERY))));
         }
-        if probe {
+        if let Some(runtime) = prober {
             let prober = Lane::new(target, name("probe"), 0, tally.clone());
-            probers.push((tally.clone(), tokio::spawn(prober.run_prober(until, PROBE_EVERY))));
+            probers.push((tally.clone(), runtime.spawn(prober.run_prober(until, PROBE_EVERY))));
         }
     }
     for (tally, lane) in lanes {
@@ -326,10 +393,12 @@ async fn run_load(
     Ok(samples)
 }
 
-/// The probers alone, on both transports at once.
+/// The probers alone, on both transports at once, on `prober`'s runtime.
 async fn run_probers(
+    prober: &tokio::runtime::Handle,
     targets: &[Target; 2],
     tallies: &[SharedTally; 2],
+    phase: &str,
     duration: Duration,
 ) -> Result<[Vec<Duration>; 2]> {
     let until = Instant::now() + duration;
@@ -338,8 +407,8 @@ async fn run_probers(
         .iter()
         .zip(tallies)
         .map(|(target, tally)| {
-            let prober = Lane::new(target, format!("i{}probe", &target.label()[..1]), 0, tally.clone());
-            tokio::spawn(prober.run_prober(until, PROBE_EVERY))
+            let lane = Lane::new(target, format!("{phase}{}probe", &target.label()[..1]), 0, tally.clone());
+            prober.spawn(lane.run_prober(until, PROBE_EVERY))
         })
         .collect();
     for (index, prober) in probers.into_iter().enumerate() {
@@ -380,17 +449,33 @@ impl CpuClock {
             clients: support::cpu_used(std::process::id()),
         })
     }
+}
 
-    /// Cores busy since `earlier`, in all and by whom.
-    fn since(&self, earlier: &CpuClock) -> String {
-        let wall = (self.at - earlier.at).as_secs_f64();
-        let cores = |later: Duration, before: Duration| later.saturating_sub(before).as_secs_f64() / wall;
-        let (machine, servers, clients) = (
-            cores(self.machine, earlier.machine),
-            cores(self.servers, earlier.servers),
-            cores(self.clients, earlier.clients),
-        );
-        format!(
+/// CPU use summed over several spans of a phase.
+#[derive(Default)]
+struct CpuTotals {
+    wall: Duration,
+    machine: Duration,
+    servers: Duration,
+    clients: Duration,
+}
+
+impl CpuTotals {
+    fn add(&mut self, now: &CpuClock, earlier: &CpuClock) {
+        self.wall += now.at - earlier.at;
+        self.machine += now.machine.saturating_sub(earlier.machine);
+        self.servers += now.servers.saturating_sub(earlier.servers);
+        self.clients += now.clients.saturating_sub(earlier.clients);
+    }
+}
+
+impl std::fmt::Display for CpuTotals {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let wall = self.wall.as_secs_f64().max(1e-9);
+        let cores = |time: Duration| time.as_secs_f64() / wall;
+        let (machine, servers, clients) = (cores(self.machine), cores(self.servers), cores(self.clients));
+        write!(
+            f,
             "{machine:.2} of {} cores busy: servers {servers:.2}, soak clients {clients:.2}, other work {:.2}",
             std::thread::available_parallelism().map_or(0, usize::from),
             (machine - servers - clients).max(0.0)

@@ -135,6 +135,8 @@ pub struct Subject {
     /// Header lines sent with every request.
     headers: String,
     latencies: Vec<Duration>,
+    /// Each slice's median latency, in order.
+    pub slice_medians: Vec<Duration>,
     cpu: Duration,
     loaded: Duration,
 }
@@ -155,6 +157,7 @@ impl Subject {
             port,
             headers: String::new(),
             latencies: Vec::new(),
+            slice_medians: Vec::new(),
             cpu: Duration::ZERO,
             loaded: Duration::ZERO,
         };
@@ -177,8 +180,10 @@ impl Subject {
     pub fn slice(&mut self, tokio: &tokio::runtime::Runtime, slice: Duration) {
         self.signal(libc::SIGCONT);
         let cpu_before = super::cpu_used(self.child.id());
-        let latencies = tokio.block_on(load_with(self.port, slice, &self.headers));
+        let mut latencies = tokio.block_on(load_with(self.port, slice, &self.headers));
         self.cpu += super::cpu_used(self.child.id()) - cpu_before;
+        latencies.sort_unstable();
+        self.slice_medians.push(latencies[latencies.len() / 2]);
         self.latencies.extend(latencies);
         self.loaded += slice;
         self.signal(libc::SIGSTOP);
@@ -203,6 +208,19 @@ impl Subject {
         );
         Figures { rate, median: at(0.5), cpu_per_request: cpu }
     }
+}
+
+/// The median over paired slices of `b`'s slice median divided by `a`'s (slice `i` of
+/// each taken side by side): a ratio that a slow spell spoils for one pair, not the verdict.
+pub fn paired_median_ratio(a: &Subject, b: &Subject) -> f64 {
+    let mut ratios: Vec<f64> = a
+        .slice_medians
+        .iter()
+        .zip(&b.slice_medians)
+        .map(|(a, b)| b.as_secs_f64() / a.as_secs_f64())
+        .collect();
+    ratios.sort_by(f64::total_cmp);
+    ratios[ratios.len() / 2]
 }
 
 /// Wait until `port` accepts connections.

@@ -155,6 +155,31 @@ pub fn complete(mut result: Map<String, Value>) -> Value {
     Value::Object(result)
 }
 
+/// The same result as a 2025-11-25 client reads it: without what only 2026-07-28 defines
+/// (`resultType`, the server's identity in `_meta`, the caching hints `ttlMs` and
+/// `cacheScope`). A legacy `ping` is answered `{}`.
+pub fn legacy_result(result: Value) -> Value {
+    let Value::Object(mut result) = result else { return result };
+    for key in ["resultType", "ttlMs", "cacheScope"] {
+        result.remove(key);
+    }
+    if let Some(Value::Object(meta)) = result.get_mut("_meta") {
+        meta.remove(META_SERVER_INFO);
+        if meta.is_empty() {
+            result.remove("_meta");
+        }
+    }
+    Value::Object(result)
+}
+
+/// [`legacy_result`] inside a JSON-RPC answer (an error answer is the same in both eras).
+pub fn legacy_answer(mut message: Value) -> Value {
+    if let Some(result) = message.get_mut("result") {
+        *result = legacy_result(result.take());
+    }
+    message
+}
+
 fn object(value: Value) -> Map<String, Value> {
     match value {
         Value::Object(map) => map,
@@ -248,15 +273,18 @@ pub fn list_result(tools: &[Value], cursor: Option<&Value>, private: bool) -> Re
     Ok(complete(result))
 }
 
-/// How a call that could not start is answered: a protocol error for what the client got
-/// wrong, a tool error for what it may retry.
+/// How a call that could not start is answered: a protocol error for a malformed request
+/// (an unknown tool, `arguments` not an object), a tool execution error for the rest.
+/// Arguments that break the tool's input schema are a tool execution error naming the JSON
+/// path (SEP-1303, 2025-11-25 on), so that the model can correct them and call again.
 pub fn call_error(error: &CallError) -> Result<Value, RpcError> {
     match error {
-        CallError::UnknownTool(_) | CallError::ArgumentsNotObject | CallError::InvalidArguments { .. } => {
+        CallError::UnknownTool(_) | CallError::ArgumentsNotObject => {
             Err(RpcError::invalid_params(capitalized(&error.to_string())))
         }
+        CallError::InvalidArguments { .. }
         // The tool's own schema is at fault, not the client.
-        CallError::Busy { .. }
+        | CallError::Busy { .. }
         | CallError::TenantBusy { .. }
         | CallError::ShuttingDown
         | CallError::ArgumentsUnchecked { .. } => Ok(error_result(&capitalized(&error.to_string()))),

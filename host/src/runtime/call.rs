@@ -220,7 +220,8 @@ pub struct Call {
     pub(crate) engine: Engine,
     pub(crate) ticker: Arc<super::engine::Ticker>,
     pub(crate) component: Arc<LoadedComponent>,
-    pub(crate) tool: String,
+    /// The loaded tool's own name (`ToolSchemas::name`).
+    pub(crate) tool: Arc<str>,
     pub(crate) limits: ToolLimits,
     pub(crate) arguments: String,
     pub(crate) control: Arc<CallControl>,
@@ -271,7 +272,11 @@ impl Call {
             );
         }
         let cleanup = match outcome.stop_reason() {
-            Some(reason) => Some(self.cleanup(reason).await),
+            Some(reason) if self.component.pre.has_cleanup() => Some(self.cleanup(reason).await),
+            Some(reason) => {
+                tracing::info!(component = %self.component.name, tool = %self.tool, call = self.id, reason = %reason_name(&reason), "no cleanup to run: a plain component has none");
+                None
+            }
             None => None,
         };
         let ended = (!self.observers.is_empty())
@@ -279,7 +284,7 @@ impl Call {
         let report = CallReport {
             call_id: self.id,
             hard_stop_at: self.control.hard_stop_at(),
-            tool: self.tool,
+            tool: self.tool.to_string(),
             outcome,
             hard_stopped,
             stopped_at,
@@ -315,7 +320,7 @@ impl Call {
             tags: self.tags.clone(),
             call_id: Some(self.id),
             component: Some(self.component.name.clone()),
-            tool: Some(Arc::from(self.tool.as_str())),
+            tool: Some(self.tool.clone()),
             outcome: outcome.kind(),
             refusal: None,
             stop_path: Some(stop_path),
@@ -341,10 +346,10 @@ impl Call {
             None => self.component.spare.take(limits),
         };
         let (mut store, spare) = match spare {
-            Some((mut store, plugin)) => {
+            Some((mut store, instance)) => {
                 store.data_mut().bind(limits, self.control.clone());
                 arm(&mut store, limits, backstop);
-                (store, Some(plugin))
+                (store, Some(instance))
             }
             None => (
                 new_store_with(
@@ -363,11 +368,11 @@ impl Call {
         let (tool, arguments) = (&self.tool, &self.arguments);
         let store_ref = &mut store;
         let mut call = Box::pin(async move {
-            let plugin = match spare {
-                Some(plugin) => plugin,
-                None => pre.instantiate_async(&mut *store_ref).await?,
+            let instance = match spare {
+                Some(instance) => instance,
+                None => pre.instantiate(&mut *store_ref).await?,
             };
-            plugin.cordon_tool_tool().call_call(store_ref, tool, arguments).await
+            instance.call(&pre, store_ref, tool, arguments).await
         });
 
         // Phase 1: running.
@@ -543,7 +548,7 @@ impl Call {
                 return Outcome::InvalidResult(format!("structured output is not JSON: {error}"));
             }
         };
-        if let Some(schema) = &self.component.schemas[&self.tool].output {
+        if let Some(schema) = &self.component.schemas[&*self.tool].output {
             match &structured {
                 None if !result.is_error => {
                     return Outcome::InvalidResult(
@@ -581,7 +586,7 @@ impl Call {
         let why = reason_name(&reason);
         let context = CleanupContext {
             call_id: self.id.to_string(),
-            tool: self.tool.clone(),
+            tool: self.tool.to_string(),
             arguments: self.arguments.clone(),
             reason,
             note: self.control.take_note(),
@@ -630,8 +635,13 @@ async fn run_cleanup(
     let (mut store, deadline) = bounded_store_with(engine, component, files, limits, limits.cleanup_budget);
     let pre = component.pre.clone();
     let cleanup = async move {
-        let plugin = pre.instantiate_async(&mut store).await?;
-        plugin.cordon_tool_tool().call_cleanup(&mut store, &context).await
+        match pre.instantiate(&mut store).await? {
+            super::component::GuestInstance::Cordon(plugin) => {
+                plugin.cordon_tool_tool().call_cleanup(&mut store, &context).await
+            }
+            // Never asked for: `run_deferring_teardown` runs cleanups of Cordon components only.
+            super::component::GuestInstance::Plain(_) => Ok(()),
+        }
     };
     match run_bounded(cleanup, deadline).await {
         Some(Ok(())) => CleanupOutcome::Completed,

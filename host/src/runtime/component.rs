@@ -1,5 +1,6 @@
-//! Loading a tool component: checking the file is a component of our world, compiling it
-//! (through the cache), pre-instantiating it once, and reading its tool list.
+//! Loading a tool component: checking the file is a component, compiling it (through the
+//! cache), pre-instantiating it once, telling a Cordon tool component (the `plugin` world)
+//! from a plain one (exported typed functions, plain.rs), and reading its tool list.
 //!
 //! Every problem becomes a [`LoadError`] that names the file and says what is wrong, so a
 //! platform operator can fix the right plugin.
@@ -13,13 +14,14 @@ use serde_json::Value;
 use wasmtime::Engine;
 use wasmtime::component::Linker;
 
-use super::bindings::{PluginPre, ToolAnnotations, ToolInfo};
+use super::bindings::{CallResult, Plugin, PluginPre, ToolAnnotations, ToolInfo};
 use super::egress::HttpGrants;
 use super::engine::compile_component;
 use super::files::{FileGrants, Mount};
 use super::guest::GuestState;
 use super::ledger::DescriptorBudget;
 use super::limits::ToolLimits;
+use super::plain::PlainFunctions;
 use super::schema::Schema;
 use super::spare::SpareSlot;
 
@@ -197,7 +199,7 @@ pub(crate) struct LoadedComponent {
     /// SHA-256 of the bytes it was loaded from: a reload with the same bytes and options
     /// keeps this component instead of compiling it again.
     pub(crate) digest: [u8; 32],
-    pub(crate) pre: PluginPre<GuestState>,
+    pub(crate) pre: GuestPre,
     /// The data directory and mounts, opened at load, when the operator granted any.
     pub(crate) files: Option<Arc<FileGrants>>,
     /// With tenants: each tenant's grants, its data directory `<data_dir>/<tenant>`
@@ -217,8 +219,11 @@ pub(crate) struct LoadedComponent {
     pub(crate) growth_hinted: AtomicBool,
 }
 
-/// A tool's schemas, compiled once at load.
+/// A tool's schemas, compiled once at load, and its name as every call's event carries it.
 pub(crate) struct ToolSchemas {
+    /// One allocation per loaded tool: observers may tell tools apart by its identity
+    /// (the metrics keep each tool's series by it, `telemetry/metrics.rs`).
+    pub(crate) name: Arc<str>,
     pub(crate) input: Schema,
     pub(crate) output: Option<Schema>,
 }
@@ -233,7 +238,7 @@ impl ToolSchemas {
             .map(Schema::compile)
             .transpose()
             .map_err(|error| format!("output schema is not a valid JSON Schema: {error}"))?;
-        Ok(Self { input, output })
+        Ok(Self { name: Arc::from(spec.name.as_str()), input, output })
     }
 }
 
@@ -241,7 +246,102 @@ const WASM_MAGIC: &[u8] = b"\0asm";
 const CORE_MODULE_VERSION: [u8; 4] = [1, 0, 0, 0];
 const COMPONENT_LAYER: [u8; 2] = [1, 0];
 
-/// Check the header, compile, and pre-instantiate against our linker.
+/// How a loaded component's instances are made and called.
+#[derive(Clone)]
+pub(crate) enum GuestPre {
+    /// A Cordon tool component: it implements the `plugin` world.
+    Cordon(PluginPre<GuestState>),
+    /// A plain component: its exported functions are its tools (plain.rs).
+    Plain { pre: wasmtime::component::InstancePre<GuestState>, functions: Arc<PlainFunctions> },
+}
+
+/// An instance of a loaded component, not yet called.
+pub(crate) enum GuestInstance {
+    Cordon(Plugin),
+    Plain(wasmtime::component::Instance),
+}
+
+impl GuestPre {
+    /// A fresh instance in `store`.
+    pub(crate) async fn instantiate(
+        &self,
+        store: &mut wasmtime::Store<GuestState>,
+    ) -> wasmtime::Result<GuestInstance> {
+        Ok(match self {
+            Self::Cordon(pre) => GuestInstance::Cordon(pre.instantiate_async(store).await?),
+            Self::Plain { pre, .. } => GuestInstance::Plain(pre.instantiate_async(store).await?),
+        })
+    }
+
+    pub(crate) fn component(&self) -> &wasmtime::component::Component {
+        match self {
+            Self::Cordon(pre) => pre.instance_pre().component(),
+            Self::Plain { pre, .. } => pre.component(),
+        }
+    }
+
+    /// The function a plain component's `tool` calls.
+    pub(crate) fn plain_function(&self, tool: &str) -> Option<&super::plain::PlainFunction> {
+        match self {
+            Self::Cordon(_) => None,
+            Self::Plain { functions, .. } => functions.get(tool),
+        }
+    }
+
+    /// Whether the component exports a `cleanup` to run after a stopped call: a plain one
+    /// has none.
+    pub(crate) fn has_cleanup(&self) -> bool {
+        matches!(self, Self::Cordon(_))
+    }
+}
+
+impl GuestInstance {
+    /// Run tool `tool` with `arguments` (JSON text) in this instance, made from `pre`.
+    pub(crate) async fn call(
+        &self,
+        pre: &GuestPre,
+        store: &mut wasmtime::Store<GuestState>,
+        tool: &str,
+        arguments: &str,
+    ) -> wasmtime::Result<Result<CallResult, String>> {
+        match (self, pre) {
+            (Self::Cordon(plugin), _) => plugin.cordon_tool_tool().call_call(store, tool, arguments).await,
+            (Self::Plain(instance), GuestPre::Plain { functions, .. }) => {
+                let function = functions
+                    .get(tool)
+                    .ok_or_else(|| wasmtime::format_err!("the component has no function for tool {tool}"))?;
+                function.call(store, instance, arguments).await
+            }
+            (Self::Plain(_), GuestPre::Cordon(_)) => {
+                unreachable!("an instance is made from its own component")
+            }
+        }
+    }
+}
+
+/// A component compiled and pre-instantiated, and what kind it is.
+pub(crate) struct Prepared {
+    pub(crate) pre: GuestPre,
+    /// A plain component's tools, derived from its exports (a Cordon component lists its
+    /// own when instantiated).
+    pub(crate) plain_tools: Vec<ToolSpec>,
+    /// Exports of a plain component left out, each with why.
+    pub(crate) warnings: Vec<String>,
+}
+
+/// The interface a Cordon tool component exports.
+const CORDON_TOOL_INTERFACE: &str = "cordon:tool/tool";
+
+/// Whether `component` exports Cordon's `tool` interface, at any version.
+pub(crate) fn exports_cordon_tool(engine: &Engine, component: &wasmtime::component::Component) -> bool {
+    component
+        .component_type()
+        .exports(engine)
+        .any(|(name, _)| name.split('@').next() == Some(CORDON_TOOL_INTERFACE))
+}
+
+/// Check the header, compile, and pre-instantiate against our linker; a component that
+/// does not export `cordon:tool/tool` is served as a plain component (plain.rs).
 pub(crate) fn prepare(
     engine: &Engine,
     linker: &Linker<GuestState>,
@@ -249,7 +349,7 @@ pub(crate) fn prepare(
     bytes: &[u8],
     cache_dir: Option<&Path>,
     cache: &super::engine::CompileCache,
-) -> Result<PluginPre<GuestState>, LoadError> {
+) -> Result<Prepared, LoadError> {
     let is_text = bytes.trim_ascii_start().starts_with(b"(");
     if !is_text {
         if bytes.len() < 8 || &bytes[..4] != WASM_MAGIC {
@@ -271,7 +371,13 @@ pub(crate) fn prepare(
     let instance_pre = linker.instantiate_pre(&component).map_err(|error| {
         LoadError::new(origin, format!("imports something Cordon does not provide: {error:#}"))
     })?;
-    PluginPre::new(instance_pre).map_err(|error| {
+    if !exports_cordon_tool(engine, &component) {
+        let found = super::plain::discover(engine, &component, bytes)
+            .map_err(|problem| LoadError::new(origin, problem))?;
+        let pre = GuestPre::Plain { pre: instance_pre, functions: Arc::new(found.functions) };
+        return Ok(Prepared { pre, plain_tools: found.tools, warnings: found.warnings });
+    }
+    let pre = PluginPre::new(instance_pre).map_err(|error| {
         LoadError::new(
             origin,
             format!(
@@ -280,7 +386,8 @@ pub(crate) fn prepare(
                  at its crate root"
             ),
         )
-    })
+    })?;
+    Ok(Prepared { pre: GuestPre::Cordon(pre), plain_tools: Vec::new(), warnings: Vec::new() })
 }
 
 /// Compile every tool's schemas.

@@ -58,9 +58,12 @@ pub fn default_cache_dir() -> Option<PathBuf> {
     Some(base.join("cordon"))
 }
 
-/// Core instances a component may hold: a Rust wasip2 component has a handful (the module,
-/// its adapter shims); this leaves room for larger ones.
-const CORE_INSTANCES_PER_SLOT: u32 = 16;
+/// Core instances a component may hold: a Rust wasip2 component has 4 (the module, its
+/// adapter shims), a CPython one made by componentize-py 14 (libc, libpython, its runtime
+/// and their shims), and each native extension library a Python tool bundles adds one. The
+/// pool only counts core instances (nothing is reserved per instance), so the headroom
+/// costs nothing.
+const CORE_INSTANCES_PER_SLOT: u32 = 32;
 const MEMORIES_PER_SLOT: u32 = 4;
 const TABLES_PER_SLOT: u32 = 8;
 const KEEP_RESIDENT_BYTES: usize = 256 << 10;
@@ -324,19 +327,76 @@ fn hex(bytes: &[u8]) -> String {
 }
 
 /// Lower the calling thread's priority to nice 19, the lowest (see `dispatch.rs`, where
-/// calls that wait run at it, for why 19 and not `SCHED_IDLE`). Any process may lower its
-/// own threads' priority.
+/// calls that wait run at it, for why 19 and not `SCHED_IDLE`), with the scheduler's
+/// default slice (a thread inherits its creator's, and the transports' is short:
+/// [`shorten_thread_slice`]). Any process may lower its own threads' priority.
 pub fn lower_thread_priority() {
+    set_fair_scheduling(LOWEST_NICE, None);
+}
+
+/// Give the calling thread a short scheduler slice: a thread that serves clients (a
+/// transport's reader, the runtime's workers) then preempts a busy thread of the default
+/// slice as soon as it wakes.
+///
+/// Linux's EEVDF scheduler (6.6 on) lets the running thread finish its protected slice
+/// before a woken one of the same class runs, whatever their nice values: the base slice,
+/// 0.75 ms scaled by the log of the cores (1.5 ms on 2 cores), so a nice-19 thread doing a
+/// guest's file work held a just-woken transport thread for up to that long: the soak's
+/// echo tail under load (BENCHMARKS.md, "Soak"). Since 6.12 a woken thread whose own slice
+/// is shorter than the running one's cuts that protection short; the shortest slice the
+/// kernel takes is 0.1 ms. Kernels before 6.12 ignore the slice.
+pub fn shorten_thread_slice() {
     #[cfg(target_os = "linux")]
     {
-        // SAFETY: gettid has no preconditions; setpriority on one's own thread id changes
-        // only that thread's nice value (Linux keeps it per thread).
-        let thread = unsafe { libc::gettid() };
-        if unsafe { libc::setpriority(libc::PRIO_PROCESS, thread as libc::id_t, LOWEST_NICE) } != 0 {
-            tracing::debug!("lowering a thread's priority was refused: {}", std::io::Error::last_os_error());
+        // SAFETY: gettid has no preconditions; getpriority on one's own thread id reads its
+        // nice value (-1 is a valid nice, so a failure would read as -1: harmless here).
+        let nice = unsafe { libc::getpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t) };
+        set_fair_scheduling(nice, Some(TRANSPORT_SLICE));
+    }
+}
+
+/// Set the calling thread's nice value and its slice (`None`: the kernel's default) in the
+/// normal scheduling class.
+fn set_fair_scheduling(nice: libc::c_int, slice: Option<Duration>) {
+    #[cfg(target_os = "linux")]
+    {
+        /// `struct sched_attr` (SCHED_ATTR_SIZE_VER0).
+        #[repr(C)]
+        struct SchedAttr {
+            size: u32,
+            policy: u32,
+            flags: u64,
+            nice: i32,
+            priority: u32,
+            runtime: u64,
+            deadline: u64,
+            period: u64,
+        }
+        let attr = SchedAttr {
+            size: std::mem::size_of::<SchedAttr>() as u32,
+            policy: libc::SCHED_OTHER as u32,
+            flags: 0,
+            nice,
+            priority: 0,
+            // For the normal class, the slice; 0 is the default one.
+            runtime: slice.map_or(0, |slice| slice.as_nanos() as u64),
+            deadline: 0,
+            period: 0,
+        };
+        // SAFETY: sched_setattr on our own thread (0) with a fully initialised attr of the
+        // size it declares; it changes only this thread's nice value and slice.
+        let result = unsafe { libc::syscall(libc::SYS_sched_setattr, 0, &attr as *const SchedAttr, 0) };
+        if result != 0 {
+            tracing::debug!(
+                "changing a thread's scheduling was refused: {}",
+                std::io::Error::last_os_error()
+            );
         }
     }
 }
+
+/// The slice of threads that serve clients: the shortest Linux takes.
+const TRANSPORT_SLICE: Duration = Duration::from_micros(100);
 
 /// The nice value of threads that must not delay the transports (0 is the default).
 const LOWEST_NICE: libc::c_int = 19;

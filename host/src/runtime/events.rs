@@ -55,6 +55,11 @@ impl CallOutcome {
         Self::Refused,
     ];
 
+    /// Its position in [`CallOutcome::ALL`].
+    pub fn index(self) -> usize {
+        self as usize
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Ok => "ok",
@@ -132,6 +137,11 @@ pub enum CleanupResult {
 
 impl CleanupResult {
     pub const ALL: [CleanupResult; 3] = [Self::Completed, Self::Failed, Self::TimedOut];
+
+    /// Its position in [`CleanupResult::ALL`].
+    pub fn index(self) -> usize {
+        self as usize
+    }
 
     pub fn as_str(self) -> &'static str {
         match self {
@@ -227,6 +237,21 @@ impl Observers {
     pub(crate) fn emit(&self, event: &CallEnded) {
         for observer in self.0.iter() {
             observer.call_ended(event);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_enum_lists_all_its_values_in_index_order() {
+        for (index, outcome) in CallOutcome::ALL.into_iter().enumerate() {
+            assert_eq!(outcome.index(), index, "{outcome:?}");
+        }
+        for (index, result) in CleanupResult::ALL.into_iter().enumerate() {
+            assert_eq!(result.index(), index, "{result:?}");
         }
     }
 }

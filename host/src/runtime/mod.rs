@@ -17,6 +17,7 @@
 //! - `waits`: a stop wakes a guest parked in a host wait.
 //! - `spare`: instances made ahead of the calls that will use them.
 //! - `schema`: checking arguments and structured output against a tool's schemas, bounded.
+//! - `plain`: plain components (exported typed functions, no Cordon world) as tools.
 //! - [`limits`]: per-tool limits.
 //! - [`registry`]: the set of loaded components, a snapshot swapped whole at a reload.
 
@@ -32,6 +33,7 @@ mod files;
 mod guest;
 mod ledger;
 pub mod limits;
+mod plain;
 mod quota;
 pub mod registry;
 mod schema;
@@ -68,6 +70,7 @@ pub use events::{
 pub use files::{GUEST_DATA_DIR, Mount};
 pub use ledger::{DescriptorBudget, raise_open_file_limit};
 pub use limits::ToolLimits;
+pub use plain::ArgumentError;
 pub use registry::{ReloadReport, TenantView, ToolSet};
 pub use schema::CHECK_BUDGET as SCHEMA_CHECK_BUDGET;
 
@@ -102,7 +105,8 @@ impl Default for RuntimeSettings {
 
 /// The component's and the tool's names, for a tool of `tools` only.
 fn known_tool(tools: &ToolSet, view: Option<&TenantView>, tool: &str) -> Option<(Arc<str>, Arc<str>)> {
-    Some((tools.component_for(view, tool)?.name.clone(), Arc::from(tool)))
+    let component = tools.component_for(view, tool)?;
+    Some((component.name.clone(), component.schemas.get(tool)?.name.clone()))
 }
 
 /// One component's part in a reload.
@@ -164,7 +168,7 @@ pub enum CallError {
         "the tenant's call limit is reached: its {slots} concurrent calls stayed in use for {waited:?}; try again later"
     )]
     TenantBusy { slots: usize, waited: Duration },
-    #[error("the server is shutting down")]
+    #[error("the server is shutting down; the call did not start")]
     ShuttingDown,
 }
 
@@ -180,6 +184,25 @@ impl CallError {
             Self::ShuttingDown => RefusalReason::ShuttingDown,
         }
     }
+}
+
+/// What a component is, as `cordon inspect` shows it ([`Runtime::describe_file`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Description {
+    pub interfaces: Interfaces,
+    pub kind: ComponentKind,
+    /// A plain component's exports that are not served, each with why.
+    pub left_out: Vec<String>,
+}
+
+/// The world a component targets.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ComponentKind {
+    /// A Cordon tool component; `interface` is the `cordon:tool/tool` it exports, with its
+    /// version.
+    Cordon { interface: String },
+    /// A plain component: its exported functions are its tools.
+    Plain,
 }
 
 /// What the pool holds right now; all zero when no call runs and no spare instance is kept.
@@ -365,15 +388,16 @@ impl Runtime {
         let cache_dir = self.settings.engine.cache_dir.clone();
         let (engine, linker, owned_origin) = (self.engine.clone(), self.linker.clone(), origin.to_owned());
         let compile_cache = self.compile_cache.clone();
-        let (pre, digest) = tokio::task::spawn_blocking(move || {
+        let (prepared, digest) = tokio::task::spawn_blocking(move || {
             let digest: [u8; 32] = sha2::Sha256::digest(&bytes).into();
             component::prepare(&engine, &linker, &owned_origin, &bytes, cache_dir.as_deref(), &compile_cache)
-                .map(|pre| (pre, digest))
+                .map(|prepared| (prepared, digest))
         })
         .await
         .map_err(|error| LoadError::new(origin, format!("compiling failed: {error}")))??;
-        let interfaces = Interfaces::of(&self.engine, pre.instance_pre().component());
-        for warning in grant_warnings(&interfaces.imports, &options) {
+        let component::Prepared { pre, plain_tools, warnings } = prepared;
+        let interfaces = Interfaces::of(&self.engine, pre.component());
+        for warning in grant_warnings(&interfaces.imports, &options).into_iter().chain(warnings) {
             tracing::warn!(component = name, "{warning}");
         }
         let mut loaded = LoadedComponent {
@@ -391,7 +415,10 @@ impl Runtime {
             growth_hinted: Default::default(),
         };
         let infos = self.list_tools(&loaded).await.map_err(|problem| LoadError::new(origin, problem))?;
-        loaded.tools = component::tool_specs(origin, infos)?;
+        loaded.tools = match infos {
+            Some(infos) => component::tool_specs(origin, infos)?,
+            None => plain_tools,
+        };
         let mut configured: Vec<&String> = loaded.options.tool_limits.keys().collect();
         configured.sort();
         for tool in configured {
@@ -603,20 +630,44 @@ impl Runtime {
         Ok(Some(Arc::new(grants)))
     }
 
-    /// The interfaces the component in `path` imports and exports, without loading it.
-    pub fn inspect_file(&self, path: &Path) -> Result<Interfaces, LoadError> {
+    /// What the component in `path` is (a Cordon tool component or a plain one), the
+    /// interfaces it imports and exports, and, if plain, the exports it would leave out;
+    /// without loading it (its tools are not listed).
+    pub fn describe_file(&self, path: &Path) -> Result<Description, LoadError> {
         let origin = path.display().to_string();
         let bytes =
             std::fs::read(path).map_err(|error| LoadError::new(&origin, format!("cannot read: {error}")))?;
         let cache_dir = self.settings.engine.cache_dir.clone();
-        let component =
+        let compiled =
             engine::compile_component(&self.engine, &bytes, cache_dir.as_deref(), &self.compile_cache)
                 .map_err(|error| LoadError::new(&origin, format!("invalid component: {error:#}")))?;
-        Ok(Interfaces::of(&self.engine, &component))
+        let interfaces = Interfaces::of(&self.engine, &compiled);
+        if component::exports_cordon_tool(&self.engine, &compiled) {
+            let interface = interfaces
+                .exports
+                .iter()
+                .find(|name| name.starts_with("cordon:tool/tool"))
+                .cloned()
+                .unwrap_or_default();
+            return Ok(Description {
+                interfaces,
+                kind: ComponentKind::Cordon { interface },
+                left_out: Vec::new(),
+            });
+        }
+        let left_out = match plain::discover(&self.engine, &compiled, &bytes) {
+            Ok(found) => found.warnings,
+            Err(problem) => vec![problem],
+        };
+        Ok(Description { interfaces, kind: ComponentKind::Plain, left_out })
     }
 
-    /// Run the guest's `list` in a bounded instance.
-    async fn list_tools(&self, component: &LoadedComponent) -> Result<Vec<bindings::ToolInfo>, String> {
+    /// Run the guest's `list` in a bounded instance; a plain component (which has none) is
+    /// only instantiated there, to check that it can be, and gives `None`.
+    async fn list_tools(
+        &self,
+        component: &LoadedComponent,
+    ) -> Result<Option<Vec<bindings::ToolInfo>>, String> {
         let budget = self.settings.list_budget;
         let _permit = self.call_permits.acquire().await.expect("the call semaphore is never closed");
         let _ticking = self.ticker.running();
@@ -625,8 +676,12 @@ impl Runtime {
         let memory = store.data().control().memory.clone();
         let pre = component.pre.clone();
         let list = async move {
-            let plugin = pre.instantiate_async(&mut store).await?;
-            plugin.cordon_tool_tool().call_list(&mut store).await
+            match pre.instantiate(&mut store).await? {
+                component::GuestInstance::Cordon(plugin) => {
+                    plugin.cordon_tool_tool().call_list(&mut store).await.map(Some)
+                }
+                component::GuestInstance::Plain(_) => Ok(None),
+            }
         };
         match call::run_bounded(list, deadline).await {
             Some(Ok(tools)) => Ok(tools),
@@ -694,7 +749,17 @@ impl Runtime {
         if !arguments.is_object() {
             return Err(CallError::ArgumentsNotObject);
         }
-        match component.schemas[tool].input.check(arguments).await {
+        let schemas = &component.schemas[tool];
+        // A plain function's arguments are checked by converting them, which is exact and
+        // names the path of what it refuses (its schema says the same, for clients).
+        let check = match component.pre.plain_function(tool) {
+            Some(function) => match plain::to_params(function, arguments) {
+                Ok(_) => schema::Check::Valid,
+                Err(error) => schema::Check::Invalid(error.to_string()),
+            },
+            None => schemas.input.check(arguments).await,
+        };
+        match check {
             schema::Check::Valid => {}
             schema::Check::Invalid(problems) => {
                 return Err(CallError::InvalidArguments { tool: tool.to_owned(), problems });
@@ -735,9 +800,10 @@ impl Runtime {
             ticker: self.ticker.clone(),
             control: CallControl::new(component.options.limits_for(tool)),
             limits: component.options.limits_for(tool).clone(),
+            tool: schemas.name.clone(),
             component,
-            tool: tool.to_owned(),
-            arguments: arguments.to_string(),
+            // Not `to_string`: `Display` goes through `fmt`, a call per token.
+            arguments: serde_json::to_string(arguments).expect("a Value always serializes"),
             shutdown: self.shutdown.subscribe(),
             permit: (permit, fair_permit),
             files,
@@ -793,7 +859,7 @@ impl Runtime {
         let component = tools.component_of(tool).context("unknown tool")?;
         let limits = component.options.limits_for(tool);
         let mut store = call::new_store(&self.engine, component, limits, CallControl::new(limits), None);
-        component.pre.instantiate_async(&mut store).await?;
+        component.pre.instantiate(&mut store).await?;
         Ok(store)
     }
 }

@@ -20,9 +20,8 @@ use std::time::Duration;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use wasmtime::{Engine, Store};
 
-use super::bindings::Plugin;
 use super::call::{bounded_store, run_bounded};
-use super::component::LoadedComponent;
+use super::component::{GuestInstance, LoadedComponent};
 use super::engine::Ticker;
 use super::guest::GuestState;
 use super::limits::ToolLimits;
@@ -64,7 +63,7 @@ const SPARE_BUDGET: Duration = Duration::from_secs(1);
 /// A fresh instance waiting for a call.
 struct Spare {
     store: Store<GuestState>,
-    plugin: Plugin,
+    instance: GuestInstance,
     /// The limits it was made for: only a call under the same limits takes it.
     limits: ToolLimits,
     _slot: OwnedSemaphorePermit,
@@ -88,9 +87,9 @@ struct SlotState {
 impl SpareSlot {
     /// The spare, if there is one made for `limits` (one made for other limits is dropped:
     /// the refill after this call makes one for these).
-    pub(crate) fn take(&self, limits: &ToolLimits) -> Option<(Store<GuestState>, Plugin)> {
+    pub(crate) fn take(&self, limits: &ToolLimits) -> Option<(Store<GuestState>, GuestInstance)> {
         let spare = self.0.lock().unwrap().spare.take()?;
-        (spare.limits == *limits).then_some((spare.store, spare.plugin))
+        (spare.limits == *limits).then_some((spare.store, spare.instance))
     }
 
     /// Drop the spare, if any.
@@ -160,8 +159,8 @@ impl Refill {
         let Ok(slot) = self.budget.slots.clone().try_acquire_owned() else { return };
         let _ticking = self.ticker.running();
         let (mut store, deadline) = bounded_store(&self.engine, &self.component, &self.limits, SPARE_BUDGET);
-        match run_bounded(self.component.pre.instantiate_async(&mut store), deadline).await {
-            Some(Ok(plugin)) => {
+        match run_bounded(self.component.pre.instantiate(&mut store), deadline).await {
+            Some(Ok(instance)) => {
                 let kib = store.data().limiter.memory_used().div_ceil(1 << 10);
                 let memory = u32::try_from(kib)
                     .ok()
@@ -170,7 +169,7 @@ impl Refill {
                     tracing::debug!(component = %self.component.name, "no spare instance: the spares' memory budget is spent");
                     return;
                 };
-                let spare = Spare { store, plugin, limits: self.limits, _slot: slot, _memory: memory };
+                let spare = Spare { store, instance, limits: self.limits, _slot: slot, _memory: memory };
                 claim.put(spare, &self.shutdown);
             }
             Some(Err(error)) => {

@@ -306,41 +306,17 @@ impl CallObserver for CallLog {
         let Some((shared, format)) = &self.direct else {
             return via_tracing(event);
         };
-        let mut line = Line::start(*format);
-        if let Some(id) = &event.tags.request_id {
-            line.text("request_id", id);
+        // One buffer per thread, reused: no allocation per line.
+        thread_local! {
+            static LINE: std::cell::RefCell<Vec<u8>> = std::cell::RefCell::new(Vec::with_capacity(512));
         }
-        if let Some(tenant) = &event.tags.tenant {
-            line.text("tenant", tenant);
-        }
-        if let Some(id) = event.call_id {
-            line.number("call_id", id);
-        }
-        if let Some(component) = &event.component {
-            line.text("component", component);
-        }
-        if let Some(tool) = &event.tool {
-            line.text("tool", tool);
-        }
-        line.text("outcome", event.outcome.as_str());
-        if let Some(reason) = event.refusal {
-            line.text("refusal", reason.as_str());
-        }
-        if let Some(stop) = event.stop_path {
-            line.text("stop", stop.as_str());
-        }
-        line.millis("duration_ms", event.duration);
-        line.millis("queue_ms", event.queue_wait);
-        if let Some(latency) = event.stop_latency {
-            line.millis("stop_latency_ms", latency);
-        }
-        if let Some(cleanup) = event.cleanup {
-            line.text("cleanup", cleanup.result.as_str());
-            line.millis("cleanup_ms", cleanup.duration);
-        }
-        line.number("argument_bytes", event.argument_bytes as u64);
-        line.number("result_bytes", event.result_bytes as u64);
-        shared.append(&line.finish());
+        LINE.with_borrow_mut(|bytes| {
+            bytes.clear();
+            let mut line = Line::start(bytes, *format);
+            line.fields(event);
+            line.finish();
+            shared.append(bytes);
+        });
     }
 }
 
@@ -368,25 +344,64 @@ fn via_tracing(event: &CallEnded) {
     );
 }
 
-/// A call line being written, in `tracing-subscriber`'s text or JSON shape.
-struct Line {
-    bytes: Vec<u8>,
+/// A call line being written, in `tracing-subscriber`'s text or JSON shape, into a buffer.
+///
+/// Written by hand with no `fmt` machinery: at every call it is a measurable part of a
+/// short call's CPU (BENCHMARKS.md, "Telemetry").
+struct Line<'a> {
+    bytes: &'a mut Vec<u8>,
     json: bool,
 }
 
-impl Line {
-    fn start(format: LogFormat) -> Self {
-        let mut bytes = Vec::with_capacity(320);
+impl<'a> Line<'a> {
+    fn start(bytes: &'a mut Vec<u8>, format: LogFormat) -> Self {
         let json = format == LogFormat::Json;
         if json {
             bytes.extend_from_slice(b"{\"timestamp\":\"");
-            write_timestamp(&mut bytes, std::time::SystemTime::now());
+            write_timestamp(bytes, std::time::SystemTime::now());
             bytes.extend_from_slice(b"\",\"level\":\"INFO\",\"fields\":{\"message\":\"call ended\"");
         } else {
-            write_timestamp(&mut bytes, std::time::SystemTime::now());
+            write_timestamp(bytes, std::time::SystemTime::now());
             bytes.extend_from_slice(b"  INFO cordon::call: call ended");
         }
         Self { bytes, json }
+    }
+
+    /// Every field of the call's event that has a value.
+    fn fields(&mut self, event: &CallEnded) {
+        if let Some(id) = &event.tags.request_id {
+            self.text("request_id", id);
+        }
+        if let Some(tenant) = &event.tags.tenant {
+            self.text("tenant", tenant);
+        }
+        if let Some(id) = event.call_id {
+            self.number("call_id", id);
+        }
+        if let Some(component) = &event.component {
+            self.text("component", component);
+        }
+        if let Some(tool) = &event.tool {
+            self.text("tool", tool);
+        }
+        self.text("outcome", event.outcome.as_str());
+        if let Some(reason) = event.refusal {
+            self.text("refusal", reason.as_str());
+        }
+        if let Some(stop) = event.stop_path {
+            self.text("stop", stop.as_str());
+        }
+        self.millis("duration_ms", event.duration);
+        self.millis("queue_ms", event.queue_wait);
+        if let Some(latency) = event.stop_latency {
+            self.millis("stop_latency_ms", latency);
+        }
+        if let Some(cleanup) = event.cleanup {
+            self.text("cleanup", cleanup.result.as_str());
+            self.millis("cleanup_ms", cleanup.duration);
+        }
+        self.number("argument_bytes", event.argument_bytes as u64);
+        self.number("result_bytes", event.result_bytes as u64);
     }
 
     fn key(&mut self, key: &str) {
@@ -405,34 +420,73 @@ impl Line {
     /// can never break the line.
     fn text(&mut self, key: &str, value: &str) {
         self.key(key);
-        serde_json::to_writer(&mut self.bytes, value).expect("writing to a Vec never fails");
+        // Names and ids are almost always printable ASCII with nothing to escape.
+        if value.bytes().all(|byte| (0x20..0x7f).contains(&byte) && byte != b'"' && byte != b'\\') {
+            self.bytes.push(b'"');
+            self.bytes.extend_from_slice(value.as_bytes());
+            self.bytes.push(b'"');
+        } else {
+            serde_json::to_writer(&mut *self.bytes, value).expect("writing to a Vec never fails");
+        }
     }
 
     fn number(&mut self, key: &str, value: u64) {
         self.key(key);
-        let _ = write!(self.bytes, "{value}");
+        self.bytes.extend_from_slice(itoa::Buffer::new().format(value).as_bytes());
     }
 
     /// Milliseconds with microseconds: `0.176`.
     fn millis(&mut self, key: &str, value: Duration) {
         self.key(key);
         let micros = value.as_micros();
-        let _ = write!(self.bytes, "{}.{:03}", micros / 1000, micros % 1000);
+        self.bytes.extend_from_slice(itoa::Buffer::new().format(micros / 1000).as_bytes());
+        self.bytes.push(b'.');
+        push_digits(self.bytes, (micros % 1000) as u32, 3);
     }
 
-    fn finish(mut self) -> Vec<u8> {
+    fn finish(self) {
         if self.json {
             self.bytes.extend_from_slice(b"},\"target\":\"cordon::call\"}");
         }
         self.bytes.push(b'\n');
-        self.bytes
+    }
+}
+
+/// `value` in exactly `width` decimal digits, zero-padded (`value` must fit).
+fn push_digits(out: &mut Vec<u8>, mut value: u32, width: usize) {
+    let start = out.len();
+    out.resize(start + width, b'0');
+    for slot in out[start..].iter_mut().rev() {
+        *slot = b'0' + (value % 10) as u8;
+        value /= 10;
     }
 }
 
 /// `2026-12-01T11:41:23.226102Z`: UTC, to the microsecond, as `tracing-subscriber` writes it.
+///
+/// The date, hour and minute (`2026-12-01T11:41:`) are worked out once a minute per thread.
 fn write_timestamp(out: &mut Vec<u8>, now: std::time::SystemTime) {
+    thread_local! {
+        /// The minute (since the epoch) last written, and its text.
+        static MINUTE: std::cell::Cell<(u64, [u8; 17])> = const { std::cell::Cell::new((u64::MAX, [0; 17])) };
+    }
     let since = now.duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
     let seconds = since.as_secs();
+    let minute = seconds / 60;
+    let (cached, mut prefix) = MINUTE.get();
+    if cached != minute {
+        prefix = minute_prefix(seconds);
+        MINUTE.set((minute, prefix));
+    }
+    out.extend_from_slice(&prefix);
+    push_digits(out, (seconds % 60) as u32, 2);
+    out.push(b'.');
+    push_digits(out, since.subsec_micros(), 6);
+    out.push(b'Z');
+}
+
+/// `2026-12-01T11:41:` for the minute that holds `seconds` since the epoch.
+fn minute_prefix(seconds: u64) -> [u8; 17] {
     let (days, of_day) = ((seconds / 86_400) as i64, seconds % 86_400);
     // Days since 1970-01-01 to a civil date (Howard Hinnant's `civil_from_days`).
     let shifted = days + 719_468;
@@ -444,14 +498,12 @@ fn write_timestamp(out: &mut Vec<u8>, now: std::time::SystemTime) {
     let day = day_of_year - (153 * month_index + 2) / 5 + 1;
     let month = if month_index < 10 { month_index + 3 } else { month_index - 9 };
     let year = year_of_era + era * 400 + i64::from(month <= 2);
-    let _ = write!(
-        out,
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:06}Z",
-        of_day / 3600,
-        of_day % 3600 / 60,
-        of_day % 60,
-        since.subsec_micros()
-    );
+    let text = format!("{year:04}-{month:02}-{day:02}T{:02}:{:02}:", of_day / 3600, of_day % 3600 / 60);
+    // Years 0 to 9999 (every `SystemTime` from the epoch to then) are 17 bytes.
+    let mut prefix = [b'0'; 17];
+    let bytes = text.as_bytes();
+    prefix.copy_from_slice(&bytes[bytes.len().saturating_sub(17)..]);
+    prefix
 }
 
 #[cfg(test)]
@@ -571,11 +623,12 @@ mod line_tests {
 
     #[test]
     fn a_json_line_is_one_json_object_in_tracing_subscribers_shape() {
-        let mut line = Line::start(LogFormat::Json);
+        let mut bytes = Vec::new();
+        let mut line = Line::start(&mut bytes, LogFormat::Json);
         line.text("request_id", "\"a\\nb\"");
         line.number("call_id", 7);
         line.millis("duration_ms", Duration::from_micros(176_393));
-        let bytes = line.finish();
+        line.finish();
         assert_eq!(bytes.iter().filter(|&&byte| byte == b'\n').count(), 1);
         let value: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
         assert_eq!(value["level"], "INFO");
@@ -584,5 +637,20 @@ mod line_tests {
         assert_eq!(value["fields"]["request_id"], "\"a\\nb\"");
         assert_eq!(value["fields"]["call_id"], 7);
         assert_eq!(value["fields"]["duration_ms"], 176.393);
+    }
+
+    #[test]
+    fn a_text_line_quotes_plain_names_and_escapes_the_rest() {
+        let mut bytes = Vec::new();
+        let mut line = Line::start(&mut bytes, LogFormat::Text);
+        line.text("tool", "echo");
+        line.text("request_id", "\"x\u{7f}\"");
+        line.millis("duration_ms", Duration::from_micros(7));
+        line.number("result_bytes", 1234);
+        line.finish();
+        let text = String::from_utf8(bytes).unwrap();
+        assert!(text.ends_with(
+            "  INFO cordon::call: call ended tool=\"echo\" request_id=\"\\\"x\u{7f}\\\"\" duration_ms=0.007 result_bytes=1234\n"
+        ), "{text}");
     }
 }

@@ -11,9 +11,18 @@
 //! of series is bounded by the configuration, never by what clients send. `tenant` (on
 //! `cordon_tenant_calls_total`, counted only for calls made for a tenant) is a configured
 //! tenant's name: a request that names no configured tenant never reaches a call.
+//!
+//! **Per-tool handles.** Looking a series up in a [`Family`] hashes its labels' strings
+//! under a lock, five times per call. A tool's series (its calls by outcome, its duration
+//! histogram, its cleanups) are looked up once instead ([`ToolSeries`]) and kept by the
+//! identity of the loaded tool's name: the event's `Arc<str>`s come from the tool set, so
+//! the same tool hands the same pointers to every call. An entry holds its `Arc`s (a
+//! pointer is never reused while the entry lives) and is dropped once no tool set holds
+//! them any more (a reload replaced them): the map stays as large as what is loaded.
 
+use std::collections::HashMap;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, OnceLock, RwLock};
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -23,7 +32,7 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::{Registry, Unit};
 
 use super::log::LogDropped;
-use crate::runtime::{CallEnded, CallObserver, RefusalReason, Runtime};
+use crate::runtime::{CallEnded, CallObserver, CallOutcome, CleanupResult, RefusalReason, Runtime};
 use crate::transport::http::HttpStats;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -79,6 +88,81 @@ struct Sources {
     http: Option<Arc<HttpStats>>,
 }
 
+/// One tool's series, each looked up in its family the first time it moves: its calls by
+/// outcome (indexed as [`CallOutcome::ALL`]), its duration, its cleanups by result (as
+/// [`CleanupResult::ALL`]).
+#[derive(Default)]
+struct ToolSeries {
+    calls: [OnceLock<Counter>; CallOutcome::ALL.len()],
+    duration: OnceLock<Histogram>,
+    cleanups: [OnceLock<Counter>; CleanupResult::ALL.len()],
+}
+
+/// A loaded tool by the identity of its names (see the module docs): equal when both
+/// `Arc`s are the same allocations. `None` is the unknown tool.
+#[derive(Clone)]
+struct ToolKey {
+    component: Option<Arc<str>>,
+    tool: Option<Arc<str>>,
+}
+
+impl ToolKey {
+    fn address(name: &Option<Arc<str>>) -> usize {
+        name.as_ref().map_or(0, |name| Arc::as_ptr(name).cast::<u8>() as usize)
+    }
+
+    /// Whether a tool set still holds these names (the entry holds one reference of each).
+    fn is_loaded(&self) -> bool {
+        [&self.component, &self.tool]
+            .iter()
+            .all(|name| name.as_ref().is_none_or(|name| Arc::strong_count(name) > 1))
+    }
+}
+
+impl PartialEq for ToolKey {
+    fn eq(&self, other: &Self) -> bool {
+        Self::address(&self.component) == Self::address(&other.component)
+            && Self::address(&self.tool) == Self::address(&other.tool)
+    }
+}
+
+impl Eq for ToolKey {}
+
+impl std::hash::Hash for ToolKey {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        state.write_usize(Self::address(&self.component) ^ Self::address(&self.tool).rotate_left(17));
+    }
+}
+
+/// A name as a label: a copy, so that the families' label sets never hold the tool set's
+/// own allocation (which tells when a reload dropped it, [`ToolKey::is_loaded`]).
+fn label(name: &Option<Arc<str>>) -> Option<Arc<str>> {
+    name.as_deref().map(Arc::from)
+}
+
+/// Hashes a [`ToolKey`]'s one word as it is: pointers are already well spread.
+#[derive(Default, Clone, Copy)]
+struct AddressHasher(u64);
+
+impl std::hash::Hasher for AddressHasher {
+    fn finish(&self) -> u64 {
+        // Spread the word over the high bits hashbrown uses for its control bytes.
+        self.0.wrapping_mul(0x9e37_79b9_7f4a_7c15)
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &byte in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(byte);
+        }
+    }
+
+    fn write_usize(&mut self, word: usize) {
+        self.0 ^= word as u64;
+    }
+}
+
+type ToolSeriesMap = HashMap<ToolKey, Arc<ToolSeries>, std::hash::BuildHasherDefault<AddressHasher>>;
+
 /// Every metric the server exports; see the README's "Metrics" for the list.
 pub struct Metrics {
     registry: Registry,
@@ -100,6 +184,8 @@ pub struct Metrics {
     log_dropped: Counter,
     log_source: Option<LogDropped>,
     sources: OnceLock<Sources>,
+    /// Each loaded tool's series, looked up once (see the module docs).
+    tool_series: RwLock<ToolSeriesMap>,
 }
 
 impl Metrics {
@@ -197,6 +283,7 @@ impl Metrics {
             log_dropped,
             log_source: log,
             sources: OnceLock::new(),
+            tool_series: RwLock::default(),
         })
     }
 
@@ -231,16 +318,35 @@ impl Metrics {
     }
 }
 
+impl Metrics {
+    /// The series of the tool `event` names (made on its first call).
+    fn tool_series(&self, key: &ToolKey) -> Arc<ToolSeries> {
+        if let Some(series) = self.tool_series.read().unwrap().get(key) {
+            return series.clone();
+        }
+        let mut map = self.tool_series.write().unwrap();
+        // A reload's old names go once no tool set holds them.
+        map.retain(|key, _| key.is_loaded());
+        map.entry(key.clone()).or_default().clone()
+    }
+}
+
 impl CallObserver for Metrics {
     fn call_ended(&self, event: &CallEnded) {
-        let labels = CallLabels {
-            component: event.component.clone(),
-            tool: event.tool.clone(),
-            outcome: event.outcome.as_str(),
-        };
-        self.calls.get_or_create(&labels).inc();
+        let key = ToolKey { component: event.component.clone(), tool: event.tool.clone() };
+        let series = self.tool_series(&key);
+        let outcome = event.outcome;
+        let calls = series.calls[outcome.index()].get_or_init(|| {
+            let labels = CallLabels {
+                component: label(&key.component),
+                tool: label(&key.tool),
+                outcome: outcome.as_str(),
+            };
+            self.calls.get_or_create(&labels).clone()
+        });
+        calls.inc();
         if let Some(tenant) = &event.tags.tenant {
-            let labels = TenantLabels { tenant: tenant.clone(), outcome: event.outcome.as_str() };
+            let labels = TenantLabels { tenant: tenant.clone(), outcome: outcome.as_str() };
             self.tenant_calls.get_or_create(&labels).inc();
         }
         if let Some(reason) = event.refusal {
@@ -250,18 +356,68 @@ impl CallObserver for Metrics {
             }
         }
         let Some(stop) = event.stop_path else { return }; // it never ran
-        let tool = ToolLabels { component: labels.component, tool: labels.tool };
         self.queue_wait.observe(event.queue_wait.as_secs_f64());
-        self.call_duration.get_or_create(&tool).observe(event.duration.as_secs_f64());
+        let duration = series.duration.get_or_init(|| {
+            let labels = ToolLabels { component: label(&key.component), tool: label(&key.tool) };
+            self.call_duration.get_or_create(&labels).clone()
+        });
+        duration.observe(event.duration.as_secs_f64());
         if let Some(latency) = event.stop_latency {
             self.stop_latency
                 .get_or_create(&StopLabels { stop: stop.as_str() })
                 .observe(latency.as_secs_f64());
         }
         if let Some(cleanup) = event.cleanup {
-            let labels = CleanupLabels { component: tool.component, cleanup: cleanup.result.as_str() };
-            self.cleanups.get_or_create(&labels).inc();
+            let result = cleanup.result;
+            let cleanups = series.cleanups[result.index()].get_or_init(|| {
+                let labels = CleanupLabels { component: label(&key.component), cleanup: result.as_str() };
+                self.cleanups.get_or_create(&labels).clone()
+            });
+            cleanups.inc();
             self.cleanup_duration.observe(cleanup.duration.as_secs_f64());
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtime::{CallOutcome, CallTags, StopPath};
+
+    fn ran(component: &Arc<str>, tool: &Arc<str>, outcome: CallOutcome) -> CallEnded {
+        CallEnded {
+            component: Some(component.clone()),
+            tool: Some(tool.clone()),
+            stop_path: Some(StopPath::Returned),
+            ..CallEnded::unstarted(CallTags::default(), outcome)
+        }
+    }
+
+    #[test]
+    fn a_reloaded_tool_counts_into_the_same_series_and_its_old_handles_go() {
+        let metrics = Metrics::new(None);
+        let (component, tool): (Arc<str>, Arc<str>) = (Arc::from("tools"), Arc::from("echo"));
+        metrics.call_ended(&ran(&component, &tool, CallOutcome::Ok));
+        metrics.call_ended(&ran(&component, &tool, CallOutcome::Ok));
+        metrics.call_ended(&ran(&component, &tool, CallOutcome::Trapped));
+        // A reload: the same names in new allocations; the old set is gone.
+        drop((component, tool));
+        let (component, tool): (Arc<str>, Arc<str>) = (Arc::from("tools"), Arc::from("echo"));
+        metrics.call_ended(&ran(&component, &tool, CallOutcome::Ok));
+        let text = metrics.scrape();
+        assert!(
+            text.contains(r#"cordon_calls_total{component="tools",tool="echo",outcome="ok"} 3"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"cordon_calls_total{component="tools",tool="echo",outcome="trapped"} 1"#),
+            "{text}"
+        );
+        assert!(!text.contains(r#"outcome="limit""#), "a series appears once it moves: {text}");
+        assert!(
+            text.contains(r#"cordon_call_duration_seconds_count{component="tools",tool="echo"} 4"#),
+            "{text}"
+        );
+        assert_eq!(metrics.tool_series.read().unwrap().len(), 1, "the old names' handles were dropped");
     }
 }

@@ -1268,7 +1268,12 @@ fn sse_answer(
         // Own the whole guard here: it cancels the call if this task ends early.
         let mut guard = guard;
         let _open = HttpStats::hold(&stats.streams);
-        let event = |message: &Value| Bytes::from(format!("data: {message}\n\n"));
+        let event = |message: &Value| {
+            let mut bytes = b"data: ".to_vec();
+            serde_json::to_writer(&mut bytes, message).expect("a Value always serializes");
+            bytes.extend_from_slice(b"\n\n");
+            Bytes::from(bytes)
+        };
         let send = |bytes: Bytes| {
             let events = events.clone();
             async move { matches!(tokio::time::timeout(stall, events.send(bytes)).await, Ok(Ok(()))) }
@@ -1316,7 +1321,10 @@ fn sse_answer(
 }
 
 fn json_response(status: StatusCode, message: &Value) -> HttpResponse {
-    let mut response = Response::new(ResponseBody::Full(Some(Bytes::from(message.to_string()))));
+    // Straight into bytes: `Value`'s `Display` (`to_string`) goes through `fmt`, a call per
+    // token, which measured a few per cent of an echo's CPU.
+    let bytes = serde_json::to_vec(message).expect("a Value always serializes");
+    let mut response = Response::new(ResponseBody::Full(Some(Bytes::from(bytes))));
     *response.status_mut() = status;
     response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
     response

@@ -66,6 +66,8 @@ where
     let reader = {
         let connection = connection.clone();
         std::thread::Builder::new().name("cordon-stdin".into()).spawn(move || {
+            // Each message is handled in place here: wake as promptly as a worker does.
+            crate::runtime::engine::shorten_thread_slice();
             let _ = finished.send(read_messages(input, |message| {
                 let admitted = match message {
                     Message::Text(text) => connection.server().admit(text),

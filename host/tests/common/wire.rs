@@ -1,4 +1,4 @@
-//! What the protocol tests share: the official schema, the example-tools config, the
+//! What the protocol tests share: the official schemas of both revisions, the example-tools config, the
 //! request envelope.
 
 use std::collections::HashMap;
@@ -8,16 +8,28 @@ use std::sync::Mutex;
 use serde_json::{Value, json};
 
 const SCHEMA: &str = include_str!("../schema/mcp-2026-07-28.schema.json");
+const LEGACY_SCHEMA: &str = include_str!("../schema/mcp-2025-11-25.schema.json");
 
-/// Validators for definitions of the official MCP 2026-07-28 schema, compiled once each.
+/// Validators for definitions of one official MCP schema, compiled once each: 2026-07-28
+/// ([`Schema::new`]) or 2025-11-25 ([`Schema::legacy`]), the revision a client speaks.
 pub struct Schema {
     root: Value,
+    legacy: bool,
     validators: Mutex<HashMap<String, std::sync::Arc<jsonschema::Validator>>>,
 }
 
 impl Schema {
     pub fn new() -> Self {
-        Self { root: serde_json::from_str(SCHEMA).unwrap(), validators: Mutex::default() }
+        Self { root: serde_json::from_str(SCHEMA).unwrap(), legacy: false, validators: Mutex::default() }
+    }
+
+    /// The 2025-11-25 schema, for what a client of that revision is sent.
+    pub fn legacy() -> Self {
+        Self {
+            root: serde_json::from_str(LEGACY_SCHEMA).unwrap(),
+            legacy: true,
+            validators: Mutex::default(),
+        }
     }
 
     /// Panic unless `message` is a valid `definition`.
@@ -43,6 +55,17 @@ impl Schema {
         self.check("JSONRPCMessage", message);
         if message.get("error").is_some() {
             self.check("JSONRPCErrorResponse", message);
+        } else if message.get("id").is_some() && self.legacy {
+            // 2025-11-25 names the results, not the responses that carry them.
+            self.check("JSONRPCResultResponse", message);
+            let definition = match method {
+                Some("tools/call") => "CallToolResult",
+                Some("tools/list") => "ListToolsResult",
+                Some("initialize") => "InitializeResult",
+                Some("ping") => "EmptyResult",
+                _ => "Result",
+            };
+            self.check(definition, &message["result"]);
         } else if message.get("id").is_some() {
             let definition = match method {
                 Some("tools/call") => "CallToolResultResponse",

@@ -52,6 +52,21 @@ async def test_list_and_call(cordon, mode):
 
 
 @pytest.mark.parametrize("mode", ERAS)
+async def test_arguments_that_break_the_schema_come_back_as_a_tool_error(cordon, mode):
+    """SEP-1303: the model sees what to correct (the JSON path) and may call again; an
+    unknown tool stays a protocol error."""
+    async with cordon.client(mode) as client:
+        result = await client.call_tool("reindex", {"collection": 7})
+        assert result.is_error
+        assert result.content[0].text.startswith("Invalid arguments for tool reindex: /collection"), result
+        corrected = await client.call_tool("reindex", {"collection": "c7", "step_ms": 1})
+        assert not corrected.is_error, corrected.content[0].text
+        with pytest.raises(MCPError) as unknown:
+            await client.call_tool("no_such_tool", {})
+        assert unknown.value.code == -32602
+
+
+@pytest.mark.parametrize("mode", ERAS)
 async def test_progress_callback(cordon, mode):
     seen = []
 

@@ -1,0 +1,233 @@
+//! The JavaScript example tools (`examples/js/tools.js`, built with the JavaScript SDK and
+//! componentize-js by `cargo xtask guests` into `target/guests/example-js.wasm`), called
+//! through the runtime: their schemas, results, progress, and the stops of a StarlingMonkey
+//! guest (a cancel it notices, a busy loop it never leaves, a timeout) with their cleanups.
+
+mod common;
+
+use common::call;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use cordon::runtime::{
+    CallReport, CleanupOutcome, ComponentOptions, Content, EngineSettings, Outcome, Runtime, StopPath,
+    Timeout, ToolLimits,
+};
+use serde_json::{Value, json};
+
+fn js_component(file: &str) -> PathBuf {
+    let path = cordon::paths::default_tools_dir().join(file);
+    assert!(path.is_file(), "{} is missing: run `cargo xtask guests` first", path.display());
+    path
+}
+
+/// Compiling a 12 MiB JavaScript component takes seconds: the first test to load one
+/// compiles it into this cache (under the target folder, so later runs start warm too)
+/// while the others wait, then they load the cached code.
+static FIRST_LOAD: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+async fn example_js_with(limits: ToolLimits) -> Runtime {
+    load_js("example-js.wasm", limits).await
+}
+
+async fn load_js(file: &str, limits: ToolLimits) -> Runtime {
+    let mut settings = common::settings(8);
+    settings.engine = EngineSettings {
+        cache_dir: Some(PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("js-guest-cache")),
+        ..settings.engine
+    };
+    let mut runtime = Runtime::new(settings).unwrap();
+    let options = ComponentOptions { limits, data_dir: None, ..ComponentOptions::default() };
+    let _first = FIRST_LOAD.lock().await;
+    runtime.load_file(&js_component(file), options).await.unwrap();
+    runtime
+}
+
+async fn example_js() -> Runtime {
+    example_js_with(ToolLimits { grace: Duration::from_millis(100), ..ToolLimits::default() }).await
+}
+
+fn text_of(report: &CallReport) -> String {
+    match &report.outcome {
+        Outcome::Completed(result) => {
+            assert!(!result.is_error, "{result:?}");
+            match result.content.as_slice() {
+                [Content::Text(text)] => text.clone(),
+                other => panic!("expected one text item, got {other:?}"),
+            }
+        }
+        other => panic!("expected a completed call, got {other:?}"),
+    }
+}
+
+/// Start `tool`, wait for its first progress report (it is running, its note left), then
+/// cancel it.
+async fn cancel_after_first_progress(runtime: &Runtime, tool: &str, arguments: Value) -> CallReport {
+    let call = runtime.call(tool, &arguments).await.unwrap();
+    let handle = call.handle();
+    let mut progress = handle.progress();
+    let running = tokio::spawn(call.run());
+    tokio::time::timeout(Duration::from_secs(30), progress.changed())
+        .await
+        .expect("a first progress report within 30 s")
+        .unwrap();
+    handle.cancel();
+    running.await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_js_sdk_lists_every_tool_with_its_schema_object() {
+    let runtime = example_js().await;
+    let tools = runtime.snapshot();
+    let names: Vec<&str> = tools.tools().map(|tool| tool.name.as_str()).collect();
+    assert_eq!(names, ["echo", "reindex", "spin", "word_count", "fail"]);
+    for tool in tools.tools() {
+        assert_eq!(tool.input_schema["type"], "object", "{}", tool.name);
+        assert!(!tool.description.is_empty());
+    }
+    let reindex = &tools.tool("reindex").unwrap().input_schema;
+    assert_eq!(reindex["required"], json!(["collection"]));
+    assert_eq!(reindex["properties"]["collection"]["type"], "string");
+    assert_eq!(reindex["properties"]["total"]["default"], 120);
+    assert_eq!(reindex["properties"]["step_ms"]["default"], 100);
+    let echo = tools.tool("echo").unwrap();
+    assert_eq!(echo.annotations.as_ref().unwrap().read_only, Some(true));
+    assert_eq!(echo.annotations.as_ref().unwrap().destructive, None);
+    assert!(echo.output_schema.is_none());
+    let word_count = tools.tool("word_count").unwrap();
+    assert_eq!(word_count.output_schema.as_ref().unwrap()["required"], json!(["words", "characters"]));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn echo_returns_its_text() {
+    let runtime = example_js().await;
+    assert_eq!(text_of(&call(&runtime, "echo", json!({"text": "héllo, wörld 🦀"})).await), "héllo, wörld 🦀");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_returned_object_is_structured_content_matching_the_output_schema() {
+    let runtime = example_js().await;
+    let report = call(&runtime, "word_count", json!({"text": "one two  três"})).await;
+    match report.outcome {
+        Outcome::Completed(result) => {
+            assert_eq!(result.structured, Some(json!({"words": 3, "characters": 13})));
+            assert!(!result.is_error);
+        }
+        other => panic!("expected a completed call, got {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thrown_exception_reaches_the_client_as_its_error_text() {
+    let runtime = example_js().await;
+    let report = call(&runtime, "fail", json!({"message": "the index is corrupt"})).await;
+    assert_eq!(report.outcome, Outcome::ToolError("Error: the index is corrupt".into()));
+    assert!(report.cleanup.is_none(), "a call that returned needs no cleanup");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reindex_reports_increasing_progress_with_its_schema_defaults() {
+    let runtime = example_js().await;
+    // `total` is left out: the SDK fills in the schema's default, 120.
+    let call = runtime.call("reindex", &json!({"collection": "books", "step_ms": 20})).await.unwrap();
+    let mut progress = call.handle().progress();
+    let watcher = tokio::spawn(async move {
+        let mut seen = Vec::new();
+        while progress.changed().await.is_ok() {
+            let report = progress.borrow_and_update().clone().unwrap();
+            seen.push((report.done, report.total, report.message));
+            if report.done >= 120.0 {
+                break;
+            }
+        }
+        seen
+    });
+    let report = call.run().await;
+    assert_eq!(text_of(&report), "Reindexed 120 documents in books");
+    let seen = watcher.await.unwrap();
+    assert!(seen.windows(2).all(|pair| pair[0].0 < pair[1].0), "{seen:?}");
+    assert!(seen.iter().all(|(_, total, _)| *total == Some(120.0)));
+    assert_eq!(seen.last().unwrap().2.as_deref(), Some("Indexed 120 of 120 documents"));
+}
+
+#[test]
+fn a_cancelled_reindex_wakes_from_its_sleep_and_its_cleanup_gets_the_note() {
+    let log = common::capture_log(|| async {
+        let runtime = example_js().await;
+        let arguments = json!({"collection": "archive", "step_ms": 60000, "total": 400});
+        let started = std::time::Instant::now();
+        // Its first report comes before its first 60 s sleep: the cancel lands in it.
+        let report = cancel_after_first_progress(&runtime, "reindex", arguments).await;
+        assert_eq!(report.outcome, Outcome::Cancelled);
+        // It checks for cancellation around the sleep, so the host wakes the sleep and the
+        // call returns on its own, within the grace period.
+        assert!(!report.hard_stopped, "the sleep was not woken");
+        assert!(report.stopped_at - started < Duration::from_secs(10));
+        assert_eq!(report.cleanup.unwrap().outcome, CleanupOutcome::Completed);
+    });
+    assert!(log.contains("cleanup after reindex (cancelled): rolled back archive"), "{log}");
+}
+
+#[test]
+fn spin_never_checks_so_a_cancel_hard_stops_it_and_cleanup_runs() {
+    let log = common::capture_log(|| async {
+        let runtime = example_js().await;
+        let report = cancel_after_first_progress(&runtime, "spin", json!({"seconds": 600})).await;
+        assert_eq!(report.outcome, Outcome::Cancelled);
+        assert!(report.hard_stopped, "spin never checks for cancellation");
+        assert_eq!(report.stop_path, StopPath::EpochTrap);
+        assert_eq!(report.cleanup.unwrap().outcome, CleanupOutcome::Completed);
+    });
+    assert!(log.contains("cleanup after spin (cancelled): rolled back spin"), "{log}");
+}
+
+#[test]
+fn spin_past_its_maximum_duration_is_hard_stopped_and_cleaned_up() {
+    let log = common::capture_log(|| async {
+        let limits = ToolLimits {
+            max_duration: Some(Duration::from_millis(500)),
+            grace: Duration::from_millis(100),
+            ..ToolLimits::default()
+        };
+        let runtime = example_js_with(limits).await;
+        let started = std::time::Instant::now();
+        let report = call(&runtime, "spin", json!({"seconds": 600})).await;
+        assert!(matches!(report.outcome, Outcome::TimedOut(Timeout::MaxDuration(_))), "{:?}", report.outcome);
+        // Trapped while computing: by the grace period's kick or by the maximum duration's
+        // epoch backstop, whichever came first.
+        assert_eq!(report.stop_path, StopPath::EpochTrap);
+        assert!(report.stopped_at - started < Duration::from_secs(5), "{:?}", report.stopped_at - started);
+        assert_eq!(report.cleanup.unwrap().outcome, CleanupOutcome::Completed);
+    });
+    assert!(log.contains("cleanup after spin (max-duration): rolled back spin"), "{log}");
+}
+
+#[test]
+fn the_scaffold_tool_reports_progress_and_is_rolled_back_when_cancelled() {
+    // `guest-sdk/js/template/src/index.js`, what `cordon new --lang js` writes.
+    let log = common::capture_log(|| async {
+        let limits = ToolLimits { grace: Duration::from_millis(100), ..ToolLimits::default() };
+        let runtime = load_js("template-js.wasm", limits).await;
+        let call = runtime.call("process_batch", &json!({"batch": "first", "items": 3})).await.unwrap();
+        let mut progress = call.handle().progress();
+        let report = call.run().await;
+        assert_eq!(text_of(&report), "Processed 3 items of first");
+        let last = progress.borrow_and_update().clone().unwrap();
+        assert_eq!((last.done, last.total), (3.0, Some(3.0)));
+
+        let report = cancel_after_first_progress(&runtime, "process_batch", json!({"batch": "second"})).await;
+        assert_eq!(report.outcome, Outcome::Cancelled);
+        assert!(!report.hard_stopped, "it checks for cancellation around each wait");
+        assert_eq!(report.cleanup.unwrap().outcome, CleanupOutcome::Completed);
+    });
+    assert!(log.contains("process_batch stopped (cancelled): rolling back batch second"), "{log}");
+}
+
+#[test]
+fn the_sdk_ships_the_contract_unchanged() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let contract = std::fs::read_to_string(root.join("wit/cordon.wit")).unwrap();
+    let shipped = std::fs::read_to_string(root.join("guest-sdk/js/wit/cordon.wit")).unwrap();
+    assert!(shipped == contract, "guest-sdk/js/wit/cordon.wit differs from wit/cordon.wit: copy it again");
+}

@@ -1,0 +1,173 @@
+//! The JavaScript route of `cargo xtask guests`: the example tools in `examples/js/` and the
+//! `cordon new --lang js` scaffold's tool, built with the JavaScript SDK (`guest-sdk/js`)
+//! into `target/guests/example-js.wasm` and `template-js.wasm`.
+//!
+//! The SDK package is copied to `target/js-sdk/` and its pinned dependencies
+//! (componentize-js, rolldown; `guest-sdk/js/package-lock.json`) are installed there with
+//! `npm ci`, once per lock. The build needs Node 20.19 or newer; when the machine's is older
+//! (Debian bookworm ships 18), Node 22 comes from the npm registry into `target/js-node/`,
+//! as for the conformance suite. A component is rebuilt only when its sources, the SDK or
+//! the lock change: componentize-js takes about ten seconds.
+
+use std::fs;
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context, Result, bail};
+
+/// The JavaScript components: (entry module, component name), relative to the repository.
+/// The scaffold's tool is built too, so that its code is tested as it is shipped.
+const JS_GUESTS: &[(&str, &str)] =
+    &[("examples/js/tools.js", "example-js"), ("guest-sdk/js/template/src/index.js", "template-js")];
+/// The SDK files the build uses, relative to `guest-sdk/js/`.
+const SDK_FILES: &[&str] = &["package.json", "package-lock.json", "index.js", "build.js", "wit/cordon.wit"];
+/// The oldest Node the SDK's build runs on (rolldown's floor).
+const NODE_MIN: (u32, u32) = (20, 19);
+/// The Node installed when the machine's is older.
+const NODE_PACKAGE: &str = "node@22";
+
+/// Build every JavaScript component into `out_dir`; returns their paths.
+pub fn build_guests(root: &Path, out_dir: &Path) -> Result<Vec<PathBuf>> {
+    let node = node(root)?;
+    let sdk = install_sdk(root, &node)?;
+    let mut built = Vec::new();
+    for (entry, name) in JS_GUESTS {
+        let entry = root.join(entry);
+        let out = sdk.join(format!("{name}.wasm"));
+        let stamp = sdk.join(format!("{name}.stamp"));
+        let inputs = inputs_digest(&sdk, entry.parent().context("an entry has a folder")?)?;
+        if !(out.is_file() && fs::read_to_string(&stamp).ok().as_deref() == Some(inputs.as_str())) {
+            let status = Command::new(&node)
+                .arg(sdk.join("build.js"))
+                .arg(&entry)
+                .arg(&out)
+                .status()
+                .with_context(|| format!("running {}", node.display()))?;
+            if !status.success() {
+                bail!(
+                    "building {} with componentize-js failed ({status}); its error is above",
+                    entry.display()
+                );
+            }
+            fs::write(&stamp, &inputs)?;
+        }
+        let dest = out_dir.join(format!("{name}.wasm"));
+        // Unchanged bytes keep their mtime, as for the Rust guests.
+        if fs::read(&dest).ok() != Some(fs::read(&out)?) {
+            fs::copy(&out, &dest)?;
+        }
+        built.push(dest);
+    }
+    Ok(built)
+}
+
+/// Copy the SDK to `target/js-sdk/` and install its locked dependencies there, with npm
+/// running on `node`: npm leaves out optional packages whose `engines` the running Node
+/// does not meet, and rolldown's native binding is one (it needs Node 20.19).
+fn install_sdk(root: &Path, node: &Path) -> Result<PathBuf> {
+    let source = root.join("guest-sdk/js");
+    let sdk = root.join("target/js-sdk");
+    fs::create_dir_all(sdk.join("wit"))?;
+    for file in SDK_FILES {
+        let bytes = fs::read(source.join(file)).with_context(|| format!("reading guest-sdk/js/{file}"))?;
+        if fs::read(sdk.join(file)).ok().as_deref() != Some(bytes.as_slice()) {
+            fs::write(sdk.join(file), bytes)?;
+        }
+    }
+    let installed = format!("{}\n{}", node.display(), fs::read_to_string(sdk.join("package-lock.json"))?);
+    let stamp = sdk.join("node_modules/.installed-lock");
+    if fs::read_to_string(&stamp).ok().as_deref() != Some(installed.as_str()) {
+        npm(&sdk, Some(node), &["ci", "--no-audit", "--no-fund", "--loglevel=error"])
+            .context("installing the JavaScript SDK's dependencies with npm ci")?;
+        fs::write(&stamp, &installed)?;
+    }
+    Ok(sdk)
+}
+
+/// A Node new enough for the build: the machine's, else Node 22 from the npm registry.
+fn node(root: &Path) -> Result<PathBuf> {
+    let system = PathBuf::from("node");
+    if node_version(&system).is_some_and(|version| version >= NODE_MIN) {
+        return Ok(system);
+    }
+    let folder = root.join("target/js-node");
+    let node = folder.join("node_modules/.bin/node");
+    if node_version(&node).is_some_and(|version| version >= NODE_MIN) {
+        return Ok(node);
+    }
+    fs::create_dir_all(&folder)?;
+    npm(
+        &folder,
+        None,
+        &["install", "--no-audit", "--no-fund", "--loglevel=error", "--no-save", NODE_PACKAGE],
+    )
+    .with_context(|| {
+        format!("installing {NODE_PACKAGE} with npm (this machine's node is older than 20.19)")
+    })?;
+    match node_version(&node) {
+        Some(version) if version >= NODE_MIN => Ok(node),
+        _ => bail!("{} from {NODE_PACKAGE} does not run", node.display()),
+    }
+}
+
+/// `node --version` as (major, minor); `None` when it does not run.
+fn node_version(node: &Path) -> Option<(u32, u32)> {
+    let output = Command::new(node).arg("--version").output().ok()?;
+    let text = String::from_utf8(output.stdout).ok()?;
+    let mut parts = text.trim().trim_start_matches('v').split('.');
+    Some((parts.next()?.parse().ok()?, parts.next()?.parse().ok()?))
+}
+
+/// Run npm in `folder`; with `node`, on that Node (npm starts through `env node`).
+fn npm(folder: &Path, node: Option<&Path>, args: &[&str]) -> Result<()> {
+    let mut npm = Command::new("npm");
+    if let Some(bin) = node.and_then(Path::parent).filter(|bin| !bin.as_os_str().is_empty()) {
+        let path = std::env::var_os("PATH").unwrap_or_default();
+        npm.env(
+            "PATH",
+            std::env::join_paths(std::iter::once(bin.to_path_buf()).chain(std::env::split_paths(&path)))?,
+        );
+    }
+    let status = npm
+        .current_dir(folder)
+        .args(args)
+        .status()
+        .context("running npm (on Debian: apt-get install npm)")?;
+    if !status.success() {
+        bail!("npm {} in {} failed ({status}); npm's error is above", args.join(" "), folder.display());
+    }
+    Ok(())
+}
+
+/// A digest of everything a component is built from: the installed SDK files and every file
+/// in the entry's folder. A stamp, not a security check: std's hasher with fixed keys.
+fn inputs_digest(sdk: &Path, sources: &Path) -> Result<String> {
+    let mut hasher = DefaultHasher::new();
+    for file in SDK_FILES {
+        fs::read(sdk.join(file))?.hash(&mut hasher);
+    }
+    let mut files: Vec<PathBuf> = Vec::new();
+    collect_files(sources, &mut files)?;
+    files.sort();
+    for file in files {
+        file.hash(&mut hasher);
+        fs::read(&file)?.hash(&mut hasher);
+    }
+    Ok(format!("{:016x}\n", hasher.finish()))
+}
+
+fn collect_files(folder: &Path, files: &mut Vec<PathBuf>) -> Result<()> {
+    for entry in fs::read_dir(folder).with_context(|| format!("reading {}", folder.display()))? {
+        let entry = entry?;
+        let path = entry.path();
+        if entry.file_type()?.is_dir() {
+            if entry.file_name() != "node_modules" {
+                collect_files(&path, files)?;
+            }
+        } else {
+            files.push(path);
+        }
+    }
+    Ok(())
+}
