@@ -64,7 +64,7 @@ use wasip2::http::types::{
 use wasip2::io::poll::Pollable;
 use wasip2::io::streams::{InputStream, OutputStream, StreamError};
 
-use crate::bindings::cordon::tool::host;
+use crate::host;
 
 /// The body cap when the request sets none: 8 MiB, the host's default response limit.
 pub const DEFAULT_MAX_BODY_BYTES: usize = 8 * 1024 * 1024;
@@ -163,6 +163,12 @@ impl Request {
 
     /// Send the request and wait for the response and its body (up to the cap).
     pub fn send(self) -> Result<Response, Error> {
+        if cfg!(not(target_arch = "wasm32")) {
+            return Err(Error::other(
+                "outbound HTTP is not available in the native test host (cordon_guest::testing); \
+                 try the request with `cordon call`",
+            ));
+        }
         let result = self.send_inner();
         // A wait cut short by a stop may surface as any failure: report it as the stop.
         match result {

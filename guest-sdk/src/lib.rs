@@ -57,26 +57,37 @@
 //!
 //! Build it for `wasm32-wasip2` as a `cdylib`; the resulting `.wasm` file is the component.
 //!
-//! ## Memory: give the heap room up front
+//! ## Memory: room for the heap up front
 //!
 //! A Rust component starts with just its stack and static data (about 1 MiB), so its first
 //! allocations in every call grow the linear memory. The host must change page protections
 //! to grow it, and again to shrink it for the next fresh instance: a few `mprotect` calls
 //! and TLB flushes per call, a quarter of a short call's cost (the example `echo`: 35 µs
-//! per call without it, 26 µs with it). Link with a larger initial memory and a typical
-//! call never grows; this `build.rs` does it (2 MiB: the 1 MiB stack plus 1 MiB of heap;
-//! copy-on-write keeps the pages a call does not touch free):
+//! per call without it, 26 µs with it). This crate's build script therefore links every
+//! component that depends on it with 2 MiB of initial memory (the 1 MiB stack plus 1 MiB
+//! of heap; copy-on-write keeps the pages a call does not touch free): your crate needs no
+//! `build.rs` of its own.
 //!
-//! ```no_run
-//! fn main() {
-//!     println!("cargo:rustc-link-arg-cdylib=--initial-memory=2097152");
-//! }
-//! ```
+//! ## Testing a tool natively
+//!
+//! `cargo test` runs on your machine, not in Wasm; [`testing::TestHost`] stands in for the
+//! host there: it records progress, the note and log lines, lets a test cancel the call or
+//! set the time left, runs the cleanup with the note the call left, and checks the tool
+//! list with the host's own rules ([`testing::check_tools`]). Every function of this crate
+//! works in such a test except outbound HTTP, which returns an error.
+//!
+//! ## Panics
+//!
+//! A panic in a tool stops the call (the component traps). The panic message, with its
+//! source location, is written to stderr as one line; the host puts the last line a
+//! trapped guest wrote to stderr in the error the client sees and in the
+//! [`StopReason::Trapped`] text the cleanup gets.
 
 use std::fmt;
 use std::time::Duration;
 
 pub mod http;
+pub mod testing;
 
 use schemars::JsonSchema;
 use serde::Serialize;
@@ -93,8 +104,18 @@ pub mod bindings {
     });
 }
 
-use bindings::cordon::tool::host;
 use bindings::cordon::tool::types as wit;
+
+/// The host's functions: the component's imports in Wasm, the test host natively (where
+/// wit-bindgen's imports would panic).
+mod host {
+    #[cfg(target_arch = "wasm32")]
+    pub(crate) use crate::bindings::cordon::tool::host::{
+        cancelled, log, progress, set_cleanup_note, time_left,
+    };
+    #[cfg(not(target_arch = "wasm32"))]
+    pub(crate) use crate::testing::native::{cancelled, log, progress, set_cleanup_note, time_left};
+}
 
 pub use bindings::cordon::tool::types::LogLevel;
 
@@ -153,6 +174,15 @@ pub fn clear_cleanup_note() {
     host::set_cleanup_note(&[]);
 }
 
+/// The tool's data directory: `/data` in a component (when the operator grants one), and
+/// natively the directory a test gave [`testing::TestHost::data_dir`] (else `/data`).
+pub fn data_dir() -> std::path::PathBuf {
+    #[cfg(target_arch = "wasm32")]
+    return std::path::PathBuf::from("/data");
+    #[cfg(not(target_arch = "wasm32"))]
+    return testing::native::data_dir();
+}
+
 /// Write a line to the operator's log (not to the client).
 pub fn log(level: LogLevel, message: &str) {
     host::log(level, message);
@@ -197,9 +227,21 @@ impl fmt::Display for ToolError {
 
 impl<E: std::error::Error> From<E> for ToolError {
     fn from(error: E) -> Self {
-        Self(error.to_string())
+        let mut message = error.to_string();
+        // WASI's words for a path under no directory the host granted (ENOTCAPABLE, and
+        // std's own message where it looks the preopens up itself).
+        if message.contains("Capabilities insufficient") || message.contains("pre-opened file descriptor") {
+            message.push_str(NO_GRANT_HINT);
+        }
+        Self(message)
     }
 }
+
+/// Added to a file-system error for a path no grant covers: which config key grants one.
+const NO_GRANT_HINT: &str = " (no directory the host granted holds this path: the operator grants \
+    `data_dir` in the component's [[components]] entry, seen at /data, or a `[[components.mounts]]` \
+    entry, seen at its `guest` path; `cordon call` grants a data directory at /data, chosen with \
+    --data-dir)";
 
 /// One piece of a result. See [`CallResult`].
 pub use bindings::cordon::tool::types::Content;
@@ -343,6 +385,16 @@ impl Tool {
         tool
     }
 
+    /// Run the tool on arguments given as JSON text.
+    pub(crate) fn run(&self, arguments: &str) -> Result<CallResult, ToolError> {
+        (self.handler)(arguments)
+    }
+
+    /// The tool's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
     fn info(self) -> wit::ToolInfo {
         wit::ToolInfo {
             name: self.name,
@@ -481,10 +533,12 @@ pub mod __private {
     use super::*;
 
     pub fn list<P: Plugin>() -> Vec<wit::ToolInfo> {
+        install_panic_hook();
         P::tools().into_iter().map(Tool::info).collect()
     }
 
     pub fn call<P: Plugin>(name: &str, arguments: &str) -> Result<wit::CallResult, String> {
+        install_panic_hook();
         let tool = P::tools()
             .into_iter()
             .find(|tool| tool.name == name)
@@ -498,6 +552,7 @@ pub mod __private {
     }
 
     pub fn cleanup<P: Plugin>(context: wit::CleanupContext) {
+        install_panic_hook();
         let reason = match context.reason {
             wit::StopReason::Cancelled => StopReason::Cancelled,
             wit::StopReason::IdleTimeout => StopReason::IdleTimeout,
@@ -513,6 +568,27 @@ pub mod __private {
             reason,
             note: context.note,
         });
+    }
+
+    /// A panic's message and location on stderr as one line, which the host quotes in the
+    /// error the client sees and in the cleanup's trap reason (std's own hook writes three
+    /// lines, the last a note about backtraces). Natively, std's hook stays: a test shows
+    /// panics as usual.
+    fn install_panic_hook() {
+        #[cfg(target_arch = "wasm32")]
+        {
+            static ONCE: std::sync::Once = std::sync::Once::new();
+            ONCE.call_once(|| {
+                std::panic::set_hook(Box::new(|info| {
+                    let message = info.payload_as_str().unwrap_or("(a non-text panic payload)");
+                    let message = message.replace('\n', " / ");
+                    match info.location() {
+                        Some(at) => eprintln!("panicked at {}:{}: {message}", at.file(), at.line()),
+                        None => eprintln!("panicked: {message}"),
+                    }
+                }));
+            });
+        }
     }
 }
 

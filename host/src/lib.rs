@@ -13,10 +13,12 @@
 //! - [`cli`]: the command line's subcommands for tool authors (`call`, `list`).
 //! - [`reload`]: the config read again on SIGHUP or a file change, and `cordon check`.
 //! - [`inspect`]: `cordon inspect`, what a component is and what it will get.
+//! - [`author`]: beside the server, for plugin authors: `cordon new` and `cordon build`.
 //! - [`telemetry`]: beside the path, observing it: the operator's log (one line per call),
 //!   Prometheus metrics, health probes.
 
 pub mod auth;
+pub mod author;
 pub mod cli;
 pub mod config;
 pub mod dispatch;

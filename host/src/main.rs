@@ -153,6 +153,22 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Make a tool project in a new folder: one example tool with progress, a cancel check
+    /// and a cleanup, its tests, a README and a config to serve it.
+    New {
+        /// The new folder; its name names the project (letters, digits, `-`, `_`).
+        path: PathBuf,
+        /// The language of the tools.
+        #[arg(long, default_value = "rust", value_parser = clap::builder::PossibleValuesParser::new(cordon::author::Language::NAMES.iter().copied()))]
+        lang: String,
+    },
+    /// Build the tool project in a folder into a component (.wasm), with whatever toolchain
+    /// this machine has, then load it as the server would and list its tools.
+    Build {
+        /// The project folder.
+        #[arg(default_value = ".")]
+        dir: PathBuf,
+    },
 }
 
 fn main() -> ExitCode {
@@ -256,7 +272,33 @@ async fn run(cli: Cli, log: &cordon::telemetry::LogHandle) -> Result<ExitCode> {
                 }
             })
         }
+        Command::New { path, lang } => {
+            cordon::author::new_project(&path, cordon::author::Language::parse(&lang)?)?;
+            let dir = path.display();
+            println!("made {dir}: a {lang} tool project");
+            println!("next: cd {dir} && cordon build   (then `cargo test`; the README says how to serve it)");
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Build { dir } => build(&dir).await,
     }
+}
+
+/// `cordon build`: build, then load the component as `serve` would (which catches a
+/// missing `export_plugin!` and a tool list the host refuses) and say what was made.
+async fn build(dir: &std::path::Path) -> Result<ExitCode> {
+    let built = cordon::author::build(dir)?;
+    for note in &built.notes {
+        eprintln!("note: {note}");
+    }
+    let mut runtime = Runtime::new(RuntimeSettings::default())?;
+    runtime.load_file(&built.component, ComponentOptions::default()).await.with_context(|| {
+        format!("{} was built, but the server would not load it", built.component.display())
+    })?;
+    let tools: Vec<String> = runtime.snapshot().tools().map(|tool| tool.name.clone()).collect();
+    println!("{}", built.component.display());
+    let size = built.bytes as f64 / 1024.0;
+    println!("{size:.1} KiB, built with {}; tools: {}", built.toolchain, tools.join(", "));
+    Ok(ExitCode::SUCCESS)
 }
 
 enum Transport {

@@ -332,7 +332,7 @@ async fn a_cancelled_order_releases_its_hold() {
 
 #[test]
 fn the_example_tools_never_grow_their_memory_in_a_call() {
-    // They link with 2 MiB of initial memory (examples/tools/build.rs); without it every
+    // They link with 2 MiB of initial memory (cordon-guest's build.rs); without it every
     // call would grow it, and the runtime would log a hint.
     let log = common::capture_log(|| async {
         let runtime = examples().await;

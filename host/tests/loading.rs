@@ -36,6 +36,7 @@ async fn a_component_of_another_world_is_refused() {
     let component = wat::parse_str("(component)").unwrap();
     let message = load_error("empty.wasm", &component).await;
     assert!(message.contains("does not implement the cordon:tool@0.1.0 `plugin` world"), "{message}");
+    assert!(message.contains("cordon_guest::export_plugin!(YourPlugin);"), "the fix is named: {message}");
 }
 
 #[tokio::test]

@@ -16,12 +16,9 @@
 //!
 //! JavaScript guests (`examples/js/`) build with componentize-js through npm: see `js.rs`.
 //!
-//! Two routes for the Rust guests, tried in order:
-//! 1. rustup's `wasm32-wasip2` target, when installed: a plain `cargo build`.
-//! 2. Debian's `rustc-web` (1.96, with `rust-web-src`), `lld-22` and `wasi-libc`: std is
-//!    rebuilt with `-Zbuild-std`, and rustup's bundled `wasm-component-ld` links the
-//!    component through `wasm-ld-22`. When these are missing and we are root on Debian,
-//!    they are installed with apt; otherwise the error says what to install.
+//! The Rust guests build with whichever toolchain `cordon-toolchain` finds (rustup's
+//! `wasm32-wasip2` target, else Debian's `rustc-web` route, installed with apt when we are
+//! root on Debian): the same discovery `cordon build` uses for authors' projects.
 //!
 //! Guests build in `target/guest-build/`, apart from the host, so an incremental guest
 //! build takes about a second and never invalidates the host's build.
@@ -39,10 +36,8 @@ use anyhow::{Context, Result, bail};
 mod js;
 mod python;
 
-const TARGET: &str = "wasm32-wasip2";
 /// Guest workspaces, relative to the repository root.
 const GUEST_WORKSPACES: &[&str] = &["examples"];
-const DEBIAN_PACKAGES: &[&str] = &["rustc-web", "cargo-web", "rust-web-src", "lld-22", "wasi-libc"];
 
 fn main() -> Result<()> {
     let args: Vec<String> = env::args().skip(1).collect();
@@ -96,39 +91,33 @@ fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("xtask lives in the repository").to_path_buf()
 }
 
-/// How to invoke cargo for the guests.
-enum Route {
-    Rustup,
-    Debian { wasm_component_ld: PathBuf },
-}
-
 fn build_guests() -> Result<()> {
     let root = repo_root();
-    let route = choose_route()?;
+    let route = cordon_toolchain::discover(cordon_toolchain::Install::AptAsRoot)?;
     let build_dir = root.join("target/guest-build");
     let out_dir = root.join("target/guests");
     fs::create_dir_all(&out_dir)?;
     for workspace in GUEST_WORKSPACES {
-        let mut cargo = guest_cargo(&route);
-        cargo
-            .current_dir(root.join(workspace))
-            .args(["build", "--release", "--target", TARGET, "--target-dir"])
-            .arg(&build_dir);
-        let status = cargo.status().with_context(|| format!("running cargo for {workspace}"))?;
+        let status = route
+            .build_command(&root.join(workspace), &build_dir)
+            .status()
+            .with_context(|| format!("running cargo for {workspace}"))?;
         if !status.success() {
             bail!("building the guests in {workspace}/ failed ({status})");
         }
     }
-    let release = build_dir.join(TARGET).join("release");
+    let release = build_dir.join(cordon_toolchain::TARGET).join("release");
     let mut built = Vec::new();
-    for entry in fs::read_dir(&release).with_context(|| format!("reading {}", release.display()))? {
-        let path = entry?.path();
-        if path.extension().is_some_and(|ext| ext == "wasm") {
-            let name = path.file_name().unwrap().to_string_lossy().replace('_', "-");
-            let dest = out_dir.join(&name);
+    // Only the guest workspaces' own packages: other projects build in this folder too
+    // (tests/author.rs shares its compiled dependencies).
+    for workspace in GUEST_WORKSPACES {
+        for package in workspace_packages(&root.join(workspace))? {
+            let path = release.join(format!("{}.wasm", package.replace('-', "_")));
+            let dest = out_dir.join(format!("{package}.wasm"));
             // Unchanged bytes keep their mtime: the host embeds example-tools.wasm
             // (host/build.rs), and a new mtime would rebuild it for nothing.
-            if fs::read(&dest).ok() != Some(fs::read(&path)?) {
+            let bytes = fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
+            if fs::read(&dest).ok() != Some(bytes) {
                 fs::copy(&path, &dest)?;
             }
             built.push(dest);
@@ -142,6 +131,27 @@ fn build_guests() -> Result<()> {
     Ok(())
 }
 
+/// The package names of a guest workspace's members: the `name` under `[package]` in each
+/// `<member>/Cargo.toml`, the members being the folders beside the workspace's manifest
+/// that hold one.
+fn workspace_packages(workspace: &Path) -> Result<Vec<String>> {
+    let mut names = Vec::new();
+    for entry in fs::read_dir(workspace)? {
+        let manifest = entry?.path().join("Cargo.toml");
+        let Ok(text) = fs::read_to_string(&manifest) else { continue };
+        let name = text
+            .lines()
+            .skip_while(|line| line.trim() != "[package]")
+            .find_map(|line| {
+                line.trim().strip_prefix("name = ").map(|name| name.trim_matches('"').to_owned())
+            })
+            .with_context(|| format!("{} names no package", manifest.display()))?;
+        names.push(name);
+    }
+    names.sort();
+    Ok(names)
+}
+
 /// Every Rust test, then the end-to-end suite that drives the server with the official
 /// Python SDK client (in a virtualenv under `target/`, made on first use).
 fn run_tests() -> Result<()> {
@@ -150,6 +160,12 @@ fn run_tests() -> Result<()> {
     // `cargo test` also builds the `cordon` binary the next suites run; a separate
     // `cargo build` would unify features differently and compile wasmtime a second time.
     run(Command::new(&cargo).current_dir(&root).args(["test", "--workspace"]))?;
+    // The example tools' own tests, natively with cordon-guest's test host (the folder
+    // tests/author.rs builds a new project's tests in).
+    run(Command::new(&cargo)
+        .current_dir(root.join("examples"))
+        .args(["test", "--quiet", "-p", "example-tools", "--target-dir"])
+        .arg(root.join("target/guest-native")))?;
     let python = python_env(&root)?;
     run(Command::new(&python)
         .current_dir(&root)
@@ -286,7 +302,8 @@ fn fuzz(seconds: u64) -> Result<()> {
         "building the fuzz targets (a C++ compiler is needed for libFuzzer: on Debian, apt-get install g++)",
     )?;
     eprintln!("fuzz targets built in {:.0?}", started.elapsed());
-    let host = rustc_output(&["--print", "host-tuple"]).unwrap_or_else(|| "x86_64-unknown-linux-gnu".into());
+    let host = cordon_toolchain::rustc_output(&["--print", "host-tuple"])
+        .unwrap_or_else(|| "x86_64-unknown-linux-gnu".into());
     let binaries = target_dir.join(host).join("release");
     for (target, max_len) in FUZZ_TARGETS {
         let corpus = target_dir.join("corpus").join(target);
@@ -334,112 +351,6 @@ fn run(command: &mut Command) -> Result<()> {
     let status = command.status().with_context(|| format!("running {command:?}"))?;
     if !status.success() {
         bail!("{command:?} failed ({status})");
-    }
-    Ok(())
-}
-
-/// A `cargo` command for the chosen route, with the outer cargo's environment removed so
-/// that `cargo xtask` running under rustup does not leak its toolchain into the guest build.
-fn guest_cargo(route: &Route) -> Command {
-    let mut cargo = match route {
-        Route::Rustup => Command::new("cargo"),
-        Route::Debian { .. } => Command::new("/usr/bin/cargo"),
-    };
-    for (key, _) in env::vars_os() {
-        let key = key.to_string_lossy();
-        if key.starts_with("CARGO")
-            || key.starts_with("RUSTUP_TOOLCHAIN")
-            || key == "RUSTC"
-            || key == "RUSTFLAGS"
-        {
-            cargo.env_remove(key.as_ref());
-        }
-    }
-    if let Route::Debian { wasm_component_ld } = route {
-        cargo
-            .env("RUSTC_BOOTSTRAP", "1")
-            .env("RUSTC", "/usr/bin/rustc")
-            .env("CARGO_UNSTABLE_BUILD_STD", "std,panic_abort")
-            .env("CARGO_TARGET_WASM32_WASIP2_LINKER", wasm_component_ld)
-            .env(
-                "CARGO_TARGET_WASM32_WASIP2_RUSTFLAGS",
-                "-C link-self-contained=no -L native=/usr/lib/wasm32-wasi -C link-arg=--wasm-ld-path=/usr/bin/wasm-ld-22",
-            );
-    }
-    cargo
-}
-
-fn choose_route() -> Result<Route> {
-    if rustup_has_target() {
-        return Ok(Route::Rustup);
-    }
-    let wasm_component_ld = rustup_wasm_component_ld()?;
-    if !debian_route_ready() {
-        install_debian_route()?;
-    }
-    Ok(Route::Debian { wasm_component_ld })
-}
-
-fn rustc_output(args: &[&str]) -> Option<String> {
-    let output = Command::new("rustc").env_remove("RUSTUP_TOOLCHAIN").args(args).output().ok()?;
-    output.status.success().then(|| String::from_utf8_lossy(&output.stdout).trim().to_owned())
-}
-
-fn rustup_has_target() -> bool {
-    rustc_output(&["--print", "sysroot"])
-        .is_some_and(|sysroot| Path::new(&sysroot).join("lib/rustlib").join(TARGET).join("lib").is_dir())
-}
-
-/// rustup's stable toolchain ships `wasm-component-ld`; Debian's rustc-web does not.
-fn rustup_wasm_component_ld() -> Result<PathBuf> {
-    let sysroot = rustc_output(&["--print", "sysroot"]).context("no rustc on PATH")?;
-    let host = rustc_output(&["--print", "host-tuple"]).unwrap_or_else(|| "x86_64-unknown-linux-gnu".into());
-    let path = Path::new(&sysroot).join("lib/rustlib").join(host).join("bin/wasm-component-ld");
-    if path.is_file() {
-        Ok(path)
-    } else {
-        bail!(
-            "no way to build wasm32-wasip2 guests here: rustup has no {TARGET} target \
-             (`rustup target add {TARGET}` installs it) and {} does not exist",
-            path.display()
-        )
-    }
-}
-
-fn debian_route_ready() -> bool {
-    [
-        "/usr/bin/cargo",
-        "/usr/bin/rustc",
-        "/usr/bin/wasm-ld-22",
-        "/usr/lib/rustlib/src/rust/library",
-        "/usr/lib/wasm32-wasi",
-    ]
-    .iter()
-    .all(|path| Path::new(path).exists())
-}
-
-fn install_debian_route() -> Result<()> {
-    let is_root = Command::new("id").arg("-u").output().is_ok_and(|out| out.stdout.trim_ascii() == b"0");
-    let has_apt = Path::new("/usr/bin/apt-get").exists();
-    if !(is_root && has_apt) {
-        bail!(
-            "no way to build wasm32-wasip2 guests here. Either `rustup target add {TARGET}`, \
-             or on Debian bookworm install `{}` (as root: apt-get install -y {0})",
-            DEBIAN_PACKAGES.join(" ")
-        );
-    }
-    eprintln!("installing the Debian guest toolchain: {}", DEBIAN_PACKAGES.join(" "));
-    let update = Command::new("apt-get").args(["update", "-qq"]).status()?;
-    if !update.success() {
-        bail!("apt-get update failed ({update})");
-    }
-    let install = Command::new("apt-get")
-        .args(["install", "-y", "-qq", "--no-install-recommends"])
-        .args(DEBIAN_PACKAGES)
-        .env("DEBIAN_FRONTEND", "noninteractive")
-        .status()?;
-    if !install.success() {
-        bail!("apt-get install {} failed ({install})", DEBIAN_PACKAGES.join(" "));
     }
     Ok(())
 }

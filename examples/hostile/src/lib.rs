@@ -31,7 +31,7 @@
 
 use std::time::Duration;
 
-use cordon_guest::{Plugin, Tool, ToolError};
+use cordon_guest::{CleanupContext, Plugin, Tool, ToolError};
 use schemars::JsonSchema;
 use serde::Deserialize;
 use wasi::filesystem::types::{Descriptor, DescriptorFlags, OpenFlags, PathFlags};
@@ -368,8 +368,26 @@ impl Plugin for Hostile {
             Tool::new("http_get", "GETs a URL many times and says how each went.", http_get),
             Tool::new("http_hoard", "Builds HTTP requests with full bodies and sends none.", http_hoard),
             Tool::new("http_hang", "Waits for an HTTP answer, never checking for cancellation.", http_hang),
+            Tool::new("panic", "Leaves a note, then panics with the message it is given.", panic),
         ]
     }
+
+    /// Writes why the call stopped to `/data/cleanup-reason`, for the tests to read.
+    fn cleanup(context: CleanupContext) {
+        let _ =
+            std::fs::write("/data/cleanup-reason", format!("{:?} {:?}", context.reason, context.note_text()));
+    }
+}
+
+#[derive(Deserialize, JsonSchema)]
+struct PanicArgs {
+    /// The panic's message.
+    message: String,
+}
+
+fn panic(args: PanicArgs) -> Result<String, ToolError> {
+    cordon_guest::set_cleanup_note(b"before the panic");
+    panic!("{}", args.message)
 }
 
 #[derive(Deserialize, JsonSchema)]
@@ -423,7 +441,8 @@ fn http_hoard(args: Hoard) -> Result<String, ToolError> {
     let mut held = Vec::new();
     let mut fields = Vec::new();
     for index in 0..args.count {
-        let headers = Fields::from_list(&[("x-hoard".to_owned(), value.clone())]).map_err(|error| ToolError::new(format!("{error:?}")))?;
+        let headers = Fields::from_list(&[("x-hoard".to_owned(), value.clone())])
+            .map_err(|error| ToolError::new(format!("{error:?}")))?;
         if args.fields_only {
             fields.push(headers);
             continue;
@@ -469,8 +488,9 @@ fn fetch(url: &str) -> Result<(u16, usize), String> {
             Ok(bytes) => size += bytes.len(),
             Err(wasi::io::streams::StreamError::Closed) => break,
             Err(wasi::io::streams::StreamError::LastOperationFailed(error)) => {
-                return Err(wasi::http::types::http_error_code(&error)
-                    .map_or_else(|| error.to_debug_string(), code));
+                return Err(
+                    wasi::http::types::http_error_code(&error).map_or_else(|| error.to_debug_string(), code)
+                );
             }
         }
     }

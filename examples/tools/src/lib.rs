@@ -24,7 +24,10 @@ use cordon_guest::{CleanupContext, Plugin, Tool, ToolError, http};
 use schemars::JsonSchema;
 use serde::Deserialize;
 
-const LOCK_DIR: &str = "/data/locks";
+/// Where locks live: `/data/locks` (natively, in tests, under the test's data directory).
+fn lock_dir() -> PathBuf {
+    cordon_guest::data_dir().join("locks")
+}
 
 /// A lock file in the data directory, removed when the guard drops (a call that returns) or
 /// by `cleanup` (a call that was stopped).
@@ -34,8 +37,8 @@ struct Lock {
 
 impl Lock {
     fn acquire(name: &str) -> Result<Self, ToolError> {
-        fs::create_dir_all(LOCK_DIR)
-            .map_err(|error| ToolError::new(format!("no data directory for locks ({LOCK_DIR}): {error}")))?;
+        // Without a data directory the error says which config key grants one.
+        fs::create_dir_all(lock_dir())?;
         let path = lock_path(name);
         match fs::OpenOptions::new().write(true).create_new(true).open(&path) {
             Ok(_) => {}
@@ -68,7 +71,7 @@ fn lock_path(name: &str) -> PathBuf {
             file.push_str(&format!(".{byte:02x}"));
         }
     }
-    PathBuf::from(LOCK_DIR).join(format!("{file}{LOCK_SUFFIX}"))
+    lock_dir().join(format!("{file}{LOCK_SUFFIX}"))
 }
 
 const LOCK_SUFFIX: &str = ".lock";
@@ -77,7 +80,7 @@ fn is_plain(byte: u8) -> bool {
     byte.is_ascii_alphanumeric() || byte == b'-' || byte == b'_'
 }
 
-/// The lock a file name in `LOCK_DIR` stands for; `None` for a name `lock_path` never makes.
+/// The lock a file name in `lock_dir()` stands for; `None` for a name `lock_path` never makes.
 /// Reading names rather than contents keeps `locks` exact while other calls take and release
 /// locks: a file removed or not yet written between the listing and a read is no error.
 fn lock_name(file_name: &str) -> Option<String> {
@@ -152,7 +155,7 @@ struct NoArgs {}
 
 fn locks(_: NoArgs) -> Result<String, ToolError> {
     let mut held = Vec::new();
-    match fs::read_dir(LOCK_DIR) {
+    match fs::read_dir(lock_dir()) {
         Ok(entries) => {
             for entry in entries {
                 if let Some(name) = entry?.file_name().to_str().and_then(lock_name) {
@@ -276,3 +279,73 @@ impl Plugin for ExampleTools {
 }
 
 cordon_guest::export_plugin!(ExampleTools);
+
+/// The tools' logic and SDK calls, natively, with cordon-guest's test host.
+#[cfg(test)]
+mod tests {
+    use cordon_guest::StopReason;
+    use cordon_guest::testing::{TestHost, check_tools};
+    use serde_json::json;
+
+    use super::*;
+
+    fn data_dir(test: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("example-tools-{test}-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    #[test]
+    fn the_tool_list_passes_the_host_s_rules() {
+        check_tools::<ExampleTools>().unwrap();
+    }
+
+    #[test]
+    fn echo_returns_its_text() {
+        let host = TestHost::new();
+        assert_eq!(host.call::<ExampleTools>("echo", json!({"text": "hi"})).unwrap().joined_text(), "hi");
+    }
+
+    #[test]
+    fn reindex_reports_each_step_and_releases_its_lock() {
+        let dir = data_dir("reindex");
+        let host = TestHost::new().data_dir(&dir);
+        let result =
+            host.call::<ExampleTools>("reindex", json!({"collection": "c", "total": 100, "step_ms": 0}));
+        assert_eq!(result.unwrap().joined_text(), "Reindexed 100 documents in c");
+        let done: Vec<f64> = host.progress().iter().map(|report| report.done).collect();
+        assert_eq!(done, [40.0, 80.0, 100.0]);
+        assert_eq!(host.call::<ExampleTools>("locks", json!({})).unwrap().joined_text(), "[]");
+        assert_eq!(host.note(), None, "a finished call leaves no note");
+    }
+
+    #[test]
+    fn a_cancelled_reindex_releases_its_lock_and_cleanup_releases_a_stopped_one() {
+        let dir = data_dir("cancelled");
+        let host = TestHost::new().data_dir(&dir).cancel_after_checks(3);
+        let error = host
+            .call::<ExampleTools>("reindex", json!({"collection": "books", "total": 400, "step_ms": 0}))
+            .unwrap_err();
+        assert_eq!(error.message(), "cancelled");
+        assert_eq!(host.progress().len(), 1, "one step finished before the cancel");
+        // Returning, the lock's guard released it and cleared the note.
+        assert_eq!(host.call::<ExampleTools>("locks", json!({})).unwrap().joined_text(), "[]");
+        assert_eq!(host.note(), None);
+        // A call stopped by force leaves both behind; cleanup releases the lock.
+        fs::write(lock_path("books"), b"").unwrap();
+        cordon_guest::set_cleanup_note(b"books");
+        assert_eq!(host.call::<ExampleTools>("locks", json!({})).unwrap().joined_text(), r#"["books"]"#);
+        host.cleanup::<ExampleTools>("reindex", json!({"collection": "books"}), StopReason::Cancelled);
+        assert_eq!(host.call::<ExampleTools>("locks", json!({})).unwrap().joined_text(), "[]");
+        let logs = host.logs();
+        assert_eq!(logs[0].1, "cleanup after reindex (Cancelled): released books");
+    }
+
+    #[test]
+    fn fetch_says_outbound_http_needs_the_real_host() {
+        let host = TestHost::new();
+        let error = host.call::<ExampleTools>("fetch", json!({"url": "https://example.com"})).unwrap_err();
+        assert!(error.message().contains("not available in the native test host"), "{}", error.message());
+    }
+}

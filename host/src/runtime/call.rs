@@ -448,9 +448,12 @@ impl Call {
             _ if self.control.stop_request().is_some() => StopPath::Cooperative,
             _ => StopPath::Returned,
         };
+        // A trapped guest's last line on stderr (a Rust tool's panic message) explains
+        // the trap, to the client and to the cleanup.
+        let last_words = if result.is_err() { store.data().stderr_last_line() } else { None };
         // A trapped store is poisoned: no reason to keep it.
         let store = result.is_ok().then_some(store);
-        (self.classify(result).await, hard_stopped, stop_path, store)
+        (self.classify(result, last_words).await, hard_stopped, stop_path, store)
     }
 
     fn next_deadline(&self) -> Option<Instant> {
@@ -487,7 +490,11 @@ impl Call {
         }
     }
 
-    async fn classify(&self, result: wasmtime::Result<Result<bindings::CallResult, String>>) -> Outcome {
+    async fn classify(
+        &self,
+        result: wasmtime::Result<Result<bindings::CallResult, String>>,
+        last_words: Option<String>,
+    ) -> Outcome {
         let stop_requested = self.control.stop_request().is_some();
         match result {
             Ok(Ok(result)) => self.check_result(result).await,
@@ -509,7 +516,11 @@ impl Call {
                 } else if self.control.memory.refused.load(Ordering::Relaxed) {
                     Outcome::OutOfMemory
                 } else {
-                    Outcome::Trapped(trap_message(&error, &self.limits))
+                    let message = trap_message(&error, &self.limits);
+                    Outcome::Trapped(match last_words {
+                        Some(line) => format!("{message}; its last line on stderr: {line}"),
+                        None => message,
+                    })
                 }
             }
         }

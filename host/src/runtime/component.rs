@@ -191,24 +191,7 @@ pub struct ToolSpec {
     pub param_headers: Vec<ParamHeader>,
 }
 
-/// A tool argument that HTTP clients send again as the header `Mcp-Param-{name}`, as its
-/// input schema asks with `"x-mcp-header": "{name}"`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ParamHeader {
-    /// The header's name after `Mcp-Param-`.
-    pub name: String,
-    /// The property names from the arguments' root down to the value.
-    pub path: Vec<String>,
-    pub kind: ParamKind,
-}
-
-/// The JSON type of an argument mirrored into a header.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ParamKind {
-    String,
-    Integer,
-    Boolean,
-}
+pub use cordon_rules::{MAX_SCHEMA_BYTES, ParamHeader, ParamKind};
 
 /// A loaded component, ready to instantiate.
 pub(crate) struct LoadedComponent {
@@ -397,7 +380,11 @@ pub(crate) fn prepare(
     let pre = PluginPre::new(instance_pre).map_err(|error| {
         LoadError::new(
             origin,
-            format!("does not implement the cordon:tool@0.1.0 `plugin` world (export `cordon:tool/tool`): {error:#}"),
+            format!(
+                "does not implement the cordon:tool@0.1.0 `plugin` world (export `cordon:tool/tool`): \
+                 {error:#}; a Rust tool exports it with `cordon_guest::export_plugin!(YourPlugin);` \
+                 at its crate root"
+            ),
         )
     })?;
     Ok(Prepared { pre: GuestPre::Cordon(pre), plain_tools: Vec::new(), warnings: Vec::new() })
@@ -418,136 +405,30 @@ pub(crate) fn compile_schemas(
         .collect()
 }
 
-/// Turn the guest's `list` into specs, rejecting anything clients could not use.
+/// Turn the guest's `list` into specs, rejecting anything clients could not use: the
+/// rules of `cordon-rules`, which the guest SDK checks in a tool's own tests too.
 pub(crate) fn tool_specs(origin: &str, infos: Vec<ToolInfo>) -> Result<Vec<ToolSpec>, LoadError> {
-    let mut specs: Vec<ToolSpec> = Vec::with_capacity(infos.len());
-    for info in infos {
-        let name = info.name;
-        check_tool_name(&name)
-            .map_err(|problem| LoadError::new(origin, format!("tool {name:?}: {problem}")))?;
-        if specs.iter().any(|spec| spec.name == name) {
-            return Err(LoadError::new(origin, format!("tool {name:?} is listed twice")));
-        }
-        let input_schema = object_schema(&info.input_schema)
-            .map_err(|problem| LoadError::new(origin, format!("tool {name:?}: input schema {problem}")))?;
-        let output_schema =
-            info.output_schema.as_deref().map(object_schema).transpose().map_err(|problem| {
-                LoadError::new(origin, format!("tool {name:?}: output schema {problem}"))
-            })?;
-        let param_headers = param_headers(&input_schema)
-            .map_err(|problem| LoadError::new(origin, format!("tool {name:?}: input schema: {problem}")))?;
-        specs.push(ToolSpec {
-            name,
+    let listed = infos.iter().map(|info| cordon_rules::ListedTool {
+        name: &info.name,
+        input_schema: &info.input_schema,
+        output_schema: info.output_schema.as_deref(),
+    });
+    let checked = cordon_rules::check_tools(listed)
+        .map_err(|violation| LoadError::new(origin, violation.to_string()))?;
+    Ok(infos
+        .into_iter()
+        .zip(checked)
+        .map(|(info, checked)| ToolSpec {
+            name: checked.name,
             title: info.title,
             description: info.description,
-            input_schema,
-            output_schema,
+            input_schema: checked.input_schema,
+            output_schema: checked.output_schema,
             annotations: info.annotations,
             requires: info.requires,
-            param_headers,
-        });
-    }
-    Ok(specs)
-}
-
-/// The `x-mcp-header` annotations of an input schema, checked as MCP requires (an HTTP
-/// client drops a tool whose annotations break a rule): each names an HTTP token, unique
-/// regardless of case, on a string, integer or boolean property reached from the root
-/// through `properties` alone (not through `items`, composition or `$ref`).
-fn param_headers(schema: &Value) -> Result<Vec<ParamHeader>, String> {
-    let mut found = Vec::new();
-    collect_param_headers(schema, &mut Vec::new(), &mut found)?;
-    if count_annotations(schema, false) != found.len() {
-        return Err("`x-mcp-header` may only annotate properties reached from the root through \
-                    `properties`"
-            .into());
-    }
-    for (at, header) in found.iter().enumerate() {
-        if found[..at].iter().any(|earlier| earlier.name.eq_ignore_ascii_case(&header.name)) {
-            return Err(format!("`x-mcp-header` {:?} is used twice (names ignore case)", header.name));
-        }
-    }
-    Ok(found)
-}
-
-fn collect_param_headers(
-    schema: &Value,
-    path: &mut Vec<String>,
-    found: &mut Vec<ParamHeader>,
-) -> Result<(), String> {
-    let Some(properties) = schema.get("properties").and_then(Value::as_object) else { return Ok(()) };
-    for (key, property) in properties {
-        path.push(key.clone());
-        if let Some(name) = property.get("x-mcp-header") {
-            let at = path.join(".");
-            let name = name.as_str().filter(|name| is_http_token(name)).ok_or_else(|| {
-                format!("the `x-mcp-header` of `{at}` must be a non-empty HTTP token (RFC 9110)")
-            })?;
-            let kind = match property.get("type").and_then(Value::as_str) {
-                Some("string") => ParamKind::String,
-                Some("integer") => ParamKind::Integer,
-                Some("boolean") => ParamKind::Boolean,
-                _ => {
-                    return Err(format!(
-                        "`x-mcp-header` annotates `{at}`, which is not a string, integer or boolean"
-                    ));
-                }
-            };
-            found.push(ParamHeader { name: name.to_owned(), path: path.clone(), kind });
-        }
-        collect_param_headers(property, path, found)?;
-        path.pop();
-    }
-    Ok(())
-}
-
-/// Every `x-mcp-header` key in `value`, wherever it is (the keys of a `properties` map are
-/// property names, not keywords).
-fn count_annotations(value: &Value, property_names: bool) -> usize {
-    match value {
-        Value::Object(map) => map
-            .iter()
-            .map(|(key, inner)| {
-                usize::from(!property_names && key == "x-mcp-header")
-                    + count_annotations(inner, !property_names && key == "properties")
-            })
-            .sum(),
-        Value::Array(items) => items.iter().map(|item| count_annotations(item, false)).sum(),
-        _ => 0,
-    }
-}
-
-/// RFC 9110 `token`: one or more of `tchar`.
-fn is_http_token(text: &str) -> bool {
-    !text.is_empty()
-        && text.bytes().all(|byte| byte.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&byte))
-}
-
-/// MCP tool names: 1-128 characters of `A-Z a-z 0-9 _ - .`.
-fn check_tool_name(name: &str) -> Result<(), String> {
-    if name.is_empty() || name.len() > 128 {
-        return Err("a name must have 1 to 128 characters".into());
-    }
-    if let Some(bad) = name.chars().find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))) {
-        return Err(format!("a name may only use A-Z, a-z, 0-9, `_`, `-` and `.`, not {bad:?}"));
-    }
-    Ok(())
-}
-
-/// The largest schema a tool may declare. Schemas are evaluated in host code that no epoch
-/// can interrupt (arguments before a call, structured output after it), so their size is
-/// bounded where it is cheap to: at load. Real tool schemas are a few KiB.
-pub const MAX_SCHEMA_BYTES: usize = 64 << 10;
-
-fn object_schema(text: &str) -> Result<Value, String> {
-    if text.len() > MAX_SCHEMA_BYTES {
-        return Err(format!("is {} bytes, more than the limit of {MAX_SCHEMA_BYTES}", text.len()));
-    }
-    let schema: Value = serde_json::from_str(text).map_err(|error| format!("is not valid JSON: {error}"))?;
-    match schema.get("type") {
-        Some(Value::String(kind)) if kind == "object" => Ok(schema),
-        _ => Err("must be a JSON object with `\"type\": \"object\"` at its root".into()),
-    }
+            param_headers: checked.param_headers,
+        })
+        .collect())
 }
 
 #[cfg(test)]

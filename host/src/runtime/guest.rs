@@ -71,6 +71,7 @@ impl GuestState {
             component,
             limit: limits.stderr_bytes,
             left: Arc::new(AtomicUsize::new(limits.stderr_bytes)),
+            last_line: Arc::default(),
         };
         let mut wasi = WasiCtxBuilder::new();
         wasi.stderr(GuestStderr(operator_log.clone()))
@@ -117,6 +118,17 @@ impl GuestState {
     /// counted afresh, and refusals logged with the tool's name.
     pub(crate) fn begin_call(&mut self, tool: &str, limits: &ToolLimits) {
         self.egress.begin_call(tool, limits);
+    }
+
+    /// The last line this instance wrote to stderr (at most [`LAST_LINE_BYTES`]), even past
+    /// its log budget: a trapped guest's last words, such as a Rust tool's panic message,
+    /// which the trap's message quotes for the client and the cleanup.
+    pub(crate) fn stderr_last_line(&self) -> Option<String> {
+        let last = self.operator_log.last_line.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let line = if last.current.is_empty() { &last.complete } else { &last.current };
+        let text = String::from_utf8_lossy(line);
+        let text = text.trim();
+        (!text.is_empty()).then(|| printable(text).into_owned())
     }
 
     pub(crate) fn control(&self) -> &CallControl {
@@ -251,6 +263,9 @@ const MAX_RANDOM_BYTES: usize = 1 << 20;
 /// message is cut, longer stderr output is split.
 const MAX_LOG_LINE: usize = 4096;
 
+/// The most of a guest's last stderr line kept for a trap's message.
+pub(crate) const LAST_LINE_BYTES: usize = 512;
+
 /// What one instance may write to the operator's log, through the `log` import and all its
 /// stderr streams together: the tool's `stderr_bytes`, then one line saying the rest is
 /// dropped, so a hostile guest cannot flood the log.
@@ -261,6 +276,29 @@ struct OperatorLog {
     limit: usize,
     /// Bytes still allowed.
     left: Arc<AtomicUsize>,
+    /// The last line written to stderr, kept whatever the budget.
+    last_line: Arc<std::sync::Mutex<LastLine>>,
+}
+
+/// The line being written and the last one finished, each cut to [`LAST_LINE_BYTES`].
+#[derive(Default)]
+struct LastLine {
+    current: Vec<u8>,
+    complete: Vec<u8>,
+}
+
+impl LastLine {
+    fn push(&mut self, bytes: &[u8]) {
+        for &byte in bytes {
+            if byte == b'\n' {
+                if !self.current.is_empty() {
+                    self.complete = std::mem::take(&mut self.current);
+                }
+            } else if self.current.len() < LAST_LINE_BYTES {
+                self.current.push(byte);
+            }
+        }
+    }
 }
 
 impl OperatorLog {
@@ -336,6 +374,7 @@ struct StderrLines {
 
 impl StderrLines {
     fn push(&mut self, bytes: &[u8]) {
+        self.log.last_line.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(bytes);
         let (granted, exhausted) = self.log.take(bytes.len());
         for &byte in &bytes[..granted] {
             if byte == b'\n' {

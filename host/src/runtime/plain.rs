@@ -122,6 +122,9 @@ pub(crate) fn discover(engine: &Engine, component: &Component, bytes: &[u8]) -> 
         if !found.warnings.is_empty() {
             problem.push_str(&format!(" ({})", found.warnings.join("; ")));
         }
+        problem.push_str(
+            "; a Rust tool exports it with `cordon_guest::export_plugin!(YourPlugin);` at its crate root",
+        );
         return Err(problem);
     }
     Ok(found)

@@ -1,0 +1,219 @@
+//! For plugin authors: `cordon new` and `cordon build` in a folder outside the repository,
+//! the mistakes `cordon build` turns into clear errors, and what a failing guest tells its
+//! caller (a panic's message, a file error's missing grant).
+//!
+//! The project builds into `target/guest-build`, the folder `cargo xtask guests` builds the
+//! examples in: the project's `Cargo.lock` starts from the examples' own, so its registry
+//! crates (and, on Debian's route, std) are compiled there already and this test compiles
+//! the project and its vendored SDK only. Its native `cargo test` builds in
+//! `target/guest-native`, which `cargo xtask test` also uses for the example tools' tests.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use common::{fresh_dir, hostile};
+use cordon::runtime::{ComponentOptions, Outcome, Runtime};
+use serde_json::json;
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_owned()
+}
+
+fn cordon(dir: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_cordon"))
+        .current_dir(dir)
+        .args(args)
+        .env("CARGO_TARGET_DIR", repo().join("target/guest-build"))
+        .output()
+        .unwrap()
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// `output` succeeded, or the test fails showing both of its streams.
+fn succeeded(what: &str, output: &Output) -> String {
+    let (stdout, stderr) = (text(&output.stdout), text(&output.stderr));
+    assert!(output.status.success(), "{what} failed:\n{stdout}\n{stderr}");
+    stdout
+}
+
+/// `output` failed; its stderr.
+fn failed(what: &str, output: &Output) -> String {
+    let (stdout, stderr) = (text(&output.stdout), text(&output.stderr));
+    assert!(!output.status.success(), "{what} succeeded:\n{stdout}\n{stderr}");
+    stderr
+}
+
+/// `cargo test` in `project`, natively, with the rustup toolchain the tests run under.
+fn cargo_test(project: &Path) -> Output {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut command = Command::new(cargo);
+    for (key, _) in std::env::vars_os() {
+        // The outer `cargo test`'s variables would describe the host crate, not the project.
+        if key.to_string_lossy().starts_with("CARGO_") {
+            command.env_remove(key);
+        }
+    }
+    command
+        .current_dir(project)
+        .args(["test", "--quiet"])
+        .env("CARGO_TARGET_DIR", repo().join("target/guest-native"))
+        .output()
+        .unwrap()
+}
+
+fn edit(path: &Path, from: &str, to: &str) {
+    let text = std::fs::read_to_string(path).unwrap();
+    assert!(text.contains(from), "{} has no {from:?}", path.display());
+    std::fs::write(path, text.replace(from, to)).unwrap();
+}
+
+#[test]
+fn a_new_rust_project_builds_passes_its_tests_and_answers_a_call() {
+    let dir = fresh_dir("author-new");
+    assert!(!dir.starts_with(repo()), "the project lies outside the repository");
+    let project = dir.join("word-tools");
+    succeeded("cordon new", &cordon(&dir, &["new", "word-tools"]));
+    for file in ["Cargo.toml", "Cargo.lock", "src/lib.rs", "README.md", "cordon.toml", ".gitignore"] {
+        assert!(project.join(file).is_file(), "{file} was not written");
+    }
+    for file in ["vendor/guest-sdk/src/lib.rs", "vendor/guest-sdk/wit/cordon.wit", "vendor/rules/src/lib.rs"]
+    {
+        assert!(project.join(file).is_file(), "{file} was not vendored");
+    }
+    assert!(!project.join("build.rs").exists(), "the SDK sets the initial memory itself");
+    assert!(!project.join("vendor/guest-sdk/template").exists(), "templates are not vendored");
+    let manifest = std::fs::read_to_string(project.join("Cargo.toml")).unwrap();
+    assert!(manifest.contains("name = \"word-tools\""), "{manifest}");
+    assert!(failed("a second cordon new", &cordon(&dir, &["new", "word-tools"])).contains("already exists"));
+
+    let built = succeeded("cordon build", &cordon(&project, &["build"]));
+    let component = PathBuf::from(built.lines().next().unwrap());
+    assert!(component.ends_with("wasm32-wasip2/release/word_tools.wasm"), "{built}");
+    assert!(built.contains("KiB, built with") && built.contains("; tools: count"), "{built}");
+
+    let (component_arg, data) = (component.to_str().unwrap(), dir.join("data"));
+    let arguments = r#"{"to": 3, "pause_ms": 1}"#;
+    let call =
+        cordon(&project, &["call", component_arg, "count", arguments, "--data-dir", data.to_str().unwrap()]);
+    // Not a terminal: the result is one JSON document.
+    let result: serde_json::Value = serde_json::from_str(&succeeded("cordon call", &call)).unwrap();
+    assert_eq!(result["content"][0]["text"], "counted to 3", "{result}");
+    let stderr = text(&call.stderr);
+    assert!(stderr.contains("3 of 3"), "progress is shown: {stderr}");
+    // The SDK's build script gave the component 2 MiB up front (the project has no build.rs).
+    assert!(!stderr.contains("grew the component's memory"), "{stderr}");
+
+    let tests = cargo_test(&project);
+    let output = format!("{}{}", text(&tests.stdout), text(&tests.stderr));
+    assert!(tests.status.success(), "the project's own tests fail:\n{output}");
+    assert!(output.contains("3 passed"), "{output}");
+
+    // A tool name the host refuses: the project's test says so, and so does `cordon build`.
+    let lib = project.join("src/lib.rs");
+    edit(&lib, r#"Tool::new("count","#, r#"Tool::new("count it","#);
+    let tests = cargo_test(&project);
+    let output = format!("{}{}", text(&tests.stdout), text(&tests.stderr));
+    assert!(!tests.status.success(), "{output}");
+    assert!(output.contains(r#"tool "count it": a name may only use"#), "{output}");
+    let refused = failed("cordon build of a bad name", &cordon(&project, &["build"]));
+    assert!(refused.contains("the server would not load it"), "{refused}");
+    assert!(refused.contains(r#"tool "count it": a name may only use"#), "{refused}");
+    edit(&lib, r#"Tool::new("count it","#, r#"Tool::new("count","#);
+
+    // No export_plugin!: the component exports nothing, and the error says what to add.
+    edit(&lib, "cordon_guest::export_plugin!(Tools);", "");
+    let refused = failed("cordon build without export_plugin!", &cordon(&project, &["build"]));
+    assert!(refused.contains("cordon_guest::export_plugin!(YourPlugin);"), "{refused}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn cordon_build_names_each_mistake_before_it_costs_a_build() {
+    let dir = fresh_dir("author-mistakes");
+    let empty = dir.join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    let refused = failed("cordon build without Cargo.toml", &cordon(&empty, &["build"]));
+    assert!(refused.contains("no Cargo.toml") && refused.contains("cordon new NAME"), "{refused}");
+
+    succeeded("cordon new", &cordon(&dir, &["new", "mistakes"]));
+    let project = dir.join("mistakes");
+    let manifest = project.join("Cargo.toml");
+    edit(&manifest, "crate-type = [\"cdylib\"]", "");
+    let refused = failed("cordon build of a crate that is no cdylib", &cordon(&project, &["build"]));
+    assert!(
+        refused.contains("would build no .wasm") && refused.contains("crate-type = [\"cdylib\"]"),
+        "{refused}"
+    );
+    edit(&manifest, "[lib]\n", "[lib]\ncrate-type = [\"cdylib\"]\n");
+
+    edit(&manifest, "cordon-guest = { path = \"vendor/guest-sdk\" }", "");
+    let refused = failed("cordon build without cordon-guest", &cordon(&project, &["build"]));
+    assert!(
+        refused.contains("no `cordon-guest` dependency") && refused.contains("vendor/guest-sdk"),
+        "{refused}"
+    );
+    edit(&manifest, "[dependencies]\n", "[dependencies]\ncordon-guest = { path = \"vendor/guest-sdk\" }\n");
+
+    // No toolchain at all (no rustc on PATH): the error says what to install, both ways.
+    let output = Command::new(env!("CARGO_BIN_EXE_cordon"))
+        .current_dir(&project)
+        .arg("build")
+        .env("PATH", dir.join("no-such-bin"))
+        .output()
+        .unwrap();
+    let refused = failed("cordon build without a toolchain", &output);
+    assert!(refused.contains("rustup target add wasm32-wasip2"), "{refused}");
+    assert!(
+        refused.contains("apt-get install -y rustc-web cargo-web rust-web-src lld-22 wasi-libc"),
+        "{refused}"
+    );
+
+    let refused = failed("cordon new with a bad name", &cordon(&dir, &["new", "9lives"]));
+    assert!(refused.contains("starts with a letter"), "{refused}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[tokio::test]
+async fn a_panic_message_reaches_the_client_and_the_cleanup() {
+    let dir = fresh_dir("author-panic");
+    let mut runtime = Runtime::new(common::settings(4)).unwrap();
+    let options = ComponentOptions {
+        limits: common::quick_limits(),
+        data_dir: Some(dir.clone()),
+        ..ComponentOptions::default()
+    };
+    runtime.load_file(&hostile(), options).await.unwrap();
+    let report = common::call(&runtime, "panic", json!({"message": "the disk is full"})).await;
+    let Outcome::Trapped(message) = &report.outcome else {
+        panic!("expected a trap, got {:?}", report.outcome)
+    };
+    assert!(message.contains("unreachable"), "{message}");
+    assert!(message.contains("its last line on stderr: panicked at "), "{message}");
+    assert!(message.contains("src/lib.rs:") && message.ends_with(": the disk is full"), "{message}");
+    let answer = cordon::protocol::mcp::call_result(&report.outcome, &common::quick_limits());
+    let client_text = answer["content"][0]["text"].as_str().unwrap();
+    assert!(
+        client_text.starts_with("The tool crashed: ") && client_text.contains("the disk is full"),
+        "{answer}"
+    );
+    let cleanup_saw = std::fs::read_to_string(dir.join("cleanup-reason")).unwrap();
+    assert!(cleanup_saw.starts_with("Trapped(") && cleanup_saw.contains("the disk is full"), "{cleanup_saw}");
+    assert!(cleanup_saw.ends_with(r#"Some("before the panic")"#), "{cleanup_saw}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[tokio::test]
+async fn a_file_error_without_a_grant_names_the_config_keys_that_grant_one() {
+    let mut runtime = Runtime::new(common::settings(4)).unwrap();
+    let options = ComponentOptions { limits: common::quick_limits(), ..ComponentOptions::default() };
+    runtime.load_file(&hostile(), options).await.unwrap();
+    let report = common::call(&runtime, "read_text", json!({"path": "/data/notes.txt"})).await;
+    let message = common::answer(&report);
+    assert!(message.contains("Capabilities insufficient"), "the error itself stays: {message}");
+    assert!(message.contains("`data_dir`") && message.contains("[[components.mounts]]"), "{message}");
+}

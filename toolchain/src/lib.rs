@@ -1,0 +1,194 @@
+//! One toolchain discovery for Rust guests, used by `cargo xtask guests` and `cordon build`:
+//! which compiler can build a `wasm32-wasip2` component on this machine, and the `cargo`
+//! command that uses it.
+//!
+//! Two routes, tried in order:
+//! 1. rustup's `wasm32-wasip2` target, when installed: a plain `cargo build`.
+//! 2. Debian's `rustc-web` (1.96, with `rust-web-src`), `lld-22` and `wasi-libc`: std is
+//!    rebuilt with `-Zbuild-std`, and rustup's bundled `wasm-component-ld` links the
+//!    component through `wasm-ld-22`. When these packages are missing, [`Install::AptAsRoot`]
+//!    installs them (as root on Debian); otherwise the error says what to install.
+//!
+//! This crate runs commands and reads paths only: no heavy dependencies, so that `xtask`
+//! builds in seconds.
+
+use std::env;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// The target every guest builds for: cargo emits a component directly.
+pub const TARGET: &str = "wasm32-wasip2";
+
+/// Debian bookworm's packages for the second route.
+pub const DEBIAN_PACKAGES: &[&str] = &["rustc-web", "cargo-web", "rust-web-src", "lld-22", "wasi-libc"];
+
+/// Paths the Debian route needs; all exist once [`DEBIAN_PACKAGES`] are installed.
+const DEBIAN_PATHS: &[&str] = &[
+    "/usr/bin/cargo",
+    "/usr/bin/rustc",
+    "/usr/bin/wasm-ld-22",
+    "/usr/lib/rustlib/src/rust/library",
+    "/usr/lib/wasm32-wasi",
+];
+
+/// Why no route can build a component here.
+#[derive(Debug, thiserror::Error)]
+pub enum ToolchainError {
+    /// Neither route is available, and nothing was installed.
+    #[error(
+        "no toolchain here builds {TARGET} components. Either install rustup's target \
+         (`rustup target add {TARGET}`), or on Debian bookworm install Debian's route \
+         (as root: `apt-get install -y {packages}`; it also needs rustup's stable toolchain \
+         for its wasm-component-ld){detail}",
+        packages = DEBIAN_PACKAGES.join(" ")
+    )]
+    Missing {
+        /// What was found missing, starting with "; ", or empty.
+        detail: String,
+    },
+    /// Installing the Debian packages failed.
+    #[error("installing the Debian guest toolchain failed: {0}")]
+    Install(String),
+}
+
+/// Whether [`discover`] may install Debian's packages when no route is ready.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Install {
+    /// With apt-get, when running as root (CI machines, containers).
+    AptAsRoot,
+    /// Never: say what to install.
+    Never,
+}
+
+/// A way to build `wasm32-wasip2` components, found by [`discover`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Route {
+    /// rustup's toolchain with its `wasm32-wasip2` target.
+    Rustup,
+    /// Debian's `rustc-web` with std rebuilt, linked by rustup's `wasm-component-ld`.
+    Debian {
+        /// rustup stable's bundled linker for components.
+        wasm_component_ld: PathBuf,
+    },
+}
+
+impl Route {
+    /// A short description for people: which compiler builds.
+    pub fn describe(&self) -> &'static str {
+        match self {
+            Route::Rustup => "rustup's wasm32-wasip2 target",
+            Route::Debian { .. } => "Debian's rustc-web with -Zbuild-std",
+        }
+    }
+
+    /// A `cargo` command for this route, with an outer cargo's environment removed so that
+    /// a cargo running under rustup (`cargo xtask`, `cargo run`) does not leak its
+    /// toolchain or flags into the guest build. Add `build --release --target` yourself
+    /// ([`Route::build_command`] does).
+    pub fn cargo(&self) -> Command {
+        let mut cargo = match self {
+            Route::Rustup => Command::new("cargo"),
+            Route::Debian { .. } => Command::new("/usr/bin/cargo"),
+        };
+        for (key, _) in env::vars_os() {
+            let key = key.to_string_lossy();
+            if key.starts_with("CARGO")
+                || key.starts_with("RUSTUP_TOOLCHAIN")
+                || key == "RUSTC"
+                || key == "RUSTFLAGS"
+            {
+                cargo.env_remove(key.as_ref());
+            }
+        }
+        if let Route::Debian { wasm_component_ld } = self {
+            cargo
+                .env("RUSTC_BOOTSTRAP", "1")
+                .env("RUSTC", "/usr/bin/rustc")
+                .env("CARGO_UNSTABLE_BUILD_STD", "std,panic_abort")
+                .env("CARGO_TARGET_WASM32_WASIP2_LINKER", wasm_component_ld)
+                .env(
+                    "CARGO_TARGET_WASM32_WASIP2_RUSTFLAGS",
+                    "-C link-self-contained=no -L native=/usr/lib/wasm32-wasi \
+                     -C link-arg=--wasm-ld-path=/usr/bin/wasm-ld-22",
+                );
+        }
+        cargo
+    }
+
+    /// `cargo build --release --target wasm32-wasip2 --target-dir TARGET_DIR` in `dir`:
+    /// the components land in `<target_dir>/wasm32-wasip2/release/*.wasm`.
+    pub fn build_command(&self, dir: &Path, target_dir: &Path) -> Command {
+        let mut cargo = self.cargo();
+        cargo
+            .current_dir(dir)
+            .args(["build", "--release", "--target", TARGET, "--target-dir"])
+            .arg(target_dir);
+        cargo
+    }
+}
+
+/// The first route that works here; with [`Install::AptAsRoot`], Debian's packages are
+/// installed when rustup has no target and they are missing.
+pub fn discover(install: Install) -> Result<Route, ToolchainError> {
+    if rustup_has_target() {
+        return Ok(Route::Rustup);
+    }
+    let wasm_component_ld = rustup_wasm_component_ld().ok_or_else(|| ToolchainError::Missing {
+        detail: "; no rustup stable toolchain with wasm-component-ld was found either".into(),
+    })?;
+    let missing: Vec<&str> = DEBIAN_PATHS.iter().copied().filter(|path| !Path::new(path).exists()).collect();
+    if !missing.is_empty() {
+        if install == Install::Never || !can_apt() {
+            return Err(ToolchainError::Missing { detail: format!("; missing: {}", missing.join(", ")) });
+        }
+        install_debian_packages()?;
+    }
+    Ok(Route::Debian { wasm_component_ld })
+}
+
+/// rustc's answer to `args` (the rustup toolchain's, not an outer cargo's override).
+pub fn rustc_output(args: &[&str]) -> Option<String> {
+    let output = Command::new("rustc").env_remove("RUSTUP_TOOLCHAIN").args(args).output().ok()?;
+    output.status.success().then(|| String::from_utf8_lossy(&output.stdout).trim().to_owned())
+}
+
+fn rustup_has_target() -> bool {
+    rustc_output(&["--print", "sysroot"])
+        .is_some_and(|sysroot| Path::new(&sysroot).join("lib/rustlib").join(TARGET).join("lib").is_dir())
+}
+
+/// rustup's stable toolchain ships `wasm-component-ld`; Debian's rustc-web does not.
+fn rustup_wasm_component_ld() -> Option<PathBuf> {
+    let sysroot = rustc_output(&["--print", "sysroot"])?;
+    let host = rustc_output(&["--print", "host-tuple"]).unwrap_or_else(|| "x86_64-unknown-linux-gnu".into());
+    let path = Path::new(&sysroot).join("lib/rustlib").join(host).join("bin/wasm-component-ld");
+    path.is_file().then_some(path)
+}
+
+fn can_apt() -> bool {
+    let is_root = Command::new("id").arg("-u").output().is_ok_and(|out| out.stdout.trim_ascii() == b"0");
+    is_root && Path::new("/usr/bin/apt-get").exists()
+}
+
+fn install_debian_packages() -> Result<(), ToolchainError> {
+    eprintln!("installing the Debian guest toolchain: {}", DEBIAN_PACKAGES.join(" "));
+    let status =
+        |command: &mut Command| command.status().map_err(|error| ToolchainError::Install(error.to_string()));
+    let update = status(Command::new("apt-get").args(["update", "-qq"]))?;
+    if !update.success() {
+        return Err(ToolchainError::Install(format!("apt-get update ({update})")));
+    }
+    let install = status(
+        Command::new("apt-get")
+            .args(["install", "-y", "-qq", "--no-install-recommends"])
+            .args(DEBIAN_PACKAGES)
+            .env("DEBIAN_FRONTEND", "noninteractive"),
+    )?;
+    if !install.success() {
+        return Err(ToolchainError::Install(format!(
+            "apt-get install {} ({install})",
+            DEBIAN_PACKAGES.join(" ")
+        )));
+    }
+    Ok(())
+}
