@@ -201,7 +201,15 @@ async fn a_panic_message_reaches_the_client_and_the_cleanup() {
         client_text.starts_with("The tool crashed: ") && client_text.contains("the disk is full"),
         "{answer}"
     );
-    let cleanup_saw = std::fs::read_to_string(dir.join("cleanup-reason")).unwrap();
+    // The cleanup runs in a fresh instance of its own: wait for what it wrote.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let cleanup_saw = loop {
+        let written = std::fs::read_to_string(dir.join("cleanup-reason")).unwrap_or_default();
+        if written.ends_with(r#"Some("before the panic")"#) || std::time::Instant::now() > deadline {
+            break written;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    };
     assert!(cleanup_saw.starts_with("Trapped(") && cleanup_saw.contains("the disk is full"), "{cleanup_saw}");
     assert!(cleanup_saw.ends_with(r#"Some("before the panic")"#), "{cleanup_saw}");
     std::fs::remove_dir_all(&dir).unwrap();
