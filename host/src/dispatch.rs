@@ -30,6 +30,8 @@
 //! cost more than [`ServerLimits::max_request_cost`] is refused ([`Refusal::TooCostly`])
 //! before it is built.
 
+mod features;
+
 use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
@@ -541,13 +543,16 @@ impl Connection {
             if let Outbox::Lines(_) = out {
                 self.follow_tool_changes(out.clone());
             }
-            return Reply::Result(mcp::initialize_result(requested));
+            let mut result = mcp::initialize_result(requested);
+            crate::protocol::features::advertise(&mut result, self.offered());
+            return Reply::Result(result);
         }
         let legacy = !modern && self.legacy.load(Ordering::Relaxed);
         if legacy && method == "ping" {
             return Reply::Result(mcp::complete(Default::default()));
         }
         let known = matches!(method, "server/discover" | "tools/list" | "tools/call")
+            || features::METHODS.contains(&method)
             || (method == "subscriptions/listen" && !legacy);
         if !known {
             return Reply::Error(RpcError::method_not_found(method));
@@ -562,7 +567,14 @@ impl Connection {
         };
         match method {
             // What a tenant sees is its own: never to be cached across tenants.
-            "server/discover" => Reply::Result(mcp::discover_result(self.tenant.is_some())),
+            "server/discover" => {
+                let mut result = mcp::discover_result(self.tenant.is_some());
+                crate::protocol::features::advertise(&mut result, self.offered());
+                Reply::Result(result)
+            }
+            method if features::METHODS.contains(&method) => {
+                self.route_feature(id, method, params, tools, out, charge)
+            }
             "subscriptions/listen" => self.start_listen(id, params.as_ref(), out.clone(), charge),
             "tools/list" => {
                 let cursor = params.as_ref().and_then(|params| params.get("cursor"));

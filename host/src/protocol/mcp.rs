@@ -318,6 +318,8 @@ pub fn call_result(outcome: &Outcome, limits: &ToolLimits) -> Value {
         }
         Outcome::Shutdown => error_result("The server is shutting down; the call was stopped."),
         Outcome::StartFailed(problem) => error_result(&format!("The tool could not start: {problem}.")),
+        // Only a request for a resource, prompt or completion is answered so (dispatch/features.rs).
+        Outcome::Answered(_) => error_result("The tool returned no tool result."),
     }
 }
 
