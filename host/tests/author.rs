@@ -195,11 +195,14 @@ async fn a_panic_message_reaches_the_client_and_the_cleanup() {
     assert!(message.contains("unreachable"), "{message}");
     assert!(message.contains("its last line on stderr: panicked at "), "{message}");
     assert!(message.contains("src/lib.rs:") && message.ends_with(": the disk is full"), "{message}");
-    let answer = cordon::protocol::mcp::call_result(&report.outcome, &common::quick_limits());
-    let client_text = answer["content"][0]["text"].as_str().unwrap();
+    let revision = cordon::protocol::types::Revision::R2026_07_28;
+    let answer = cordon::dispatch::call_result(report.outcome.clone(), &common::quick_limits(), revision);
+    let cordon::protocol::types::ContentBlock::Text { text: client_text } = &answer.content[0] else {
+        panic!("the answer is not text: {answer:?}")
+    };
     assert!(
         client_text.starts_with("The tool crashed: ") && client_text.contains("the disk is full"),
-        "{answer}"
+        "{answer:?}"
     );
     // The cleanup runs in a fresh instance of its own: wait for what it wrote.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
