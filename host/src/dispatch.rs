@@ -15,6 +15,13 @@
 //! all; the instance is torn down only after the answer is out. Stopping the call is the
 //! runtime's job: this module only asks for it.
 //!
+//! **Answers are the protocol's types.** What the runtime reports becomes a
+//! [`crate::protocol::types`] message here ([`answers`]: tools, call results, progress),
+//! written for the revision of the request (2025-11-25 after `initialize`, else
+//! 2026-07-28), and each transport writes the [`Outgoing`] messages it is handed straight
+//! into bytes. Transports reach the runtime only through [`Server`]: its tool snapshot, the
+//! `Mcp-Param-*` check ([`Server::check_param_headers`]) and [`Server::shutdown`].
+//!
 //! **Tool list changes.** A reload swaps the runtime's tool set; a client is told when
 //! the list it would get changed (a reload that changes nothing sends nothing). A
 //! 2026-07-28 client asks with `subscriptions/listen` ([`Connection`] keeps the stream:
