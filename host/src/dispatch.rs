@@ -15,6 +15,13 @@
 //! all; the instance is torn down only after the answer is out. Stopping the call is the
 //! runtime's job: this module only asks for it.
 //!
+//! **Answers are the protocol's types.** What the runtime reports becomes a
+//! [`crate::protocol::types`] message here ([`answers`]: tools, call results, progress),
+//! written for the revision of the request (2025-11-25 after `initialize`, else
+//! 2026-07-28), and each transport writes the [`Outgoing`] messages it is handed straight
+//! into bytes. Transports reach the runtime only through [`Server`]: its tool snapshot, the
+//! `Mcp-Param-*` check ([`Server::check_param_headers`]) and [`Server::shutdown`].
+//!
 //! **Tool list changes.** A reload swaps the runtime's tool set; a client is told when
 //! the list it would get changed (a reload that changes nothing sends nothing). A
 //! 2026-07-28 client asks with `subscriptions/listen` ([`Connection`] keeps the stream:
@@ -39,18 +46,24 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use serde_json::{Value, json};
+use serde_json::Value;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::{Notify, mpsc};
 use tokio::time::Instant;
 
 use crate::auth::{Tenant, Tenants};
-use crate::protocol::jsonrpc::{self, INTERNAL_ERROR, INVALID_REQUEST, Incoming, RequestId, RpcError};
+use crate::protocol::jsonrpc::{
+    self, INTERNAL_ERROR, INVALID_REQUEST, Incoming, Outgoing, RequestId, RpcError,
+};
+use crate::protocol::types::{ErrorData, Revision, ServerResult, Tool};
 use crate::protocol::{cost, mcp};
 use crate::runtime::{
     CallEnded, CallHandle, CallOutcome, CallTags, Outcome, RefusalReason, Runtime, Teardown, TenantView,
     ToolSet,
 };
+
+mod answers;
+pub use answers::{call_error, call_result, check_param_headers, progress_notification, tool};
 
 /// What every connection shares.
 pub struct Server {
@@ -81,7 +94,7 @@ pub struct Server {
 }
 
 /// A tool list as MCP describes it, and the generation of the set it was made from.
-type ToolList = (u64, Arc<Vec<Value>>);
+type ToolList = (u64, Arc<Vec<Tool>>);
 
 /// Bounds on what requests may hold in memory, on every transport.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -127,7 +140,7 @@ impl Server {
     ) -> Arc<Self> {
         let tools = runtime.snapshot();
         let tool_list =
-            Mutex::new((tools.generation(), Arc::new(tools.tools().map(mcp::tool_json).collect())));
+            Mutex::new((tools.generation(), Arc::new(tools.tools().map(answers::tool).collect())));
         Arc::new(Self {
             runtime,
             tool_list,
@@ -147,22 +160,56 @@ impl Server {
         &self.runtime
     }
 
+    /// The tools served now: one request checks its headers and runs its call against
+    /// this one snapshot, whatever a reload swaps in meanwhile.
+    pub fn snapshot(&self) -> Arc<ToolSet> {
+        self.runtime.snapshot()
+    }
+
+    /// Begin shutting down: every call in flight is stopped (grace, hard stop, cleanup)
+    /// and new ones are refused; [`Server::drain`] then waits for their answers.
+    pub fn shutdown(&self) {
+        self.runtime.shutdown();
+    }
+
+    /// Check a 2026-07-28 `tools/call`'s `Mcp-Param-*` headers (read with `header`, by
+    /// name) against the tool it names in `tools`, as `tenant` sees them; nothing to check
+    /// for another method or an unknown tool (the call itself then says so). The error
+    /// says which header is wrong and why.
+    pub fn check_param_headers<'h>(
+        &self,
+        tools: &ToolSet,
+        tenant: Option<&Tenant>,
+        method: &str,
+        params: Option<&Value>,
+        header: impl Fn(&str) -> Option<&'h [u8]>,
+    ) -> Result<(), String> {
+        let name = params.and_then(|params| params.get("name")).and_then(Value::as_str);
+        let tool = name
+            .filter(|_| method == "tools/call")
+            .and_then(|name| tools.tool_for(tenant.map(|tenant| &tenant.view), name));
+        match tool {
+            Some(tool) => check_param_headers(tool, params, header),
+            None => Ok(()),
+        }
+    }
+
     /// The tools of `tools` as MCP describes them (made once per tool set).
-    pub fn tool_list(&self, tools: &ToolSet) -> Arc<Vec<Value>> {
+    pub fn tool_list(&self, tools: &ToolSet) -> Arc<Vec<Tool>> {
         let mut cached = self.tool_list.lock().unwrap();
         if cached.0 != tools.generation() {
-            *cached = (tools.generation(), Arc::new(tools.tools().map(mcp::tool_json).collect()));
+            *cached = (tools.generation(), Arc::new(tools.tools().map(answers::tool).collect()));
         }
         cached.1.clone()
     }
 
     /// The tools of `tools` that `view` sees (all without a view), made once per set.
-    pub fn tool_list_for(&self, tools: &ToolSet, view: Option<&TenantView>) -> Arc<Vec<Value>> {
+    pub fn tool_list_for(&self, tools: &ToolSet, view: Option<&TenantView>) -> Arc<Vec<Tool>> {
         let Some(view) = view else { return self.tool_list(tools) };
         let mut lists = self.tenant_tool_lists.lock().unwrap();
         let cached = lists.entry(view.tenant.clone()).or_insert_with(|| (u64::MAX, Arc::default()));
         if cached.0 != tools.generation() {
-            let list = tools.tools_for(Some(view)).map(mcp::tool_json).collect();
+            let list = tools.tools_for(Some(view)).map(answers::tool).collect();
             *cached = (tools.generation(), Arc::new(list));
         }
         cached.1.clone()
@@ -232,7 +279,7 @@ impl Refusal {
             Self::TooCostly { .. } => RpcError::new(INVALID_REQUEST, format!("Invalid Request: {self}")),
             Self::Busy { .. } => {
                 RpcError::new(INTERNAL_ERROR, format!("Server busy: {self}; try again later"))
-                    .with_data(json!({"retryAfterSeconds": RETRY_AFTER_SECONDS}))
+                    .with_data(retry_after_seconds())
             }
         }
     }
@@ -240,6 +287,16 @@ impl Refusal {
 
 /// How long a refused client is told to wait before trying again.
 pub const RETRY_AFTER_SECONDS: u64 = 1;
+
+fn retry_after_seconds() -> ErrorData {
+    ErrorData::RetryAfter { retry_after_ms: None, retry_after_seconds: RETRY_AFTER_SECONDS }
+}
+
+/// Let the calling thread (one that reads a transport) preempt the threads of calls that
+/// wait ([`spawn_unless_ready`]) as soon as it wakes.
+pub fn shorten_thread_slice() {
+    crate::runtime::engine::shorten_thread_slice();
+}
 
 /// The server-wide ledger of bytes held by requests, against one limit. Cheap to charge:
 /// one atomic add.
@@ -343,7 +400,7 @@ impl Server {
 #[derive(Clone)]
 pub enum Outbox {
     /// A channel, drained by the transport (e.g. into an HTTP response stream).
-    Channel(mpsc::Sender<Value>),
+    Channel(mpsc::Sender<Outgoing>),
     /// A byte stream written in place, one message per line (stdio): no hand-off to
     /// another task, which saves a thread wake-up per message.
     Lines(Arc<tokio::sync::Mutex<Box<dyn AsyncWrite + Send + Unpin>>>),
@@ -356,14 +413,14 @@ impl Outbox {
 
     /// Deliver `message`. A closed channel or stream means the client is gone: there is no
     /// one left to tell, so the failure is only logged.
-    pub async fn send(&self, message: Value) {
+    pub async fn send(&self, message: Outgoing) {
         match self {
             Self::Channel(sender) => {
                 let _ = sender.send(message).await;
             }
             Self::Lines(writer) => {
                 // serde_json never writes a raw newline: one message is one line.
-                let mut bytes = serde_json::to_vec(&message).expect("a Value always serializes");
+                let mut bytes = serde_json::to_vec(&message).expect("a message always serializes");
                 bytes.push(b'\n');
                 let mut writer = writer.lock().await;
                 if let Err(error) = async {
@@ -424,12 +481,15 @@ pub fn rate_limited(tenant: &Tenant, retry_after: Duration) -> RpcError {
         INTERNAL_ERROR,
         format!("Rate limited: at most {per_second} calls per second; try again in {milliseconds} ms"),
     )
-    .with_data(json!({"retryAfterMs": milliseconds, "retryAfterSeconds": milliseconds.div_ceil(1000)}))
+    .with_data(ErrorData::RetryAfter {
+        retry_after_ms: Some(milliseconds),
+        retry_after_seconds: milliseconds.div_ceil(1000),
+    })
 }
 
 /// What a request gets right away.
 enum Reply {
-    Result(Value),
+    Result(ServerResult),
     Error(RpcError),
     /// A task will answer (or, after a cancel, deliberately not).
     Later,
@@ -507,12 +567,7 @@ impl Connection {
                 // Anything else (e.g. notifications/initialized) needs no action.
             }
             Incoming::Request { id, method, params } => {
-                let legacy = !mcp::has_envelope(params.as_ref()) && self.legacy.load(Ordering::Relaxed);
                 match self.route(&id, &method, params, tools, out, charge) {
-                    // `initialize` makes the connection legacy: its answer is one too.
-                    Reply::Result(result) if legacy || method == "initialize" => {
-                        out.send(jsonrpc::success(&id, mcp::legacy_result(result))).await
-                    }
                     Reply::Result(result) => out.send(jsonrpc::success(&id, result)).await,
                     Reply::Error(error) => out.send(jsonrpc::failure(Some(&id), &error)).await,
                     Reply::Later => {}
@@ -544,12 +599,13 @@ impl Connection {
                 self.follow_tool_changes(out.clone());
             }
             let mut result = mcp::initialize_result(requested);
-            crate::protocol::features::advertise(&mut result, self.offered());
-            return Reply::Result(result);
+            crate::protocol::features::advertise(&mut result.capabilities, self.offered());
+            return Reply::Result(result.into());
         }
         let legacy = !modern && self.legacy.load(Ordering::Relaxed);
+        let revision = if legacy { Revision::R2025_11_25 } else { Revision::R2026_07_28 };
         if legacy && method == "ping" {
-            return Reply::Result(mcp::complete(Default::default()));
+            return Reply::Result(mcp::empty_result(revision).into());
         }
         let known = matches!(method, "server/discover" | "tools/list" | "tools/call")
             || features::METHODS.contains(&method)
@@ -568,20 +624,20 @@ impl Connection {
         match method {
             // What a tenant sees is its own: never to be cached across tenants.
             "server/discover" => {
-                let mut result = mcp::discover_result(self.tenant.is_some());
-                crate::protocol::features::advertise(&mut result, self.offered());
-                Reply::Result(result)
+                let mut result = mcp::discover_result(self.tenant.is_some(), revision);
+                crate::protocol::features::advertise(&mut result.capabilities, self.offered());
+                Reply::Result(result.into())
             }
             method if features::METHODS.contains(&method) => {
-                self.route_feature(id, method, params, tools, out, charge)
+                self.route_feature(id, method, params, tools, revision, out, charge)
             }
             "subscriptions/listen" => self.start_listen(id, params.as_ref(), out.clone(), charge),
             "tools/list" => {
                 let cursor = params.as_ref().and_then(|params| params.get("cursor"));
                 let tools = tools.unwrap_or_else(|| self.server.runtime.snapshot());
                 let list = self.server.tool_list_for(&tools, self.view());
-                match mcp::list_result(&list, cursor, self.tenant.is_some()) {
-                    Ok(result) => Reply::Result(result),
+                match mcp::list_result(&list, cursor, self.tenant.is_some(), revision) {
+                    Ok(result) => Reply::Result(result.into()),
                     Err(error) => Reply::Error(error),
                 }
             }
@@ -601,8 +657,7 @@ impl Connection {
                     self.refused(id, tool, RefusalReason::MissingCapability);
                     return Reply::Error(error);
                 }
-                let progress_token = mcp::progress_token(params.as_ref());
-                self.start_call(id, params, tools, progress_token, out.clone(), charge)
+                self.start_call(id, params, tools, revision, out.clone(), charge)
             }
         }
     }
@@ -612,11 +667,11 @@ impl Connection {
         id: &RequestId,
         params: Option<Value>,
         tools: Arc<ToolSet>,
-        progress_token: Option<Value>,
+        revision: Revision,
         out: Outbox,
         charge: Charge,
     ) -> Reply {
-        let legacy = !mcp::has_envelope(params.as_ref()) && self.legacy.load(Ordering::Relaxed);
+        let progress_token = mcp::progress_token(params.as_ref());
         let mut params = params.unwrap_or_default();
         let Some(name) = params.get("name").and_then(Value::as_str).map(str::to_owned) else {
             self.refused(id, None, RefusalReason::InvalidArguments);
@@ -624,7 +679,7 @@ impl Connection {
         };
         // Taken, not copied: a large request's arguments are held once.
         let arguments = match params.get_mut("arguments").map(Value::take) {
-            None | Some(Value::Null) => json!({}),
+            None | Some(Value::Null) => Value::Object(serde_json::Map::new()),
             Some(arguments @ Value::Object(_)) => arguments,
             Some(_) => {
                 self.refused(id, Some(&name), RefusalReason::InvalidArguments);
@@ -653,7 +708,7 @@ impl Connection {
         spawn_unless_ready(async move {
             // The request's bytes count until its answer is out.
             let (answer, teardown) = connection
-                .run_call(&id, &tools, &name, &arguments, progress_token, &cancel_signal, &out)
+                .run_call(&id, &tools, &name, &arguments, progress_token, revision, &cancel_signal, &out)
                 .await;
             // Deciding and leaving `in_flight` are one step: a cancel either lands before it
             // (and nothing is sent) or finds the request finished (and is ignored), and the
@@ -661,7 +716,7 @@ impl Connection {
             let cancelled =
                 connection.in_flight.lock().unwrap().remove(&id).is_some_and(|entry| entry.cancelled);
             if let Some(answer) = answer.filter(|_| !cancelled) {
-                out.send(if legacy { mcp::legacy_answer(answer) } else { answer }).await;
+                out.send(answer).await;
             }
             drop((charge, arguments));
             if let Some(teardown) = teardown {
@@ -695,10 +750,11 @@ impl Connection {
         tools: &ToolSet,
         name: &str,
         arguments: &Value,
-        token: Option<Value>,
+        token: Option<RequestId>,
+        revision: Revision,
         cancel_signal: &Notify,
         out: &Outbox,
-    ) -> (Option<Value>, Option<Teardown>) {
+    ) -> (Option<Outgoing>, Option<Teardown>) {
         let runtime = &self.server.runtime;
         let call = tokio::select! {
             biased;
@@ -712,7 +768,7 @@ impl Connection {
         let call = match call {
             Ok(call) => call,
             Err(error) => {
-                let answer = match mcp::call_error(&error) {
+                let answer = match call_error(&error, revision) {
                     Ok(result) => jsonrpc::success(id, result),
                     Err(error) => jsonrpc::failure(Some(id), &error),
                 };
@@ -755,7 +811,8 @@ impl Connection {
                     if let (Some(token), Some(latest)) = (&token, latest)
                         && !self.is_cancelled(id)
                     {
-                        sending = Some(Box::pin(out.send(mcp::progress_notification(token, &latest))));
+                        let notification = progress_notification(token, latest);
+                        sending = Some(Box::pin(out.send(Outgoing::Notification(notification))));
                     }
                 }
             }
@@ -772,10 +829,10 @@ impl Connection {
             .then(|| progress.borrow_and_update().clone())
             .flatten();
         if let (Some(token), Some(latest)) = (&token, unsent) {
-            out.send(mcp::progress_notification(token, &latest)).await;
+            out.send(Outgoing::Notification(progress_notification(token, latest))).await;
         }
         let limits = tools.limits(name).cloned().unwrap_or_default();
-        (Some(jsonrpc::success(id, mcp::call_result(&report.outcome, &limits))), Some(teardown))
+        (Some(jsonrpc::success(id, call_result(report.outcome, &limits, revision))), Some(teardown))
     }
 
     /// Open a `subscriptions/listen` stream: acknowledge what it will carry, then send
@@ -807,7 +864,7 @@ impl Connection {
                         server.max_listen_streams
                     ),
                 )
-                .with_data(json!({"retryAfterSeconds": RETRY_AFTER_SECONDS})),
+                .with_data(retry_after_seconds()),
             );
         }
         let cancel_signal = {
@@ -825,14 +882,14 @@ impl Connection {
             server.calls.fetch_add(1, Ordering::AcqRel);
             signal
         };
-        let wants_tools = honoured.contains_key("toolsListChanged");
+        let wants_tools = honoured.tools_list_changed;
         // Watched from before the acknowledgement: a change right after it is not missed.
         let mut tools = server.runtime.watch_tools();
         let mut last = server.tool_list_for(&tools.borrow_and_update(), self.view());
         let mut shutdown = server.runtime.shutting_down();
         let (connection, id) = (self.clone(), id.clone());
         tokio::spawn(async move {
-            out.send(mcp::subscription_acknowledged(&id, honoured)).await;
+            out.send(Outgoing::Notification(mcp::subscription_acknowledged(&id, honoured))).await;
             loop {
                 tokio::select! {
                     biased;
@@ -845,7 +902,7 @@ impl Connection {
                         let list = connection.server.tool_list_for(&tools.borrow_and_update(), connection.view());
                         if list != last {
                             last = list;
-                            out.send(mcp::tools_list_changed(Some(&id))).await;
+                            out.send(Outgoing::Notification(mcp::tools_list_changed(Some(&id)))).await;
                         }
                     }
                 }
@@ -855,7 +912,8 @@ impl Connection {
             if !cancelled {
                 out.send(jsonrpc::success(&id, mcp::listen_ended(&id))).await;
                 if let Outbox::Lines(_) = out {
-                    out.send(mcp::listen_cancelled(&id, "the server is shutting down")).await;
+                    let cancelled = mcp::listen_cancelled(&id, "the server is shutting down");
+                    out.send(Outgoing::Notification(cancelled)).await;
                 }
             }
             drop(charge);
@@ -898,7 +956,7 @@ impl Connection {
                         let list = connection.server.tool_list_for(&tools.borrow_and_update(), connection.view());
                         if list != last {
                             last = list;
-                            out.send(mcp::tools_list_changed(None)).await;
+                            out.send(Outgoing::Notification(mcp::tools_list_changed(None))).await;
                         }
                     }
                 }

@@ -21,7 +21,7 @@ use tokio::io::AsyncWrite;
 use tokio::sync::mpsc;
 
 use crate::config::Config;
-use crate::dispatch::{Admitted, Connection, Outbox, Server};
+use crate::dispatch::{self, Admitted, Connection, Outbox, Server};
 use crate::protocol::jsonrpc::{self, Incoming};
 use crate::runtime::{EngineSettings, Runtime, RuntimeSettings, ToolSpec};
 use crate::transport::{http, stdio};
@@ -102,7 +102,7 @@ impl Dispatcher {
         self.tokio.block_on(connection.handle(message, &Outbox::Channel(sender)));
         let mut sent = Vec::new();
         while let Ok(message) = outbox.try_recv() {
-            sent.push(message);
+            sent.push(serde_json::to_value(message).expect("a message always serializes"));
         }
         sent
     }
@@ -202,7 +202,11 @@ pub fn http_ladder(request: &Request<&[u8]>, settings: &http::HttpSettings, tool
             .then(|| params.as_ref().and_then(|params| params.get("name")).and_then(Value::as_str))
             .flatten()
             .and_then(|name| tools.iter().find(|tool| tool.name == name));
-        if let Err(response) = http::check_modern(headers, &id, &method, params.as_ref(), tool) {
+        let check_params = || match tool {
+            Some(tool) => check_param_headers(headers, tool, params.as_ref()),
+            None => Ok(()),
+        };
+        if let Err(response) = http::check_modern(headers, &id, &method, params.as_ref(), check_params) {
             return Refused(response.status());
         }
     } else if session_id.is_some() && method != "initialize" {
@@ -217,12 +221,12 @@ pub fn check_param_headers(
     tool: &ToolSpec,
     params: Option<&Value>,
 ) -> Result<(), String> {
-    http::check_param_headers(headers, tool, params)
+    dispatch::check_param_headers(tool, params, |name| headers.get(name).map(|value| value.as_bytes()))
 }
 
 /// An `Mcp-Param-*` value decoded (`None`: invalid base64 or UTF-8).
 pub fn decode_param(value: &str) -> Option<String> {
-    http::decode_param(value)
+    crate::protocol::mcp::decode_header_value(value)
 }
 
 /// A config file's text, read as `Config::load` reads it.

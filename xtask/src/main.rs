@@ -33,6 +33,7 @@ use std::process::Command;
 
 use anyhow::{Context, Result, bail};
 
+mod fuzz;
 mod js;
 mod python;
 
@@ -40,6 +41,7 @@ mod python;
 const GUEST_WORKSPACES: &[&str] = &["examples"];
 
 fn main() -> Result<()> {
+    fuzz::run_as_rustc_wrapper_if_asked();
     let args: Vec<String> = env::args().skip(1).collect();
     match args.first().map(String::as_str) {
         Some("guests") => build_guests(),
@@ -47,7 +49,7 @@ fn main() -> Result<()> {
             build_guests()?;
             run_tests()?;
             conformance()?;
-            fuzz(FUZZ_SECONDS)
+            fuzz::run_targets(fuzz::SECONDS)
         }
         Some("soak") => {
             let secs = match args.get(1) {
@@ -68,9 +70,9 @@ fn main() -> Result<()> {
         Some("fuzz") => {
             let seconds = match args.get(1) {
                 Some(seconds) => seconds.parse().context("SECONDS must be a whole number")?,
-                None => FUZZ_SECONDS,
+                None => fuzz::SECONDS,
             };
-            fuzz(seconds)
+            fuzz::run_targets(seconds)
         }
         _ => {
             eprintln!("usage: cargo xtask guests   build every guest component into target/guests/");
@@ -80,7 +82,8 @@ fn main() -> Result<()> {
                 "       cargo xtask soak [SECONDS]   mixed load on both transports, then the accounts (300 s)"
             );
             eprintln!(
-                "       cargo xtask fuzz [SECONDS]   run each fuzz target for SECONDS (default {FUZZ_SECONDS})"
+                "       cargo xtask fuzz [SECONDS]   run each fuzz target for SECONDS (default {})",
+                fuzz::SECONDS
             );
             std::process::exit(2);
         }
@@ -217,7 +220,8 @@ fn python_env(root: &Path) -> Result<PathBuf> {
 
 const CONFORMANCE_PACKAGES: &[&str] = &["@modelcontextprotocol/conformance@0.2.0-alpha.12", "node@22"];
 
-/// The official MCP conformance suite (2026-07-28 server scenarios) against
+/// The official MCP conformance suite (the server scenarios of 2026-07-28, then of
+/// 2025-11-25) against
 /// `cordon serve --http` on the conformance fixture, with the baseline of scenarios not yet
 /// supported. The suite and Node 22 come from the npm registry into `target/conformance`.
 fn conformance() -> Result<()> {
@@ -252,77 +256,22 @@ fn conformance() -> Result<()> {
     let path = env::join_paths(
         std::iter::once(bin.clone()).chain(env::split_paths(&env::var_os("PATH").unwrap_or_default())),
     )?;
-    let result = run(Command::new(bin.join("conformance"))
-        .current_dir(&tools)
-        .env("PATH", path)
-        .args(["server", "--url", &url, "--spec-version", "2026-07-28", "--suite", "all", "-o", "results"])
-        .arg("--expected-failures")
-        .arg(root.join("examples/conformance/baseline.yml")));
+    // Both revisions the server speaks, each against its own baseline.
+    let result = [("2026-07-28", "baseline.yml"), ("2025-11-25", "baseline-2025-11-25.yml")]
+        .into_iter()
+        .try_for_each(|(revision, baseline)| {
+            eprintln!("conformance: MCP {revision}");
+            run(Command::new(bin.join("conformance"))
+                .current_dir(&tools)
+                .env("PATH", &path)
+                .args(["server", "--url", &url, "--spec-version", revision, "--suite", "all", "-o"])
+                .arg(format!("results/{revision}"))
+                .arg("--expected-failures")
+                .arg(root.join("examples/conformance").join(baseline)))
+        });
     let _ = server.kill();
     let _ = server.wait();
     result.context("the conformance suite failed (results in target/conformance/results, the server's log in target/conformance/cordon.log)")
-}
-
-/// Seconds each fuzz target runs for, by default and in `cargo xtask test`.
-const FUZZ_SECONDS: u64 = 60;
-
-/// The fuzz targets, each with the longest input it is given: a JSON-RPC message may be
-/// long, a request head or a config file is short.
-const FUZZ_TARGETS: &[(&str, usize)] = &[
-    ("jsonrpc", 64 << 10),
-    ("jsonrpc_structured", 64 << 10),
-    ("http_request", 8 << 10),
-    ("config", 8 << 10),
-];
-
-/// Build every fuzz target once (AddressSanitizer, debug assertions and overflow checks on)
-/// in `target/fuzz`, then run each for `seconds` from its seed corpus in `fuzz/corpus/`.
-/// What the fuzzer discovers goes to `target/fuzz/corpus/`, so the repository's corpus
-/// stays the curated seeds; a crash leaves its input in `target/fuzz/artifacts/`.
-///
-/// cargo-fuzz asks rustc for `-Z` flags (sanitizer, coverage instrumentation), which a
-/// stable toolchain accepts with `RUSTC_BOOTSTRAP=1`; stable ships the ASan runtime.
-fn fuzz(seconds: u64) -> Result<()> {
-    let root = repo_root();
-    let cargo = env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let has_cargo_fuzz =
-        Command::new(&cargo).args(["fuzz", "--version"]).output().is_ok_and(|output| output.status.success());
-    if !has_cargo_fuzz {
-        run(Command::new(&cargo).args(["install", "cargo-fuzz", "--locked"]))
-            .context("installing cargo-fuzz")?;
-    }
-    let target_dir = root.join("target/fuzz");
-    let started = std::time::Instant::now();
-    run(Command::new(&cargo)
-        .current_dir(root.join("fuzz"))
-        .env("RUSTC_BOOTSTRAP", "1")
-        .args(["fuzz", "build", "--sanitizer", "address", "--debug-assertions", "--target-dir"])
-        .arg(&target_dir))
-    .context(
-        "building the fuzz targets (a C++ compiler is needed for libFuzzer: on Debian, apt-get install g++)",
-    )?;
-    eprintln!("fuzz targets built in {:.0?}", started.elapsed());
-    let host = cordon_toolchain::rustc_output(&["--print", "host-tuple"])
-        .unwrap_or_else(|| "x86_64-unknown-linux-gnu".into());
-    let binaries = target_dir.join(host).join("release");
-    for (target, max_len) in FUZZ_TARGETS {
-        let corpus = target_dir.join("corpus").join(target);
-        let artifacts = target_dir.join("artifacts").join(target);
-        fs::create_dir_all(&corpus)?;
-        fs::create_dir_all(&artifacts)?;
-        eprintln!("fuzzing {target} for {seconds} s");
-        run(Command::new(binaries.join(target))
-            .arg(format!("-max_total_time={seconds}"))
-            .arg(format!("-max_len={max_len}"))
-            // An input that needs more than this in one allocation, or in all, is a failure:
-            // nothing the server reads may make it allocate without bound.
-            .args(["-rss_limit_mb=2048", "-malloc_limit_mb=512", "-timeout=10", "-print_final_stats=1"])
-            .arg(format!("-artifact_prefix={}/", artifacts.display()))
-            .arg(&corpus)
-            .arg(root.join("fuzz/corpus").join(target)))
-        .with_context(|| format!("fuzz target {target} failed: its input is in {}", artifacts.display()))?;
-    }
-    Ok(())
 }
 
 /// Read the server's stderr until it says where it listens; afterwards keep copying it to

@@ -293,12 +293,16 @@ pub struct HttpAnswer {
 pub struct HttpClient {
     port: u16,
     connection: Option<BufReader<TcpStream>>,
+    /// Requests answered on the kept-alive connection, and when the last answer ended:
+    /// said when a reused connection closes without answering (the keep-alive race).
+    served: u32,
+    last_answer: Option<std::time::Instant>,
     ids: Arc<AtomicU64>,
 }
 
 impl HttpClient {
     pub fn new(port: u16, ids: Arc<AtomicU64>) -> Self {
-        Self { port, connection: None, ids }
+        Self { port, connection: None, served: 0, last_answer: None, ids }
     }
 
     fn head(&self, mcp_method: &str, name: Option<&str>, length: usize) -> String {
@@ -325,7 +329,14 @@ impl HttpClient {
     pub async fn post(&mut self, mcp_method: &str, name: Option<&str>, body: &[u8]) -> Result<HttpAnswer> {
         if self.connection.is_none() {
             self.connection = Some(self.connect().await?);
+            self.served = 0;
         }
+        let reuse = match self.last_answer.filter(|_| self.served > 0) {
+            Some(at) => {
+                format!("a connection that had answered {} requests, idle {:?}", self.served, at.elapsed())
+            }
+            None => "a new connection".to_owned(),
+        };
         let mut request = self.head(mcp_method, name, body.len()).into_bytes();
         request.extend_from_slice(body);
         let stream = self.connection.as_mut().context("no connection")?;
@@ -333,6 +344,8 @@ impl HttpClient {
         let result = tokio::time::timeout(ANSWER_TIMEOUT, read_response(stream)).await;
         match result {
             Ok(Ok((answer, keep_alive))) => {
+                self.served += 1;
+                self.last_answer = Some(std::time::Instant::now());
                 if !keep_alive {
                     self.connection = None;
                 }
@@ -340,7 +353,7 @@ impl HttpClient {
             }
             Ok(Err(error)) => {
                 self.connection = None;
-                Err(error)
+                Err(error.context(format!("{mcp_method} on {reuse}")))
             }
             Err(_) => {
                 self.connection = None;

@@ -262,6 +262,10 @@ async fn soak(args: Args) -> Result<bool> {
         let tally = tallies[index].lock().unwrap();
         checks.push(answers_check(label, &tally, (index == 0).then_some(&stdio_report)));
         checks.push(cleanups_check(label, &tally, &server.log())?);
+        let connection_ends = server::connection_ends(&server.log());
+        if !connection_ends.is_empty() {
+            println!("{label}: connections the server ended early or refused: {connection_ends:?}");
+        }
         let (base, now) = (baseline[index], after[index]);
         let within = |now: f64, base: f64| now <= base * (1.0 + RESOURCE_SLACK);
         checks.push(Check {

@@ -17,8 +17,9 @@ pub const SLOTS: usize = 32;
 /// longer than this, so a slot still held makes the probe's last call busy.
 pub const QUEUE_TIMEOUT: Duration = Duration::from_millis(400);
 /// The operator log's filter: the cleanup lines of `runtime::call` (debug) and the guests'
-/// own log (info), where the example tools' cleanup names the lock it released.
-const LOG_FILTER: &str = "info,cordon::runtime::call=debug";
+/// own log (info), where the example tools' cleanup names the lock it released; why the
+/// HTTP server ended or refused a connection (debug), for a lost answer's report.
+const LOG_FILTER: &str = "info,cordon::runtime::call=debug,cordon::transport::http=debug";
 
 /// Limits: the well-behaved example tools get room; the hostile component gets a small
 /// memory and short timeouts, as an operator would give a tool it does not trust.
@@ -63,8 +64,26 @@ fn kept(line: &str) -> bool {
     line.contains("cordon::runtime::call")
         || line.contains("cleanup after")
         || line.contains("log events dropped")
+        || line.contains("HTTP connection ended")
+        || line.contains("closing a connection")
+        || line.contains("refusing a connection")
         || line.contains(" WARN ")
         || line.contains(" ERROR ")
+}
+
+/// Why the HTTP server ended or refused connections, with how often: the lines of the
+/// operator log from its transport, without their timestamps and addresses.
+pub fn connection_ends(log: &[String]) -> std::collections::BTreeMap<String, usize> {
+    let mut ends = std::collections::BTreeMap::new();
+    for line in log {
+        let reason = ["HTTP connection ended", "closing a connection", "refusing a connection"]
+            .iter()
+            .find_map(|start| line.find(start).map(|at| &line[at..]));
+        if let Some(reason) = reason {
+            *ends.entry(reason.to_owned()).or_default() += 1;
+        }
+    }
+    ends
 }
 
 impl Server {

@@ -1,31 +1,37 @@
 //! `cordon list`: a component's tools as clients see them (MCP's tool shape: absent fields
 //! left out, annotations as hints), as JSON for a pipe or a short summary for people.
 
-use serde_json::{Value, json};
+use serde::Serialize;
+use serde_json::Value;
 
-use crate::protocol::mcp::tool_json;
+use crate::dispatch;
+use crate::protocol::types::Tool;
 use crate::runtime::ToolSpec;
+
+/// A tool as `cordon list --json` prints it: as `tools/list` shows it, plus what it needs
+/// of the client.
+#[derive(Serialize)]
+struct Listed<'a> {
+    #[serde(flatten)]
+    tool: Tool,
+    #[serde(skip_serializing_if = "<[String]>::is_empty")]
+    requires: &'a [String],
+}
 
 /// The tools as one JSON array: each as `tools/list` shows it (no `title`, `outputSchema`
 /// or `annotations` unless the tool has them; only the hints it sets, and no annotations
 /// when it sets none), plus `requires` when the tool needs client capabilities.
 pub fn tools_json<'a>(tools: impl IntoIterator<Item = &'a ToolSpec>) -> Value {
-    let tools = tools.into_iter().map(|spec| {
-        let mut tool = tool_json(spec);
-        // Annotations that set no hint say nothing.
-        if let Some(tool) = tool.as_object_mut()
-            && tool
-                .get("annotations")
-                .is_some_and(|hints| hints.as_object().is_some_and(|hints| hints.is_empty()))
-        {
-            tool.remove("annotations");
-        }
-        if !spec.requires.is_empty() {
-            tool["requires"] = json!(spec.requires);
-        }
-        tool
-    });
-    Value::Array(tools.collect())
+    let tools: Vec<Listed> = tools
+        .into_iter()
+        .map(|spec| {
+            let mut tool = dispatch::tool(spec);
+            // Annotations that set no hint say nothing.
+            tool.annotations = tool.annotations.filter(|hints| !hints.is_empty());
+            Listed { tool, requires: &spec.requires }
+        })
+        .collect();
+    serde_json::to_value(tools).expect("a tool list always serializes")
 }
 
 /// The tools for people: each tool's name (and title), description, hints, what it
@@ -139,6 +145,8 @@ fn type_name(property: &Value) -> String {
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
     use crate::runtime::ToolAnnotations;
 

@@ -17,9 +17,9 @@ use serde_json::Value;
 use tokio::sync::Notify;
 
 use super::{Charge, Connection, InFlight, Outbox, Reply, spawn_unless_ready};
-use crate::protocol::features::{self as wire, CacheScope};
-use crate::protocol::jsonrpc::{self, INTERNAL_ERROR, INVALID_REQUEST, RequestId, RpcError};
-use crate::protocol::mcp;
+use crate::protocol::features::{self as wire, FeatureResult};
+use crate::protocol::jsonrpc::{self, INTERNAL_ERROR, INVALID_REQUEST, Outgoing, RequestId, RpcError};
+use crate::protocol::types::{Caching, Revision};
 use crate::runtime::features::{
     Body, Completion, Contents, PromptInfo, PromptResult, Reference, ResourceInfo, ResourceTemplate, Role,
 };
@@ -46,64 +46,65 @@ impl Connection {
     }
 
     /// Answer one of [`METHODS`].
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn route_feature(
         self: &Arc<Self>,
         id: &RequestId,
         method: &str,
         params: Option<Value>,
         tools: Option<Arc<ToolSet>>,
+        revision: Revision,
         out: &Outbox,
         charge: Charge,
     ) -> Reply {
         let tools = tools.unwrap_or_else(|| self.server.runtime.snapshot());
-        let scope = CacheScope::of(self.tenant.is_some());
+        let caching = wire::list_caching(revision, self.tenant.is_some());
+        let completion = wire::completion(revision);
         let cursor = params.as_ref().and_then(|params| params.get("cursor"));
         let listed = match method {
             "resources/list" => {
                 let items: Vec<wire::Resource> = tools.resources_for(self.view()).map(resource).collect();
                 wire::page(&items, cursor).map(|(resources, next_cursor)| {
-                    wire::complete(&wire::ListResourcesResult {
-                        resources,
+                    FeatureResult::ListResources(wire::ListResourcesResult {
+                        resources: resources.to_vec(),
                         next_cursor,
-                        ttl_ms: wire::list_ttl_ms(),
-                        cache_scope: scope,
+                        caching,
+                        completion,
                     })
                 })
             }
             "resources/templates/list" => {
                 let items: Vec<wire::ResourceTemplate> =
                     tools.templates_for(self.view()).map(template).collect();
-                wire::page(&items, cursor).map(|(resource_templates, next_cursor)| {
-                    wire::complete(&wire::ListResourceTemplatesResult {
-                        resource_templates,
+                wire::page(&items, cursor).map(|(templates, next_cursor)| {
+                    FeatureResult::ListResourceTemplates(wire::ListResourceTemplatesResult {
+                        resource_templates: templates.to_vec(),
                         next_cursor,
-                        ttl_ms: wire::list_ttl_ms(),
-                        cache_scope: scope,
+                        caching,
+                        completion,
                     })
                 })
             }
             "prompts/list" => {
                 let items: Vec<wire::Prompt> = tools.prompts_for(self.view()).map(prompt).collect();
                 wire::page(&items, cursor).map(|(prompts, next_cursor)| {
-                    wire::complete(&wire::ListPromptsResult {
-                        prompts,
+                    FeatureResult::ListPrompts(wire::ListPromptsResult {
+                        prompts: prompts.to_vec(),
                         next_cursor,
-                        ttl_ms: wire::list_ttl_ms(),
-                        cache_scope: scope,
+                        caching,
+                        completion,
                     })
                 })
             }
             _ => {
                 return match request(method, params.as_ref()) {
-                    Ok(request) => {
-                        self.start_feature(id, request, params.as_ref(), tools, out.clone(), charge)
-                    }
+                    Ok(request) => self.start_feature(id, request, tools, revision, out.clone(), charge),
                     Err(error) => Reply::Error(error),
                 };
             }
         };
         match listed {
-            Ok(result) => Reply::Result(result),
+            Ok(result) => Reply::Result(result.into()),
             Err(error) => Reply::Error(error),
         }
     }
@@ -114,12 +115,11 @@ impl Connection {
         self: &Arc<Self>,
         id: &RequestId,
         request: FeatureRequest,
-        params: Option<&Value>,
         tools: Arc<ToolSet>,
+        revision: Revision,
         out: Outbox,
         charge: Charge,
     ) -> Reply {
-        let legacy = !mcp::has_envelope(params) && self.legacy.load(Ordering::Relaxed);
         let cancel_signal = {
             let mut in_flight = self.in_flight.lock().unwrap();
             if in_flight.contains_key(id) {
@@ -137,11 +137,12 @@ impl Connection {
         let connection = self.clone();
         let id = id.clone();
         spawn_unless_ready(async move {
-            let (answer, teardown) = connection.run_feature(&id, &tools, request, &cancel_signal).await;
+            let (answer, teardown) =
+                connection.run_feature(&id, &tools, request, revision, &cancel_signal).await;
             let cancelled =
                 connection.in_flight.lock().unwrap().remove(&id).is_some_and(|entry| entry.cancelled);
             if let Some(answer) = answer.filter(|_| !cancelled) {
-                out.send(if legacy { mcp::legacy_answer(answer) } else { answer }).await;
+                out.send(answer).await;
             }
             drop(charge);
             drop(teardown);
@@ -158,8 +159,9 @@ impl Connection {
         id: &RequestId,
         tools: &ToolSet,
         request: FeatureRequest,
+        revision: Revision,
         cancel_signal: &Notify,
-    ) -> (Option<Value>, Option<Teardown>) {
+    ) -> (Option<Outgoing>, Option<Teardown>) {
         let runtime = &self.server.runtime;
         let uri = match &request {
             FeatureRequest::ReadResource { uri } => Some(uri.clone()),
@@ -192,19 +194,27 @@ impl Connection {
         if report.outcome == Outcome::Cancelled || self.is_cancelled(id) {
             return (None, Some(teardown));
         }
-        let scope = CacheScope::of(self.tenant.is_some());
+        let scope = wire::cache_scope(self.tenant.is_some());
+        let completion = wire::completion(revision);
         let answer = match report.outcome {
-            Outcome::Answered(FeatureAnswer::Read(result)) => Ok(wire::complete(&wire::ReadResourceResult {
-                contents: result.contents.into_iter().map(contents).collect(),
-                ttl_ms: result.ttl_ms.unwrap_or(0),
-                cache_scope: scope,
-            })),
+            Outcome::Answered(FeatureAnswer::Read(result)) => {
+                Ok(FeatureResult::ReadResource(wire::ReadResourceResult {
+                    contents: result.contents.into_iter().map(contents).collect(),
+                    caching: Caching::new(revision, result.ttl_ms.unwrap_or(0), scope),
+                    completion,
+                }))
+            }
             Outcome::Answered(FeatureAnswer::NotFound) => {
                 Err(wire::resource_not_found(uri.as_deref().unwrap_or_default()))
             }
-            Outcome::Answered(FeatureAnswer::Prompt(result)) => Ok(wire::complete(&prompt_result(result))),
-            Outcome::Answered(FeatureAnswer::Completion(completion)) => {
-                Ok(wire::complete(&wire::CompleteResult { completion: completion_result(completion) }))
+            Outcome::Answered(FeatureAnswer::Prompt(result)) => {
+                Ok(FeatureResult::GetPrompt(prompt_result(result, completion)))
+            }
+            Outcome::Answered(FeatureAnswer::Completion(suggested)) => {
+                Ok(FeatureResult::Complete(wire::CompleteResult {
+                    completion: completion_result(suggested),
+                    result: completion,
+                }))
             }
             // A prompt's own refusal is about its arguments (its WIT contract).
             Outcome::ToolError(message) if is_prompt => Err(RpcError::invalid_params(message)),
@@ -343,7 +353,10 @@ fn contents(contents: Contents) -> wire::ResourceContents {
     }
 }
 
-fn prompt_result(result: PromptResult) -> wire::GetPromptResult {
+fn prompt_result(
+    result: PromptResult,
+    completion: crate::protocol::types::Completion,
+) -> wire::GetPromptResult {
     let messages = result
         .messages
         .into_iter()
@@ -355,7 +368,7 @@ fn prompt_result(result: PromptResult) -> wire::GetPromptResult {
             content: content_block(message.content),
         })
         .collect();
-    wire::GetPromptResult { description: result.description, messages }
+    wire::GetPromptResult { description: result.description, messages, completion }
 }
 
 fn content_block(content: Content) -> wire::ContentBlock {

@@ -3,7 +3,7 @@
 //! A JSON body is small next to the [`serde_json::Value`] it becomes: every value takes a
 //! 32-byte slot, every object entry a share of a B-tree node and a heap copy of its key,
 //! every string a heap block of its own. 3 MB of `{"k0":0,"k1":0,…}` (300,000 keys) is
-//! 40 MB as a `Value`. Admission (see [`crate::dispatch`]) charges a request this
+//! 40 MB as a `Value`. Admission (in the dispatch layer) charges a request this
 //! estimate, so a bound on bytes held is a bound on real memory, and a message too costly
 //! to hold is refused before it is built: [`estimate`] walks the text with serde's
 //! visitors and allocates nothing but the request's `id`.

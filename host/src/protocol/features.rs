@@ -1,9 +1,9 @@
 //! MCP shapes of resources, prompts and completions: the parameters the server reads and
 //! the results it writes for `resources/list`, `resources/templates/list`,
 //! `resources/read`, `prompts/list`, `prompts/get` and `completion/complete`, typed
-//! after the official schema. The same shapes serve both revisions: a 2025-11-25 client
-//! gets them without what only 2026-07-28 defines (`mcp::legacy_result`). Pure data:
-//! nothing here knows the runtime.
+//! after the official schema. Each result is built for a [`Revision`] (`types.rs`): a
+//! 2025-11-25 client gets it without what only 2026-07-28 defines (`resultType`, caching
+//! hints, the server in `_meta`). Pure data: nothing here knows the runtime.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -12,7 +12,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use super::jsonrpc::RpcError;
-use super::mcp;
+pub use super::types::{CacheScope, ContentBlock, ResourceContents};
+use super::types::{Caching, Completion as ResultCompletion, Empty, ErrorData, Revision, ServerCapabilities};
 
 /// Items per page of each list.
 pub const PAGE_SIZE: usize = 100;
@@ -20,18 +21,9 @@ pub const PAGE_SIZE: usize = 100;
 /// How long clients may cache the lists: they change only at a reload.
 const LIST_TTL: Duration = Duration::from_secs(300);
 
-/// `cacheScope`: `private` when the answer depends on who asks (a tenant's view).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum CacheScope {
-    Public,
-    Private,
-}
-
-impl CacheScope {
-    pub fn of(private: bool) -> Self {
-        if private { Self::Private } else { Self::Public }
-    }
+/// `cacheScope` for a list or read: `private` when it depends on who asks (a tenant's view).
+pub fn cache_scope(private: bool) -> CacheScope {
+    if private { CacheScope::Private } else { CacheScope::Public }
 }
 
 fn is_false(flag: &bool) -> bool {
@@ -68,24 +60,6 @@ pub struct ResourceTemplate {
     pub mime_type: Option<String>,
 }
 
-/// `TextResourceContents` or `BlobResourceContents` (`blob` is base64).
-#[derive(Debug, Clone, PartialEq, Serialize)]
-#[serde(untagged, rename_all_fields = "camelCase")]
-pub enum ResourceContents {
-    Text {
-        uri: String,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        mime_type: Option<String>,
-        text: String,
-    },
-    Blob {
-        uri: String,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        mime_type: Option<String>,
-        blob: String,
-    },
-}
-
 /// `PromptArgument`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct PromptArgument {
@@ -118,34 +92,6 @@ pub enum Role {
     Assistant,
 }
 
-/// `ContentBlock`: what a prompt message holds (media `data` is base64).
-#[derive(Debug, Clone, PartialEq, Serialize)]
-#[serde(tag = "type", rename_all = "snake_case", rename_all_fields = "camelCase")]
-pub enum ContentBlock {
-    Text {
-        text: String,
-    },
-    Image {
-        data: String,
-        mime_type: String,
-    },
-    Audio {
-        data: String,
-        mime_type: String,
-    },
-    ResourceLink {
-        uri: String,
-        name: String,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        description: Option<String>,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        mime_type: Option<String>,
-    },
-    Resource {
-        resource: ResourceContents,
-    },
-}
-
 /// `PromptMessage`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct PromptMessage {
@@ -154,57 +100,66 @@ pub struct PromptMessage {
 }
 
 /// One page of `resources/list`.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct ListResourcesResult<'a> {
-    pub resources: &'a [Resource],
+pub struct ListResourcesResult {
+    pub resources: Vec<Resource>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub next_cursor: Option<String>,
-    pub ttl_ms: u64,
-    pub cache_scope: CacheScope,
+    #[serde(flatten)]
+    pub caching: Caching,
+    #[serde(flatten)]
+    pub completion: ResultCompletion,
 }
 
 /// One page of `resources/templates/list`.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct ListResourceTemplatesResult<'a> {
-    pub resource_templates: &'a [ResourceTemplate],
+pub struct ListResourceTemplatesResult {
+    pub resource_templates: Vec<ResourceTemplate>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub next_cursor: Option<String>,
-    pub ttl_ms: u64,
-    pub cache_scope: CacheScope,
+    #[serde(flatten)]
+    pub caching: Caching,
+    #[serde(flatten)]
+    pub completion: ResultCompletion,
 }
 
 /// One page of `prompts/list`.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct ListPromptsResult<'a> {
-    pub prompts: &'a [Prompt],
+pub struct ListPromptsResult {
+    pub prompts: Vec<Prompt>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub next_cursor: Option<String>,
-    pub ttl_ms: u64,
-    pub cache_scope: CacheScope,
+    #[serde(flatten)]
+    pub caching: Caching,
+    #[serde(flatten)]
+    pub completion: ResultCompletion,
 }
 
 /// `ReadResourceResult`.
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ReadResourceResult {
     pub contents: Vec<ResourceContents>,
-    pub ttl_ms: u64,
-    pub cache_scope: CacheScope,
+    #[serde(flatten)]
+    pub caching: Caching,
+    #[serde(flatten)]
+    pub completion: ResultCompletion,
 }
 
 /// `GetPromptResult`.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct GetPromptResult {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
     pub messages: Vec<PromptMessage>,
+    #[serde(flatten)]
+    pub completion: ResultCompletion,
 }
 
 /// `CompleteResult.completion`.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Completion {
     pub values: Vec<String>,
@@ -215,9 +170,33 @@ pub struct Completion {
 }
 
 /// `CompleteResult`.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct CompleteResult {
     pub completion: Completion,
+    #[serde(flatten)]
+    pub result: ResultCompletion,
+}
+
+/// Every result of this module, as `types::ServerResult::Feature` carries it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(untagged)]
+pub enum FeatureResult {
+    ListResources(ListResourcesResult),
+    ListResourceTemplates(ListResourceTemplatesResult),
+    ListPrompts(ListPromptsResult),
+    ReadResource(ReadResourceResult),
+    GetPrompt(GetPromptResult),
+    Complete(CompleteResult),
+}
+
+/// A list's caching hints in `revision` (lists change only at a reload).
+pub fn list_caching(revision: Revision, private: bool) -> Caching {
+    Caching::new(revision, LIST_TTL.as_millis() as u64, cache_scope(private))
+}
+
+/// What every result of `revision` carries.
+pub fn completion(revision: Revision) -> ResultCompletion {
+    ResultCompletion::new(revision)
 }
 
 /// `ReadResourceRequest.params`.
@@ -295,24 +274,10 @@ pub fn page<'a, T>(items: &'a [T], cursor: Option<&Value>) -> Result<(&'a [T], O
     Ok((&items[start..end], (end < items.len()).then(|| end.to_string())))
 }
 
-/// The list TTL, in milliseconds.
-pub fn list_ttl_ms() -> u64 {
-    LIST_TTL.as_millis() as u64
-}
-
-/// `result` as a complete 2026-07-28 result (`resultType`, the server's identity).
-pub fn complete<T: Serialize>(result: &T) -> Value {
-    match serde_json::to_value(result).expect("the result types always serialize") {
-        Value::Object(map) => mcp::complete(map),
-        _ => unreachable!("every result type is a struct"),
-    }
-}
-
 /// "Resource not found" (SEP-2164): `-32602`, with the URI in `data`.
 pub fn resource_not_found(uri: &str) -> RpcError {
-    let mut data = Map::new();
-    data.insert("uri".into(), Value::String(uri.to_owned()));
-    RpcError::invalid_params("Resource not found").with_data(Value::Object(data))
+    RpcError::invalid_params("Resource not found")
+        .with_data(ErrorData::ResourceNotFound { uri: uri.to_owned() })
 }
 
 /// What the server offers besides tools, as `ServerCapabilities` names it.
@@ -323,20 +288,13 @@ pub struct Offered {
     pub completions: bool,
 }
 
-/// Add the capabilities for what is `offered` to a `server/discover` or `initialize`
-/// result (each an empty object: no subscriptions, no list-change notifications).
-pub fn advertise(result: &mut Value, offered: Offered) {
-    let Some(Value::Object(capabilities)) = result.get_mut("capabilities") else { return };
-    let flags = [
-        ("resources", offered.resources),
-        ("prompts", offered.prompts),
-        ("completions", offered.completions),
-    ];
-    for (name, offered) in flags {
-        if offered {
-            capabilities.insert(name.into(), Value::Object(Map::new()));
-        }
-    }
+/// Add the capabilities for what is `offered` (each an empty object: no subscriptions,
+/// no list-change notifications).
+pub fn advertise(capabilities: &mut ServerCapabilities, offered: Offered) {
+    let flag = |offered: bool| offered.then_some(Empty {});
+    capabilities.resources = flag(offered.resources);
+    capabilities.prompts = flag(offered.prompts);
+    capabilities.completions = flag(offered.completions);
 }
 
 #[cfg(test)]
@@ -358,14 +316,7 @@ mod tests {
     }
 
     #[test]
-    fn contents_and_blocks_take_the_schema_shapes() {
-        let text = ResourceContents::Text { uri: "a://b".into(), mime_type: None, text: "hi".into() };
-        assert_eq!(serde_json::to_value(&text).unwrap(), json!({"uri": "a://b", "text": "hi"}));
-        let image = ContentBlock::Image { data: "AAA=".into(), mime_type: "image/png".into() };
-        assert_eq!(
-            serde_json::to_value(&image).unwrap(),
-            json!({"type": "image", "data": "AAA=", "mimeType": "image/png"})
-        );
+    fn parameters_take_the_schema_shapes() {
         let reference: CompleteParams = params(
             "completion/complete",
             Some(&json!({"_meta": {}, "ref": {"type": "ref/resource", "uri": "x://{id}"}, "argument": {"name": "id", "value": "1"}})),

@@ -1,7 +1,11 @@
 //! JSON-RPC 2.0 framing: turning bytes into a request, a notification or a precise error,
-//! and building responses.
+//! and the messages the server writes ([`Outgoing`]), serialized straight to bytes.
 
-use serde_json::{Map, Value, json};
+use serde::ser::SerializeMap;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde_json::Value;
+
+use super::types::{ErrorData, ServerNotification, ServerResult};
 
 /// A request id: a string or an integer (never null, never fractional).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -50,8 +54,24 @@ impl RequestId {
     pub fn to_json(&self) -> Value {
         match self {
             Self::Number(id) => Value::Number(id.parsed.clone()),
-            Self::String(text) => json!(text),
+            Self::String(text) => Value::String(text.clone()),
         }
+    }
+}
+
+impl Serialize for RequestId {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Self::Number(id) => id.parsed.serialize(serializer),
+            Self::String(text) => serializer.serialize_str(text),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for RequestId {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let value = Value::deserialize(deserializer)?;
+        Self::parse(&value).ok_or_else(|| serde::de::Error::custom("an id must be a string or an integer"))
     }
 }
 
@@ -78,11 +98,12 @@ pub fn is_id_like(value: &Value) -> bool {
 }
 
 /// A JSON-RPC error object.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RpcError {
     pub code: i64,
     pub message: String,
-    pub data: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data: Option<ErrorData>,
 }
 
 pub const PARSE_ERROR: i64 = -32700;
@@ -102,7 +123,7 @@ impl RpcError {
         Self { code, message: message.into(), data: None }
     }
 
-    pub fn with_data(mut self, data: Value) -> Self {
+    pub fn with_data(mut self, data: ErrorData) -> Self {
         self.data = Some(data);
         self
     }
@@ -202,31 +223,82 @@ pub fn classify(value: Value) -> Incoming {
     }
 }
 
+/// One message the server writes: an answer to a request, or a notification.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outgoing {
+    Result {
+        id: RequestId,
+        result: ServerResult,
+    },
+    /// Without an id when none could be read (the schema forbids a null id).
+    Error {
+        id: Option<RequestId>,
+        error: RpcError,
+    },
+    Notification(ServerNotification),
+}
+
+impl Outgoing {
+    /// The request this message answers, if it answers one that could be read.
+    pub fn id(&self) -> Option<&RequestId> {
+        match self {
+            Self::Result { id, .. } => Some(id),
+            Self::Error { id, .. } => id.as_ref(),
+            Self::Notification(_) => None,
+        }
+    }
+
+    /// The error this message answers with, if it is an error.
+    pub fn error(&self) -> Option<&RpcError> {
+        match self {
+            Self::Error { error, .. } => Some(error),
+            _ => None,
+        }
+    }
+}
+
+impl Serialize for Outgoing {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut message = serializer.serialize_map(None)?;
+        message.serialize_entry("jsonrpc", "2.0")?;
+        match self {
+            Self::Result { id, result } => {
+                message.serialize_entry("id", id)?;
+                message.serialize_entry("result", result)?;
+            }
+            Self::Error { id, error } => {
+                if let Some(id) = id {
+                    message.serialize_entry("id", id)?;
+                }
+                message.serialize_entry("error", error)?;
+            }
+            Self::Notification(notification) => {
+                message.serialize_entry("method", notification.method())?;
+                match notification {
+                    ServerNotification::Progress(params) => message.serialize_entry("params", params)?,
+                    ServerNotification::ToolListChanged(Some(params)) => {
+                        message.serialize_entry("params", params)?
+                    }
+                    ServerNotification::ToolListChanged(None) => {}
+                    ServerNotification::SubscriptionsAcknowledged(params) => {
+                        message.serialize_entry("params", params)?
+                    }
+                    ServerNotification::Cancelled(params) => message.serialize_entry("params", params)?,
+                }
+            }
+        }
+        message.end()
+    }
+}
+
 /// A success response.
-pub fn success(id: &RequestId, result: Value) -> Value {
-    json!({"jsonrpc": "2.0", "id": id.to_json(), "result": result})
+pub fn success(id: &RequestId, result: impl Into<ServerResult>) -> Outgoing {
+    Outgoing::Result { id: id.clone(), result: result.into() }
 }
 
-/// An error response; without an id when none could be read (the schema forbids a null id).
-pub fn failure(id: Option<&RequestId>, error: &RpcError) -> Value {
-    let mut body = Map::new();
-    body.insert("code".into(), json!(error.code));
-    body.insert("message".into(), json!(error.message));
-    if let Some(data) = &error.data {
-        body.insert("data".into(), data.clone());
-    }
-    let mut message = Map::new();
-    message.insert("jsonrpc".into(), json!("2.0"));
-    if let Some(id) = id {
-        message.insert("id".into(), id.to_json());
-    }
-    message.insert("error".into(), Value::Object(body));
-    Value::Object(message)
-}
-
-/// A notification.
-pub fn notification(method: &str, params: Value) -> Value {
-    json!({"jsonrpc": "2.0", "method": method, "params": params})
+/// An error response; without an id when none could be read.
+pub fn failure(id: Option<&RequestId>, error: &RpcError) -> Outgoing {
+    Outgoing::Error { id: id.cloned(), error: error.clone() }
 }
 
 #[cfg(test)]
@@ -237,7 +309,7 @@ mod tests {
     fn bad_json_is_a_parse_error_without_id() {
         let Incoming::Invalid { id: None, error } = parse(b"{nope") else { panic!() };
         assert_eq!(error.code, PARSE_ERROR);
-        assert!(failure(None, &error).get("id").is_none());
+        assert!(serde_json::to_value(failure(None, &error)).unwrap().get("id").is_none());
     }
 
     #[test]
@@ -304,7 +376,8 @@ mod tests {
         for text in ["9223372036854775808", "18446744073709551615", "1.0", "-0", "1e2"] {
             let id = request_id(text).unwrap_or_else(|| panic!("{text} is an integer id"));
             let sent: Value = serde_json::from_str(text).unwrap();
-            assert_eq!(success(&id, json!({}))["id"], sent, "{text}");
+            let answer = serde_json::to_value(success(&id, crate::protocol::types::EmptyResult::default()));
+            assert_eq!(answer.unwrap()["id"], sent, "{text}");
         }
         // Beyond what a float holds exactly, an id could not be told from its neighbours.
         assert_eq!(request_id("18446744073709551617"), None);

@@ -1,8 +1,11 @@
-//! The MCP protocol, without I/O: JSON-RPC framing ([`jsonrpc`]), what a message costs in
-//! memory once parsed ([`cost`]) and the MCP message shapes ([`mcp`]; resources, prompts
-//! and completions: [`features`]).
+//! The MCP protocol, without I/O and without knowing what serves it: JSON-RPC framing and
+//! the messages the server writes ([`jsonrpc`]), what a message costs in memory once parsed
+//! ([`cost`]), MCP requests as the server reads them and the results it builds for them
+//! ([`mcp`]), and the serde types of every MCP message it writes, in both revisions
+//! ([`types`]; resources, prompts and completions: [`features`]). A leaf: it imports nothing else from this crate (`tests/architecture.rs`).
 
 pub mod cost;
 pub mod features;
 pub mod jsonrpc;
 pub mod mcp;
+pub mod types;

@@ -43,14 +43,14 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
-use base64::Engine as _;
 use bytes::Bytes;
 use http_body_util::BodyExt;
 use hyper::body::{Body, Frame, Incoming as IncomingBody, SizeHint};
 use hyper::header::{self, HeaderMap, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
-use serde_json::{Value, json};
+use serde::Serialize;
+use serde_json::Value;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
@@ -62,9 +62,10 @@ use crate::dispatch::{
     Admission, Admitted, Charge, Connection, Outbox, RETRY_AFTER_SECONDS, RateCheck, Refusal, Server,
     rate_limited,
 };
-use crate::protocol::jsonrpc::{self, HEADER_MISMATCH, INVALID_REQUEST, Incoming, RequestId, RpcError};
+use crate::protocol::jsonrpc::{
+    self, HEADER_MISMATCH, INVALID_REQUEST, Incoming, Outgoing, RequestId, RpcError,
+};
 use crate::protocol::mcp;
-use crate::runtime::{ParamKind, ToolSpec};
 
 /// How the HTTP transport behaves.
 #[derive(Debug, Clone)]
@@ -531,7 +532,7 @@ pub async fn serve(
     // Idle connections close now and a request arriving on a busy one is refused with 503,
     // so that a load balancer sends it to another replica; the answers in flight finish.
     closing.send_replace(true);
-    server.runtime().shutdown();
+    server.shutdown();
     if !server.drain(drain).await {
         tracing::warn!("calls still running after {drain:?}; exiting anyway");
     }
@@ -726,7 +727,7 @@ async fn serve_request(
     let legacy = is_legacy(&headers, &method, params.as_ref(), session_id.is_some());
     // The request's one snapshot of the tools: its headers are checked and its call runs
     // against the same set, whatever a reload swaps in meanwhile.
-    let tools = server.runtime().snapshot();
+    let tools = server.snapshot();
     if method == "tools/call"
         && let Some(tenant) = &tenant
         && let Err(retry_after) = tenant.admit_call()
@@ -738,13 +739,12 @@ async fn serve_request(
         response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(seconds));
         return Err(response);
     }
-    let view = tenant.as_deref().map(|tenant| &tenant.view);
     if !legacy {
-        let tool = (method == "tools/call")
-            .then(|| params.as_ref().and_then(|params| params.get("name")).and_then(Value::as_str))
-            .flatten()
-            .and_then(|name| tools.tool_for(view, name));
-        check_modern(&headers, &id, &method, params.as_ref(), tool)?;
+        let check_params = || {
+            let header = |name: &str| headers.get(name).map(HeaderValue::as_bytes);
+            server.check_param_headers(&tools, tenant.as_deref(), &method, params.as_ref(), header)
+        };
+        check_modern(&headers, &id, &method, params.as_ref(), check_params)?;
     } else if session_id.is_some() && session.is_none() && method != "initialize" {
         return Err(plain(StatusCode::NOT_FOUND, "Not Found: unknown or expired session; initialize again"));
     }
@@ -765,7 +765,7 @@ async fn serve_request(
     drop(connection);
 
     let first = match tokio::time::timeout(settings.sse_after, outbox.recv()).await {
-        Ok(Some(message)) if message.get("id").is_some() => {
+        Ok(Some(message)) if message.id().is_some() => {
             let mut response = json_answer(guard, &message, legacy);
             if let Some(session) = new_session
                 && let Ok(value) = HeaderValue::from_str(&session)
@@ -886,15 +886,16 @@ pub(crate) fn is_legacy(
             || header_version.as_deref().is_some_and(|version| mcp::LEGACY_VERSIONS.contains(&version)))
 }
 
-/// The envelope, the request-metadata headers (a tool's `Mcp-Param-*` ones too) and the
-/// version, in the spec's order.
+/// The envelope, the request-metadata headers (a tool's `Mcp-Param-*` ones too, checked by
+/// `check_params`: see [`Server::check_param_headers`]) and the version, in the spec's
+/// order.
 #[allow(clippy::result_large_err)]
 pub(crate) fn check_modern(
     headers: &HeaderMap,
     id: &RequestId,
     method: &str,
     params: Option<&Value>,
-    tool: Option<&ToolSpec>,
+    check_params: impl FnOnce() -> Result<(), String>,
 ) -> Result<(), HttpResponse> {
     let refuse = |error: RpcError| rpc_error(StatusCode::BAD_REQUEST, Some(id), &error);
     let envelope = mcp::parse_envelope(params).map_err(refuse)?;
@@ -930,55 +931,8 @@ pub(crate) fn check_modern(
             Some(_) => {}
         }
     }
-    if let Some(tool) = tool {
-        check_param_headers(headers, tool, params).map_err(mismatch)?;
-    }
+    check_params().map_err(mismatch)?;
     mcp::check_version(&envelope).map_err(refuse)
-}
-
-/// The `Mcp-Param-*` headers of a `tools/call` against the arguments they mirror: each is
-/// required when its argument has a value, must be visible ASCII (or valid
-/// `=?base64?…?=`), and must equal the argument (integers compared as numbers).
-pub(crate) fn check_param_headers(
-    headers: &HeaderMap,
-    tool: &ToolSpec,
-    params: Option<&Value>,
-) -> Result<(), String> {
-    let Some(arguments) = params.and_then(|params| params.get("arguments")) else { return Ok(()) };
-    for param in &tool.param_headers {
-        let value = param.path.iter().try_fold(arguments, |value, key| value.get(key));
-        let Some(value) = value.filter(|value| !value.is_null()) else { continue };
-        let header = format!("Mcp-Param-{}", param.name);
-        let Some(raw) = headers.get(header.as_str()) else {
-            return Err(format!("{header} is required: the arguments have `{}`", param.path.join(".")));
-        };
-        let text = raw.to_str().map_err(|_| format!("{header} has characters outside visible ASCII"))?;
-        let text = decode_param(text.trim()).ok_or_else(|| format!("{header} is not valid base64 UTF-8"))?;
-        let equal = match param.kind {
-            ParamKind::String => value.as_str() == Some(text.as_str()),
-            ParamKind::Integer => value.as_f64().zip(text.parse::<f64>().ok()).is_some_and(|(a, b)| a == b),
-            ParamKind::Boolean => value.as_bool().map(|flag| flag.to_string()) == Some(text.clone()),
-        };
-        if !equal {
-            return Err(format!(
-                "{header} is {text:?} but the arguments have {value} at `{}`",
-                param.path.join(".")
-            ));
-        }
-    }
-    Ok(())
-}
-
-/// An `Mcp-Param-*` value: `=?base64?…?=` decoded strictly (padding, alphabet, UTF-8), else
-/// the literal text.
-pub(crate) fn decode_param(value: &str) -> Option<String> {
-    match value.strip_prefix("=?base64?").and_then(|rest| rest.strip_suffix("?=")) {
-        Some(encoded) => {
-            let bytes = base64::engine::general_purpose::STANDARD.decode(encoded).ok()?;
-            String::from_utf8(bytes).ok()
-        }
-        None => Some(value.to_owned()),
-    }
 }
 
 /// A header's value with optional whitespace trimmed (RFC 9110), if present and text.
@@ -989,7 +943,7 @@ pub(crate) fn header_text(headers: &HeaderMap, name: &str) -> Option<String> {
 /// Values outside visible ASCII travel as `=?base64?<base64 of UTF-8>?=`; an `Mcp-Name`
 /// that is not valid in that form is taken literally.
 fn decode_header(value: &str) -> String {
-    decode_param(value).unwrap_or_else(|| value.to_owned())
+    mcp::decode_header_value(value).unwrap_or_else(|| value.to_owned())
 }
 
 pub(crate) fn accepts_json_and_sse(headers: &HeaderMap) -> bool {
@@ -1232,21 +1186,19 @@ impl Drop for CancelOnDrop {
 /// The status for a 2026-era answer carrying `error`: 404 for an unknown method, 400 for
 /// the protocol-level refusals, 200 for errors of a request that was understood. (2025-era
 /// answers are always 200: a 404 would tell such a client its session is gone.)
-fn status_for(error: &Value) -> StatusCode {
-    match error.get("code").and_then(Value::as_i64) {
-        Some(jsonrpc::METHOD_NOT_FOUND) => StatusCode::NOT_FOUND,
-        Some(
-            jsonrpc::MISSING_REQUIRED_CLIENT_CAPABILITY
-            | jsonrpc::UNSUPPORTED_PROTOCOL_VERSION
-            | HEADER_MISMATCH,
-        ) => StatusCode::BAD_REQUEST,
+fn status_for(error: &RpcError) -> StatusCode {
+    match error.code {
+        jsonrpc::METHOD_NOT_FOUND => StatusCode::NOT_FOUND,
+        jsonrpc::MISSING_REQUIRED_CLIENT_CAPABILITY
+        | jsonrpc::UNSUPPORTED_PROTOCOL_VERSION
+        | HEADER_MISMATCH => StatusCode::BAD_REQUEST,
         _ => StatusCode::OK,
     }
 }
 
-fn json_answer(mut guard: CancelOnDrop, message: &Value, legacy: bool) -> HttpResponse {
+fn json_answer(mut guard: CancelOnDrop, message: &Outgoing, legacy: bool) -> HttpResponse {
     guard.armed = false;
-    let status = match message.get("error") {
+    let status = match message.error() {
         Some(error) if !legacy => status_for(error),
         _ => StatusCode::OK,
     };
@@ -1255,8 +1207,8 @@ fn json_answer(mut guard: CancelOnDrop, message: &Value, legacy: bool) -> HttpRe
 
 fn sse_answer(
     guard: Option<CancelOnDrop>,
-    first: Option<Value>,
-    mut outbox: mpsc::Receiver<Value>,
+    first: Option<Outgoing>,
+    mut outbox: mpsc::Receiver<Outgoing>,
     keep_alive: Duration,
     stats: Arc<HttpStats>,
 ) -> HttpResponse {
@@ -1268,9 +1220,9 @@ fn sse_answer(
         // Own the whole guard here: it cancels the call if this task ends early.
         let mut guard = guard;
         let _open = HttpStats::hold(&stats.streams);
-        let event = |message: &Value| {
+        let event = |message: &Outgoing| {
             let mut bytes = b"data: ".to_vec();
-            serde_json::to_writer(&mut bytes, message).expect("a Value always serializes");
+            serde_json::to_writer(&mut bytes, message).expect("a message always serializes");
             bytes.extend_from_slice(b"\n\n");
             Bytes::from(bytes)
         };
@@ -1290,7 +1242,7 @@ fn sse_answer(
                 () = events.closed() => return, // the client went away: the guard cancels
                 message = outbox.recv() => {
                     let Some(message) = message else { break };
-                    let done = message.get("id").is_some();
+                    let done = message.id().is_some();
                     if done && let Some(guard) = &mut guard {
                         guard.armed = false;
                     }
@@ -1320,10 +1272,10 @@ fn sse_answer(
     response
 }
 
-fn json_response(status: StatusCode, message: &Value) -> HttpResponse {
-    // Straight into bytes: `Value`'s `Display` (`to_string`) goes through `fmt`, a call per
-    // token, which measured a few per cent of an echo's CPU.
-    let bytes = serde_json::to_vec(message).expect("a Value always serializes");
+fn json_response(status: StatusCode, message: &impl Serialize) -> HttpResponse {
+    // Straight into bytes: `to_string` goes through `fmt`, a call per token, which measured
+    // a few per cent of an echo's CPU.
+    let bytes = serde_json::to_vec(message).expect("a message always serializes");
     let mut response = Response::new(ResponseBody::Full(Some(Bytes::from(bytes))));
     *response.status_mut() = status;
     response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
@@ -1336,7 +1288,12 @@ fn rpc_error(status: StatusCode, id: Option<&RequestId>, error: &RpcError) -> Ht
 
 /// A refusal before any JSON-RPC message was read: a JSON body saying why.
 fn plain(status: StatusCode, text: &str) -> HttpResponse {
-    json_response(status, &json!({"error": text}))
+    /// `{"error": "…"}`: no JSON-RPC message, since none was read.
+    #[derive(Serialize)]
+    struct PlainRefusal<'a> {
+        error: &'a str,
+    }
+    json_response(status, &PlainRefusal { error: text })
 }
 
 /// A request that arrives once shutdown has begun: it never reached a handler, so a load

@@ -67,7 +67,7 @@ where
         let connection = connection.clone();
         std::thread::Builder::new().name("cordon-stdin".into()).spawn(move || {
             // Each message is handled in place here: wake as promptly as a worker does.
-            crate::runtime::engine::shorten_thread_slice();
+            crate::dispatch::shorten_thread_slice();
             let _ = finished.send(read_messages(input, |message| {
                 let admitted = match message {
                     Message::Text(text) => connection.server().admit(text),
@@ -94,7 +94,7 @@ where
     }
     // A reader still blocked in `read` is left behind: the process exits without it.
     drop(reader);
-    server.runtime().shutdown();
+    server.shutdown();
     if !server.drain(drain).await {
         tracing::warn!("calls still running after {drain:?}; exiting anyway");
     }

@@ -1,0 +1,178 @@
+//! What the runtime reports, as the protocol's types: a tool as `tools/list` describes it,
+//! a call's outcome as a `tools/call` result (or the protocol error it is), progress as a
+//! notification, and the check of a call's `Mcp-Param-*` headers against its tool.
+
+use std::time::Duration;
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as BASE64;
+use serde_json::Value;
+
+use crate::protocol::jsonrpc::{RequestId, RpcError};
+use crate::protocol::mcp;
+use crate::protocol::types::{
+    CallToolResult, Completion, ContentBlock, ProgressParams, ResourceContents, Revision, ServerNotification,
+    Tool, ToolAnnotations,
+};
+use crate::runtime::{
+    CallError, Content, Outcome, ParamKind, Progress, Timeout, ToolLimits, ToolResult, ToolSpec,
+};
+
+/// A tool as MCP describes it.
+pub fn tool(spec: &ToolSpec) -> Tool {
+    Tool {
+        name: spec.name.clone(),
+        title: spec.title.clone(),
+        description: spec.description.clone(),
+        input_schema: spec.input_schema.clone(),
+        output_schema: spec.output_schema.clone(),
+        annotations: spec.annotations.as_ref().map(|hints| ToolAnnotations {
+            read_only_hint: hints.read_only,
+            destructive_hint: hints.destructive,
+            idempotent_hint: hints.idempotent,
+            open_world_hint: hints.open_world,
+        }),
+    }
+}
+
+/// How a call that could not start is answered: a protocol error for a malformed request
+/// (an unknown tool, `arguments` not an object), a tool execution error for the rest.
+/// Arguments that break the tool's input schema are a tool execution error naming the JSON
+/// path (SEP-1303, 2025-11-25 on), so that the model can correct them and call again.
+pub fn call_error(error: &CallError, revision: Revision) -> Result<CallToolResult, RpcError> {
+    match error {
+        CallError::UnknownTool(_) | CallError::ArgumentsNotObject => {
+            Err(RpcError::invalid_params(capitalized(&error.to_string())))
+        }
+        CallError::InvalidArguments { .. }
+        // The tool's own schema is at fault, not the client.
+        | CallError::Busy { .. }
+        | CallError::TenantBusy { .. }
+        | CallError::ShuttingDown
+        | CallError::ArgumentsUnchecked { .. } => {
+            Ok(CallToolResult::error(capitalized(&error.to_string()), revision))
+        }
+    }
+}
+
+/// A `CallToolResult` for every outcome but a cancel (which is never answered). Takes the
+/// outcome: a result's content moves into the answer.
+pub fn call_result(outcome: Outcome, limits: &ToolLimits, revision: Revision) -> CallToolResult {
+    let error = |message: String| CallToolResult::error(message, revision);
+    match outcome {
+        Outcome::Completed(result) => completed_result(result, revision),
+        Outcome::ToolError(message) => error(message),
+        Outcome::Cancelled => error("The call was cancelled.".into()),
+        Outcome::TimedOut(Timeout::Idle(idle)) => error(format!(
+            "The tool was stopped: it reported no progress for {} (its idle timeout).",
+            seconds(idle)
+        )),
+        Outcome::TimedOut(Timeout::MaxDuration(max)) => {
+            error(format!("The tool was stopped: it ran for {} (its maximum duration).", seconds(max)))
+        }
+        Outcome::Trapped(message) => error(format!("The tool crashed: {message}.")),
+        Outcome::OutOfMemory => {
+            error(format!("The tool ran out of memory (its limit is {} MiB).", limits.memory_bytes >> 20))
+        }
+        Outcome::ResultTooLarge { bytes, limit } => {
+            error(format!("The tool's result ({bytes} bytes) is larger than its limit of {limit} bytes."))
+        }
+        Outcome::InvalidResult(problem) => error(format!("The tool returned an invalid result: {problem}.")),
+        Outcome::Shutdown => error("The server is shutting down; the call was stopped.".into()),
+        Outcome::StartFailed(problem) => error(format!("The tool could not start: {problem}.")),
+        // Only a request for a resource, prompt or completion is answered so (dispatch/features.rs).
+        Outcome::Answered(_) => error("The tool returned no tool result.".into()),
+    }
+}
+
+fn completed_result(result: ToolResult, revision: Revision) -> CallToolResult {
+    CallToolResult {
+        content: result.content.into_iter().map(content_block).collect(),
+        structured_content: result.structured,
+        is_error: result.is_error,
+        completion: Completion::new(revision),
+    }
+}
+
+fn content_block(content: Content) -> ContentBlock {
+    match content {
+        Content::Text(text) => ContentBlock::Text { text },
+        Content::Image(media) => {
+            ContentBlock::Image { data: BASE64.encode(&media.data), mime_type: media.mime_type }
+        }
+        Content::Audio(media) => {
+            ContentBlock::Audio { data: BASE64.encode(&media.data), mime_type: media.mime_type }
+        }
+        Content::ResourceLink(link) => ContentBlock::ResourceLink {
+            uri: link.uri,
+            name: link.name,
+            description: link.description,
+            mime_type: link.mime_type,
+        },
+        Content::EmbeddedResource(resource) => {
+            let (uri, mime_type) = (resource.uri, resource.mime_type);
+            let resource = match (resource.text, resource.blob) {
+                (_, Some(blob)) => ResourceContents::Blob { uri, mime_type, blob: BASE64.encode(blob) },
+                (text, None) => ResourceContents::Text { uri, mime_type, text: text.unwrap_or_default() },
+            };
+            ContentBlock::Resource { resource }
+        }
+    }
+}
+
+/// A progress notification for the call whose request carried `token`.
+pub fn progress_notification(token: &RequestId, progress: Progress) -> ServerNotification {
+    ServerNotification::Progress(ProgressParams {
+        progress_token: token.clone(),
+        progress: progress.done,
+        total: progress.total,
+        message: progress.message,
+    })
+}
+
+/// The `Mcp-Param-*` headers of a `tools/call` (read with `header`, by name) against the
+/// arguments they mirror: each is required when its argument has a value, must be visible
+/// ASCII (or valid `=?base64?…?=`), and must equal the argument (integers compared as
+/// numbers). The error says which header is wrong and why.
+pub fn check_param_headers<'h>(
+    tool: &ToolSpec,
+    params: Option<&Value>,
+    header: impl Fn(&str) -> Option<&'h [u8]>,
+) -> Result<(), String> {
+    let Some(arguments) = params.and_then(|params| params.get("arguments")) else { return Ok(()) };
+    for param in &tool.param_headers {
+        let value = param.path.iter().try_fold(arguments, |value, key| value.get(key));
+        let Some(value) = value.filter(|value| !value.is_null()) else { continue };
+        let name = format!("Mcp-Param-{}", param.name);
+        let Some(raw) = header(&name) else {
+            return Err(format!("{name} is required: the arguments have `{}`", param.path.join(".")));
+        };
+        let text = std::str::from_utf8(raw)
+            .ok()
+            .filter(|text| text.bytes().all(|byte| byte == b'\t' || (b' '..=b'~').contains(&byte)))
+            .ok_or_else(|| format!("{name} has characters outside visible ASCII"))?;
+        let text = mcp::decode_header_value(text.trim())
+            .ok_or_else(|| format!("{name} is not valid base64 UTF-8"))?;
+        let equal = match param.kind {
+            ParamKind::String => value.as_str() == Some(text.as_str()),
+            ParamKind::Integer => value.as_f64().zip(text.parse::<f64>().ok()).is_some_and(|(a, b)| a == b),
+            ParamKind::Boolean => value.as_bool().map(|flag| flag.to_string()) == Some(text.clone()),
+        };
+        if !equal {
+            return Err(format!(
+                "{name} is {text:?} but the arguments have {value} at `{}`",
+                param.path.join(".")
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn seconds(duration: Duration) -> String {
+    format!("{} s", duration.as_secs_f64())
+}
+
+fn capitalized(text: &str) -> String {
+    let mut chars = text.chars();
+    chars.next().map(|first| first.to_uppercase().chain(chars).collect()).unwrap_or_default()
+}
