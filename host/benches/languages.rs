@@ -1,9 +1,11 @@
 //! Guests written in each language, side by side in one run: the component's size, its
 //! cold load (compile, write the compile cache, instantiate and list), its load from the
 //! compile cache, a fresh instance, the first call after
-//! loading, steady-state `echo` latency through the runtime, and the smallest memory limit
-//! under which `echo` still runs. Each language's example component offers
-//! `echo({"text"})`; add a row to `LANGUAGES` for a new one.
+//! loading, steady-state `echo` latency through the runtime, a hard stop's latency (a
+//! cancelled `spin`, which never checks, with no grace period: from the cancel to the trap),
+//! and the smallest memory limit under which `echo` still runs. Each language's example
+//! component offers `echo({"text"})` and `spin({"seconds"})`; add a row to `LANGUAGES` for
+//! a new one.
 //!
 //! ```sh
 //! cargo xtask guests
@@ -29,6 +31,7 @@ const LANGUAGES: &[(&str, &str)] =
 const CALLS: usize = 2_000;
 const WARMUP: usize = 100;
 const INSTANCES: usize = 200;
+const STOPS: usize = 20;
 
 fn runtime(cache_dir: Option<PathBuf>) -> Runtime {
     let mut settings = common::settings(8);
@@ -57,6 +60,22 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[((sorted.len() - 1) as f64 * p).round() as usize]
 }
 
+/// From `cancel()` to the moment a spinning call stopped, with no grace period: the
+/// hard-stop flag, the epoch bump and the trap at the guest's next epoch check.
+async fn hard_stop(runtime: &Runtime) -> Duration {
+    let call = runtime.call("spin", &json!({"seconds": 600})).await.unwrap();
+    let handle = call.handle();
+    let running = tokio::spawn(call.run());
+    // Let the instance start and enter its loop (a CPython or StarlingMonkey instance takes
+    // about a millisecond); a cancel before that would measure a call that never ran.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let cancelled = Instant::now();
+    handle.cancel();
+    let report = running.await.unwrap();
+    assert!(report.hard_stopped && report.outcome == Outcome::Cancelled, "{report:?}");
+    report.stopped_at.saturating_duration_since(cancelled)
+}
+
 /// The smallest limit, in MiB, under which the component loads and `echo` completes.
 async fn memory_floor(path: &Path, cache: &Path) -> usize {
     let works = |mib: usize| async move {
@@ -81,7 +100,7 @@ async fn main() {
     let guests = cordon::paths::default_tools_dir();
     let cache = std::env::temp_dir().join(format!("cordon-bench-languages-{}", std::process::id()));
     println!(
-        "{:<11} {:>9} {:>12} {:>12} {:>11} {:>11} {:>11} {:>11} {:>8}",
+        "{:<11} {:>9} {:>12} {:>12} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11} {:>8}",
         "language",
         "size",
         "cold load",
@@ -90,6 +109,8 @@ async fn main() {
         "first call",
         "echo p50",
         "echo p99",
+        "stop p50",
+        "stop max",
         "memory"
     );
     for (language, file) in LANGUAGES {
@@ -130,9 +151,25 @@ async fn main() {
         }
         calls.sort();
         drop(warm);
+        let mut stopping = runtime(Some(cache.clone()));
+        // `spin` holds a lock file (Rust, Python): a data directory, which its cleanup empties.
+        let stop_dir = common::fresh_dir("bench-languages-stop");
+        let no_grace = ComponentOptions {
+            limits: ToolLimits { grace: Duration::ZERO, ..options(DEFAULT_MEMORY).limits },
+            data_dir: Some(stop_dir.clone()),
+            ..ComponentOptions::default()
+        };
+        stopping.load_file(&path, no_grace).await.unwrap();
+        let mut stops = Vec::with_capacity(STOPS);
+        for _ in 0..STOPS {
+            stops.push(hard_stop(&stopping).await);
+        }
+        stops.sort();
+        drop(stopping);
+        let _ = std::fs::remove_dir_all(&stop_dir);
         let floor = memory_floor(&path, &cache).await;
         println!(
-            "{language:<11} {:>7.1}MiB {:>12.2?} {:>12.2?} {:>11.2?} {:>11.2?} {:>11.2?} {:>11.2?} {:>5}MiB",
+            "{language:<11} {:>7.1}MiB {:>12.2?} {:>12.2?} {:>11.2?} {:>11.2?} {:>11.2?} {:>11.2?} {:>11.2?} {:>11.2?} {:>5}MiB",
             size as f64 / f64::from(1 << 20),
             cold_load,
             cached_load,
@@ -140,6 +177,8 @@ async fn main() {
             first_call,
             percentile(&calls, 0.5),
             percentile(&calls, 0.99),
+            percentile(&stops, 0.5),
+            stops[STOPS - 1],
             floor,
         );
     }

@@ -273,10 +273,11 @@ async fn run(cli: Cli, log: &cordon::telemetry::LogHandle) -> Result<ExitCode> {
             })
         }
         Command::New { path, lang } => {
-            cordon::author::new_project(&path, cordon::author::Language::parse(&lang)?)?;
+            let language = cordon::author::Language::parse(&lang)?;
+            cordon::author::new_project(&path, language)?;
             let dir = path.display();
             println!("made {dir}: a {lang} tool project");
-            println!("next: cd {dir} && cordon build   (then `cargo test`; the README says how to serve it)");
+            println!("next: cd {dir} && cordon build   ({})", language.next_steps());
             Ok(ExitCode::SUCCESS)
         }
         Command::Build { dir } => build(&dir).await,

@@ -2,11 +2,16 @@
 //! the mistakes `cordon build` turns into clear errors, and what a failing guest tells its
 //! caller (a panic's message, a file error's missing grant).
 //!
-//! The project builds into `target/guest-build`, the folder `cargo xtask guests` builds the
-//! examples in: the project's `Cargo.lock` starts from the examples' own, so its registry
-//! crates (and, on Debian's route, std) are compiled there already and this test compiles
-//! the project and its vendored SDK only. Its native `cargo test` builds in
+//! The Rust project builds into `target/guest-build`, the folder `cargo xtask guests` builds
+//! the examples in: the project's `Cargo.lock` starts from the examples' own, so its
+//! registry crates (and, on Debian's route, std) are compiled there already and this test
+//! compiles the project and its vendored SDK only. Its native `cargo test` builds in
 //! `target/guest-native`, which `cargo xtask test` also uses for the example tools' tests.
+//!
+//! `cordon build`'s cache folder is `target/` here (`CORDON_CACHE_DIR`), so the Python and
+//! JavaScript builds use the componentize-py virtualenv and the Node that `cargo xtask
+//! guests` installed there (`python-guest-venv`, `js-node`); npm's and pip's own caches
+//! make the project's `npm install` and its test virtualenv quick.
 
 mod common;
 
@@ -26,8 +31,54 @@ fn cordon(dir: &Path, args: &[&str]) -> Output {
         .current_dir(dir)
         .args(args)
         .env("CARGO_TARGET_DIR", repo().join("target/guest-build"))
+        .env("CORDON_CACHE_DIR", repo().join("target"))
         .output()
         .unwrap()
+}
+
+/// `cordon build` in `project` with no toolchain to be found: nothing on PATH and an empty
+/// cache folder.
+fn build_without_toolchains(project: &Path, scratch: &Path) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_cordon"))
+        .current_dir(project)
+        .arg("build")
+        .env("PATH", scratch.join("no-such-bin"))
+        .env("CORDON_CACHE_DIR", scratch.join("empty-cache"))
+        .output()
+        .unwrap()
+}
+
+/// `cordon build` in `project` succeeded: the component it names (the first line), whose
+/// file name is `component_name`, and the summary line, which names `toolchain` and `tools`.
+fn built_component(project: &Path, component_name: &str, toolchain: &str, tools: &str) -> PathBuf {
+    let built = succeeded("cordon build", &cordon(project, &["build"]));
+    let component = PathBuf::from(built.lines().next().unwrap());
+    assert!(component.is_absolute() && component.ends_with(component_name), "{built}");
+    assert!(component.is_file(), "{built}");
+    assert!(built.contains(&format!("KiB, built with {toolchain}")), "{built}");
+    assert!(built.contains(&format!("; tools: {tools}\n")), "{built}");
+    component
+}
+
+/// `cordon call` of `tool` succeeded with `text` as its result, and showed `progress` on
+/// stderr.
+fn call_answers(project: &Path, component: &Path, tool: &str, arguments: &str, text: &str, progress: &str) {
+    let call = cordon(project, &["call", component.to_str().unwrap(), tool, arguments]);
+    // Not a terminal: the result is one JSON document.
+    let result: serde_json::Value = serde_json::from_str(&succeeded("cordon call", &call)).unwrap();
+    assert_eq!(result["content"][0]["text"], text, "{result}");
+    assert_eq!(result["isError"], false, "{result}");
+    let stderr = self::text(&call.stderr);
+    assert!(stderr.contains(progress), "progress is shown: {stderr}");
+}
+
+fn assert_files(project: &Path, files: &[&str], absent: &[&str]) {
+    for file in files {
+        assert!(project.join(file).is_file(), "{file} was not written");
+    }
+    for file in absent {
+        assert!(!project.join(file).exists(), "{file} was written");
+    }
 }
 
 fn text(bytes: &[u8]) -> String {
@@ -129,6 +180,154 @@ fn a_new_rust_project_builds_passes_its_tests_and_answers_a_call() {
     edit(&lib, "cordon_guest::export_plugin!(Tools);", "");
     let refused = failed("cordon build without export_plugin!", &cordon(&project, &["build"]));
     assert!(refused.contains("cordon_guest::export_plugin!(YourPlugin);"), "{refused}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_new_python_project_builds_passes_its_tests_and_answers_a_call() {
+    let dir = fresh_dir("author-python");
+    assert!(!dir.starts_with(repo()), "the project lies outside the repository");
+    let project = dir.join("py-tools");
+    let made = succeeded("cordon new", &cordon(&dir, &["new", "py-tools", "--lang", "python"]));
+    assert!(made.contains("a python tool project"), "{made}");
+    assert_files(
+        &project,
+        &[
+            "app.py",
+            "test_app.py",
+            "pyproject.toml",
+            "README.md",
+            "cordon.toml",
+            ".gitignore",
+            "cordon-guest/src/cordon_guest/__init__.py",
+            "cordon-guest/src/cordon_guest/componentize-py.toml",
+            "cordon-guest/src/cordon_guest/wit/cordon.wit",
+        ],
+        &["cordon-guest/template", "cordon-guest/tests"],
+    );
+    let manifest = std::fs::read_to_string(project.join("pyproject.toml")).unwrap();
+    assert!(manifest.contains("name = \"py-tools\""), "{manifest}");
+
+    let component =
+        built_component(&project, "py-tools.wasm", "componentize-py 0.25.1", "echo, import_items");
+    let arguments = r#"{"batch": "b1", "count": 3, "step_ms": 1}"#;
+    call_answers(
+        &project,
+        &component,
+        "import_items",
+        arguments,
+        "Imported 3 items from b1",
+        "Imported 3 of 3 items",
+    );
+
+    // The project's own tests, as its README says to run them: pytest in a virtualenv of
+    // the project's, finding the SDK in cordon-guest/ through pyproject.toml.
+    let venv = project.join(".venv");
+    succeeded("python3 -m venv", &Command::new("python3").args(["-m", "venv"]).arg(&venv).output().unwrap());
+    let pip = Command::new(venv.join("bin/pip"))
+        .args(["install", "-q", "--disable-pip-version-check", "pytest==8.4.2"])
+        .output()
+        .unwrap();
+    succeeded("pip install pytest", &pip);
+    let tests = Command::new(venv.join("bin/python"))
+        .current_dir(&project)
+        .args(["-m", "pytest", "-q", "-p", "no:cacheprovider"])
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .output()
+        .unwrap();
+    assert!(succeeded("the project's pytest", &tests).contains("3 passed"), "{}", text(&tests.stdout));
+
+    // A tool name the host refuses: the SDK refuses it when componentize-py imports app.py.
+    edit(
+        &project.join("app.py"),
+        "@tool\ndef import_items",
+        "@tool(name=\"import items\")\ndef import_items",
+    );
+    let refused = failed("cordon build of a bad name", &cordon(&project, &["build"]));
+    assert!(refused.contains("import items"), "{refused}");
+    assert!(refused.contains("componentize-py's errors are above"), "{refused}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_new_js_project_builds_and_answers_a_call() {
+    let dir = fresh_dir("author-js");
+    assert!(!dir.starts_with(repo()), "the project lies outside the repository");
+    let project = dir.join("js-tools");
+    let made = succeeded("cordon new", &cordon(&dir, &["new", "js-tools", "--lang", "js"]));
+    assert!(made.contains("a js tool project"), "{made}");
+    assert_files(
+        &project,
+        &[
+            "package.json",
+            "src/index.js",
+            "README.md",
+            ".gitignore",
+            "cordon-guest/package.json",
+            "cordon-guest/index.js",
+            "cordon-guest/build.js",
+            "cordon-guest/wit/cordon.wit",
+        ],
+        &["cordon-guest/template"],
+    );
+    let manifest: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(project.join("package.json")).unwrap()).unwrap();
+    assert_eq!(manifest["name"], "js-tools");
+    assert_eq!(manifest["dependencies"]["cordon-guest"], "file:cordon-guest");
+
+    let component =
+        built_component(&project, "dist/js-tools.wasm", "componentize-js on Node", "process_batch");
+    let arguments = r#"{"batch": "first", "items": 3}"#;
+    call_answers(
+        &project,
+        &component,
+        "process_batch",
+        arguments,
+        "Processed 3 items of first",
+        "Processed 3 of 3 items",
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn python_and_js_builds_name_each_mistake_before_it_costs_a_build() {
+    let dir = fresh_dir("author-lang-mistakes");
+    succeeded("cordon new", &cordon(&dir, &["new", "py-mistakes", "--lang", "python"]));
+    succeeded("cordon new", &cordon(&dir, &["new", "js-mistakes", "--lang", "js"]));
+    let (python, js) = (dir.join("py-mistakes"), dir.join("js-mistakes"));
+
+    let refused = failed("cordon new --lang go", &cordon(&dir, &["new", "go-tools", "--lang", "go"]));
+    assert!(refused.contains("rust, python, js"), "{refused}");
+
+    // No toolchain: each error says what to install.
+    let refused = failed("cordon build without python3", &build_without_toolchains(&python, &dir));
+    assert!(
+        refused.contains("no python3") && refused.contains("apt-get install -y python3-venv"),
+        "{refused}"
+    );
+    let refused = failed("cordon build without npm", &build_without_toolchains(&js, &dir));
+    assert!(refused.contains("no npm") && refused.contains("apt-get install -y npm"), "{refused}");
+    assert!(refused.contains("older than 20.19 is then replaced by node@22"), "{refused}");
+
+    // No SDK beside the code: the error says where `cordon new` puts it.
+    std::fs::rename(python.join("cordon-guest"), dir.join("python-sdk")).unwrap();
+    let refused = failed("cordon build without the Python SDK", &cordon(&python, &["build"]));
+    assert!(
+        refused.contains("no SDK in cordon-guest/") && refused.contains("copy that folder here"),
+        "{refused}"
+    );
+    let package = js.join("package.json");
+    edit(&package, r#""cordon-guest": "file:cordon-guest""#, r#""left-pad": "1.3.0""#);
+    let refused = failed("cordon build without the JS SDK", &cordon(&js, &["build"]));
+    assert!(
+        refused.contains("no `cordon-guest` dependency")
+            && refused.contains(r#""cordon-guest": "file:cordon-guest""#),
+        "{refused}"
+    );
+    // A tools module that is not there.
+    edit(&python.join("pyproject.toml"), "module = \"app\"", "module = \"tools\"");
+    let refused = failed("cordon build of a missing module", &cordon(&python, &["build"]));
+    assert!(refused.contains("neither tools.py nor tools/__init__.py"), "{refused}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

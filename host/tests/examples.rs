@@ -4,14 +4,16 @@
 mod common;
 
 use common::call;
+use common::guests::{
+    Stopped, assert_cancelled_and_cleaned_up, assert_counts_up, cancel_when_locked, locks,
+    run_recording_progress, text_of,
+};
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use cordon::runtime::{
-    CallReport, CleanupOutcome, ComponentOptions, Content, HttpGrants, Outcome, Runtime, ToolLimits,
-};
+use cordon::runtime::{CleanupOutcome, ComponentOptions, HttpGrants, Outcome, Runtime, ToolLimits};
 use serde_json::{Value, json};
 
 fn example_tools() -> PathBuf {
@@ -47,23 +49,6 @@ async fn examples_granted(allow_http: HttpGrants) -> Runtime {
     };
     runtime.load_file(&example_tools(), options).await.unwrap();
     runtime
-}
-
-fn text_of(report: &CallReport) -> String {
-    match &report.outcome {
-        Outcome::Completed(result) => {
-            assert!(!result.is_error, "{result:?}");
-            match result.content.as_slice() {
-                [Content::Text(text)] => text.clone(),
-                other => panic!("expected one text item, got {other:?}"),
-            }
-        }
-        other => panic!("expected a completed call, got {other:?}"),
-    }
-}
-
-async fn locks(runtime: &Runtime) -> Vec<String> {
-    serde_json::from_str(&text_of(&call(runtime, "locks", json!({})).await)).unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -121,25 +106,10 @@ async fn arguments_that_break_the_generated_schema_are_refused_before_an_instanc
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reindex_reports_increasing_progress_and_releases_its_lock() {
     let runtime = examples().await;
-    let call = runtime.call("reindex", &json!({"collection": "books", "step_ms": 30})).await.unwrap();
-    let mut progress = call.handle().progress();
-    let watcher = tokio::spawn(async move {
-        let mut seen = Vec::new();
-        while progress.changed().await.is_ok() {
-            let report = progress.borrow_and_update().clone().unwrap();
-            seen.push((report.done, report.total, report.message));
-            if report.done >= 120.0 {
-                break;
-            }
-        }
-        seen
-    });
-    let report = call.run().await;
+    let arguments = json!({"collection": "books", "step_ms": 30});
+    let (report, seen) = run_recording_progress(&runtime, "reindex", arguments, 120.0).await;
     assert_eq!(text_of(&report), "Reindexed 120 documents in books");
-    let seen = watcher.await.unwrap();
-    assert!(seen.windows(2).all(|pair| pair[0].0 < pair[1].0), "{seen:?}");
-    assert!(seen.iter().all(|(_, total, _)| *total == Some(120.0)));
-    assert_eq!(seen.last().unwrap().2.as_deref(), Some("Indexed 120 of 120 documents"));
+    assert_counts_up(&seen, 120.0, "Indexed 120 of 120 documents");
     assert!(
         seen.iter()
             .any(|(done, _, message)| *done == 40.0
@@ -236,34 +206,16 @@ async fn a_client_that_reads_nothing_cannot_keep_its_call_from_being_stopped() {
     assert!(server.drain(Duration::from_secs(5)).await, "the call's task ends once its client is gone");
 }
 
-/// Start `tool`, wait until its lock shows, cancel it, and return the report.
-async fn cancel_when_locked(runtime: &Runtime, tool: &str, arguments: Value, lock: &str) -> CallReport {
-    let call = runtime.call(tool, &arguments).await.unwrap();
-    let handle = call.handle();
-    let running = tokio::spawn(call.run());
-    for _ in 0..100 {
-        if locks(runtime).await.iter().any(|held| held == lock) {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    assert!(locks(runtime).await.iter().any(|held| held == lock), "{lock} was never taken");
-    handle.cancel();
-    running.await.unwrap()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reindex_stopped_inside_a_long_sleep_wakes_returns_at_once_and_is_cleaned_up() {
     let runtime = examples().await;
     let arguments = json!({"collection": "archive", "step_ms": 60000});
     let started = std::time::Instant::now();
     let report = cancel_when_locked(&runtime, "reindex", arguments, "archive").await;
-    assert_eq!(report.outcome, Outcome::Cancelled);
     // `reindex` checks for cancellation between steps, so the cancel ends its 60 s sleep
     // and it returns on its own, long before the grace period (100 ms here) would end.
-    assert!(!report.hard_stopped, "the sleep was not woken");
+    assert_cancelled_and_cleaned_up(&report, Stopped::ByItself);
     assert!(report.stopped_at - started < Duration::from_secs(5));
-    assert_eq!(report.cleanup.unwrap().outcome, CleanupOutcome::Completed);
     assert_eq!(locks(&runtime).await, Vec::<String>::new());
 }
 
@@ -315,9 +267,7 @@ async fn spin_completes_when_short_and_is_hard_stopped_when_cancelled() {
         other => panic!("a duration beyond any clock is a tool error, not a crash: {other:?}"),
     }
     let report = cancel_when_locked(&runtime, "spin", json!({"seconds": 600}), "spin").await;
-    assert_eq!(report.outcome, Outcome::Cancelled);
-    assert!(report.hard_stopped, "spin never checks for cancellation");
-    assert_eq!(report.cleanup.unwrap().outcome, CleanupOutcome::Completed);
+    assert_cancelled_and_cleaned_up(&report, Stopped::Hard);
     assert_eq!(locks(&runtime).await, Vec::<String>::new());
 }
 

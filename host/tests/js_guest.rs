@@ -6,15 +6,18 @@
 mod common;
 
 use common::call;
+use common::guests::{
+    Stopped, assert_cancelled_and_cleaned_up, assert_counts_up, cancel_after_first_progress,
+    run_recording_progress, text_of,
+};
 
 use std::path::PathBuf;
 use std::time::Duration;
 
 use cordon::runtime::{
-    CallReport, CleanupOutcome, ComponentOptions, Content, EngineSettings, Outcome, Runtime, StopPath,
-    Timeout, ToolLimits,
+    CleanupOutcome, ComponentOptions, EngineSettings, Outcome, Runtime, StopPath, Timeout, ToolLimits,
 };
-use serde_json::{Value, json};
+use serde_json::json;
 
 fn js_component(file: &str) -> PathBuf {
     let path = cordon::paths::default_tools_dir().join(file);
@@ -46,34 +49,6 @@ async fn load_js(file: &str, limits: ToolLimits) -> Runtime {
 
 async fn example_js() -> Runtime {
     example_js_with(ToolLimits { grace: Duration::from_millis(100), ..ToolLimits::default() }).await
-}
-
-fn text_of(report: &CallReport) -> String {
-    match &report.outcome {
-        Outcome::Completed(result) => {
-            assert!(!result.is_error, "{result:?}");
-            match result.content.as_slice() {
-                [Content::Text(text)] => text.clone(),
-                other => panic!("expected one text item, got {other:?}"),
-            }
-        }
-        other => panic!("expected a completed call, got {other:?}"),
-    }
-}
-
-/// Start `tool`, wait for its first progress report (it is running, its note left), then
-/// cancel it.
-async fn cancel_after_first_progress(runtime: &Runtime, tool: &str, arguments: Value) -> CallReport {
-    let call = runtime.call(tool, &arguments).await.unwrap();
-    let handle = call.handle();
-    let mut progress = handle.progress();
-    let running = tokio::spawn(call.run());
-    tokio::time::timeout(Duration::from_secs(30), progress.changed())
-        .await
-        .expect("a first progress report within 30 s")
-        .unwrap();
-    handle.cancel();
-    running.await.unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -130,25 +105,10 @@ async fn a_thrown_exception_reaches_the_client_as_its_error_text() {
 async fn reindex_reports_increasing_progress_with_its_schema_defaults() {
     let runtime = example_js().await;
     // `total` is left out: the SDK fills in the schema's default, 120.
-    let call = runtime.call("reindex", &json!({"collection": "books", "step_ms": 20})).await.unwrap();
-    let mut progress = call.handle().progress();
-    let watcher = tokio::spawn(async move {
-        let mut seen = Vec::new();
-        while progress.changed().await.is_ok() {
-            let report = progress.borrow_and_update().clone().unwrap();
-            seen.push((report.done, report.total, report.message));
-            if report.done >= 120.0 {
-                break;
-            }
-        }
-        seen
-    });
-    let report = call.run().await;
+    let arguments = json!({"collection": "books", "step_ms": 20});
+    let (report, seen) = run_recording_progress(&runtime, "reindex", arguments, 120.0).await;
     assert_eq!(text_of(&report), "Reindexed 120 documents in books");
-    let seen = watcher.await.unwrap();
-    assert!(seen.windows(2).all(|pair| pair[0].0 < pair[1].0), "{seen:?}");
-    assert!(seen.iter().all(|(_, total, _)| *total == Some(120.0)));
-    assert_eq!(seen.last().unwrap().2.as_deref(), Some("Indexed 120 of 120 documents"));
+    assert_counts_up(&seen, 120.0, "Indexed 120 of 120 documents");
 }
 
 #[test]
@@ -159,12 +119,10 @@ fn a_cancelled_reindex_wakes_from_its_sleep_and_its_cleanup_gets_the_note() {
         let started = std::time::Instant::now();
         // Its first report comes before its first 60 s sleep: the cancel lands in it.
         let report = cancel_after_first_progress(&runtime, "reindex", arguments).await;
-        assert_eq!(report.outcome, Outcome::Cancelled);
         // It checks for cancellation around the sleep, so the host wakes the sleep and the
         // call returns on its own, within the grace period.
-        assert!(!report.hard_stopped, "the sleep was not woken");
+        assert_cancelled_and_cleaned_up(&report, Stopped::ByItself);
         assert!(report.stopped_at - started < Duration::from_secs(10));
-        assert_eq!(report.cleanup.unwrap().outcome, CleanupOutcome::Completed);
     });
     assert!(log.contains("cleanup after reindex (cancelled): rolled back archive"), "{log}");
 }
@@ -174,10 +132,7 @@ fn spin_never_checks_so_a_cancel_hard_stops_it_and_cleanup_runs() {
     let log = common::capture_log(|| async {
         let runtime = example_js().await;
         let report = cancel_after_first_progress(&runtime, "spin", json!({"seconds": 600})).await;
-        assert_eq!(report.outcome, Outcome::Cancelled);
-        assert!(report.hard_stopped, "spin never checks for cancellation");
-        assert_eq!(report.stop_path, StopPath::EpochTrap);
-        assert_eq!(report.cleanup.unwrap().outcome, CleanupOutcome::Completed);
+        assert_cancelled_and_cleaned_up(&report, Stopped::Hard);
     });
     assert!(log.contains("cleanup after spin (cancelled): rolled back spin"), "{log}");
 }
@@ -217,9 +172,8 @@ fn the_scaffold_tool_reports_progress_and_is_rolled_back_when_cancelled() {
         assert_eq!((last.done, last.total), (3.0, Some(3.0)));
 
         let report = cancel_after_first_progress(&runtime, "process_batch", json!({"batch": "second"})).await;
-        assert_eq!(report.outcome, Outcome::Cancelled);
-        assert!(!report.hard_stopped, "it checks for cancellation around each wait");
-        assert_eq!(report.cleanup.unwrap().outcome, CleanupOutcome::Completed);
+        // It checks for cancellation around each wait.
+        assert_cancelled_and_cleaned_up(&report, Stopped::ByItself);
     });
     assert!(log.contains("process_batch stopped (cancelled): rolling back batch second"), "{log}");
 }

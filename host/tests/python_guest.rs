@@ -6,13 +6,17 @@
 mod common;
 
 use common::call;
+use common::guests::{
+    Stopped, assert_cancelled_and_cleaned_up, assert_counts_up, cancel_when_locked, locks,
+    run_recording_progress, text_of,
+};
 
 use std::path::PathBuf;
 use std::time::Duration;
 
 use cordon::runtime::{
-    CallReport, CleanupOutcome, ComponentOptions, Content, Outcome, Runtime, RuntimeSettings, StopPath,
-    Timeout, ToolLimits,
+    CleanupOutcome, ComponentOptions, Content, Outcome, Runtime, RuntimeSettings, StopPath, Timeout,
+    ToolLimits,
 };
 use serde_json::{Value, json};
 
@@ -72,41 +76,6 @@ fn prune_cache(component: &[u8]) {
 
 fn quick() -> ToolLimits {
     ToolLimits { grace: Duration::from_millis(100), ..ToolLimits::default() }
-}
-
-fn text_of(report: &CallReport) -> String {
-    match &report.outcome {
-        Outcome::Completed(result) => {
-            assert!(!result.is_error, "{result:?}");
-            match result.content.as_slice() {
-                [Content::Text(text)] => text.clone(),
-                other => panic!("expected one text item, got {other:?}"),
-            }
-        }
-        other => panic!("expected a completed call, got {other:?}"),
-    }
-}
-
-async fn locks(runtime: &Runtime) -> Vec<String> {
-    serde_json::from_str(&text_of(&call(runtime, "locks", json!({})).await)).unwrap()
-}
-
-/// Start `tool`, wait until its lock shows, cancel it, and return the report.
-async fn cancel_when_locked(runtime: &Runtime, tool: &str, arguments: Value, lock: &str) -> CallReport {
-    let call = runtime.call(tool, &arguments).await.unwrap();
-    let handle = call.handle();
-    let running = tokio::spawn(call.run());
-    wait_for_lock(runtime, lock).await;
-    handle.cancel();
-    running.await.unwrap()
-}
-
-async fn wait_for_lock(runtime: &Runtime, lock: &str) {
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while !locks(runtime).await.iter().any(|held| held == lock) {
-        assert!(std::time::Instant::now() < deadline, "{lock} was never taken");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -196,25 +165,10 @@ async fn a_python_exception_reaches_the_client_as_its_error_text() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reindex_reports_increasing_progress_and_releases_its_lock() {
     let runtime = load(quick()).await;
-    let call = runtime.call("reindex", &json!({"collection": "books", "step_ms": 20})).await.unwrap();
-    let mut progress = call.handle().progress();
-    let watcher = tokio::spawn(async move {
-        let mut seen = Vec::new();
-        while progress.changed().await.is_ok() {
-            let report = progress.borrow_and_update().clone().unwrap();
-            seen.push((report.done, report.total, report.message));
-            if report.done >= 120.0 {
-                break;
-            }
-        }
-        seen
-    });
-    let report = call.run().await;
+    let arguments = json!({"collection": "books", "step_ms": 20});
+    let (report, seen) = run_recording_progress(&runtime, "reindex", arguments, 120.0).await;
     assert_eq!(text_of(&report), "Reindexed 120 documents in books");
-    let seen = watcher.await.unwrap();
-    assert!(seen.windows(2).all(|pair| pair[0].0 < pair[1].0), "{seen:?}");
-    assert!(seen.iter().all(|(_, total, _)| *total == Some(120.0)));
-    assert_eq!(seen.last().unwrap().2.as_deref(), Some("Indexed 120 of 120 documents"));
+    assert_counts_up(&seen, 120.0, "Indexed 120 of 120 documents");
     assert_eq!(locks(&runtime).await, Vec::<String>::new());
 }
 
@@ -229,12 +183,10 @@ async fn a_reindex_cancelled_in_its_sleep_returns_at_once_and_its_cleanup_releas
         "archive",
     )
     .await;
-    assert_eq!(report.outcome, Outcome::Cancelled);
     // check_cancelled() raised Cancelled after the woken sleep: the guest returned on its
     // own, within the grace period.
-    assert!(!report.hard_stopped, "the sleep was not woken");
+    assert_cancelled_and_cleaned_up(&report, Stopped::ByItself);
     assert!(report.stopped_at - started < Duration::from_secs(10));
-    assert_eq!(report.cleanup.unwrap().outcome, CleanupOutcome::Completed);
     assert_eq!(locks(&runtime).await, Vec::<String>::new());
 }
 
@@ -243,10 +195,8 @@ async fn a_spinning_python_guest_is_hard_stopped_on_cancel_and_cleaned_up() {
     let runtime = load(quick()).await;
     assert!(text_of(&call(&runtime, "spin", json!({"seconds": 0.05})).await).starts_with("Spun for"));
     let report = cancel_when_locked(&runtime, "spin", json!({"seconds": 600}), "spin").await;
-    assert_eq!(report.outcome, Outcome::Cancelled);
-    assert!(report.hard_stopped, "spin never checks for cancellation");
-    assert_eq!(report.stop_path, StopPath::EpochTrap, "the interpreter's loop trapped at an epoch check");
-    assert_eq!(report.cleanup.unwrap().outcome, CleanupOutcome::Completed);
+    // The interpreter's loop trapped at an epoch check.
+    assert_cancelled_and_cleaned_up(&report, Stopped::Hard);
     assert_eq!(locks(&runtime).await, Vec::<String>::new(), "the cleanup released the lock");
 }
 

@@ -1,8 +1,9 @@
-//! One toolchain discovery for Rust guests, used by `cargo xtask guests` and `cordon build`:
-//! which compiler can build a `wasm32-wasip2` component on this machine, and the `cargo`
-//! command that uses it.
+//! One toolchain discovery for guests, used by `cargo xtask guests` and `cordon build`: for
+//! Rust, which compiler can build a `wasm32-wasip2` component on this machine, and the
+//! `cargo` command that uses it; for Python, componentize-py in a virtualenv
+//! ([`python`]); for JavaScript, a Node new enough for componentize-js and npm ([`js`]).
 //!
-//! Two routes, tried in order:
+//! Rust has two routes, tried in order:
 //! 1. rustup's `wasm32-wasip2` target, when installed: a plain `cargo build`.
 //! 2. Debian's `rustc-web` (1.96, with `rust-web-src`), `lld-22` and `wasi-libc`: std is
 //!    rebuilt with `-Zbuild-std`, and rustup's bundled `wasm-component-ld` links the
@@ -14,7 +15,10 @@
 
 use std::env;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, ExitStatus};
+
+pub mod js;
+pub mod python;
 
 /// The target every guest builds for: cargo emits a component directly.
 pub const TARGET: &str = "wasm32-wasip2";
@@ -49,6 +53,58 @@ pub enum ToolchainError {
     /// Installing the Debian packages failed.
     #[error("installing the Debian guest toolchain failed: {0}")]
     Install(String),
+    /// No Python that can make the virtualenv componentize-py is installed into.
+    #[error(
+        "no python3 here that can make a virtualenv, which Python tools are built in \
+         (componentize-py from PyPI): install Python 3.10 or later with its venv module \
+         (on Debian: `apt-get install -y python3-venv`){detail}"
+    )]
+    NoPython {
+        /// What was found, starting with "; ", or empty.
+        detail: String,
+    },
+    /// No npm, which brings componentize-js (and a Node new enough, when the machine's is not).
+    #[error(
+        "no npm here, which JavaScript tools are built with (componentize-js from the npm \
+         registry): install Node.js and npm (on Debian: `apt-get install -y npm`; a Node older \
+         than {major}.{minor} is then replaced by {package} from the npm registry)",
+        major = js::NODE_MIN.0, minor = js::NODE_MIN.1, package = js::NODE_PACKAGE
+    )]
+    NoNpm,
+    /// A step of a Python or JavaScript toolchain's setup failed; its own error went to stderr.
+    #[error("{what} failed ({status}); its error is above")]
+    Failed {
+        /// The step, e.g. "installing componentize-py==0.25.1 from PyPI".
+        what: String,
+        /// How the command exited.
+        status: ExitStatus,
+    },
+    /// A toolchain was installed but does not work.
+    #[error("{0}")]
+    Broken(String),
+    /// A file of the toolchain could not be read or written.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file or folder.
+        path: PathBuf,
+        /// What went wrong.
+        source: std::io::Error,
+    },
+}
+
+/// Run `command`, its output going to this process's stderr (stdout is the caller's own:
+/// `cordon build` prints its result there); `what` names the step in the error. `missing`
+/// is the error when the program does not run at all.
+fn run_step(command: &mut Command, what: &str, missing: ToolchainError) -> Result<(), ToolchainError> {
+    match command.stdout(std::io::stderr()).status() {
+        Ok(status) if status.success() => Ok(()),
+        Ok(status) => Err(ToolchainError::Failed { what: what.to_owned(), status }),
+        Err(_) => Err(missing),
+    }
+}
+
+fn io_error(path: &Path) -> impl FnOnce(std::io::Error) -> ToolchainError + '_ {
+    move |source| ToolchainError::Io { path: path.to_owned(), source }
 }
 
 /// Whether [`discover`] may install Debian's packages when no route is ready.

@@ -22,14 +22,10 @@ const JS_GUESTS: &[(&str, &str)] =
     &[("examples/js/tools.js", "example-js"), ("guest-sdk/js/template/src/index.js", "template-js")];
 /// The SDK files the build uses, relative to `guest-sdk/js/`.
 const SDK_FILES: &[&str] = &["package.json", "package-lock.json", "index.js", "build.js", "wit/cordon.wit"];
-/// The oldest Node the SDK's build runs on (rolldown's floor).
-const NODE_MIN: (u32, u32) = (20, 19);
-/// The Node installed when the machine's is older.
-const NODE_PACKAGE: &str = "node@22";
 
 /// Build every JavaScript component into `out_dir`; returns their paths.
 pub fn build_guests(root: &Path, out_dir: &Path) -> Result<Vec<PathBuf>> {
-    let node = node(root)?;
+    let node = cordon_toolchain::js::node(&root.join("target/js-node"))?;
     let sdk = install_sdk(root, &node)?;
     let mut built = Vec::new();
     for (entry, name) in JS_GUESTS {
@@ -78,66 +74,11 @@ fn install_sdk(root: &Path, node: &Path) -> Result<PathBuf> {
     let installed = format!("{}\n{}", node.display(), fs::read_to_string(sdk.join("package-lock.json"))?);
     let stamp = sdk.join("node_modules/.installed-lock");
     if fs::read_to_string(&stamp).ok().as_deref() != Some(installed.as_str()) {
-        npm(&sdk, Some(node), &["ci", "--no-audit", "--no-fund", "--loglevel=error"])
+        cordon_toolchain::js::npm(&sdk, Some(node), &["ci", "--no-audit", "--no-fund", "--loglevel=error"])
             .context("installing the JavaScript SDK's dependencies with npm ci")?;
         fs::write(&stamp, &installed)?;
     }
     Ok(sdk)
-}
-
-/// A Node new enough for the build: the machine's, else Node 22 from the npm registry.
-fn node(root: &Path) -> Result<PathBuf> {
-    let system = PathBuf::from("node");
-    if node_version(&system).is_some_and(|version| version >= NODE_MIN) {
-        return Ok(system);
-    }
-    let folder = root.join("target/js-node");
-    let node = folder.join("node_modules/.bin/node");
-    if node_version(&node).is_some_and(|version| version >= NODE_MIN) {
-        return Ok(node);
-    }
-    fs::create_dir_all(&folder)?;
-    npm(
-        &folder,
-        None,
-        &["install", "--no-audit", "--no-fund", "--loglevel=error", "--no-save", NODE_PACKAGE],
-    )
-    .with_context(|| {
-        format!("installing {NODE_PACKAGE} with npm (this machine's node is older than 20.19)")
-    })?;
-    match node_version(&node) {
-        Some(version) if version >= NODE_MIN => Ok(node),
-        _ => bail!("{} from {NODE_PACKAGE} does not run", node.display()),
-    }
-}
-
-/// `node --version` as (major, minor); `None` when it does not run.
-fn node_version(node: &Path) -> Option<(u32, u32)> {
-    let output = Command::new(node).arg("--version").output().ok()?;
-    let text = String::from_utf8(output.stdout).ok()?;
-    let mut parts = text.trim().trim_start_matches('v').split('.');
-    Some((parts.next()?.parse().ok()?, parts.next()?.parse().ok()?))
-}
-
-/// Run npm in `folder`; with `node`, on that Node (npm starts through `env node`).
-fn npm(folder: &Path, node: Option<&Path>, args: &[&str]) -> Result<()> {
-    let mut npm = Command::new("npm");
-    if let Some(bin) = node.and_then(Path::parent).filter(|bin| !bin.as_os_str().is_empty()) {
-        let path = std::env::var_os("PATH").unwrap_or_default();
-        npm.env(
-            "PATH",
-            std::env::join_paths(std::iter::once(bin.to_path_buf()).chain(std::env::split_paths(&path)))?,
-        );
-    }
-    let status = npm
-        .current_dir(folder)
-        .args(args)
-        .status()
-        .context("running npm (on Debian: apt-get install npm)")?;
-    if !status.success() {
-        bail!("npm {} in {} failed ({status}); npm's error is above", args.join(" "), folder.display());
-    }
-    Ok(())
 }
 
 /// A digest of everything a component is built from: the installed SDK files and every file

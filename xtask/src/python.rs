@@ -14,9 +14,7 @@ use std::process::Command;
 
 use anyhow::{Context, Result, bail};
 
-/// The componentize-py release every Python guest is built with (guest-sdk/python/README.md
-/// gives authors the same pin).
-pub const COMPONENTIZE_PY: &str = "componentize-py==0.25.1";
+use cordon_toolchain::python::COMPONENTIZE_PY;
 
 /// A Python guest: its folder (relative to the repository), the module that defines its
 /// tools, and the component it becomes in `target/guests/`.
@@ -48,17 +46,20 @@ pub fn build_guests(root: &Path, out_dir: &Path) -> Result<Vec<PathBuf>> {
         }
         let componentize = match &componentize {
             Some(path) => path,
-            None => componentize.insert(componentize_py(root)?),
+            None => componentize
+                .insert(cordon_toolchain::python::componentize_py(&root.join("target/python-guest-venv"))?),
         };
         let partial = stamps.join(format!("{}.partial", guest.output));
         let started = std::time::Instant::now();
-        let status = Command::new(componentize)
-            .current_dir(root)
-            .env_remove("VIRTUAL_ENV")
-            .args(["-q", "-w", "plugin", "componentize", guest.module, "-p", guest.folder, "-p", SDK, "-o"])
-            .arg(&partial)
-            .status()
-            .with_context(|| format!("running {}", componentize.display()))?;
+        let status = cordon_toolchain::python::componentize_command(
+            componentize,
+            guest.module,
+            &[Path::new(guest.folder), Path::new(SDK)],
+            &partial,
+        )
+        .current_dir(root)
+        .status()
+        .with_context(|| format!("running {}", componentize.display()))?;
         if !status.success() {
             bail!("componentize-py failed to build {}/ ({status}); its error is above", guest.folder);
         }
@@ -87,27 +88,6 @@ pub fn run_sdk_tests(root: &Path, python: &Path) -> Result<()> {
         .env("PYTHONPATH", root.join(SDK))
         .env("PYTHONDONTWRITEBYTECODE", "1")
         .args(["-m", "pytest", "-q", "-p", "no:cacheprovider"]))
-}
-
-/// The virtualenv's `componentize-py`, installed at the pinned version if it is not yet.
-fn componentize_py(root: &Path) -> Result<PathBuf> {
-    let venv = root.join("target/python-guest-venv");
-    let stamp = venv.join("componentize-py.installed");
-    let program = venv.join("bin/componentize-py");
-    if program.is_file() && fs::read_to_string(&stamp).ok().as_deref() == Some(COMPONENTIZE_PY) {
-        return Ok(program);
-    }
-    if !venv.join("bin/pip").exists() {
-        run(Command::new("python3").args(["-m", "venv", "--clear"]).arg(&venv)).context(
-            "creating a Python virtualenv for componentize-py (on Debian: apt-get install python3-venv)",
-        )?;
-    }
-    run(Command::new(venv.join("bin/python"))
-        .args(["-m", "pip", "install", "-q", "--disable-pip-version-check"])
-        .arg(COMPONENTIZE_PY))
-    .context("installing componentize-py from PyPI")?;
-    fs::write(&stamp, COMPONENTIZE_PY)?;
-    Ok(program)
 }
 
 /// A hash of the componentize-py pin and every file of the guest's folder and of the SDK

@@ -19,6 +19,7 @@
 
 #![allow(dead_code)]
 
+pub mod guests;
 pub mod wire;
 
 use std::time::Duration;
