@@ -212,7 +212,9 @@ pub fn data_dir() -> std::path::PathBuf {
     return testing::native::data_dir();
 }
 
-/// Write a line to the operator's log (not to the client).
+/// Write a line to the operator's log; a client that asked for this level (or a lower one)
+/// also gets it, as an MCP `notifications/message` named after the tool (rate-limited: a
+/// call sends at most a few dozen lines a second, and says how many it dropped).
 pub fn log(level: LogLevel, message: &str) {
     host::log(level, message);
 }

@@ -11,9 +11,19 @@
 //! scheduler slice, so that they preempt those threads as soon as they wake
 //! (`runtime::engine::shorten_thread_slice`). A call task
 //! forwards progress (only with a progress token, only increasing, at most one
-//! notification per interval, none after the answer), and on a cancel sends nothing at
-//! all; the instance is torn down only after the answer is out. Stopping the call is the
-//! runtime's job: this module only asks for it.
+//! notification per interval, none after the answer) and the guest's log lines, and on a
+//! cancel sends nothing at all; the instance is torn down only after the answer is out.
+//! Stopping the call is the runtime's job: this module only asks for it.
+//!
+//! **Client logging.** A guest's `log` lines go to the operator's log, always, and to the
+//! client as `notifications/message` (`logger`: the tool's name) on the call's own stream
+//! when the client asked for a level: a 2026-07-28 request by its `_meta` `logLevel`, a
+//! 2025-11-25 client by `logging/setLevel` for its connection (its session over HTTP). No
+//! level asked, no message: 2026-07-28 says MUST NOT; 2025-11-25 lets the server choose,
+//! and it chooses the same. Per call, at most
+//! [`CLIENT_LOG_QUEUE`](crate::runtime::CLIENT_LOG_QUEUE) lines wait (more are
+//! dropped, counted, and said once, before the answer) and at most
+//! [`CLIENT_LOGS_PER_SECOND`] go out, after a first burst of [`CLIENT_LOG_BURST`].
 //!
 //! **Answers are the protocol's types.** What the runtime reports becomes a
 //! [`crate::protocol::types`] message here ([`answers`]: tools, call results, progress),
@@ -55,7 +65,7 @@ use crate::auth::{Tenant, Tenants};
 use crate::protocol::jsonrpc::{
     self, INTERNAL_ERROR, INVALID_REQUEST, Incoming, Outgoing, RequestId, RpcError,
 };
-use crate::protocol::types::{ErrorData, Revision, ServerResult, Tool};
+use crate::protocol::types::{ErrorData, LoggingLevel, Revision, ServerResult, Tool};
 use crate::protocol::{cost, mcp};
 use crate::runtime::{
     CallEnded, CallHandle, CallOutcome, CallTags, Outcome, RefusalReason, Runtime, Teardown, TenantView,
@@ -63,7 +73,10 @@ use crate::runtime::{
 };
 
 mod answers;
-pub use answers::{call_error, call_result, check_param_headers, progress_notification, tool};
+pub use answers::{
+    call_error, call_result, check_param_headers, dropped_logs_notification, guest_log_threshold,
+    log_notification, logging_level, progress_notification, tool,
+};
 
 /// What every connection shares.
 pub struct Server {
@@ -450,6 +463,35 @@ struct InFlight {
     cancel_signal: Arc<Notify>,
 }
 
+/// Log lines one call may send its client per second, after its first burst.
+pub const CLIENT_LOGS_PER_SECOND: u32 = 50;
+/// Log lines one call may send its client at once before the rate applies.
+pub const CLIENT_LOG_BURST: u32 = 16;
+
+/// When a call's next log line may go out: a burst of [`CLIENT_LOG_BURST`], then one per
+/// `1/CLIENT_LOGS_PER_SECOND` (the generic cell rate algorithm: one instant to keep).
+struct LogRate {
+    /// When the line sent after the burst's would be due.
+    due: Instant,
+}
+
+impl LogRate {
+    const INTERVAL: Duration = Duration::from_millis(1000 / CLIENT_LOGS_PER_SECOND as u64);
+
+    fn new() -> Self {
+        Self { due: Instant::now() }
+    }
+
+    /// The earliest the next line may go.
+    fn next_slot(&self) -> Instant {
+        self.due.checked_sub(Self::INTERVAL * (CLIENT_LOG_BURST - 1)).unwrap_or(self.due)
+    }
+
+    fn take(&mut self) {
+        self.due = self.due.max(Instant::now()) + Self::INTERVAL;
+    }
+}
+
 /// One client's channel to the server.
 pub struct Connection {
     server: Arc<Server>,
@@ -462,6 +504,8 @@ pub struct Connection {
     tenant: Option<Arc<Tenant>>,
     /// Where the tenant's `calls_per_second` is enforced.
     rate_check: RateCheck,
+    /// The log level a 2025-era client set with `logging/setLevel` (none: no log).
+    log_level: Mutex<Option<LoggingLevel>>,
 }
 
 /// Who refuses a tenant's calls over its `calls_per_second`.
@@ -510,6 +554,7 @@ impl Connection {
             in_flight: Mutex::new(HashMap::new()),
             tenant,
             rate_check,
+            log_level: Mutex::new(None),
         })
     }
 
@@ -609,7 +654,8 @@ impl Connection {
         }
         let known = matches!(method, "server/discover" | "tools/list" | "tools/call")
             || features::METHODS.contains(&method)
-            || (method == "subscriptions/listen" && !legacy);
+            || (method == "subscriptions/listen" && !legacy)
+            || (method == "logging/setLevel" && legacy);
         if !known {
             return Reply::Error(RpcError::method_not_found(method));
         }
@@ -632,6 +678,13 @@ impl Connection {
                 self.route_feature(id, method, params, tools, revision, out, charge)
             }
             "subscriptions/listen" => self.start_listen(id, params.as_ref(), out.clone(), charge),
+            "logging/setLevel" => match mcp::set_level(params.as_ref()) {
+                Ok(level) => {
+                    *self.log_level.lock().unwrap() = Some(level);
+                    Reply::Result(mcp::empty_result(revision).into())
+                }
+                Err(error) => Reply::Error(error),
+            },
             "tools/list" => {
                 let cursor = params.as_ref().and_then(|params| params.get("cursor"));
                 let tools = tools.unwrap_or_else(|| self.server.runtime.snapshot());
@@ -657,21 +710,27 @@ impl Connection {
                     self.refused(id, tool, RefusalReason::MissingCapability);
                     return Reply::Error(error);
                 }
-                self.start_call(id, params, tools, revision, out.clone(), charge)
+                let log_level = match &envelope {
+                    Some(envelope) => envelope.log_level,
+                    None => *self.log_level.lock().unwrap(),
+                };
+                self.start_call(id, params, tools, revision, log_level, out.clone(), charge)
             }
         }
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn start_call(
         self: &Arc<Self>,
         id: &RequestId,
         params: Option<Value>,
         tools: Arc<ToolSet>,
         revision: Revision,
+        log_level: Option<LoggingLevel>,
         out: Outbox,
         charge: Charge,
     ) -> Reply {
-        let progress_token = mcp::progress_token(params.as_ref());
+        let feeds = Feeds { progress_token: mcp::progress_token(params.as_ref()), log_level };
         let mut params = params.unwrap_or_default();
         let Some(name) = params.get("name").and_then(Value::as_str).map(str::to_owned) else {
             self.refused(id, None, RefusalReason::InvalidArguments);
@@ -708,7 +767,7 @@ impl Connection {
         spawn_unless_ready(async move {
             // The request's bytes count until its answer is out.
             let (answer, teardown) = connection
-                .run_call(&id, &tools, &name, &arguments, progress_token, revision, &cancel_signal, &out)
+                .run_call(&id, &tools, &name, &arguments, feeds, revision, &cancel_signal, &out)
                 .await;
             // Deciding and leaving `in_flight` are one step: a cancel either lands before it
             // (and nothing is sent) or finds the request finished (and is ignored), and the
@@ -750,7 +809,7 @@ impl Connection {
         tools: &ToolSet,
         name: &str,
         arguments: &Value,
-        token: Option<RequestId>,
+        feeds: Feeds,
         revision: Revision,
         cancel_signal: &Notify,
         out: &Outbox,
@@ -788,7 +847,14 @@ impl Connection {
             }
             entry.handle = Some(handle.clone());
         }
+        let Feeds { progress_token: token, log_level } = feeds;
         let mut progress = handle.progress();
+        let log_threshold = log_level.and_then(guest_log_threshold);
+        if let Some(threshold) = log_threshold {
+            handle.forward_logs(threshold);
+        }
+        let mut log_rate = LogRate::new();
+        let mut log_pending = false;
         let mut run = std::pin::pin!(call.run_deferring_teardown());
         let mut next_progress = Instant::now();
         let mut progress_pending = false;
@@ -815,6 +881,17 @@ impl Connection {
                         sending = Some(Box::pin(out.send(Outgoing::Notification(notification))));
                     }
                 }
+                () = handle.log_queued(), if log_threshold.is_some() && !log_pending => log_pending = true,
+                () = tokio::time::sleep_until(log_rate.next_slot()), if log_pending && sending.is_none() => {
+                    if let Some(line) = handle.next_log()
+                        && !self.is_cancelled(id)
+                    {
+                        log_rate.take();
+                        let notification = log_notification(name, line);
+                        sending = Some(Box::pin(out.send(Outgoing::Notification(notification))));
+                    }
+                    log_pending = handle.has_logs();
+                }
             }
         };
         // A message half-written is finished before anything else goes out.
@@ -823,6 +900,18 @@ impl Connection {
         }
         if report.outcome == Outcome::Cancelled || self.is_cancelled(id) {
             return (None, Some(teardown));
+        }
+        // The lines still held (at most the queue's) go out ahead of the answer, then what
+        // was dropped, said once.
+        if let Some(requested) = log_level.filter(|_| log_threshold.is_some()) {
+            while let Some(line) = handle.next_log() {
+                out.send(Outgoing::Notification(log_notification(name, line))).await;
+            }
+            let dropped = handle.dropped_logs();
+            if dropped > 0 {
+                let notice = dropped_logs_notification(name, dropped, requested, CLIENT_LOGS_PER_SECOND);
+                out.send(Outgoing::Notification(notice)).await;
+            }
         }
         // The last report made before the tool returned goes out just ahead of the answer.
         let unsent = (progress_pending || progress.has_changed().unwrap_or(false))
@@ -1002,6 +1091,14 @@ impl Connection {
     pub fn set_legacy(&self) {
         self.legacy.store(true, Ordering::Relaxed);
     }
+}
+
+/// What a call sends its client besides the answer, as the request asked.
+struct Feeds {
+    /// Progress notifications carry it; none without it.
+    progress_token: Option<RequestId>,
+    /// The least severe of the guest's log lines sent; none without it.
+    log_level: Option<LoggingLevel>,
 }
 
 /// The longest request id a call's event carries, in bytes of JSON text.

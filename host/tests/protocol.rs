@@ -269,6 +269,45 @@ fn notifications_match_their_revision() {
 }
 
 #[test]
+fn log_messages_match_their_revision_at_every_level() {
+    use cordon::protocol::types::{LoggingLevel, LoggingMessageParams};
+    use cordon::runtime::{LogLevel, LogLine};
+    for revision in REVISIONS {
+        for level in [LogLevel::Trace, LogLevel::Debug, LogLevel::Info, LogLevel::Warn, LogLevel::Error] {
+            let line = LogLine { level, message: "a line \u{1b}[31m with \"quotes\"\n".into() };
+            let notification = dispatch::log_notification("echo", line.clone());
+            let ServerNotification::Message(params) = &notification else { unreachable!() };
+            assert_eq!(params.level, dispatch::logging_level(level));
+            assert_eq!(params.data, json!(line.message));
+            let read: LoggingMessageParams =
+                serde_json::from_value(serde_json::to_value(params).unwrap()).unwrap();
+            assert_eq!(&read, params);
+            check_notification(revision, notification);
+        }
+        for level in LoggingLevel::ALL {
+            let notice = dispatch::dropped_logs_notification("echo", 12, level, 50);
+            let ServerNotification::Message(params) = &notice else { unreachable!() };
+            assert_eq!(params.level, level.max(LoggingLevel::Warning));
+            check_notification(revision, notice);
+            // A guest line passes a client's level exactly when its MCP level is at or above it.
+            for guest in [LogLevel::Trace, LogLevel::Debug, LogLevel::Info, LogLevel::Warn, LogLevel::Error] {
+                let passes = dispatch::guest_log_threshold(level).is_some_and(|threshold| guest >= threshold);
+                assert_eq!(passes, dispatch::logging_level(guest) >= level, "{guest:?} for {level:?}");
+            }
+        }
+    }
+    // The levels read back by name; anything else is -32602.
+    for level in LoggingLevel::ALL {
+        assert_eq!(mcp::set_level(Some(&json!({"level": level.as_str()}))), Ok(level));
+    }
+    for params in [json!({}), json!({"level": "loud"}), json!({"level": 1})] {
+        let error = mcp::set_level(Some(&params)).unwrap_err();
+        assert_eq!(error.code, -32602);
+        check_error(Revision::R2025_11_25, error);
+    }
+}
+
+#[test]
 fn errors_and_their_data_are_valid_in_both_revisions() {
     let errors = [
         RpcError::method_not_found("nope/nope"),

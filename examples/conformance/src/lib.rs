@@ -124,9 +124,22 @@ fn missing_capability(_: NoArgs) -> Result<String, ToolError> {
 }
 
 fn logging_tool(_: NoArgs) -> Result<String, ToolError> {
-    // Operator logs only: a client sees log notifications only when it asks for them.
+    // The client sees it only when its request asks for a level (info or below).
     cordon_guest::log(cordon_guest::LogLevel::Info, "test_logging_tool ran");
-    Ok("Logged to the operator log.".into())
+    Ok("Logged to the operator log and, when asked, to the client.".into())
+}
+
+/// Three info lines about 50 ms apart, for the suite's `tools-call-with-logging`.
+fn tool_with_logging(_: NoArgs) -> Result<String, ToolError> {
+    let lines = ["Tool execution started", "Tool processing data", "Tool execution completed"];
+    for (index, line) in lines.into_iter().enumerate() {
+        if index > 0 {
+            cordon_guest::check_cancelled()?;
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        cordon_guest::log(cordon_guest::LogLevel::Info, line);
+    }
+    Ok("Logged three messages.".into())
 }
 
 #[derive(Deserialize, JsonSchema)]
@@ -173,7 +186,13 @@ impl Plugin for Fixture {
                 missing_capability,
             )
             .requires("sampling"),
-            Tool::new("test_logging_tool", "Writes to the operator log.", logging_tool).read_only(),
+            Tool::new("test_logging_tool", "Writes one info line to the log.", logging_tool).read_only(),
+            Tool::new(
+                "test_tool_with_logging",
+                "Logs three info lines about 50 ms apart.",
+                tool_with_logging,
+            )
+            .read_only(),
             Tool::with_schema(
                 "json_schema_2020_12_tool",
                 "Takes arguments described with JSON Schema 2020-12 keywords.",

@@ -18,6 +18,8 @@
 //!   sets a file's length (creating it if missing).
 //! - `park(ms)` waits in a host call (a WASI sleep) and never checks for cancellation.
 //! - `alloc_mb(mb)` allocates and touches `mb` MiB of linear memory.
+//! - `log_flood(count, bytes)` writes `count` warning lines of `bytes` bytes each to its log
+//!   as fast as it can (which a client that asked for logs would receive).
 //! - `env_names()` lists the environment variables it sees; `env_var(name)` reads one.
 //! - `http_get(url, times)` GETs `url` `times` times over `wasi:http` and says, a line per
 //!   request, the status and body size or the error code; `http_hang(url)` sends one
@@ -330,6 +332,22 @@ fn alloc_mb(args: Alloc) -> Result<String, ToolError> {
     Ok(format!("allocated {} MiB", blocks.len()))
 }
 
+#[derive(Deserialize, JsonSchema)]
+struct LogFlood {
+    /// Lines to write.
+    count: u32,
+    /// Bytes per line.
+    bytes: u32,
+}
+
+fn log_flood(args: LogFlood) -> Result<String, ToolError> {
+    let line = "x".repeat(args.bytes as usize);
+    for _ in 0..args.count {
+        cordon_guest::log(cordon_guest::LogLevel::Warn, &line);
+    }
+    Ok(format!("logged {} lines", args.count))
+}
+
 fn env_names(_: Empty) -> Result<String, ToolError> {
     let mut names: Vec<String> = std::env::vars().map(|(name, _)| name).collect();
     names.sort();
@@ -368,6 +386,7 @@ impl Plugin for Hostile {
             Tool::new("set_size", "Sets a file's length.", set_size),
             Tool::new("park", "Waits in a host call, never checking for cancellation.", park),
             Tool::new("alloc_mb", "Allocates and touches linear memory.", alloc_mb),
+            Tool::new("log_flood", "Writes many lines to its log as fast as it can.", log_flood),
             Tool::new("env_names", "Lists the environment variables the component sees.", env_names),
             Tool::new("env_var", "Reads an environment variable.", env_var),
             Tool::new("http_get", "GETs a URL many times and says how each went.", http_get),

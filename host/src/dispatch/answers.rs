@@ -1,6 +1,6 @@
 //! What the runtime reports, as the protocol's types: a tool as `tools/list` describes it,
-//! a call's outcome as a `tools/call` result (or the protocol error it is), progress as a
-//! notification, and the check of a call's `Mcp-Param-*` headers against its tool.
+//! a call's outcome as a `tools/call` result (or the protocol error it is), progress and a
+//! guest's log lines as notifications, and the check of a call's `Mcp-Param-*` headers against its tool.
 
 use std::time::Duration;
 
@@ -11,11 +11,12 @@ use serde_json::Value;
 use crate::protocol::jsonrpc::{RequestId, RpcError};
 use crate::protocol::mcp;
 use crate::protocol::types::{
-    CallToolResult, Completion, ContentBlock, ProgressParams, ResourceContents, Revision, ServerNotification,
-    Tool, ToolAnnotations,
+    CallToolResult, Completion, ContentBlock, LoggingLevel, LoggingMessageParams, ProgressParams,
+    ResourceContents, Revision, ServerNotification, Tool, ToolAnnotations,
 };
 use crate::runtime::{
-    CallError, Content, Outcome, ParamKind, Progress, Timeout, ToolLimits, ToolResult, ToolSpec,
+    CallError, Content, LogLevel, LogLine, Outcome, ParamKind, Progress, Timeout, ToolLimits, ToolResult,
+    ToolSpec,
 };
 
 /// A tool as MCP describes it.
@@ -127,6 +128,57 @@ pub fn progress_notification(token: &RequestId, progress: Progress) -> ServerNot
         progress: progress.done,
         total: progress.total,
         message: progress.message,
+    })
+}
+
+/// The least severe guest log level that is at or above `level`; `None` when the client
+/// wants only what a guest cannot log (`critical` and above).
+pub fn guest_log_threshold(level: LoggingLevel) -> Option<LogLevel> {
+    match level {
+        // A guest's trace lines are sent as `debug`, the least severe MCP level.
+        LoggingLevel::Debug => Some(LogLevel::Trace),
+        LoggingLevel::Info => Some(LogLevel::Info),
+        LoggingLevel::Notice | LoggingLevel::Warning => Some(LogLevel::Warn),
+        LoggingLevel::Error => Some(LogLevel::Error),
+        LoggingLevel::Critical | LoggingLevel::Alert | LoggingLevel::Emergency => None,
+    }
+}
+
+/// The MCP level of a guest's log level.
+pub fn logging_level(level: LogLevel) -> LoggingLevel {
+    match level {
+        LogLevel::Trace | LogLevel::Debug => LoggingLevel::Debug,
+        LogLevel::Info => LoggingLevel::Info,
+        LogLevel::Warn => LoggingLevel::Warning,
+        LogLevel::Error => LoggingLevel::Error,
+    }
+}
+
+/// `notifications/message` for a line of `tool`'s log.
+pub fn log_notification(tool: &str, line: LogLine) -> ServerNotification {
+    ServerNotification::Message(LoggingMessageParams {
+        level: logging_level(line.level),
+        logger: Some(tool.to_owned()),
+        data: Value::String(line.message),
+    })
+}
+
+/// The one `notifications/message` saying that `dropped` lines of `tool`'s log never reached
+/// the client, at `level` (at least `warning`, and never below what the client asked for).
+pub fn dropped_logs_notification(
+    tool: &str,
+    dropped: u64,
+    level: LoggingLevel,
+    per_second: u32,
+) -> ServerNotification {
+    ServerNotification::Message(LoggingMessageParams {
+        level: level.max(LoggingLevel::Warning),
+        logger: Some(tool.to_owned()),
+        data: Value::String(format!(
+            "{dropped} log lines of this call were dropped: the tool logged faster than the {per_second} \
+             lines per second (and {} waiting) a call may send",
+            crate::runtime::CLIENT_LOG_QUEUE
+        )),
     })
 }
 

@@ -284,6 +284,7 @@ impl Serialize for Outgoing {
                         message.serialize_entry("params", params)?
                     }
                     ServerNotification::Cancelled(params) => message.serialize_entry("params", params)?,
+                    ServerNotification::Message(params) => message.serialize_entry("params", params)?,
                 }
             }
         }

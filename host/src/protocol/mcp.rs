@@ -12,18 +12,17 @@ use serde_json::Value;
 use super::jsonrpc::{MISSING_REQUIRED_CLIENT_CAPABILITY, RequestId, RpcError, UNSUPPORTED_PROTOCOL_VERSION};
 use super::types::{
     AcknowledgedParams, CacheScope, Caching, CancelledParams, Completion, DiscoverResult, Empty, EmptyResult,
-    ErrorData, Implementation, InitializeResult, ListChangedParams, ListToolsResult, ResultMeta, Revision,
-    ServerCapabilities, ServerNotification, SubscriptionFilter, SubscriptionMeta, Tool, ToolsCapability,
+    ErrorData, Implementation, InitializeResult, ListChangedParams, ListToolsResult, LoggingLevel,
+    ResultMeta, Revision, ServerCapabilities, ServerNotification, SubscriptionFilter, SubscriptionMeta, Tool,
+    ToolsCapability,
 };
 pub use super::types::{LEGACY_VERSIONS, META_SERVER_INFO, META_SUBSCRIPTION_ID, PROTOCOL_VERSION};
 
 pub const META_PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
 pub const META_CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
-/// The deprecated per-request log level: accepted when valid, and ignored (this server
-/// never sends `notifications/message`).
+/// The (deprecated) per-request log level: a tool's log lines at or above it reach the
+/// client on the request's stream; without it none do (the spec's MUST NOT).
 pub const META_LOG_LEVEL: &str = "io.modelcontextprotocol/logLevel";
-const LOG_LEVELS: [&str; 8] =
-    ["debug", "info", "notice", "warning", "error", "critical", "alert", "emergency"];
 
 /// How long clients may cache discovery and tool lists. A reload may change the tools
 /// sooner: clients that listen are told at once (`notifications/tools/list_changed`).
@@ -37,6 +36,8 @@ pub struct Envelope {
     pub protocol_version: String,
     pub client_capabilities: Option<serde_json::Map<String, Value>>,
     pub progress_token: Option<RequestId>,
+    /// The least severe log level the client wants of this request's tool (none: no log).
+    pub log_level: Option<LoggingLevel>,
 }
 
 /// Whether `params` carries the 2026-07-28 envelope (the protocol version key).
@@ -80,16 +81,31 @@ pub fn parse_envelope(params: Option<&Value>) -> Result<Envelope, RpcError> {
             )));
         }
     };
-    if let Some(level) = meta.get(META_LOG_LEVEL)
-        && !level.as_str().is_some_and(|level| LOG_LEVELS.contains(&level))
-    {
-        return Err(RpcError::invalid_params(format!(
-            "Invalid params: `_meta[\"{META_LOG_LEVEL}\"]` must be one of {}",
-            LOG_LEVELS.join(", ")
-        )));
-    }
+    let log_level = match meta.get(META_LOG_LEVEL) {
+        None => None,
+        Some(level) => Some(
+            level
+                .as_str()
+                .and_then(LoggingLevel::parse)
+                .ok_or_else(|| invalid_level(&format!("`_meta[\"{META_LOG_LEVEL}\"]`")))?,
+        ),
+    };
     let progress_token = progress_token(params);
-    Ok(Envelope { protocol_version, client_capabilities: Some(capabilities), progress_token })
+    Ok(Envelope { protocol_version, client_capabilities: Some(capabilities), progress_token, log_level })
+}
+
+fn invalid_level(what: &str) -> RpcError {
+    let levels: Vec<&str> = LoggingLevel::ALL.iter().map(|level| level.as_str()).collect();
+    RpcError::invalid_params(format!("Invalid params: {what} must be one of {}", levels.join(", ")))
+}
+
+/// The level of a 2025-era `logging/setLevel`: `-32602` unless `params.level` is one.
+pub fn set_level(params: Option<&Value>) -> Result<LoggingLevel, RpcError> {
+    params
+        .and_then(|params| params.get("level"))
+        .and_then(Value::as_str)
+        .and_then(LoggingLevel::parse)
+        .ok_or_else(|| invalid_level("`level`"))
 }
 
 /// The request's `_meta.progressToken`, when it is a valid token (a string or an integer).
@@ -150,6 +166,7 @@ fn cache_scope(private: bool) -> CacheScope {
 fn capabilities() -> ServerCapabilities {
     ServerCapabilities {
         tools: Some(ToolsCapability { list_changed: true }),
+        logging: Some(Empty {}),
         ..ServerCapabilities::default()
     }
 }

@@ -145,6 +145,9 @@ pub struct ServerCapabilities {
     pub prompts: Option<Empty>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub completions: Option<Empty>,
+    /// A tool's log reaches clients that ask for it (`notifications/message`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub logging: Option<Empty>,
 }
 
 /// `server/discover` (2026-07-28).
@@ -359,6 +362,61 @@ pub struct ProgressParams {
     pub message: Option<String>,
 }
 
+/// A log message's severity (RFC 5424's, least severe first), in both revisions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LoggingLevel {
+    Debug,
+    Info,
+    Notice,
+    Warning,
+    Error,
+    Critical,
+    Alert,
+    Emergency,
+}
+
+impl LoggingLevel {
+    pub const ALL: [LoggingLevel; 8] = [
+        Self::Debug,
+        Self::Info,
+        Self::Notice,
+        Self::Warning,
+        Self::Error,
+        Self::Critical,
+        Self::Alert,
+        Self::Emergency,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Debug => "debug",
+            Self::Info => "info",
+            Self::Notice => "notice",
+            Self::Warning => "warning",
+            Self::Error => "error",
+            Self::Critical => "critical",
+            Self::Alert => "alert",
+            Self::Emergency => "emergency",
+        }
+    }
+
+    /// The level named `name`, if it is one.
+    pub fn parse(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|level| level.as_str() == name)
+    }
+}
+
+/// `notifications/message`: one line of a tool's log, on its call's stream.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LoggingMessageParams {
+    pub level: LoggingLevel,
+    /// The tool's name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub logger: Option<String>,
+    pub data: Value,
+}
+
 /// The notifications a listen stream carries (of those this server sends).
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct SubscriptionFilter {
@@ -400,6 +458,8 @@ pub enum ServerNotification {
     ToolListChanged(Option<ListChangedParams>),
     SubscriptionsAcknowledged(AcknowledgedParams),
     Cancelled(CancelledParams),
+    /// A tool's log line (`notifications/message`).
+    Message(LoggingMessageParams),
 }
 
 impl ServerNotification {
@@ -409,6 +469,7 @@ impl ServerNotification {
             Self::ToolListChanged(_) => "notifications/tools/list_changed",
             Self::SubscriptionsAcknowledged(_) => "notifications/subscriptions/acknowledged",
             Self::Cancelled(_) => "notifications/cancelled",
+            Self::Message(_) => "notifications/message",
         }
     }
 }

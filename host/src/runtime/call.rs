@@ -34,7 +34,7 @@ use wasmtime::{Engine, Store, Trap, UpdateDeadline};
 
 use super::bindings::{self, CleanupContext, Content, StopReason};
 use super::component::LoadedComponent;
-use super::control::{CallControl, Progress, StopRequest};
+use super::control::{CallControl, LogLevel, LogLine, Progress, StopRequest};
 use super::events::{CallEnded, CallOutcome, CallTags, CleanupEnded, CleanupResult, Observers, StopPath};
 use super::features::{FeatureAnswer, FeatureRequest};
 use super::guest::GuestState;
@@ -183,6 +183,33 @@ impl CallHandle {
     /// collapse to the latest one.
     pub fn progress(&self) -> watch::Receiver<Option<Progress>> {
         self.control.subscribe_progress()
+    }
+
+    /// From now on, hold the guest's log lines at or above `threshold` for the caller
+    /// (at most [`CLIENT_LOG_QUEUE`](super::CLIENT_LOG_QUEUE) at once); none are held
+    /// unless asked. The operator's log gets every line either way.
+    pub fn forward_logs(&self, threshold: LogLevel) {
+        self.control.forward_logs(threshold);
+    }
+
+    /// The oldest log line held for the caller.
+    pub fn next_log(&self) -> Option<LogLine> {
+        self.control.next_log()
+    }
+
+    /// Whether a log line is held for the caller.
+    pub fn has_logs(&self) -> bool {
+        self.control.has_logs()
+    }
+
+    /// Resolves once a line was held since the last time it resolved (one reader only).
+    pub async fn log_queued(&self) {
+        self.control.log_queued().await;
+    }
+
+    /// Lines the guest logged at a forwarded level that found the queue full.
+    pub fn dropped_logs(&self) -> u64 {
+        self.control.dropped_logs()
     }
 }
 

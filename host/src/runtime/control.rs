@@ -3,6 +3,7 @@
 //!
 //! [`CallHandle`]: super::CallHandle
 
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -23,6 +24,42 @@ pub struct Progress {
     pub total: Option<f64>,
     /// A message for people.
     pub message: Option<String>,
+}
+
+/// The most log lines of one call held for its client at once: a guest that logs faster
+/// than the client is sent them loses the rest (counted, see [`CallHandle::dropped_logs`]).
+///
+/// [`CallHandle::dropped_logs`]: super::CallHandle::dropped_logs
+pub const CLIENT_LOG_QUEUE: usize = 32;
+/// The longest log line passed on to the client, in bytes (the operator's log cuts there too).
+pub const MAX_CLIENT_LOG_LINE: usize = 4096;
+
+/// How loud a guest's log line is (the WIT `log-level`), least severe first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum LogLevel {
+    Trace,
+    Debug,
+    Info,
+    Warn,
+    Error,
+}
+
+/// One line of a guest's log, held for the call's client.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogLine {
+    pub level: LogLevel,
+    pub message: String,
+}
+
+/// The lines of a call's log on their way to its client: only those at or above the level
+/// the caller asked for (none unless it asked), at most [`CLIENT_LOG_QUEUE`] waiting.
+#[derive(Default)]
+struct ClientLog {
+    threshold: Mutex<Option<LogLevel>>,
+    queue: Mutex<VecDeque<LogLine>>,
+    dropped: AtomicU64,
+    /// Wakes the one reader when a line is queued.
+    queued: Notify,
 }
 
 /// Why a call is being stopped, as requested from outside the guest.
@@ -66,6 +103,7 @@ pub(crate) struct CallControl {
     progress: watch::Sender<Option<Progress>>,
     note: Mutex<Option<Vec<u8>>>,
     pub(crate) memory: Arc<MemoryEvents>,
+    client_log: ClientLog,
 }
 
 impl CallControl {
@@ -87,6 +125,7 @@ impl CallControl {
             progress: watch::Sender::new(None),
             note: Mutex::new(None),
             memory: Arc::default(),
+            client_log: ClientLog::default(),
         })
     }
 
@@ -207,6 +246,45 @@ impl CallControl {
 
     pub(crate) fn subscribe_progress(&self) -> watch::Receiver<Option<Progress>> {
         self.progress.subscribe()
+    }
+
+    /// Pass the guest's log lines at or above `threshold` on to the caller.
+    pub(crate) fn forward_logs(&self, threshold: LogLevel) {
+        *self.client_log.threshold.lock().unwrap() = Some(threshold);
+    }
+
+    /// A line of the guest's log: queued for the caller when it asked for this level and
+    /// there is room (cut to [`MAX_CLIENT_LOG_LINE`] bytes), else counted as dropped.
+    pub(crate) fn log_for_client(&self, level: LogLevel, message: &str) {
+        let log = &self.client_log;
+        if log.threshold.lock().unwrap().is_none_or(|threshold| level < threshold) {
+            return;
+        }
+        let mut queue = log.queue.lock().unwrap();
+        if queue.len() >= CLIENT_LOG_QUEUE {
+            log.dropped.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        let message = message[..message.floor_char_boundary(MAX_CLIENT_LOG_LINE)].to_owned();
+        queue.push_back(LogLine { level, message });
+        drop(queue);
+        log.queued.notify_one();
+    }
+
+    pub(crate) fn next_log(&self) -> Option<LogLine> {
+        self.client_log.queue.lock().unwrap().pop_front()
+    }
+
+    pub(crate) fn has_logs(&self) -> bool {
+        !self.client_log.queue.lock().unwrap().is_empty()
+    }
+
+    pub(crate) async fn log_queued(&self) {
+        self.client_log.queued.notified().await;
+    }
+
+    pub(crate) fn dropped_logs(&self) -> u64 {
+        self.client_log.dropped.load(Ordering::Relaxed)
     }
 
     pub(crate) fn set_note(&self, note: Vec<u8>) {

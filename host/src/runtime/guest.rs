@@ -12,7 +12,7 @@ use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
 use super::bindings::cordon::tool::{host, types};
 use super::component::Environment;
-use super::control::{CallControl, Progress};
+use super::control::{CallControl, LogLevel, Progress};
 use super::egress::{Egress, FIELDS_BYTES, HttpGrants};
 use super::files::FileGrants;
 use super::ledger::{DescriptorBudget, Ledger, TableCharges};
@@ -234,8 +234,17 @@ impl host::Host for GuestState {
     }
 
     /// Charged to the same budget as stderr, cut to [`MAX_LOG_LINE`] bytes, control
-    /// characters escaped.
+    /// characters escaped; and held for the caller when it asked for this level (the
+    /// call's own bound, apart from the operator's budget).
     fn log(&mut self, level: types::LogLevel, message: String) -> wasmtime::Result<()> {
+        let client_level = match level {
+            types::LogLevel::Trace => LogLevel::Trace,
+            types::LogLevel::Debug => LogLevel::Debug,
+            types::LogLevel::Info => LogLevel::Info,
+            types::LogLevel::Warn => LogLevel::Warn,
+            types::LogLevel::Error => LogLevel::Error,
+        };
+        self.control.log_for_client(client_level, &message);
         let wanted = message.floor_char_boundary(MAX_LOG_LINE);
         let (granted, exhausted) = self.operator_log.take(wanted);
         let text = printable(&message[..message.floor_char_boundary(granted)]);
@@ -284,7 +293,7 @@ const MAX_RANDOM_BYTES: usize = 1 << 20;
 
 /// The longest line a guest writes to the operator's log as one event: a longer `log`
 /// message is cut, longer stderr output is split.
-const MAX_LOG_LINE: usize = 4096;
+const MAX_LOG_LINE: usize = super::control::MAX_CLIENT_LOG_LINE;
 
 /// The most of a guest's last stderr line kept for a trap's message.
 pub(crate) const LAST_LINE_BYTES: usize = 512;

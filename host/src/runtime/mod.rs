@@ -63,7 +63,7 @@ pub use component::{
     ComponentOptions, ComponentSource, Environment, Interfaces, LoadError, MAX_SCHEMA_BYTES, ParamHeader,
     ParamKind, ToolSpec, grant_warnings,
 };
-pub use control::{MAX_PROGRESS_MESSAGE, Progress};
+pub use control::{CLIENT_LOG_QUEUE, LogLevel, LogLine, MAX_CLIENT_LOG_LINE, MAX_PROGRESS_MESSAGE, Progress};
 pub(crate) use egress::tls_config as web_tls_client_config;
 pub use egress::{GrantError, HttpGrants};
 pub use engine::{CompileCache, EngineSettings};

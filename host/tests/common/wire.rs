@@ -93,6 +93,7 @@ impl Schema {
                 Some("notifications/subscriptions/acknowledged") => "SubscriptionsAcknowledgedNotification",
                 Some("notifications/tools/list_changed") => "ToolListChangedNotification",
                 Some("notifications/cancelled") => "CancelledNotification",
+                Some("notifications/message") => "LoggingMessageNotification",
                 _ => "JSONRPCNotification",
             };
             self.check(definition, message);
