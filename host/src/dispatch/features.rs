@@ -58,6 +58,17 @@ impl Connection {
         charge: Charge,
     ) -> Reply {
         let tools = tools.unwrap_or_else(|| self.server.runtime.snapshot());
+        // Only what the capabilities advertise is answered: a server whose components offer
+        // no prompts does not know `prompts/list`, as a tools-only server would not.
+        let (resources, prompts, completions) = tools.features_for(self.view());
+        let offered = match method.split('/').next() {
+            Some("resources") => resources,
+            Some("prompts") => prompts,
+            _ => completions,
+        };
+        if !offered {
+            return Reply::Error(RpcError::method_not_found(method));
+        }
         let caching = wire::list_caching(revision, self.tenant.is_some());
         let completion = wire::completion(revision);
         let cursor = params.as_ref().and_then(|params| params.get("cursor"));
