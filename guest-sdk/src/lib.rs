@@ -13,6 +13,12 @@
 //! - [`export_plugin!`] exports several tools and the cleanup handler from one component.
 //! - [`http`] makes outbound HTTP requests, to what the operator grants the component
 //!   (nothing by default), checking for a stop while it waits.
+//! - [`Resource`], [`ResourceTemplate`] and [`Prompt`] offer resources, prompts and
+//!   completions besides tools ([`features`] has an example); each read runs in a fresh
+//!   instance, like a call.
+//!
+//! A component built with this crate implements `cordon:tool@0.2.0`; a component that
+//! declares no resources or prompts offers none, and works like a 0.1.0 one.
 //!
 //! ## Example
 //!
@@ -86,8 +92,14 @@
 use std::fmt;
 use std::time::Duration;
 
+pub mod features;
 pub mod http;
 pub mod testing;
+
+pub use features::{
+    Found, Prompt, PromptArguments, PromptMessage, Resource, ResourceBody, ResourceError, ResourceTemplate,
+    Role,
+};
 
 use schemars::JsonSchema;
 use serde::Serialize;
@@ -96,7 +108,7 @@ use serde::de::DeserializeOwned;
 #[doc(hidden)]
 pub mod bindings {
     wit_bindgen::generate!({
-        path: "wit",
+        path: "wit/v0.2.0",
         world: "plugin",
         pub_export_macro: true,
         export_macro_name: "__export_plugin_bindings",
@@ -126,6 +138,23 @@ pub trait Plugin {
     /// Every tool the component offers. Called for each call (instances are fresh), so keep
     /// it cheap: build the list, do no work.
     fn tools() -> Vec<Tool>;
+
+    /// The resources at fixed URIs the component offers (`resources/list`, `resources/read`).
+    /// Listed once when the host loads the component; read each in a fresh instance.
+    fn resources() -> Vec<Resource> {
+        Vec::new()
+    }
+
+    /// The resource templates the component offers (`resources/templates/list`): every URI
+    /// one matches is read through it. For resources that come and go (files, records).
+    fn resource_templates() -> Vec<ResourceTemplate> {
+        Vec::new()
+    }
+
+    /// The prompts the component offers (`prompts/list`, `prompts/get`).
+    fn prompts() -> Vec<Prompt> {
+        Vec::new()
+    }
 
     /// Undo what a stopped call left behind. Runs exactly once, in a fresh instance with a
     /// short time budget, after a call that did not finish on its own terms: one the host
@@ -521,6 +550,51 @@ macro_rules! export_plugin {
 
                 fn cleanup(context: $crate::bindings::cordon::tool::types::CleanupContext) {
                     $crate::__private::cleanup::<$plugin>(context)
+                }
+            }
+
+            impl $crate::bindings::exports::cordon::tool::resources::Guest for CordonExport {
+                fn list() -> $crate::bindings::exports::cordon::tool::resources::Catalog {
+                    $crate::features::glue::list_resources::<$plugin>()
+                }
+
+                fn read(
+                    uri: ::std::string::String,
+                ) -> ::std::result::Result<
+                    $crate::bindings::exports::cordon::tool::resources::ReadResult,
+                    $crate::bindings::exports::cordon::tool::resources::ReadError,
+                > {
+                    $crate::features::glue::read::<$plugin>(&uri)
+                }
+            }
+
+            impl $crate::bindings::exports::cordon::tool::prompts::Guest for CordonExport {
+                fn list() -> ::std::vec::Vec<$crate::bindings::exports::cordon::tool::prompts::PromptInfo> {
+                    $crate::features::glue::list_prompts::<$plugin>()
+                }
+
+                fn get(
+                    name: ::std::string::String,
+                    arguments: ::std::vec::Vec<(::std::string::String, ::std::string::String)>,
+                ) -> ::std::result::Result<
+                    $crate::bindings::exports::cordon::tool::prompts::PromptResult,
+                    ::std::string::String,
+                > {
+                    $crate::features::glue::get_prompt::<$plugin>(&name, arguments)
+                }
+            }
+
+            impl $crate::bindings::exports::cordon::tool::completions::Guest for CordonExport {
+                fn complete(
+                    reference: $crate::bindings::exports::cordon::tool::completions::Reference,
+                    argument: ::std::string::String,
+                    value: ::std::string::String,
+                    context: ::std::vec::Vec<(::std::string::String, ::std::string::String)>,
+                ) -> ::std::result::Result<
+                    $crate::bindings::exports::cordon::tool::completions::Completion,
+                    ::std::string::String,
+                > {
+                    $crate::features::glue::complete::<$plugin>(reference, &argument, &value, context)
                 }
             }
 

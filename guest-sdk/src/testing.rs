@@ -137,6 +137,40 @@ impl TestHost {
         tool.run(&arguments.to_string())
     }
 
+    /// Read `uri` from plugin `P` as the host would: one of its resources, or a URI one of
+    /// its templates matches. Gives the body, or why there is none.
+    pub fn read<P: Plugin>(&self, uri: &str) -> Result<crate::ResourceBody, crate::ResourceError> {
+        use crate::bindings::exports::cordon::tool::resources::{Body, ReadError};
+        match crate::features::glue::read::<P>(uri) {
+            Ok(mut result) => match result.contents.remove(0).body {
+                Body::Text(text) => Ok(crate::ResourceBody::Text(text)),
+                Body::Blob(bytes) => Ok(crate::ResourceBody::Blob(bytes)),
+            },
+            Err(ReadError::NotFound) => Err(crate::ResourceError::NotFound),
+            Err(ReadError::Failed(message)) => Err(crate::ResourceError::Failed(message)),
+        }
+    }
+
+    /// Render prompt `name` of plugin `P` with `arguments` (without the host's check of
+    /// required arguments); each message's role and content.
+    pub fn get_prompt<P: Plugin>(
+        &self,
+        name: &str,
+        arguments: &[(&str, &str)],
+    ) -> Result<Vec<(crate::Role, Content)>, ToolError> {
+        let arguments = arguments.iter().map(|(name, value)| (name.to_string(), value.to_string())).collect();
+        let result = crate::features::glue::get_prompt::<P>(name, arguments).map_err(ToolError::new)?;
+        Ok(result.messages.into_iter().map(|message| (message.role, message.content)).collect())
+    }
+
+    /// The values plugin `P` suggests for `argument` of prompt `prompt`, given `typed`.
+    pub fn complete_prompt<P: Plugin>(&self, prompt: &str, argument: &str, typed: &str) -> Vec<String> {
+        use crate::bindings::exports::cordon::tool::completions::Reference;
+        crate::features::glue::complete::<P>(Reference::Prompt(prompt.into()), argument, typed, Vec::new())
+            .map(|completion| completion.values)
+            .unwrap_or_default()
+    }
+
     /// Run `P`'s cleanup as the host would after a stopped call of `tool`, with the note
     /// the calls so far left.
     pub fn cleanup<P: Plugin>(&self, tool: &str, arguments: serde_json::Value, reason: StopReason) {

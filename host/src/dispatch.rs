@@ -47,6 +47,8 @@
 //! cost more than [`ServerLimits::max_request_cost`] is refused ([`Refusal::TooCostly`])
 //! before it is built.
 
+mod features;
+
 use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
@@ -641,7 +643,9 @@ impl Connection {
             if let Outbox::Lines(_) = out {
                 self.follow_tool_changes(out.clone());
             }
-            return Reply::Result(mcp::initialize_result(requested).into());
+            let mut result = mcp::initialize_result(requested);
+            crate::protocol::features::advertise(&mut result.capabilities, self.offered());
+            return Reply::Result(result.into());
         }
         let legacy = !modern && self.legacy.load(Ordering::Relaxed);
         let revision = if legacy { Revision::R2025_11_25 } else { Revision::R2026_07_28 };
@@ -649,6 +653,7 @@ impl Connection {
             return Reply::Result(mcp::empty_result(revision).into());
         }
         let known = matches!(method, "server/discover" | "tools/list" | "tools/call")
+            || features::METHODS.contains(&method)
             || (method == "subscriptions/listen" && !legacy)
             || (method == "logging/setLevel" && legacy);
         if !known {
@@ -664,7 +669,14 @@ impl Connection {
         };
         match method {
             // What a tenant sees is its own: never to be cached across tenants.
-            "server/discover" => Reply::Result(mcp::discover_result(self.tenant.is_some(), revision).into()),
+            "server/discover" => {
+                let mut result = mcp::discover_result(self.tenant.is_some(), revision);
+                crate::protocol::features::advertise(&mut result.capabilities, self.offered());
+                Reply::Result(result.into())
+            }
+            method if features::METHODS.contains(&method) => {
+                self.route_feature(id, method, params, tools, revision, out, charge)
+            }
             "subscriptions/listen" => self.start_listen(id, params.as_ref(), out.clone(), charge),
             "logging/setLevel" => match mcp::set_level(params.as_ref()) {
                 Ok(level) => {

@@ -97,11 +97,14 @@ pub fn import_verdict(name: &str, grants: Option<&Grants>) -> ImportVerdict {
     let (package, _) = interface.split_once('/').unwrap_or((interface, ""));
     let is_0_2 = version.starts_with("0.2.");
     match package {
-        "cordon:tool" if version.starts_with("0.1.") && matches!(interface, "cordon:tool/host" | "cordon:tool/types") => {
+        "cordon:tool"
+            if (version.starts_with("0.1.") || is_0_2)
+                && matches!(interface, "cordon:tool/host" | "cordon:tool/types") =>
+        {
             ImportVerdict::Provided("Cordon's host interface")
         }
         "cordon:tool" => ImportVerdict::Refused(format!(
-            "Cordon provides cordon:tool/host and cordon:tool/types 0.1.x, not {name}: the component will not load"
+            "Cordon provides cordon:tool/host and cordon:tool/types 0.1.x and 0.2.x, not {name}: the component will not load"
         )),
         "wasi:io" | "wasi:clocks" | "wasi:random" if is_0_2 => ImportVerdict::Provided("provided"),
         "wasi:cli" if is_0_2 => match interface {

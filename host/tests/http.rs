@@ -364,7 +364,7 @@ fn a_legacy_client_gets_a_session_whose_cancellations_reach_its_calls() {
     let ping = json!({"jsonrpc": "2.0", "id": 4, "method": "ping"});
     assert_eq!(post_legacy(&legacy, &ping.to_string()).messages[0]["result"], json!({}));
     // In-band errors are 200 for a 2025-era client: a 404 would tell it its session is gone.
-    let unknown = json!({"jsonrpc": "2.0", "id": 9, "method": "prompts/list"});
+    let unknown = json!({"jsonrpc": "2.0", "id": 9, "method": "tasks/list"});
     let answer = post_legacy(&legacy, &unknown.to_string());
     assert_eq!((answer.status, answer.error_code()), (200, Some(-32601)));
 

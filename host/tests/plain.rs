@@ -504,11 +504,11 @@ async fn inspect_tells_a_cordon_component_from_a_plain_one_and_shows_their_tools
     let lines: Vec<&str> = cordon_report.lines().collect();
     assert_eq!(
         lines[1],
-        "world: Cordon tool component (cordon:tool/plugin, exports cordon:tool/tool@0.1.0; Cordon 0.1.0)"
+        "world: Cordon tool component (cordon:tool/plugin, exports cordon:tool/tool@0.2.0; Cordon 0.2.0)"
     );
     assert_eq!(lines[2], "imports (as served without a config, with nothing granted):");
     assert!(
-        lines.iter().any(|line| line.starts_with("  cordon:tool/host@0.1.0: Cordon's host interface")),
+        lines.iter().any(|line| line.starts_with("  cordon:tool/host@0.2.0: Cordon's host interface")),
         "{cordon_report}"
     );
     assert!(
@@ -516,10 +516,20 @@ async fn inspect_tells_a_cordon_component_from_a_plain_one_and_shows_their_tools
             && line.starts_with("  wasi:http/outgoing-handler@")),
         "{cordon_report}"
     );
-    assert!(lines.contains(&"exports:") && lines.contains(&"  cordon:tool/tool@0.1.0"), "{cordon_report}");
+    assert!(lines.contains(&"exports:") && lines.contains(&"  cordon:tool/tool@0.2.0"), "{cordon_report}");
     let echo = lines.iter().position(|line| line.starts_with("  echo: ")).expect("the echo tool");
     assert!(lines[echo + 1].starts_with("    input schema: {"), "{cordon_report}");
     assert!(!cordon_report.contains("REFUSED"), "{cordon_report}");
+
+    // A 0.1.0 component is told apart from a 0.2.0 one.
+    let legacy = cordon::inspect::inspect(&guest("legacy-tool.wasm"), None).await.unwrap().to_string();
+    assert_eq!(
+        legacy.lines().nth(1),
+        Some(
+            "world: Cordon tool component (cordon:tool/plugin, exports cordon:tool/tool@0.1.0; Cordon 0.1.0)"
+        ),
+        "{legacy}"
+    );
 
     let plain = cordon::inspect::inspect(&guest("plain-kinds.wasm"), None).await.unwrap().to_string();
     let lines: Vec<&str> = plain.lines().collect();
@@ -593,7 +603,8 @@ async fn inspect_with_a_config_shows_the_grants_and_what_each_import_will_find()
 fn imports_cordon_does_not_provide_are_refused() {
     use cordon::inspect::{ImportVerdict, import_verdict};
     assert!(matches!(import_verdict("acme:db/query@1.0.0", None), ImportVerdict::Refused(_)));
-    assert!(matches!(import_verdict("cordon:tool/host@0.2.0", None), ImportVerdict::Refused(_)));
+    assert!(matches!(import_verdict("cordon:tool/host@0.3.0", None), ImportVerdict::Refused(_)));
+    assert!(matches!(import_verdict("cordon:tool/host@0.2.0", None), ImportVerdict::Provided(_)));
     assert!(matches!(import_verdict("wasi:io/poll@0.3.0", None), ImportVerdict::Refused(_)));
     assert_eq!(import_verdict("wasi:io/poll@0.2.6", None), ImportVerdict::Provided("provided"));
     assert!(

@@ -12,8 +12,14 @@
 //! boolean properties reached from the root through `properties` alone. (The host also
 //! compiles each schema as JSON Schema 2020-12, which needs a JSON Schema library; the
 //! SDK's generated schemas always compile.)
+//!
+//! Resource templates ([`UriTemplate`]) live here too: the host routes a URI to the
+//! template it matches and the SDK reads the variables out of it, the same way.
 
 use std::fmt;
+
+mod template;
+pub use template::UriTemplate;
 
 use serde_json::Value;
 

@@ -1,10 +1,15 @@
 //! The fixture tools of the official MCP conformance suite (`@modelcontextprotocol/conformance`),
 //! as a Cordon component: `cordon serve --http` on this component is what CI runs the
-//! suite against. Names and behaviour follow the suite's server scenarios.
+//! suite against. Names and behaviour follow the suite's server scenarios: its tools, and
+//! the resources, resource template, prompts and completion its `resources-*`,
+//! `prompts-*` and `completion-complete` scenarios ask for.
 
 use std::time::Duration;
 
-use cordon_guest::{CallResult, Content, Media, Plugin, Tool, ToolError};
+use cordon_guest::{
+    CallResult, Content, Media, Plugin, Prompt, PromptMessage, Resource, ResourceBody, ResourceTemplate,
+    Tool, ToolError,
+};
 use schemars::JsonSchema;
 use serde::Deserialize;
 
@@ -202,6 +207,85 @@ impl Plugin for Fixture {
                 custom_header,
             )
             .read_only(),
+        ]
+    }
+
+    fn resources() -> Vec<Resource> {
+        vec![
+            Resource::new("test://static-text", "static-text", || {
+                Ok(ResourceBody::text("This is the content of the static text resource."))
+            })
+            .description("A static text resource.")
+            .mime_type("text/plain"),
+            Resource::new("test://static-binary", "static-binary", || Ok(ResourceBody::blob(PNG)))
+                .description("A static binary resource (a PNG image).")
+                .mime_type("image/png"),
+        ]
+    }
+
+    fn resource_templates() -> Vec<ResourceTemplate> {
+        vec![
+            ResourceTemplate::new("test://template/{id}/data", "template-data", |found| {
+                let id = found.get("id").unwrap_or_default();
+                let data =
+                    serde_json::json!({"id": id, "templateTest": true, "data": format!("Data for ID: {id}")});
+                Ok(ResourceBody::text(data.to_string()))
+            })
+            .description("Data for an id, substituted into the URI.")
+            .mime_type("application/json")
+            .complete("id", |typed, _| {
+                ["123", "456", "789"]
+                    .iter()
+                    .filter(|id| id.starts_with(typed))
+                    .map(|id| id.to_string())
+                    .collect()
+            }),
+        ]
+    }
+
+    fn prompts() -> Vec<Prompt> {
+        vec![
+            Prompt::new("test_simple_prompt", "A prompt without arguments.", |_| {
+                Ok(vec![PromptMessage::user_text("This is a simple prompt for testing.")])
+            }),
+            Prompt::new("test_prompt_with_arguments", "A prompt with two arguments.", |arguments| {
+                let (arg1, arg2) = (arguments.required("arg1")?, arguments.required("arg2")?);
+                Ok(vec![PromptMessage::user_text(format!(
+                    "Prompt with arguments: arg1='{arg1}', arg2='{arg2}'"
+                ))])
+            })
+            .argument("arg1", "First test argument", true)
+            .argument("arg2", "Second test argument", true)
+            .complete("arg1", |typed, _| {
+                ["test", "testing", "tested"]
+                    .iter()
+                    .filter(|value| value.starts_with(typed))
+                    .map(|value| value.to_string())
+                    .collect()
+            }),
+            Prompt::new(
+                "test_prompt_with_embedded_resource",
+                "A prompt embedding a resource.",
+                |arguments| {
+                    let uri = arguments.required("resourceUri")?;
+                    Ok(vec![
+                        PromptMessage::user(Content::EmbeddedResource(cordon_guest::EmbeddedResource {
+                            uri: uri.to_owned(),
+                            mime_type: Some("text/plain".into()),
+                            text: Some("Embedded resource content for testing.".into()),
+                            blob: None,
+                        })),
+                        PromptMessage::user_text("Please process the embedded resource above."),
+                    ])
+                },
+            )
+            .argument("resourceUri", "URI of the resource to embed", true),
+            Prompt::new("test_prompt_with_image", "A prompt with an image.", |_| {
+                Ok(vec![
+                    PromptMessage::user(image()),
+                    PromptMessage::user_text("Please analyze the image above."),
+                ])
+            }),
         ]
     }
 }

@@ -28,12 +28,17 @@
 //!   filled with 64 KiB, and sends none (with `fields_only`, only header fields); the host
 //!   holds every one of them until the call ends.
 //!
+//! - the resource template `hostile://spin/{label}` spins forever when read (it leaves the
+//!   cleanup note `reading <label>` and, granted `/data`, the file `/data/reading-<label>`
+//!   first), so only a hard stop ends the read.
+//! - 150 resources `hostile://item/<n>`, more than one page of `resources/list`.
+//!
 //! Every tool answers with what it managed before the host refused, so a test sees where
 //! the host drew the line; none of them cooperates with cancellation.
 
 use std::time::Duration;
 
-use cordon_guest::{CleanupContext, Plugin, Tool, ToolError};
+use cordon_guest::{CleanupContext, Plugin, Resource, ResourceBody, ResourceTemplate, Tool, ToolError};
 use schemars::JsonSchema;
 use serde::Deserialize;
 use wasi::filesystem::types::{Descriptor, DescriptorFlags, OpenFlags, PathFlags};
@@ -392,9 +397,39 @@ impl Plugin for Hostile {
     }
 
     /// Writes why the call stopped to `/data/cleanup-reason`, for the tests to read.
+    fn resources() -> Vec<Resource> {
+        (0..150)
+            .map(|item| {
+                Resource::new(&format!("hostile://item/{item}"), &format!("item-{item}"), move || {
+                    Ok(ResourceBody::text(format!("item {item}")))
+                })
+            })
+            .collect()
+    }
+
+    fn resource_templates() -> Vec<ResourceTemplate> {
+        vec![
+            ResourceTemplate::new("hostile://spin/{label}", "spin", |found| {
+                let label = found.get("label").unwrap_or_default();
+                cordon_guest::set_cleanup_note(format!("reading {label}").as_bytes());
+                let _ = std::fs::write(format!("{DATA}/reading-{label}"), "");
+                let mut turns = 0u64;
+                loop {
+                    turns = std::hint::black_box(turns.wrapping_add(1));
+                    if turns == u64::MAX {
+                        return Ok(ResourceBody::text("never"));
+                    }
+                }
+            })
+            .description("Spins forever when read, never checking for a stop."),
+        ]
+    }
+
     fn cleanup(context: CleanupContext) {
         let _ =
             std::fs::write("/data/cleanup-reason", format!("{:?} {:?}", context.reason, context.note_text()));
+        // Which request it cleaned up after: a tool's name, or a method (`resources/read`).
+        let _ = std::fs::write("/data/cleanup-request", &context.tool);
     }
 }
 

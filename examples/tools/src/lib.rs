@@ -1,4 +1,4 @@
-//! Cordon's example tools, one component with six tools:
+//! Cordon's example tools, one component with six tools, a resource and a prompt:
 //!
 //! - `echo(text)` returns the text.
 //! - `reindex(collection, total = 120, step_ms = 100)` indexes in steps of 40, reporting
@@ -10,6 +10,9 @@
 //! - `fetch(url, max_bytes = 65536)` GETs a URL and returns `"<status> <body text>"`, the body
 //!   cut to `max_bytes`. Only origins the operator grants (`allow_http`) are reachable; the
 //!   default config grants none, so there every fetch is a tool error saying `denied`.
+//! - the resource `examples://guide` (Markdown) says what the tools do;
+//! - the prompt `reindex_collection(collection)` asks the model to reindex a collection and
+//!   check that its lock is gone; its argument completes from the usual collections.
 //!
 //! Locks are files in the tool's data directory (`/data`, preopened by the host), so they
 //! outlive the instance. A call releases its lock when it returns; after a stop, `cleanup`
@@ -20,7 +23,9 @@ use std::io::ErrorKind;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use cordon_guest::{CleanupContext, Plugin, Tool, ToolError, http};
+use cordon_guest::{
+    CleanupContext, Plugin, Prompt, PromptMessage, Resource, ResourceBody, Tool, ToolError, http,
+};
 use schemars::JsonSchema;
 use serde::Deserialize;
 
@@ -236,6 +241,19 @@ fn fetch(args: FetchArgs) -> Result<String, ToolError> {
     Ok(format!("{} {}", response.status(), response.text()))
 }
 
+/// The collections the prompt's argument completes from.
+const COLLECTIONS: [&str; 3] = ["books", "films", "music"];
+
+/// The `examples://guide` resource.
+const GUIDE: &str = "# The example tools\n\n\
+- `echo(text)` returns the text.\n\
+- `reindex(collection)` indexes in steps, reporting progress, holding a lock on the collection.\n\
+- `locks()` lists the locks held.\n\
+- `spin(seconds)` burns CPU without checking for cancellation: only a hard stop ends it.\n\
+- `order_book(title)` holds a title, waits for payment, then orders it.\n\
+- `fetch(url)` GETs a URL the operator granted.\n\n\
+A stopped call's lock is released by the component's cleanup, in a fresh instance.\n";
+
 struct ExampleTools;
 
 impl Plugin for ExampleTools {
@@ -266,6 +284,32 @@ impl Plugin for ExampleTools {
             )
             .read_only()
             .open_world(),
+        ]
+    }
+
+    fn resources() -> Vec<Resource> {
+        vec![
+            Resource::new("examples://guide", "guide", || Ok(ResourceBody::text(GUIDE)))
+                .title("The example tools")
+                .description("What each example tool does, and how a stopped call is cleaned up.")
+                .mime_type("text/markdown"),
+        ]
+    }
+
+    fn prompts() -> Vec<Prompt> {
+        vec![
+            Prompt::new("reindex_collection", "Reindex a collection, then check that its lock is released.", |arguments| {
+                let collection = arguments.required("collection")?;
+                Ok(vec![PromptMessage::user_text(format!(
+                    "Reindex the collection {collection:?} with the `reindex` tool, then call `locks` and confirm \
+                     that no lock on {collection:?} is left."
+                ))])
+            })
+            .title("Reindex a collection")
+            .argument("collection", "The collection to reindex.", true)
+            .complete("collection", |typed, _| {
+                COLLECTIONS.iter().filter(|name| name.starts_with(typed)).map(|name| name.to_string()).collect()
+            }),
         ]
     }
 
@@ -340,6 +384,20 @@ mod tests {
         assert_eq!(host.call::<ExampleTools>("locks", json!({})).unwrap().joined_text(), "[]");
         let logs = host.logs();
         assert_eq!(logs[0].1, "cleanup after reindex (Cancelled): released books");
+    }
+
+    #[test]
+    fn the_guide_reads_and_the_prompt_renders_and_completes() {
+        let host = TestHost::new();
+        let guide = host.read::<ExampleTools>("examples://guide").unwrap();
+        assert!(
+            matches!(guide, cordon_guest::ResourceBody::Text(text) if text.starts_with("# The example tools"))
+        );
+        assert_eq!(host.read::<ExampleTools>("examples://other"), Err(cordon_guest::ResourceError::NotFound));
+        let messages =
+            host.get_prompt::<ExampleTools>("reindex_collection", &[("collection", "music")]).unwrap();
+        assert!(matches!(&messages[0].1, cordon_guest::Content::Text(text) if text.contains("\"music\"")));
+        assert_eq!(host.complete_prompt::<ExampleTools>("reindex_collection", "collection", "m"), ["music"]);
     }
 
     #[test]

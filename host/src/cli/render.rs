@@ -198,6 +198,7 @@ pub fn outcome(outcome: &Outcome, limits: &ToolLimits) -> String {
         Outcome::InvalidResult(problem) => format!("the tool returned an invalid result: {problem}"),
         Outcome::Shutdown => "the call was stopped: the runtime shut down".into(),
         Outcome::StartFailed(problem) => format!("the tool could not start: {problem}"),
+        Outcome::Answered(_) => "the component answered".into(),
     }
 }
 

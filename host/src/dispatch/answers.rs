@@ -81,6 +81,8 @@ pub fn call_result(outcome: Outcome, limits: &ToolLimits, revision: Revision) ->
         Outcome::InvalidResult(problem) => error(format!("The tool returned an invalid result: {problem}.")),
         Outcome::Shutdown => error("The server is shutting down; the call was stopped.".into()),
         Outcome::StartFailed(problem) => error(format!("The tool could not start: {problem}.")),
+        // Only a request for a resource, prompt or completion is answered so (dispatch/features.rs).
+        Outcome::Answered(_) => error("The tool returned no tool result.".into()),
     }
 }
 

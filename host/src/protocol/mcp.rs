@@ -164,7 +164,11 @@ fn cache_scope(private: bool) -> CacheScope {
 }
 
 fn capabilities() -> ServerCapabilities {
-    ServerCapabilities { tools: Some(ToolsCapability { list_changed: true }), logging: Some(Empty {}) }
+    ServerCapabilities {
+        tools: Some(ToolsCapability { list_changed: true }),
+        logging: Some(Empty {}),
+        ..ServerCapabilities::default()
+    }
 }
 
 /// `server/discover`; `private` when the server has tenants (their views differ).

@@ -138,6 +138,13 @@ pub struct ToolsCapability {
 pub struct ServerCapabilities {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tools: Option<ToolsCapability>,
+    /// Set when a component offers resources (`protocol/features.rs`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<Empty>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompts: Option<Empty>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completions: Option<Empty>,
     /// A tool's log reaches clients that ask for it (`notifications/message`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub logging: Option<Empty>,
@@ -314,6 +321,8 @@ pub enum ServerResult {
     ListTools(ListToolsResult),
     CallTool(CallToolResult),
     Empty(EmptyResult),
+    /// Resources, prompts and completions (`protocol/features.rs`).
+    Feature(super::features::FeatureResult),
 }
 
 macro_rules! server_result_from {
@@ -330,7 +339,8 @@ server_result_from!(
     Discover(DiscoverResult),
     ListTools(ListToolsResult),
     CallTool(CallToolResult),
-    Empty(EmptyResult)
+    Empty(EmptyResult),
+    Feature(super::features::FeatureResult)
 );
 
 /// `_meta` tagging a message with the listen stream it belongs to.
@@ -482,4 +492,6 @@ pub enum ErrorData {
         #[serde(rename = "retryAfterSeconds")]
         retry_after_seconds: u64,
     },
+    /// `-32602` "Resource not found" (SEP-2164): the URI asked for.
+    ResourceNotFound { uri: String },
 }

@@ -36,6 +36,7 @@ use super::bindings::{self, CleanupContext, Content, StopReason};
 use super::component::LoadedComponent;
 use super::control::{CallControl, LogLevel, LogLine, Progress, StopRequest};
 use super::events::{CallEnded, CallOutcome, CallTags, CleanupEnded, CleanupResult, Observers, StopPath};
+use super::features::{FeatureAnswer, FeatureRequest};
 use super::guest::GuestState;
 use super::limits::ToolLimits;
 use super::schema::Check;
@@ -65,6 +66,9 @@ pub enum Outcome {
     Shutdown,
     /// The host could not start the instance (e.g. the data directory is missing).
     StartFailed(String),
+    /// The guest answered a request for a resource, a prompt or a completion
+    /// ([`super::Runtime::feature_in`]).
+    Answered(FeatureAnswer),
 }
 
 impl Outcome {
@@ -85,6 +89,7 @@ impl Outcome {
     pub fn kind(&self) -> CallOutcome {
         match self {
             Outcome::Completed(result) if !result.is_error => CallOutcome::Ok,
+            Outcome::Answered(_) => CallOutcome::Ok,
             Outcome::Completed(_) | Outcome::ToolError(_) | Outcome::InvalidResult(_) => {
                 CallOutcome::ToolError
             }
@@ -265,12 +270,25 @@ pub struct Call {
     pub(crate) observers: Observers,
     /// The size of what the guest returned (result or error message), once it has.
     pub(crate) result_bytes: AtomicUsize,
+    /// What the guest is asked instead of a tool call (then `tool` names the method).
+    pub(crate) feature: Option<FeatureRequest>,
+}
+
+/// What the guest returned: a tool's result, or the answer to a [`FeatureRequest`].
+enum Returned {
+    Tool(bindings::CallResult),
+    Feature(FeatureAnswer),
 }
 
 impl Call {
     /// The call's id, unique while the runtime lives.
     pub fn id(&self) -> u64 {
         self.id
+    }
+
+    /// The limits it runs under.
+    pub fn limits(&self) -> &ToolLimits {
+        &self.limits
     }
 
     pub fn handle(&self) -> CallHandle {
@@ -392,14 +410,18 @@ impl Call {
         };
         store.data_mut().begin_call(&self.tool, limits);
         let pre = self.component.pre.clone();
-        let (tool, arguments) = (&self.tool, &self.arguments);
+        let (tool, arguments, feature) = (&self.tool, &self.arguments, self.feature.as_ref());
         let store_ref = &mut store;
         let mut call = Box::pin(async move {
             let instance = match spare {
                 Some(instance) => instance,
                 None => pre.instantiate(&mut *store_ref).await?,
             };
-            instance.call(&pre, store_ref, tool, arguments).await
+            let returned = match feature {
+                None => instance.call(&pre, store_ref, tool, arguments).await?.map(Returned::Tool),
+                Some(request) => instance.serve_feature(store_ref, request).await?.map(Returned::Feature),
+            };
+            Ok::<_, wasmtime::Error>(returned)
         });
 
         // Phase 1: running.
@@ -519,12 +541,20 @@ impl Call {
 
     async fn classify(
         &self,
-        result: wasmtime::Result<Result<bindings::CallResult, String>>,
+        result: wasmtime::Result<Result<Returned, String>>,
         last_words: Option<String>,
     ) -> Outcome {
         let stop_requested = self.control.stop_request().is_some();
         match result {
-            Ok(Ok(result)) => self.check_result(result).await,
+            Ok(Ok(Returned::Tool(result))) => self.check_result(result).await,
+            Ok(Ok(Returned::Feature(answer))) => {
+                let (bytes, limit) = (self.note_result_bytes(answer.size()), self.limits.result_bytes);
+                if bytes > limit {
+                    Outcome::ResultTooLarge { bytes, limit }
+                } else {
+                    Outcome::Answered(answer)
+                }
+            }
             // An error after a stop request is the guest's cooperative way out.
             Ok(Err(_)) if stop_requested => self.stopped_outcome(),
             Ok(Err(message)) => {
@@ -611,6 +641,7 @@ impl Call {
             .expect("the cleanup semaphore is never closed");
         let started_at = Instant::now();
         let why = reason_name(&reason);
+        // A request for a resource, prompt or completion names its method (`tool` holds it).
         let context = CleanupContext {
             call_id: self.id.to_string(),
             tool: self.tool.to_string(),
@@ -662,13 +693,8 @@ async fn run_cleanup(
     let (mut store, deadline) = bounded_store_with(engine, component, files, limits, limits.cleanup_budget);
     let pre = component.pre.clone();
     let cleanup = async move {
-        match pre.instantiate(&mut store).await? {
-            super::component::GuestInstance::Cordon(plugin) => {
-                plugin.cordon_tool_tool().call_cleanup(&mut store, &context).await
-            }
-            // Never asked for: `run_deferring_teardown` runs cleanups of Cordon components only.
-            super::component::GuestInstance::Plain(_) => Ok(()),
-        }
+        // A plain component has none: `run_deferring_teardown` never asks for it.
+        pre.instantiate(&mut store).await?.cleanup(&mut store, &context).await
     };
     match run_bounded(cleanup, deadline).await {
         Some(Ok(())) => CleanupOutcome::Completed,
@@ -822,27 +848,26 @@ const CONTENT_ITEM_BYTES: usize = 32;
 /// list the guest chose, plus [`CONTENT_ITEM_BYTES`] per content item.
 fn result_size(result: &bindings::CallResult) -> usize {
     let len = |text: &Option<String>| text.as_ref().map_or(0, String::len);
-    let content: usize = result
-        .content
-        .iter()
-        .map(|item| {
-            CONTENT_ITEM_BYTES
-                + match item {
-                    Content::Text(text) => text.len(),
-                    Content::Image(media) | Content::Audio(media) => media.data.len() + media.mime_type.len(),
-                    Content::ResourceLink(link) => {
-                        link.uri.len() + link.name.len() + len(&link.description) + len(&link.mime_type)
-                    }
-                    Content::EmbeddedResource(resource) => {
-                        resource.uri.len()
-                            + len(&resource.mime_type)
-                            + len(&resource.text)
-                            + resource.blob.as_ref().map_or(0, Vec::len)
-                    }
-                }
-        })
-        .sum();
+    let content: usize = result.content.iter().map(|item| CONTENT_ITEM_BYTES + content_size(item)).sum();
     content + len(&result.structured)
+}
+
+/// The bytes of the strings and byte lists of one content item.
+pub(crate) fn content_size(item: &Content) -> usize {
+    let len = |text: &Option<String>| text.as_ref().map_or(0, String::len);
+    match item {
+        Content::Text(text) => text.len(),
+        Content::Image(media) | Content::Audio(media) => media.data.len() + media.mime_type.len(),
+        Content::ResourceLink(link) => {
+            link.uri.len() + link.name.len() + len(&link.description) + len(&link.mime_type)
+        }
+        Content::EmbeddedResource(resource) => {
+            resource.uri.len()
+                + len(&resource.mime_type)
+                + len(&resource.text)
+                + resource.blob.as_ref().map_or(0, Vec::len)
+        }
+    }
 }
 
 /// The trap's own message (e.g. "wasm `unreachable` instruction executed"), without the

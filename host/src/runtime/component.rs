@@ -1,6 +1,7 @@
 //! Loading a tool component: checking the file is a component, compiling it (through the
-//! cache), pre-instantiating it once, telling a Cordon tool component (the `plugin` world)
-//! from a plain one (exported typed functions, plain.rs), and reading its tool list.
+//! cache), pre-instantiating it once, telling a Cordon tool component (the `plugin` world,
+//! `cordon:tool@0.1.0` or `@0.2.0`) from a plain one (exported typed functions, plain.rs),
+//! and reading its tool list (and, at 0.2.0, its resources and prompts: features.rs).
 //!
 //! Every problem becomes a [`LoadError`] that names the file and says what is wrong, so a
 //! platform operator can fix the right plugin.
@@ -14,7 +15,7 @@ use serde_json::Value;
 use wasmtime::Engine;
 use wasmtime::component::Linker;
 
-use super::bindings::{CallResult, Plugin, PluginPre, ToolAnnotations, ToolInfo};
+use super::bindings::{CallResult, CleanupContext, Plugin, PluginPre, ToolAnnotations, ToolInfo, v2};
 use super::egress::HttpGrants;
 use super::engine::compile_component;
 use super::files::{FileGrants, Mount};
@@ -217,6 +218,8 @@ pub(crate) struct LoadedComponent {
     pub(crate) spare: SpareSlot,
     /// Whether the operator was told that calls grow this component's memory.
     pub(crate) growth_hinted: AtomicBool,
+    /// Its resources, templates and prompts (none before `cordon:tool@0.2.0`).
+    pub(crate) offered: super::features::Offered,
 }
 
 /// A tool's schemas, compiled once at load, and its name as every call's event carries it.
@@ -249,8 +252,10 @@ const COMPONENT_LAYER: [u8; 2] = [1, 0];
 /// How a loaded component's instances are made and called.
 #[derive(Clone)]
 pub(crate) enum GuestPre {
-    /// A Cordon tool component: it implements the `plugin` world.
+    /// A Cordon tool component: it implements the `cordon:tool@0.1.0` `plugin` world.
     Cordon(PluginPre<GuestState>),
+    /// A Cordon component of `cordon:tool@0.2.0`: tools, resources, prompts, completions.
+    CordonV2(v2::PluginPre<GuestState>),
     /// A plain component: its exported functions are its tools (plain.rs).
     Plain { pre: wasmtime::component::InstancePre<GuestState>, functions: Arc<PlainFunctions> },
 }
@@ -258,6 +263,7 @@ pub(crate) enum GuestPre {
 /// An instance of a loaded component, not yet called.
 pub(crate) enum GuestInstance {
     Cordon(Plugin),
+    CordonV2(v2::Plugin),
     Plain(wasmtime::component::Instance),
 }
 
@@ -269,6 +275,7 @@ impl GuestPre {
     ) -> wasmtime::Result<GuestInstance> {
         Ok(match self {
             Self::Cordon(pre) => GuestInstance::Cordon(pre.instantiate_async(store).await?),
+            Self::CordonV2(pre) => GuestInstance::CordonV2(pre.instantiate_async(store).await?),
             Self::Plain { pre, .. } => GuestInstance::Plain(pre.instantiate_async(store).await?),
         })
     }
@@ -276,6 +283,7 @@ impl GuestPre {
     pub(crate) fn component(&self) -> &wasmtime::component::Component {
         match self {
             Self::Cordon(pre) => pre.instance_pre().component(),
+            Self::CordonV2(pre) => pre.instance_pre().component(),
             Self::Plain { pre, .. } => pre.component(),
         }
     }
@@ -283,7 +291,7 @@ impl GuestPre {
     /// The function a plain component's `tool` calls.
     pub(crate) fn plain_function(&self, tool: &str) -> Option<&super::plain::PlainFunction> {
         match self {
-            Self::Cordon(_) => None,
+            Self::Cordon(_) | Self::CordonV2(_) => None,
             Self::Plain { functions, .. } => functions.get(tool),
         }
     }
@@ -291,7 +299,7 @@ impl GuestPre {
     /// Whether the component exports a `cleanup` to run after a stopped call: a plain one
     /// has none.
     pub(crate) fn has_cleanup(&self) -> bool {
-        matches!(self, Self::Cordon(_))
+        matches!(self, Self::Cordon(_) | Self::CordonV2(_))
     }
 }
 
@@ -306,15 +314,41 @@ impl GuestInstance {
     ) -> wasmtime::Result<Result<CallResult, String>> {
         match (self, pre) {
             (Self::Cordon(plugin), _) => plugin.cordon_tool_tool().call_call(store, tool, arguments).await,
+            (Self::CordonV2(plugin), _) => plugin.cordon_tool_tool().call_call(store, tool, arguments).await,
             (Self::Plain(instance), GuestPre::Plain { functions, .. }) => {
                 let function = functions
                     .get(tool)
                     .ok_or_else(|| wasmtime::format_err!("the component has no function for tool {tool}"))?;
                 function.call(store, instance, arguments).await
             }
-            (Self::Plain(_), GuestPre::Cordon(_)) => {
+            (Self::Plain(_), GuestPre::Cordon(_) | GuestPre::CordonV2(_)) => {
                 unreachable!("an instance is made from its own component")
             }
+        }
+    }
+
+    /// The guest's tool list (`None`: a plain component, which has none).
+    pub(crate) async fn list_tools(
+        &self,
+        store: &mut wasmtime::Store<GuestState>,
+    ) -> wasmtime::Result<Option<Vec<ToolInfo>>> {
+        Ok(match self {
+            Self::Cordon(plugin) => Some(plugin.cordon_tool_tool().call_list(store).await?),
+            Self::CordonV2(plugin) => Some(plugin.cordon_tool_tool().call_list(store).await?),
+            Self::Plain(_) => None,
+        })
+    }
+
+    /// Run the guest's `cleanup` (a plain component has none: nothing runs).
+    pub(crate) async fn cleanup(
+        &self,
+        store: &mut wasmtime::Store<GuestState>,
+        context: &CleanupContext,
+    ) -> wasmtime::Result<()> {
+        match self {
+            Self::Cordon(plugin) => plugin.cordon_tool_tool().call_cleanup(store, context).await,
+            Self::CordonV2(plugin) => plugin.cordon_tool_tool().call_cleanup(store, context).await,
+            Self::Plain(_) => Ok(()),
         }
     }
 }
@@ -338,6 +372,14 @@ pub(crate) fn exports_cordon_tool(engine: &Engine, component: &wasmtime::compone
         .component_type()
         .exports(engine)
         .any(|(name, _)| name.split('@').next() == Some(CORDON_TOOL_INTERFACE))
+}
+
+/// The version of the `cordon:tool/tool` interface `component` exports (`0.1.0`, `0.2.0`).
+fn cordon_tool_version(engine: &Engine, component: &wasmtime::component::Component) -> Option<String> {
+    component.component_type().exports(engine).find_map(|(name, _)| {
+        let (interface, version) = name.split_once('@')?;
+        (interface == CORDON_TOOL_INTERFACE).then(|| version.to_owned())
+    })
 }
 
 /// Check the header, compile, and pre-instantiate against our linker; a component that
@@ -377,17 +419,23 @@ pub(crate) fn prepare(
         let pre = GuestPre::Plain { pre: instance_pre, functions: Arc::new(found.functions) };
         return Ok(Prepared { pre, plain_tools: found.tools, warnings: found.warnings });
     }
-    let pre = PluginPre::new(instance_pre).map_err(|error| {
+    let version = cordon_tool_version(engine, &component).unwrap_or_default();
+    let refused = |error: wasmtime::Error| {
         LoadError::new(
             origin,
             format!(
-                "does not implement the cordon:tool@0.1.0 `plugin` world (export `cordon:tool/tool`): \
+                "does not implement the cordon:tool@{version} `plugin` world (export `cordon:tool/tool`): \
                  {error:#}; a Rust tool exports it with `cordon_guest::export_plugin!(YourPlugin);` \
                  at its crate root"
             ),
         )
-    })?;
-    Ok(Prepared { pre: GuestPre::Cordon(pre), plain_tools: Vec::new(), warnings: Vec::new() })
+    };
+    let pre = if version == "0.2.0" {
+        GuestPre::CordonV2(v2::PluginPre::new(instance_pre).map_err(refused)?)
+    } else {
+        GuestPre::Cordon(PluginPre::new(instance_pre).map_err(refused)?)
+    };
+    Ok(Prepared { pre, plain_tools: Vec::new(), warnings: Vec::new() })
 }
 
 /// Compile every tool's schemas.

@@ -265,6 +265,29 @@ impl host::Host for GuestState {
     }
 }
 
+/// The 0.2.0 `host` interface: the same functions as 0.1.0's, whose `log-level` it shares.
+impl super::bindings::v2::cordon::tool::host::Host for GuestState {
+    fn progress(&mut self, done: f64, total: Option<f64>, message: Option<String>) -> wasmtime::Result<()> {
+        host::Host::progress(self, done, total, message)
+    }
+
+    fn cancelled(&mut self) -> wasmtime::Result<bool> {
+        host::Host::cancelled(self)
+    }
+
+    fn time_left(&mut self) -> wasmtime::Result<Option<u64>> {
+        host::Host::time_left(self)
+    }
+
+    fn set_cleanup_note(&mut self, note: Vec<u8>) -> wasmtime::Result<()> {
+        host::Host::set_cleanup_note(self, note)
+    }
+
+    fn log(&mut self, level: types::LogLevel, message: String) -> wasmtime::Result<()> {
+        host::Host::log(self, level, message)
+    }
+}
+
 /// The most random bytes one `get-random-bytes` call may ask for.
 const MAX_RANDOM_BYTES: usize = 1 << 20;
 

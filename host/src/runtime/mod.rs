@@ -6,6 +6,8 @@
 //!
 //! - [`engine`]: the engine configuration, the epoch ticker, the compile cache.
 //! - [`component`]: loading and checking a component, reading its tool list.
+//! - [`features`]: a `cordon:tool@0.2.0` component's resources, prompts and completions,
+//!   each request run as a call.
 //! - [`call`]: one call, from instance to outcome, and the cleanup after a stop.
 //! - [`events`]: the one typed event per call end, and the observers that get it.
 //! - `control`: the control block a call shares with its guest and its handle.
@@ -29,6 +31,7 @@ mod egress;
 pub mod engine;
 pub mod events;
 mod fair;
+pub mod features;
 mod files;
 mod guest;
 mod ledger;
@@ -67,6 +70,7 @@ pub use engine::{CompileCache, EngineSettings};
 pub use events::{
     CallEnded, CallObserver, CallOutcome, CallTags, CleanupEnded, CleanupResult, RefusalReason, StopPath,
 };
+pub use features::{FeatureAnswer, FeatureError, FeatureRequest};
 pub use files::{GUEST_DATA_DIR, Mount};
 pub use ledger::{DescriptorBudget, raise_open_file_limit};
 pub use limits::ToolLimits;
@@ -261,6 +265,7 @@ impl Runtime {
         quota::shadow_quota(&mut linker)?;
         waits::wake_waits_on_stop(&mut linker)?;
         bindings::Plugin::add_to_linker::<_, HasSelf<_>>(&mut linker, |state| state)?;
+        bindings::v2::Plugin::add_to_linker::<_, HasSelf<_>>(&mut linker, |state| state)?;
         let slots = settings.engine.max_concurrent_calls;
         let process_limit = ledger::open_file_limit();
         let guest_descriptors = process_limit.saturating_sub(settings.reserved_descriptors);
@@ -413,12 +418,17 @@ impl Runtime {
             schemas: HashMap::new(),
             spare: Default::default(),
             growth_hinted: Default::default(),
+            offered: Default::default(),
         };
-        let infos = self.list_tools(&loaded).await.map_err(|problem| LoadError::new(origin, problem))?;
+        let (infos, features) =
+            self.list_tools(&loaded).await.map_err(|problem| LoadError::new(origin, problem))?;
         loaded.tools = match infos {
             Some(infos) => component::tool_specs(origin, infos)?,
             None => plain_tools,
         };
+        if let Some((catalog, prompts)) = features {
+            loaded.offered = features::Offered::checked(origin, catalog, prompts)?;
+        }
         let mut configured: Vec<&String> = loaded.options.tool_limits.keys().collect();
         configured.sort();
         for tool in configured {
@@ -663,11 +673,16 @@ impl Runtime {
     }
 
     /// Run the guest's `list` in a bounded instance; a plain component (which has none) is
-    /// only instantiated there, to check that it can be, and gives `None`.
+    /// only instantiated there, to check that it can be, and gives `None`. A 0.2.0
+    /// component lists its resources and prompts in the same instance.
+    #[allow(clippy::type_complexity)]
     async fn list_tools(
         &self,
         component: &LoadedComponent,
-    ) -> Result<Option<Vec<bindings::ToolInfo>>, String> {
+    ) -> Result<
+        (Option<Vec<bindings::ToolInfo>>, Option<(bindings::v2::Catalog, Vec<bindings::v2::PromptInfo>)>),
+        String,
+    > {
         let budget = self.settings.list_budget;
         let _permit = self.call_permits.acquire().await.expect("the call semaphore is never closed");
         let _ticking = self.ticker.running();
@@ -676,12 +691,9 @@ impl Runtime {
         let memory = store.data().control().memory.clone();
         let pre = component.pre.clone();
         let list = async move {
-            match pre.instantiate(&mut store).await? {
-                component::GuestInstance::Cordon(plugin) => {
-                    plugin.cordon_tool_tool().call_list(&mut store).await.map(Some)
-                }
-                component::GuestInstance::Plain(_) => Ok(None),
-            }
+            let instance: component::GuestInstance = pre.instantiate(&mut store).await?;
+            let tools = instance.list_tools(&mut store).await?;
+            Ok::<_, wasmtime::Error>((tools, instance.list_features(&mut store).await?))
         };
         match call::run_bounded(list, deadline).await {
             Some(Ok(tools)) => Ok(tools),
@@ -768,6 +780,24 @@ impl Runtime {
                 return Err(CallError::ArgumentsUnchecked { tool: tool.to_owned(), reason });
             }
         }
+        let limits = component.options.limits_for(tool).clone();
+        let arguments = serde_json::to_string(arguments).expect("a Value always serializes");
+        self.take_slot(component, view, schemas.name.clone(), limits, arguments, None, tags).await
+    }
+
+    /// A slot for a call of `component` (a tool call, or `feature`) as `view` sees it:
+    /// waits for one for at most the queue timeout, in the tenant's turn.
+    #[allow(clippy::too_many_arguments)]
+    async fn take_slot(
+        &self,
+        component: &Arc<LoadedComponent>,
+        view: Option<&TenantView>,
+        tool: Arc<str>,
+        limits: ToolLimits,
+        arguments: String,
+        feature: Option<FeatureRequest>,
+        tags: CallTags,
+    ) -> Result<Call, CallError> {
         if *self.shutdown.borrow() {
             return Err(CallError::ShuttingDown);
         }
@@ -798,12 +828,13 @@ impl Runtime {
             id: self.next_call_id.fetch_add(1, Ordering::Relaxed),
             engine: self.engine.clone(),
             ticker: self.ticker.clone(),
-            control: CallControl::new(component.options.limits_for(tool)),
-            limits: component.options.limits_for(tool).clone(),
-            tool: schemas.name.clone(),
+            control: CallControl::new(&limits),
+            limits,
+            tool,
             component,
             // Not `to_string`: `Display` goes through `fmt`, a call per token.
-            arguments: serde_json::to_string(arguments).expect("a Value always serializes"),
+            arguments,
+            feature,
             shutdown: self.shutdown.subscribe(),
             permit: (permit, fair_permit),
             files,
@@ -814,6 +845,71 @@ impl Runtime {
             observers: self.observers.clone(),
             result_bytes: Default::default(),
         })
+    }
+
+    /// Reserve a slot to ask the component that serves `request` (as `view` sees the set
+    /// `tools`): a resource read, a prompt or a completion, run by [`Call::run`] like a tool
+    /// call, with the component's limits. Refused before any slot is taken when no
+    /// component serves it, or the prompt's arguments do not fit.
+    pub async fn feature_in(
+        &self,
+        tools: &ToolSet,
+        view: Option<&TenantView>,
+        request: FeatureRequest,
+        tags: CallTags,
+    ) -> Result<Call, FeatureError> {
+        let component = match &request {
+            FeatureRequest::ReadResource { uri } => {
+                tools.resource_owner(view, uri).ok_or_else(|| FeatureError::ResourceNotFound(uri.clone()))?
+            }
+            FeatureRequest::GetPrompt { name, arguments } => {
+                let component = tools
+                    .prompt_owner(view, name)
+                    .ok_or_else(|| FeatureError::UnknownPrompt(name.clone()))?;
+                let prompt = component.offered.prompt(name).expect("its owner offers it");
+                features::check_prompt_arguments(prompt, arguments)
+                    .map_err(|problem| FeatureError::InvalidArguments { prompt: name.clone(), problem })?;
+                component
+            }
+            FeatureRequest::Complete { reference, argument, .. } => {
+                let unknown = |what: String| FeatureError::UnknownReference(what);
+                match reference {
+                    features::Reference::Prompt(name) => {
+                        let component = tools
+                            .prompt_owner(view, name)
+                            .ok_or_else(|| unknown(format!("no prompt {name:?}")))?;
+                        let prompt = component.offered.prompt(name).expect("its owner offers it");
+                        if !prompt.arguments.iter().any(|declared| &declared.name == argument) {
+                            return Err(unknown(format!("prompt {name:?} takes no argument {argument:?}")));
+                        }
+                        component
+                    }
+                    features::Reference::ResourceTemplate(uri) => {
+                        let component = tools
+                            .template_owner(view, uri)
+                            .ok_or_else(|| unknown(format!("no resource template {uri:?}")))?;
+                        let template = component.offered.template(uri).expect("its owner offers it");
+                        if !template.variables().any(|variable| variable == argument) {
+                            return Err(unknown(format!("template {uri:?} has no variable {argument:?}")));
+                        }
+                        component
+                    }
+                }
+            }
+        };
+        let method = component.offered.methods.of(&request).clone();
+        let limits = component.options.limits.clone();
+        let parameters = request.parameters();
+        let observed = if self.observers.is_empty() { None } else { Some(tags.clone()) };
+        let call =
+            self.take_slot(component, view, method.clone(), limits, parameters, Some(request), tags).await;
+        if let (Err(error), Some(tags)) = (&call, observed) {
+            let mut event = CallEnded::refused(tags, error.reason());
+            event.component = Some(component.name.clone());
+            event.tool = Some(method);
+            self.observers.emit(&event);
+        }
+        call.map_err(FeatureError::Refused)
     }
 
     /// Stop every call in flight (with the reason `shutdown`, grace, then the hard stop and

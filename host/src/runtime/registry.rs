@@ -62,10 +62,114 @@ impl ToolSet {
     /// Why `component` (loaded from `origin`) cannot join this set: a tool of its is
     /// already offered.
     pub(crate) fn clash(&self, origin: &str, component: &LoadedComponent) -> Option<LoadError> {
-        component.tools.iter().find_map(|tool| {
+        let tool = component.tools.iter().find_map(|tool| {
             let other = &self.components[*self.tools.get(&tool.name)?].name;
             Some(LoadError::new(origin, format!("tool {:?} is also offered by component {other}", tool.name)))
+        });
+        tool.or_else(|| self.feature_clash(origin, component))
+    }
+
+    /// Why `component` cannot join: a resource URI, template or prompt name of its is
+    /// already another component's (a request must reach exactly one).
+    fn feature_clash(&self, origin: &str, component: &LoadedComponent) -> Option<LoadError> {
+        let offered = &component.offered;
+        self.components.iter().filter(|other| other.name != component.name).find_map(|other| {
+            let theirs = &other.offered;
+            let what = if let Some(resource) =
+                offered.resources.iter().find(|mine| theirs.resources.iter().any(|r| r.uri == mine.uri))
+            {
+                format!("resource {:?}", resource.uri)
+            } else if let Some(template) =
+                offered.templates.iter().find(|mine| theirs.template(&mine.info.uri_template).is_some())
+            {
+                format!("resource template {:?}", template.info.uri_template)
+            } else if let Some(prompt) =
+                offered.prompts.iter().find(|mine| theirs.prompt(&mine.name).is_some())
+            {
+                format!("prompt {:?}", prompt.name)
+            } else {
+                return None;
+            };
+            Some(LoadError::new(origin, format!("{what} is also offered by component {}", other.name)))
         })
+    }
+
+    /// The components `view` sees, in load order.
+    fn visible<'a>(&'a self, view: Option<&TenantView>) -> impl Iterator<Item = &'a Arc<LoadedComponent>> {
+        let view = view.cloned();
+        self.components
+            .iter()
+            .filter(move |component| view.as_ref().is_none_or(|view| view.sees(&component.name)))
+    }
+
+    /// Every resource `view` sees, in load order.
+    pub fn resources_for<'a>(
+        &'a self,
+        view: Option<&'a TenantView>,
+    ) -> impl Iterator<Item = &'a super::features::ResourceInfo> {
+        self.visible(view).flat_map(|component| component.offered.resources.iter())
+    }
+
+    /// Every resource template `view` sees, in load order.
+    pub fn templates_for<'a>(
+        &'a self,
+        view: Option<&'a TenantView>,
+    ) -> impl Iterator<Item = &'a super::features::ResourceTemplate> {
+        self.visible(view)
+            .flat_map(|component| component.offered.templates.iter().map(|template| &template.info))
+    }
+
+    /// Every prompt `view` sees, in load order.
+    pub fn prompts_for<'a>(
+        &'a self,
+        view: Option<&'a TenantView>,
+    ) -> impl Iterator<Item = &'a super::features::PromptInfo> {
+        self.visible(view).flat_map(|component| component.offered.prompts.iter())
+    }
+
+    /// What the components `view` sees offer besides tools: (resources or templates,
+    /// prompts, completions).
+    pub fn features_for(&self, view: Option<&TenantView>) -> (bool, bool, bool) {
+        self.visible(view).fold((false, false, false), |(resources, prompts, completions), component| {
+            let offered = &component.offered;
+            let has_resources = !offered.resources.is_empty() || !offered.templates.is_empty();
+            let has_prompts = !offered.prompts.is_empty();
+            (
+                resources || has_resources,
+                prompts || has_prompts,
+                completions || (offered.completions && !offered.is_empty()),
+            )
+        })
+    }
+
+    /// The component that serves `uri`: the one listing it, else the first whose template
+    /// it matches.
+    pub(crate) fn resource_owner(
+        &self,
+        view: Option<&TenantView>,
+        uri: &str,
+    ) -> Option<&Arc<LoadedComponent>> {
+        self.visible(view)
+            .find(|component| component.offered.resources.iter().any(|resource| resource.uri == uri))
+            .or_else(|| self.visible(view).find(|component| component.offered.serves_uri(uri)))
+    }
+
+    /// The component offering the prompt `name`.
+    pub(crate) fn prompt_owner(
+        &self,
+        view: Option<&TenantView>,
+        name: &str,
+    ) -> Option<&Arc<LoadedComponent>> {
+        self.visible(view).find(|component| component.offered.prompt(name).is_some())
+    }
+
+    /// The component offering the template `uri_template`.
+    pub(crate) fn template_owner(
+        &self,
+        view: Option<&TenantView>,
+        uri_template: &str,
+    ) -> Option<&Arc<LoadedComponent>> {
+        self.visible(view).find(|component| component.offered.template(uri_template).is_some())
     }
 
     /// Every tool, in load order (component by component, each in its own order).

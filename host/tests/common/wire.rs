@@ -63,6 +63,12 @@ impl Schema {
                 Some("tools/list") => "ListToolsResult",
                 Some("initialize") => "InitializeResult",
                 Some("ping") => "EmptyResult",
+                Some("resources/list") => "ListResourcesResult",
+                Some("resources/templates/list") => "ListResourceTemplatesResult",
+                Some("resources/read") => "ReadResourceResult",
+                Some("prompts/list") => "ListPromptsResult",
+                Some("prompts/get") => "GetPromptResult",
+                Some("completion/complete") => "CompleteResult",
                 _ => "Result",
             };
             self.check(definition, &message["result"]);
@@ -72,6 +78,12 @@ impl Schema {
                 Some("tools/list") => "ListToolsResultResponse",
                 Some("server/discover") => "DiscoverResultResponse",
                 Some("subscriptions/listen") => "SubscriptionsListenResultResponse",
+                Some("resources/list") => "ListResourcesResultResponse",
+                Some("resources/templates/list") => "ListResourceTemplatesResultResponse",
+                Some("resources/read") => "ReadResourceResultResponse",
+                Some("prompts/list") => "ListPromptsResultResponse",
+                Some("prompts/get") => "GetPromptResultResponse",
+                Some("completion/complete") => "CompleteResultResponse",
                 _ => "JSONRPCResultResponse",
             };
             self.check(definition, message);

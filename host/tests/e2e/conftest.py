@@ -36,6 +36,12 @@ RESPONSE_SCHEMAS = {
     "tools/list": "ListToolsResultResponse",
     "server/discover": "DiscoverResultResponse",
     "subscriptions/listen": "SubscriptionsListenResultResponse",
+    "resources/list": "ListResourcesResultResponse",
+    "resources/templates/list": "ListResourceTemplatesResultResponse",
+    "resources/read": "ReadResourceResultResponse",
+    "prompts/list": "ListPromptsResultResponse",
+    "prompts/get": "GetPromptResultResponse",
+    "completion/complete": "CompleteResultResponse",
 }
 
 # 2025-11-25 names the results, not the responses that carry them.
@@ -44,6 +50,12 @@ LEGACY_RESULT_SCHEMAS = {
     "tools/list": "ListToolsResult",
     "initialize": "InitializeResult",
     "ping": "EmptyResult",
+    "resources/list": "ListResourcesResult",
+    "resources/templates/list": "ListResourceTemplatesResult",
+    "resources/read": "ReadResourceResult",
+    "prompts/list": "ListPromptsResult",
+    "prompts/get": "GetPromptResult",
+    "completion/complete": "CompleteResult",
 }
 
 # The schema definition each notification must match, by method.
