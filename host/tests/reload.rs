@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use common::wire::{Schema, meta};
+use common::wire::{Schema, line_channel, meta};
 use common::{DONE_BODY, WatGuest, fresh_dir};
 use serde_json::{Value, json};
 
@@ -78,15 +78,7 @@ impl Process {
     fn spawn(mut command: Command) -> Self {
         let mut child = command.env("CORDON_LOG", "info").stderr(Stdio::piped()).spawn().unwrap();
         let stderr = child.stderr.take().unwrap();
-        let (sender, log) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines() {
-                let Ok(line) = line else { break };
-                if sender.send(line).is_err() {
-                    break;
-                }
-            }
-        });
+        let log = line_channel(stderr);
         Self { child, log, seen: Vec::new() }
     }
 
@@ -145,15 +137,7 @@ impl StdioServer {
         let mut process = Process::spawn(command);
         let stdin = process.child.stdin.take();
         let stdout = process.child.stdout.take().unwrap();
-        let (sender, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                if sender.send(line).is_err() {
-                    break;
-                }
-            }
-        });
+        let lines = line_channel(stdout);
         process.wait_log("loaded");
         Self { process, stdin, lines, schema: Schema::new(), methods: HashMap::new() }
     }
