@@ -323,6 +323,27 @@ fn watch_picks_up_a_changed_component_file() {
 }
 
 #[test]
+fn a_reload_warns_that_changed_settings_other_than_components_wait_for_a_restart() {
+    let setup = two_tools("settings");
+    let mut server = StdioServer::start(&setup, &[]);
+    // Components only: applied, and nothing to warn about.
+    setup.serve(&["alpha.wasm", "beta.wasm"], "");
+    let line = server.process.reload();
+    assert!(line.contains("loaded [beta]"), "{line}");
+    // A changed [server] table and a new [http] one: not applied, and said so.
+    setup.serve(&["alpha.wasm", "beta.wasm"], "max_concurrent_calls = 3\n[http]\nmax_connections = 7");
+    server.process.signal(libc::SIGHUP);
+    let warning = server.process.wait_log("only a restart applies it");
+    assert!(warning.contains("WARN") && warning.contains("[http], [server] changed"), "{warning}");
+    assert!(
+        !server.process.seen.iter().any(|line| line.contains("only a restart") && line != &warning),
+        "the components-only reload warned too: {:?}",
+        server.process.seen
+    );
+    assert_eq!(server.tool_names(1).0, ["alpha", "beta"], "the server still serves");
+}
+
+#[test]
 fn a_call_in_flight_finishes_on_the_version_it_started_with() {
     let setup = Setup::new("in-flight");
     setup.component("slow.wasm", &WatGuest::new("slow", SLOW_BODY));
