@@ -95,7 +95,8 @@ fn completed_result(result: ToolResult, revision: Revision) -> CallToolResult {
     }
 }
 
-fn content_block(content: Content) -> ContentBlock {
+/// A guest's content as the protocol writes it (tool results and prompt messages alike).
+pub(super) fn content_block(content: Content) -> ContentBlock {
     match content {
         Content::Text(text) => ContentBlock::Text { text },
         Content::Image(media) => {

@@ -23,7 +23,7 @@ use crate::runtime::features::{
     Body, Completion, Contents, PromptInfo, PromptResult, Reference, ResourceInfo, ResourceTemplate, Role,
 };
 use crate::runtime::{
-    CallEnded, CallOutcome, Content, FeatureAnswer, FeatureError, FeatureRequest, Outcome, Teardown, Timeout,
+    CallEnded, CallOutcome, FeatureAnswer, FeatureError, FeatureRequest, Outcome, Teardown, Timeout,
     ToolLimits, ToolSet,
 };
 
@@ -357,38 +357,10 @@ fn prompt_result(
                 Role::User => wire::Role::User,
                 Role::Assistant => wire::Role::Assistant,
             },
-            content: content_block(message.content),
+            content: super::answers::content_block(message.content),
         })
         .collect();
     wire::GetPromptResult { description: result.description, messages, completion }
-}
-
-fn content_block(content: Content) -> wire::ContentBlock {
-    match content {
-        Content::Text(text) => wire::ContentBlock::Text { text },
-        Content::Image(media) => {
-            wire::ContentBlock::Image { data: BASE64.encode(&media.data), mime_type: media.mime_type }
-        }
-        Content::Audio(media) => {
-            wire::ContentBlock::Audio { data: BASE64.encode(&media.data), mime_type: media.mime_type }
-        }
-        Content::ResourceLink(link) => wire::ContentBlock::ResourceLink {
-            uri: link.uri,
-            name: link.name,
-            description: link.description,
-            mime_type: link.mime_type,
-        },
-        Content::EmbeddedResource(resource) => {
-            let (uri, mime_type) = (resource.uri, resource.mime_type);
-            let resource = match (resource.text, resource.blob) {
-                (_, Some(blob)) => wire::ResourceContents::Blob { uri, mime_type, blob: BASE64.encode(blob) },
-                (text, None) => {
-                    wire::ResourceContents::Text { uri, mime_type, text: text.unwrap_or_default() }
-                }
-            };
-            wire::ContentBlock::Resource { resource }
-        }
-    }
 }
 
 fn completion_result(completion: Completion) -> wire::Completion {
