@@ -429,6 +429,13 @@ impl Server {
             }
         }
     }
+
+    /// One request counted by `Connection::enter_in_flight` is done, its answer out: a
+    /// drain may see it finished.
+    fn finish_call(&self) {
+        self.calls.fetch_sub(1, Ordering::AcqRel);
+        self.call_finished.notify_waiters();
+    }
 }
 
 /// Where a request's outgoing messages go, in the order each task sends them. Cheap to
@@ -793,20 +800,10 @@ impl Connection {
                 ));
             }
         };
-        let cancel_signal;
-        {
-            let mut in_flight = self.in_flight.lock().unwrap();
-            if in_flight.contains_key(id) {
-                return Reply::Error(RpcError::new(
-                    INVALID_REQUEST,
-                    "Invalid Request: this id is already in use",
-                ));
-            }
-            let entry = InFlight::default();
-            cancel_signal = entry.cancel_signal.clone();
-            in_flight.insert(id.clone(), entry);
-            self.server.calls.fetch_add(1, Ordering::AcqRel);
-        }
+        let cancel_signal = match self.enter_in_flight(id) {
+            Ok(signal) => signal,
+            Err(error) => return Reply::Error(error),
+        };
         drop(params);
         let connection = self.clone();
         let id = id.clone();
@@ -815,12 +812,7 @@ impl Connection {
             let (answer, teardown) = connection
                 .run_call(&id, &tools, &name, &arguments, feeds, revision, &cancel_signal, &out)
                 .await;
-            // Deciding and leaving `in_flight` are one step: a cancel either lands before it
-            // (and nothing is sent) or finds the request finished (and is ignored), and the
-            // id is free again once the answer can be out.
-            let cancelled =
-                connection.in_flight.lock().unwrap().remove(&id).is_some_and(|entry| entry.cancelled);
-            if let Some(answer) = answer.filter(|_| !cancelled) {
+            if let Some(answer) = answer.filter(|_| !connection.leave_in_flight(&id)) {
                 out.send(answer).await;
             }
             drop((charge, arguments));
@@ -840,8 +832,7 @@ impl Connection {
             // Only now, with the teardown done and the call's event told to the observers
             // (the call log, the metrics), may a drain see the call finished: a server that
             // exits after its drain loses nothing.
-            connection.server.calls.fetch_sub(1, Ordering::AcqRel);
-            connection.server.call_finished.notify_waiters();
+            connection.server.finish_call();
         });
         Reply::Later
     }
@@ -903,17 +894,12 @@ impl Connection {
             None => call,
         };
         let handle = call.handle();
-        {
-            let mut in_flight = self.in_flight.lock().unwrap();
-            let entry = in_flight.entry(id.clone()).or_default();
-            if entry.cancelled {
-                runtime.report_unstarted(
-                    CallEnded::unstarted(self.call_tags(id), CallOutcome::Cancelled),
-                    Some(name),
-                );
-                return (None, None);
-            }
-            entry.handle = Some(handle.clone());
+        if !self.attach_handle(id, handle.clone()) {
+            runtime.report_unstarted(
+                CallEnded::unstarted(self.call_tags(id), CallOutcome::Cancelled),
+                Some(name),
+            );
+            return (None, None);
         }
         let mut progress = handle.progress();
         let log_threshold = log_level.and_then(guest_log_threshold);
@@ -1036,20 +1022,12 @@ impl Connection {
                 .with_data(retry_after_seconds()),
             );
         }
-        let cancel_signal = {
-            let mut in_flight = self.in_flight.lock().unwrap();
-            if in_flight.contains_key(id) {
+        let cancel_signal = match self.enter_in_flight(id) {
+            Ok(signal) => signal,
+            Err(error) => {
                 server.listens.fetch_sub(1, Ordering::AcqRel);
-                return Reply::Error(RpcError::new(
-                    INVALID_REQUEST,
-                    "Invalid Request: this id is already in use",
-                ));
+                return Reply::Error(error);
             }
-            let entry = InFlight::default();
-            let signal = entry.cancel_signal.clone();
-            in_flight.insert(id.clone(), entry);
-            server.calls.fetch_add(1, Ordering::AcqRel);
-            signal
         };
         let wants_tools = honoured.tools_list_changed;
         // Watched from before the acknowledgement: a change right after it is not missed.
@@ -1076,9 +1054,7 @@ impl Connection {
                     }
                 }
             }
-            let cancelled =
-                connection.in_flight.lock().unwrap().remove(&id).is_some_and(|entry| entry.cancelled);
-            if !cancelled {
+            if !connection.leave_in_flight(&id) {
                 out.send(jsonrpc::success(&id, mcp::listen_ended(&id))).await;
                 if let Outbox::Lines(_) = out {
                     let cancelled = mcp::listen_cancelled(&id, "the server is shutting down");
@@ -1088,8 +1064,7 @@ impl Connection {
             drop(charge);
             let server = &connection.server;
             server.listens.fetch_sub(1, Ordering::AcqRel);
-            server.calls.fetch_sub(1, Ordering::AcqRel);
-            server.call_finished.notify_waiters();
+            server.finish_call();
         });
         Reply::Later
     }
@@ -1138,6 +1113,41 @@ impl Connection {
     /// Tell the runtime's observers of a call refused here, before it reached the runtime.
     fn refused(&self, id: &RequestId, tool: Option<&str>, reason: RefusalReason) {
         self.server.runtime.report_unstarted(CallEnded::refused(self.call_tags(id), reason), tool);
+    }
+
+    /// Register request `id` as in flight, so that a cancel reaches it, and count it among
+    /// the calls a drain waits for (until [`Server::finish_call`]). Refused when the id is
+    /// already in flight. The signal wakes the request when it is cancelled.
+    fn enter_in_flight(&self, id: &RequestId) -> Result<Arc<Notify>, RpcError> {
+        let mut in_flight = self.in_flight.lock().unwrap();
+        if in_flight.contains_key(id) {
+            return Err(RpcError::new(INVALID_REQUEST, "Invalid Request: this id is already in use"));
+        }
+        let entry = InFlight::default();
+        let signal = entry.cancel_signal.clone();
+        in_flight.insert(id.clone(), entry);
+        self.server.calls.fetch_add(1, Ordering::AcqRel);
+        Ok(signal)
+    }
+
+    /// Give request `id`'s started call to a later cancel; false (and nothing kept) when the
+    /// request was cancelled before its call started.
+    fn attach_handle(&self, id: &RequestId, handle: CallHandle) -> bool {
+        let mut in_flight = self.in_flight.lock().unwrap();
+        let entry = in_flight.entry(id.clone()).or_default();
+        if entry.cancelled {
+            return false;
+        }
+        entry.handle = Some(handle);
+        true
+    }
+
+    /// Take request `id` out of flight; true when it was cancelled (its answer is not sent).
+    /// Deciding and leaving are one step: a cancel either lands before it (and nothing is
+    /// sent) or finds the request finished (and is ignored), and the id is free again once
+    /// the answer can be out.
+    fn leave_in_flight(&self, id: &RequestId) -> bool {
+        self.in_flight.lock().unwrap().remove(id).is_some_and(|entry| entry.cancelled)
     }
 
     fn is_cancelled(&self, id: &RequestId) -> bool {

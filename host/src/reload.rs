@@ -7,8 +7,10 @@
 //! `[[components]]` to [`Runtime::reload`], which compiles what changed in the background
 //! and swaps the new set in at once. A config that fails to read, parse or validate
 //! changes nothing; a component that fails keeps its old version. Either way the error
-//! is logged. Only `[[components]]` are reloaded: `[server]` and `[http]` settings are
-//! read at start.
+//! is logged. Only `[[components]]` are reloaded: every other table (`[server]`, `[http]`,
+//! `[[tenants]]`, `[auth.oauth]`, ...) is read at start, and a reload that finds one
+//! changed says so in a warning naming it, so that an operator who revoked a key or
+//! changed a limit knows a restart is needed (rather than trusting a reload that took).
 //!
 //! [`check`] is the same work without serving: `cordon check --config FILE` in a CI
 //! pipeline.
@@ -90,6 +92,24 @@ pub struct Reloader {
     /// and `cp` often replace a file rather than write it in place).
     directories: HashSet<PathBuf>,
     hangup: tokio::signal::unix::Signal,
+    /// The config's tables other than `components`, as read at start.
+    startup_settings: Option<toml::Table>,
+}
+
+/// The config file's top-level tables other than `components` (what a reload does not
+/// apply), or `None` when the file cannot be read as TOML (the reload reports that).
+fn settings_of(config: &Path) -> Option<toml::Table> {
+    let mut table: toml::Table = std::fs::read_to_string(config).ok()?.parse().ok()?;
+    table.remove("components");
+    Some(table)
+}
+
+/// The tables of `now` that differ from `before` (added, removed or changed), sorted.
+fn changed_settings(before: &toml::Table, now: &toml::Table) -> Vec<String> {
+    let mut keys: Vec<&String> = before.keys().chain(now.keys()).collect();
+    keys.sort();
+    keys.dedup();
+    keys.into_iter().filter(|key| before.get(*key) != now.get(*key)).cloned().collect()
 }
 
 /// The files whose change triggers a reload (absolute): the config and the components;
@@ -145,7 +165,9 @@ impl Reloader {
             None
         };
         let directories = HashSet::new();
-        let mut reloader = Self { runtime, config, watched, changed, watcher, directories, hangup };
+        let startup_settings = config.as_deref().and_then(settings_of);
+        let mut reloader =
+            Self { runtime, config, watched, changed, watcher, directories, hangup, startup_settings };
         reloader.watch_files()?;
         Ok(reloader)
     }
@@ -198,10 +220,30 @@ impl Reloader {
                 }
                 () = async { let _ = shutdown.wait_for(|stopping| *stopping).await; } => return Ok(()),
             }
-            let _ = reload(&self.runtime, self.config.as_deref()).await;
+            if reload(&self.runtime, self.config.as_deref()).await.is_ok() {
+                self.warn_of_settings_not_applied();
+            }
             if let Err(error) = self.watch_files() {
                 tracing::error!("reload: {error}");
             }
+        }
+    }
+}
+
+impl Reloader {
+    /// Warn when the config's other tables differ from those the server started with.
+    fn warn_of_settings_not_applied(&self) {
+        let (Some(config), Some(before)) = (&self.config, &self.startup_settings) else { return };
+        let Some(now) = settings_of(config) else { return };
+        let changed = changed_settings(before, &now);
+        if !changed.is_empty() {
+            let tables: Vec<String> = changed.iter().map(|key| format!("[{key}]")).collect();
+            tracing::warn!(
+                "reload: {} changed in {}, and only a restart applies it: the server keeps the settings it \
+                 started with (a reload applies [[components]] only)",
+                tables.join(", "),
+                config.display()
+            );
         }
     }
 }

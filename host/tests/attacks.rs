@@ -197,7 +197,6 @@ struct Served {
 
 impl Served {
     fn start(config: &Path, max_files: Option<u64>, environment: &[(&str, &str)]) -> Self {
-        use std::io::{BufRead, BufReader};
         use std::os::unix::process::CommandExt;
         use std::process::{Command, Stdio};
 
@@ -224,19 +223,8 @@ impl Served {
         }
         let mut child = command.spawn().unwrap();
         let (sender, lines) = std::sync::mpsc::channel::<String>();
-        let stdout = child.stdout.take().unwrap();
-        let out = sender.clone();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                let _ = out.send(format!("out {line}"));
-            }
-        });
-        let stderr = child.stderr.take().unwrap();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                let _ = sender.send(format!("log {line}"));
-            }
-        });
+        common::wire::lines_of(child.stdout.take().unwrap(), sender.clone(), |line| format!("out {line}"));
+        common::wire::lines_of(child.stderr.take().unwrap(), sender, |line| format!("log {line}"));
         let stdin = child.stdin.take();
         Self { child, stdin, lines }
     }

@@ -8,13 +8,13 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufReader, Read, Write};
 use std::net::TcpStream;
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use common::wire::{Answer, Schema, meta, parse_answer, spawn_http_server};
+use common::wire::{Answer, Schema, line_channel, meta, parse_answer, spawn_http_server};
 use cordon::dispatch::{CLIENT_LOG_BURST, CLIENT_LOGS_PER_SECOND};
 use cordon::runtime::CLIENT_LOG_QUEUE;
 use serde_json::{Value, json};
@@ -64,15 +64,7 @@ impl StdioServer {
             .spawn()
             .unwrap();
         let stdout = child.stdout.take().unwrap();
-        let (sender, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                if sender.send(line).is_err() {
-                    break;
-                }
-            }
-        });
+        let lines = line_channel(stdout);
         let stdin = child.stdin.take().unwrap();
         let schema = if legacy { Schema::legacy() } else { Schema::new() };
         Self { child, stdin, lines, schema }

@@ -5,7 +5,7 @@
 //! forever (`examples/hostile`), stopped by its timeout, by `notifications/cancelled` and by
 //! a closed HTTP stream, each time followed by the component's cleanup.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
@@ -16,7 +16,7 @@ use base64::Engine as _;
 use serde_json::{Value, json};
 
 mod common;
-use common::wire::{Schema, meta, parse_answer, spawn_http_server};
+use common::wire::{Schema, line_channel, meta, parse_answer, spawn_http_server};
 
 /// A config serving the 0.1.0 component, the example tools, the conformance fixture and
 /// the hostile component (whose calls and reads stop after 3 s), and the hostile
@@ -90,14 +90,7 @@ impl Stdio2 {
             .spawn()
             .unwrap();
         let stdout = child.stdout.take().unwrap();
-        let (sender, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if sender.send(line).is_err() {
-                    break;
-                }
-            }
-        });
+        let lines = line_channel(stdout);
         let stdin = child.stdin.take().unwrap();
         Self {
             child,

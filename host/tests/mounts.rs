@@ -420,10 +420,10 @@ fn inspect_shows_interfaces_and_grants_but_never_a_secret_s_value() {
 }
 
 #[test]
-fn a_component_importing_the_environment_or_http_without_a_grant_is_warned_about_at_load() {
+fn a_component_importing_http_without_a_grant_is_warned_about_at_load_and_the_environment_is_not() {
     let dir = fresh_dir("warn");
     let hostile = hostile().display().to_string();
-    let warning = "imports wasi:cli/environment but is granted no variables";
+    let warning = "imports wasi:http/outgoing-handler but is granted no `allow_http`";
     let config = write_config(&dir, &format!("[[components]]\npath = {hostile:?}\n"));
     let (_, log, ok) =
         run_cordon(&["serve", "--stdio", "--config", config.to_str().unwrap()], Duration::from_secs(60));
@@ -431,10 +431,12 @@ fn a_component_importing_the_environment_or_http_without_a_grant_is_warned_about
     let line =
         log.lines().find(|line| line.contains(warning)).unwrap_or_else(|| panic!("no warning in:\n{log}"));
     assert!(line.contains("WARN") && line.contains("hostile"), "{line}");
-    let http = "imports wasi:http/outgoing-handler but is granted no `allow_http`";
-    assert!(log.contains(http), "no HTTP warning in:\n{log}");
-    let config =
-        write_config(&dir, &format!("[[components]]\npath = {hostile:?}\nenv = {{ REGION = \"eu\" }}\n"));
+    // Every std-built component imports the environment: an ungranted one is no news.
+    assert!(!log.contains("wasi:cli/environment"), "{log}");
+    let config = write_config(
+        &dir,
+        &format!("[[components]]\npath = {hostile:?}\nallow_http = [\"https://api.example.com\"]\n"),
+    );
     let (_, log, ok) =
         run_cordon(&["serve", "--stdio", "--config", config.to_str().unwrap()], Duration::from_secs(60));
     assert!(ok && !log.contains(warning), "{log}");

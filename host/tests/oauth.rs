@@ -7,7 +7,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, mpsc};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use base64::Engine as _;
@@ -588,13 +588,7 @@ fn plain_http_beyond_loopback_warns_that_tls_is_expected_in_front() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let (lines, received) = mpsc::channel();
-    let stderr = child.stderr.take().unwrap();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            let _ = lines.send(line);
-        }
-    });
+    let received = common::wire::line_channel(child.stderr.take().unwrap());
     let mut seen = Vec::new();
     let warned = loop {
         let Ok(line) = received.recv_timeout(Duration::from_secs(60)) else { break false };

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use common::wire::{Schema, meta};
+use common::wire::{Schema, line_channel, meta};
 use common::{DONE_BODY, WatGuest, fresh_dir};
 use serde_json::{Value, json};
 
@@ -78,15 +78,7 @@ impl Process {
     fn spawn(mut command: Command) -> Self {
         let mut child = command.env("CORDON_LOG", "info").stderr(Stdio::piped()).spawn().unwrap();
         let stderr = child.stderr.take().unwrap();
-        let (sender, log) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines() {
-                let Ok(line) = line else { break };
-                if sender.send(line).is_err() {
-                    break;
-                }
-            }
-        });
+        let log = line_channel(stderr);
         Self { child, log, seen: Vec::new() }
     }
 
@@ -145,15 +137,7 @@ impl StdioServer {
         let mut process = Process::spawn(command);
         let stdin = process.child.stdin.take();
         let stdout = process.child.stdout.take().unwrap();
-        let (sender, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                if sender.send(line).is_err() {
-                    break;
-                }
-            }
-        });
+        let lines = line_channel(stdout);
         process.wait_log("loaded");
         Self { process, stdin, lines, schema: Schema::new(), methods: HashMap::new() }
     }
@@ -336,6 +320,27 @@ fn watch_picks_up_a_changed_component_file() {
     assert!(line.contains("loaded [beta]") && line.contains("unchanged [alpha]"), "{line}");
     assert!(is_list_changed(&server.next(), &json!(1)));
     assert_eq!(server.tool_names(3).0, ["gamma", "beta"]);
+}
+
+#[test]
+fn a_reload_warns_that_changed_settings_other_than_components_wait_for_a_restart() {
+    let setup = two_tools("settings");
+    let mut server = StdioServer::start(&setup, &[]);
+    // Components only: applied, and nothing to warn about.
+    setup.serve(&["alpha.wasm", "beta.wasm"], "");
+    let line = server.process.reload();
+    assert!(line.contains("loaded [beta]"), "{line}");
+    // A changed [server] table and a new [http] one: not applied, and said so.
+    setup.serve(&["alpha.wasm", "beta.wasm"], "max_concurrent_calls = 3\n[http]\nmax_connections = 7");
+    server.process.signal(libc::SIGHUP);
+    let warning = server.process.wait_log("only a restart applies it");
+    assert!(warning.contains("WARN") && warning.contains("[http], [server] changed"), "{warning}");
+    assert!(
+        !server.process.seen.iter().any(|line| line.contains("only a restart") && line != &warning),
+        "the components-only reload warned too: {:?}",
+        server.process.seen
+    );
+    assert_eq!(server.tool_names(1).0, ["alpha", "beta"], "the server still serves");
 }
 
 #[test]

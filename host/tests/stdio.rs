@@ -3,7 +3,7 @@
 //! The real-client suite (the Python SDK) is in `tests/e2e/`; this one covers bad input no
 //! well-behaved client would send.
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 mod common;
-use common::wire::{Schema, examples_config, meta};
+use common::wire::{Schema, examples_config, line_channel, meta};
 
 struct Server {
     child: Child,
@@ -47,15 +47,7 @@ impl Server {
             .spawn()
             .unwrap();
         let stdout = child.stdout.take().unwrap();
-        let (sender, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                if sender.send(line).is_err() {
-                    break;
-                }
-            }
-        });
+        let lines = line_channel(stdout);
         let stdin = child.stdin.take();
         Self {
             child,

@@ -9,7 +9,6 @@
 //! typed MCP result (`protocol/features.rs`) or a JSON-RPC error.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
@@ -18,9 +17,9 @@ use tokio::sync::Notify;
 
 use super::input::{NotAsked, Retry};
 use super::sealed::Binding;
-use super::{Charge, Connection, InFlight, Outbox, Reply, spawn_unless_ready};
+use super::{Charge, Connection, Outbox, Reply, spawn_unless_ready};
 use crate::protocol::features::{self as wire, FeatureResult};
-use crate::protocol::jsonrpc::{self, INTERNAL_ERROR, INVALID_REQUEST, Outgoing, RequestId, RpcError};
+use crate::protocol::jsonrpc::{self, INTERNAL_ERROR, Outgoing, RequestId, RpcError};
 use crate::protocol::types::{Caching, Revision};
 use crate::runtime::features::{
     Body, Completion, Contents, PromptInfo, PromptResult, Reference, ResourceInfo, ResourceTemplate, Role,
@@ -138,34 +137,21 @@ impl Connection {
         out: Outbox,
         charge: Charge,
     ) -> Reply {
-        let cancel_signal = {
-            let mut in_flight = self.in_flight.lock().unwrap();
-            if in_flight.contains_key(id) {
-                return Reply::Error(RpcError::new(
-                    INVALID_REQUEST,
-                    "Invalid Request: this id is already in use",
-                ));
-            }
-            let entry = InFlight::default();
-            let signal = entry.cancel_signal.clone();
-            in_flight.insert(id.clone(), entry);
-            self.server.calls.fetch_add(1, Ordering::AcqRel);
-            signal
+        let cancel_signal = match self.enter_in_flight(id) {
+            Ok(signal) => signal,
+            Err(error) => return Reply::Error(error),
         };
         let connection = self.clone();
         let id = id.clone();
         spawn_unless_ready(async move {
             let (answer, teardown) =
                 connection.run_feature(&id, &tools, request, revision, retry, &cancel_signal).await;
-            let cancelled =
-                connection.in_flight.lock().unwrap().remove(&id).is_some_and(|entry| entry.cancelled);
-            if let Some(answer) = answer.filter(|_| !cancelled) {
+            if let Some(answer) = answer.filter(|_| !connection.leave_in_flight(&id)) {
                 out.send(answer).await;
             }
             drop(charge);
             drop(teardown);
-            connection.server.calls.fetch_sub(1, Ordering::AcqRel);
-            connection.server.call_finished.notify_waiters();
+            connection.server.finish_call();
         });
         Reply::Later
     }
@@ -227,13 +213,8 @@ impl Connection {
             }
             _ => call,
         };
-        {
-            let mut in_flight = self.in_flight.lock().unwrap();
-            let entry = in_flight.entry(id.clone()).or_default();
-            if entry.cancelled {
-                return (None, None);
-            }
-            entry.handle = Some(call.handle());
+        if !self.attach_handle(id, call.handle()) {
+            return (None, None);
         }
         let (report, teardown) = call.run_deferring_teardown().await;
         if report.outcome == Outcome::Cancelled || self.is_cancelled(id) {

@@ -212,3 +212,27 @@ pub fn dechunk(mut body: &str) -> String {
     }
     out
 }
+
+/// The lines `reader` (a child's stdout or stderr) yields, each through `tag`, read on a
+/// thread of their own until it ends or the receiver is dropped.
+pub fn lines_of(
+    reader: impl std::io::Read + Send + 'static,
+    sender: std::sync::mpsc::Sender<String>,
+    tag: fn(String) -> String,
+) {
+    use std::io::BufRead;
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(reader).lines().map_while(Result::ok) {
+            if sender.send(tag(line)).is_err() {
+                break;
+            }
+        }
+    });
+}
+
+/// The lines of `reader`, as they come: see [`lines_of`].
+pub fn line_channel(reader: impl std::io::Read + Send + 'static) -> std::sync::mpsc::Receiver<String> {
+    let (sender, lines) = std::sync::mpsc::channel();
+    lines_of(reader, sender, |line| line);
+    lines
+}
