@@ -979,10 +979,9 @@ impl Connection {
                 match retry.ask(input, round, &self.server.sealer, binding) {
                     Ok(result) => jsonrpc::success(id, result),
                     Err(input::NotAsked::Refused(error)) => jsonrpc::failure(Some(id), &error),
-                    Err(input::NotAsked::Failed(message)) => jsonrpc::success(
-                        id,
-                        CallToolResult::error(format!("The tool failed: {message}"), revision),
-                    ),
+                    Err(input::NotAsked::Failed(message)) => {
+                        jsonrpc::success(id, CallToolResult::error(format!("The tool {message}"), revision))
+                    }
                 }
             }
             (outcome, _) => jsonrpc::success(id, call_result(outcome, &limits, revision)),

@@ -250,7 +250,7 @@ impl Connection {
                     }
                     Err(NotAsked::Refused(error)) => Err(error),
                     Err(NotAsked::Failed(message)) => {
-                        Err(RpcError::new(INTERNAL_ERROR, format!("The prompt failed: {message}")))
+                        Err(RpcError::new(INTERNAL_ERROR, format!("The prompt {message}")))
                     }
                 }
             }

@@ -39,7 +39,8 @@ pub(crate) struct Retry {
 pub(crate) enum NotAsked {
     /// A protocol error: the client lacks a capability (`-32021`).
     Refused(RpcError),
-    /// The call ends in an error the model (or user) reads: too many rounds.
+    /// The call ends in an error the model (or user) reads: too many rounds (what the
+    /// tool or prompt did, to follow its name).
     Failed(String),
 }
 
@@ -137,7 +138,7 @@ impl Retry {
         }
         if round >= MAX_ROUNDS {
             return Err(NotAsked::Failed(format!(
-                "It asked the client for input {round} rounds in a row; a call may ask at most {MAX_ROUNDS}."
+                "asked the client for input {round} rounds in a row; a call may ask at most {MAX_ROUNDS}."
             )));
         }
         let keys = input.requests.iter().map(|(key, _)| key.clone()).collect();
