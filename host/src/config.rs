@@ -21,6 +21,11 @@
 //!                                # (HTTP 413; stdio: a -32600 error)
 //! max_listen_streams = 1024      # `subscriptions/listen` streams open at once; more are
 //!                                # refused (a -32603 error)
+//! request_state_key = "<64 hex digits>" # seals the requestState of tools that ask the
+//!                                # client for input (MRTR); replicas behind one address
+//!                                # must share it. CORDON_REQUEST_STATE_KEY wins over it;
+//!                                # without either, a random key per process
+//! request_state_ttl_secs = 600   # how long a client has to answer before the state expires
 //!
 //! [http]                         # only for `serve --http`
 //! max_body_kb = 4096             # 413 beyond it
@@ -248,6 +253,9 @@ pub struct ServerConfig {
     pub cache_dir: Option<PathBuf>,
     pub reserved_descriptors: Option<usize>,
     pub max_listen_streams: Option<usize>,
+    /// 64 hex digits; the environment's `CORDON_REQUEST_STATE_KEY` wins over it.
+    pub request_state_key: Option<String>,
+    pub request_state_ttl_secs: Option<u64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -448,6 +456,10 @@ pub struct Plan {
     pub tenants: Tenants,
     /// `[auth.oauth]`, when set: HTTP requests need a valid access token.
     pub oauth: Option<OAuthSettings>,
+    /// `[server] request_state_key`, if set (the environment may still override it).
+    pub request_state_key: Option<String>,
+    /// `[server] request_state_ttl_secs`, or the default.
+    pub request_state_ttl: Duration,
 }
 
 impl Config {
@@ -590,6 +602,11 @@ impl Config {
         }
         let tenants = plan_tenants(self.tenants, &mut components, base)?;
         let reserved_descriptors = server.reserved_descriptors;
+        let request_state_key = self.server.request_state_key.clone();
+        let request_state_ttl = self
+            .server
+            .request_state_ttl_secs
+            .map_or(crate::dispatch::sealed::DEFAULT_TTL, |secs| Duration::from_secs(secs.max(1)));
         Ok(Plan {
             runtime,
             http,
@@ -599,6 +616,8 @@ impl Config {
             components,
             tenants,
             oauth,
+            request_state_key,
+            request_state_ttl,
         })
     }
 }

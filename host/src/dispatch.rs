@@ -39,6 +39,12 @@
 //! when the server ends it, bounded by [`ServerLimits::max_listen_streams`]); a 2025-era
 //! client gets plain notifications on its stream ([`Connection::follow_tool_changes`]).
 //!
+//! **Asking the client (MRTR).** A 2026-07-28 `tools/call` or `prompts/get` whose guest asks
+//! for input is answered with an `InputRequiredResult` whose `requestState` is sealed
+//! ([`sealed`]); the retry brings `inputResponses` and the state back, checked before any
+//! instance starts, and runs the next round ([`input`]). A 2025-11-25 request gets an
+//! error result instead (its way, requests on the call's stream, is not built yet).
+//!
 //! **Admission.** Every request is charged what it holds in memory, from its first byte
 //! read to its last byte answered, against one server-wide bound ([`Admission`]): a parsed
 //! message is charged its estimated size as a [`Value`] ([`crate::protocol::cost`]), not its
@@ -48,6 +54,8 @@
 //! before it is built.
 
 mod features;
+mod input;
+pub mod sealed;
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -65,7 +73,7 @@ use crate::auth::{Tenant, Tenants};
 use crate::protocol::jsonrpc::{
     self, INTERNAL_ERROR, INVALID_REQUEST, Incoming, Outgoing, RequestId, RpcError,
 };
-use crate::protocol::types::{ErrorData, LoggingLevel, Revision, ServerResult, Tool};
+use crate::protocol::types::{CallToolResult, ErrorData, LoggingLevel, Revision, ServerResult, Tool};
 use crate::protocol::{cost, mcp};
 use crate::runtime::{
     CallEnded, CallHandle, CallOutcome, CallTags, Outcome, RefusalReason, Runtime, Teardown, TenantView,
@@ -104,6 +112,8 @@ pub struct Server {
     admission: Admission,
     /// The most one parsed message may cost.
     max_request_cost: usize,
+    /// Seals and opens the `requestState` of calls that ask the client for input.
+    sealer: sealed::Sealer,
 }
 
 /// A tool list as MCP describes it, and the generation of the set it was made from.
@@ -151,6 +161,18 @@ impl Server {
         limits: ServerLimits,
         tenants: Arc<Tenants>,
     ) -> Arc<Self> {
+        Self::with_sealer(runtime, progress_interval, limits, tenants, sealed::Sealer::random())
+    }
+
+    /// [`Server::with_tenants`], sealing request states with `sealer` (whose key every
+    /// replica shares).
+    pub fn with_sealer(
+        runtime: Arc<Runtime>,
+        progress_interval: Duration,
+        limits: ServerLimits,
+        tenants: Arc<Tenants>,
+        sealer: sealed::Sealer,
+    ) -> Arc<Self> {
         let tools = runtime.snapshot();
         let tool_list =
             Mutex::new((tools.generation(), Arc::new(tools.tools().map(answers::tool).collect())));
@@ -166,6 +188,7 @@ impl Server {
             call_finished: Notify::new(),
             admission: Admission::new(limits.max_queued_request_bytes),
             max_request_cost: limits.max_request_cost,
+            sealer,
         })
     }
 
@@ -682,7 +705,17 @@ impl Connection {
                 Reply::Result(result.into())
             }
             method if features::METHODS.contains(&method) => {
-                self.route_feature(id, method, params, tools, revision, out, charge)
+                // A prompt may ask the client for input, as a tool may.
+                let retry = match (&envelope, method) {
+                    (Some(envelope), "prompts/get") => {
+                        match input::Retry::parse(params.as_ref(), envelope.client_capabilities.as_ref()) {
+                            Ok(retry) => Some(retry),
+                            Err(error) => return Reply::Error(error),
+                        }
+                    }
+                    _ => None,
+                };
+                self.route_feature(id, method, params, tools, revision, retry, out, charge)
             }
             "subscriptions/listen" => self.start_listen(id, params.as_ref(), out.clone(), charge),
             "logging/setLevel" => match mcp::set_level(params.as_ref()) {
@@ -721,7 +754,21 @@ impl Connection {
                     Some(envelope) => envelope.log_level,
                     None => *self.log_level.lock().unwrap(),
                 };
-                self.start_call(id, params, tools, revision, log_level, out.clone(), charge)
+                // Only a 2026-07-28 request asks the client through its result.
+                let retry = match &envelope {
+                    Some(envelope) => {
+                        match input::Retry::parse(params.as_ref(), envelope.client_capabilities.as_ref()) {
+                            Ok(retry) => Some(retry),
+                            Err(error) => {
+                                self.refused(id, tool, RefusalReason::InvalidArguments);
+                                return Reply::Error(error);
+                            }
+                        }
+                    }
+                    None => None,
+                };
+                let feeds = Feeds { progress_token: mcp::progress_token(params.as_ref()), log_level, retry };
+                self.start_call(id, params, tools, revision, feeds, out.clone(), charge)
             }
         }
     }
@@ -733,11 +780,10 @@ impl Connection {
         params: Option<Value>,
         tools: Arc<ToolSet>,
         revision: Revision,
-        log_level: Option<LoggingLevel>,
+        feeds: Feeds,
         out: Outbox,
         charge: Charge,
     ) -> Reply {
-        let feeds = Feeds { progress_token: mcp::progress_token(params.as_ref()), log_level };
         let mut params = params.unwrap_or_default();
         let Some(name) = params.get("name").and_then(Value::as_str).map(str::to_owned) else {
             self.refused(id, None, RefusalReason::InvalidArguments);
@@ -825,6 +871,28 @@ impl Connection {
                 return (Some(answer), None);
             }
         };
+        // A retry's state opens (or the call is refused) before the guest runs.
+        let Feeds { progress_token: token, log_level, retry } = feeds;
+        let mut asking = None;
+        let call = match retry {
+            Some(retry) => {
+                let binding = sealed::Binding::new(
+                    call.component_name(),
+                    format!("tools/call {name}"),
+                    self.tenant.as_ref().map(|tenant| tenant.id.as_str()),
+                    arguments,
+                );
+                match retry.round_for(&self.server.sealer, &binding) {
+                    Ok((round, number)) => {
+                        let call = call.with_input(round);
+                        asking = Some((retry, binding, number));
+                        call
+                    }
+                    Err(error) => return (Some(jsonrpc::failure(Some(id), &error)), None),
+                }
+            }
+            None => call,
+        };
         let handle = call.handle();
         if !self.attach_handle(id, handle.clone()) {
             runtime.report_unstarted(
@@ -833,7 +901,6 @@ impl Connection {
             );
             return (None, None);
         }
-        let Feeds { progress_token: token, log_level } = feeds;
         let mut progress = handle.progress();
         let log_threshold = log_level.and_then(guest_log_threshold);
         if let Some(threshold) = log_threshold {
@@ -907,7 +974,19 @@ impl Connection {
             out.send(Outgoing::Notification(progress_notification(token, latest))).await;
         }
         let limits = tools.limits(name).cloned().unwrap_or_default();
-        (Some(jsonrpc::success(id, call_result(report.outcome, &limits, revision))), Some(teardown))
+        let answer = match (report.outcome, asking) {
+            (Outcome::InputRequired(input), Some((retry, binding, round))) => {
+                match retry.ask(input, round, &self.server.sealer, binding) {
+                    Ok(result) => jsonrpc::success(id, result),
+                    Err(input::NotAsked::Refused(error)) => jsonrpc::failure(Some(id), &error),
+                    Err(input::NotAsked::Failed(message)) => {
+                        jsonrpc::success(id, CallToolResult::error(format!("The tool {message}"), revision))
+                    }
+                }
+            }
+            (outcome, _) => jsonrpc::success(id, call_result(outcome, &limits, revision)),
+        };
+        (Some(answer), Some(teardown))
     }
 
     /// Open a `subscriptions/listen` stream: acknowledge what it will carry, then send
@@ -1109,6 +1188,8 @@ struct Feeds {
     progress_token: Option<RequestId>,
     /// The least severe of the guest's log lines sent; none without it.
     log_level: Option<LoggingLevel>,
+    /// A 2026-07-28 request's answers and state, if it asks the client through its result.
+    retry: Option<input::Retry>,
 }
 
 /// The longest request id a call's event carries, in bytes of JSON text.

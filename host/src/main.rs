@@ -386,11 +386,25 @@ async fn serve(
     let tools: Vec<&str> = tools.tools().map(|tool| tool.name.as_str()).collect();
     tracing::info!("loaded {} tools: {}", tools.len(), tools.join(", "));
     tokio::spawn(async move { reloader.run().await.inspect_err(|error| tracing::error!("{error}")) });
-    let server = cordon::dispatch::Server::with_tenants(
+    let sealer = cordon::dispatch::sealed::Sealer::from_settings(
+        plan.request_state_key.as_deref(),
+        plan.request_state_ttl,
+    )?;
+    // Over stdio one client talks to one process: no replica could continue its calls.
+    if sealer.source() == cordon::dispatch::sealed::KeySource::Random
+        && matches!(transport, Transport::Http { .. })
+    {
+        tracing::warn!(
+            "no request state key ({} or [server] request_state_key): a random one seals the requestState of tools that ask the client for input, so only this process can continue such a call; replicas behind one address must share a key",
+            cordon::dispatch::sealed::KEY_VARIABLE
+        );
+    }
+    let server = cordon::dispatch::Server::with_sealer(
         runtime.clone(),
         plan.progress_interval,
         plan.server_limits,
         tenants,
+        sealer,
     );
     let stats = matches!(transport, Transport::Http { .. }).then(|| plan.http.stats.clone());
     telemetry.loaded(runtime, stats);

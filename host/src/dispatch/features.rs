@@ -15,6 +15,8 @@ use base64::engine::general_purpose::STANDARD as BASE64;
 use serde_json::Value;
 use tokio::sync::Notify;
 
+use super::input::{NotAsked, Retry};
+use super::sealed::Binding;
 use super::{Charge, Connection, Outbox, Reply, spawn_unless_ready};
 use crate::protocol::features::{self as wire, FeatureResult};
 use crate::protocol::jsonrpc::{self, INTERNAL_ERROR, Outgoing, RequestId, RpcError};
@@ -53,6 +55,7 @@ impl Connection {
         params: Option<Value>,
         tools: Option<Arc<ToolSet>>,
         revision: Revision,
+        retry: Option<Retry>,
         out: &Outbox,
         charge: Charge,
     ) -> Reply {
@@ -108,7 +111,9 @@ impl Connection {
             }
             _ => {
                 return match request(method, params.as_ref()) {
-                    Ok(request) => self.start_feature(id, request, tools, revision, out.clone(), charge),
+                    Ok(request) => {
+                        self.start_feature(id, request, tools, revision, retry, out.clone(), charge)
+                    }
                     Err(error) => Reply::Error(error),
                 };
             }
@@ -121,12 +126,14 @@ impl Connection {
 
     /// Run `request` in a task, as `start_call` runs a tool call: registered in flight (so
     /// that a cancel reaches it), answered unless cancelled, counted until its answer is out.
+    #[allow(clippy::too_many_arguments)]
     fn start_feature(
         self: &Arc<Self>,
         id: &RequestId,
         request: FeatureRequest,
         tools: Arc<ToolSet>,
         revision: Revision,
+        retry: Option<Retry>,
         out: Outbox,
         charge: Charge,
     ) -> Reply {
@@ -138,7 +145,7 @@ impl Connection {
         let id = id.clone();
         spawn_unless_ready(async move {
             let (answer, teardown) =
-                connection.run_feature(&id, &tools, request, revision, &cancel_signal).await;
+                connection.run_feature(&id, &tools, request, revision, retry, &cancel_signal).await;
             if let Some(answer) = answer.filter(|_| !connection.leave_in_flight(&id)) {
                 out.send(answer).await;
             }
@@ -157,6 +164,7 @@ impl Connection {
         tools: &ToolSet,
         request: FeatureRequest,
         revision: Revision,
+        retry: Option<Retry>,
         cancel_signal: &Notify,
     ) -> (Option<Outgoing>, Option<Teardown>) {
         let runtime = &self.server.runtime;
@@ -165,6 +173,17 @@ impl Connection {
             _ => None,
         };
         let is_prompt = matches!(request, FeatureRequest::GetPrompt { .. });
+        // A prompt is bound by its name and arguments, as a tool by its arguments.
+        let bound = match &request {
+            FeatureRequest::GetPrompt { name, arguments } => {
+                let arguments: serde_json::Map<String, Value> = arguments
+                    .iter()
+                    .map(|(name, value)| (name.clone(), Value::from(value.as_str())))
+                    .collect();
+                Some((format!("prompts/get {name}"), Value::Object(arguments)))
+            }
+            _ => None,
+        };
         let method = request.method();
         let call = tokio::select! {
             biased;
@@ -179,6 +198,21 @@ impl Connection {
             Err(error) => return (Some(jsonrpc::failure(Some(id), &refusal(&error))), None),
         };
         let limits = call.limits().clone();
+        let mut asking = None;
+        let call = match (retry, bound) {
+            (Some(retry), Some((target, arguments))) => {
+                let tenant = self.tenant.as_ref().map(|tenant| tenant.id.as_str());
+                let binding = Binding::new(call.component_name(), target, tenant, &arguments);
+                match retry.round_for(&self.server.sealer, &binding) {
+                    Ok((round, number)) => {
+                        asking = Some((retry, binding, number));
+                        call.with_input(round)
+                    }
+                    Err(error) => return (Some(jsonrpc::failure(Some(id), &error)), None),
+                }
+            }
+            _ => call,
+        };
         if !self.attach_handle(id, call.handle()) {
             return (None, None);
         }
@@ -207,6 +241,18 @@ impl Connection {
                     completion: completion_result(suggested),
                     result: completion,
                 }))
+            }
+            Outcome::InputRequired(input) if asking.is_some() => {
+                let (retry, binding, round) = asking.expect("guarded");
+                match retry.ask(input, round, &self.server.sealer, binding) {
+                    Ok(result) => {
+                        return (Some(jsonrpc::success(id, result)), Some(teardown));
+                    }
+                    Err(NotAsked::Refused(error)) => Err(error),
+                    Err(NotAsked::Failed(message)) => {
+                        Err(RpcError::new(INTERNAL_ERROR, format!("The prompt {message}")))
+                    }
+                }
             }
             // A prompt's own refusal is about its arguments (its WIT contract).
             Outcome::ToolError(message) if is_prompt => Err(RpcError::invalid_params(message)),
@@ -289,6 +335,9 @@ fn failure(method: &str, outcome: &Outcome, limits: &ToolLimits) -> String {
         Outcome::StartFailed(problem) => format!("The component could not start: {problem}."),
         Outcome::InvalidResult(problem) => format!("The component answered {method} wrongly: {problem}."),
         Outcome::Cancelled => format!("The {method} request was cancelled."),
+        Outcome::InputRequired(_) => {
+            format!("The component asked for input answering {method}, which this client cannot give.")
+        }
         Outcome::Completed(_) | Outcome::Answered(_) => format!("The component answered {method} wrongly."),
     }
 }

@@ -35,11 +35,12 @@ pub enum Revision {
     R2026_07_28,
 }
 
-/// `resultType`: this server's results are always complete.
+/// `resultType`: complete, or (for `tools/call` and `prompts/get`) input required.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ResultType {
     Complete,
+    InputRequired,
 }
 
 /// A name and a version: the server's identity.
@@ -323,6 +324,41 @@ pub enum ServerResult {
     Empty(EmptyResult),
     /// Resources, prompts and completions (`protocol/features.rs`).
     Feature(super::features::FeatureResult),
+    /// `tools/call` or `prompts/get` asking the client for input first (2026-07-28).
+    InputRequired(InputRequiredResult),
+}
+
+/// 2026-07-28 `InputRequiredResult`: the client is to answer `inputRequests` and retry the
+/// request with `inputResponses` and `requestState` (MRTR). Never cacheable: no hints.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct InputRequiredResult {
+    #[serde(rename = "resultType")]
+    pub result_type: ResultType,
+    #[serde(rename = "inputRequests", default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub input_requests: BTreeMap<String, InputRequestMessage>,
+    #[serde(rename = "requestState", default, skip_serializing_if = "Option::is_none")]
+    pub request_state: Option<String>,
+    #[serde(rename = "_meta", default, skip_serializing_if = "Option::is_none")]
+    pub meta: Option<ResultMeta>,
+}
+
+impl InputRequiredResult {
+    pub fn new(input_requests: BTreeMap<String, InputRequestMessage>, request_state: Option<String>) -> Self {
+        Self {
+            result_type: ResultType::InputRequired,
+            input_requests,
+            request_state,
+            meta: Some(ResultMeta { server_info: Implementation::CORDON, subscription_id: None }),
+        }
+    }
+}
+
+/// One request of `inputRequests`: `elicitation/create`, `sampling/createMessage` or
+/// `roots/list`, with its params.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct InputRequestMessage {
+    pub method: Cow<'static, str>,
+    pub params: Value,
 }
 
 macro_rules! server_result_from {
@@ -340,7 +376,8 @@ server_result_from!(
     ListTools(ListToolsResult),
     CallTool(CallToolResult),
     Empty(EmptyResult),
-    Feature(super::features::FeatureResult)
+    Feature(super::features::FeatureResult),
+    InputRequired(InputRequiredResult)
 );
 
 /// `_meta` tagging a message with the listen stream it belongs to.

@@ -87,16 +87,18 @@ class Cordon:
         return int(Path(str(self.log) + ".pid").read_text())
 
     @contextlib.asynccontextmanager
-    async def client(self, mode: str):
+    async def client(self, mode: str, **callbacks):
+        """A connected client in `mode`; `callbacks` (e.g. `elicitation_callback`) go to
+        `Client` as they are."""
         if self.transport == "stdio":
-            async with Client(self.params, mode=mode) as client:
+            async with Client(self.params, mode=mode, **callbacks) as client:
                 yield client
             return
         http = httpx2.AsyncClient(
             transport=RecordingTransport(httpx2.AsyncHTTPTransport(), self.log),
             timeout=httpx2.Timeout(30, read=300),
         )
-        async with http, Client(streamable_http_client(self.url, http_client=http), mode=mode) as client:
+        async with http, Client(streamable_http_client(self.url, http_client=http), mode=mode, **callbacks) as client:
             yield client
 
 

@@ -1,0 +1,157 @@
+//! # MRTR for 2026-07-28 clients: `inputResponses` and `requestState` in, `InputRequiredResult` out
+//!
+//! A `tools/call` or `prompts/get` whose guest asks for input (`runtime::input`) is answered
+//! with an `InputRequiredResult`: each request under its key, and a `requestState` sealed by
+//! [`super::sealed`] around the guest's state, the round number and the keys asked. The
+//! client answers and sends the request again with `inputResponses` and that state; this
+//! module checks both ([`Retry::parse`], [`Retry::round_for`]: `-32602` for a malformed answer
+//! or a state that fails to open, before any instance starts) and makes the next
+//! [`InputRound`] of them. Answers to keys the previous round did not ask are dropped; a
+//! missing one is the guest's to ask again. A request goes out only if the request's
+//! `clientCapabilities` declared its kind (else `-32021`, naming what is missing), and a
+//! call asks at most [`MAX_ROUNDS`] rounds in a row (else the call ends in an error).
+//! Nothing is kept between rounds: any replica with the same key continues the call.
+
+use std::collections::BTreeMap;
+
+use serde_json::Value;
+
+use super::sealed::{Binding, Sealer};
+use crate::protocol::jsonrpc::{MISSING_REQUIRED_CLIENT_CAPABILITY, RpcError};
+use crate::protocol::types::{Empty, ErrorData, InputRequestMessage, InputRequiredResult};
+use crate::runtime::{ClientAbilities, InputRequired, InputRound};
+
+/// The most rounds one call may ask for input in a row.
+pub const MAX_ROUNDS: u32 = 8;
+/// The most answers one retry may carry (more are refused; the guest asks at most 16).
+const MAX_RESPONSES: usize = 64;
+
+/// What a request brings for MRTR, checked for shape.
+#[derive(Debug, Default)]
+pub(crate) struct Retry {
+    client: ClientAbilities,
+    responses: Vec<(String, String)>,
+    request_state: Option<String>,
+}
+
+/// How a request for input is answered when it cannot go to the client as it is.
+#[derive(Debug)]
+pub(crate) enum NotAsked {
+    /// A protocol error: the client lacks a capability (`-32021`).
+    Refused(RpcError),
+    /// The call ends in an error the model (or user) reads: too many rounds (what the
+    /// tool or prompt did, to follow its name).
+    Failed(String),
+}
+
+impl Retry {
+    /// Read `inputResponses` and `requestState` from `params`, and what the client can be
+    /// asked from its declared `capabilities` (2026-07-28: the request's own).
+    pub(crate) fn parse(
+        params: Option<&Value>,
+        capabilities: Option<&serde_json::Map<String, Value>>,
+    ) -> Result<Self, RpcError> {
+        let mut client = ClientAbilities::empty();
+        for (name, ability) in [
+            ("elicitation", ClientAbilities::ELICITATION),
+            ("sampling", ClientAbilities::SAMPLING),
+            ("roots", ClientAbilities::ROOTS),
+        ] {
+            if capabilities.and_then(|declared| declared.get(name)).is_some_and(Value::is_object) {
+                client |= ability;
+            }
+        }
+        let invalid = |problem: &str| RpcError::invalid_params(format!("Invalid params: {problem}"));
+        let responses = match params.and_then(|params| params.get("inputResponses")) {
+            None => Vec::new(),
+            Some(Value::Object(responses)) => {
+                if responses.len() > MAX_RESPONSES {
+                    return Err(invalid(&format!(
+                        "`inputResponses` holds {} answers; at most {MAX_RESPONSES} are read",
+                        responses.len()
+                    )));
+                }
+                let mut answers = Vec::with_capacity(responses.len());
+                for (key, response) in responses {
+                    if !response.is_object() {
+                        return Err(invalid(&format!(
+                            "`inputResponses.{key}` must be an object (the client's result for that request)"
+                        )));
+                    }
+                    answers.push((key.clone(), response.to_string()));
+                }
+                answers
+            }
+            Some(_) => return Err(invalid("`inputResponses` must be an object")),
+        };
+        let request_state = match params.and_then(|params| params.get("requestState")) {
+            None => None,
+            Some(Value::String(state)) => Some(state.clone()),
+            Some(_) => return Err(invalid("`requestState` must be a string")),
+        };
+        Ok(Self { client, responses, request_state })
+    }
+
+    /// The round to run, and its number: the first without a state; else the state opened
+    /// (`-32602` if it fails: changed, expired, another key, another tool, tenant or
+    /// arguments) with the answers to the keys it asked.
+    pub(crate) fn round_for(
+        &self,
+        sealer: &Sealer,
+        binding: &Binding,
+    ) -> Result<(InputRound, u32), RpcError> {
+        let Some(sealed) = &self.request_state else {
+            // No state: answers given without one (a client that kept none) go as they are.
+            return Ok((InputRound::retry(self.client, self.responses.clone(), None), 1));
+        };
+        let opened = sealer
+            .open(sealed, binding)
+            .map_err(|refused| RpcError::invalid_params(format!("Invalid params: {refused}")))?;
+        let responses = self.responses.iter().filter(|(key, _)| opened.keys.contains(key)).cloned().collect();
+        Ok((InputRound::retry(self.client, responses, opened.state), opened.round.saturating_add(1)))
+    }
+
+    /// The answer to a round (`round`) that asked for `input`: an `InputRequiredResult` with
+    /// the state sealed for `binding`, or why it cannot go out.
+    pub(crate) fn ask(
+        &self,
+        input: InputRequired,
+        round: u32,
+        sealer: &Sealer,
+        binding: Binding,
+    ) -> Result<InputRequiredResult, NotAsked> {
+        let missing: BTreeMap<String, Empty> = input
+            .requests
+            .iter()
+            .filter(|(_, request)| !self.client.contains(request.ability()))
+            .map(|(_, request)| (request.capability().to_owned(), Empty {}))
+            .collect();
+        if !missing.is_empty() {
+            let names: Vec<&str> = missing.keys().map(String::as_str).collect();
+            return Err(NotAsked::Refused(
+                RpcError::new(
+                    MISSING_REQUIRED_CLIENT_CAPABILITY,
+                    format!("Missing required client capability: {}", names.join(", ")),
+                )
+                .with_data(ErrorData::MissingCapabilities { required_capabilities: missing }),
+            ));
+        }
+        if round >= MAX_ROUNDS {
+            return Err(NotAsked::Failed(format!(
+                "asked the client for input {round} rounds in a row; a call may ask at most {MAX_ROUNDS}."
+            )));
+        }
+        let keys = input.requests.iter().map(|(key, _)| key.clone()).collect();
+        let requests = input
+            .requests
+            .iter()
+            .map(|(key, request)| {
+                let message =
+                    InputRequestMessage { method: request.method().into(), params: request.params() };
+                (key.clone(), message)
+            })
+            .collect();
+        let state = sealer.seal(binding, round, keys, input.state);
+        Ok(InputRequiredResult::new(requests, Some(state)))
+    }
+}

@@ -1,0 +1,299 @@
+//! Tools and prompts that ask the client for input (MRTR, 2026-07-28) over HTTP, against
+//! `cordon serve` processes: an `InputRequiredResult` whose `requestState` is sealed, a
+//! retry that lands on a second process with the same key (stateless continuation) and is
+//! refused by one with another key; tampered, expired, foreign-tool and foreign-argument
+//! states refused with -32602; a request the client cannot answer refused with -32021 and
+//! HTTP 400; a tool that asks forever stopped after 8 rounds; malformed answers refused,
+//! missing ones asked again, extra ones ignored; every message checked against the
+//! official schema.
+
+mod common;
+
+use std::io::{BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::process::Child;
+use std::time::{Duration, Instant};
+
+use common::wire::{Schema, parse_answer, spawn_http_server};
+use serde_json::{Value, json};
+
+const KEY: &str = "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f";
+const OTHER_KEY: &str = "ff0102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f";
+
+/// A config serving the example tools, the conformance fixture and the hostile component,
+/// sealing with `key`, states valid `ttl_secs`.
+fn config(name: &str, key: &str, ttl_secs: u64) -> PathBuf {
+    let guests = cordon::paths::default_tools_dir();
+    let path = |file: &str| {
+        let path = guests.join(file);
+        assert!(path.is_file(), "{} is missing: run `cargo xtask guests` first", path.display());
+        path.display().to_string()
+    };
+    let dir = common::fresh_dir(name);
+    let config = dir.join("cordon.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[server]\ncache = false\nrequest_state_key = {key:?}\nrequest_state_ttl_secs = {ttl_secs}\n\n\
+             [[components]]\npath = {:?}\ndata_dir = \"examples\"\n\n\
+             [[components]]\npath = {:?}\n\n\
+             [[components]]\npath = {:?}\ndata_dir = \"hostile\"\n",
+            path("example-tools.wasm"),
+            path("conformance-fixture.wasm"),
+            path("hostile.wasm"),
+        ),
+    )
+    .unwrap();
+    config
+}
+
+struct Server {
+    child: Child,
+    port: u16,
+}
+
+impl Server {
+    fn start(name: &str, key: &str, ttl_secs: u64) -> Self {
+        let (child, port) =
+            spawn_http_server(env!("CARGO_BIN_EXE_cordon").as_ref(), &config(name, key, ttl_secs));
+        Self { child, port }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+const EVERYTHING: &str = r#"{"elicitation": {}, "sampling": {}, "roots": {}}"#;
+
+/// POST one request with `capabilities` declared; the HTTP status and the answer, checked
+/// against the schema (an `InputRequiredResult` and each of its requests as such).
+fn post(server: &Server, method: &str, mut params: Value, capabilities: &str) -> (u16, Value) {
+    let schema = Schema::new();
+    params["_meta"] = json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": serde_json::from_str::<Value>(capabilities).unwrap(),
+    });
+    let name = params["name"].as_str().unwrap().to_owned();
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}).to_string();
+    let mut stream = TcpStream::connect(("127.0.0.1", server.port)).unwrap();
+    let head = format!(
+        "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nConnection: close\r\n\
+         Accept: application/json, text/event-stream\r\nContent-Type: application/json\r\n\
+         MCP-Protocol-Version: 2026-07-28\r\nMcp-Method: {method}\r\nMcp-Name: {name}\r\n\
+         Content-Length: {}\r\n\r\n{body}",
+        server.port,
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let mut raw = Vec::new();
+    BufReader::new(stream).read_to_end(&mut raw).unwrap();
+    let answer = parse_answer(&String::from_utf8(raw).unwrap(), &schema);
+    let message = answer.messages.last().cloned().unwrap_or_else(|| panic!("no message: {}", answer.body));
+    schema.check_sent(&message, Some(method));
+    if message["result"]["resultType"] == "input_required" {
+        schema.check("InputRequiredResult", &message["result"]);
+        for request in message["result"]["inputRequests"].as_object().unwrap().values() {
+            schema.check("InputRequest", request);
+        }
+        assert!(message["result"].get("ttlMs").is_none(), "never cacheable: {message}");
+    }
+    (answer.status, message)
+}
+
+fn call(server: &Server, tool: &str, arguments: Value, capabilities: &str) -> Value {
+    let (status, message) =
+        post(server, "tools/call", json!({"name": tool, "arguments": arguments}), capabilities);
+    assert_eq!(status, 200, "{message}");
+    message
+}
+
+/// A retry of `tool` with `answers` and the state of `asked`.
+fn retry(server: &Server, tool: &str, arguments: Value, answers: Value, asked: &Value) -> (u16, Value) {
+    let params = json!({
+        "name": tool,
+        "arguments": arguments,
+        "inputResponses": answers,
+        "requestState": asked["result"]["requestState"],
+    });
+    post(server, "tools/call", params, EVERYTHING)
+}
+
+fn text(message: &Value) -> &str {
+    message["result"]["content"][0]["text"].as_str().unwrap_or_else(|| panic!("no text: {message}"))
+}
+
+fn error(status_and_message: &(u16, Value), code: i64, status: u16) -> String {
+    let (got_status, message) = status_and_message;
+    assert_eq!((*got_status, &message["error"]["code"]), (status, &json!(code)), "{message}");
+    message["error"]["message"].as_str().unwrap().to_owned()
+}
+
+fn accept(form: Value) -> Value {
+    json!({"action": "accept", "content": form})
+}
+
+#[test]
+fn a_retry_continues_on_another_process_with_the_same_key_and_is_refused_by_one_with_another() {
+    let (first, second, stranger) = (
+        Server::start("mrtr-a", KEY, 600),
+        Server::start("mrtr-b", KEY, 600),
+        Server::start("mrtr-c", OTHER_KEY, 600),
+    );
+    let books = json!({"collection": "books"});
+    let asked = call(&first, "delete_collection", books.clone(), EVERYTHING);
+    let result = &asked["result"];
+    assert_eq!(result["resultType"], "input_required", "{asked}");
+    assert_eq!(result["inputRequests"]["confirm"]["method"], "elicitation/create");
+    assert_eq!(result["inputRequests"]["confirm"]["params"]["message"], "Delete books?");
+    assert_eq!(
+        result["inputRequests"]["confirm"]["params"]["requestedSchema"]["properties"]["confirm"]["type"],
+        "boolean"
+    );
+    assert!(result["requestState"].as_str().is_some_and(|state| state.len() > 40));
+
+    let confirmed = json!({"confirm": accept(json!({"confirm": true}))});
+    let (status, done) = retry(&second, "delete_collection", books.clone(), confirmed.clone(), &asked);
+    assert_eq!((status, text(&done)), (200, "Deleted books"), "{done}");
+    assert_eq!(done["result"]["resultType"], "complete");
+    let declined = json!({"confirm": {"action": "decline"}});
+    assert_eq!(
+        text(&retry(&first, "delete_collection", books.clone(), declined, &asked).1),
+        "books not deleted"
+    );
+    let cancelled = json!({"confirm": {"action": "cancel"}});
+    assert_eq!(
+        text(&retry(&second, "delete_collection", books.clone(), cancelled, &asked).1),
+        "books not deleted"
+    );
+
+    let refused = retry(&stranger, "delete_collection", books, confirmed, &asked);
+    assert!(error(&refused, -32602, 200).contains("integrity"), "{refused:?}");
+}
+
+#[test]
+fn tampered_foreign_and_expired_states_are_refused_before_the_tool_runs() {
+    let server = Server::start("mrtr-refused", KEY, 1);
+    let books = json!({"collection": "books"});
+    let asked = call(&server, "delete_collection", books.clone(), EVERYTHING);
+    let confirmed = json!({"confirm": accept(json!({"confirm": true}))});
+
+    let mut tampered = asked.clone();
+    tampered["result"]["requestState"] =
+        json!(format!("{}-TAMPERED", asked["result"]["requestState"].as_str().unwrap()));
+    let refused = retry(&server, "delete_collection", books.clone(), confirmed.clone(), &tampered);
+    assert!(error(&refused, -32602, 200).contains("integrity check"), "{refused:?}");
+
+    let other_arguments =
+        retry(&server, "delete_collection", json!({"collection": "music"}), confirmed.clone(), &asked);
+    assert!(error(&other_arguments, -32602, 200).contains("other arguments"), "{other_arguments:?}");
+    let other_tool =
+        retry(&server, "test_input_required_result_elicitation", json!({}), confirmed.clone(), &asked);
+    assert!(
+        error(&other_tool, -32602, 200).contains("issued for tools/call delete_collection"),
+        "{other_tool:?}"
+    );
+    let not_a_string = post(
+        &server,
+        "tools/call",
+        json!({"name": "delete_collection", "arguments": books, "requestState": 7}),
+        EVERYTHING,
+    );
+    assert!(error(&not_a_string, -32602, 200).contains("requestState"), "{not_a_string:?}");
+
+    // With a TTL of one second, the state expires within two.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let answer = retry(&server, "delete_collection", books.clone(), confirmed.clone(), &asked);
+        if answer.1.get("error").is_some() {
+            assert!(error(&answer, -32602, 200).contains("expired"), "{answer:?}");
+            break;
+        }
+        assert_eq!(text(&answer.1), "Deleted books", "valid until it expires");
+        assert!(Instant::now() < deadline, "the state never expired");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+#[test]
+fn a_request_the_client_cannot_answer_is_refused_with_its_capability_and_400() {
+    let server = Server::start("mrtr-capability", KEY, 600);
+    let asks_roots = json!({"name": "ask", "arguments": {"count": 1, "key_len": 4, "state_bytes": 0}});
+    let refused = post(&server, "tools/call", asks_roots.clone(), r#"{"elicitation": {}}"#);
+    assert!(error(&refused, -32021, 400).contains("roots"), "{refused:?}");
+    assert_eq!(refused.1["error"]["data"]["requiredCapabilities"], json!({"roots": {}}));
+    let (status, asked) = post(&server, "tools/call", asks_roots, r#"{"roots": {}}"#);
+    assert_eq!((status, &asked["result"]["inputRequests"]["0kkk"]["method"]), (200, &json!("roots/list")));
+
+    // The fixture asks only what the client declared (the conformance capability check).
+    let sampling_only =
+        call(&server, "test_input_required_result_capabilities", json!({}), r#"{"sampling": {}}"#);
+    let methods: Vec<&Value> = sampling_only["result"]["inputRequests"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|r| &r["method"])
+        .collect();
+    assert_eq!(methods, [&json!("sampling/createMessage")]);
+}
+
+#[test]
+fn a_tool_that_asks_forever_ends_after_eight_rounds_with_a_clear_error() {
+    let server = Server::start("mrtr-forever", KEY, 600);
+    let mut asked = call(&server, "ask_forever", json!({}), EVERYTHING);
+    for round in 2..=8 {
+        let (status, answer) =
+            retry(&server, "ask_forever", json!({}), json!({"again": {"roots": []}}), &asked);
+        assert_eq!(status, 200);
+        if round < 8 {
+            assert_eq!(answer["result"]["resultType"], "input_required", "round {round}: {answer}");
+            asked = answer;
+        } else {
+            assert_eq!(answer["result"]["isError"], true, "{answer}");
+            assert!(text(&answer).contains("8 rounds in a row; a call may ask at most 8"), "{answer}");
+        }
+    }
+}
+
+#[test]
+fn answers_are_checked_missing_ones_asked_again_and_extra_ones_ignored() {
+    let server = Server::start("mrtr-answers", KEY, 600);
+    let tool = "test_input_required_result_elicitation";
+    let bad = json!({"name": tool, "arguments": {}, "inputResponses": {"user_name": 12345}});
+    assert!(
+        error(&post(&server, "tools/call", bad, EVERYTHING), -32602, 200)
+            .contains("inputResponses.user_name")
+    );
+    let null = json!({"name": tool, "arguments": {}, "inputResponses": null});
+    assert!(error(&post(&server, "tools/call", null, EVERYTHING), -32602, 200).contains("inputResponses"));
+
+    let asked = call(&server, tool, json!({}), EVERYTHING);
+    let (_, again) =
+        retry(&server, tool, json!({}), json!({"wrong_key": accept(json!({"name": "x"}))}), &asked);
+    assert_eq!(again["result"]["resultType"], "input_required", "a missing answer is asked again: {again}");
+    let extra = json!({"user_name": accept(json!({"name": "Ada"})), "unknown": {"action": "accept"}});
+    let (_, done) = retry(&server, tool, json!({}), extra, &asked);
+    assert_eq!(text(&done), "Hello, Ada!");
+}
+
+#[test]
+fn a_prompt_asks_too_and_other_methods_never_do() {
+    let server = Server::start("mrtr-prompt", KEY, 600);
+    let name = "test_input_required_result_prompt";
+    let (status, asked) = post(&server, "prompts/get", json!({"name": name}), EVERYTHING);
+    assert_eq!((status, &asked["result"]["resultType"]), (200, &json!("input_required")), "{asked}");
+    let answer = json!({"user_context": accept(json!({"context": "the changelog"}))});
+    let params =
+        json!({"name": name, "inputResponses": answer, "requestState": asked["result"]["requestState"]});
+    let (_, done) = post(&server, "prompts/get", params, EVERYTHING);
+    assert_eq!(done["result"]["messages"][0]["content"]["text"], "Use this context: the changelog", "{done}");
+    // A prompt's state is no tool's.
+    let params = json!({"name": "delete_collection", "arguments": {"collection": "x"}, "requestState": asked["result"]["requestState"]});
+    let refused = post(&server, "tools/call", params, EVERYTHING);
+    assert!(error(&refused, -32602, 200).contains("issued for prompts/get"), "{refused:?}");
+}
