@@ -47,9 +47,10 @@
 //! cost more than [`ServerLimits::max_request_cost`] is refused ([`Refusal::TooCostly`])
 //! before it is built.
 
+mod asking;
 mod features;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -62,6 +63,7 @@ use tokio::sync::{Notify, mpsc};
 use tokio::time::Instant;
 
 use crate::auth::{Tenant, Tenants};
+use crate::protocol::asking::ClientCapabilities;
 use crate::protocol::jsonrpc::{
     self, INTERNAL_ERROR, INVALID_REQUEST, Incoming, Outgoing, RequestId, RpcError,
 };
@@ -71,6 +73,8 @@ use crate::runtime::{
     CallEnded, CallHandle, CallOutcome, CallTags, Outcome, RefusalReason, Runtime, Teardown, TenantView,
     ToolSet,
 };
+
+pub use asking::{AskError, MAX_OUTSTANDING_ASKS, MAX_SUBSCRIPTIONS};
 
 mod answers;
 pub use answers::{
@@ -506,6 +510,12 @@ pub struct Connection {
     rate_check: RateCheck,
     /// The log level a 2025-era client set with `logging/setLevel` (none: no log).
     log_level: Mutex<Option<LoggingLevel>>,
+    /// What a 2025-era client declared it serves at `initialize` ([`asking`]).
+    client: Mutex<ClientCapabilities>,
+    /// Requests sent to the client that wait for its answer ([`asking`]).
+    asked: Mutex<asking::Asked>,
+    /// The resource URIs a 2025-era client subscribed to.
+    subscriptions: Mutex<HashSet<String>>,
 }
 
 /// Who refuses a tenant's calls over its `calls_per_second`.
@@ -555,6 +565,9 @@ impl Connection {
             tenant,
             rate_check,
             log_level: Mutex::new(None),
+            client: Mutex::default(),
+            asked: Mutex::default(),
+            subscriptions: Mutex::default(),
         })
     }
 
@@ -605,6 +618,7 @@ impl Connection {
         match message {
             Incoming::Invalid { id, error } => out.send(jsonrpc::failure(id.as_ref(), &error)).await,
             Incoming::Unanswered { problem } => tracing::debug!("ignoring a message: {problem}"),
+            Incoming::Response { id, answer } => self.answered(id, answer),
             Incoming::Notification { method, params } => {
                 if method == "notifications/cancelled" {
                     self.cancel(params.as_ref());
@@ -636,6 +650,7 @@ impl Connection {
                 return Reply::Error(RpcError::method_not_found(method));
             }
             self.legacy.store(true, Ordering::Relaxed);
+            self.set_client_capabilities(ClientCapabilities::from_initialize(params.as_ref()));
             let requested =
                 params.as_ref().and_then(|params| params.get("protocolVersion")).and_then(Value::as_str);
             // A stream that outlives the request (stdio) is where list changes go; over
@@ -644,7 +659,11 @@ impl Connection {
                 self.follow_tool_changes(out.clone());
             }
             let mut result = mcp::initialize_result(requested);
-            crate::protocol::features::advertise(&mut result.capabilities, self.offered());
+            crate::protocol::features::advertise(
+                &mut result.capabilities,
+                self.offered(),
+                Revision::R2025_11_25,
+            );
             return Reply::Result(result.into());
         }
         let legacy = !modern && self.legacy.load(Ordering::Relaxed);
@@ -655,7 +674,10 @@ impl Connection {
         let known = matches!(method, "server/discover" | "tools/list" | "tools/call")
             || features::METHODS.contains(&method)
             || (method == "subscriptions/listen" && !legacy)
-            || (method == "logging/setLevel" && legacy);
+            || (method == "logging/setLevel" && legacy)
+            || (matches!(method, "resources/subscribe" | "resources/unsubscribe")
+                && legacy
+                && self.offered().resources);
         if !known {
             return Reply::Error(RpcError::method_not_found(method));
         }
@@ -671,13 +693,21 @@ impl Connection {
             // What a tenant sees is its own: never to be cached across tenants.
             "server/discover" => {
                 let mut result = mcp::discover_result(self.tenant.is_some(), revision);
-                crate::protocol::features::advertise(&mut result.capabilities, self.offered());
+                crate::protocol::features::advertise(&mut result.capabilities, self.offered(), revision);
                 Reply::Result(result.into())
             }
             method if features::METHODS.contains(&method) => {
                 self.route_feature(id, method, params, tools, revision, out, charge)
             }
             "subscriptions/listen" => self.start_listen(id, params.as_ref(), out.clone(), charge),
+            "resources/subscribe" => match self.subscribe(params.as_ref()) {
+                Ok(()) => Reply::Result(mcp::empty_result(revision).into()),
+                Err(error) => Reply::Error(error),
+            },
+            "resources/unsubscribe" => match self.unsubscribe(params.as_ref()) {
+                Ok(()) => Reply::Result(mcp::empty_result(revision).into()),
+                Err(error) => Reply::Error(error),
+            },
             "logging/setLevel" => match mcp::set_level(params.as_ref()) {
                 Ok(level) => {
                     *self.log_level.lock().unwrap() = Some(level);
@@ -1015,15 +1045,18 @@ impl Connection {
     }
 
     /// Send this connection's 2025-era client `notifications/tools/list_changed` on `out`
-    /// each time the tool list changes, until the server shuts down or `out` closes. One
-    /// stream per connection: false (and nothing started) when one already follows.
+    /// each time the tool list changes, and `notifications/resources/updated` for each
+    /// subscribed resource whose component a reload replaced, until the server shuts down
+    /// or `out` closes. One stream per connection: false (and nothing started) when one
+    /// already follows.
     pub fn follow_tool_changes(self: &Arc<Self>, out: Outbox) -> bool {
         if self.following.swap(true, Ordering::AcqRel) {
             return false;
         }
         let runtime = &self.server.runtime;
         let mut tools = runtime.watch_tools();
-        let mut last = self.server.tool_list_for(&tools.borrow_and_update(), self.view());
+        let mut set = tools.borrow_and_update().clone();
+        let mut last = self.server.tool_list_for(&set, self.view());
         let mut shutdown = runtime.shutting_down();
         let (connection, following) = (self.clone(), self.following.clone());
         tokio::spawn(async move {
@@ -1042,11 +1075,16 @@ impl Connection {
                         if changed.is_err() {
                             break;
                         }
-                        let list = connection.server.tool_list_for(&tools.borrow_and_update(), connection.view());
+                        let next = tools.borrow_and_update().clone();
+                        let list = connection.server.tool_list_for(&next, connection.view());
                         if list != last {
                             last = list;
                             out.send(Outgoing::Notification(mcp::tools_list_changed(None))).await;
                         }
+                        for updated in connection.resources_updated(&set, &next) {
+                            out.send(updated).await;
+                        }
+                        set = next;
                     }
                 }
             }
