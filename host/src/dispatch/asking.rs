@@ -55,15 +55,18 @@ pub(super) struct Asked {
     waiting: HashMap<RequestId, oneshot::Sender<Result<Value, PeerError>>>,
 }
 
-/// Takes a request's id out of the table when its asker stops waiting, answered or not.
+/// Takes a call's request ids out of the table when it stops waiting, answered or not.
 struct Waiting<'c> {
     connection: &'c Connection,
-    id: RequestId,
+    ids: Vec<RequestId>,
 }
 
 impl Drop for Waiting<'_> {
     fn drop(&mut self) {
-        self.connection.asked.lock().unwrap().waiting.remove(&self.id);
+        let mut asked = self.connection.asked.lock().unwrap();
+        for id in &self.ids {
+            asked.waiting.remove(id);
+        }
     }
 }
 
@@ -78,34 +81,54 @@ impl Connection {
         self.client.lock().unwrap().serves(kind)
     }
 
-    /// Send `request` to the client on `out` and wait for its answer: the result, checked
-    /// against the request's result type. Dropping the future stops waiting (a late
-    /// answer is then dropped).
-    pub async fn ask(&self, request: ServerRequest, out: &Outbox) -> Result<Value, AskError> {
-        let kind = request.kind();
-        if !self.serves(kind) {
+    /// Send each of `requests` to the client on `out`, all at once (the client may answer
+    /// them in any order), and wait for every answer: each result, checked against its
+    /// request's result type, under the request's key. The first failure ends the wait.
+    /// Dropping the future stops waiting (a late answer is then dropped).
+    pub async fn ask_all(
+        &self,
+        requests: Vec<(String, ServerRequest)>,
+        out: &Outbox,
+    ) -> Result<Vec<(String, Value)>, AskError> {
+        if let Some(kind) =
+            requests.iter().map(|(_, request)| request.kind()).find(|kind| !self.serves(*kind))
+        {
             return Err(AskError::NotDeclared { capability: kind.capability(), method: kind.method() });
         }
-        let (sender, answer) = oneshot::channel();
-        let id = {
+        let mut waiting = Waiting { connection: self, ids: Vec::with_capacity(requests.len()) };
+        let mut sent = Vec::with_capacity(requests.len());
+        {
             let mut asked = self.asked.lock().unwrap();
-            if asked.waiting.len() >= MAX_OUTSTANDING_ASKS {
+            if asked.waiting.len() + requests.len() > MAX_OUTSTANDING_ASKS {
                 return Err(AskError::TooMany);
             }
-            asked.next += 1;
-            let id = RequestId::parse(&Value::from(asked.next)).expect("an integer is an id");
-            asked.waiting.insert(id.clone(), sender);
-            id
-        };
-        let _waiting = Waiting { connection: self, id: id.clone() };
-        out.send(Outgoing::Request { id, request }).await;
-        match answer.await {
-            Ok(Ok(result)) => kind.check_result(&result).map(|()| result).map_err(AskError::Malformed),
-            Ok(Err(PeerError { code, message })) => {
-                Err(AskError::Refused { method: kind.method(), code, message })
+            for (key, request) in requests {
+                asked.next += 1;
+                let id = RequestId::parse(&Value::from(asked.next)).expect("an integer is an id");
+                let (sender, answer) = oneshot::channel();
+                asked.waiting.insert(id.clone(), sender);
+                waiting.ids.push(id.clone());
+                sent.push((key, request.kind(), answer, Outgoing::Request { id, request }));
             }
-            Err(_) => Err(AskError::Gone),
         }
+        let mut pending = Vec::with_capacity(sent.len());
+        for (key, kind, answer, request) in sent {
+            out.send(request).await;
+            pending.push((key, kind, answer));
+        }
+        let mut answers = Vec::with_capacity(pending.len());
+        for (key, kind, answer) in pending {
+            let result = match answer.await {
+                Ok(Ok(result)) => kind.check_result(&result).map(|()| result).map_err(AskError::Malformed)?,
+                Ok(Err(PeerError { code, message })) => {
+                    return Err(AskError::Refused { method: kind.method(), code, message });
+                }
+                Err(_) => return Err(AskError::Gone),
+            };
+            answers.push((key, result));
+        }
+        drop(waiting);
+        Ok(answers)
     }
 
     /// The client's response to request `id` of ours: to the call waiting for it, or
