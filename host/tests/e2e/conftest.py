@@ -58,6 +58,13 @@ LEGACY_RESULT_SCHEMAS = {
     "completion/complete": "CompleteResult",
 }
 
+# The requests a server sends a 2025-11-25 client during a call, by method.
+LEGACY_REQUEST_SCHEMAS = {
+    "elicitation/create": "ElicitRequest",
+    "sampling/createMessage": "CreateMessageRequest",
+    "roots/list": "ListRootsRequest",
+}
+
 # The schema definition each notification must match, by method.
 NOTIFICATION_SCHEMAS = {
     "notifications/progress": "ProgressNotification",
@@ -87,16 +94,18 @@ class Cordon:
         return int(Path(str(self.log) + ".pid").read_text())
 
     @contextlib.asynccontextmanager
-    async def client(self, mode: str):
+    async def client(self, mode: str, **callbacks):
+        """A client in `mode`, with `callbacks` (e.g. `elicitation_callback`)."""
         if self.transport == "stdio":
-            async with Client(self.params, mode=mode) as client:
+            async with Client(self.params, mode=mode, **callbacks) as client:
                 yield client
             return
         http = httpx2.AsyncClient(
             transport=RecordingTransport(httpx2.AsyncHTTPTransport(), self.log),
             timeout=httpx2.Timeout(30, read=300),
         )
-        async with http, Client(streamable_http_client(self.url, http_client=http), mode=mode) as client:
+        transport = streamable_http_client(self.url, http_client=http)
+        async with http, Client(transport, mode=mode, **callbacks) as client:
             yield client
 
 
@@ -244,6 +253,11 @@ def check_log(log: Path) -> None:
         for message in sent_messages(entry):
             sent += 1
             assert message is not None, "the server sent an empty line"
+            if "id" in message and "method" in message:
+                # A request to the client: its ids are the server's own, not the client's.
+                legacy_message_schema.validate(message)
+                validator(LEGACY_REQUEST_SCHEMAS[message["method"]], LEGACY_SCHEMA).validate(message)
+                continue
             method, legacy = methods.get(json.dumps(message.get("id")), (None, False))
             (legacy_message_schema if legacy else message_schema).validate(message)
             if "error" in message:
