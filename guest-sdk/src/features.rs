@@ -50,6 +50,7 @@ use std::time::Duration;
 use crate::bindings::exports::cordon::tool::{
     completions as wit_completions, prompts as wit_prompts, resources as wit_resources,
 };
+use crate::input::{Reply, Round};
 use crate::{Content, ToolError};
 
 /// A resource's body: text or bytes.
@@ -294,7 +295,7 @@ impl PromptMessage {
     }
 }
 
-type Renderer = Box<dyn Fn(&PromptArguments) -> Result<Vec<PromptMessage>, ToolError>>;
+type Renderer = Box<dyn Fn(&PromptArguments, &Round) -> Result<Reply<Vec<PromptMessage>>, ToolError>>;
 
 /// A prompt a user picks: its arguments, and how it renders into messages.
 pub struct Prompt {
@@ -311,6 +312,18 @@ impl Prompt {
         name: &str,
         description: &str,
         render: impl Fn(&PromptArguments) -> Result<Vec<PromptMessage>, ToolError> + 'static,
+    ) -> Self {
+        Self::asking(name, description, move |arguments: &PromptArguments, _: &Round| {
+            render(arguments).map(Reply::Done)
+        })
+    }
+
+    /// A prompt that may ask the client for input before it renders (see
+    /// [`crate::input`]): `render` also gets the request's [`Round`].
+    pub fn asking(
+        name: &str,
+        description: &str,
+        render: impl Fn(&PromptArguments, &Round) -> Result<Reply<Vec<PromptMessage>>, ToolError> + 'static,
     ) -> Self {
         Self {
             info: wit_prompts::PromptInfo {
@@ -406,19 +419,27 @@ pub mod glue {
     pub fn get_prompt<P: Plugin>(
         name: &str,
         arguments: Vec<(String, String)>,
-    ) -> Result<wit_prompts::PromptResult, String> {
+        round: crate::bindings::cordon::tool::input::InputRound,
+    ) -> Result<wit_prompts::PromptReply, String> {
         let prompt = P::prompts()
             .into_iter()
             .find(|prompt| prompt.info.name == name)
             .ok_or_else(|| format!("unknown prompt: {name}"))?;
-        let messages = (prompt.render)(&PromptArguments(arguments.into_iter().collect()))
-            .map_err(|error| error.message().to_owned())?;
-        Ok(wit_prompts::PromptResult {
-            description: None,
-            messages: messages
-                .into_iter()
-                .map(|message| wit_prompts::PromptMessage { role: message.role, content: message.content })
-                .collect(),
+        let reply =
+            (prompt.render)(&PromptArguments(arguments.into_iter().collect()), &Round::from_wit(round))
+                .map_err(|error| error.message().to_owned())?;
+        Ok(match reply {
+            Reply::Done(messages) => wit_prompts::PromptReply::Done(wit_prompts::PromptResult {
+                description: None,
+                messages: messages
+                    .into_iter()
+                    .map(|message| wit_prompts::PromptMessage {
+                        role: message.role,
+                        content: message.content,
+                    })
+                    .collect(),
+            }),
+            Reply::Ask(ask) => wit_prompts::PromptReply::NeedsInput(ask.into_wit()),
         })
     }
 

@@ -13,6 +13,8 @@
 //! - [`export_plugin!`] exports several tools and the cleanup handler from one component.
 //! - [`http`] makes outbound HTTP requests, to what the operator grants the component
 //!   (nothing by default), checking for a stop while it waits.
+//! - [`Tool::asking`] makes a tool that may ask the client for input (a confirmation, a
+//!   completion from its model, its roots) before it answers: [`input`] has an example.
 //! - [`Resource`], [`ResourceTemplate`] and [`Prompt`] offer resources, prompts and
 //!   completions besides tools ([`features`] has an example); each read runs in a fresh
 //!   instance, like a call.
@@ -94,6 +96,7 @@ use std::time::Duration;
 
 pub mod features;
 pub mod http;
+pub mod input;
 pub mod testing;
 
 pub use features::{
@@ -357,7 +360,7 @@ impl<T: Serialize + JsonSchema> IntoCallResult for Json<T> {
 
 /// Takes the arguments as JSON text: they are read straight into the handler's type, so
 /// properties the type does not name are skipped without ever being built in memory.
-type Handler = Box<dyn Fn(&str) -> Result<CallResult, ToolError>>;
+type Handler = Box<dyn Fn(&str, &input::Round) -> Result<input::Reply<CallResult>, ToolError>>;
 
 /// A tool: its name, description, schemas and the function that runs it.
 ///
@@ -382,10 +385,28 @@ impl Tool {
         R: IntoCallResult,
         F: Fn(A) -> Result<R, ToolError> + 'static,
     {
-        let handler = Box::new(move |arguments: &str| {
+        Self::asking(name, description, move |arguments: A, _: &input::Round| {
+            handler(arguments).map(input::Reply::Done)
+        })
+    }
+
+    /// A tool that may ask the client for input before it answers ([`input`]): `handler`
+    /// also gets the call's [`input::Round`] and answers [`input::Reply::Done`] with its
+    /// result or [`input::Reply::Ask`] with what it needs; it runs again, in a fresh
+    /// instance, once the client has answered.
+    pub fn asking<A, R, F>(name: &str, description: &str, handler: F) -> Self
+    where
+        A: DeserializeOwned + JsonSchema,
+        R: IntoCallResult,
+        F: Fn(A, &input::Round) -> Result<input::Reply<R>, ToolError> + 'static,
+    {
+        let handler = Box::new(move |arguments: &str, round: &input::Round| {
             let arguments = serde_json::from_str(arguments)
                 .map_err(|error| ToolError::new(format!("invalid arguments: {error}")))?;
-            handler(arguments)?.into_call_result()
+            Ok(match handler(arguments, round)? {
+                input::Reply::Done(result) => input::Reply::Done(result.into_call_result()?),
+                input::Reply::Ask(ask) => input::Reply::Ask(ask),
+            })
         });
         Self {
             name: name.to_owned(),
@@ -416,9 +437,13 @@ impl Tool {
         tool
     }
 
-    /// Run the tool on arguments given as JSON text.
-    pub(crate) fn run(&self, arguments: &str) -> Result<CallResult, ToolError> {
-        (self.handler)(arguments)
+    /// Run the tool on arguments given as JSON text, in `round`.
+    pub(crate) fn run(
+        &self,
+        arguments: &str,
+        round: &input::Round,
+    ) -> Result<input::Reply<CallResult>, ToolError> {
+        (self.handler)(arguments, round)
     }
 
     /// The tool's name.
@@ -541,11 +566,12 @@ macro_rules! export_plugin {
                 fn call(
                     name: ::std::string::String,
                     arguments: ::std::string::String,
+                    input: $crate::bindings::cordon::tool::input::InputRound,
                 ) -> ::std::result::Result<
-                    $crate::bindings::cordon::tool::types::CallResult,
+                    $crate::bindings::exports::cordon::tool::tool::CallReply,
                     ::std::string::String,
                 > {
-                    $crate::__private::call::<$plugin>(&name, &arguments)
+                    $crate::__private::call::<$plugin>(&name, &arguments, input)
                 }
 
                 fn cleanup(context: $crate::bindings::cordon::tool::types::CleanupContext) {
@@ -576,11 +602,12 @@ macro_rules! export_plugin {
                 fn get(
                     name: ::std::string::String,
                     arguments: ::std::vec::Vec<(::std::string::String, ::std::string::String)>,
+                    input: $crate::bindings::cordon::tool::input::InputRound,
                 ) -> ::std::result::Result<
-                    $crate::bindings::exports::cordon::tool::prompts::PromptResult,
+                    $crate::bindings::exports::cordon::tool::prompts::PromptReply,
                     ::std::string::String,
                 > {
-                    $crate::features::glue::get_prompt::<$plugin>(&name, arguments)
+                    $crate::features::glue::get_prompt::<$plugin>(&name, arguments, input)
                 }
             }
 
@@ -613,17 +640,24 @@ pub mod __private {
         P::tools().into_iter().map(Tool::info).collect()
     }
 
-    pub fn call<P: Plugin>(name: &str, arguments: &str) -> Result<wit::CallResult, String> {
+    pub fn call<P: Plugin>(
+        name: &str,
+        arguments: &str,
+        round: crate::bindings::cordon::tool::input::InputRound,
+    ) -> Result<crate::bindings::exports::cordon::tool::tool::CallReply, String> {
+        use crate::bindings::exports::cordon::tool::tool::CallReply;
         install_panic_hook();
         let tool = P::tools()
             .into_iter()
             .find(|tool| tool.name == name)
             .ok_or_else(|| format!("unknown tool: {name}"))?;
-        let result = (tool.handler)(arguments).map_err(|error| error.0)?;
-        Ok(wit::CallResult {
-            content: result.content,
-            structured: result.structured.map(|value| value.to_string()),
-            is_error: result.is_error,
+        Ok(match (tool.handler)(arguments, &input::Round::from_wit(round)).map_err(|error| error.0)? {
+            input::Reply::Done(result) => CallReply::Done(wit::CallResult {
+                content: result.content,
+                structured: result.structured.map(|value| value.to_string()),
+                is_error: result.is_error,
+            }),
+            input::Reply::Ask(ask) => CallReply::NeedsInput(ask.into_wit()),
         })
     }
 

@@ -48,7 +48,14 @@
 use std::cell::RefCell;
 use std::time::Duration;
 
+use crate::input::{Ask, Reply, Round};
 use crate::{CallResult, CleanupContext, Content, LogLevel, Plugin, StopReason, ToolError};
+
+/// What [`TestHost::call`] says of a tool that asked for input instead of answering.
+fn asked(ask: &Ask) -> ToolError {
+    let keys: Vec<&str> = ask.keys().collect();
+    ToolError::new(format!("the tool asked for input ({}): use call_round", keys.join(", ")))
+}
 
 /// One progress report, as the host would have received it.
 #[derive(Debug, Clone, PartialEq)]
@@ -134,7 +141,57 @@ impl TestHost {
             .iter()
             .find(|candidate| candidate.name() == tool)
             .ok_or_else(|| ToolError::new(format!("unknown tool: {tool}")))?;
-        tool.run(&arguments.to_string())
+        match tool.run(&arguments.to_string(), &Round::new())? {
+            Reply::Done(result) => Ok(result),
+            Reply::Ask(ask) => Err(asked(&ask)),
+        }
+    }
+
+    /// Call `tool` of plugin `P` with `arguments` in `round`, as the host would: what a tool
+    /// made with [`Tool::asking`](crate::Tool::asking) answers, a result or what it asks.
+    /// Answer it with the next round: `round.after(&ask).with_response(key, answer)`.
+    ///
+    /// ```
+    /// use cordon_guest::input::{Ask, Reply, Round};
+    /// use cordon_guest::testing::TestHost;
+    /// use cordon_guest::{Plugin, Tool, ToolError};
+    ///
+    /// fn greet(_: serde_json::Value, round: &Round) -> Result<Reply<String>, ToolError> {
+    ///     match round.response("name").and_then(|answer| answer["content"]["name"].as_str().map(str::to_owned)) {
+    ///         Some(name) => Ok(Reply::Done(format!("Hello, {name}!"))),
+    ///         None => Ok(Ask::new()
+    ///             .elicit("name", "Your name?", serde_json::json!({"type": "object", "properties": {"name": {"type": "string"}}}))
+    ///             .into()),
+    ///     }
+    /// }
+    ///
+    /// struct Greeter;
+    /// impl Plugin for Greeter {
+    ///     fn tools() -> Vec<Tool> {
+    ///         vec![Tool::asking("greet", "Greets you by name.", greet)]
+    ///     }
+    /// }
+    ///
+    /// let host = TestHost::new();
+    /// let round = Round::new().with_elicitation();
+    /// let ask = host.call_round::<Greeter>("greet", serde_json::json!({}), &round).unwrap().asked().unwrap();
+    /// assert_eq!(ask.keys().collect::<Vec<_>>(), ["name"]);
+    /// let retry = round.after(&ask).with_response("name", serde_json::json!({"action": "accept", "content": {"name": "Ada"}}));
+    /// let result = host.call_round::<Greeter>("greet", serde_json::json!({}), &retry).unwrap().done().unwrap();
+    /// assert_eq!(result.content[0], cordon_guest::Content::Text("Hello, Ada!".into()));
+    /// ```
+    pub fn call_round<P: Plugin>(
+        &self,
+        tool: &str,
+        arguments: serde_json::Value,
+        round: &Round,
+    ) -> Result<Reply<CallResult>, ToolError> {
+        let tools = P::tools();
+        let tool = tools
+            .iter()
+            .find(|candidate| candidate.name() == tool)
+            .ok_or_else(|| ToolError::new(format!("unknown tool: {tool}")))?;
+        tool.run(&arguments.to_string(), round)
     }
 
     /// Read `uri` from plugin `P` as the host would: one of its resources, or a URI one of
@@ -158,9 +215,29 @@ impl TestHost {
         name: &str,
         arguments: &[(&str, &str)],
     ) -> Result<Vec<(crate::Role, Content)>, ToolError> {
+        match self.get_prompt_round::<P>(name, arguments, &Round::new())? {
+            Reply::Done(messages) => Ok(messages),
+            Reply::Ask(ask) => Err(asked(&ask)),
+        }
+    }
+
+    /// Render prompt `name` of plugin `P` in `round`: its messages, or what it asks.
+    pub fn get_prompt_round<P: Plugin>(
+        &self,
+        name: &str,
+        arguments: &[(&str, &str)],
+        round: &Round,
+    ) -> Result<Reply<Vec<(crate::Role, Content)>>, ToolError> {
+        use crate::bindings::exports::cordon::tool::prompts::PromptReply;
         let arguments = arguments.iter().map(|(name, value)| (name.to_string(), value.to_string())).collect();
-        let result = crate::features::glue::get_prompt::<P>(name, arguments).map_err(ToolError::new)?;
-        Ok(result.messages.into_iter().map(|message| (message.role, message.content)).collect())
+        let reply = crate::features::glue::get_prompt::<P>(name, arguments, round.to_wit())
+            .map_err(ToolError::new)?;
+        Ok(match reply {
+            PromptReply::Done(result) => Reply::Done(
+                result.messages.into_iter().map(|message| (message.role, message.content)).collect(),
+            ),
+            PromptReply::NeedsInput(input) => Reply::Ask(crate::input::Ask::from_wit(input)),
+        })
     }
 
     /// The values plugin `P` suggests for `argument` of prompt `prompt`, given `typed`.

@@ -99,12 +99,13 @@ pub fn import_verdict(name: &str, grants: Option<&Grants>) -> ImportVerdict {
     match package {
         "cordon:tool"
             if (version.starts_with("0.1.") || is_0_2)
-                && matches!(interface, "cordon:tool/host" | "cordon:tool/types") =>
+                && matches!(interface, "cordon:tool/host" | "cordon:tool/types")
+                || is_0_2 && interface == "cordon:tool/input" =>
         {
             ImportVerdict::Provided("Cordon's host interface")
         }
         "cordon:tool" => ImportVerdict::Refused(format!(
-            "Cordon provides cordon:tool/host and cordon:tool/types 0.1.x and 0.2.x, not {name}: the component will not load"
+            "Cordon provides cordon:tool/host and cordon:tool/types 0.1.x and 0.2.x, and cordon:tool/input 0.2.x, not {name}: the component will not load"
         )),
         "wasi:io" | "wasi:clocks" | "wasi:random" if is_0_2 => ImportVerdict::Provided("provided"),
         "wasi:cli" if is_0_2 => match interface {

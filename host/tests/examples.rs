@@ -56,7 +56,7 @@ async fn the_sdk_lists_every_tool_with_an_object_schema_generated_from_its_rust_
     let runtime = examples().await;
     let tools = runtime.snapshot();
     let names: Vec<&str> = tools.tools().map(|tool| tool.name.as_str()).collect();
-    assert_eq!(names, ["echo", "reindex", "locks", "spin", "order_book", "fetch"]);
+    assert_eq!(names, ["echo", "reindex", "locks", "spin", "order_book", "fetch", "delete_collection"]);
     for tool in tools.tools() {
         assert_eq!(tool.input_schema["type"], "object", "{}", tool.name);
         assert!(!tool.description.is_empty());

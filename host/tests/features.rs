@@ -239,7 +239,7 @@ fn both_worlds_are_served_at_once_and_every_new_method_answers_over_stdio() {
     // Prompts: listed, rendered with arguments, with an image and an embedded resource.
     let prompts = server.request("prompts/list", json!({}));
     let listed = prompts["result"]["prompts"].as_array().unwrap();
-    assert_eq!(listed.len(), 5, "{prompts}");
+    assert_eq!(listed.len(), 6, "{prompts}");
     assert_eq!(listed[0]["name"], "reindex_collection");
     assert_eq!(
         listed[0]["arguments"][0],

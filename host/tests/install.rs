@@ -70,7 +70,7 @@ fn outside_the_repository_without_a_config_the_built_in_example_tools_are_served
         .iter()
         .map(|tool| tool["name"].as_str().unwrap())
         .collect();
-    assert_eq!(names, ["echo", "reindex", "locks", "spin", "order_book", "fetch"]);
+    assert_eq!(names, ["echo", "reindex", "locks", "spin", "order_book", "fetch", "delete_collection"]);
     let call = request(
         2,
         "tools/call",

@@ -146,7 +146,7 @@ fn discover_list_and_call_are_answered_per_the_schema() {
     let list = server.expect();
     let names: Vec<&str> =
         list["result"]["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
-    assert_eq!(names, ["echo", "reindex", "locks", "spin", "order_book", "fetch"]);
+    assert_eq!(names, ["echo", "reindex", "locks", "spin", "order_book", "fetch", "delete_collection"]);
     assert_eq!(list["result"]["cacheScope"], "public");
     assert!(list["result"]["ttlMs"].is_u64());
     assert_eq!(server.call_text(3, "echo", json!({"text": "hi"})), "hi");

@@ -6,6 +6,7 @@
 
 use std::time::Duration;
 
+use cordon_guest::input::{Ask, Elicited, Reply, Round};
 use cordon_guest::{
     CallResult, Content, Media, Plugin, Prompt, PromptMessage, Resource, ResourceBody, ResourceTemplate,
     Tool, ToolError,
@@ -157,6 +158,149 @@ fn streaming_elicitation(_: NoArgs) -> Result<String, ToolError> {
     Ok("This server sends no requests to clients; nothing to elicit.".into())
 }
 
+/// The form the `input-required-result-*` scenarios elicit: one required property.
+fn form(property: &str, kind: &str) -> serde_json::Value {
+    serde_json::json!({
+        "type": "object",
+        "properties": { property: { "type": kind } },
+        "required": [property],
+    })
+}
+
+/// The sampling params those scenarios ask with.
+fn sampling(text: &str, max_tokens: u32) -> serde_json::Value {
+    serde_json::json!({
+        "messages": [{ "role": "user", "content": { "type": "text", "text": text } }],
+        "maxTokens": max_tokens,
+    })
+}
+
+/// A field of an accepted elicitation, as text (a decline or cancel gives none).
+fn accepted(round: &Round, key: &str, field: &str) -> Option<String> {
+    match round.elicited(key)? {
+        Elicited::Accepted(form) => Some(match form.get(field)? {
+            serde_json::Value::String(text) => text.clone(),
+            other => other.to_string(),
+        }),
+        Elicited::Declined | Elicited::Cancelled => None,
+    }
+}
+
+type Asked = Result<Reply<String>, ToolError>;
+
+/// Round 1 asks the user's name; round 2 greets them. A retry without the answer (or with
+/// the wrong keys) asks again.
+fn input_elicitation(_: NoArgs, round: &Round) -> Asked {
+    match round.response("user_name").filter(|answer| answer.is_object()) {
+        Some(_) => {
+            let name = accepted(round, "user_name", "name").unwrap_or_else(|| "stranger".into());
+            Ok(Reply::Done(format!("Hello, {name}!")))
+        }
+        None => Ok(Ask::new().elicit("user_name", "What is your name?", form("name", "string")).into()),
+    }
+}
+
+fn input_sampling(_: NoArgs, round: &Round) -> Asked {
+    match round.sampled_text("capital_question") {
+        Some(text) => Ok(Reply::Done(format!("The model answered: {text}"))),
+        None => {
+            Ok(Ask::new().sample("capital_question", sampling("What is the capital of France?", 100)).into())
+        }
+    }
+}
+
+fn input_list_roots(_: NoArgs, round: &Round) -> Asked {
+    match round.roots("client_roots") {
+        Some(roots) => {
+            let uris: Vec<String> = roots.into_iter().map(|root| root.uri).collect();
+            Ok(Reply::Done(format!("The client has {} root(s): {}", uris.len(), uris.join(", "))))
+        }
+        None => Ok(Ask::new().list_roots("client_roots").into()),
+    }
+}
+
+/// The state handed out in round 1, checked in round 2.
+const STATE: &[u8] = b"request-state-round-1";
+
+fn input_request_state(_: NoArgs, round: &Round) -> Asked {
+    match (round.response("confirm"), round.state()) {
+        (Some(_), Some(STATE)) => Ok(Reply::Done("state-ok: the request state came back intact".into())),
+        _ => Ok(Ask::new().elicit("confirm", "Please confirm", form("ok", "boolean")).state(STATE).into()),
+    }
+}
+
+fn input_multiple(_: NoArgs, round: &Round) -> Asked {
+    let keys = ["user_name", "greeting", "client_roots"];
+    if keys.iter().all(|key| round.response(key).is_some()) {
+        let name = accepted(round, "user_name", "name").unwrap_or_else(|| "stranger".into());
+        let greeting = round.sampled_text("greeting").unwrap_or_default();
+        let roots = round.roots("client_roots").map_or(0, |roots| roots.len());
+        return Ok(Reply::Done(format!("{greeting} {name} ({roots} root(s))")));
+    }
+    Ok(Ask::new()
+        .elicit("user_name", "What is your name?", form("name", "string"))
+        .sample("greeting", sampling("Generate a greeting", 50))
+        .list_roots("client_roots")
+        .state("multiple")
+        .into())
+}
+
+/// Three rounds: the name, then the colour (the state carries the name), then the answer.
+fn input_multi_round(_: NoArgs, round: &Round) -> Asked {
+    match round.state() {
+        Some(name) if name.starts_with(b"name:") => {
+            let name = String::from_utf8_lossy(&name[5..]).into_owned();
+            match accepted(round, "step2", "color") {
+                Some(color) => Ok(Reply::Done(format!("{name} likes {color}."))),
+                None => Ok(Ask::new()
+                    .elicit("step2", "Step 2: What is your favorite color?", form("color", "string"))
+                    .state(format!("name:{name}"))
+                    .into()),
+            }
+        }
+        _ => match accepted(round, "step1", "name") {
+            Some(name) => Ok(Ask::new()
+                .elicit("step2", "Step 2: What is your favorite color?", form("color", "string"))
+                .state(format!("name:{name}"))
+                .into()),
+            None => Ok(Ask::new()
+                .elicit("step1", "Step 1: What is your name?", form("name", "string"))
+                .state("step1")
+                .into()),
+        },
+    }
+}
+
+fn input_tampered_state(_: NoArgs, round: &Round) -> Asked {
+    match (round.response("confirm"), round.state()) {
+        (Some(_), Some(b"tamper-proof")) => Ok(Reply::Done("state-ok".into())),
+        _ => Ok(Ask::new()
+            .elicit("confirm", "Please confirm", form("ok", "boolean"))
+            .state("tamper-proof")
+            .into()),
+    }
+}
+
+/// Asks only what the client declared it can answer.
+fn input_capabilities(_: NoArgs, round: &Round) -> Asked {
+    if round.response("question").is_some() || round.response("confirm").is_some() {
+        return Ok(Reply::Done("answered".into()));
+    }
+    let mut ask = Ask::new();
+    if round.can_elicit() {
+        ask = ask.elicit("confirm", "Please confirm", form("ok", "boolean"));
+    }
+    if round.can_sample() {
+        ask = ask.sample("question", sampling("Say hello", 20));
+    }
+    if ask.keys().next().is_none() {
+        return Err(ToolError::new(
+            "the client can be asked nothing: it declared neither elicitation nor sampling",
+        ));
+    }
+    Ok(ask.into())
+}
+
 struct Fixture;
 
 impl Plugin for Fixture {
@@ -201,6 +345,38 @@ impl Plugin for Fixture {
             ),
             Tool::new("test_streaming_elicitation", "Answers without eliciting.", streaming_elicitation)
                 .requires("elicitation"),
+            Tool::asking(
+                "test_input_required_result_elicitation",
+                "Asks the user's name.",
+                input_elicitation,
+            ),
+            Tool::asking("test_input_required_result_sampling", "Asks the client's model.", input_sampling),
+            Tool::asking(
+                "test_input_required_result_list_roots",
+                "Asks the client's roots.",
+                input_list_roots,
+            ),
+            Tool::asking(
+                "test_input_required_result_request_state",
+                "Asks for a confirmation, with state.",
+                input_request_state,
+            ),
+            Tool::asking(
+                "test_input_required_result_multiple_inputs",
+                "Asks three things at once.",
+                input_multiple,
+            ),
+            Tool::asking("test_input_required_result_multi_round", "Asks twice, in turn.", input_multi_round),
+            Tool::asking(
+                "test_input_required_result_tampered_state",
+                "Asks for a confirmation, with state to tamper with.",
+                input_tampered_state,
+            ),
+            Tool::asking(
+                "test_input_required_result_capabilities",
+                "Asks only what the client can answer.",
+                input_capabilities,
+            ),
             Tool::new(
                 "test_custom_header",
                 "Echoes its region, which HTTP clients also send as a header (x-mcp-header).",
@@ -280,6 +456,22 @@ impl Plugin for Fixture {
                 },
             )
             .argument("resourceUri", "URI of the resource to embed", true),
+            Prompt::asking(
+                "test_input_required_result_prompt",
+                "Asks the user for context, then renders.",
+                |_, round| match accepted(round, "user_context", "context") {
+                    Some(context) => Ok(Reply::Done(vec![PromptMessage::user_text(format!(
+                        "Use this context: {context}"
+                    ))])),
+                    None => Ok(Ask::new()
+                        .elicit(
+                            "user_context",
+                            "What context should the prompt use?",
+                            form("context", "string"),
+                        )
+                        .into()),
+                },
+            ),
             Prompt::new("test_prompt_with_image", "A prompt with an image.", |_| {
                 Ok(vec![
                     PromptMessage::user(image()),

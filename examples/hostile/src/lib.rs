@@ -28,6 +28,13 @@
 //!   filled with 64 KiB, and sends none (with `fields_only`, only header fields); the host
 //!   holds every one of them until the call ends.
 //!
+//! - `ask_forever()` asks the client for input in every round, whatever it answers.
+//! - `ask(count, key_len, state_bytes)` asks `count` roots requests with keys of
+//!   `key_len` characters and hands out `state_bytes` of state: over the host's bounds
+//!   when told.
+//! - `ask_then_spin()` asks once, then spins forever (never checking for a stop) in the
+//!   round that brings the answer, leaving the note `asked`.
+//!
 //! - the resource template `hostile://spin/{label}` spins forever when read (it leaves the
 //!   cleanup note `reading <label>` and, granted `/data`, the file `/data/reading-<label>`
 //!   first), so only a hard stop ends the read.
@@ -38,6 +45,7 @@
 
 use std::time::Duration;
 
+use cordon_guest::input::{Ask, Reply, Round};
 use cordon_guest::{CleanupContext, Plugin, Resource, ResourceBody, ResourceTemplate, Tool, ToolError};
 use schemars::JsonSchema;
 use serde::Deserialize;
@@ -393,6 +401,9 @@ impl Plugin for Hostile {
             Tool::new("http_hoard", "Builds HTTP requests with full bodies and sends none.", http_hoard),
             Tool::new("http_hang", "Waits for an HTTP answer, never checking for cancellation.", http_hang),
             Tool::new("panic", "Leaves a note, then panics with the message it is given.", panic),
+            Tool::asking("ask_forever", "Asks for input in every round.", ask_forever),
+            Tool::asking("ask", "Asks as many inputs, with keys and state as long, as it is told.", ask),
+            Tool::asking("ask_then_spin", "Asks once, then spins forever.", ask_then_spin),
         ]
     }
 
@@ -430,6 +441,44 @@ impl Plugin for Hostile {
             std::fs::write("/data/cleanup-reason", format!("{:?} {:?}", context.reason, context.note_text()));
         // Which request it cleaned up after: a tool's name, or a method (`resources/read`).
         let _ = std::fs::write("/data/cleanup-request", &context.tool);
+    }
+}
+
+#[derive(Deserialize, JsonSchema)]
+struct Nothing {}
+
+fn ask_forever(_: Nothing, round: &Round) -> Result<Reply<String>, ToolError> {
+    let asked = round.state().map_or(0, |state| state.len());
+    Ok(Ask::new().list_roots("again").state(vec![b'x'; asked + 1]).into())
+}
+
+#[derive(Deserialize, JsonSchema)]
+struct AskArgs {
+    count: usize,
+    key_len: usize,
+    state_bytes: usize,
+}
+
+fn ask(args: AskArgs, _: &Round) -> Result<Reply<String>, ToolError> {
+    let mut ask = Ask::new();
+    for n in 0..args.count {
+        let key = format!("{n}{}", "k".repeat(args.key_len.saturating_sub(n.to_string().len())));
+        ask = ask.list_roots(&key);
+    }
+    Ok(ask.state(vec![0; args.state_bytes]).into())
+}
+
+fn ask_then_spin(_: Nothing, round: &Round) -> Result<Reply<String>, ToolError> {
+    if round.response("roots").is_none() {
+        return Ok(Ask::new().list_roots("roots").into());
+    }
+    cordon_guest::set_cleanup_note(b"asked");
+    let mut turns = 0u64;
+    loop {
+        turns = std::hint::black_box(turns.wrapping_add(1));
+        if turns == u64::MAX {
+            return Ok(Reply::Done("never".into()));
+        }
     }
 }
 

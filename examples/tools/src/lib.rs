@@ -1,4 +1,4 @@
-//! Cordon's example tools, one component with six tools, a resource and a prompt:
+//! Cordon's example tools, one component with seven tools, a resource and a prompt:
 //!
 //! - `echo(text)` returns the text.
 //! - `reindex(collection, total = 120, step_ms = 100)` indexes in steps of 40, reporting
@@ -10,6 +10,10 @@
 //! - `fetch(url, max_bytes = 65536)` GETs a URL and returns `"<status> <body text>"`, the body
 //!   cut to `max_bytes`. Only origins the operator grants (`allow_http`) are reachable; the
 //!   default config grants none, so there every fetch is a tool error saying `denied`.
+//! - `delete_collection(collection)` asks the user "Delete <collection>?" (an elicitation
+//!   with a boolean `confirm`) and deletes it only on an accept that confirms; a decline, a
+//!   cancel or an unticked box answers "not deleted". A collection being reindexed (locked)
+//!   is not deleted.
 //! - the resource `examples://guide` (Markdown) says what the tools do;
 //! - the prompt `reindex_collection(collection)` asks the model to reindex a collection and
 //!   check that its lock is gone; its argument completes from the usual collections.
@@ -23,6 +27,7 @@ use std::io::ErrorKind;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use cordon_guest::input::{Ask, Elicited, Reply, Round};
 use cordon_guest::{
     CleanupContext, Plugin, Prompt, PromptMessage, Resource, ResourceBody, Tool, ToolError, http,
 };
@@ -158,6 +163,39 @@ fn reindex(args: ReindexArgs) -> Result<String, ToolError> {
 #[derive(Deserialize, JsonSchema)]
 struct NoArgs {}
 
+#[derive(Deserialize, JsonSchema)]
+struct DeleteArgs {
+    /// The collection to delete.
+    collection: String,
+}
+
+/// Asks first; deletes only on an accepted, ticked confirmation.
+fn delete_collection(args: DeleteArgs, round: &Round) -> Result<Reply<String>, ToolError> {
+    let confirmed = match round.elicited("confirm") {
+        Some(Elicited::Accepted(form)) => form.get("confirm") == Some(&serde_json::Value::Bool(true)),
+        Some(Elicited::Declined | Elicited::Cancelled) => false,
+        None if !round.can_elicit() => {
+            return Err(ToolError::new(
+                "deleting a collection needs the user's confirmation, and this client cannot ask for it",
+            ));
+        }
+        None => {
+            let schema = serde_json::json!({
+                "type": "object",
+                "properties": {"confirm": {"type": "boolean", "description": "Delete it for good."}},
+                "required": ["confirm"],
+            });
+            return Ok(Ask::new().elicit("confirm", &format!("Delete {}?", args.collection), schema).into());
+        }
+    };
+    if !confirmed {
+        return Ok(Reply::Done(format!("{} not deleted", args.collection)));
+    }
+    // A collection being reindexed holds its lock: it is not deleted under the reindex.
+    let _lock = Lock::acquire(&args.collection)?;
+    Ok(Reply::Done(format!("Deleted {}", args.collection)))
+}
+
 fn locks(_: NoArgs) -> Result<String, ToolError> {
     let mut held = Vec::new();
     match fs::read_dir(lock_dir()) {
@@ -284,6 +322,12 @@ impl Plugin for ExampleTools {
             )
             .read_only()
             .open_world(),
+            Tool::asking(
+                "delete_collection",
+                "Deletes a collection once the user confirms it (the client asks them).",
+                delete_collection,
+            )
+            .destructive(),
         ]
     }
 
@@ -343,6 +387,31 @@ mod tests {
     #[test]
     fn the_tool_list_passes_the_host_s_rules() {
         check_tools::<ExampleTools>().unwrap();
+    }
+
+    #[test]
+    fn delete_collection_asks_and_acts_only_on_an_accept() {
+        let dir = data_dir("delete");
+        let host = TestHost::new().data_dir(&dir);
+        let arguments = json!({"collection": "books"});
+        let round = Round::new().with_elicitation();
+        let ask = host.call_round::<ExampleTools>("delete_collection", arguments.clone(), &round).unwrap();
+        let ask = ask.asked().expect("the first round asks");
+        assert_eq!(ask.methods().collect::<Vec<_>>(), [("confirm", "elicitation/create")]);
+        let answer = |response| {
+            let retry = round.after(&ask).with_response("confirm", response);
+            host.call_round::<ExampleTools>("delete_collection", arguments.clone(), &retry)
+                .unwrap()
+                .done()
+                .expect("a retry with the answer is done")
+                .joined_text()
+        };
+        assert_eq!(answer(json!({"action": "accept", "content": {"confirm": true}})), "Deleted books");
+        assert_eq!(answer(json!({"action": "accept", "content": {"confirm": false}})), "books not deleted");
+        assert_eq!(answer(json!({"action": "decline"})), "books not deleted");
+        assert_eq!(answer(json!({"action": "cancel"})), "books not deleted");
+        let refused = host.call_round::<ExampleTools>("delete_collection", arguments, &Round::new());
+        assert!(refused.unwrap_err().message().contains("cannot ask"));
     }
 
     #[test]

@@ -198,6 +198,9 @@ pub fn outcome(outcome: &Outcome, limits: &ToolLimits) -> String {
         Outcome::InvalidResult(problem) => format!("the tool returned an invalid result: {problem}"),
         Outcome::Shutdown => "the call was stopped: the runtime shut down".into(),
         Outcome::StartFailed(problem) => format!("the tool could not start: {problem}"),
+        Outcome::InputRequired(input) => {
+            format!("the tool asked the client for input ({}), which `cordon call` cannot give", asked(input))
+        }
         Outcome::Answered(_) => "the component answered".into(),
     }
 }
@@ -252,6 +255,13 @@ pub fn cleanup(report: &CleanupReport, limits: &ToolLimits) -> String {
             duration(limits.cleanup_budget)
         ),
     }
+}
+
+/// What a request for input asks, e.g. `elicitation/create "confirm"`.
+fn asked(input: &crate::runtime::InputRequired) -> String {
+    let asked: Vec<String> =
+        input.requests.iter().map(|(key, request)| format!("{} {key:?}", request.method())).collect();
+    if asked.is_empty() { "no request, only state".into() } else { asked.join(", ") }
 }
 
 #[cfg(test)]

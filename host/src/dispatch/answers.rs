@@ -83,6 +83,10 @@ pub fn call_result(outcome: Outcome, limits: &ToolLimits, revision: Revision) ->
         Outcome::StartFailed(problem) => error(format!("The tool could not start: {problem}.")),
         // Only a request for a resource, prompt or completion is answered so (dispatch/features.rs).
         Outcome::Answered(_) => error("The tool returned no tool result.".into()),
+        // A 2026-07-28 request gets an InputRequiredResult (dispatch/input.rs) instead.
+        Outcome::InputRequired(_) => error(
+            "The tool asked the client for input, which this client cannot give on this request.".into(),
+        ),
     }
 }
 

@@ -308,6 +308,9 @@ fn failure(method: &str, outcome: &Outcome, limits: &ToolLimits) -> String {
         Outcome::StartFailed(problem) => format!("The component could not start: {problem}."),
         Outcome::InvalidResult(problem) => format!("The component answered {method} wrongly: {problem}."),
         Outcome::Cancelled => format!("The {method} request was cancelled."),
+        Outcome::InputRequired(_) => {
+            format!("The component asked for input answering {method}, which this client cannot give.")
+        }
         Outcome::Completed(_) | Outcome::Answered(_) => format!("The component answered {method} wrongly."),
     }
 }

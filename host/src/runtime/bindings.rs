@@ -5,7 +5,8 @@
 //! Imports are synchronous (each is a few loads and stores) and trappable (a note over its
 //! cap traps). Exports are called async so that a call can be dropped mid-flight. The
 //! `types` interface is the same in both versions, so 0.2.0 reuses 0.1.0's Rust types
-//! (`with`): a tool call, its result and its cleanup are one code path for both.
+//! (`with`): a tool call, its result and its cleanup are one code path for both (0.2.0's
+//! `call` also takes a round of input and may answer `needs-input`).
 
 wasmtime::component::bindgen!({
     path: "../wit",
@@ -31,11 +32,16 @@ pub mod v2 {
         with: { "cordon:tool/types@0.2.0": super::cordon::tool::types },
     });
 
+    pub use self::cordon::tool::input::{
+        ClientAbilities, Elicitation, InputRequest, InputRequired, InputRound as WitInputRound,
+    };
     pub use self::exports::cordon::tool::completions::{Completion, Reference};
+    pub use self::exports::cordon::tool::prompts::PromptReply;
     pub use self::exports::cordon::tool::prompts::{
         PromptArgument, PromptInfo, PromptMessage, PromptResult, Role,
     };
     pub use self::exports::cordon::tool::resources::{
         Body, Catalog, Contents, ReadError, ReadResult, ResourceInfo, ResourceTemplate,
     };
+    pub use self::exports::cordon::tool::tool::CallReply;
 }

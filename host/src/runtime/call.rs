@@ -38,6 +38,7 @@ use super::control::{CallControl, LogLevel, LogLine, Progress, StopRequest};
 use super::events::{CallEnded, CallOutcome, CallTags, CleanupEnded, CleanupResult, Observers, StopPath};
 use super::features::{FeatureAnswer, FeatureRequest};
 use super::guest::GuestState;
+use super::input::{InputRequired, InputRound, Reply, check_input_required, input_required_size};
 use super::limits::ToolLimits;
 use super::schema::Check;
 use super::spare::Refill;
@@ -69,6 +70,10 @@ pub enum Outcome {
     /// The guest answered a request for a resource, a prompt or a completion
     /// ([`super::Runtime::feature_in`]).
     Answered(FeatureAnswer),
+    /// The guest (a 0.2.0 tool call or prompt get) needs input from the client: these
+    /// requests (checked against the bounds of [`super::input`]) and its state. The
+    /// caller asks the client and runs the next round ([`Call::with_input`]).
+    InputRequired(InputRequired),
 }
 
 impl Outcome {
@@ -89,7 +94,7 @@ impl Outcome {
     pub fn kind(&self) -> CallOutcome {
         match self {
             Outcome::Completed(result) if !result.is_error => CallOutcome::Ok,
-            Outcome::Answered(_) => CallOutcome::Ok,
+            Outcome::Answered(_) | Outcome::InputRequired(_) => CallOutcome::Ok,
             Outcome::Completed(_) | Outcome::ToolError(_) | Outcome::InvalidResult(_) => {
                 CallOutcome::ToolError
             }
@@ -272,18 +277,27 @@ pub struct Call {
     pub(crate) result_bytes: AtomicUsize,
     /// What the guest is asked instead of a tool call (then `tool` names the method).
     pub(crate) feature: Option<FeatureRequest>,
+    /// The round of input this run is (the first, unless [`Call::with_input`] said).
+    pub(crate) input: InputRound,
 }
 
-/// What the guest returned: a tool's result, or the answer to a [`FeatureRequest`].
+/// What the guest returned: a tool's result, the answer to a [`FeatureRequest`], or a
+/// request for input.
 enum Returned {
     Tool(bindings::CallResult),
     Feature(FeatureAnswer),
+    InputRequired(InputRequired),
 }
 
 impl Call {
     /// The call's id, unique while the runtime lives.
     pub fn id(&self) -> u64 {
         self.id
+    }
+
+    /// The name of the component that serves it.
+    pub fn component_name(&self) -> &str {
+        &self.component.name
     }
 
     /// The limits it runs under.
@@ -293,6 +307,16 @@ impl Call {
 
     pub fn handle(&self) -> CallHandle {
         CallHandle { control: self.control.clone() }
+    }
+
+    /// Run this call as round `input` of a call that asked for input: the guest gets the
+    /// client's answers and its state back (and what the client can be asked, which the
+    /// first round needs too: [`InputRound::first`]). Everything else is as for any call:
+    /// a fresh instance, the tool's limits, the stop sequence and cleanup of this module.
+    /// A 0.1.0 or plain component ignores it.
+    pub fn with_input(mut self, input: InputRound) -> Self {
+        self.input = input;
+        self
     }
 
     /// Run the call to its one outcome, then its cleanup if it needs one.
@@ -400,7 +424,7 @@ impl Call {
             stop_latency: stop_latency.map(|since| stopped_at.saturating_duration_since(since)),
             cleanup: cleanup
                 .map(|cleanup| CleanupEnded { result: cleanup.outcome.kind(), duration: cleanup.duration }),
-            argument_bytes: self.arguments.len(),
+            argument_bytes: self.arguments.len() + self.input.size(),
             result_bytes: self.result_bytes.load(Ordering::Relaxed),
         }
     }
@@ -436,7 +460,8 @@ impl Call {
         };
         store.data_mut().begin_call(&self.tool, limits);
         let pre = self.component.pre.clone();
-        let (tool, arguments, feature) = (&self.tool, &self.arguments, self.feature.as_ref());
+        let (tool, arguments, feature, input) =
+            (&self.tool, &self.arguments, self.feature.as_ref(), &self.input);
         let store_ref = &mut store;
         let mut call = Box::pin(async move {
             let instance = match spare {
@@ -444,8 +469,18 @@ impl Call {
                 None => pre.instantiate(&mut *store_ref).await?,
             };
             let returned = match feature {
-                None => instance.call(&pre, store_ref, tool, arguments).await?.map(Returned::Tool),
-                Some(request) => instance.serve_feature(store_ref, request).await?.map(Returned::Feature),
+                None => {
+                    instance.call(&pre, store_ref, tool, arguments, input).await?.map(|reply| match reply {
+                        bindings::v2::CallReply::Done(result) => Returned::Tool(result),
+                        bindings::v2::CallReply::NeedsInput(input) => Returned::InputRequired(input),
+                    })
+                }
+                Some(request) => {
+                    instance.serve_feature(store_ref, request, input).await?.map(|reply| match reply {
+                        Reply::Done(answer) => Returned::Feature(answer),
+                        Reply::NeedsInput(input) => Returned::InputRequired(input),
+                    })
+                }
             };
             Ok::<_, wasmtime::Error>(returned)
         });
@@ -573,6 +608,18 @@ impl Call {
         let stop_requested = self.control.stop_request().is_some();
         match result {
             Ok(Ok(Returned::Tool(result))) => self.check_result(result).await,
+            Ok(Ok(Returned::InputRequired(input))) => {
+                let (bytes, limit) =
+                    (self.note_result_bytes(input_required_size(&input)), self.limits.result_bytes);
+                if bytes > limit {
+                    Outcome::ResultTooLarge { bytes, limit }
+                } else {
+                    match check_input_required(&input) {
+                        Ok(()) => Outcome::InputRequired(input),
+                        Err(problem) => Outcome::InvalidResult(problem),
+                    }
+                }
+            }
             Ok(Ok(Returned::Feature(answer))) => {
                 let (bytes, limit) = (self.note_result_bytes(answer.size()), self.limits.result_bytes);
                 if bytes > limit {

@@ -15,11 +15,12 @@ use serde_json::Value;
 use wasmtime::Engine;
 use wasmtime::component::Linker;
 
-use super::bindings::{CallResult, CleanupContext, Plugin, PluginPre, ToolAnnotations, ToolInfo, v2};
+use super::bindings::{CleanupContext, Plugin, PluginPre, ToolAnnotations, ToolInfo, v2};
 use super::egress::HttpGrants;
 use super::engine::compile_component;
 use super::files::{FileGrants, Mount};
 use super::guest::GuestState;
+use super::input::InputRound;
 use super::ledger::DescriptorBudget;
 use super::limits::ToolLimits;
 use super::plain::PlainFunctions;
@@ -304,22 +305,31 @@ impl GuestPre {
 }
 
 impl GuestInstance {
-    /// Run tool `tool` with `arguments` (JSON text) in this instance, made from `pre`.
+    /// Run tool `tool` with `arguments` (JSON text) in this instance, made from `pre`, in
+    /// round `input` (which only a 0.2.0 guest sees, and only it may answer with a request
+    /// for input).
     pub(crate) async fn call(
         &self,
         pre: &GuestPre,
         store: &mut wasmtime::Store<GuestState>,
         tool: &str,
         arguments: &str,
-    ) -> wasmtime::Result<Result<CallResult, String>> {
+        input: &InputRound,
+    ) -> wasmtime::Result<Result<v2::CallReply, String>> {
         match (self, pre) {
-            (Self::Cordon(plugin), _) => plugin.cordon_tool_tool().call_call(store, tool, arguments).await,
-            (Self::CordonV2(plugin), _) => plugin.cordon_tool_tool().call_call(store, tool, arguments).await,
+            (Self::Cordon(plugin), _) => Ok(plugin
+                .cordon_tool_tool()
+                .call_call(store, tool, arguments)
+                .await?
+                .map(v2::CallReply::Done)),
+            (Self::CordonV2(plugin), _) => {
+                plugin.cordon_tool_tool().call_call(store, tool, arguments, &input.to_wit()).await
+            }
             (Self::Plain(instance), GuestPre::Plain { functions, .. }) => {
                 let function = functions
                     .get(tool)
                     .ok_or_else(|| wasmtime::format_err!("the component has no function for tool {tool}"))?;
-                function.call(store, instance, arguments).await
+                Ok(function.call(store, instance, arguments).await?.map(v2::CallReply::Done))
             }
             (Self::Plain(_), GuestPre::Cordon(_) | GuestPre::CordonV2(_)) => {
                 unreachable!("an instance is made from its own component")

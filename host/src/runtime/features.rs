@@ -15,6 +15,7 @@ use super::CallError;
 use super::bindings::v2::{self, Catalog};
 use super::component::{GuestInstance, LoadError};
 use super::guest::GuestState;
+use super::input::{InputRound, Reply};
 
 pub use super::bindings::v2::{
     Body, Completion, Contents, PromptArgument, PromptInfo, PromptMessage, PromptResult, ReadResult,
@@ -285,28 +286,33 @@ pub enum FeatureError {
 }
 
 impl GuestInstance {
-    /// Ask the guest for `request`; a read's not-found is an answer, its failure an `Err`.
+    /// Ask the guest for `request` in round `input` (only a prompt's get may ask for
+    /// input); a read's not-found is an answer, its failure an `Err`.
     pub(crate) async fn serve_feature(
         &self,
         store: &mut wasmtime::Store<GuestState>,
         request: &FeatureRequest,
-    ) -> wasmtime::Result<Result<FeatureAnswer, String>> {
+        input: &InputRound,
+    ) -> wasmtime::Result<Result<Reply<FeatureAnswer>, String>> {
         let GuestInstance::CordonV2(plugin) = self else {
             wasmtime::bail!("the component exports no {}", request.method());
         };
         Ok(match request {
             FeatureRequest::ReadResource { uri } => {
                 match plugin.cordon_tool_resources().call_read(store, uri).await? {
-                    Ok(result) => Ok(FeatureAnswer::Read(result)),
-                    Err(v2::ReadError::NotFound) => Ok(FeatureAnswer::NotFound),
+                    Ok(result) => Ok(Reply::Done(FeatureAnswer::Read(result))),
+                    Err(v2::ReadError::NotFound) => Ok(Reply::Done(FeatureAnswer::NotFound)),
                     Err(v2::ReadError::Failed(message)) => Err(message),
                 }
             }
-            FeatureRequest::GetPrompt { name, arguments } => plugin
-                .cordon_tool_prompts()
-                .call_get(store, name, arguments)
-                .await?
-                .map(FeatureAnswer::Prompt),
+            FeatureRequest::GetPrompt { name, arguments } => {
+                plugin.cordon_tool_prompts().call_get(store, name, arguments, &input.to_wit()).await?.map(
+                    |reply| match reply {
+                        v2::PromptReply::Done(result) => Reply::Done(FeatureAnswer::Prompt(result)),
+                        v2::PromptReply::NeedsInput(input) => Reply::NeedsInput(input),
+                    },
+                )
+            }
             FeatureRequest::Complete { reference, argument, value, context } => plugin
                 .cordon_tool_completions()
                 .call_complete(store, reference, argument, value, context)
@@ -316,7 +322,7 @@ impl GuestInstance {
                         completion.values.truncate(MAX_COMPLETION_VALUES);
                         completion.has_more = true;
                     }
-                    FeatureAnswer::Completion(completion)
+                    Reply::Done(FeatureAnswer::Completion(completion))
                 }),
         })
     }

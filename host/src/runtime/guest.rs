@@ -205,6 +205,8 @@ impl WasiHttpView for GuestState {
 
 impl types::Host for GuestState {}
 
+impl super::bindings::v2::cordon::tool::input::Host for GuestState {}
+
 impl host::Host for GuestState {
     fn progress(&mut self, done: f64, total: Option<f64>, message: Option<String>) -> wasmtime::Result<()> {
         self.control.report_progress(Progress { done, total, message });

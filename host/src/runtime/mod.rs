@@ -8,6 +8,8 @@
 //! - [`component`]: loading and checking a component, reading its tool list.
 //! - [`features`]: a `cordon:tool@0.2.0` component's resources, prompts and completions,
 //!   each request run as a call.
+//! - [`input`]: a 0.2.0 call that asks the client for input (elicitation, sampling, roots):
+//!   what a round hands the guest, and the bounds on what it asks.
 //! - [`call`]: one call, from instance to outcome, and the cleanup after a stop.
 //! - [`events`]: the one typed event per call end, and the observers that get it.
 //! - `control`: the control block a call shares with its guest and its handle.
@@ -34,6 +36,7 @@ mod fair;
 pub mod features;
 mod files;
 mod guest;
+pub mod input;
 mod ledger;
 pub mod limits;
 mod plain;
@@ -72,6 +75,7 @@ pub use events::{
 };
 pub use features::{FeatureAnswer, FeatureError, FeatureRequest};
 pub use files::{GUEST_DATA_DIR, Mount};
+pub use input::{ClientAbilities, Elicitation, InputRequest, InputRequired, InputRound};
 pub use ledger::{DescriptorBudget, raise_open_file_limit};
 pub use limits::ToolLimits;
 pub use plain::ArgumentError;
@@ -835,6 +839,7 @@ impl Runtime {
             // Not `to_string`: `Display` goes through `fmt`, a call per token.
             arguments,
             feature,
+            input: InputRound::default(),
             shutdown: self.shutdown.subscribe(),
             permit: (permit, fair_permit),
             files,

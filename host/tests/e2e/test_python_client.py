@@ -44,7 +44,7 @@ async def test_list_and_call(cordon, mode):
     async with cordon.client(mode) as client:
         assert client.protocol_version == ("2025-11-25" if mode == "legacy" else "2026-07-28")
         tools = await client.list_tools()
-        assert [tool.name for tool in tools.tools] == ["echo", "reindex", "locks", "spin", "order_book", "fetch"]
+        assert [tool.name for tool in tools.tools] == ["echo", "reindex", "locks", "spin", "order_book", "fetch", "delete_collection"]
         reindex = next(tool for tool in tools.tools if tool.name == "reindex")
         assert reindex.input_schema["required"] == ["collection"]
         result = await client.call_tool("echo", {"text": "hello"})

@@ -183,7 +183,7 @@ async def test_the_configmap_config_serves_the_example_tools(tmp_path):
     with serving("http", config, tmp_path) as server:
         async with server.client("2026-07-28") as client:
             names = [tool.name for tool in (await client.list_tools()).tools]
-            assert names == ["echo", "reindex", "locks", "spin", "order_book", "fetch"]
+            assert names == ["echo", "reindex", "locks", "spin", "order_book", "fetch", "delete_collection"]
             result = await client.call_tool("echo", {"text": "from the configmap"})
             assert result.content[0].text == "from the configmap"
     assert list(cache.glob("*.cwasm")), "the compile cache named by the config stayed empty"

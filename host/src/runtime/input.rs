@@ -1,0 +1,252 @@
+//! # Asking the client for input (`cordon:tool@0.2.0` `input`)
+//!
+//! A 0.2.0 tool call (or prompt get) may answer "I need input" instead of a result: keyed
+//! requests for the client (elicitation, sampling, roots) and opaque state of its own.
+//! This module owns what a round hands the guest ([`InputRound`]: what the client can be
+//! asked, its answers, the state back) and the bounds on what the guest hands out
+//! ([`check_input_required`]); `call.rs` runs each round as any call (a fresh instance,
+//! the call's limits, hard stop and cleanup) and reports [`super::Outcome::InputRequired`].
+//!
+//! Rounds are independent calls: the runtime keeps nothing between them. Who asks the
+//! client and carries the state from one round to the next (sealed in `requestState` for
+//! a 2026-07-28 client, in memory for a 2025-11-25 one) is the caller's business: build
+//! the next round with [`InputRound::retry`] and run it with [`super::Call::with_input`].
+//! A 0.1.0 or plain component never asks; its rounds ignore the input.
+
+pub use super::bindings::v2::{ClientAbilities, Elicitation, InputRequest, InputRequired};
+
+/// The most requests one round may hand out.
+pub const MAX_INPUT_REQUESTS: usize = 16;
+/// The longest key of a request, in bytes.
+pub const MAX_INPUT_KEY: usize = 64;
+/// The most JSON one request may carry (its schema, or its sampling params), in bytes.
+pub const MAX_INPUT_REQUEST_BYTES: usize = 16 * 1024;
+/// The most state one round may hand out, in bytes.
+pub const MAX_INPUT_STATE: usize = 16 * 1024;
+
+/// What a guest answered in a round: what it was asked for, or a request for input.
+#[derive(Debug)]
+pub(crate) enum Reply<T> {
+    Done(T),
+    NeedsInput(InputRequired),
+}
+
+/// What one round of a call hands the guest: the first round has no answers and no state.
+#[derive(Debug, Clone, PartialEq)]
+pub struct InputRound {
+    /// What the client declared it can be asked on this request.
+    pub client: ClientAbilities,
+    /// The client's answers, keyed as asked, each the JSON text of the client's result.
+    pub responses: Vec<(String, String)>,
+    /// The state the previous round handed out.
+    pub state: Option<Vec<u8>>,
+}
+
+impl Default for InputRound {
+    fn default() -> Self {
+        Self::first(ClientAbilities::empty())
+    }
+}
+
+impl InputRound {
+    /// A first round, for a client that can be asked what `client` says.
+    pub fn first(client: ClientAbilities) -> Self {
+        Self { client, responses: Vec::new(), state: None }
+    }
+
+    /// A retry: the client's answers and the state the previous round handed out.
+    pub fn retry(client: ClientAbilities, responses: Vec<(String, String)>, state: Option<Vec<u8>>) -> Self {
+        Self { client, responses, state }
+    }
+
+    /// The round as the 0.2.0 guest gets it.
+    pub(crate) fn to_wit(&self) -> super::bindings::v2::WitInputRound {
+        super::bindings::v2::WitInputRound {
+            client: self.client,
+            responses: self.responses.clone(),
+            state: self.state.clone(),
+        }
+    }
+
+    /// The bytes it takes, for the call's argument size.
+    pub(crate) fn size(&self) -> usize {
+        self.responses.iter().map(|(key, value)| key.len() + value.len()).sum::<usize>()
+            + self.state.as_ref().map_or(0, Vec::len)
+    }
+}
+
+impl InputRequest {
+    /// The MCP method the client is asked with.
+    pub fn method(&self) -> &'static str {
+        match self {
+            Self::Elicit(_) => "elicitation/create",
+            Self::CreateMessage(_) => "sampling/createMessage",
+            Self::ListRoots => "roots/list",
+        }
+    }
+
+    /// The client capability it needs, as `clientCapabilities` names it.
+    pub fn capability(&self) -> &'static str {
+        match self {
+            Self::Elicit(_) => "elicitation",
+            Self::CreateMessage(_) => "sampling",
+            Self::ListRoots => "roots",
+        }
+    }
+
+    /// The ability flag it needs.
+    pub fn ability(&self) -> ClientAbilities {
+        match self {
+            Self::Elicit(_) => ClientAbilities::ELICITATION,
+            Self::CreateMessage(_) => ClientAbilities::SAMPLING,
+            Self::ListRoots => ClientAbilities::ROOTS,
+        }
+    }
+
+    /// The request's params as JSON: checked by [`check_input_required`] to parse.
+    pub fn params(&self) -> serde_json::Value {
+        match self {
+            Self::Elicit(Elicitation { message, requested_schema }) => serde_json::json!({
+                "mode": "form",
+                "message": message,
+                "requestedSchema": serde_json::from_str::<serde_json::Value>(requested_schema)
+                    .unwrap_or(serde_json::Value::Null),
+            }),
+            Self::CreateMessage(params) => serde_json::from_str(params).unwrap_or(serde_json::Value::Null),
+            Self::ListRoots => serde_json::json!({}),
+        }
+    }
+
+    fn json_bytes(&self) -> usize {
+        match self {
+            Self::Elicit(elicitation) => elicitation.message.len() + elicitation.requested_schema.len(),
+            Self::CreateMessage(params) => params.len(),
+            Self::ListRoots => 0,
+        }
+    }
+}
+
+/// The bytes a request for input takes, near enough for the result size limit.
+pub(crate) fn input_required_size(input: &InputRequired) -> usize {
+    input.requests.iter().map(|(key, request)| 32 + key.len() + request.json_bytes()).sum::<usize>()
+        + input.state.as_ref().map_or(0, Vec::len)
+}
+
+/// Check what a guest handed out against the bounds and the contract: something asked or
+/// carried on, keys well-formed and unique, every JSON an object. The error names what
+/// broke it, for the client.
+pub fn check_input_required(input: &InputRequired) -> Result<(), String> {
+    if input.requests.is_empty() && input.state.is_none() {
+        return Err("the tool asked for input but gave neither a request nor a state".into());
+    }
+    if input.requests.len() > MAX_INPUT_REQUESTS {
+        return Err(format!(
+            "the tool asked for {} inputs at once; the limit is {MAX_INPUT_REQUESTS}",
+            input.requests.len()
+        ));
+    }
+    if let Some(state) = &input.state
+        && state.len() > MAX_INPUT_STATE
+    {
+        return Err(format!(
+            "the tool's input state is {} bytes; the limit is {MAX_INPUT_STATE}",
+            state.len()
+        ));
+    }
+    let mut keys = std::collections::HashSet::new();
+    for (key, request) in &input.requests {
+        check_key(key)?;
+        if !keys.insert(key.as_str()) {
+            return Err(format!("the tool asked for input {key:?} twice"));
+        }
+        let bytes = request.json_bytes();
+        if bytes > MAX_INPUT_REQUEST_BYTES {
+            return Err(format!(
+                "the tool's input request {key:?} is {bytes} bytes; the limit is {MAX_INPUT_REQUEST_BYTES}"
+            ));
+        }
+        let (what, json) = match request {
+            InputRequest::Elicit(elicitation) => ("requested schema", elicitation.requested_schema.as_str()),
+            InputRequest::CreateMessage(params) => ("sampling params", params.as_str()),
+            InputRequest::ListRoots => continue,
+        };
+        match serde_json::from_str::<serde_json::Value>(json) {
+            // MCP's form: a flat object schema with its properties.
+            Ok(serde_json::Value::Object(schema))
+                if matches!(request, InputRequest::Elicit(_))
+                    && (schema.get("type") != Some(&serde_json::Value::from("object"))
+                        || !schema.get("properties").is_some_and(serde_json::Value::is_object)) =>
+            {
+                return Err(format!(
+                    "the requested schema of input request {key:?} must be an object schema with `properties`"
+                ));
+            }
+            Ok(serde_json::Value::Object(_)) => {}
+            Ok(_) => return Err(format!("the {what} of input request {key:?} is not a JSON object")),
+            Err(error) => return Err(format!("the {what} of input request {key:?} is not JSON: {error}")),
+        }
+    }
+    Ok(())
+}
+
+/// A request key: 1 to [`MAX_INPUT_KEY`] bytes of `A-Z a-z 0-9 _ - .`.
+pub fn check_key(key: &str) -> Result<(), String> {
+    let well_formed = !key.is_empty()
+        && key.len() <= MAX_INPUT_KEY
+        && key.bytes().all(|byte| byte.is_ascii_alphanumeric() || matches!(byte, b'_' | b'-' | b'.'));
+    if well_formed {
+        Ok(())
+    } else {
+        Err(format!("input request key {key:?} must be 1 to {MAX_INPUT_KEY} characters of A-Z a-z 0-9 _ - ."))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn elicit(schema: &str) -> InputRequest {
+        InputRequest::Elicit(Elicitation { message: "Sure?".into(), requested_schema: schema.into() })
+    }
+
+    #[test]
+    fn bounds_are_named_when_broken() {
+        let ok = InputRequired {
+            requests: vec![("confirm".into(), elicit(r#"{"type":"object","properties":{}}"#))],
+            state: None,
+        };
+        assert_eq!(check_input_required(&ok), Ok(()));
+        let no_properties =
+            InputRequired { requests: vec![("confirm".into(), elicit(r#"{"type":"object"}"#))], state: None };
+        assert!(check_input_required(&no_properties).unwrap_err().contains("properties"));
+        let many = InputRequired {
+            requests: (0..=MAX_INPUT_REQUESTS).map(|n| (format!("k{n}"), InputRequest::ListRoots)).collect(),
+            state: None,
+        };
+        assert!(check_input_required(&many).unwrap_err().contains("limit is 16"));
+        let big_state = InputRequired { requests: vec![], state: Some(vec![0; MAX_INPUT_STATE + 1]) };
+        assert!(check_input_required(&big_state).unwrap_err().contains("input state"));
+        let twice = InputRequired {
+            requests: vec![("a".into(), InputRequest::ListRoots), ("a".into(), InputRequest::ListRoots)],
+            state: None,
+        };
+        assert!(check_input_required(&twice).unwrap_err().contains("twice"));
+        let bad_key = InputRequired { requests: vec![("a b".into(), InputRequest::ListRoots)], state: None };
+        assert!(check_input_required(&bad_key).unwrap_err().contains("key"));
+        let long_key =
+            InputRequired { requests: vec![("k".repeat(65), InputRequest::ListRoots)], state: None };
+        assert!(check_input_required(&long_key).unwrap_err().contains("key"));
+        let not_object = InputRequired { requests: vec![("a".into(), elicit("[1]"))], state: None };
+        assert!(check_input_required(&not_object).unwrap_err().contains("not a JSON object"));
+        let huge = InputRequired {
+            requests: vec![(
+                "a".into(),
+                InputRequest::CreateMessage(format!("{{\"x\":\"{}\"}}", "y".repeat(17000))),
+            )],
+            state: None,
+        };
+        assert!(check_input_required(&huge).unwrap_err().contains("limit is 16384"));
+        let nothing = InputRequired { requests: vec![], state: None };
+        assert!(check_input_required(&nothing).is_err());
+    }
+}
