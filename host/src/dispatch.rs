@@ -63,15 +63,16 @@ use tokio::sync::{Notify, mpsc};
 use tokio::time::Instant;
 
 use crate::auth::{Tenant, Tenants};
-use crate::protocol::asking::ClientCapabilities;
+use crate::protocol::asking::{ClientCapabilities, ServerRequest};
 use crate::protocol::jsonrpc::{
     self, INTERNAL_ERROR, INVALID_REQUEST, Incoming, Outgoing, RequestId, RpcError,
 };
-use crate::protocol::types::{ErrorData, LoggingLevel, Revision, ServerResult, Tool};
+use crate::protocol::types::{CallToolResult, ErrorData, LoggingLevel, Revision, ServerResult, Tool};
 use crate::protocol::{cost, mcp};
+use crate::runtime::input::{ClientAbilities, InputRequired, InputRound};
 use crate::runtime::{
     CallEnded, CallHandle, CallOutcome, CallTags, Outcome, RefusalReason, Runtime, Teardown, TenantView,
-    ToolSet,
+    Timeout, ToolSet,
 };
 
 pub use asking::{AskError, MAX_OUTSTANDING_ASKS, MAX_SUBSCRIPTIONS};
@@ -797,7 +798,7 @@ impl Connection {
         spawn_unless_ready(async move {
             // The request's bytes count until its answer is out.
             let (answer, teardown) = connection
-                .run_call(&id, &tools, &name, &arguments, feeds, revision, &cancel_signal, &out)
+                .run_rounds(&id, &tools, &name, &arguments, feeds, revision, &cancel_signal, &out)
                 .await;
             // Deciding and leaving `in_flight` are one step: a cancel either lands before it
             // (and nothing is sent) or finds the request finished (and is ignored), and the
@@ -830,10 +831,12 @@ impl Connection {
         Reply::Later
     }
 
-    /// Run one call to its answer (`None` when the client cancelled it), and the call's
-    /// teardown, to drop once the answer is out.
+    /// Run a call to its answer (`None` when the client cancelled it), and the teardown of
+    /// its last round, to drop once the answer is out. A 2025-era client is asked what the
+    /// guest needs between rounds ([`Connection::ask_between_rounds`]); a 2026-07-28
+    /// call's request for input is its answer.
     #[allow(clippy::too_many_arguments)]
-    async fn run_call(
+    async fn run_rounds(
         &self,
         id: &RequestId,
         tools: &ToolSet,
@@ -844,14 +847,136 @@ impl Connection {
         cancel_signal: &Notify,
         out: &Outbox,
     ) -> (Option<Outgoing>, Option<Teardown>) {
+        let abilities = self.client_abilities();
+        // The whole call, every round and every wait for the client, within the tool's
+        // maximum duration.
+        let limits = tools.limits(name).cloned().unwrap_or_default();
+        let deadline = limits.max_duration.map(|max| (Instant::now() + max, max));
+        let mut round = InputRound::first(abilities);
+        for rounds in 1.. {
+            let input = match self
+                .run_call(id, tools, name, arguments, feeds.clone(), revision, round, cancel_signal, out)
+                .await
+            {
+                Ran::Answered(answer, teardown) => return (answer, teardown),
+                Ran::NeedsInput(input, teardown) => {
+                    drop(teardown);
+                    input
+                }
+            };
+            if rounds >= MAX_INPUT_ROUNDS {
+                let problem = format!(
+                    "the tool asked for input {rounds} times; the limit is {MAX_INPUT_ROUNDS} rounds"
+                );
+                return (Some(jsonrpc::success(id, CallToolResult::error(problem, revision))), None);
+            }
+            match self.ask_between_rounds(input, deadline, cancel_signal, out).await {
+                Ok((responses, state)) => round = InputRound::retry(abilities, responses, state),
+                Err(Between::Failed(problem)) => {
+                    return (Some(jsonrpc::success(id, CallToolResult::error(problem, revision))), None);
+                }
+                Err(Between::Stopped(outcome)) => {
+                    // Stopped as any call is: the tool's cleanup runs, and a cancelled call
+                    // is answered nothing.
+                    let call = self
+                        .server
+                        .runtime
+                        .call_in(tools, self.view(), name, arguments, self.call_tags(id))
+                        .await;
+                    let teardown = match call {
+                        Ok(call) => Some(call.stop_unstarted(outcome.clone()).await.1),
+                        Err(error) => {
+                            tracing::warn!(tool = name, "no cleanup after a stop between rounds: {error}");
+                            None
+                        }
+                    };
+                    let answer = (outcome != Outcome::Cancelled)
+                        .then(|| jsonrpc::success(id, call_result(outcome, &limits, revision)));
+                    return (answer, teardown);
+                }
+            }
+        }
+        unreachable!("the rounds end at MAX_INPUT_ROUNDS")
+    }
+
+    /// What a 2025-era client declared it can be asked, as a round tells the guest.
+    fn client_abilities(&self) -> ClientAbilities {
+        let declared = *self.client.lock().unwrap();
+        let mut abilities = ClientAbilities::empty();
+        for (serves, ability) in [
+            (declared.elicitation, ClientAbilities::ELICITATION),
+            (declared.sampling, ClientAbilities::SAMPLING),
+            (declared.roots, ClientAbilities::ROOTS),
+        ] {
+            if serves {
+                abilities |= ability;
+            }
+        }
+        abilities
+    }
+
+    /// Ask the client what a round of the guest needs, within the call's `deadline` and
+    /// until a cancel: its answers, as the next round gets them, and the guest's state.
+    async fn ask_between_rounds(
+        &self,
+        input: InputRequired,
+        deadline: Option<(Instant, Duration)>,
+        cancel_signal: &Notify,
+        out: &Outbox,
+    ) -> Result<(Vec<(String, String)>, Option<Vec<u8>>), Between> {
+        let InputRequired { requests, state } = input;
+        let requests = requests
+            .into_iter()
+            .map(|(key, request)| Ok((key, ServerRequest::parse(request.method(), request.params())?)))
+            .collect::<Result<Vec<_>, String>>()
+            .map_err(|problem| {
+                Between::Failed(format!("the tool asked for input the client cannot be sent: {problem}"))
+            })?;
+        let expired = async {
+            match deadline {
+                Some((at, _)) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
+        let answers = tokio::select! {
+            biased;
+            () = cancel_signal.notified() => return Err(Between::Stopped(Outcome::Cancelled)),
+            () = expired => {
+                let max = deadline.map(|(_, max)| max).unwrap_or_default();
+                return Err(Between::Stopped(Outcome::TimedOut(Timeout::MaxDuration(max))));
+            }
+            answers = self.ask_all(requests, out) => answers,
+        };
+        let answers = answers
+            .map_err(|error| Between::Failed(format!("the tool's request for input failed: {error}")))?;
+        let responses = answers.into_iter().map(|(key, answer)| (key, answer.to_string())).collect();
+        Ok((responses, state))
+    }
+
+    /// Run one round of a call to its answer (`None` when the client cancelled it) and the
+    /// round's teardown, to drop once the answer is out; or, for a 2025-era client, what
+    /// the guest asks for.
+    #[allow(clippy::too_many_arguments)]
+    async fn run_call(
+        &self,
+        id: &RequestId,
+        tools: &ToolSet,
+        name: &str,
+        arguments: &Value,
+        feeds: Feeds,
+        revision: Revision,
+        round: InputRound,
+        cancel_signal: &Notify,
+        out: &Outbox,
+    ) -> Ran {
         let runtime = &self.server.runtime;
         let call = tokio::select! {
             biased;
-            call = runtime.call_in(tools, self.view(), name, arguments, self.call_tags(id)) => call,
+            call = runtime.call_in(tools, self.view(), name, arguments, self.call_tags(id)) => call.map(|call| call.with_input(round)),
             // A call cancelled while it waits for a slot leaves the queue at once.
             () = cancel_signal.notified() => {
                 runtime.report_unstarted(CallEnded::unstarted(self.call_tags(id), CallOutcome::Cancelled), Some(name));
-                return (None, None);
+                return Ran::Answered(None, None);
             }
         };
         let call = match call {
@@ -861,7 +986,7 @@ impl Connection {
                     Ok(result) => jsonrpc::success(id, result),
                     Err(error) => jsonrpc::failure(Some(id), &error),
                 };
-                return (Some(answer), None);
+                return Ran::Answered(Some(answer), None);
             }
         };
         let handle = call.handle();
@@ -873,7 +998,7 @@ impl Connection {
                     CallEnded::unstarted(self.call_tags(id), CallOutcome::Cancelled),
                     Some(name),
                 );
-                return (None, None);
+                return Ran::Answered(None, None);
             }
             entry.handle = Some(handle.clone());
         }
@@ -929,7 +1054,7 @@ impl Connection {
             sending.await;
         }
         if report.outcome == Outcome::Cancelled || self.is_cancelled(id) {
-            return (None, Some(teardown));
+            return Ran::Answered(None, Some(teardown));
         }
         // The lines still held (at most the queue's) go out ahead of the answer, then what
         // was dropped, said once.
@@ -950,8 +1075,16 @@ impl Connection {
         if let (Some(token), Some(latest)) = (&token, unsent) {
             out.send(Outgoing::Notification(progress_notification(token, latest))).await;
         }
+        if revision == Revision::R2025_11_25
+            && let Outcome::InputRequired(input) = report.outcome
+        {
+            return Ran::NeedsInput(input, teardown);
+        }
         let limits = tools.limits(name).cloned().unwrap_or_default();
-        (Some(jsonrpc::success(id, call_result(report.outcome, &limits, revision))), Some(teardown))
+        Ran::Answered(
+            Some(jsonrpc::success(id, call_result(report.outcome, &limits, revision))),
+            Some(teardown),
+        )
     }
 
     /// Open a `subscriptions/listen` stream: acknowledge what it will carry, then send
@@ -1131,7 +1264,28 @@ impl Connection {
     }
 }
 
+/// How one round of a call ended.
+enum Ran {
+    /// Its answer (`None` when the client cancelled it) and its teardown.
+    Answered(Option<Outgoing>, Option<Teardown>),
+    /// A 2025-era client's call whose guest needs input, and the round's teardown.
+    NeedsInput(InputRequired, Teardown),
+}
+
+/// Why a call ended between two rounds.
+enum Between {
+    /// Asking failed: a tool error says why (the client refused, answered nonsense, or
+    /// did not declare what the tool asks for).
+    Failed(String),
+    /// A cancel or the call's deadline stopped it while the client was asked.
+    Stopped(Outcome),
+}
+
+/// The most rounds of one 2025-era call: a guest that keeps asking is ended with an error.
+pub const MAX_INPUT_ROUNDS: usize = 8;
+
 /// What a call sends its client besides the answer, as the request asked.
+#[derive(Clone)]
 struct Feeds {
     /// Progress notifications carry it; none without it.
     progress_token: Option<RequestId>,

@@ -38,7 +38,7 @@ impl Setup {
         std::fs::write(
             dir.join("cordon.toml"),
             "[server]\ncache = false\n\n[[components]]\npath = \"fixture.wasm\"\n\
-             limits = { grace_ms = 100, idle_timeout_ms = 0, max_duration_ms = 5000 }\n",
+             limits = { grace_ms = 100, idle_timeout_ms = 0, max_duration_ms = 3000 }\n",
         )
         .unwrap();
         Self { dir }
@@ -70,7 +70,12 @@ struct Process {
 
 impl Process {
     fn spawn(mut command: Command) -> Self {
-        let mut child = command.env("CORDON_LOG", "info").stderr(Stdio::piped()).spawn().unwrap();
+        // Debug for the call module: each cleanup logs one line, with its reason.
+        let mut child = command
+            .env("CORDON_LOG", "info,cordon::runtime::call=debug")
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
         let stderr = child.stderr.take().unwrap();
         let (sender, log) = mpsc::channel();
         std::thread::spawn(move || {
@@ -421,4 +426,184 @@ fn http_responses_to_nothing_waiting_are_accepted_and_dropped() {
     let ping = json!({"jsonrpc": "2.0", "id": 5, "method": "ping"});
     let (status, answer) = server.post(&session, &ping);
     assert_eq!((status, answer.unwrap()["result"].clone()), (200, json!({})));
+}
+
+/// The text of a call's answer.
+fn text(answer: &Value) -> String {
+    answer["result"]["content"][0]["text"].as_str().unwrap_or_else(|| panic!("no text: {answer}")).to_owned()
+}
+
+/// The result a client answers an `elicitation/create` with.
+fn accept_user() -> Value {
+    json!({"action": "accept", "content": {"username": "ada", "email": "ada@example.com"}})
+}
+
+/// The fixture's tool that asks for the client's roots.
+const ROOTS_TOOL: &str = "test_input_required_result_list_roots";
+
+const ALL: fn() -> Value = || json!({"elicitation": {}, "sampling": {}, "roots": {"listChanged": true}});
+
+impl Stdio2025 {
+    /// Call `tool`; the request the server sends the client in return (checked to be
+    /// `method`), and the call's id.
+    fn call_until_asked(&mut self, tool: &str, arguments: Value, method: &str) -> (Value, Value) {
+        let id = self.send_request("tools/call", json!({"name": tool, "arguments": arguments}));
+        let request = self.next();
+        assert_eq!(request["method"], method, "{request}");
+        (id, request)
+    }
+
+    /// Answer the server's `request` with `result`; the call's answer that follows.
+    fn answer_with(&mut self, request: &Value, result: Value, call: &Value) -> Value {
+        self.send(json!({"jsonrpc": "2.0", "id": request["id"], "result": result}));
+        let answer = self.next();
+        assert_eq!(&answer["id"], call, "{answer}");
+        answer
+    }
+}
+
+#[test]
+fn stdio_elicitation_sampling_and_roots_round_trip() {
+    let setup = Setup::new("round-trip-stdio");
+    let mut client = Stdio2025::start(&setup, ALL());
+
+    let (call, request) =
+        client.call_until_asked("test_elicitation", json!({"message": "Who are you?"}), "elicitation/create");
+    assert_eq!(request["params"]["message"], "Who are you?");
+    assert_eq!(request["params"]["requestedSchema"]["required"], json!(["username", "email"]));
+    let answer = client.answer_with(&request, accept_user(), &call);
+    let said = text(&answer);
+    assert!(said.contains("accept") && said.contains("ada@example.com"), "{said}");
+
+    let (call, request) = client.call_until_asked(
+        "test_sampling",
+        json!({"prompt": "Capital of France?"}),
+        "sampling/createMessage",
+    );
+    assert_eq!(request["params"]["messages"][0]["content"]["text"], "Capital of France?");
+    let sampled = json!({"role": "assistant", "content": {"type": "text", "text": "Paris"}, "model": "m"});
+    let answer = client.answer_with(&request, sampled, &call);
+    assert_eq!(text(&answer), "LLM response: Paris");
+
+    let (call, request) = client.call_until_asked(ROOTS_TOOL, json!({}), "roots/list");
+    let roots = json!({"roots": [{"uri": "file:///home/ada", "name": "home"}]});
+    let answer = client.answer_with(&request, roots, &call);
+    assert!(text(&answer).contains("file:///home/ada"), "{answer}");
+
+    // A client error answer ends the call with a tool error that says so.
+    let (call, request) =
+        client.call_until_asked("test_elicitation", json!({"message": "Again?"}), "elicitation/create");
+    client.send(
+        json!({"jsonrpc": "2.0", "id": request["id"], "error": {"code": -1, "message": "user went away"}}),
+    );
+    let answer = client.next();
+    assert_eq!((&answer["id"], &answer["result"]["isError"]), (&call, &json!(true)), "{answer}");
+    assert!(text(&answer).contains("user went away"), "{answer}");
+    // A malformed answer too; a second answer to the same id is dropped.
+    let (call, request) =
+        client.call_until_asked("test_elicitation", json!({"message": "Once more?"}), "elicitation/create");
+    client.send(json!({"jsonrpc": "2.0", "id": request["id"], "result": {"action": "perhaps"}}));
+    let answer = client.next();
+    assert_eq!((&answer["id"], &answer["result"]["isError"]), (&call, &json!(true)), "{answer}");
+    assert!(text(&answer).contains("malformed"), "{answer}");
+    client.send(json!({"jsonrpc": "2.0", "id": request["id"], "result": accept_user()}));
+    assert_eq!(client.request("ping", json!({}))["result"], json!({}));
+}
+
+#[test]
+fn a_client_that_did_not_declare_a_capability_is_not_asked() {
+    let setup = Setup::new("undeclared-stdio");
+    let mut client = Stdio2025::start(&setup, json!({"roots": {}}));
+    let id =
+        client.send_request("tools/call", json!({"name": "test_sampling", "arguments": {"prompt": "x"}}));
+    let answer = client.next();
+    assert_eq!((&answer["id"], &answer["result"]["isError"]), (&id, &json!(true)), "{answer}");
+    assert!(text(&answer).contains("sampling"), "the error names the capability: {answer}");
+}
+
+#[test]
+fn a_cancel_while_the_client_is_asked_stops_the_call_and_runs_its_cleanup() {
+    let setup = Setup::new("cancel-asked-stdio");
+    let mut client = Stdio2025::start(&setup, ALL());
+    let (call, request) =
+        client.call_until_asked("test_elicitation", json!({"message": "Wait"}), "elicitation/create");
+    client
+        .send(json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": call}}));
+    let cleanup = client.process.wait_log("cleanup completed");
+    assert!(cleanup.contains("reason=cancelled") && cleanup.contains("test_elicitation"), "{cleanup}");
+    // Nothing is answered, and an answer that comes now is dropped.
+    client.send(json!({"jsonrpc": "2.0", "id": request["id"], "result": accept_user()}));
+    let answer = client.request("ping", json!({}));
+    assert_eq!(answer["result"], json!({}), "the cancelled call was answered: {answer}");
+}
+
+#[test]
+fn a_client_that_never_answers_is_stopped_by_the_calls_timeout() {
+    let setup = Setup::new("never-answers-stdio");
+    let mut client = Stdio2025::start(&setup, ALL());
+    let started = Instant::now();
+    let (call, _request) =
+        client.call_until_asked("test_elicitation", json!({"message": "Hello?"}), "elicitation/create");
+    let answer = client.next();
+    assert_eq!((&answer["id"], &answer["result"]["isError"]), (&call, &json!(true)), "{answer}");
+    assert!(text(&answer).contains("maximum duration"), "{answer}");
+    let waited = started.elapsed();
+    assert!(waited >= Duration::from_millis(2500) && waited < Duration::from_secs(10), "{waited:?}");
+    let cleanup = client.process.wait_log("cleanup completed");
+    assert!(cleanup.contains("reason=max-duration"), "{cleanup}");
+}
+
+impl Http {
+    /// POST a `tools/call` to the session; the open SSE stream of its answer.
+    fn call(&self, session: &str, id: i64, tool: &str, arguments: Value) -> BufReader<TcpStream> {
+        let headers = [LEGACY[0], LEGACY[1], ("Mcp-Session-Id", session)];
+        let call = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+                          "params": {"name": tool, "arguments": arguments}});
+        let (stream, head) = self.open("POST", &headers, &call.to_string());
+        assert!(head.starts_with("http/1.1 200") && head.contains("text/event-stream"), "{head}");
+        stream
+    }
+}
+
+#[test]
+fn http_requests_go_on_the_calls_stream_and_answers_come_back_as_posts() {
+    let setup = Setup::new("round-trip-http");
+    let mut server = Http::start(&setup);
+    let session = server.initialize(ALL());
+
+    let mut stream = server.call(&session, 1, "test_elicitation", json!({"message": "Who?"}));
+    let request = next_event(&mut stream, Some("tools/call")).unwrap();
+    assert_eq!(request["method"], "elicitation/create", "{request}");
+    let response = json!({"jsonrpc": "2.0", "id": request["id"], "result": accept_user()});
+    assert_eq!(server.post(&session, &response), (202, None));
+    let answer = next_event(&mut stream, Some("tools/call")).unwrap();
+    assert_eq!(answer["id"], 1);
+    assert!(text(&answer).contains("ada@example.com"), "{answer}");
+    assert_eq!(next_event(&mut stream, None), None, "the stream ends with the answer");
+    // The same response again: nothing waits for it.
+    assert_eq!(server.post(&session, &response), (202, None));
+
+    let mut stream = server.call(&session, 2, "test_sampling", json!({"prompt": "Hi"}));
+    let request = next_event(&mut stream, Some("tools/call")).unwrap();
+    assert_eq!(request["method"], "sampling/createMessage", "{request}");
+    let sampled = json!({"role": "assistant", "content": {"type": "text", "text": "Hello"}, "model": "m"});
+    let response = json!({"jsonrpc": "2.0", "id": request["id"], "result": sampled});
+    assert_eq!(server.post(&session, &response), (202, None));
+    assert_eq!(text(&next_event(&mut stream, Some("tools/call")).unwrap()), "LLM response: Hello");
+
+    let mut stream = server.call(&session, 3, ROOTS_TOOL, json!({}));
+    let request = next_event(&mut stream, Some("tools/call")).unwrap();
+    assert_eq!(request["method"], "roots/list", "{request}");
+    let response =
+        json!({"jsonrpc": "2.0", "id": request["id"], "result": {"roots": [{"uri": "file:///srv"}]}});
+    assert_eq!(server.post(&session, &response), (202, None));
+    assert!(text(&next_event(&mut stream, Some("tools/call")).unwrap()).contains("file:///srv"));
+
+    // Closing the call's stream while the client is asked stops the call and cleans up.
+    let mut stream = server.call(&session, 4, "test_elicitation", json!({"message": "Gone?"}));
+    let request = next_event(&mut stream, Some("tools/call")).unwrap();
+    assert_eq!(request["method"], "elicitation/create", "{request}");
+    drop(stream);
+    let cleanup = server.process.wait_log("cleanup completed");
+    assert!(cleanup.contains("reason=cancelled") && cleanup.contains("test_elicitation"), "{cleanup}");
 }
