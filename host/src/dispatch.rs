@@ -53,11 +53,12 @@
 //! cost more than [`ServerLimits::max_request_cost`] is refused ([`Refusal::TooCostly`])
 //! before it is built.
 
+mod asking;
 mod features;
 mod input;
 pub mod sealed;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -70,15 +71,19 @@ use tokio::sync::{Notify, mpsc};
 use tokio::time::Instant;
 
 use crate::auth::{Tenant, Tenants};
+use crate::protocol::asking::{ClientCapabilities, ServerRequest};
 use crate::protocol::jsonrpc::{
     self, INTERNAL_ERROR, INVALID_REQUEST, Incoming, Outgoing, RequestId, RpcError,
 };
 use crate::protocol::types::{CallToolResult, ErrorData, LoggingLevel, Revision, ServerResult, Tool};
 use crate::protocol::{cost, mcp};
+use crate::runtime::input::{ClientAbilities, InputRequired, InputRound};
 use crate::runtime::{
     CallEnded, CallHandle, CallOutcome, CallTags, Outcome, RefusalReason, Runtime, Teardown, TenantView,
-    ToolSet,
+    Timeout, ToolSet,
 };
+
+pub use asking::{AskError, MAX_OUTSTANDING_ASKS, MAX_SUBSCRIPTIONS};
 
 mod answers;
 pub use answers::{
@@ -536,6 +541,12 @@ pub struct Connection {
     rate_check: RateCheck,
     /// The log level a 2025-era client set with `logging/setLevel` (none: no log).
     log_level: Mutex<Option<LoggingLevel>>,
+    /// What a 2025-era client declared it serves at `initialize` ([`asking`]).
+    client: Mutex<ClientCapabilities>,
+    /// Requests sent to the client that wait for its answer ([`asking`]).
+    asked: Mutex<asking::Asked>,
+    /// The resource URIs a 2025-era client subscribed to.
+    subscriptions: Mutex<HashSet<String>>,
 }
 
 /// Who refuses a tenant's calls over its `calls_per_second`.
@@ -585,6 +596,9 @@ impl Connection {
             tenant,
             rate_check,
             log_level: Mutex::new(None),
+            client: Mutex::default(),
+            asked: Mutex::default(),
+            subscriptions: Mutex::default(),
         })
     }
 
@@ -635,6 +649,7 @@ impl Connection {
         match message {
             Incoming::Invalid { id, error } => out.send(jsonrpc::failure(id.as_ref(), &error)).await,
             Incoming::Unanswered { problem } => tracing::debug!("ignoring a message: {problem}"),
+            Incoming::Response { id, answer } => self.answered(id, answer),
             Incoming::Notification { method, params } => {
                 if method == "notifications/cancelled" {
                     self.cancel(params.as_ref());
@@ -666,6 +681,7 @@ impl Connection {
                 return Reply::Error(RpcError::method_not_found(method));
             }
             self.legacy.store(true, Ordering::Relaxed);
+            self.set_client_capabilities(ClientCapabilities::from_initialize(params.as_ref()));
             let requested =
                 params.as_ref().and_then(|params| params.get("protocolVersion")).and_then(Value::as_str);
             // A stream that outlives the request (stdio) is where list changes go; over
@@ -674,7 +690,11 @@ impl Connection {
                 self.follow_tool_changes(out.clone());
             }
             let mut result = mcp::initialize_result(requested);
-            crate::protocol::features::advertise(&mut result.capabilities, self.offered());
+            crate::protocol::features::advertise(
+                &mut result.capabilities,
+                self.offered(),
+                Revision::R2025_11_25,
+            );
             return Reply::Result(result.into());
         }
         let legacy = !modern && self.legacy.load(Ordering::Relaxed);
@@ -685,7 +705,10 @@ impl Connection {
         let known = matches!(method, "server/discover" | "tools/list" | "tools/call")
             || features::METHODS.contains(&method)
             || (method == "subscriptions/listen" && !legacy)
-            || (method == "logging/setLevel" && legacy);
+            || (method == "logging/setLevel" && legacy)
+            || (matches!(method, "resources/subscribe" | "resources/unsubscribe")
+                && legacy
+                && self.offered().resources);
         if !known {
             return Reply::Error(RpcError::method_not_found(method));
         }
@@ -701,7 +724,7 @@ impl Connection {
             // What a tenant sees is its own: never to be cached across tenants.
             "server/discover" => {
                 let mut result = mcp::discover_result(self.tenant.is_some(), revision);
-                crate::protocol::features::advertise(&mut result.capabilities, self.offered());
+                crate::protocol::features::advertise(&mut result.capabilities, self.offered(), revision);
                 Reply::Result(result.into())
             }
             method if features::METHODS.contains(&method) => {
@@ -718,6 +741,14 @@ impl Connection {
                 self.route_feature(id, method, params, tools, revision, retry, out, charge)
             }
             "subscriptions/listen" => self.start_listen(id, params.as_ref(), out.clone(), charge),
+            "resources/subscribe" => match self.subscribe(params.as_ref()) {
+                Ok(()) => Reply::Result(mcp::empty_result(revision).into()),
+                Err(error) => Reply::Error(error),
+            },
+            "resources/unsubscribe" => match self.unsubscribe(params.as_ref()) {
+                Ok(()) => Reply::Result(mcp::empty_result(revision).into()),
+                Err(error) => Reply::Error(error),
+            },
             "logging/setLevel" => match mcp::set_level(params.as_ref()) {
                 Ok(level) => {
                     *self.log_level.lock().unwrap() = Some(level);
@@ -810,7 +841,7 @@ impl Connection {
         spawn_unless_ready(async move {
             // The request's bytes count until its answer is out.
             let (answer, teardown) = connection
-                .run_call(&id, &tools, &name, &arguments, feeds, revision, &cancel_signal, &out)
+                .run_rounds(&id, &tools, &name, &arguments, feeds, revision, &cancel_signal, &out)
                 .await;
             if let Some(answer) = answer.filter(|_| !connection.leave_in_flight(&id)) {
                 out.send(answer).await;
@@ -837,10 +868,12 @@ impl Connection {
         Reply::Later
     }
 
-    /// Run one call to its answer (`None` when the client cancelled it), and the call's
-    /// teardown, to drop once the answer is out.
+    /// Run a call to its answer (`None` when the client cancelled it), and the teardown of
+    /// its last round, to drop once the answer is out. A 2025-era client is asked what the
+    /// guest needs between rounds ([`Connection::ask_between_rounds`]); a 2026-07-28
+    /// call's request for input is its answer.
     #[allow(clippy::too_many_arguments)]
-    async fn run_call(
+    async fn run_rounds(
         &self,
         id: &RequestId,
         tools: &ToolSet,
@@ -851,14 +884,136 @@ impl Connection {
         cancel_signal: &Notify,
         out: &Outbox,
     ) -> (Option<Outgoing>, Option<Teardown>) {
+        let abilities = self.client_abilities();
+        // The whole call, every round and every wait for the client, within the tool's
+        // maximum duration.
+        let limits = tools.limits(name).cloned().unwrap_or_default();
+        let deadline = limits.max_duration.map(|max| (Instant::now() + max, max));
+        let mut round = InputRound::first(abilities);
+        for rounds in 1.. {
+            let input = match self
+                .run_call(id, tools, name, arguments, feeds.clone(), revision, round, cancel_signal, out)
+                .await
+            {
+                Ran::Answered(answer, teardown) => return (answer, teardown),
+                Ran::NeedsInput(input, teardown) => {
+                    drop(teardown);
+                    input
+                }
+            };
+            if rounds >= MAX_INPUT_ROUNDS {
+                let problem = format!(
+                    "the tool asked for input {rounds} times; the limit is {MAX_INPUT_ROUNDS} rounds"
+                );
+                return (Some(jsonrpc::success(id, CallToolResult::error(problem, revision))), None);
+            }
+            match self.ask_between_rounds(input, deadline, cancel_signal, out).await {
+                Ok((responses, state)) => round = InputRound::retry(abilities, responses, state),
+                Err(Between::Failed(problem)) => {
+                    return (Some(jsonrpc::success(id, CallToolResult::error(problem, revision))), None);
+                }
+                Err(Between::Stopped(outcome)) => {
+                    // Stopped as any call is: the tool's cleanup runs, and a cancelled call
+                    // is answered nothing.
+                    let call = self
+                        .server
+                        .runtime
+                        .call_in(tools, self.view(), name, arguments, self.call_tags(id))
+                        .await;
+                    let teardown = match call {
+                        Ok(call) => Some(call.stop_unstarted(outcome.clone()).await.1),
+                        Err(error) => {
+                            tracing::warn!(tool = name, "no cleanup after a stop between rounds: {error}");
+                            None
+                        }
+                    };
+                    let answer = (outcome != Outcome::Cancelled)
+                        .then(|| jsonrpc::success(id, call_result(outcome, &limits, revision)));
+                    return (answer, teardown);
+                }
+            }
+        }
+        unreachable!("the rounds end at MAX_INPUT_ROUNDS")
+    }
+
+    /// What a 2025-era client declared it can be asked, as a round tells the guest.
+    fn client_abilities(&self) -> ClientAbilities {
+        let declared = *self.client.lock().unwrap();
+        let mut abilities = ClientAbilities::empty();
+        for (serves, ability) in [
+            (declared.elicitation, ClientAbilities::ELICITATION),
+            (declared.sampling, ClientAbilities::SAMPLING),
+            (declared.roots, ClientAbilities::ROOTS),
+        ] {
+            if serves {
+                abilities |= ability;
+            }
+        }
+        abilities
+    }
+
+    /// Ask the client what a round of the guest needs, within the call's `deadline` and
+    /// until a cancel: its answers, as the next round gets them, and the guest's state.
+    async fn ask_between_rounds(
+        &self,
+        input: InputRequired,
+        deadline: Option<(Instant, Duration)>,
+        cancel_signal: &Notify,
+        out: &Outbox,
+    ) -> Result<(Vec<(String, String)>, Option<Vec<u8>>), Between> {
+        let InputRequired { requests, state } = input;
+        let requests = requests
+            .into_iter()
+            .map(|(key, request)| Ok((key, ServerRequest::parse(request.method(), request.params())?)))
+            .collect::<Result<Vec<_>, String>>()
+            .map_err(|problem| {
+                Between::Failed(format!("the tool asked for input the client cannot be sent: {problem}"))
+            })?;
+        let expired = async {
+            match deadline {
+                Some((at, _)) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
+        let answers = tokio::select! {
+            biased;
+            () = cancel_signal.notified() => return Err(Between::Stopped(Outcome::Cancelled)),
+            () = expired => {
+                let max = deadline.map(|(_, max)| max).unwrap_or_default();
+                return Err(Between::Stopped(Outcome::TimedOut(Timeout::MaxDuration(max))));
+            }
+            answers = self.ask_all(requests, out) => answers,
+        };
+        let answers = answers
+            .map_err(|error| Between::Failed(format!("the tool's request for input failed: {error}")))?;
+        let responses = answers.into_iter().map(|(key, answer)| (key, answer.to_string())).collect();
+        Ok((responses, state))
+    }
+
+    /// Run one round of a call to its answer (`None` when the client cancelled it) and the
+    /// round's teardown, to drop once the answer is out; or, for a 2025-era client, what
+    /// the guest asks for.
+    #[allow(clippy::too_many_arguments)]
+    async fn run_call(
+        &self,
+        id: &RequestId,
+        tools: &ToolSet,
+        name: &str,
+        arguments: &Value,
+        feeds: Feeds,
+        revision: Revision,
+        round: InputRound,
+        cancel_signal: &Notify,
+        out: &Outbox,
+    ) -> Ran {
         let runtime = &self.server.runtime;
         let call = tokio::select! {
             biased;
-            call = runtime.call_in(tools, self.view(), name, arguments, self.call_tags(id)) => call,
+            call = runtime.call_in(tools, self.view(), name, arguments, self.call_tags(id)) => call.map(|call| call.with_input(round)),
             // A call cancelled while it waits for a slot leaves the queue at once.
             () = cancel_signal.notified() => {
                 runtime.report_unstarted(CallEnded::unstarted(self.call_tags(id), CallOutcome::Cancelled), Some(name));
-                return (None, None);
+                return Ran::Answered(None, None);
             }
         };
         let call = match call {
@@ -868,7 +1023,7 @@ impl Connection {
                     Ok(result) => jsonrpc::success(id, result),
                     Err(error) => jsonrpc::failure(Some(id), &error),
                 };
-                return (Some(answer), None);
+                return Ran::Answered(Some(answer), None);
             }
         };
         // A retry's state opens (or the call is refused) before the guest runs.
@@ -888,7 +1043,7 @@ impl Connection {
                         asking = Some((retry, binding, number));
                         call
                     }
-                    Err(error) => return (Some(jsonrpc::failure(Some(id), &error)), None),
+                    Err(error) => return Ran::Answered(Some(jsonrpc::failure(Some(id), &error)), None),
                 }
             }
             None => call,
@@ -899,7 +1054,7 @@ impl Connection {
                 CallEnded::unstarted(self.call_tags(id), CallOutcome::Cancelled),
                 Some(name),
             );
-            return (None, None);
+            return Ran::Answered(None, None);
         }
         let mut progress = handle.progress();
         let log_threshold = log_level.and_then(guest_log_threshold);
@@ -952,7 +1107,7 @@ impl Connection {
             sending.await;
         }
         if report.outcome == Outcome::Cancelled || self.is_cancelled(id) {
-            return (None, Some(teardown));
+            return Ran::Answered(None, Some(teardown));
         }
         // The lines still held (at most the queue's) go out ahead of the answer, then what
         // was dropped, said once.
@@ -973,6 +1128,11 @@ impl Connection {
         if let (Some(token), Some(latest)) = (&token, unsent) {
             out.send(Outgoing::Notification(progress_notification(token, latest))).await;
         }
+        if revision == Revision::R2025_11_25
+            && let Outcome::InputRequired(input) = report.outcome
+        {
+            return Ran::NeedsInput(input, teardown);
+        }
         let limits = tools.limits(name).cloned().unwrap_or_default();
         let answer = match (report.outcome, asking) {
             (Outcome::InputRequired(input), Some((retry, binding, round))) => {
@@ -986,7 +1146,7 @@ impl Connection {
             }
             (outcome, _) => jsonrpc::success(id, call_result(outcome, &limits, revision)),
         };
-        (Some(answer), Some(teardown))
+        Ran::Answered(Some(answer), Some(teardown))
     }
 
     /// Open a `subscriptions/listen` stream: acknowledge what it will carry, then send
@@ -1069,15 +1229,18 @@ impl Connection {
     }
 
     /// Send this connection's 2025-era client `notifications/tools/list_changed` on `out`
-    /// each time the tool list changes, until the server shuts down or `out` closes. One
-    /// stream per connection: false (and nothing started) when one already follows.
+    /// each time the tool list changes, and `notifications/resources/updated` for each
+    /// subscribed resource whose component a reload replaced, until the server shuts down
+    /// or `out` closes. One stream per connection: false (and nothing started) when one
+    /// already follows.
     pub fn follow_tool_changes(self: &Arc<Self>, out: Outbox) -> bool {
         if self.following.swap(true, Ordering::AcqRel) {
             return false;
         }
         let runtime = &self.server.runtime;
         let mut tools = runtime.watch_tools();
-        let mut last = self.server.tool_list_for(&tools.borrow_and_update(), self.view());
+        let mut set = tools.borrow_and_update().clone();
+        let mut last = self.server.tool_list_for(&set, self.view());
         let mut shutdown = runtime.shutting_down();
         let (connection, following) = (self.clone(), self.following.clone());
         tokio::spawn(async move {
@@ -1096,11 +1259,16 @@ impl Connection {
                         if changed.is_err() {
                             break;
                         }
-                        let list = connection.server.tool_list_for(&tools.borrow_and_update(), connection.view());
+                        let next = tools.borrow_and_update().clone();
+                        let list = connection.server.tool_list_for(&next, connection.view());
                         if list != last {
                             last = list;
                             out.send(Outgoing::Notification(mcp::tools_list_changed(None))).await;
                         }
+                        for updated in connection.resources_updated(&set, &next) {
+                            out.send(updated).await;
+                        }
+                        set = next;
                     }
                 }
             }
@@ -1182,7 +1350,28 @@ impl Connection {
     }
 }
 
+/// How one round of a call ended.
+enum Ran {
+    /// Its answer (`None` when the client cancelled it) and its teardown.
+    Answered(Option<Outgoing>, Option<Teardown>),
+    /// A 2025-era client's call whose guest needs input, and the round's teardown.
+    NeedsInput(InputRequired, Teardown),
+}
+
+/// Why a call ended between two rounds.
+enum Between {
+    /// Asking failed: a tool error says why (the client refused, answered nonsense, or
+    /// did not declare what the tool asks for).
+    Failed(String),
+    /// A cancel or the call's deadline stopped it while the client was asked.
+    Stopped(Outcome),
+}
+
+/// The most rounds of one 2025-era call: a guest that keeps asking is ended with an error.
+pub const MAX_INPUT_ROUNDS: usize = 8;
+
 /// What a call sends its client besides the answer, as the request asked.
+#[derive(Clone)]
 struct Feeds {
     /// Progress notifications carry it; none without it.
     progress_token: Option<RequestId>,

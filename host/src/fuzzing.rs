@@ -192,8 +192,10 @@ pub fn http_ladder(request: &Request<&[u8]>, settings: &http::HttpSettings, tool
     }
     let (id, method, params) = match jsonrpc::parse(request.body()) {
         Incoming::Request { id, method, params } => (id, method, params),
-        Incoming::Notification { .. } if session_id.is_some() => return Refused(StatusCode::NOT_FOUND),
-        Incoming::Notification { .. } => return Verdict::Accepted,
+        Incoming::Notification { .. } | Incoming::Response { .. } if session_id.is_some() => {
+            return Refused(StatusCode::NOT_FOUND);
+        }
+        Incoming::Notification { .. } | Incoming::Response { .. } => return Verdict::Accepted,
         Incoming::Unanswered { .. } | Incoming::Invalid { .. } => return Refused(StatusCode::BAD_REQUEST),
     };
     let legacy = http::is_legacy(headers, &method, params.as_ref(), session_id.is_some());

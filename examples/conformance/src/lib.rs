@@ -301,6 +301,97 @@ fn input_capabilities(_: NoArgs, round: &Round) -> Asked {
     Ok(ask.into())
 }
 
+/// `test_elicitation`'s argument.
+#[derive(Deserialize, JsonSchema)]
+struct MessageArgs {
+    /// The message to show the user.
+    message: String,
+}
+
+/// `test_sampling`'s argument.
+#[derive(Deserialize, JsonSchema)]
+struct PromptArgs {
+    /// The prompt to send to the client's model.
+    prompt: String,
+}
+
+/// What the user did with elicitation `key`, as the 2025-11-25 scenarios print it.
+fn elicitation_outcome(round: &Round, key: &str) -> Option<String> {
+    let answer = round.response(key)?;
+    let action = answer.get("action")?.as_str()?.to_owned();
+    let content = answer.get("content").cloned().unwrap_or_else(|| serde_json::json!({}));
+    Some(format!("action={action}, content={content}"))
+}
+
+/// `tools-call-elicitation` (2025-11-25): asks for a username and an email address.
+fn elicitation(args: MessageArgs, round: &Round) -> Asked {
+    if let Some(outcome) = elicitation_outcome(round, "user") {
+        return Ok(Reply::Done(format!("User response: {outcome}")));
+    }
+    let schema = serde_json::json!({
+        "type": "object",
+        "properties": {
+            "username": { "type": "string", "description": "User's response" },
+            "email": { "type": "string", "description": "User's email address" },
+        },
+        "required": ["username", "email"],
+    });
+    Ok(Ask::new().elicit("user", &args.message, schema).into())
+}
+
+/// `elicitation-sep1034-defaults`: a default for every primitive type.
+fn elicitation_defaults(_: NoArgs, round: &Round) -> Asked {
+    if let Some(outcome) = elicitation_outcome(round, "defaults") {
+        return Ok(Reply::Done(format!("Elicitation completed: {outcome}")));
+    }
+    let schema = serde_json::json!({
+        "type": "object",
+        "properties": {
+            "name": { "type": "string", "default": "John Doe" },
+            "age": { "type": "integer", "default": 30 },
+            "score": { "type": "number", "default": 95.5 },
+            "status": { "type": "string", "enum": ["active", "inactive", "pending"], "default": "active" },
+            "verified": { "type": "boolean", "default": true },
+        },
+    });
+    Ok(Ask::new().elicit("defaults", "Please review your details.", schema).into())
+}
+
+/// `elicitation-sep1330-enums`: the five kinds of enum.
+fn elicitation_enums(_: NoArgs, round: &Round) -> Asked {
+    if let Some(outcome) = elicitation_outcome(round, "enums") {
+        return Ok(Reply::Done(format!("Elicitation completed: {outcome}")));
+    }
+    let schema = serde_json::json!({
+        "type": "object",
+        "properties": {
+            "untitledSingle": { "type": "string", "enum": ["option1", "option2", "option3"] },
+            "titledSingle": { "type": "string", "oneOf": [
+                { "const": "value1", "title": "First Option" },
+                { "const": "value2", "title": "Second Option" },
+                { "const": "value3", "title": "Third Option" },
+            ] },
+            "legacyEnum": { "type": "string", "enum": ["opt1", "opt2", "opt3"],
+                            "enumNames": ["Option One", "Option Two", "Option Three"] },
+            "untitledMulti": { "type": "array", "items": { "type": "string", "enum": ["option1", "option2", "option3"] } },
+            "titledMulti": { "type": "array", "items": { "anyOf": [
+                { "const": "value1", "title": "First Choice" },
+                { "const": "value2", "title": "Second Choice" },
+                { "const": "value3", "title": "Third Choice" },
+            ] } },
+        },
+    });
+    Ok(Ask::new().elicit("enums", "Please choose.", schema).into())
+}
+
+/// `tools-call-sampling` (2025-11-25): asks the client's model.
+fn sampling_tool(args: PromptArgs, round: &Round) -> Asked {
+    match round.sampled_text("answer") {
+        Some(text) => Ok(Reply::Done(format!("LLM response: {text}"))),
+        None => Ok(Ask::new().sample("answer", sampling(&args.prompt, 100)).into()),
+    }
+}
+
 struct Fixture;
 
 impl Plugin for Fixture {
@@ -345,6 +436,26 @@ impl Plugin for Fixture {
             ),
             Tool::new("test_streaming_elicitation", "Answers without eliciting.", streaming_elicitation)
                 .requires("elicitation"),
+            Tool::asking(
+                "test_elicitation",
+                "Asks the user for a username and an email address (2025-11-25: elicitation/create).",
+                elicitation,
+            ),
+            Tool::asking(
+                "test_elicitation_sep1034_defaults",
+                "Asks with a default for every primitive type (SEP-1034).",
+                elicitation_defaults,
+            ),
+            Tool::asking(
+                "test_elicitation_sep1330_enums",
+                "Asks with every kind of enum (SEP-1330).",
+                elicitation_enums,
+            ),
+            Tool::asking(
+                "test_sampling",
+                "Asks the client's model (2025-11-25: sampling/createMessage).",
+                sampling_tool,
+            ),
             Tool::asking(
                 "test_input_required_result_elicitation",
                 "Asks the user's name.",

@@ -27,7 +27,7 @@ pub const MAX_ROUNDS: u32 = 8;
 const MAX_RESPONSES: usize = 64;
 
 /// What a request brings for MRTR, checked for shape.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub(crate) struct Retry {
     client: ClientAbilities,
     responses: Vec<(String, String)>,

@@ -13,7 +13,10 @@ use serde_json::{Map, Value};
 
 use super::jsonrpc::RpcError;
 pub use super::types::{CacheScope, ContentBlock, ResourceContents};
-use super::types::{Caching, Completion as ResultCompletion, Empty, ErrorData, Revision, ServerCapabilities};
+use super::types::{
+    Caching, Completion as ResultCompletion, Empty, ErrorData, ResourcesCapability, Revision,
+    ServerCapabilities,
+};
 
 /// Items per page of each list.
 pub const PAGE_SIZE: usize = 100;
@@ -288,11 +291,12 @@ pub struct Offered {
     pub completions: bool,
 }
 
-/// Add the capabilities for what is `offered` (each an empty object: no subscriptions,
-/// no list-change notifications).
-pub fn advertise(capabilities: &mut ServerCapabilities, offered: Offered) {
+/// Add the capabilities for what is `offered`, as `revision` defines them: no list-change
+/// notifications; resource subscriptions in 2025-11-25 only (2026-07-28 has none).
+pub fn advertise(capabilities: &mut ServerCapabilities, offered: Offered, revision: Revision) {
     let flag = |offered: bool| offered.then_some(Empty {});
-    capabilities.resources = flag(offered.resources);
+    let subscribe = revision == Revision::R2025_11_25;
+    capabilities.resources = offered.resources.then_some(ResourcesCapability { subscribe });
     capabilities.prompts = flag(offered.prompts);
     capabilities.completions = flag(offered.completions);
 }

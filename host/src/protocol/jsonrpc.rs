@@ -5,6 +5,7 @@ use serde::ser::SerializeMap;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::Value;
 
+use super::asking::ServerRequest;
 use super::types::{ErrorData, ServerNotification, ServerResult};
 
 /// A request id: a string or an integer (never null, never fractional).
@@ -154,9 +155,14 @@ pub enum Incoming {
         id: Option<RequestId>,
         error: RpcError,
     },
-    /// A message that gets no answer, whatever is wrong with it: a response from the
-    /// client (this server sends no requests, so none is awaited), or a notification that
-    /// cannot be served (a notification is never answered).
+    /// The client's response to a request this server sent it ([`Outgoing::Request`]).
+    Response {
+        id: RequestId,
+        answer: Result<Value, PeerError>,
+    },
+    /// A message that gets no answer, whatever is wrong with it: a response that names no
+    /// request (a null or malformed id), or a notification that cannot be served (a
+    /// notification is never answered).
     Unanswered {
         problem: String,
     },
@@ -188,8 +194,7 @@ pub fn classify(value: Value) -> Incoming {
         return Incoming::Invalid { id: None, error: RpcError::new(INVALID_REQUEST, problem) };
     };
     if !message.contains_key("method") && (message.contains_key("result") || message.contains_key("error")) {
-        let problem = "a response, and this server sends no requests";
-        return Incoming::Unanswered { problem: problem.into() };
+        return response(message);
     }
     // A notification (a method and no id) is never answered, even when it is malformed.
     let notification = message.get("method").is_some_and(Value::is_string) && !message.contains_key("id");
@@ -223,7 +228,35 @@ pub fn classify(value: Value) -> Incoming {
     }
 }
 
-/// One message the server writes: an answer to a request, or a notification.
+/// A response from the client: its id and its result or error. One that names no request
+/// or is malformed is [`Incoming::Unanswered`] (a response is never answered).
+fn response(mut message: serde_json::Map<String, Value>) -> Incoming {
+    let unanswered = |problem: &str| Incoming::Unanswered { problem: format!("a response: {problem}") };
+    let Some(id) = message.get("id").and_then(RequestId::parse) else {
+        return unanswered("its id names no request");
+    };
+    if message.get("jsonrpc") != Some(&Value::String("2.0".into())) {
+        return unanswered("`jsonrpc` must be \"2.0\"");
+    }
+    match (message.remove("result"), message.remove("error")) {
+        (Some(result), None) => Incoming::Response { id, answer: Ok(result) },
+        (None, Some(error)) => match serde_json::from_value::<PeerError>(error) {
+            Ok(error) => Incoming::Response { id, answer: Err(error) },
+            Err(error) => unanswered(&format!("a malformed error ({error})")),
+        },
+        _ => unanswered("it must have either `result` or `error`"),
+    }
+}
+
+/// An error the client answered a request of ours with (its `data`, if any, is not read).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct PeerError {
+    pub code: i64,
+    pub message: String,
+}
+
+/// One message the server writes: an answer to a request, a notification, or a request to
+/// the client (2025-11-25, during a call).
 #[derive(Debug, Clone, PartialEq)]
 pub enum Outgoing {
     Result {
@@ -236,15 +269,21 @@ pub enum Outgoing {
         error: RpcError,
     },
     Notification(ServerNotification),
+    /// A request to the client, with an id this server chose.
+    Request {
+        id: RequestId,
+        request: ServerRequest,
+    },
 }
 
 impl Outgoing {
-    /// The request this message answers, if it answers one that could be read.
+    /// The request this message answers, if it answers one that could be read (a request
+    /// of the server's own answers none).
     pub fn id(&self) -> Option<&RequestId> {
         match self {
             Self::Result { id, .. } => Some(id),
             Self::Error { id, .. } => id.as_ref(),
-            Self::Notification(_) => None,
+            Self::Notification(_) | Self::Request { .. } => None,
         }
     }
 
@@ -285,6 +324,18 @@ impl Serialize for Outgoing {
                     }
                     ServerNotification::Cancelled(params) => message.serialize_entry("params", params)?,
                     ServerNotification::Message(params) => message.serialize_entry("params", params)?,
+                    ServerNotification::ResourceUpdated(params) => {
+                        message.serialize_entry("params", params)?
+                    }
+                }
+            }
+            Self::Request { id, request } => {
+                message.serialize_entry("id", id)?;
+                message.serialize_entry("method", request.method())?;
+                match request {
+                    ServerRequest::Elicit(params) => message.serialize_entry("params", params)?,
+                    ServerRequest::CreateMessage(params) => message.serialize_entry("params", params)?,
+                    ServerRequest::ListRoots(params) => message.serialize_entry("params", params)?,
                 }
             }
         }
@@ -354,7 +405,8 @@ mod tests {
     #[test]
     fn responses_and_malformed_notifications_are_never_answered() {
         let cases = [
-            r#"{"jsonrpc":"2.0","id":1,"result":{}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"result":{},"error":{"code":1,"message":"x"}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"error":{"code":"x"}}"#,
             // A peer's parse error comes back with a null id.
             r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"x"}}"#,
             r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":"x"}"#,
@@ -363,6 +415,19 @@ mod tests {
         for text in cases {
             assert!(matches!(parse(text.as_bytes()), Incoming::Unanswered { .. }), "{text}");
         }
+    }
+
+    #[test]
+    fn responses_carry_their_result_or_error() {
+        let Incoming::Response { id, answer: Ok(result) } =
+            parse(br#"{"jsonrpc":"2.0","id":7,"result":{"a":1}}"#)
+        else {
+            panic!("a result")
+        };
+        assert_eq!((id.to_json(), result), (serde_json::json!(7), serde_json::json!({"a": 1})));
+        let error = parse(br#"{"jsonrpc":"2.0","id":"s","error":{"code":-1,"message":"no","data":[1]}}"#);
+        let Incoming::Response { answer: Err(error), .. } = error else { panic!("an error") };
+        assert_eq!(error, PeerError { code: -1, message: "no".into() });
     }
 
     fn request_id(text: &str) -> Option<RequestId> {

@@ -134,6 +134,14 @@ pub struct ToolsCapability {
     pub list_changed: bool,
 }
 
+/// `capabilities.resources`.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct ResourcesCapability {
+    /// `resources/subscribe` is served (2025-11-25 only: 2026-07-28 has no such method).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub subscribe: bool,
+}
+
 /// What the server offers.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct ServerCapabilities {
@@ -141,7 +149,7 @@ pub struct ServerCapabilities {
     pub tools: Option<ToolsCapability>,
     /// Set when a component offers resources (`protocol/features.rs`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub resources: Option<Empty>,
+    pub resources: Option<ResourcesCapability>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prompts: Option<Empty>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -497,6 +505,14 @@ pub enum ServerNotification {
     Cancelled(CancelledParams),
     /// A tool's log line (`notifications/message`).
     Message(LoggingMessageParams),
+    /// A resource the client subscribed to changed (2025-11-25).
+    ResourceUpdated(ResourceUpdatedParams),
+}
+
+/// `notifications/resources/updated`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ResourceUpdatedParams {
+    pub uri: String,
 }
 
 impl ServerNotification {
@@ -507,6 +523,7 @@ impl ServerNotification {
             Self::SubscriptionsAcknowledged(_) => "notifications/subscriptions/acknowledged",
             Self::Cancelled(_) => "notifications/cancelled",
             Self::Message(_) => "notifications/message",
+            Self::ResourceUpdated(_) => "notifications/resources/updated",
         }
     }
 }

@@ -372,6 +372,32 @@ impl Call {
         (report, Teardown { store, refill, ended, _permit: self.permit })
     }
 
+    /// Stop this call before its guest runs, with `outcome` (a cancel or a timeout: its
+    /// caller gave up while the client was being asked for input between two rounds), and
+    /// run the tool's cleanup as after any stop, in a fresh instance. No instance is made
+    /// for the call itself.
+    pub async fn stop_unstarted(self, outcome: Outcome) -> (CallReport, Teardown) {
+        let stopped_at = Instant::now();
+        let cleanup = match outcome.stop_reason() {
+            Some(reason) if self.component.pre.has_cleanup() => Some(self.cleanup(reason).await),
+            _ => None,
+        };
+        let stop_path = StopPath::Cooperative;
+        let ended = (!self.observers.is_empty())
+            .then(|| (self.ended(&outcome, stop_path, stopped_at, cleanup.as_ref()), self.observers.clone()));
+        let report = CallReport {
+            call_id: self.id,
+            hard_stop_at: self.control.hard_stop_at(),
+            tool: self.tool.to_string(),
+            outcome,
+            hard_stopped: false,
+            stopped_at,
+            stop_path,
+            cleanup,
+        };
+        (report, Teardown { store: None, refill: None, ended, _permit: self.permit })
+    }
+
     /// The event observers get for this call.
     fn ended(
         &self,

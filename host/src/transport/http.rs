@@ -179,7 +179,8 @@ impl Default for HttpSettings {
 type HttpResponse = Response<ResponseBody>;
 
 /// 2025-era sessions, minted at a legacy `initialize`, so that a legacy client's
-/// `notifications/cancelled` (sent as a POST of its own) reaches the call it names. The
+/// `notifications/cancelled` (sent as a POST of its own) reaches the call it names, and its
+/// responses to what a call asked it (also POSTs of their own) reach that call. The
 /// 2026 protocol is stateless and needs none. Idle sessions expire; their number is capped.
 #[derive(Default)]
 struct Sessions {
@@ -699,9 +700,11 @@ async fn serve_request(
         .filter(|session| same_tenant(session, tenant.as_ref()));
     let (id, method, params) = match message {
         Incoming::Request { id, method, params } => (id, method, params),
-        notification @ Incoming::Notification { .. } => {
-            // Only a 2025-era session's notifications (its cancellations) mean anything;
-            // in the 2026 protocol a cancel is a closed stream.
+        notification @ (Incoming::Notification { .. } | Incoming::Response { .. }) => {
+            // Only a 2025-era session's notifications (its cancellations) and responses (to
+            // what a call of its asked) mean anything; in the 2026 protocol a cancel is a
+            // closed stream, and nothing is asked. A response to nothing waiting is
+            // dropped by the session, and still accepted.
             match session {
                 Some(connection) => {
                     let admitted = Admitted { message: notification, charge };

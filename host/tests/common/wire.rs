@@ -53,7 +53,17 @@ impl Schema {
     /// request's method when the message answers one.
     pub fn check_sent(&self, message: &Value, method: Option<&str>) {
         self.check("JSONRPCMessage", message);
-        if message.get("error").is_some() {
+        if message.get("id").is_some() && message.get("method").is_some() {
+            // A request to the client (2025-11-25, during a call).
+            self.check("JSONRPCRequest", message);
+            let definition = match message["method"].as_str() {
+                Some("elicitation/create") => "ElicitRequest",
+                Some("sampling/createMessage") => "CreateMessageRequest",
+                Some("roots/list") => "ListRootsRequest",
+                other => panic!("the server sent an unexpected request {other:?}: {message}"),
+            };
+            self.check(definition, message);
+        } else if message.get("error").is_some() {
             self.check("JSONRPCErrorResponse", message);
         } else if message.get("id").is_some() && self.legacy {
             // 2025-11-25 names the results, not the responses that carry them.
@@ -94,6 +104,7 @@ impl Schema {
                 Some("notifications/tools/list_changed") => "ToolListChangedNotification",
                 Some("notifications/cancelled") => "CancelledNotification",
                 Some("notifications/message") => "LoggingMessageNotification",
+                Some("notifications/resources/updated") => "ResourceUpdatedNotification",
                 _ => "JSONRPCNotification",
             };
             self.check(definition, message);

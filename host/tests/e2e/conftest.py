@@ -58,6 +58,13 @@ LEGACY_RESULT_SCHEMAS = {
     "completion/complete": "CompleteResult",
 }
 
+# The requests a server sends a 2025-11-25 client during a call, by method.
+LEGACY_REQUEST_SCHEMAS = {
+    "elicitation/create": "ElicitRequest",
+    "sampling/createMessage": "CreateMessageRequest",
+    "roots/list": "ListRootsRequest",
+}
+
 # The schema definition each notification must match, by method.
 NOTIFICATION_SCHEMAS = {
     "notifications/progress": "ProgressNotification",
@@ -246,6 +253,11 @@ def check_log(log: Path) -> None:
         for message in sent_messages(entry):
             sent += 1
             assert message is not None, "the server sent an empty line"
+            if "id" in message and "method" in message:
+                # A request to the client: its ids are the server's own, not the client's.
+                legacy_message_schema.validate(message)
+                validator(LEGACY_REQUEST_SCHEMAS[message["method"]], LEGACY_SCHEMA).validate(message)
+                continue
             method, legacy = methods.get(json.dumps(message.get("id")), (None, False))
             (legacy_message_schema if legacy else message_schema).validate(message)
             if "error" in message:

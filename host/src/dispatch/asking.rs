@@ -1,0 +1,192 @@
+//! # Asking a 2025-11-25 client, and its resource subscriptions
+//!
+//! A 2025-era client is asked for input during a call the way its revision defines:
+//! `elicitation/create`, `sampling/createMessage` and `roots/list` go to it as JSON-RPC
+//! requests on the call's own stream (a line on stdout; an event on the SSE answer of the
+//! `tools/call` POST), with ids this connection chooses, and its responses (a line on
+//! stdin; a POST to its session) come back here ([`Connection::answered`]) to the call that
+//! waits for them. [`Asked`] owns that table: at most [`MAX_OUTSTANDING_ASKS`] requests wait
+//! per connection, a response whose id is unknown, already answered or too late is dropped
+//! (with a debug log), and a call that stops waiting (cancelled, timed out) takes its ids
+//! out with it. Only what the client declared at `initialize` is asked.
+//!
+//! The same connection keeps the URIs its client subscribed to (`resources/subscribe`,
+//! 2025-11-25 only), at most [`MAX_SUBSCRIPTIONS`]; a reload that replaces the component
+//! serving one sends `notifications/resources/updated` ([`Connection::resources_updated`]).
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use serde_json::Value;
+use tokio::sync::oneshot;
+
+use super::{Connection, Outbox};
+use crate::protocol::asking::{AskKind, ClientCapabilities, ServerRequest};
+use crate::protocol::jsonrpc::{Outgoing, PeerError, RequestId, RpcError};
+use crate::protocol::types::{ResourceUpdatedParams, ServerNotification};
+use crate::runtime::ToolSet;
+
+/// Requests to the client one connection may have waiting at once.
+pub const MAX_OUTSTANDING_ASKS: usize = 64;
+/// Resource URIs one connection may be subscribed to.
+pub const MAX_SUBSCRIPTIONS: usize = 1024;
+
+/// Why asking the client gave no answer.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum AskError {
+    #[error(
+        "the client did not declare the `{capability}` capability at initialize, so it cannot be sent {method}"
+    )]
+    NotDeclared { capability: &'static str, method: &'static str },
+    #[error("{MAX_OUTSTANDING_ASKS} requests to this client already wait for an answer")]
+    TooMany,
+    #[error("the client answered {method} with error {code}: {message}")]
+    Refused { method: &'static str, code: i64, message: String },
+    #[error("{0}")]
+    Malformed(String),
+    #[error("the client's connection closed before it answered")]
+    Gone,
+}
+
+/// The requests this connection sent its client and waits on, by the id it chose.
+#[derive(Default)]
+pub(super) struct Asked {
+    next: u64,
+    waiting: HashMap<RequestId, oneshot::Sender<Result<Value, PeerError>>>,
+}
+
+/// Takes a call's request ids out of the table when it stops waiting, answered or not.
+struct Waiting<'c> {
+    connection: &'c Connection,
+    ids: Vec<RequestId>,
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        let mut asked = self.connection.asked.lock().unwrap();
+        for id in &self.ids {
+            asked.waiting.remove(id);
+        }
+    }
+}
+
+impl Connection {
+    /// Record what a 2025-era client declared at `initialize`.
+    pub(super) fn set_client_capabilities(&self, declared: ClientCapabilities) {
+        *self.client.lock().unwrap() = declared;
+    }
+
+    /// Whether the client declared the capability `kind` needs.
+    pub fn serves(&self, kind: AskKind) -> bool {
+        self.client.lock().unwrap().serves(kind)
+    }
+
+    /// Send each of `requests` to the client on `out`, all at once (the client may answer
+    /// them in any order), and wait for every answer: each result, checked against its
+    /// request's result type, under the request's key. The first failure ends the wait.
+    /// Dropping the future stops waiting (a late answer is then dropped).
+    pub async fn ask_all(
+        &self,
+        requests: Vec<(String, ServerRequest)>,
+        out: &Outbox,
+    ) -> Result<Vec<(String, Value)>, AskError> {
+        if let Some(kind) =
+            requests.iter().map(|(_, request)| request.kind()).find(|kind| !self.serves(*kind))
+        {
+            return Err(AskError::NotDeclared { capability: kind.capability(), method: kind.method() });
+        }
+        let mut waiting = Waiting { connection: self, ids: Vec::with_capacity(requests.len()) };
+        let mut sent = Vec::with_capacity(requests.len());
+        {
+            let mut asked = self.asked.lock().unwrap();
+            if asked.waiting.len() + requests.len() > MAX_OUTSTANDING_ASKS {
+                return Err(AskError::TooMany);
+            }
+            for (key, request) in requests {
+                asked.next += 1;
+                let id = RequestId::parse(&Value::from(asked.next)).expect("an integer is an id");
+                let (sender, answer) = oneshot::channel();
+                asked.waiting.insert(id.clone(), sender);
+                waiting.ids.push(id.clone());
+                sent.push((key, request.kind(), answer, Outgoing::Request { id, request }));
+            }
+        }
+        let mut pending = Vec::with_capacity(sent.len());
+        for (key, kind, answer, request) in sent {
+            out.send(request).await;
+            pending.push((key, kind, answer));
+        }
+        let mut answers = Vec::with_capacity(pending.len());
+        for (key, kind, answer) in pending {
+            let result = match answer.await {
+                Ok(Ok(result)) => kind.check_result(&result).map(|()| result).map_err(AskError::Malformed)?,
+                Ok(Err(PeerError { code, message })) => {
+                    return Err(AskError::Refused { method: kind.method(), code, message });
+                }
+                Err(_) => return Err(AskError::Gone),
+            };
+            answers.push((key, result));
+        }
+        drop(waiting);
+        Ok(answers)
+    }
+
+    /// The client's response to request `id` of ours: to the call waiting for it, or
+    /// dropped when none does (an unknown, repeated or late id).
+    pub(super) fn answered(&self, id: RequestId, answer: Result<Value, PeerError>) {
+        let waiting = self.asked.lock().unwrap().waiting.remove(&id);
+        match waiting {
+            Some(sender) => {
+                if sender.send(answer).is_err() {
+                    tracing::debug!(id = ?id, "dropping a response: its call stopped waiting");
+                }
+            }
+            None => tracing::debug!(id = ?id, "dropping a response to no request waiting"),
+        }
+    }
+
+    /// `resources/subscribe`: remember `uri` (any URI: what serves it may come with a
+    /// reload), answered `{}`.
+    pub(super) fn subscribe(&self, params: Option<&Value>) -> Result<(), RpcError> {
+        let uri = subscription_uri(params)?;
+        let mut subscriptions = self.subscriptions.lock().unwrap();
+        if subscriptions.len() >= MAX_SUBSCRIPTIONS && !subscriptions.contains(uri) {
+            return Err(RpcError::invalid_params(format!(
+                "Invalid params: this session already has {MAX_SUBSCRIPTIONS} subscriptions, the most it may keep; unsubscribe first"
+            )));
+        }
+        subscriptions.insert(uri.to_owned());
+        Ok(())
+    }
+
+    /// `resources/unsubscribe`: forget `uri` (one never subscribed is no error).
+    pub(super) fn unsubscribe(&self, params: Option<&Value>) -> Result<(), RpcError> {
+        let uri = subscription_uri(params)?;
+        self.subscriptions.lock().unwrap().remove(uri);
+        Ok(())
+    }
+
+    /// The subscribed URIs whose serving component differs between `before` and `after`
+    /// (reloaded, added or gone), each as its `notifications/resources/updated`.
+    pub(super) fn resources_updated(&self, before: &ToolSet, after: &ToolSet) -> Vec<Outgoing> {
+        let view = self.view();
+        let subscriptions: HashSet<String> = self.subscriptions.lock().unwrap().clone();
+        subscriptions
+            .into_iter()
+            .filter(|uri| {
+                let owner = |tools: &ToolSet| tools.resource_owner(view, uri).map(Arc::as_ptr);
+                owner(before) != owner(after)
+            })
+            .map(|uri| {
+                Outgoing::Notification(ServerNotification::ResourceUpdated(ResourceUpdatedParams { uri }))
+            })
+            .collect()
+    }
+}
+
+fn subscription_uri(params: Option<&Value>) -> Result<&str, RpcError> {
+    params
+        .and_then(|params| params.get("uri"))
+        .and_then(Value::as_str)
+        .ok_or_else(|| RpcError::invalid_params("Invalid params: `uri` must be a string"))
+}

@@ -1,0 +1,609 @@
+//! A 2025-11-25 client asked during a call, and its resource subscriptions, on real
+//! `cordon serve` processes over stdio and Streamable HTTP: the server's requests
+//! (`elicitation/create`, `sampling/createMessage`, `roots/list`) go out on the call's own
+//! stream and the client's responses come back to it; a response to nothing waiting is
+//! dropped and the server keeps serving; `resources/subscribe` and `unsubscribe` (2025-11-25
+//! only) and `notifications/resources/updated` when a reload replaces the component that
+//! serves a subscribed resource. Every message the server sends is checked against the
+//! official 2025-11-25 schema.
+
+mod common;
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use common::fresh_dir;
+use common::wire::{Schema, meta};
+use serde_json::{Value, json};
+
+const WAIT: Duration = Duration::from_secs(20);
+
+/// A directory with a config serving a copy of the conformance fixture (which offers
+/// resources), so that a test may replace its bytes and reload.
+struct Setup {
+    dir: PathBuf,
+}
+
+impl Setup {
+    fn new(what: &str) -> Self {
+        let dir = fresh_dir(what);
+        let fixture = cordon::paths::default_tools_dir().join("conformance-fixture.wasm");
+        assert!(fixture.is_file(), "{} is missing: run `cargo xtask guests` first", fixture.display());
+        std::fs::copy(&fixture, dir.join("fixture.wasm")).unwrap();
+        std::fs::write(
+            dir.join("cordon.toml"),
+            "[server]\ncache = false\n\n[[components]]\npath = \"fixture.wasm\"\n\
+             limits = { grace_ms = 100, idle_timeout_ms = 0, max_duration_ms = 3000 }\n",
+        )
+        .unwrap();
+        Self { dir }
+    }
+
+    fn config(&self) -> PathBuf {
+        self.dir.join("cordon.toml")
+    }
+
+    /// Give the fixture new bytes (a custom section appended: the same component, another
+    /// file), so that a reload replaces it.
+    fn touch_fixture(&self, salt: u8) {
+        let path = self.dir.join("fixture.wasm");
+        let mut bytes = std::fs::read(&path).unwrap();
+        // A custom section: id 0, size, a name ("t") and one byte of payload.
+        bytes.extend_from_slice(&[0, 3, 1, b't', salt]);
+        let temporary = path.with_extension("partial");
+        std::fs::write(&temporary, bytes).unwrap();
+        std::fs::rename(&temporary, &path).unwrap();
+    }
+}
+
+/// A running `cordon serve`, its stderr (the operator's log) read line by line.
+struct Process {
+    child: Child,
+    log: mpsc::Receiver<String>,
+    seen: Vec<String>,
+}
+
+impl Process {
+    fn spawn(mut command: Command) -> Self {
+        // Debug for the call module: each cleanup logs one line, with its reason.
+        let mut child = command
+            .env("CORDON_LOG", "info,cordon::runtime::call=debug")
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stderr = child.stderr.take().unwrap();
+        let (sender, log) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if sender.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Self { child, log, seen: Vec::new() }
+    }
+
+    /// Wait for a log line holding `needle`, after those already seen.
+    fn wait_log(&mut self, needle: &str) -> String {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let line = self.log.recv_timeout(left).unwrap_or_else(|_| {
+                panic!(
+                    "no log line with {needle:?} within {WAIT:?}; the log so far:\n{}",
+                    self.seen.join("\n")
+                )
+            });
+            self.seen.push(line.clone());
+            if line.contains(needle) {
+                return line;
+            }
+        }
+    }
+
+    /// SIGHUP, and wait for the reload it causes to finish.
+    fn reload(&mut self) -> String {
+        // SAFETY: kill(2) on our own child's pid.
+        assert_eq!(unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGHUP) }, 0);
+        self.wait_log("reload:")
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A 2025-11-25 client of `cordon serve --stdio`.
+struct Stdio2025 {
+    process: Process,
+    stdin: ChildStdin,
+    lines: mpsc::Receiver<String>,
+    schema: Schema,
+    /// Request id → its method, to check each answer against its result's schema.
+    methods: HashMap<String, String>,
+    next_id: i64,
+}
+
+impl Stdio2025 {
+    /// Start the server and initialize, declaring `capabilities`.
+    fn start(setup: &Setup, capabilities: Value) -> Self {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_cordon"));
+        command.args(["serve", "--stdio", "--config"]).arg(setup.config());
+        command.stdin(Stdio::piped()).stdout(Stdio::piped());
+        let mut process = Process::spawn(command);
+        let stdin = process.child.stdin.take().unwrap();
+        let stdout = process.child.stdout.take().unwrap();
+        let (sender, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if sender.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        process.wait_log("loaded");
+        let mut client =
+            Self { process, stdin, lines, schema: Schema::legacy(), methods: HashMap::new(), next_id: 1 };
+        let initialized = client.request(
+            "initialize",
+            json!({"protocolVersion": "2025-11-25", "capabilities": capabilities,
+                   "clientInfo": {"name": "asking-test", "version": "1"}}),
+        );
+        assert_eq!(initialized["result"]["protocolVersion"], "2025-11-25", "{initialized}");
+        client.send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+        client
+    }
+
+    fn send(&mut self, message: Value) {
+        writeln!(self.stdin, "{message}").unwrap();
+        self.stdin.flush().unwrap();
+    }
+
+    /// Send a request; returns its id.
+    fn send_request(&mut self, method: &str, params: Value) -> Value {
+        let id = json!(self.next_id);
+        self.next_id += 1;
+        self.methods.insert(id.to_string(), method.to_owned());
+        self.send(json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
+        id
+    }
+
+    /// The next message within `timeout`, checked against the schema.
+    fn recv(&mut self, timeout: Duration) -> Option<Value> {
+        let line = self.lines.recv_timeout(timeout).ok()?;
+        let message: Value = serde_json::from_str(&line).unwrap();
+        let method = match message.get("method") {
+            Some(_) => None,
+            None => message.get("id").and_then(|id| self.methods.get(&id.to_string())).cloned(),
+        };
+        self.schema.check_sent(&message, method.as_deref());
+        Some(message)
+    }
+
+    fn next(&mut self) -> Value {
+        self.recv(WAIT).expect("a message within the deadline")
+    }
+
+    /// A request and its answer (nothing else may come first).
+    fn request(&mut self, method: &str, params: Value) -> Value {
+        let id = self.send_request(method, params);
+        let answer = self.next();
+        assert_eq!(answer["id"], id, "{answer}");
+        answer
+    }
+}
+
+fn updated(uri: &str) -> Value {
+    json!({"jsonrpc": "2.0", "method": "notifications/resources/updated", "params": {"uri": uri}})
+}
+
+#[test]
+fn stdio_subscriptions_hear_of_a_reloaded_component_and_unsubscribed_ones_do_not() {
+    let setup = Setup::new("subscribe-stdio");
+    let mut client = Stdio2025::start(&setup, json!({}));
+    // Subscribing is advertised in 2025-11-25.
+    let answer = client.request("resources/subscribe", json!({"uri": "test://static-text"}));
+    assert_eq!(answer["result"], json!({}), "{answer}");
+    // A URI nothing serves may be subscribed to (the conformance suite's
+    // `test://watched-resource`): nothing changes for it at a reload.
+    let answer = client.request("resources/subscribe", json!({"uri": "test://watched-resource"}));
+    assert_eq!(answer["result"], json!({}), "{answer}");
+    let answer = client.request("resources/subscribe", json!({"uri": "test://template/7/data"}));
+    assert_eq!(answer["result"], json!({}), "{answer}");
+    let answer = client.request("resources/unsubscribe", json!({"uri": "test://template/7/data"}));
+    assert_eq!(answer["result"], json!({}), "{answer}");
+    // Unsubscribing from what was never subscribed is no error; a missing uri is one.
+    let answer = client.request("resources/unsubscribe", json!({"uri": "test://never"}));
+    assert_eq!(answer["result"], json!({}), "{answer}");
+    let answer = client.request("resources/subscribe", json!({}));
+    assert_eq!(answer["error"]["code"], -32602, "{answer}");
+
+    setup.touch_fixture(1);
+    client.process.reload();
+    assert_eq!(client.next(), updated("test://static-text"));
+    // Nothing else was sent for that reload: the next message is a ping's answer.
+    let answer = client.request("ping", json!({}));
+    assert_eq!(answer["result"], json!({}));
+
+    // A reload that leaves the fixture as it was sends nothing.
+    client.process.reload();
+    let answer = client.request("ping", json!({}));
+    assert_eq!(answer["result"], json!({}), "a no-op reload sent something first: {answer}");
+
+    // Unsubscribed: the next replacement sends nothing.
+    let answer = client.request("resources/unsubscribe", json!({"uri": "test://static-text"}));
+    assert_eq!(answer["result"], json!({}), "{answer}");
+    setup.touch_fixture(2);
+    client.process.reload();
+    let answer = client.request("ping", json!({}));
+    assert_eq!(answer["result"], json!({}), "an unsubscribed resource was updated: {answer}");
+}
+
+#[test]
+fn subscriptions_are_2025_only_and_advertised_there() {
+    let setup = Setup::new("subscribe-eras");
+    let mut client = Stdio2025::start(&setup, json!({}));
+    // The 2025-11-25 capabilities say so.
+    let again = client.request(
+        "initialize",
+        json!({"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}),
+    );
+    assert_eq!(again["result"]["capabilities"]["resources"], json!({"subscribe": true}), "{again}");
+    // A 2026-07-28 request on the same process: no such method, and discovery says nothing.
+    let mut params = json!({"uri": "test://static-text"});
+    params["_meta"] = meta();
+    let id = json!(900);
+    client.send(json!({"jsonrpc": "2.0", "id": id, "method": "resources/subscribe", "params": params}));
+    let line = client.lines.recv_timeout(WAIT).unwrap();
+    let answer: Value = serde_json::from_str(&line).unwrap();
+    Schema::new().check_sent(&answer, None);
+    assert_eq!((answer["id"].clone(), answer["error"]["code"].clone()), (id, json!(-32601)), "{answer}");
+    client
+        .send(json!({"jsonrpc": "2.0", "id": 901, "method": "server/discover", "params": {"_meta": meta()}}));
+    let line = client.lines.recv_timeout(WAIT).unwrap();
+    let discovered: Value = serde_json::from_str(&line).unwrap();
+    Schema::new().check_sent(&discovered, Some("server/discover"));
+    assert_eq!(discovered["result"]["capabilities"]["resources"], json!({}), "{discovered}");
+}
+
+#[test]
+fn stdio_responses_to_nothing_waiting_are_dropped_and_the_server_keeps_serving() {
+    let setup = Setup::new("stray-stdio");
+    let mut client = Stdio2025::start(&setup, json!({"elicitation": {}}));
+    client.send(json!({"jsonrpc": "2.0", "id": 4242, "result": {"action": "accept"}}));
+    client.send(json!({"jsonrpc": "2.0", "id": "nope", "error": {"code": -1, "message": "no"}}));
+    // Malformed ones too: a null id, both result and error.
+    client.send(json!({"jsonrpc": "2.0", "id": null, "error": {"code": -32700, "message": "x"}}));
+    client.send(json!({"jsonrpc": "2.0", "id": 1, "result": {}, "error": {"code": 1, "message": "x"}}));
+    let answer = client.request("ping", json!({}));
+    assert_eq!(answer["result"], json!({}), "nothing answers a response: {answer}");
+}
+
+/// A raw HTTP/1.1 client of one `cordon serve --http`.
+struct Http {
+    process: Process,
+    port: u16,
+}
+
+impl Http {
+    fn start(setup: &Setup) -> Self {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_cordon"));
+        command.args(["serve", "--http", "127.0.0.1:0", "--config"]).arg(setup.config());
+        command.stdin(Stdio::null()).stdout(Stdio::null());
+        let mut process = Process::spawn(command);
+        let line = process.wait_log("serving MCP on http://127.0.0.1:");
+        let port =
+            line.split("http://127.0.0.1:").nth(1).unwrap().split('/').next().unwrap().parse().unwrap();
+        Self { process, port }
+    }
+
+    /// Send a request and return the stream, its response head read (names lower-cased).
+    fn open(&self, method: &str, headers: &[(&str, &str)], body: &str) -> (BufReader<TcpStream>, String) {
+        let mut stream = TcpStream::connect(("127.0.0.1", self.port)).unwrap();
+        stream.set_read_timeout(Some(WAIT)).unwrap();
+        let mut head =
+            format!("{method} /mcp HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nConnection: close\r\n", self.port);
+        for (name, value) in headers {
+            head.push_str(&format!("{name}: {value}\r\n"));
+        }
+        head.push_str(&format!("Content-Length: {}\r\n\r\n{body}", body.len()));
+        stream.write_all(head.as_bytes()).unwrap();
+        let mut reader = BufReader::new(stream);
+        let mut head = String::new();
+        loop {
+            let mut line = String::new();
+            reader.read_line(&mut line).unwrap();
+            if line == "\r\n" || line.is_empty() {
+                return (reader, head);
+            }
+            head.push_str(&line.to_ascii_lowercase());
+        }
+    }
+
+    /// Initialize a 2025-11-25 session declaring `capabilities`; its id.
+    fn initialize(&self, capabilities: Value) -> String {
+        let initialize = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": capabilities,
+            "clientInfo": {"name": "asking-test", "version": "1"}}});
+        let (mut answer, head) = self.open("POST", &LEGACY, &initialize.to_string());
+        let session = head
+            .lines()
+            .find_map(|line| line.strip_prefix("mcp-session-id: "))
+            .unwrap_or_else(|| panic!("no session: {head}"))
+            .trim()
+            .to_owned();
+        let mut body = String::new();
+        answer.read_to_string(&mut body).unwrap();
+        let message: Value = serde_json::from_str(&body).unwrap();
+        Schema::legacy().check_sent(&message, Some("initialize"));
+        session
+    }
+
+    /// POST `message` to the session; the status and the one JSON message answered, if any.
+    fn post(&self, session: &str, message: &Value) -> (u16, Option<Value>) {
+        let headers = [LEGACY[0], LEGACY[1], ("Mcp-Session-Id", session)];
+        let (mut reader, head) = self.open("POST", &headers, &message.to_string());
+        let status = head.split(' ').nth(1).unwrap().parse().unwrap();
+        let mut body = String::new();
+        reader.read_to_string(&mut body).unwrap();
+        // Only a 200 carries a JSON-RPC message (a refusal's body is plain JSON text).
+        let answer = (status == 200).then(|| serde_json::from_str::<Value>(&body).unwrap());
+        if let Some(answer) = &answer {
+            Schema::legacy().check_sent(answer, message["method"].as_str());
+        }
+        (status, answer)
+    }
+}
+
+const LEGACY: [(&str, &str); 2] =
+    [("Accept", "application/json, text/event-stream"), ("Content-Type", "application/json")];
+
+/// The next SSE event of a chunked stream, checked against the 2025-11-25 schema: `Some`
+/// for a message, `None` at its end (keep-alive comments are skipped).
+fn next_event(reader: &mut BufReader<TcpStream>, method: Option<&str>) -> Option<Value> {
+    loop {
+        let mut size = String::new();
+        reader.read_line(&mut size).ok()?;
+        let size = usize::from_str_radix(size.trim(), 16).ok()?;
+        if size == 0 {
+            return None;
+        }
+        let mut chunk = vec![0; size + 2];
+        reader.read_exact(&mut chunk).unwrap();
+        let chunk = String::from_utf8(chunk).unwrap();
+        if chunk.starts_with(':') {
+            continue;
+        }
+        let data = chunk.trim().strip_prefix("data: ").unwrap_or_else(|| panic!("not an event: {chunk:?}"));
+        let message: Value = serde_json::from_str(data).unwrap();
+        let answers = message.get("method").is_none();
+        Schema::legacy().check_sent(&message, method.filter(|_| answers));
+        return Some(message);
+    }
+}
+
+#[test]
+fn http_subscriptions_hear_of_a_reloaded_component_on_the_session_stream() {
+    let setup = Setup::new("subscribe-http");
+    let mut server = Http::start(&setup);
+    let session = server.initialize(json!({}));
+    let subscribe = |uri: &str, method: &str| {
+        let request = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": {"uri": uri}});
+        let (status, answer) = server.post(&session, &request);
+        assert_eq!((status, answer.as_ref().map(|answer| answer["result"].clone())), (200, Some(json!({}))));
+    };
+    subscribe("test://static-binary", "resources/subscribe");
+    subscribe("test://static-text", "resources/subscribe");
+    subscribe("test://static-text", "resources/unsubscribe");
+    let sse = [("Accept", "text/event-stream"), ("Mcp-Session-Id", session.as_str())];
+    let (mut stream, head) = server.open("GET", &sse, "");
+    assert!(head.starts_with("http/1.1 200"), "{head}");
+    setup.touch_fixture(1);
+    server.process.reload();
+    assert_eq!(next_event(&mut stream, None), Some(updated("test://static-binary")));
+    // SIGTERM ends the stream: nothing else came for that reload.
+    // SAFETY: kill(2) on our own child's pid.
+    assert_eq!(unsafe { libc::kill(server.process.child.id() as libc::pid_t, libc::SIGTERM) }, 0);
+    assert_eq!(next_event(&mut stream, None), None, "only the subscribed resource was updated");
+}
+
+#[test]
+fn http_responses_to_nothing_waiting_are_accepted_and_dropped() {
+    let setup = Setup::new("stray-http");
+    let server = Http::start(&setup);
+    let session = server.initialize(json!({"sampling": {}}));
+    let stray = json!({"jsonrpc": "2.0", "id": 77, "result": {"roots": []}});
+    assert_eq!(server.post(&session, &stray), (202, None));
+    assert_eq!(server.post("not-a-session", &stray).0, 404, "a response to a session that is gone");
+    let ping = json!({"jsonrpc": "2.0", "id": 5, "method": "ping"});
+    let (status, answer) = server.post(&session, &ping);
+    assert_eq!((status, answer.unwrap()["result"].clone()), (200, json!({})));
+}
+
+/// The text of a call's answer.
+fn text(answer: &Value) -> String {
+    answer["result"]["content"][0]["text"].as_str().unwrap_or_else(|| panic!("no text: {answer}")).to_owned()
+}
+
+/// The result a client answers an `elicitation/create` with.
+fn accept_user() -> Value {
+    json!({"action": "accept", "content": {"username": "ada", "email": "ada@example.com"}})
+}
+
+/// The fixture's tool that asks for the client's roots.
+const ROOTS_TOOL: &str = "test_input_required_result_list_roots";
+
+const ALL: fn() -> Value = || json!({"elicitation": {}, "sampling": {}, "roots": {"listChanged": true}});
+
+impl Stdio2025 {
+    /// Call `tool`; the request the server sends the client in return (checked to be
+    /// `method`), and the call's id.
+    fn call_until_asked(&mut self, tool: &str, arguments: Value, method: &str) -> (Value, Value) {
+        let id = self.send_request("tools/call", json!({"name": tool, "arguments": arguments}));
+        let request = self.next();
+        assert_eq!(request["method"], method, "{request}");
+        (id, request)
+    }
+
+    /// Answer the server's `request` with `result`; the call's answer that follows.
+    fn answer_with(&mut self, request: &Value, result: Value, call: &Value) -> Value {
+        self.send(json!({"jsonrpc": "2.0", "id": request["id"], "result": result}));
+        let answer = self.next();
+        assert_eq!(&answer["id"], call, "{answer}");
+        answer
+    }
+}
+
+#[test]
+fn stdio_elicitation_sampling_and_roots_round_trip() {
+    let setup = Setup::new("round-trip-stdio");
+    let mut client = Stdio2025::start(&setup, ALL());
+
+    let (call, request) =
+        client.call_until_asked("test_elicitation", json!({"message": "Who are you?"}), "elicitation/create");
+    assert_eq!(request["params"]["message"], "Who are you?");
+    assert_eq!(request["params"]["requestedSchema"]["required"], json!(["username", "email"]));
+    let answer = client.answer_with(&request, accept_user(), &call);
+    let said = text(&answer);
+    assert!(said.contains("accept") && said.contains("ada@example.com"), "{said}");
+
+    let (call, request) = client.call_until_asked(
+        "test_sampling",
+        json!({"prompt": "Capital of France?"}),
+        "sampling/createMessage",
+    );
+    assert_eq!(request["params"]["messages"][0]["content"]["text"], "Capital of France?");
+    let sampled = json!({"role": "assistant", "content": {"type": "text", "text": "Paris"}, "model": "m"});
+    let answer = client.answer_with(&request, sampled, &call);
+    assert_eq!(text(&answer), "LLM response: Paris");
+
+    let (call, request) = client.call_until_asked(ROOTS_TOOL, json!({}), "roots/list");
+    let roots = json!({"roots": [{"uri": "file:///home/ada", "name": "home"}]});
+    let answer = client.answer_with(&request, roots, &call);
+    assert!(text(&answer).contains("file:///home/ada"), "{answer}");
+
+    // A client error answer ends the call with a tool error that says so.
+    let (call, request) =
+        client.call_until_asked("test_elicitation", json!({"message": "Again?"}), "elicitation/create");
+    client.send(
+        json!({"jsonrpc": "2.0", "id": request["id"], "error": {"code": -1, "message": "user went away"}}),
+    );
+    let answer = client.next();
+    assert_eq!((&answer["id"], &answer["result"]["isError"]), (&call, &json!(true)), "{answer}");
+    assert!(text(&answer).contains("user went away"), "{answer}");
+    // A malformed answer too; a second answer to the same id is dropped.
+    let (call, request) =
+        client.call_until_asked("test_elicitation", json!({"message": "Once more?"}), "elicitation/create");
+    client.send(json!({"jsonrpc": "2.0", "id": request["id"], "result": {"action": "perhaps"}}));
+    let answer = client.next();
+    assert_eq!((&answer["id"], &answer["result"]["isError"]), (&call, &json!(true)), "{answer}");
+    assert!(text(&answer).contains("malformed"), "{answer}");
+    client.send(json!({"jsonrpc": "2.0", "id": request["id"], "result": accept_user()}));
+    assert_eq!(client.request("ping", json!({}))["result"], json!({}));
+}
+
+#[test]
+fn a_client_that_did_not_declare_a_capability_is_not_asked() {
+    let setup = Setup::new("undeclared-stdio");
+    let mut client = Stdio2025::start(&setup, json!({"roots": {}}));
+    let id =
+        client.send_request("tools/call", json!({"name": "test_sampling", "arguments": {"prompt": "x"}}));
+    let answer = client.next();
+    assert_eq!((&answer["id"], &answer["result"]["isError"]), (&id, &json!(true)), "{answer}");
+    assert!(text(&answer).contains("sampling"), "the error names the capability: {answer}");
+}
+
+#[test]
+fn a_cancel_while_the_client_is_asked_stops_the_call_and_runs_its_cleanup() {
+    let setup = Setup::new("cancel-asked-stdio");
+    let mut client = Stdio2025::start(&setup, ALL());
+    let (call, request) =
+        client.call_until_asked("test_elicitation", json!({"message": "Wait"}), "elicitation/create");
+    client
+        .send(json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": call}}));
+    let cleanup = client.process.wait_log("cleanup completed");
+    assert!(cleanup.contains("reason=cancelled") && cleanup.contains("test_elicitation"), "{cleanup}");
+    // Nothing is answered, and an answer that comes now is dropped.
+    client.send(json!({"jsonrpc": "2.0", "id": request["id"], "result": accept_user()}));
+    let answer = client.request("ping", json!({}));
+    assert_eq!(answer["result"], json!({}), "the cancelled call was answered: {answer}");
+}
+
+#[test]
+fn a_client_that_never_answers_is_stopped_by_the_calls_timeout() {
+    let setup = Setup::new("never-answers-stdio");
+    let mut client = Stdio2025::start(&setup, ALL());
+    let started = Instant::now();
+    let (call, _request) =
+        client.call_until_asked("test_elicitation", json!({"message": "Hello?"}), "elicitation/create");
+    let answer = client.next();
+    assert_eq!((&answer["id"], &answer["result"]["isError"]), (&call, &json!(true)), "{answer}");
+    assert!(text(&answer).contains("maximum duration"), "{answer}");
+    let waited = started.elapsed();
+    assert!(waited >= Duration::from_millis(2500) && waited < Duration::from_secs(10), "{waited:?}");
+    let cleanup = client.process.wait_log("cleanup completed");
+    assert!(cleanup.contains("reason=max-duration"), "{cleanup}");
+}
+
+impl Http {
+    /// POST a `tools/call` to the session; the open SSE stream of its answer.
+    fn call(&self, session: &str, id: i64, tool: &str, arguments: Value) -> BufReader<TcpStream> {
+        let headers = [LEGACY[0], LEGACY[1], ("Mcp-Session-Id", session)];
+        let call = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+                          "params": {"name": tool, "arguments": arguments}});
+        let (stream, head) = self.open("POST", &headers, &call.to_string());
+        assert!(head.starts_with("http/1.1 200") && head.contains("text/event-stream"), "{head}");
+        stream
+    }
+}
+
+#[test]
+fn http_requests_go_on_the_calls_stream_and_answers_come_back_as_posts() {
+    let setup = Setup::new("round-trip-http");
+    let mut server = Http::start(&setup);
+    let session = server.initialize(ALL());
+
+    let mut stream = server.call(&session, 1, "test_elicitation", json!({"message": "Who?"}));
+    let request = next_event(&mut stream, Some("tools/call")).unwrap();
+    assert_eq!(request["method"], "elicitation/create", "{request}");
+    let response = json!({"jsonrpc": "2.0", "id": request["id"], "result": accept_user()});
+    assert_eq!(server.post(&session, &response), (202, None));
+    let answer = next_event(&mut stream, Some("tools/call")).unwrap();
+    assert_eq!(answer["id"], 1);
+    assert!(text(&answer).contains("ada@example.com"), "{answer}");
+    assert_eq!(next_event(&mut stream, None), None, "the stream ends with the answer");
+    // The same response again: nothing waits for it.
+    assert_eq!(server.post(&session, &response), (202, None));
+
+    let mut stream = server.call(&session, 2, "test_sampling", json!({"prompt": "Hi"}));
+    let request = next_event(&mut stream, Some("tools/call")).unwrap();
+    assert_eq!(request["method"], "sampling/createMessage", "{request}");
+    let sampled = json!({"role": "assistant", "content": {"type": "text", "text": "Hello"}, "model": "m"});
+    let response = json!({"jsonrpc": "2.0", "id": request["id"], "result": sampled});
+    assert_eq!(server.post(&session, &response), (202, None));
+    assert_eq!(text(&next_event(&mut stream, Some("tools/call")).unwrap()), "LLM response: Hello");
+
+    let mut stream = server.call(&session, 3, ROOTS_TOOL, json!({}));
+    let request = next_event(&mut stream, Some("tools/call")).unwrap();
+    assert_eq!(request["method"], "roots/list", "{request}");
+    let response =
+        json!({"jsonrpc": "2.0", "id": request["id"], "result": {"roots": [{"uri": "file:///srv"}]}});
+    assert_eq!(server.post(&session, &response), (202, None));
+    assert!(text(&next_event(&mut stream, Some("tools/call")).unwrap()).contains("file:///srv"));
+
+    // Closing the call's stream while the client is asked stops the call and cleans up.
+    let mut stream = server.call(&session, 4, "test_elicitation", json!({"message": "Gone?"}));
+    let request = next_event(&mut stream, Some("tools/call")).unwrap();
+    assert_eq!(request["method"], "elicitation/create", "{request}");
+    drop(stream);
+    let cleanup = server.process.wait_log("cleanup completed");
+    assert!(cleanup.contains("reason=cancelled") && cleanup.contains("test_elicitation"), "{cleanup}");
+}
