@@ -8,20 +8,19 @@
 //! official 2025-11-25 schema.
 
 mod common;
+use common::server::{Process, WAIT, open_request};
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::PathBuf;
-use std::process::{Child, ChildStdin, Command, Stdio};
+use std::process::{ChildStdin, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use common::fresh_dir;
 use common::wire::{Schema, meta};
 use serde_json::{Value, json};
-
-const WAIT: Duration = Duration::from_secs(20);
 
 /// A directory with a config serving a copy of the conformance fixture (which offers
 /// resources), so that a test may replace its bytes and reload.
@@ -61,66 +60,6 @@ impl Setup {
     }
 }
 
-/// A running `cordon serve`, its stderr (the operator's log) read line by line.
-struct Process {
-    child: Child,
-    log: mpsc::Receiver<String>,
-    seen: Vec<String>,
-}
-
-impl Process {
-    fn spawn(mut command: Command) -> Self {
-        // Debug for the call module: each cleanup logs one line, with its reason.
-        let mut child = command
-            .env("CORDON_LOG", "info,cordon::runtime::call=debug")
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let stderr = child.stderr.take().unwrap();
-        let (sender, log) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if sender.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        Self { child, log, seen: Vec::new() }
-    }
-
-    /// Wait for a log line holding `needle`, after those already seen.
-    fn wait_log(&mut self, needle: &str) -> String {
-        let deadline = Instant::now() + WAIT;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            let line = self.log.recv_timeout(left).unwrap_or_else(|_| {
-                panic!(
-                    "no log line with {needle:?} within {WAIT:?}; the log so far:\n{}",
-                    self.seen.join("\n")
-                )
-            });
-            self.seen.push(line.clone());
-            if line.contains(needle) {
-                return line;
-            }
-        }
-    }
-
-    /// SIGHUP, and wait for the reload it causes to finish.
-    fn reload(&mut self) -> String {
-        // SAFETY: kill(2) on our own child's pid.
-        assert_eq!(unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGHUP) }, 0);
-        self.wait_log("reload:")
-    }
-}
-
-impl Drop for Process {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 /// A 2025-11-25 client of `cordon serve --stdio`.
 struct Stdio2025 {
     process: Process,
@@ -138,7 +77,7 @@ impl Stdio2025 {
         let mut command = Command::new(env!("CARGO_BIN_EXE_cordon"));
         command.args(["serve", "--stdio", "--config"]).arg(setup.config());
         command.stdin(Stdio::piped()).stdout(Stdio::piped());
-        let mut process = Process::spawn(command);
+        let mut process = Process::spawn_logging(command, "info,cordon::runtime::call=debug");
         let stdin = process.child.stdin.take().unwrap();
         let stdout = process.child.stdout.take().unwrap();
         let (sender, lines) = mpsc::channel();
@@ -298,7 +237,7 @@ impl Http {
         let mut command = Command::new(env!("CARGO_BIN_EXE_cordon"));
         command.args(["serve", "--http", "127.0.0.1:0", "--config"]).arg(setup.config());
         command.stdin(Stdio::null()).stdout(Stdio::null());
-        let mut process = Process::spawn(command);
+        let mut process = Process::spawn_logging(command, "info,cordon::runtime::call=debug");
         let line = process.wait_log("serving MCP on http://127.0.0.1:");
         let port =
             line.split("http://127.0.0.1:").nth(1).unwrap().split('/').next().unwrap().parse().unwrap();
@@ -307,25 +246,7 @@ impl Http {
 
     /// Send a request and return the stream, its response head read (names lower-cased).
     fn open(&self, method: &str, headers: &[(&str, &str)], body: &str) -> (BufReader<TcpStream>, String) {
-        let mut stream = TcpStream::connect(("127.0.0.1", self.port)).unwrap();
-        stream.set_read_timeout(Some(WAIT)).unwrap();
-        let mut head =
-            format!("{method} /mcp HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nConnection: close\r\n", self.port);
-        for (name, value) in headers {
-            head.push_str(&format!("{name}: {value}\r\n"));
-        }
-        head.push_str(&format!("Content-Length: {}\r\n\r\n{body}", body.len()));
-        stream.write_all(head.as_bytes()).unwrap();
-        let mut reader = BufReader::new(stream);
-        let mut head = String::new();
-        loop {
-            let mut line = String::new();
-            reader.read_line(&mut line).unwrap();
-            if line == "\r\n" || line.is_empty() {
-                return (reader, head);
-            }
-            head.push_str(&line.to_ascii_lowercase());
-        }
+        open_request(self.port, method, headers, body)
     }
 
     /// Initialize a 2025-11-25 session declaring `capabilities`; its id.

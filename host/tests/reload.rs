@@ -6,21 +6,20 @@
 //! the official schema. The components are WAT guests, written to files per test.
 
 mod common;
+use common::server::{Process, WAIT, open_request};
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, Command, Stdio};
+use std::process::{ChildStdin, Command, Stdio};
 use std::sync::Arc;
 use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use common::wire::{Schema, line_channel, meta};
 use common::{DONE_BODY, WatGuest, fresh_dir};
 use serde_json::{Value, json};
-
-const WAIT: Duration = Duration::from_secs(20);
 
 /// Return "lock" at once: a second version of a tool that returns "done".
 const LOCK_BODY: &str = "(call $ok_text (i32.const 2010) (i32.const 4))";
@@ -64,60 +63,6 @@ fn write_atomically(path: &Path, bytes: &[u8]) {
     let temporary = path.with_extension("partial");
     std::fs::write(&temporary, bytes).unwrap();
     std::fs::rename(&temporary, path).unwrap();
-}
-
-/// A running `cordon serve`, its stderr (the operator's log) read line by line.
-struct Process {
-    child: Child,
-    log: mpsc::Receiver<String>,
-    /// Every log line read so far.
-    seen: Vec<String>,
-}
-
-impl Process {
-    fn spawn(mut command: Command) -> Self {
-        let mut child = command.env("CORDON_LOG", "info").stderr(Stdio::piped()).spawn().unwrap();
-        let stderr = child.stderr.take().unwrap();
-        let log = line_channel(stderr);
-        Self { child, log, seen: Vec::new() }
-    }
-
-    /// Wait for a log line holding `needle`, after those already seen.
-    fn wait_log(&mut self, needle: &str) -> String {
-        let deadline = Instant::now() + WAIT;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            let line = self.log.recv_timeout(left).unwrap_or_else(|_| {
-                panic!(
-                    "no log line with {needle:?} within {WAIT:?}; the log so far:\n{}",
-                    self.seen.join("\n")
-                )
-            });
-            self.seen.push(line.clone());
-            if line.contains(needle) {
-                return line;
-            }
-        }
-    }
-
-    fn signal(&self, signal: libc::c_int) {
-        // SAFETY: kill(2) on our own child's pid.
-        assert_eq!(unsafe { libc::kill(self.child.id() as libc::pid_t, signal) }, 0);
-    }
-
-    /// SIGHUP, and wait for the reload it causes to finish.
-    fn reload(&mut self) -> String {
-        self.signal(libc::SIGHUP);
-        self.wait_log("SIGHUP");
-        self.wait_log("reload:")
-    }
-}
-
-impl Drop for Process {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 /// `cordon serve --stdio`, speaking lines.
@@ -547,25 +492,7 @@ impl Http {
 
     /// Send a request and return the stream, its response head read.
     fn open(&self, method: &str, headers: &[(&str, &str)], body: &str) -> (BufReader<TcpStream>, String) {
-        let mut stream = TcpStream::connect(("127.0.0.1", self.port)).unwrap();
-        stream.set_read_timeout(Some(WAIT)).unwrap();
-        let mut head =
-            format!("{method} /mcp HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nConnection: close\r\n", self.port);
-        for (name, value) in headers {
-            head.push_str(&format!("{name}: {value}\r\n"));
-        }
-        head.push_str(&format!("Content-Length: {}\r\n\r\n{body}", body.len()));
-        stream.write_all(head.as_bytes()).unwrap();
-        let mut reader = BufReader::new(stream);
-        let mut head = String::new();
-        loop {
-            let mut line = String::new();
-            reader.read_line(&mut line).unwrap();
-            if line == "\r\n" || line.is_empty() {
-                return (reader, head);
-            }
-            head.push_str(&line.to_ascii_lowercase());
-        }
+        open_request(self.port, method, headers, body)
     }
 }
 

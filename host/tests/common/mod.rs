@@ -20,6 +20,7 @@
 #![allow(dead_code)]
 
 pub mod guests;
+pub mod server;
 pub mod wire;
 
 use std::time::Duration;
