@@ -54,7 +54,7 @@ pub fn check_stdio(input: &[u8], buffer: usize) {
         .filter_map(|line| match jsonrpc::parse(line) {
             Incoming::Request { id, .. } => Some(Some(checked_id(&id))),
             Incoming::Invalid { id, .. } => Some(id.as_ref().map(checked_id)),
-            Incoming::Notification { .. } | Incoming::Unanswered { .. } => None,
+            Incoming::Notification { .. } | Incoming::Unanswered { .. } | Incoming::Response { .. } => None,
         })
         .collect();
     let answers = DISPATCHER.stdio(input, buffer);
