@@ -290,25 +290,10 @@ const LEGACY: [(&str, &str); 2] =
 /// The next SSE event of a chunked stream, checked against the 2025-11-25 schema: `Some`
 /// for a message, `None` at its end (keep-alive comments are skipped).
 fn next_event(reader: &mut BufReader<TcpStream>, method: Option<&str>) -> Option<Value> {
-    loop {
-        let mut size = String::new();
-        reader.read_line(&mut size).ok()?;
-        let size = usize::from_str_radix(size.trim(), 16).ok()?;
-        if size == 0 {
-            return None;
-        }
-        let mut chunk = vec![0; size + 2];
-        reader.read_exact(&mut chunk).unwrap();
-        let chunk = String::from_utf8(chunk).unwrap();
-        if chunk.starts_with(':') {
-            continue;
-        }
-        let data = chunk.trim().strip_prefix("data: ").unwrap_or_else(|| panic!("not an event: {chunk:?}"));
-        let message: Value = serde_json::from_str(data).unwrap();
-        let answers = message.get("method").is_none();
-        Schema::legacy().check_sent(&message, method.filter(|_| answers));
-        return Some(message);
-    }
+    let message = common::server::next_event(reader, &mut 0)?;
+    let answers = message.get("method").is_none();
+    Schema::legacy().check_sent(&message, method.filter(|_| answers));
+    Some(message)
 }
 
 #[test]

@@ -6,7 +6,7 @@
 //! the official schema. The components are WAT guests, written to files per test.
 
 mod common;
-use common::server::{Process, WAIT, open_request};
+use common::server::{Process, WAIT, next_event, open_request};
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -504,28 +504,6 @@ fn wait_keep_alive(reader: &mut BufReader<TcpStream>) {
     let mut chunk = vec![0; size + 2];
     reader.read_exact(&mut chunk).unwrap();
     assert!(chunk.starts_with(b":"), "a keep-alive, not {:?}", String::from_utf8_lossy(&chunk));
-}
-
-/// The next SSE event of a chunked stream: `Some(data)` for a message, `None` at its end;
-/// comment keep-alives are counted in `comments`.
-fn next_event(reader: &mut BufReader<TcpStream>, comments: &mut usize) -> Option<Value> {
-    loop {
-        let mut size = String::new();
-        reader.read_line(&mut size).ok()?;
-        let size = usize::from_str_radix(size.trim(), 16).ok()?;
-        if size == 0 {
-            return None;
-        }
-        let mut chunk = vec![0; size + 2];
-        reader.read_exact(&mut chunk).unwrap();
-        let chunk = String::from_utf8(chunk).unwrap();
-        if chunk.starts_with(':') {
-            *comments += 1;
-            continue;
-        }
-        let data = chunk.trim().strip_prefix("data: ").unwrap_or_else(|| panic!("not an event: {chunk:?}"));
-        return Some(serde_json::from_str(data).unwrap());
-    }
 }
 
 fn modern(method: &str) -> Vec<(&str, &str)> {

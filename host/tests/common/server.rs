@@ -1,7 +1,7 @@
 //! A running `cordon serve` seen from outside: its operator's log read line by line, signals,
 //! and raw HTTP requests to it.
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
@@ -95,5 +95,27 @@ pub fn open_request(
             return (reader, head);
         }
         head.push_str(&line.to_ascii_lowercase());
+    }
+}
+
+/// The next SSE event of a chunked stream: `Some(data)` for a message, `None` at its end;
+/// comment keep-alives are counted in `comments`.
+pub fn next_event(reader: &mut BufReader<TcpStream>, comments: &mut usize) -> Option<serde_json::Value> {
+    loop {
+        let mut size = String::new();
+        reader.read_line(&mut size).ok()?;
+        let size = usize::from_str_radix(size.trim(), 16).ok()?;
+        if size == 0 {
+            return None;
+        }
+        let mut chunk = vec![0; size + 2];
+        reader.read_exact(&mut chunk).unwrap();
+        let chunk = String::from_utf8(chunk).unwrap();
+        if chunk.starts_with(':') {
+            *comments += 1;
+            continue;
+        }
+        let data = chunk.trim().strip_prefix("data: ").unwrap_or_else(|| panic!("not an event: {chunk:?}"));
+        return Some(serde_json::from_str(data).unwrap());
     }
 }
