@@ -21,18 +21,22 @@ use cordon::runtime::{ComponentOptions, Runtime, RuntimeSettings};
 /// benchmark. It costs about 30 s of a cold build (jemalloc's C sources). mimalloc was
 /// tried too and rejected: the same soak peaked at 850 MiB (110 MiB with glibc) and
 /// stayed up after.
+#[cfg(feature = "jemalloc")]
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 /// jemalloc's options (the symbol it reads at its first allocation).
+#[cfg(feature = "jemalloc")]
 #[used]
 #[unsafe(export_name = "_rjem_malloc_conf")]
 static MALLOC_CONF: MallocConf =
     MallocConf(c"background_thread:true,dirty_decay_ms:1000,muzzy_decay_ms:0".as_ptr());
 
+#[cfg(feature = "jemalloc")]
 #[repr(transparent)]
 struct MallocConf(*const std::ffi::c_char);
 // SAFETY: a pointer to a static C string, never written.
+#[cfg(feature = "jemalloc")]
 unsafe impl Sync for MallocConf {}
 
 #[derive(Parser)]

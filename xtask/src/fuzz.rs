@@ -148,7 +148,8 @@ pub fn run_targets(seconds: u64) -> Result<()> {
         .args(["fuzz", "build", "--sanitizer", "address", "--debug-assertions", "--target-dir"])
         .arg(&target_dir))
     .context(
-        "building the fuzz targets (a C++ compiler is needed for libFuzzer: on Debian, apt-get install g++)",
+        "building the fuzz targets (libFuzzer needs a C++ compiler: on Debian, apt-get install g++; \
+         the build needs about 3.5 GB of disk)",
     )?;
     eprintln!("fuzz targets built in {:.0?}", started.elapsed());
     let host = cordon_toolchain::rustc_output(&["--print", "host-tuple"])

@@ -49,6 +49,7 @@ fn main() -> Result<()> {
             build_guests()?;
             run_tests()?;
             conformance()?;
+            reclaim_test_binaries_if_short_of_disk(&repo_root())?;
             fuzz::run_targets(fuzz::SECONDS)
         }
         Some("soak") => {
@@ -182,6 +183,54 @@ fn run_tests() -> Result<()> {
 fn build_server() -> Result<()> {
     let cargo = env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     run(Command::new(cargo).current_dir(repo_root()).args(["test", "--workspace", "--no-run"]))
+}
+
+/// What the fuzz build needs in `target/fuzz` (about 3.3 GB, instrumented and with line
+/// tables), with room to spare.
+const FUZZ_BUILD_BYTES: u64 = 6 << 30;
+
+/// Remove the test executables `cargo test` left in `target/debug/deps` (about 1.8 GB)
+/// when the disk has less free than the fuzz build needs: they have run, and a machine
+/// short of disk (CI's once ran out in the fuzz build) needs the room more than the next
+/// `cargo test` needs to skip relinking them. Libraries and build outputs stay, so the
+/// servers' binaries and a rebuild are untouched.
+fn reclaim_test_binaries_if_short_of_disk(root: &Path) -> Result<()> {
+    let target = root.join("target");
+    let Some(free) = free_bytes(&target) else { return Ok(()) };
+    if free >= FUZZ_BUILD_BYTES {
+        return Ok(());
+    }
+    let mut reclaimed = 0;
+    for entry in fs::read_dir(target.join("debug/deps"))? {
+        let entry = entry?;
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        let metadata = entry.metadata()?;
+        // A test executable is `<crate>-<hash>` with no extension (libraries are `.rlib`,
+        // `.rmeta`, `.so`, `.d`); xtask's own is the binary running now.
+        let is_test_executable = metadata.is_file()
+            && !name.contains('.')
+            && !name.starts_with("xtask-")
+            && std::os::unix::fs::PermissionsExt::mode(&metadata.permissions()) & 0o111 != 0;
+        if is_test_executable {
+            fs::remove_file(entry.path())?;
+            reclaimed += metadata.len();
+        }
+    }
+    eprintln!(
+        "{} MiB free before the fuzz build: removed {} MiB of test executables that have run",
+        free >> 20,
+        reclaimed >> 20
+    );
+    Ok(())
+}
+
+/// Free bytes on the filesystem holding `path`, as `df` reports them to an unprivileged user.
+fn free_bytes(path: &Path) -> Option<u64> {
+    let output = Command::new("df").args(["-Pk"]).arg(path).output().ok()?;
+    let text = String::from_utf8(output.stdout).ok()?;
+    let kib: u64 = text.lines().nth(1)?.split_whitespace().nth(3)?.parse().ok()?;
+    Some(kib * 1024)
 }
 
 const DEFAULT_SOAK_SECS: u64 = 300;
