@@ -126,10 +126,12 @@ use bindings::cordon::tool::types as wit;
 mod host {
     #[cfg(target_arch = "wasm32")]
     pub(crate) use crate::bindings::cordon::tool::host::{
-        cancelled, log, progress, set_cleanup_note, time_left,
+        cancelled, lists_changed, log, progress, set_cleanup_note, time_left,
     };
     #[cfg(not(target_arch = "wasm32"))]
-    pub(crate) use crate::testing::native::{cancelled, log, progress, set_cleanup_note, time_left};
+    pub(crate) use crate::testing::native::{
+        cancelled, lists_changed, log, progress, set_cleanup_note, time_left,
+    };
 }
 
 pub use bindings::cordon::tool::types::LogLevel;
@@ -143,7 +145,8 @@ pub trait Plugin {
     fn tools() -> Vec<Tool>;
 
     /// The resources at fixed URIs the component offers (`resources/list`, `resources/read`).
-    /// Listed once when the host loads the component; read each in a fresh instance.
+    /// Listed when the host loads the component (and again after [`lists_changed`]); read
+    /// each in a fresh instance.
     fn resources() -> Vec<Resource> {
         Vec::new()
     }
@@ -220,6 +223,52 @@ pub fn data_dir() -> std::path::PathBuf {
 /// call sends at most a few dozen lines a second, and says how many it dropped).
 pub fn log(level: LogLevel, message: &str) {
     host::log(level, message);
+}
+
+/// Say that [`Plugin::tools`] (or the resources, templates or prompts) may now list
+/// something else, because this call changed the state they are built from (a file in
+/// [`data_dir`]). When the call ends, the host lists the component again in a fresh
+/// instance and, if a list differs, serves the new one and tells the clients that follow
+/// changes (`notifications/tools/list_changed`). Cheap to call; the host coalesces
+/// requests (at most one new listing every 250 ms per component).
+///
+/// ```
+/// use cordon_guest::testing::TestHost;
+/// use cordon_guest::{Plugin, Tool, ToolError};
+///
+/// /// `enable_beta` adds the `beta` tool to the list from now on.
+/// fn enable_beta(_: serde_json::Value) -> Result<String, ToolError> {
+///     std::fs::write(cordon_guest::data_dir().join("beta"), b"on")?;
+///     cordon_guest::lists_changed();
+///     Ok("beta enabled".into())
+/// }
+///
+/// fn beta(_: serde_json::Value) -> Result<String, ToolError> {
+///     Ok("β".into())
+/// }
+///
+/// struct Tools;
+/// impl Plugin for Tools {
+///     fn tools() -> Vec<Tool> {
+///         let mut tools = vec![Tool::new("enable_beta", "Turn on the beta tool.", enable_beta)];
+///         if cordon_guest::data_dir().join("beta").exists() {
+///             tools.push(Tool::new("beta", "The beta tool.", beta));
+///         }
+///         tools
+///     }
+/// }
+///
+/// let data = std::env::temp_dir().join(format!("lists-changed-doc-{}", std::process::id()));
+/// std::fs::create_dir_all(&data).unwrap();
+/// let host = TestHost::new().data_dir(&data);
+/// assert!(host.call::<Tools>("beta", serde_json::json!({})).is_err());
+/// host.call::<Tools>("enable_beta", serde_json::json!({})).unwrap();
+/// assert!(host.lists_changed());
+/// assert_eq!(host.call::<Tools>("beta", serde_json::json!({})).unwrap().joined_text(), "β");
+/// # std::fs::remove_dir_all(&data).unwrap();
+/// ```
+pub fn lists_changed() {
+    host::lists_changed();
 }
 
 /// The error [`check_cancelled`] returns once the call should stop.

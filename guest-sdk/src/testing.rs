@@ -75,6 +75,7 @@ struct State {
     note: Option<Vec<u8>>,
     logs: Vec<(LogLevel, String)>,
     data_dir: Option<std::path::PathBuf>,
+    lists_changed: bool,
 }
 
 thread_local! {
@@ -178,7 +179,7 @@ impl TestHost {
     /// assert_eq!(ask.keys().collect::<Vec<_>>(), ["name"]);
     /// let retry = round.after(&ask).with_response("name", serde_json::json!({"action": "accept", "content": {"name": "Ada"}}));
     /// let result = host.call_round::<Greeter>("greet", serde_json::json!({}), &retry).unwrap().done().unwrap();
-    /// assert_eq!(result.content[0], cordon_guest::Content::Text("Hello, Ada!".into()));
+    /// assert_eq!(result.joined_text(), "Hello, Ada!");
     /// ```
     pub fn call_round<P: Plugin>(
         &self,
@@ -279,6 +280,12 @@ impl TestHost {
     pub fn logs(&self) -> Vec<(LogLevel, String)> {
         with(|state| state.logs.clone())
     }
+
+    /// Whether a call said [`crate::lists_changed`]: the host would list the component
+    /// again after it.
+    pub fn lists_changed(&self) -> bool {
+        with(|state| state.lists_changed)
+    }
 }
 
 impl CallResult {
@@ -343,5 +350,9 @@ pub(crate) mod native {
 
     pub(crate) fn log(level: LogLevel, message: &str) {
         with(|state| state.logs.push((level, message.to_owned())));
+    }
+
+    pub(crate) fn lists_changed() {
+        with(|state| state.lists_changed = true);
     }
 }

@@ -390,6 +390,11 @@ async fn serve(
     let tools: Vec<&str> = tools.tools().map(|tool| tool.name.as_str()).collect();
     tracing::info!("loaded {} tools: {}", tools.len(), tools.join(", "));
     tokio::spawn(async move { reloader.run().await.inspect_err(|error| tracing::error!("{error}")) });
+    // A component whose call says its lists changed is listed again (runtime/relist.rs).
+    tokio::spawn({
+        let runtime = runtime.clone();
+        async move { runtime.relist_when_asked().await }
+    });
     let sealer = cordon::dispatch::sealed::Sealer::from_settings(
         plan.request_state_key.as_deref(),
         plan.request_state_ttl,

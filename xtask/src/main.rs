@@ -170,6 +170,12 @@ fn run_tests() -> Result<()> {
         .current_dir(root.join("examples"))
         .args(["test", "--quiet", "-p", "example-tools", "--target-dir"])
         .arg(root.join("target/guest-native")))?;
+    // The guest SDK's rustdoc examples, which plugin authors copy from (with the example
+    // tools' lock file: the SDK has none of its own).
+    run(Command::new(&cargo)
+        .current_dir(root.join("examples"))
+        .args(["test", "--quiet", "--doc", "-p", "cordon-guest", "--target-dir"])
+        .arg(root.join("target/guest-native")))?;
     let python = python_env(&root)?;
     run(Command::new(&python)
         .current_dir(&root)

@@ -392,11 +392,36 @@ fn sampling_tool(args: PromptArgs, round: &Round) -> Asked {
     }
 }
 
+/// The file whose presence adds `test_dynamic_tool` to the list (in the fixture's data
+/// directory: the list is built in a fresh instance each time, so the state lives there).
+fn dynamic_marker() -> std::path::PathBuf {
+    cordon_guest::data_dir().join("dynamic-tool")
+}
+
+/// `server-stateless` (2026-07-28): changes the tool list (adds `test_dynamic_tool`, or
+/// takes it away again) and says so, so that the host lists the component again and tells
+/// the clients that listen.
+fn trigger_tool_change(_: NoArgs) -> Result<String, ToolError> {
+    let marker = dynamic_marker();
+    let added = !marker.exists();
+    if added {
+        std::fs::write(&marker, b"on")?;
+    } else {
+        std::fs::remove_file(&marker)?;
+    }
+    cordon_guest::lists_changed();
+    Ok(format!("test_dynamic_tool {}", if added { "added" } else { "removed" }))
+}
+
+fn dynamic_tool(_: NoArgs) -> Result<String, ToolError> {
+    Ok("This tool comes and goes with test_trigger_tool_change.".into())
+}
+
 struct Fixture;
 
 impl Plugin for Fixture {
     fn tools() -> Vec<Tool> {
-        vec![
+        let mut tools = vec![
             Tool::new("test_simple_text", "Returns simple text content.", simple_text).read_only(),
             Tool::new("test_image_content", "Returns image content.", image_content).read_only(),
             Tool::new("test_audio_content", "Returns audio content.", audio_content).read_only(),
@@ -494,7 +519,19 @@ impl Plugin for Fixture {
                 custom_header,
             )
             .read_only(),
-        ]
+            Tool::new(
+                "test_trigger_tool_change",
+                "Adds test_dynamic_tool to the tool list, or takes it away again.",
+                trigger_tool_change,
+            ),
+        ];
+        if dynamic_marker().exists() {
+            tools.push(
+                Tool::new("test_dynamic_tool", "Listed while test_trigger_tool_change has it on.", dynamic_tool)
+                    .read_only(),
+            );
+        }
+        tools
     }
 
     fn resources() -> Vec<Resource> {

@@ -35,6 +35,10 @@
 //! - `ask_then_spin()` asks once, then spins forever (never checking for a stop) in the
 //!   round that brings the answer, leaving the note `asked`.
 //!
+//! - `relist(extra, times)` makes its tool list carry one more tool, `extra` (none when
+//!   empty; `!panic`: the listing panics), through the file `/data/extra`, and says
+//!   `lists-changed` `times` times.
+//!
 //! - the resource template `hostile://spin/{label}` spins forever when read (it leaves the
 //!   cleanup note `reading <label>` and, granted `/data`, the file `/data/reading-<label>`
 //!   first), so only a hard stop ends the read.
@@ -375,11 +379,40 @@ fn env_var(args: EnvVar) -> Result<String, ToolError> {
     Ok(std::env::var(&args.name).unwrap_or_else(|_| "(unset)".into()))
 }
 
+#[derive(Deserialize, JsonSchema)]
+struct Relist {
+    /// The extra tool's name ("": none; "!panic": the listing panics).
+    extra: String,
+    /// How many times to say `lists-changed`.
+    times: u32,
+}
+
+fn relist(args: Relist) -> Result<String, ToolError> {
+    let path = format!("{DATA}/extra");
+    if args.extra.is_empty() {
+        let _ = std::fs::remove_file(&path);
+    } else {
+        std::fs::write(&path, &args.extra)?;
+    }
+    for _ in 0..args.times {
+        cordon_guest::lists_changed();
+    }
+    Ok(format!("said lists-changed {} times", args.times))
+}
+
+fn extra(_: Nothing) -> Result<String, ToolError> {
+    Ok("the extra tool".into())
+}
+
 struct Hostile;
 
 impl Plugin for Hostile {
     fn tools() -> Vec<Tool> {
-        vec![
+        let extra_tool = std::fs::read_to_string(format!("{DATA}/extra")).unwrap_or_default();
+        if extra_tool == "!panic" {
+            panic!("the tool list cannot be built");
+        }
+        let mut tools = vec![
             Tool::new("hold_files", "Opens one file many times and keeps every descriptor.", hold_files),
             Tool::new("open_streams", "Starts a read on many streams over one file.", open_streams),
             Tool::new("list_dir", "Lists /data/many many times, reading none of the listings.", list_dir),
@@ -404,7 +437,12 @@ impl Plugin for Hostile {
             Tool::asking("ask_forever", "Asks for input in every round.", ask_forever),
             Tool::asking("ask", "Asks as many inputs, with keys and state as long, as it is told.", ask),
             Tool::asking("ask_then_spin", "Asks once, then spins forever.", ask_then_spin),
-        ]
+            Tool::new("relist", "Adds a tool to its list (through /data/extra) and says so.", relist),
+        ];
+        if !extra_tool.is_empty() {
+            tools.push(Tool::new(&extra_tool, "Listed while /data/extra names it.", extra));
+        }
+        tools
     }
 
     /// Writes why the call stopped to `/data/cleanup-reason`, for the tests to read.

@@ -273,6 +273,8 @@ pub struct Call {
     /// How long the call waited for its slot.
     pub(crate) queue_wait: Duration,
     pub(crate) observers: Observers,
+    /// Where the component goes when the guest said `lists-changed` (relist.rs).
+    pub(crate) relists: Arc<super::relist::Relists>,
     /// The size of what the guest returned (result or error message), once it has.
     pub(crate) result_bytes: AtomicUsize,
     /// What the guest is asked instead of a tool call (then `tool` names the method).
@@ -348,6 +350,10 @@ impl Call {
             }
             None => None,
         };
+        // Whatever the outcome: the state its lists come from may have changed anyway.
+        if self.control.lists_changed() {
+            self.relists.request(&self.component.name);
+        }
         let ended = (!self.observers.is_empty())
             .then(|| (self.ended(&outcome, stop_path, stopped_at, cleanup.as_ref()), self.observers.clone()));
         let report = CallReport {

@@ -102,6 +102,8 @@ pub(crate) struct CallControl {
     last_progress_ms: AtomicU64,
     progress: watch::Sender<Option<Progress>>,
     note: Mutex<Option<Vec<u8>>>,
+    /// The guest said `lists-changed`: list its component again when the call ends.
+    lists_changed: AtomicBool,
     pub(crate) memory: Arc<MemoryEvents>,
     client_log: ClientLog,
 }
@@ -124,6 +126,7 @@ impl CallControl {
             last_progress_ms: AtomicU64::new(0),
             progress: watch::Sender::new(None),
             note: Mutex::new(None),
+            lists_changed: AtomicBool::new(false),
             memory: Arc::default(),
             client_log: ClientLog::default(),
         })
@@ -293,5 +296,13 @@ impl CallControl {
 
     pub(crate) fn take_note(&self) -> Option<Vec<u8>> {
         self.note.lock().unwrap().take()
+    }
+
+    pub(crate) fn note_lists_changed(&self) {
+        self.lists_changed.store(true, Ordering::Relaxed);
+    }
+
+    pub(crate) fn lists_changed(&self) -> bool {
+        self.lists_changed.load(Ordering::Relaxed)
     }
 }

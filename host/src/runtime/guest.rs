@@ -267,7 +267,8 @@ impl host::Host for GuestState {
     }
 }
 
-/// The 0.2.0 `host` interface: the same functions as 0.1.0's, whose `log-level` it shares.
+/// The 0.2.0 `host` interface: 0.1.0's functions (whose `log-level` it shares) and
+/// `lists-changed`.
 impl super::bindings::v2::cordon::tool::host::Host for GuestState {
     fn progress(&mut self, done: f64, total: Option<f64>, message: Option<String>) -> wasmtime::Result<()> {
         host::Host::progress(self, done, total, message)
@@ -287,6 +288,12 @@ impl super::bindings::v2::cordon::tool::host::Host for GuestState {
 
     fn log(&mut self, level: types::LogLevel, message: String) -> wasmtime::Result<()> {
         host::Host::log(self, level, message)
+    }
+
+    /// Only marks the call: its component is listed again when it ends (relist.rs).
+    fn lists_changed(&mut self) -> wasmtime::Result<()> {
+        self.control.note_lists_changed();
+        Ok(())
     }
 }
 

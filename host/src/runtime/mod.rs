@@ -24,6 +24,7 @@
 //! - `plain`: plain components (exported typed functions, no Cordon world) as tools.
 //! - [`limits`]: per-tool limits.
 //! - [`registry`]: the set of loaded components, a snapshot swapped whole at a reload.
+//! - `relist`: a component listed again after a call said its lists changed.
 
 mod bindings;
 pub mod call;
@@ -42,6 +43,7 @@ pub mod limits;
 mod plain;
 mod quota;
 pub mod registry;
+mod relist;
 mod schema;
 mod spare;
 mod waits;
@@ -80,6 +82,7 @@ pub use ledger::{DescriptorBudget, raise_open_file_limit};
 pub use limits::ToolLimits;
 pub use plain::ArgumentError;
 pub use registry::{ReloadReport, TenantView, ToolSet};
+pub use relist::RELIST_INTERVAL;
 pub use schema::CHECK_BUDGET as SCHEMA_CHECK_BUDGET;
 
 use component::LoadedComponent;
@@ -255,6 +258,8 @@ pub struct Runtime {
     /// Who gets each call's [`CallEnded`].
     observers: events::Observers,
     compile_cache: Arc<CompileCache>,
+    /// Components to list again: a call of theirs said `lists-changed` (relist.rs).
+    relists: Arc<relist::Relists>,
 }
 
 impl Runtime {
@@ -299,6 +304,7 @@ impl Runtime {
             next_call_id: AtomicU64::new(1),
             observers: events::Observers::default(),
             compile_cache: Arc::default(),
+            relists: Arc::default(),
             settings,
         })
     }
@@ -424,8 +430,23 @@ impl Runtime {
             growth_hinted: Default::default(),
             offered: Default::default(),
         };
+        self.list_into(&mut loaded, origin, plain_tools).await?;
+        Ok(loaded)
+    }
+
+    /// Run `loaded`'s `list` (and a 0.2.0 component's resource and prompt lists) and keep
+    /// what it lists, checked as at load: valid tools, every tool with configured limits
+    /// still there, schemas that compile. A plain component lists nothing: it keeps
+    /// `plain_tools`.
+    async fn list_into(
+        &self,
+        loaded: &mut LoadedComponent,
+        origin: &str,
+        plain_tools: Vec<ToolSpec>,
+    ) -> Result<(), LoadError> {
+        let name = loaded.name.clone();
         let (infos, features) =
-            self.list_tools(&loaded).await.map_err(|problem| LoadError::new(origin, problem))?;
+            self.list_tools(loaded).await.map_err(|problem| LoadError::new(origin, problem))?;
         loaded.tools = match infos {
             Some(infos) => component::tool_specs(origin, infos)?,
             None => plain_tools,
@@ -449,7 +470,7 @@ impl Runtime {
             }
         }
         loaded.schemas = component::compile_schemas(origin, &loaded.tools)?;
-        Ok(loaded)
+        Ok(())
     }
 
     /// The components a request may call now: a snapshot that no reload changes.
@@ -848,6 +869,7 @@ impl Runtime {
             tags,
             queue_wait: queued.elapsed(),
             observers: self.observers.clone(),
+            relists: self.relists.clone(),
             result_bytes: Default::default(),
         })
     }

@@ -1,0 +1,155 @@
+//! # Listing a component again when one of its calls says its lists changed
+//!
+//! A component's tools, resources and prompts are listed at load, in a fresh instance. A
+//! component whose lists depend on state a call can change (a file in its data directory)
+//! says so with the `lists-changed` import (`cordon:tool@0.2.0`): the import only marks
+//! the call (`control.rs`), so a guest that calls it in a loop costs nothing more. When
+//! the call ends, [`super::Call`] hands the component's name to [`Relists`]. The runtime's
+//! [`Runtime::relist_when_asked`] (a loop the server runs beside the reloader) lists each
+//! such component again, as a load does (fresh instance, the load's time budget, the same
+//! checks), and swaps in a set where it carries its new lists, as a reload swaps, only
+//! when a list differs. Clients then hear of it the way they hear of a reload.
+//!
+//! Bounds: a component waits in the queue once however many calls ask; the queue is
+//! worked through at most once every [`RELIST_INTERVAL`]; a listing takes a call slot
+//! like any load's `list`, and one at a time with reloads (the reload lock), so that
+//! neither undoes the other. A listing that fails, or a new list that would be refused at
+//! load (a tool another component offers, limits configured for a tool that is gone),
+//! is logged and changes nothing.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+
+use super::Runtime;
+use super::component::LoadedComponent;
+use super::registry::ToolSet;
+
+/// The least time between two listings of the queue: a component that asks without pause
+/// is listed at most four times a second.
+pub const RELIST_INTERVAL: Duration = Duration::from_millis(250);
+
+/// The components whose calls asked to be listed again, each once.
+#[derive(Default)]
+pub(crate) struct Relists {
+    pending: Mutex<Vec<Arc<str>>>,
+    wake: Notify,
+}
+
+impl Relists {
+    /// Queue `component` to be listed again (once, however often it is asked).
+    pub(crate) fn request(&self, component: &Arc<str>) {
+        let mut pending = self.pending.lock().unwrap();
+        if !pending.contains(component) {
+            pending.push(component.clone());
+        }
+        drop(pending);
+        self.wake.notify_one();
+    }
+
+    /// The queued components, once there is at least one.
+    async fn next(&self) -> Vec<Arc<str>> {
+        loop {
+            let pending = std::mem::take(&mut *self.pending.lock().unwrap());
+            if !pending.is_empty() {
+                return pending;
+            }
+            // A request between the check and this wait leaves a permit: not missed.
+            self.wake.notified().await;
+        }
+    }
+}
+
+impl Runtime {
+    /// List again each component a call asked for (`lists-changed`), until the runtime
+    /// shuts down. Run it once, beside the server.
+    pub async fn relist_when_asked(&self) {
+        let mut shutdown = self.shutdown.subscribe();
+        loop {
+            let components = tokio::select! {
+                components = self.relists.next() => components,
+                _ = shutdown.wait_for(|stopping| *stopping) => return,
+            };
+            for component in components {
+                self.relist(&component).await;
+            }
+            tokio::time::sleep(RELIST_INTERVAL).await;
+        }
+    }
+
+    /// List `name` again, and swap a set with its new lists in when one differs.
+    async fn relist(&self, name: &str) {
+        let _one_at_a_time = self.reloading.lock().await;
+        let current = self.snapshot();
+        // Removed or replaced by a reload since: the new version was listed at its load.
+        let Some(old) = current.component(name).cloned() else { return };
+        let mut fresh = old.relisted();
+        if let Err(error) = self.list_into(&mut fresh, name, old.tools.clone()).await {
+            tracing::error!(component = name, "listing again after lists-changed: {error}; its lists stay");
+            return;
+        }
+        if fresh.same_lists(&old) {
+            tracing::debug!(component = name, "listed again after lists-changed: nothing changed");
+            return;
+        }
+        let fresh = Arc::new(fresh);
+        let mut others = ToolSet::default();
+        for component in current.components.iter().filter(|component| !Arc::ptr_eq(component, &old)) {
+            others.push(component.clone()).expect("it was served beside the others");
+        }
+        if let Some(clash) = others.clash(name, &fresh) {
+            tracing::error!(component = name, "listing again after lists-changed: {clash}; its lists stay");
+            return;
+        }
+        let order = current
+            .components
+            .iter()
+            .map(|component| if Arc::ptr_eq(component, &old) { fresh.clone() } else { component.clone() })
+            .collect();
+        let next = ToolSet::new(order, current.generation() + 1).expect("checked against the others");
+        old.spare.retire();
+        tracing::info!(
+            component = name,
+            "listed again after lists-changed: {} tools, {} resources, {} resource templates, {} prompts",
+            fresh.tools.len(),
+            fresh.offered.resources.len(),
+            fresh.offered.templates.len(),
+            fresh.offered.prompts.len()
+        );
+        self.tool_set.send_replace(Arc::new(next));
+    }
+}
+
+impl LoadedComponent {
+    /// The same component (code, grants, options) with nothing listed yet and no spare,
+    /// to be listed again.
+    fn relisted(&self) -> Self {
+        Self {
+            name: self.name.clone(),
+            digest: self.digest,
+            pre: self.pre.clone(),
+            files: self.files.clone(),
+            tenant_files: self.tenant_files.clone(),
+            descriptors: self.descriptors.clone(),
+            http_grants: self.http_grants.clone(),
+            options: self.options.clone(),
+            tools: Vec::new(),
+            schemas: Default::default(),
+            spare: Default::default(),
+            growth_hinted: Default::default(),
+            offered: Default::default(),
+        }
+    }
+
+    /// Whether `other` lists the same tools, resources, templates and prompts. Compared
+    /// as their debug forms: every field of each, in order, and only after a listing.
+    fn same_lists(&self, other: &Self) -> bool {
+        let lists = |component: &Self| {
+            let offered = &component.offered;
+            let templates: Vec<_> = offered.templates.iter().map(|template| &template.info).collect();
+            format!("{:?}{:?}{:?}{:?}", component.tools, offered.resources, templates, offered.prompts)
+        };
+        lists(self) == lists(other)
+    }
+}
