@@ -42,8 +42,10 @@
 //! **Asking the client (MRTR).** A 2026-07-28 `tools/call` or `prompts/get` whose guest asks
 //! for input is answered with an `InputRequiredResult` whose `requestState` is sealed
 //! ([`sealed`]); the retry brings `inputResponses` and the state back, checked before any
-//! instance starts, and runs the next round ([`input`]). A 2025-11-25 request gets an
-//! error result instead (its way, requests on the call's stream, is not built yet).
+//! instance starts, and runs the next round ([`input`]). A 2025-11-25 client is asked its
+//! way instead: requests on stdio or on the call's stream ([`asking`]), its responses
+//! routed back to the waiting call or prompt, which runs its next round with them
+//! ([`Connection::ask_between_rounds`]).
 //!
 //! **Admission.** Every request is charged what it holds in memory, from its first byte
 //! read to its last byte answered, against one server-wide bound ([`Admission`]): a parsed
@@ -79,8 +81,8 @@ use crate::protocol::types::{CallToolResult, ErrorData, LoggingLevel, Revision, 
 use crate::protocol::{cost, mcp};
 use crate::runtime::input::{ClientAbilities, InputRequired, InputRound};
 use crate::runtime::{
-    CallEnded, CallHandle, CallOutcome, CallTags, Outcome, RefusalReason, Runtime, Teardown, TenantView,
-    Timeout, ToolSet,
+    Call, CallEnded, CallHandle, CallOutcome, CallTags, Outcome, RefusalReason, Runtime, Teardown,
+    TenantView, Timeout, ToolSet,
 };
 
 pub use asking::{AskError, MAX_OUTSTANDING_ASKS, MAX_SUBSCRIPTIONS};
@@ -913,20 +915,13 @@ impl Connection {
                     return (Some(jsonrpc::success(id, CallToolResult::error(problem, revision))), None);
                 }
                 Err(Between::Stopped(outcome)) => {
-                    // Stopped as any call is: the tool's cleanup runs, and a cancelled call
-                    // is answered nothing.
+                    // A cancelled call is answered nothing.
                     let call = self
                         .server
                         .runtime
                         .call_in(tools, self.view(), name, arguments, self.call_tags(id))
                         .await;
-                    let teardown = match call {
-                        Ok(call) => Some(call.stop_unstarted(outcome.clone()).await.1),
-                        Err(error) => {
-                            tracing::warn!(tool = name, "no cleanup after a stop between rounds: {error}");
-                            None
-                        }
-                    };
+                    let teardown = stop_between_rounds(call, outcome.clone(), name).await;
                     let answer = (outcome != Outcome::Cancelled)
                         .then(|| jsonrpc::success(id, call_result(outcome, &limits, revision)));
                     return (answer, teardown);
@@ -1356,6 +1351,23 @@ enum Ran {
     Answered(Option<Outgoing>, Option<Teardown>),
     /// A 2025-era client's call whose guest needs input, and the round's teardown.
     NeedsInput(InputRequired, Teardown),
+}
+
+/// Stop a call (a tool call, a prompt) between two rounds, while the client was asked,
+/// as any call is stopped: `call` is a slot reserved for it, in which its cleanup runs
+/// (`what` names it when none could be had).
+async fn stop_between_rounds<E: std::fmt::Display>(
+    call: Result<Call, E>,
+    outcome: Outcome,
+    what: &str,
+) -> Option<Teardown> {
+    match call {
+        Ok(call) => Some(call.stop_unstarted(outcome).await.1),
+        Err(error) => {
+            tracing::warn!("no cleanup after {what} was stopped between rounds: {error}");
+            None
+        }
+    }
 }
 
 /// Why a call ended between two rounds.

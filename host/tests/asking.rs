@@ -417,6 +417,48 @@ fn stdio_elicitation_sampling_and_roots_round_trip() {
 }
 
 #[test]
+fn stdio_a_prompt_that_asks_is_answered_through_the_client() {
+    let setup = Setup::new("prompt-stdio");
+    let mut client = Stdio2025::start(&setup, ALL());
+    let prompt = json!({"name": "test_input_required_result_prompt", "arguments": {}});
+
+    let get = client.send_request("prompts/get", prompt.clone());
+    let request = client.next();
+    assert_eq!(request["method"], "elicitation/create", "{request}");
+    assert_eq!(request["params"]["message"], "What context should the prompt use?");
+    let context = json!({"action": "accept", "content": {"context": "the 2025 bridge"}});
+    let answer = client.answer_with(&request, context, &get);
+    assert_eq!(
+        answer["result"]["messages"][0]["content"]["text"], "Use this context: the 2025 bridge",
+        "{answer}"
+    );
+
+    // A client that answers with an error ends the prompt with a JSON-RPC error saying so.
+    let get = client.send_request("prompts/get", prompt.clone());
+    let request = client.next();
+    client.send(
+        json!({"jsonrpc": "2.0", "id": request["id"], "error": {"code": -1, "message": "user went away"}}),
+    );
+    let answer = client.next();
+    assert_eq!((&answer["id"], &answer["error"]["code"]), (&get, &json!(-32603)), "{answer}");
+    let message = answer["error"]["message"].as_str().unwrap();
+    assert!(message.starts_with("The prompt") && message.contains("user went away"), "{answer}");
+
+    // One that keeps declining is asked again, up to the round limit.
+    let get = client.send_request("prompts/get", prompt);
+    for _ in 1..cordon::dispatch::MAX_INPUT_ROUNDS {
+        let request = client.next();
+        assert_eq!(request["method"], "elicitation/create", "{request}");
+        client.send(json!({"jsonrpc": "2.0", "id": request["id"], "result": {"action": "decline"}}));
+    }
+    let answer = client.next();
+    assert_eq!(answer["id"], get, "{answer}");
+    let message = answer["error"]["message"].as_str().unwrap();
+    assert!(message.contains("the limit is 8 rounds"), "{answer}");
+    assert_eq!(client.request("ping", json!({}))["result"], json!({}));
+}
+
+#[test]
 fn a_client_that_did_not_declare_a_capability_is_not_asked() {
     let setup = Setup::new("undeclared-stdio");
     let mut client = Stdio2025::start(&setup, json!({"roots": {}}));

@@ -17,13 +17,16 @@ use tokio::sync::Notify;
 
 use super::input::{NotAsked, Retry};
 use super::sealed::Binding;
-use super::{Charge, Connection, Outbox, Reply, spawn_unless_ready};
+use super::{
+    Between, Charge, Connection, MAX_INPUT_ROUNDS, Outbox, Reply, spawn_unless_ready, stop_between_rounds,
+};
 use crate::protocol::features::{self as wire, FeatureResult};
 use crate::protocol::jsonrpc::{self, INTERNAL_ERROR, Outgoing, RequestId, RpcError};
 use crate::protocol::types::{Caching, Revision};
 use crate::runtime::features::{
     Body, Completion, Contents, PromptInfo, PromptResult, Reference, ResourceInfo, ResourceTemplate, Role,
 };
+use crate::runtime::input::InputRound;
 use crate::runtime::{
     CallEnded, CallOutcome, FeatureAnswer, FeatureError, FeatureRequest, Outcome, Teardown, Timeout,
     ToolLimits, ToolSet,
@@ -145,7 +148,7 @@ impl Connection {
         let id = id.clone();
         spawn_unless_ready(async move {
             let (answer, teardown) =
-                connection.run_feature(&id, &tools, request, revision, retry, &cancel_signal).await;
+                connection.run_feature(&id, &tools, request, revision, retry, &cancel_signal, &out).await;
             if let Some(answer) = answer.filter(|_| !connection.leave_in_flight(&id)) {
                 out.send(answer).await;
             }
@@ -157,15 +160,19 @@ impl Connection {
     }
 
     /// Run one request to its answer (`None` when the client cancelled it), and the
-    /// instance's teardown, to drop once the answer is out.
+    /// instance's teardown, to drop once the answer is out. A prompt that asks for input
+    /// answers a 2026-07-28 client with an `InputRequiredResult`; a 2025-era client is
+    /// asked between rounds, as for a tool call ([`Connection::ask_between_rounds`]).
+    #[allow(clippy::too_many_arguments)]
     async fn run_feature(
         &self,
         id: &RequestId,
         tools: &ToolSet,
         request: FeatureRequest,
         revision: Revision,
-        retry: Option<Retry>,
+        mut retry: Option<Retry>,
         cancel_signal: &Notify,
+        out: &Outbox,
     ) -> (Option<Outgoing>, Option<Teardown>) {
         let runtime = &self.server.runtime;
         let uri = match &request {
@@ -185,84 +192,129 @@ impl Connection {
             _ => None,
         };
         let method = request.method();
-        let call = tokio::select! {
-            biased;
-            call = runtime.feature_in(tools, self.view(), request, self.call_tags(id)) => call,
-            () = cancel_signal.notified() => {
-                runtime.report_unstarted(CallEnded::unstarted(self.call_tags(id), CallOutcome::Cancelled), None);
+        let bridged = is_prompt && revision == Revision::R2025_11_25;
+        let abilities = self.client_abilities();
+        let mut round = bridged.then(|| InputRound::first(abilities));
+        // Every round and every wait for the client, within the prompt's maximum duration.
+        let mut deadline = None;
+        for rounds in 1.. {
+            let reserved = tokio::select! {
+                biased;
+                call = runtime.feature_in(tools, self.view(), request.clone(), self.call_tags(id)) => call,
+                () = cancel_signal.notified() => {
+                    runtime.report_unstarted(CallEnded::unstarted(self.call_tags(id), CallOutcome::Cancelled), None);
+                    return (None, None);
+                }
+            };
+            let call = match reserved {
+                Ok(call) => call,
+                Err(error) => return (Some(jsonrpc::failure(Some(id), &refusal(&error))), None),
+            };
+            let limits = call.limits().clone();
+            let deadline = *deadline.get_or_insert_with(|| {
+                limits.max_duration.map(|max| (tokio::time::Instant::now() + max, max))
+            });
+            let mut asking = None;
+            let call = match (retry.take(), &bound, round.take()) {
+                (_, _, Some(round)) => call.with_input(round),
+                (Some(retry), Some((target, arguments)), None) => {
+                    let tenant = self.tenant.as_ref().map(|tenant| tenant.id.as_str());
+                    let binding = Binding::new(call.component_name(), target.clone(), tenant, arguments);
+                    match retry.round_for(&self.server.sealer, &binding) {
+                        Ok((round, number)) => {
+                            asking = Some((retry, binding, number));
+                            call.with_input(round)
+                        }
+                        Err(error) => return (Some(jsonrpc::failure(Some(id), &error)), None),
+                    }
+                }
+                _ => call,
+            };
+            if !self.attach_handle(id, call.handle()) {
                 return (None, None);
             }
-        };
-        let call = match call {
-            Ok(call) => call,
-            Err(error) => return (Some(jsonrpc::failure(Some(id), &refusal(&error))), None),
-        };
-        let limits = call.limits().clone();
-        let mut asking = None;
-        let call = match (retry, bound) {
-            (Some(retry), Some((target, arguments))) => {
-                let tenant = self.tenant.as_ref().map(|tenant| tenant.id.as_str());
-                let binding = Binding::new(call.component_name(), target, tenant, &arguments);
-                match retry.round_for(&self.server.sealer, &binding) {
-                    Ok((round, number)) => {
-                        asking = Some((retry, binding, number));
-                        call.with_input(round)
-                    }
-                    Err(error) => return (Some(jsonrpc::failure(Some(id), &error)), None),
+            let (report, teardown) = call.run_deferring_teardown().await;
+            if report.outcome == Outcome::Cancelled || self.is_cancelled(id) {
+                return (None, Some(teardown));
+            }
+            let scope = wire::cache_scope(self.tenant.is_some());
+            let completion = wire::completion(revision);
+            let answer = match report.outcome {
+                Outcome::Answered(FeatureAnswer::Read(result)) => {
+                    Ok(FeatureResult::ReadResource(wire::ReadResourceResult {
+                        contents: result.contents.into_iter().map(contents).collect(),
+                        caching: Caching::new(revision, result.ttl_ms.unwrap_or(0), scope),
+                        completion,
+                    }))
                 }
-            }
-            _ => call,
-        };
-        if !self.attach_handle(id, call.handle()) {
-            return (None, None);
-        }
-        let (report, teardown) = call.run_deferring_teardown().await;
-        if report.outcome == Outcome::Cancelled || self.is_cancelled(id) {
-            return (None, Some(teardown));
-        }
-        let scope = wire::cache_scope(self.tenant.is_some());
-        let completion = wire::completion(revision);
-        let answer = match report.outcome {
-            Outcome::Answered(FeatureAnswer::Read(result)) => {
-                Ok(FeatureResult::ReadResource(wire::ReadResourceResult {
-                    contents: result.contents.into_iter().map(contents).collect(),
-                    caching: Caching::new(revision, result.ttl_ms.unwrap_or(0), scope),
-                    completion,
-                }))
-            }
-            Outcome::Answered(FeatureAnswer::NotFound) => {
-                Err(wire::resource_not_found(uri.as_deref().unwrap_or_default()))
-            }
-            Outcome::Answered(FeatureAnswer::Prompt(result)) => {
-                Ok(FeatureResult::GetPrompt(prompt_result(result, completion)))
-            }
-            Outcome::Answered(FeatureAnswer::Completion(suggested)) => {
-                Ok(FeatureResult::Complete(wire::CompleteResult {
-                    completion: completion_result(suggested),
-                    result: completion,
-                }))
-            }
-            Outcome::InputRequired(input) if asking.is_some() => {
-                let (retry, binding, round) = asking.expect("guarded");
-                match retry.ask(input, round, &self.server.sealer, binding) {
-                    Ok(result) => {
-                        return (Some(jsonrpc::success(id, result)), Some(teardown));
+                Outcome::Answered(FeatureAnswer::NotFound) => {
+                    Err(wire::resource_not_found(uri.as_deref().unwrap_or_default()))
+                }
+                Outcome::Answered(FeatureAnswer::Prompt(result)) => {
+                    Ok(FeatureResult::GetPrompt(prompt_result(result, completion)))
+                }
+                Outcome::Answered(FeatureAnswer::Completion(suggested)) => {
+                    Ok(FeatureResult::Complete(wire::CompleteResult {
+                        completion: completion_result(suggested),
+                        result: completion,
+                    }))
+                }
+                Outcome::InputRequired(input) if bridged => {
+                    drop(teardown);
+                    if rounds >= MAX_INPUT_ROUNDS {
+                        let problem = format!(
+                            "The prompt asked for input {rounds} times; the limit is {MAX_INPUT_ROUNDS} rounds"
+                        );
+                        return (
+                            Some(jsonrpc::failure(Some(id), &RpcError::new(INTERNAL_ERROR, problem))),
+                            None,
+                        );
                     }
-                    Err(NotAsked::Refused(error)) => Err(error),
-                    Err(NotAsked::Failed(message)) => {
-                        Err(RpcError::new(INTERNAL_ERROR, format!("The prompt {message}")))
+                    match self.ask_between_rounds(input, deadline, cancel_signal, out).await {
+                        Ok((responses, state)) => {
+                            round = Some(InputRound::retry(abilities, responses, state));
+                            continue;
+                        }
+                        Err(Between::Failed(problem)) => {
+                            let error = RpcError::new(INTERNAL_ERROR, format!("The prompt {problem}"));
+                            return (Some(jsonrpc::failure(Some(id), &error)), None);
+                        }
+                        Err(Between::Stopped(outcome)) => {
+                            let call = runtime
+                                .feature_in(tools, self.view(), request.clone(), self.call_tags(id))
+                                .await;
+                            let teardown = stop_between_rounds(call, outcome.clone(), method).await;
+                            let answer = (outcome != Outcome::Cancelled).then(|| {
+                                let error = RpcError::new(INTERNAL_ERROR, failure(method, &outcome, &limits));
+                                jsonrpc::failure(Some(id), &error)
+                            });
+                            return (answer, teardown);
+                        }
                     }
                 }
-            }
-            // A prompt's own refusal is about its arguments (its WIT contract).
-            Outcome::ToolError(message) if is_prompt => Err(RpcError::invalid_params(message)),
-            outcome => Err(RpcError::new(INTERNAL_ERROR, failure(method, &outcome, &limits))),
-        };
-        let answer = match answer {
-            Ok(result) => jsonrpc::success(id, result),
-            Err(error) => jsonrpc::failure(Some(id), &error),
-        };
-        (Some(answer), Some(teardown))
+                Outcome::InputRequired(input) if asking.is_some() => {
+                    let (retry, binding, round) = asking.expect("guarded");
+                    match retry.ask(input, round, &self.server.sealer, binding) {
+                        Ok(result) => {
+                            return (Some(jsonrpc::success(id, result)), Some(teardown));
+                        }
+                        Err(NotAsked::Refused(error)) => Err(error),
+                        Err(NotAsked::Failed(message)) => {
+                            Err(RpcError::new(INTERNAL_ERROR, format!("The prompt {message}")))
+                        }
+                    }
+                }
+                // A prompt's own refusal is about its arguments (its WIT contract).
+                Outcome::ToolError(message) if is_prompt => Err(RpcError::invalid_params(message)),
+                outcome => Err(RpcError::new(INTERNAL_ERROR, failure(method, &outcome, &limits))),
+            };
+            let answer = match answer {
+                Ok(result) => jsonrpc::success(id, result),
+                Err(error) => jsonrpc::failure(Some(id), &error),
+            };
+            return (Some(answer), Some(teardown));
+        }
+        unreachable!("the rounds end at MAX_INPUT_ROUNDS")
     }
 }
 

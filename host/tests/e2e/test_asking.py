@@ -76,3 +76,16 @@ async def test_roots_are_listed_by_the_client(asking):
     async with asking.client("legacy", list_roots_callback=roots) as session:
         result = await session.call_tool("test_input_required_result_list_roots", {})
     assert "file:///home/ada" in result.content[0].text, result
+
+
+async def test_a_prompt_that_asks_is_answered_by_the_clients_callback(asking):
+    asked = []
+
+    async def elicit(context, params):
+        asked.append(params.message)
+        return ElicitResult(action="accept", content={"context": "from the user"})
+
+    async with asking.client("legacy", elicitation_callback=elicit) as session:
+        result = await session.get_prompt("test_input_required_result_prompt", {})
+    assert asked == ["What context should the prompt use?"]
+    assert result.messages[0].content.text == "Use this context: from the user"
