@@ -8,9 +8,11 @@ mod common;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use std::sync::{Arc, Mutex};
+
 use cordon::runtime::{
-    CleanupOutcome, ClientAbilities, ComponentOptions, InputRequest, InputRound, Outcome, Runtime, StopPath,
-    Timeout, ToolLimits,
+    CallEnded, CallObserver, CallOutcome, CleanupOutcome, ClientAbilities, ComponentOptions, InputRequest,
+    InputRound, Outcome, Runtime, StopPath, Timeout, ToolLimits,
 };
 use serde_json::{Value, json};
 
@@ -71,6 +73,32 @@ async fn a_tool_asks_then_answers_with_what_it_was_given() {
     let retry = InputRound::retry(everything(), vec![("user_name".into(), answer)], asked.state);
     let second = round(&runtime, "test_input_required_result_elicitation", json!({}), retry).await;
     assert_eq!(common::answer(&second), "Hello, Ada!");
+}
+
+/// Every call's end, as the call log and the metrics get it.
+#[derive(Default)]
+struct Ends(Mutex<Vec<CallOutcome>>);
+
+impl CallObserver for Ends {
+    fn call_ended(&self, event: &CallEnded) {
+        self.0.lock().unwrap().push(event.outcome);
+    }
+}
+
+#[tokio::test]
+async fn a_round_that_asks_is_observed_as_input_required_not_as_ok() {
+    let mut runtime = Runtime::new(common::settings(2)).unwrap();
+    let ends = Arc::new(Ends::default());
+    runtime.observe(ends.clone());
+    runtime.load_file(&guest("conformance-fixture.wasm"), ComponentOptions::default()).await.unwrap();
+    let tool = "test_input_required_result_elicitation";
+    let first = round(&runtime, tool, json!({}), InputRound::first(everything())).await;
+    let Outcome::InputRequired(asked) = first.outcome else { panic!("expected a request: {first:?}") };
+    let answer = json!({"action": "accept", "content": {"name": "Ada"}}).to_string();
+    let retry = InputRound::retry(everything(), vec![("user_name".into(), answer)], asked.state);
+    round(&runtime, tool, json!({}), retry).await;
+    // Observers get an event when the teardown drops, which `run` does before returning.
+    assert_eq!(*ends.0.lock().unwrap(), [CallOutcome::InputRequired, CallOutcome::Ok]);
 }
 
 #[tokio::test]

@@ -94,7 +94,8 @@ impl Outcome {
     pub fn kind(&self) -> CallOutcome {
         match self {
             Outcome::Completed(result) if !result.is_error => CallOutcome::Ok,
-            Outcome::Answered(_) | Outcome::InputRequired(_) => CallOutcome::Ok,
+            Outcome::Answered(_) => CallOutcome::Ok,
+            Outcome::InputRequired(_) => CallOutcome::InputRequired,
             Outcome::Completed(_) | Outcome::ToolError(_) | Outcome::InvalidResult(_) => {
                 CallOutcome::ToolError
             }

@@ -29,6 +29,9 @@ pub struct CallTags {
 pub enum CallOutcome {
     /// The tool returned a result that is not an error.
     Ok,
+    /// The round ended asking the client for input (`input_required`): the call goes on
+    /// in a next round, which ends in an event of its own.
+    InputRequired,
     /// The tool returned an error, or a result marked `isError`, or a result that breaks
     /// the contract.
     ToolError,
@@ -45,8 +48,9 @@ pub enum CallOutcome {
 }
 
 impl CallOutcome {
-    pub const ALL: [CallOutcome; 7] = [
+    pub const ALL: [CallOutcome; 8] = [
         Self::Ok,
+        Self::InputRequired,
         Self::ToolError,
         Self::Cancelled,
         Self::TimedOut,
@@ -63,6 +67,7 @@ impl CallOutcome {
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Ok => "ok",
+            Self::InputRequired => "input_required",
             Self::ToolError => "tool_error",
             Self::Cancelled => "cancelled",
             Self::TimedOut => "timed_out",
