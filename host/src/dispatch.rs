@@ -77,7 +77,9 @@ use crate::protocol::asking::{ClientCapabilities, ServerRequest};
 use crate::protocol::jsonrpc::{
     self, INTERNAL_ERROR, INVALID_REQUEST, Incoming, Outgoing, RequestId, RpcError,
 };
-use crate::protocol::types::{CallToolResult, ErrorData, LoggingLevel, Revision, ServerResult, Tool};
+use crate::protocol::types::{
+    CallToolResult, ErrorData, ListKind, LoggingLevel, Revision, ServerResult, SubscriptionFilter, Tool,
+};
 use crate::protocol::{cost, mcp};
 use crate::runtime::input::{ClientAbilities, InputRequired, InputRound};
 use crate::runtime::{
@@ -1145,7 +1147,8 @@ impl Connection {
     }
 
     /// Open a `subscriptions/listen` stream: acknowledge what it will carry, then send
-    /// `notifications/tools/list_changed` (when asked for) each time the list changes, until
+    /// `notifications/<list>/list_changed` (for the tools, prompts and resources lists it
+    /// asked for, of those offered) each time such a list changes, until
     /// the client ends it (a cancel, or a closed HTTP stream: nothing more is sent) or the
     /// server shuts down (the final answer; on stdio then `notifications/cancelled`).
     fn start_listen(
@@ -1183,28 +1186,35 @@ impl Connection {
                 return Reply::Error(error);
             }
         };
-        let wants_tools = honoured.tools_list_changed;
+        // Prompts and resources only where they are offered: their capabilities say so.
+        let offered = self.offered();
+        let honoured = SubscriptionFilter {
+            prompts_list_changed: honoured.prompts_list_changed && offered.prompts,
+            resources_list_changed: honoured.resources_list_changed && offered.resources,
+            ..honoured
+        };
         // Watched from before the acknowledgement: a change right after it is not missed.
         let mut tools = server.runtime.watch_tools();
-        let mut last = server.tool_list_for(&tools.borrow_and_update(), self.view());
+        let mut last = self.lists_of(&tools.borrow_and_update());
         let mut shutdown = server.runtime.shutting_down();
         let (connection, id) = (self.clone(), id.clone());
         tokio::spawn(async move {
-            out.send(Outgoing::Notification(mcp::subscription_acknowledged(&id, honoured))).await;
+            out.send(Outgoing::Notification(mcp::subscription_acknowledged(&id, honoured.clone()))).await;
+            let wants_any = ListKind::ALL.iter().any(|kind| kind.wanted_by(&honoured));
             loop {
                 tokio::select! {
                     biased;
                     () = cancel_signal.notified() => break,
                     () = async { let _ = shutdown.wait_for(|stopping| *stopping).await; } => break,
-                    changed = tools.changed(), if wants_tools => {
+                    changed = tools.changed(), if wants_any => {
                         if changed.is_err() {
                             break;
                         }
-                        let list = connection.server.tool_list_for(&tools.borrow_and_update(), connection.view());
-                        if list != last {
-                            last = list;
-                            out.send(Outgoing::Notification(mcp::tools_list_changed(Some(&id)))).await;
+                        let lists = connection.lists_of(&tools.borrow_and_update());
+                        for kind in last.changed_in(&lists).filter(|kind| kind.wanted_by(&honoured)) {
+                            out.send(Outgoing::Notification(mcp::list_changed(kind, Some(&id)))).await;
                         }
+                        last = lists;
                     }
                 }
             }
@@ -1224,7 +1234,8 @@ impl Connection {
     }
 
     /// Send this connection's 2025-era client `notifications/tools/list_changed` on `out`
-    /// each time the tool list changes, and `notifications/resources/updated` for each
+    /// each time the tool list changes (and `prompts/list_changed`, `resources/list_changed`
+    /// for those lists), and `notifications/resources/updated` for each
     /// subscribed resource whose component a reload replaced, until the server shuts down
     /// or `out` closes. One stream per connection: false (and nothing started) when one
     /// already follows.
@@ -1235,7 +1246,7 @@ impl Connection {
         let runtime = &self.server.runtime;
         let mut tools = runtime.watch_tools();
         let mut set = tools.borrow_and_update().clone();
-        let mut last = self.server.tool_list_for(&set, self.view());
+        let mut last = self.lists_of(&set);
         let mut shutdown = runtime.shutting_down();
         let (connection, following) = (self.clone(), self.following.clone());
         tokio::spawn(async move {
@@ -1255,11 +1266,11 @@ impl Connection {
                             break;
                         }
                         let next = tools.borrow_and_update().clone();
-                        let list = connection.server.tool_list_for(&next, connection.view());
-                        if list != last {
-                            last = list;
-                            out.send(Outgoing::Notification(mcp::tools_list_changed(None))).await;
+                        let lists = connection.lists_of(&next);
+                        for kind in last.changed_in(&lists) {
+                            out.send(Outgoing::Notification(mcp::list_changed(kind, None))).await;
                         }
+                        last = lists;
                         for updated in connection.resources_updated(&set, &next) {
                             out.send(updated).await;
                         }

@@ -13,8 +13,8 @@ use cordon::dispatch::{self, Refusal};
 use cordon::protocol::jsonrpc::{self, Outgoing, RequestId, RpcError};
 use cordon::protocol::mcp;
 use cordon::protocol::types::{
-    CallToolResult, DiscoverResult, EmptyResult, InitializeResult, ListToolsResult, ProgressParams, Revision,
-    ServerNotification, SubscriptionFilter,
+    CallToolResult, DiscoverResult, EmptyResult, InitializeResult, ListKind, ListToolsResult, ProgressParams,
+    Revision, ServerNotification, SubscriptionFilter,
 };
 use cordon::runtime::{
     CallError, Content, EmbeddedResource, Media, Outcome, Progress, ResourceLink, Timeout, ToolAnnotations,
@@ -256,13 +256,21 @@ fn notifications_match_their_revision() {
             check_notification(revision, notification);
         }
     }
-    let legacy = serde_json::to_value(Outgoing::Notification(mcp::tools_list_changed(None))).unwrap();
+    let legacy =
+        serde_json::to_value(Outgoing::Notification(mcp::list_changed(ListKind::Tools, None))).unwrap();
     assert_eq!(legacy, json!({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}));
-    check_notification(Revision::R2025_11_25, mcp::tools_list_changed(None));
     // Listen streams are 2026-07-28 only.
     let modern = Revision::R2026_07_28;
-    check_notification(modern, mcp::tools_list_changed(Some(&listen)));
-    for filter in [SubscriptionFilter::default(), SubscriptionFilter { tools_list_changed: true }] {
+    for kind in ListKind::ALL {
+        check_notification(Revision::R2025_11_25, mcp::list_changed(kind, None));
+        check_notification(modern, mcp::list_changed(kind, Some(&listen)));
+    }
+    let all = SubscriptionFilter {
+        tools_list_changed: true,
+        prompts_list_changed: true,
+        resources_list_changed: true,
+    };
+    for filter in [SubscriptionFilter::default(), all] {
         check_notification(modern, mcp::subscription_acknowledged(&listen, filter));
     }
     check_notification(modern, mcp::listen_cancelled(&listen, "the server is shutting down"));

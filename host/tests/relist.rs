@@ -2,16 +2,21 @@
 //! guests: the conformance fixture's `test_trigger_tool_change` adds and removes a tool;
 //! the hostile component's `relist` names any extra tool (one that clashes with another
 //! component's, or a listing that panics) and says `lists-changed` thousands of times.
-//! What clients hear of a change is the reload's path (tests/reload.rs) and the
-//! conformance suite's `server-stateless` scenario.
+//! Clients hear of each list that changed (tools, prompts, resources) on `cordon serve
+//! --stdio`, in both eras; over HTTP, the conformance suite's `server-stateless` scenario
+//! and the reload's tests (tests/reload.rs) cover the same path.
 
 mod common;
 
-use std::sync::Arc;
+use std::io::Write;
+use std::process::{ChildStdin, Command, Stdio};
+use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
+use common::server::Process;
+use common::wire::{Schema, line_channel, meta};
 use cordon::runtime::{ComponentOptions, RELIST_INTERVAL, Runtime, ToolSet};
-use serde_json::json;
+use serde_json::{Value, json};
 
 const WAIT: Duration = Duration::from_secs(20);
 
@@ -79,11 +84,12 @@ async fn a_listing_that_finds_nothing_new_swaps_nothing() {
     let runtime = runtime("unchanged").await;
     let before = runtime.snapshot();
     common::call(&runtime, "relist", json!({"extra": "", "times": 1})).await;
-    common::call(&runtime, "relist", json!({"extra": "extra_a", "times": 1})).await;
-    // Listings run in the order asked: the first, which found the same list, swapped
-    // nothing, so the second's set is the very next one.
+    // Then a change in the other component (whose files the first listing cannot see
+    // change midway). Listings run in the order asked: the first, which found the same
+    // lists, swapped nothing, so the second's set is the very next one.
+    common::call(&runtime, "test_trigger_tool_change", json!({})).await;
     let after = next_set(&runtime, before.generation()).await;
-    assert!(lists(&after, "extra_a"));
+    assert!(lists(&after, "test_dynamic_tool"));
     assert_eq!(after.generation(), before.generation() + 1);
 }
 
@@ -137,4 +143,135 @@ async fn a_new_list_that_would_not_load_changes_nothing() {
     assert_eq!(last.generation(), after.generation() + 1);
     assert!(lists(&last, "test_dynamic_tool"));
     assert!(lists(&last, "extra_b") && lists(&last, "relist"), "the hostile component lost its list");
+}
+
+/// `cordon serve --stdio` on the fixture and the hostile component, each with a data
+/// directory of its own.
+struct Served {
+    process: Process,
+    stdin: ChildStdin,
+    lines: mpsc::Receiver<String>,
+    schema: Schema,
+}
+
+impl Served {
+    fn start(what: &str, schema: Schema) -> Self {
+        let dir = common::fresh_dir(&format!("relist-served-{what}"));
+        let tools = cordon::paths::default_tools_dir();
+        let mut config = String::new();
+        for (file, data) in [("conformance-fixture.wasm", "fixture"), ("hostile.wasm", "hostile")] {
+            let (path, data) = (tools.join(file), dir.join(data));
+            config +=
+                &format!("[[components]]\npath = {:?}\ndata_dir = {:?}\n", path.display(), data.display());
+        }
+        std::fs::write(dir.join("cordon.toml"), config).unwrap();
+        let mut command = Command::new(env!("CARGO_BIN_EXE_cordon"));
+        command.args(["serve", "--stdio", "--config"]).arg(dir.join("cordon.toml"));
+        command.stdin(Stdio::piped()).stdout(Stdio::piped());
+        let mut process = Process::spawn(command);
+        let stdin = process.child.stdin.take().unwrap();
+        let lines = line_channel(process.child.stdout.take().unwrap());
+        process.wait_log("loaded");
+        Self { process, stdin, lines, schema }
+    }
+
+    fn send(&mut self, message: Value) {
+        writeln!(self.stdin, "{message}").unwrap();
+        self.stdin.flush().unwrap();
+    }
+
+    /// The next message, checked against the schema as a notification when it is one.
+    fn next(&mut self) -> Value {
+        let line = self.lines.recv_timeout(WAIT).expect("a message within the deadline");
+        let message: Value = serde_json::from_str(&line).unwrap();
+        if message.get("method").is_some() {
+            self.schema.check_sent(&message, None);
+        }
+        message
+    }
+
+    /// Messages until every one of `expected` (method, and the listen id it is tagged with)
+    /// has come, and the answer to request `id`: the notifications seen, in order.
+    fn collect(&mut self, id: &Value, expected: &[(&str, Value)]) -> Vec<(String, Value)> {
+        let mut seen = Vec::new();
+        let mut answered = false;
+        while !answered
+            || !expected
+                .iter()
+                .all(|wanted| seen.iter().any(|got: &(String, Value)| got.0 == wanted.0 && got.1 == wanted.1))
+        {
+            let message = self.next();
+            match message["method"].as_str() {
+                Some(method) => {
+                    let tag = &message["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"];
+                    seen.push((method.to_owned(), tag.clone()));
+                }
+                None => {
+                    assert_eq!(&message["id"], id, "{message}");
+                    assert!(message.get("error").is_none(), "{message}");
+                    answered = true;
+                }
+            }
+        }
+        seen
+    }
+}
+
+const TOOLS: &str = "notifications/tools/list_changed";
+const PROMPTS: &str = "notifications/prompts/list_changed";
+const RESOURCES: &str = "notifications/resources/list_changed";
+
+#[test]
+fn listen_streams_hear_of_each_list_they_asked_for_and_only_those() {
+    let mut served = Served::start("listen", Schema::new());
+    let all = json!({"toolsListChanged": true, "promptsListChanged": true, "resourcesListChanged": true});
+    for (id, notifications) in [("all", all.clone()), ("prompts", json!({"promptsListChanged": true}))] {
+        served.send(json!({"jsonrpc": "2.0", "id": id, "method": "subscriptions/listen",
+                           "params": {"_meta": meta(), "notifications": notifications}}));
+        let acknowledged = served.next();
+        assert_eq!(acknowledged["method"], "notifications/subscriptions/acknowledged", "{acknowledged}");
+        if id == "all" {
+            assert_eq!(acknowledged["params"]["notifications"], all, "every list is offered: all honoured");
+        }
+    }
+    let call = |id: i64, name: &str, arguments: Value| {
+        json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+               "params": {"_meta": meta(), "name": name, "arguments": arguments}})
+    };
+    // The hostile component's tools and resources change; no prompt does.
+    served.send(call(1, "relist", json!({"extra": "more", "times": 1})));
+    let first = served.collect(&json!(1), &[(TOOLS, json!("all")), (RESOURCES, json!("all"))]);
+    // The fixture's prompts change.
+    served.send(call(2, "test_trigger_prompt_change", json!({})));
+    let second = served.collect(&json!(2), &[(PROMPTS, json!("all")), (PROMPTS, json!("prompts"))]);
+    served.send(json!({"jsonrpc": "2.0", "id": 3, "method": "tools/list", "params": {"_meta": meta()}}));
+    let last = served.collect(&json!(3), &[]);
+    let mut everything: Vec<(String, Value)> = [first, second, last].concat();
+    everything.sort_by_key(|(method, tag)| format!("{method} {tag}"));
+    let expected = [(PROMPTS, "all"), (PROMPTS, "prompts"), (RESOURCES, "all"), (TOOLS, "all")];
+    let expected: Vec<(String, Value)> =
+        expected.iter().map(|(method, tag)| (method.to_string(), json!(tag))).collect();
+    assert_eq!(everything, expected, "one notification per list changed, on the streams that asked");
+    drop(served.process);
+}
+
+#[test]
+fn a_2025_client_hears_of_each_list_that_changed() {
+    let mut served = Served::start("legacy", Schema::legacy());
+    served.send(json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}));
+    let initialized = served.next();
+    let capabilities = &initialized["result"]["capabilities"];
+    for list in ["tools", "prompts", "resources"] {
+        assert_eq!(capabilities[list]["listChanged"], true, "{initialized}");
+    }
+    served.send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    let call = |id: i64, name: &str, arguments: Value| json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": name, "arguments": arguments}});
+    served.send(call(1, "test_trigger_prompt_change", json!({})));
+    let first = served.collect(&json!(1), &[(PROMPTS, Value::Null)]);
+    assert_eq!(first, [(PROMPTS.to_owned(), Value::Null)]);
+    served.send(call(2, "relist", json!({"extra": "more", "times": 1})));
+    let mut second = served.collect(&json!(2), &[(TOOLS, Value::Null), (RESOURCES, Value::Null)]);
+    second.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(second, [(RESOURCES.to_owned(), Value::Null), (TOOLS.to_owned(), Value::Null)]);
 }

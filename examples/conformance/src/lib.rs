@@ -413,6 +413,20 @@ fn trigger_tool_change(_: NoArgs) -> Result<String, ToolError> {
     Ok(format!("test_dynamic_tool {}", if added { "added" } else { "removed" }))
 }
 
+/// `server-stateless` (2026-07-28): adds `test_dynamic_prompt` to the prompt list, or takes
+/// it away again, and says so.
+fn trigger_prompt_change(_: NoArgs) -> Result<String, ToolError> {
+    let marker = cordon_guest::data_dir().join("dynamic-prompt");
+    let added = !marker.exists();
+    if added {
+        std::fs::write(&marker, b"on")?;
+    } else {
+        std::fs::remove_file(&marker)?;
+    }
+    cordon_guest::lists_changed();
+    Ok(format!("test_dynamic_prompt {}", if added { "added" } else { "removed" }))
+}
+
 fn dynamic_tool(_: NoArgs) -> Result<String, ToolError> {
     Ok("This tool comes and goes with test_trigger_tool_change.".into())
 }
@@ -524,6 +538,11 @@ impl Plugin for Fixture {
                 "Adds test_dynamic_tool to the tool list, or takes it away again.",
                 trigger_tool_change,
             ),
+            Tool::new(
+                "test_trigger_prompt_change",
+                "Adds test_dynamic_prompt to the prompt list, or takes it away again.",
+                trigger_prompt_change,
+            ),
         ];
         if dynamic_marker().exists() {
             tools.push(
@@ -568,7 +587,7 @@ impl Plugin for Fixture {
     }
 
     fn prompts() -> Vec<Prompt> {
-        vec![
+        let mut prompts = vec![
             Prompt::new("test_simple_prompt", "A prompt without arguments.", |_| {
                 Ok(vec![PromptMessage::user_text("This is a simple prompt for testing.")])
             }),
@@ -626,7 +645,15 @@ impl Plugin for Fixture {
                     PromptMessage::user_text("Please analyze the image above."),
                 ])
             }),
-        ]
+        ];
+        if cordon_guest::data_dir().join("dynamic-prompt").exists() {
+            prompts.push(Prompt::new(
+                "test_dynamic_prompt",
+                "Listed while test_trigger_prompt_change has it on.",
+                |_| Ok(vec![PromptMessage::user_text("A prompt that comes and goes.")]),
+            ));
+        }
+        prompts
     }
 }
 

@@ -35,9 +35,10 @@
 //! - `ask_then_spin()` asks once, then spins forever (never checking for a stop) in the
 //!   round that brings the answer, leaving the note `asked`.
 //!
-//! - `relist(extra, times)` makes its tool list carry one more tool, `extra` (none when
-//!   empty; `!panic`: the listing panics), through the file `/data/extra`, and says
-//!   `lists-changed` `times` times.
+//! - `relist(extra, times)` makes its tool list carry one more tool, `extra`, and its
+//!   resource list the resource `hostile://extra/<extra>` (neither when empty; `!panic`:
+//!   the listing panics), through the file `/data/extra`, and says `lists-changed` `times`
+//!   times.
 //!
 //! - the resource template `hostile://spin/{label}` spins forever when read (it leaves the
 //!   cleanup note `reading <label>` and, granted `/data`, the file `/data/reading-<label>`
@@ -447,13 +448,20 @@ impl Plugin for Hostile {
 
     /// Writes why the call stopped to `/data/cleanup-reason`, for the tests to read.
     fn resources() -> Vec<Resource> {
-        (0..150)
+        let mut resources: Vec<Resource> = (0..150)
             .map(|item| {
                 Resource::new(&format!("hostile://item/{item}"), &format!("item-{item}"), move || {
                     Ok(ResourceBody::text(format!("item {item}")))
                 })
             })
-            .collect()
+            .collect();
+        let extra = std::fs::read_to_string(format!("{DATA}/extra")).unwrap_or_default();
+        if !extra.is_empty() {
+            resources.push(Resource::new(&format!("hostile://extra/{extra}"), "extra", || {
+                Ok(ResourceBody::text("the extra resource"))
+            }));
+        }
+        resources
     }
 
     fn resource_templates() -> Vec<ResourceTemplate> {

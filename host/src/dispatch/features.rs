@@ -22,7 +22,7 @@ use super::{
 };
 use crate::protocol::features::{self as wire, FeatureResult};
 use crate::protocol::jsonrpc::{self, INTERNAL_ERROR, Outgoing, RequestId, RpcError};
-use crate::protocol::types::{Caching, Revision};
+use crate::protocol::types::{Caching, ListKind, Revision};
 use crate::runtime::features::{
     Body, Completion, Contents, PromptInfo, PromptResult, Reference, ResourceInfo, ResourceTemplate, Role,
 };
@@ -47,6 +47,17 @@ impl Connection {
     pub(super) fn offered(&self) -> wire::Offered {
         let (resources, prompts, completions) = self.server.runtime.snapshot().features_for(self.view());
         wire::Offered { resources, prompts, completions }
+    }
+
+    /// The lists whose changes this connection's client hears of, as its view sees `tools`.
+    pub(super) fn lists_of(&self, tools: &ToolSet) -> Lists {
+        let view = self.view();
+        Lists {
+            tools: self.server.tool_list_for(tools, view),
+            prompts: tools.prompts_for(view).map(prompt).collect(),
+            resources: tools.resources_for(view).map(resource).collect(),
+            templates: tools.templates_for(view).map(template).collect(),
+        }
     }
 
     /// Answer one of [`METHODS`].
@@ -315,6 +326,27 @@ impl Connection {
             return (Some(answer), Some(teardown));
         }
         unreachable!("the rounds end at MAX_INPUT_ROUNDS")
+    }
+}
+
+/// What a client lists, as it saw it last: to tell which lists a new tool set changed.
+#[derive(PartialEq)]
+pub(super) struct Lists {
+    tools: Arc<Vec<crate::protocol::types::Tool>>,
+    prompts: Vec<wire::Prompt>,
+    resources: Vec<wire::Resource>,
+    templates: Vec<wire::ResourceTemplate>,
+}
+
+impl Lists {
+    /// The kinds of list that differ in `next`.
+    pub(super) fn changed_in(&self, next: &Lists) -> impl Iterator<Item = ListKind> + use<> {
+        let changed = [
+            self.tools != next.tools,
+            self.prompts != next.prompts,
+            self.resources != next.resources || self.templates != next.templates,
+        ];
+        ListKind::ALL.into_iter().zip(changed).filter_map(|(kind, changed)| changed.then_some(kind))
     }
 }
 

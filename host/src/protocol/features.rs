@@ -14,7 +14,7 @@ use serde_json::{Map, Value};
 use super::jsonrpc::RpcError;
 pub use super::types::{CacheScope, ContentBlock, ResourceContents};
 use super::types::{
-    Caching, Completion as ResultCompletion, Empty, ErrorData, ResourcesCapability, Revision,
+    Caching, Completion as ResultCompletion, Empty, ErrorData, ListCapability, ResourcesCapability, Revision,
     ServerCapabilities,
 };
 
@@ -291,14 +291,15 @@ pub struct Offered {
     pub completions: bool,
 }
 
-/// Add the capabilities for what is `offered`, as `revision` defines them: no list-change
-/// notifications; resource subscriptions in 2025-11-25 only (2026-07-28 has none).
+/// Add the capabilities for what is `offered`, as `revision` defines them: list changes
+/// are sent for prompts and resources as for tools; resource subscriptions in 2025-11-25
+/// only (2026-07-28 has none).
 pub fn advertise(capabilities: &mut ServerCapabilities, offered: Offered, revision: Revision) {
-    let flag = |offered: bool| offered.then_some(Empty {});
     let subscribe = revision == Revision::R2025_11_25;
-    capabilities.resources = offered.resources.then_some(ResourcesCapability { subscribe });
-    capabilities.prompts = flag(offered.prompts);
-    capabilities.completions = flag(offered.completions);
+    capabilities.resources =
+        offered.resources.then_some(ResourcesCapability { subscribe, list_changed: true });
+    capabilities.prompts = offered.prompts.then_some(ListCapability { list_changed: true });
+    capabilities.completions = offered.completions.then_some(Empty {});
 }
 
 #[cfg(test)]

@@ -315,10 +315,10 @@ impl Serialize for Outgoing {
                 message.serialize_entry("method", notification.method())?;
                 match notification {
                     ServerNotification::Progress(params) => message.serialize_entry("params", params)?,
-                    ServerNotification::ToolListChanged(Some(params)) => {
+                    ServerNotification::ListChanged(_, Some(params)) => {
                         message.serialize_entry("params", params)?
                     }
-                    ServerNotification::ToolListChanged(None) => {}
+                    ServerNotification::ListChanged(_, None) => {}
                     ServerNotification::SubscriptionsAcknowledged(params) => {
                         message.serialize_entry("params", params)?
                     }

@@ -12,9 +12,9 @@ use serde_json::Value;
 use super::jsonrpc::{MISSING_REQUIRED_CLIENT_CAPABILITY, RequestId, RpcError, UNSUPPORTED_PROTOCOL_VERSION};
 use super::types::{
     AcknowledgedParams, CacheScope, Caching, CancelledParams, Completion, DiscoverResult, Empty, EmptyResult,
-    ErrorData, Implementation, InitializeResult, ListChangedParams, ListToolsResult, LoggingLevel,
-    ResultMeta, Revision, ServerCapabilities, ServerNotification, SubscriptionFilter, SubscriptionMeta, Tool,
-    ToolsCapability,
+    ErrorData, Implementation, InitializeResult, ListCapability, ListChangedParams, ListKind,
+    ListToolsResult, LoggingLevel, ResultMeta, Revision, ServerCapabilities, ServerNotification,
+    SubscriptionFilter, SubscriptionMeta, Tool,
 };
 pub use super::types::{LEGACY_VERSIONS, META_SERVER_INFO, META_SUBSCRIPTION_ID, PROTOCOL_VERSION};
 
@@ -165,7 +165,7 @@ fn cache_scope(private: bool) -> CacheScope {
 
 fn capabilities() -> ServerCapabilities {
     ServerCapabilities {
-        tools: Some(ToolsCapability { list_changed: true }),
+        tools: Some(ListCapability { list_changed: true }),
         logging: Some(Empty {}),
         ..ServerCapabilities::default()
     }
@@ -240,16 +240,19 @@ pub fn decode_header_value(value: &str) -> Option<String> {
     }
 }
 
-/// The notifications a `subscriptions/listen` request asks for that this server honours:
-/// `toolsListChanged` only (there are no prompts or resources). `-32602` unless
-/// `params.notifications` is an object.
+/// The list changes a `subscriptions/listen` request asks for (of those this server sends;
+/// `resourceSubscriptions` is not among them). `-32602` unless `params.notifications` is
+/// an object.
 pub fn listen_filter(params: Option<&Value>) -> Result<SubscriptionFilter, RpcError> {
     let Some(requested) = params.and_then(|params| params.get("notifications")).and_then(Value::as_object)
     else {
         return Err(RpcError::invalid_params("Invalid params: `notifications` must be an object"));
     };
+    let asked = |key: &str| requested.get(key) == Some(&Value::Bool(true));
     Ok(SubscriptionFilter {
-        tools_list_changed: requested.get("toolsListChanged") == Some(&Value::Bool(true)),
+        tools_list_changed: asked("toolsListChanged"),
+        prompts_list_changed: asked("promptsListChanged"),
+        resources_list_changed: asked("resourcesListChanged"),
     })
 }
 
@@ -268,10 +271,11 @@ pub fn subscription_acknowledged(
     })
 }
 
-/// `notifications/tools/list_changed`: on a listen stream (tagged with its id), or, for a
+/// `notifications/<kind>/list_changed`: on a listen stream (tagged with its id), or, for a
 /// 2025-era client, on its own.
-pub fn tools_list_changed(subscription: Option<&RequestId>) -> ServerNotification {
-    ServerNotification::ToolListChanged(
+pub fn list_changed(kind: ListKind, subscription: Option<&RequestId>) -> ServerNotification {
+    ServerNotification::ListChanged(
+        kind,
         subscription.map(|subscription| ListChangedParams { meta: subscription_meta(subscription) }),
     )
 }

@@ -127,9 +127,9 @@ fn is_false(flag: &bool) -> bool {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct Empty {}
 
-/// `capabilities.tools`.
+/// `capabilities.tools` and `capabilities.prompts`.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
-pub struct ToolsCapability {
+pub struct ListCapability {
     #[serde(rename = "listChanged", default, skip_serializing_if = "is_false")]
     pub list_changed: bool,
 }
@@ -140,18 +140,20 @@ pub struct ResourcesCapability {
     /// `resources/subscribe` is served (2025-11-25 only: 2026-07-28 has no such method).
     #[serde(default, skip_serializing_if = "is_false")]
     pub subscribe: bool,
+    #[serde(rename = "listChanged", default, skip_serializing_if = "is_false")]
+    pub list_changed: bool,
 }
 
 /// What the server offers.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct ServerCapabilities {
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tools: Option<ToolsCapability>,
+    pub tools: Option<ListCapability>,
     /// Set when a component offers resources (`protocol/features.rs`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<ResourcesCapability>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub prompts: Option<Empty>,
+    pub prompts: Option<ListCapability>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub completions: Option<Empty>,
     /// A tool's log reaches clients that ask for it (`notifications/message`).
@@ -467,6 +469,32 @@ pub struct LoggingMessageParams {
 pub struct SubscriptionFilter {
     #[serde(rename = "toolsListChanged", default, skip_serializing_if = "is_false")]
     pub tools_list_changed: bool,
+    #[serde(rename = "promptsListChanged", default, skip_serializing_if = "is_false")]
+    pub prompts_list_changed: bool,
+    #[serde(rename = "resourcesListChanged", default, skip_serializing_if = "is_false")]
+    pub resources_list_changed: bool,
+}
+
+/// The lists whose changes clients hear of (`notifications/<list>/list_changed`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ListKind {
+    Tools,
+    Prompts,
+    /// Resources and resource templates.
+    Resources,
+}
+
+impl ListKind {
+    pub const ALL: [ListKind; 3] = [Self::Tools, Self::Prompts, Self::Resources];
+
+    /// Whether `filter` asks for this list's changes.
+    pub fn wanted_by(self, filter: &SubscriptionFilter) -> bool {
+        match self {
+            Self::Tools => filter.tools_list_changed,
+            Self::Prompts => filter.prompts_list_changed,
+            Self::Resources => filter.resources_list_changed,
+        }
+    }
 }
 
 /// `notifications/subscriptions/acknowledged`: what a listen stream will carry.
@@ -499,8 +527,9 @@ pub struct CancelledParams {
 #[derive(Debug, Clone, PartialEq)]
 pub enum ServerNotification {
     Progress(ProgressParams),
-    /// On a listen stream (2026-07-28), or on its own without params (2025-11-25).
-    ToolListChanged(Option<ListChangedParams>),
+    /// A list changed: on a listen stream (2026-07-28), or on its own without params
+    /// (2025-11-25).
+    ListChanged(ListKind, Option<ListChangedParams>),
     SubscriptionsAcknowledged(AcknowledgedParams),
     Cancelled(CancelledParams),
     /// A tool's log line (`notifications/message`).
@@ -519,7 +548,9 @@ impl ServerNotification {
     pub fn method(&self) -> &'static str {
         match self {
             Self::Progress(_) => "notifications/progress",
-            Self::ToolListChanged(_) => "notifications/tools/list_changed",
+            Self::ListChanged(ListKind::Tools, _) => "notifications/tools/list_changed",
+            Self::ListChanged(ListKind::Prompts, _) => "notifications/prompts/list_changed",
+            Self::ListChanged(ListKind::Resources, _) => "notifications/resources/list_changed",
             Self::SubscriptionsAcknowledged(_) => "notifications/subscriptions/acknowledged",
             Self::Cancelled(_) => "notifications/cancelled",
             Self::Message(_) => "notifications/message",

@@ -16,6 +16,10 @@
 //! neither undoes the other. A listing that fails, or a new list that would be refused at
 //! load (a tool another component offers, limits configured for a tool that is gone),
 //! is logged and changes nothing.
+//!
+//! A listing reads the component's state while other calls may be writing it, so it may
+//! see a mix; the call that wrote last asks again when it ends, and the listing after it
+//! sees the state as it was left: the lists converge.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

@@ -102,6 +102,8 @@ impl Schema {
                 Some("notifications/progress") => "ProgressNotification",
                 Some("notifications/subscriptions/acknowledged") => "SubscriptionsAcknowledgedNotification",
                 Some("notifications/tools/list_changed") => "ToolListChangedNotification",
+                Some("notifications/prompts/list_changed") => "PromptListChangedNotification",
+                Some("notifications/resources/list_changed") => "ResourceListChangedNotification",
                 Some("notifications/cancelled") => "CancelledNotification",
                 Some("notifications/message") => "LoggingMessageNotification",
                 Some("notifications/resources/updated") => "ResourceUpdatedNotification",

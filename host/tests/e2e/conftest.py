@@ -70,6 +70,8 @@ NOTIFICATION_SCHEMAS = {
     "notifications/progress": "ProgressNotification",
     "notifications/subscriptions/acknowledged": "SubscriptionsAcknowledgedNotification",
     "notifications/tools/list_changed": "ToolListChangedNotification",
+    "notifications/prompts/list_changed": "PromptListChangedNotification",
+    "notifications/resources/list_changed": "ResourceListChangedNotification",
     "notifications/cancelled": "CancelledNotification",
 }
 
