@@ -229,8 +229,9 @@ pub fn log(level: LogLevel, message: &str) {
 /// something else, because this call changed the state they are built from (a file in
 /// [`data_dir`]). When the call ends, the host lists the component again in a fresh
 /// instance and, if a list differs, serves the new one and tells the clients that follow
-/// changes (`notifications/tools/list_changed`). Cheap to call; the host coalesces
-/// requests (at most one new listing every 250 ms per component).
+/// changes (`notifications/tools/list_changed`, and the prompts' and resources' own).
+/// Cheap to call; the host coalesces requests (at most one new listing every 250 ms per
+/// component).
 ///
 /// ```
 /// use cordon_guest::testing::TestHost;

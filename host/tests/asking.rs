@@ -195,8 +195,9 @@ fn subscriptions_are_2025_only_and_advertised_there() {
         "initialize",
         json!({"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}),
     );
-    assert_eq!(again["result"]["capabilities"]["resources"], json!({"subscribe": true}), "{again}");
-    // A 2026-07-28 request on the same process: no such method, and discovery says nothing.
+    let resources = json!({"subscribe": true, "listChanged": true});
+    assert_eq!(again["result"]["capabilities"]["resources"], resources, "{again}");
+    // A 2026-07-28 request on the same process: no such method, and discovery does not offer it.
     let mut params = json!({"uri": "test://static-text"});
     params["_meta"] = meta();
     let id = json!(900);
@@ -210,7 +211,12 @@ fn subscriptions_are_2025_only_and_advertised_there() {
     let line = client.lines.recv_timeout(WAIT).unwrap();
     let discovered: Value = serde_json::from_str(&line).unwrap();
     Schema::new().check_sent(&discovered, Some("server/discover"));
-    assert_eq!(discovered["result"]["capabilities"]["resources"], json!({}), "{discovered}");
+    // No `subscribe` in 2026-07-28 (list changes still are).
+    assert_eq!(
+        discovered["result"]["capabilities"]["resources"],
+        json!({"listChanged": true}),
+        "{discovered}"
+    );
 }
 
 #[test]

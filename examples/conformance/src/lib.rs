@@ -392,39 +392,40 @@ fn sampling_tool(args: PromptArgs, round: &Round) -> Asked {
     }
 }
 
-/// The file whose presence adds `test_dynamic_tool` to the list (in the fixture's data
-/// directory: the list is built in a fresh instance each time, so the state lives there).
-fn dynamic_marker() -> std::path::PathBuf {
-    cordon_guest::data_dir().join("dynamic-tool")
+/// The files whose presence adds `test_dynamic_tool` to the tool list and
+/// `test_dynamic_prompt` to the prompt list (in the fixture's data directory: a list is
+/// built in a fresh instance each time, so the state lives there).
+const TOOL_MARKER: &str = "dynamic-tool";
+const PROMPT_MARKER: &str = "dynamic-prompt";
+
+fn is_on(marker: &str) -> bool {
+    cordon_guest::data_dir().join(marker).exists()
 }
 
-/// `server-stateless` (2026-07-28): changes the tool list (adds `test_dynamic_tool`, or
-/// takes it away again) and says so, so that the host lists the component again and tells
-/// the clients that listen.
-fn trigger_tool_change(_: NoArgs) -> Result<String, ToolError> {
-    let marker = dynamic_marker();
-    let added = !marker.exists();
+/// Turn `marker` on or off, say that the lists changed (so that the host lists the
+/// component again and tells the clients that listen), and say what became of `listed`.
+fn toggle(marker: &str, listed: &str) -> Result<String, ToolError> {
+    let path = cordon_guest::data_dir().join(marker);
+    let added = !path.exists();
     if added {
-        std::fs::write(&marker, b"on")?;
+        std::fs::write(&path, b"on")?;
     } else {
-        std::fs::remove_file(&marker)?;
+        std::fs::remove_file(&path)?;
     }
     cordon_guest::lists_changed();
-    Ok(format!("test_dynamic_tool {}", if added { "added" } else { "removed" }))
+    Ok(format!("{listed} {}", if added { "added" } else { "removed" }))
+}
+
+/// `server-stateless` (2026-07-28): adds `test_dynamic_tool` to the tool list, or takes it
+/// away again.
+fn trigger_tool_change(_: NoArgs) -> Result<String, ToolError> {
+    toggle(TOOL_MARKER, "test_dynamic_tool")
 }
 
 /// `server-stateless` (2026-07-28): adds `test_dynamic_prompt` to the prompt list, or takes
-/// it away again, and says so.
+/// it away again.
 fn trigger_prompt_change(_: NoArgs) -> Result<String, ToolError> {
-    let marker = cordon_guest::data_dir().join("dynamic-prompt");
-    let added = !marker.exists();
-    if added {
-        std::fs::write(&marker, b"on")?;
-    } else {
-        std::fs::remove_file(&marker)?;
-    }
-    cordon_guest::lists_changed();
-    Ok(format!("test_dynamic_prompt {}", if added { "added" } else { "removed" }))
+    toggle(PROMPT_MARKER, "test_dynamic_prompt")
 }
 
 fn dynamic_tool(_: NoArgs) -> Result<String, ToolError> {
@@ -544,7 +545,7 @@ impl Plugin for Fixture {
                 trigger_prompt_change,
             ),
         ];
-        if dynamic_marker().exists() {
+        if is_on(TOOL_MARKER) {
             tools.push(
                 Tool::new("test_dynamic_tool", "Listed while test_trigger_tool_change has it on.", dynamic_tool)
                     .read_only(),
@@ -646,7 +647,7 @@ impl Plugin for Fixture {
                 ])
             }),
         ];
-        if cordon_guest::data_dir().join("dynamic-prompt").exists() {
+        if is_on(PROMPT_MARKER) {
             prompts.push(Prompt::new(
                 "test_dynamic_prompt",
                 "Listed while test_trigger_prompt_change has it on.",

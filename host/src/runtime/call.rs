@@ -355,18 +355,7 @@ impl Call {
         if self.control.lists_changed() {
             self.relists.request(&self.component.name);
         }
-        let ended = (!self.observers.is_empty())
-            .then(|| (self.ended(&outcome, stop_path, stopped_at, cleanup.as_ref()), self.observers.clone()));
-        let report = CallReport {
-            call_id: self.id,
-            hard_stop_at: self.control.hard_stop_at(),
-            tool: self.tool.to_string(),
-            outcome,
-            hard_stopped,
-            stopped_at,
-            stop_path,
-            cleanup,
-        };
+        let (report, ended) = self.report(outcome, hard_stopped, stop_path, stopped_at, cleanup);
         // A spare is made with the component's own grants: never for a tenant's.
         let refill = (store.is_some() && self.files.is_none()).then(|| Refill {
             engine: self.engine.clone(),
@@ -389,7 +378,19 @@ impl Call {
             Some(reason) if self.component.pre.has_cleanup() => Some(self.cleanup(reason).await),
             _ => None,
         };
-        let stop_path = StopPath::Cooperative;
+        let (report, ended) = self.report(outcome, false, StopPath::Cooperative, stopped_at, cleanup);
+        (report, Teardown { store: None, refill: None, ended, _permit: self.permit })
+    }
+
+    /// The call's report, and the event its observers get (none when there are none).
+    fn report(
+        &self,
+        outcome: Outcome,
+        hard_stopped: bool,
+        stop_path: StopPath,
+        stopped_at: Instant,
+        cleanup: Option<CleanupReport>,
+    ) -> (CallReport, Option<(CallEnded, Observers)>) {
         let ended = (!self.observers.is_empty())
             .then(|| (self.ended(&outcome, stop_path, stopped_at, cleanup.as_ref()), self.observers.clone()));
         let report = CallReport {
@@ -397,12 +398,12 @@ impl Call {
             hard_stop_at: self.control.hard_stop_at(),
             tool: self.tool.to_string(),
             outcome,
-            hard_stopped: false,
+            hard_stopped,
             stopped_at,
             stop_path,
             cleanup,
         };
-        (report, Teardown { store: None, refill: None, ended, _permit: self.permit })
+        (report, ended)
     }
 
     /// The event observers get for this call.
