@@ -125,24 +125,23 @@ async fn requests_are_coalesced_and_listings_spaced() {
 #[tokio::test]
 async fn a_new_list_that_would_not_load_changes_nothing() {
     let runtime = runtime("refused").await;
-    let before = runtime.snapshot();
-    // A tool the fixture already offers: refused, as at load.
-    common::call(&runtime, "relist", json!({"extra": "test_simple_text", "times": 1})).await;
-    common::call(&runtime, "relist", json!({"extra": "extra_b", "times": 1})).await;
-    let after = next_set(&runtime, before.generation()).await;
-    assert_eq!(after.generation(), before.generation() + 1, "the clash was swapped in");
-    assert!(lists(&after, "extra_b"));
-    let owner = runtime.call("test_simple_text", &json!({})).await.unwrap().component_name().to_owned();
-    assert_eq!(owner, "conformance-fixture");
-
-    // A listing that panics keeps the list it had; the next change (the fixture's) swaps
-    // in a set where the hostile component still lists `extra_b`.
-    common::call(&runtime, "relist", json!({"extra": "!panic", "times": 1})).await;
-    common::call(&runtime, "test_trigger_tool_change", json!({})).await;
-    let last = next_set(&runtime, after.generation()).await;
-    assert_eq!(last.generation(), after.generation() + 1);
-    assert!(lists(&last, "test_dynamic_tool"));
-    assert!(lists(&last, "extra_b") && lists(&last, "relist"), "the hostile component lost its list");
+    let mut generation = runtime.snapshot().generation();
+    // A tool the fixture already offers (refused, as at load), then a listing that panics.
+    // After each, a change in the other component, whose files the hostile listing cannot
+    // see change midway: listings run in the order asked, so the fixture's set is the very
+    // next one only if the hostile one swapped nothing.
+    for (extra, added) in [("test_simple_text", true), ("!panic", false)] {
+        let report = common::call(&runtime, "relist", json!({"extra": extra, "times": 1})).await;
+        assert_eq!(common::answer(&report), "said lists-changed 1 times");
+        common::call(&runtime, "test_trigger_tool_change", json!({})).await;
+        let next = next_set(&runtime, generation).await;
+        assert_eq!(next.generation(), generation + 1, "the hostile list ({extra}) was swapped in");
+        assert_eq!(lists(&next, "test_dynamic_tool"), added);
+        assert!(lists(&next, "relist"), "the hostile component lost its list");
+        let owner = runtime.call("test_simple_text", &json!({})).await.unwrap().component_name().to_owned();
+        assert_eq!(owner, "conformance-fixture");
+        generation = next.generation();
+    }
 }
 
 /// `cordon serve --stdio` on the fixture and the hostile component, each with a data
