@@ -4,7 +4,7 @@
 //! JSON-RPC error on stdio. Every JSON-RPC message received is checked against the
 //! official schema.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -7,7 +7,7 @@
 //! serves a subscribed resource. Every message the server sends is checked against the
 //! official 2025-11-25 schema.
 
-mod common;
+use crate::common;
 use common::server::{Process, WAIT, open_request};
 
 use std::collections::HashMap;

@@ -3,7 +3,7 @@
 //! memory across memories) is charged to its call and bounded, and its data directory
 //! cannot be redirected or escaped.
 
-mod common;
+use crate::common;
 
 use common::{answer, call, fresh_dir, hostile};
 

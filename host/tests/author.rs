@@ -13,7 +13,7 @@
 //! guests` installed there (`python-guest-venv`, `js-node`); npm's and pip's own caches
 //! make the project's `npm install` and its test virtualenv quick.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

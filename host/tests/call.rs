@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-mod common;
+use crate::common;
 
 /// Long enough for a cold compile of a component by a debug host on a busy machine.
 const DEADLINE: Duration = Duration::from_secs(120);

@@ -6,7 +6,7 @@
 //! against the official schema of its revision. The guests are the conformance fixture
 //! (`test_tool_with_logging`: three info lines) and the hostile component (`log_flood`).
 
-mod common;
+use crate::common;
 
 use std::io::{BufReader, Read, Write};
 use std::net::TcpStream;

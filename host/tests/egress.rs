@@ -3,7 +3,7 @@
 //! `allow_http` grants and refuses, the inside-address rule, the per-call limits, and a
 //! guest stopped while it waits on a response.
 
-mod common;
+use crate::common;
 
 use common::{answer, call, hostile};
 

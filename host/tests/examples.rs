@@ -1,7 +1,7 @@
 //! The example tools (`examples/tools`, built with the guest SDK by `cargo xtask guests`),
 //! called through the runtime: their outputs, their schemas, and their locks after stops.
 
-mod common;
+use crate::common;
 
 use common::call;
 use common::guests::{

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use base64::Engine as _;
 use serde_json::{Value, json};
 
-mod common;
+use crate::common;
 use common::wire::{Schema, line_channel, meta, parse_answer, spawn_http_server};
 
 /// A config serving the 0.1.0 component, the example tools, the conformance fixture and

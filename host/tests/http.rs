@@ -3,7 +3,7 @@
 //! message received is validated against the official MCP schema of the client's revision
 //! (2026-07-28, or 2025-11-25 for a legacy session). The real-client suite (the Python SDK over HTTP) is in `tests/e2e/`.
 
-mod common;
+use crate::common;
 
 use std::io::{BufReader, Read, Write};
 use std::net::TcpStream;
@@ -72,10 +72,6 @@ impl Drop for Server {
 }
 
 impl Answer {
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers.iter().find(|(key, _)| key == name).map(|(_, value)| value.as_str())
-    }
-
     fn error_code(&self) -> Option<i64> {
         self.messages.last()?.get("error")?.get("code")?.as_i64()
     }

@@ -7,7 +7,7 @@
 //! others' CPU would disturb. `CORDON_BIN` runs them against another build of `cordon`
 //! (they use only config keys every build knows), e.g. to see them fail on an old one.
 
-mod common;
+use crate::common;
 
 use std::net::SocketAddr;
 use std::process::Child;

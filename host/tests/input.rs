@@ -3,7 +3,7 @@
 //! asks past every bound (a tool error naming it) and spins in the round that brings the
 //! answers (stopped, then cleaned up, like any call); a 0.1.0 component ignores the input.
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 use std::time::Duration;

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-mod common;
+use crate::common;
 use common::wire::{Schema, meta};
 
 #[test]

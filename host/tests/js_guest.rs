@@ -3,7 +3,7 @@
 //! through the runtime: their schemas, results, progress, and the stops of a StarlingMonkey
 //! guest (a cancel it notices, a busy loop it never leaves, a timeout) with their cleanups.
 
-mod common;
+use crate::common;
 
 use common::call;
 use common::guests::{

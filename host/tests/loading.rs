@@ -1,6 +1,6 @@
 //! Bad components get a clear error naming the file and the problem, never a panic.
 
-mod common;
+use crate::common;
 
 use common::*;
 use cordon::runtime::{ComponentOptions, Outcome, Runtime};

@@ -4,7 +4,7 @@
 //! warning at load for an import the grants leave empty. Run against the hostile
 //! component (`examples/hostile`).
 
-mod common;
+use crate::common;
 
 use common::{answer, call, fresh_dir, hostile};
 

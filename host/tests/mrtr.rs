@@ -7,7 +7,7 @@
 //! missing ones asked again, extra ones ignored; every message checked against the
 //! official schema.
 
-mod common;
+use crate::common;
 
 use std::io::{BufReader, Read, Write};
 use std::net::TcpStream;

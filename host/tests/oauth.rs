@@ -16,7 +16,7 @@ use jsonwebtoken::{Algorithm, EncodingKey, Header};
 use ring::signature::{ECDSA_P256_SHA256_FIXED_SIGNING, EcdsaKeyPair, KeyPair};
 use serde_json::{Value, json};
 
-mod common;
+use crate::common;
 use common::wire::{Schema, examples_config, meta};
 
 const AUDIENCE: &str = "https://mcp.example.com/mcp";
@@ -128,6 +128,9 @@ impl Server {
             .arg(config)
             .args(extra_args)
             .env("CORDON_LOG", "debug")
+            // The tenant test's API keys (`api_keys = { env = ... }`), given to the server
+            // alone: a test binary's threads must not change their shared environment.
+            .env("CORDON_TEST_BETA_KEYS", "beta-key-1")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -747,8 +750,6 @@ fn a_tokens_tenant_claim_picks_the_configured_tenants_view() {
         common::hostile().display().to_string()
     ));
     std::fs::write(&config, text).unwrap();
-    // SAFETY: set before the server starts, read only by the child process.
-    unsafe { std::env::set_var("CORDON_TEST_BETA_KEYS", "beta-key-1") };
     let server = Server::start(&config, &[]);
     let schema = Schema::new();
     let names = |answer: &Answer| -> Vec<String> {

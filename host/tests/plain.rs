@@ -3,7 +3,7 @@
 //! (wassette's filesystem-rs world, unchanged), built by `cargo xtask guests`, served
 //! through the runtime; and `cordon inspect`'s report on them.
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};

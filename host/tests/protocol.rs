@@ -4,7 +4,7 @@
 //! for, reads back to itself, and a 2025-11-25 one carries nothing only 2026-07-28
 //! defines.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -3,7 +3,7 @@
 //! hints, calls, progress, a Python exception as the error text, and stops of a CPython
 //! guest (cooperative, hard, by timeout) with their cleanup.
 
-mod common;
+use crate::common;
 
 use common::call;
 use common::guests::{

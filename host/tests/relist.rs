@@ -6,7 +6,7 @@
 //! --stdio`, in both eras; over HTTP, the conformance suite's `server-stateless` scenario
 //! and the reload's tests (tests/reload.rs) cover the same path.
 
-mod common;
+use crate::common;
 
 use std::io::Write;
 use std::process::{ChildStdin, Command, Stdio};

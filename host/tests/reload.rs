@@ -5,7 +5,7 @@
 //! session's GET stream and on stdio. Every message the server sends is checked against
 //! the official schema. The components are WAT guests, written to files per test.
 
-mod common;
+use crate::common;
 use common::server::{Process, WAIT, next_event, open_request};
 
 use std::collections::HashMap;

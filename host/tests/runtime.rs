@@ -1,7 +1,7 @@
 //! The runtime's promise, tested on hostile guests written in WAT: every call ends in one
 //! outcome, stops when asked whatever the guest does, and is cleaned up after exactly once.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

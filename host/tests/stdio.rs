@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-mod common;
+use crate::common;
 use common::wire::{Schema, examples_config, line_channel, meta};
 
 struct Server {

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-mod common;
+use crate::common;
 use common::wire::{Schema, examples_config, meta};
 
 /// A value every call's arguments carry; it must never reach the log.

@@ -7,7 +7,7 @@
 //! and no key in the server's log. Every JSON-RPC message received is validated against
 //! the official MCP schema of the client's revision (2026-07-28, or 2025-11-25).
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -167,10 +167,6 @@ impl Drop for Server {
 }
 
 impl Answer {
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers.iter().find(|(key, _)| key == name).map(|(_, value)| value.as_str())
-    }
-
     fn message(&self) -> &Value {
         self.messages.last().unwrap_or_else(|| panic!("no message: {} {}", self.status, self.body))
     }

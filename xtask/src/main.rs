@@ -195,7 +195,7 @@ fn build_server() -> Result<()> {
 /// tables), with room to spare.
 const FUZZ_BUILD_BYTES: u64 = 6 << 30;
 
-/// Remove the test executables `cargo test` left in `target/debug/deps` (about 1.8 GB)
+/// Remove the test executables `cargo test` left in `target/debug/deps` (about 0.4 GB)
 /// when the disk has less free than the fuzz build needs: they have run, and a machine
 /// short of disk (CI's once ran out in the fuzz build) needs the room more than the next
 /// `cargo test` needs to skip relinking them. Libraries and build outputs stay, so the

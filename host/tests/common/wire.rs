@@ -183,6 +183,13 @@ pub struct Answer {
     pub messages: Vec<Value>,
 }
 
+impl Answer {
+    /// The first value of header `name` (as the response spelled it, lowercase for hyper).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(key, _)| key == name).map(|(_, value)| value.as_str())
+    }
+}
+
 /// Parse a whole HTTP response: a JSON body or SSE events (chunked or not).
 pub fn parse_answer(text: &str, schema: &Schema) -> Answer {
     let (head, body) = text.split_once("\r\n\r\n").expect("a complete HTTP response");
