@@ -2,15 +2,14 @@
 //! - `cargo xtask guests`: build every guest component for `wasm32-wasip2` into
 //!   `target/guests/`, with whichever toolchain this machine has.
 //! - `cargo xtask test`: build the guests, then run every test, the official MCP
-//!   conformance suite included, then the fuzz targets (60 s each).
+//!   conformance suite included, then the soak (240 s of load, about 5 minutes in all),
+//!   then the fuzz targets (60 s each). Each stage's time is printed.
 //! - `cargo xtask conformance`: run the conformance suite against `cordon serve --http`
 //!   on the conformance fixture (`examples/conformance`).
 //! - `cargo xtask soak [SECONDS]`: the soak (`host/benches/soak`), 300 s by default:
 //!   mixed load with cancels, timeouts, hostile guests and garbage over stdio and HTTP,
 //!   then every answer, cleanup, slot, descriptor and byte accounted for (BENCHMARKS.md,
-//!   "Soak"). Not part of `cargo xtask test` yet: its echo p99 check (and, in some runs,
-//!   its memory check) still fails on a machine with 2 cores, and a flaky step in CI
-//!   would block every change.
+//!   "Soak").
 //! - `cargo xtask fuzz [SECONDS]`: build the fuzz targets in `fuzz/` once, then run each
 //!   for SECONDS (60 by default) from its seed corpus; fails on any crash.
 //!
@@ -46,11 +45,14 @@ fn main() -> Result<()> {
     match args.first().map(String::as_str) {
         Some("guests") => build_guests(),
         Some("test") => {
-            build_guests()?;
-            run_tests()?;
-            conformance()?;
+            stage("guests", build_guests)?;
+            stage("tests", run_tests)?;
+            stage("conformance", conformance)?;
+            // Before the fuzz build, which may remove the test executables (the soak's
+            // servers are the test build's binary).
+            stage("soak", || soak(TEST_SOAK_SECS))?;
             reclaim_test_binaries_if_short_of_disk(&repo_root())?;
-            fuzz::run_targets(fuzz::SECONDS)
+            stage("fuzz", || fuzz::run_targets(fuzz::SECONDS))
         }
         Some("soak") => {
             let secs = match args.get(1) {
@@ -240,6 +242,20 @@ fn free_bytes(path: &Path) -> Option<u64> {
 }
 
 const DEFAULT_SOAK_SECS: u64 = 300;
+
+/// The soak's load in `cargo xtask test`: with its warm-up, idle windows and checks the
+/// stage takes about 5 minutes, what CI's budget has room for.
+const TEST_SOAK_SECS: u64 = 240;
+
+/// Run one stage of `cargo xtask test` and say how long it took, so that a slow CI run
+/// names its slow stage.
+fn stage(name: &str, run: impl FnOnce() -> Result<()>) -> Result<()> {
+    let started = std::time::Instant::now();
+    let result = run();
+    let outcome = if result.is_ok() { "done" } else { "failed" };
+    eprintln!("[xtask] stage {name} {outcome} in {:.0} s", started.elapsed().as_secs_f64());
+    result
+}
 
 /// The soak against `target/debug/cordon` (which the test build makes). It builds as a
 /// benchmark with `--profile dev`, the test build's profile, so it reuses that build's
