@@ -1,7 +1,11 @@
-//! `cargo xtask fuzz`: build the fuzz targets in `fuzz/` once with cargo-fuzz, then run each
-//! for a bounded time from its seed corpus.
+//! `cargo xtask fuzz`: build the fuzz targets in `fuzz/` once, as cargo-fuzz would, then run
+//! each for a bounded time from its seed corpus.
 //!
-//! cargo-fuzz instruments every crate of the build (coverage counters, AddressSanitizer)
+//! The build is cargo-fuzz 0.13's (`cargo fuzz build --sanitizer address
+//! --debug-assertions`): the same `cargo build` of `fuzz/` with the same instrumentation
+//! flags ([`instrumentation_flags`]), made here so that CI does not compile cargo-fuzz
+//! itself first (`cargo install cargo-fuzz` took about 2 minutes of a CI run). It
+//! instruments every crate of the build (coverage counters, AddressSanitizer)
 //! and compiles each as one codegen unit. Most of the build is wasmtime and cranelift,
 //! which no fuzz target runs (no guest is ever compiled): instrumenting them made the
 //! build take ~16 minutes of CI on 2 cores. So xtask puts itself in as cargo's
@@ -10,7 +14,10 @@
 //! cranelift-codegen and its dependencies: 314 s of CPU instrumented at -O1 in one codegen
 //! unit, 158 s plain at -O1, 69 s plain at -O0. Everything the targets do run (the
 //! cordon crate, serde_json, toml, http, hyper, tokio, ...) stays instrumented. Mixing is
-//! sound: an uninstrumented crate is to ASan what the prebuilt standard library is.
+//! sound: an uninstrumented crate is to ASan what the prebuilt standard library is. The
+//! `cordon` crate itself keeps its instrumentation but not the single codegen unit: at -O3
+//! in one unit it was the build's last and longest step, about 4 minutes on one core
+//! while the other idled; in 16 units both cores share it.
 
 use std::env;
 use std::ffi::OsString;
@@ -79,6 +86,20 @@ const NOT_FUZZED: &[&str] = &[
     "memfd",
 ];
 
+/// The `RUSTFLAGS` of cargo-fuzz 0.13's `build --sanitizer address --debug-assertions` on
+/// Linux (its `project.rs`): coverage counters, comparison tracing, `cfg(fuzzing)`,
+/// AddressSanitizer, debug assertions, one codegen unit.
+fn instrumentation_flags() -> &'static str {
+    "-Cpasses=sancov-module -Cllvm-args=-sanitizer-coverage-level=4 \
+     -Cllvm-args=-sanitizer-coverage-inline-8bit-counters -Cllvm-args=-sanitizer-coverage-pc-table \
+     -Cllvm-args=-sanitizer-coverage-trace-compares --cfg fuzzing \
+     -Cllvm-args=-simplifycfg-branch-fold-threshold=0 -Zsanitizer=address \
+     -Cllvm-args=-sanitizer-coverage-stack-depth -Cdebug-assertions -Ccodegen-units=1"
+}
+
+/// The crate whose single codegen unit is dropped (see the module docs).
+const SPLIT_CRATE: &str = "cordon";
+
 /// The flags cargo-fuzz adds for instrumentation, dropped for crates not fuzzed.
 fn is_instrumentation(flag: &str) -> bool {
     flag == "-Cpasses=sancov-module"
@@ -104,7 +125,9 @@ pub fn run_as_rustc_wrapper_if_asked() {
         .and_then(|name| name.to_str())
         .unwrap_or_default();
     let fuzzed = !NOT_FUZZED.iter().any(|prefix| crate_name.starts_with(prefix));
-    let args: Vec<OsString> = if fuzzed {
+    let args: Vec<OsString> = if crate_name == SPLIT_CRATE {
+        args.into_iter().filter(|arg| arg != "-Ccodegen-units=1").collect()
+    } else if fuzzed {
         args
     } else {
         args.into_iter()
@@ -127,34 +150,32 @@ pub fn run_as_rustc_wrapper_if_asked() {
 /// What the fuzzer discovers goes to `target/fuzz/corpus/`, so the repository's corpus
 /// stays the curated seeds; a crash leaves its input in `target/fuzz/artifacts/`.
 ///
-/// cargo-fuzz asks rustc for `-Z` flags (sanitizer, coverage instrumentation), which a
-/// stable toolchain accepts with `RUSTC_BOOTSTRAP=1`; stable ships the ASan runtime.
+/// The build asks rustc for `-Z` flags (the sanitizer), which a stable toolchain accepts
+/// with `RUSTC_BOOTSTRAP=1`; stable ships the ASan runtime.
 pub fn run_targets(seconds: u64) -> Result<()> {
     let root = repo_root();
     let cargo = env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let has_cargo_fuzz =
-        Command::new(&cargo).args(["fuzz", "--version"]).output().is_ok_and(|output| output.status.success());
-    if !has_cargo_fuzz {
-        run(Command::new(&cargo).args(["install", "cargo-fuzz", "--locked"]))
-            .context("installing cargo-fuzz")?;
-    }
     let target_dir = root.join("target/fuzz");
+    let host = cordon_toolchain::rustc_output(&["--print", "host-tuple"])
+        .unwrap_or_else(|| "x86_64-unknown-linux-gnu".into());
     let started = std::time::Instant::now();
+    let rustflags: Vec<&str> = instrumentation_flags().split_whitespace().collect();
     run(Command::new(&cargo)
         .current_dir(root.join("fuzz"))
         .env("RUSTC_BOOTSTRAP", "1")
+        .env("RUSTFLAGS", rustflags.join(" "))
         .env("RUSTC_WRAPPER", env::current_exe().context("finding xtask's own binary")?)
         .env(WRAPPER_ENV, "1")
-        .args(["fuzz", "build", "--sanitizer", "address", "--debug-assertions", "--target-dir"])
+        // `--target` keeps the flags off build scripts and proc macros, as cargo-fuzz does.
+        .args(["build", "--release", "--bins", "--config", "profile.release.debug=\"line-tables-only\""])
+        .args(["--target", &host, "--target-dir"])
         .arg(&target_dir))
     .context(
         "building the fuzz targets (libFuzzer needs a C++ compiler: on Debian, apt-get install g++; \
          the build needs about 3.5 GB of disk)",
     )?;
     eprintln!("fuzz targets built in {:.0?}", started.elapsed());
-    let host = cordon_toolchain::rustc_output(&["--print", "host-tuple"])
-        .unwrap_or_else(|| "x86_64-unknown-linux-gnu".into());
-    let binaries = target_dir.join(host).join("release");
+    let binaries = target_dir.join(&host).join("release");
     // Each fuzzer runs on one core: two at a time take the 2 cores CI has, so the four
     // targets run their full time each in half the wall time.
     for pair in TARGETS.chunks(2) {
