@@ -244,8 +244,8 @@ fn free_bytes(path: &Path) -> Option<u64> {
 const DEFAULT_SOAK_SECS: u64 = 300;
 
 /// The soak's load in `cargo xtask test`: with its warm-up, idle windows and checks the
-/// stage takes about 5 minutes (with 240 s of load it took 344 s), what CI's
-/// budget has room for.
+/// stage takes 4–5 minutes (276 s on a fresh clone; 344 s with 240 s of load), what
+/// CI's budget has room for.
 const TEST_SOAK_SECS: u64 = 180;
 
 /// Run one stage of `cargo xtask test` and say how long it took, so that a slow CI run
