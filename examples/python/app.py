@@ -16,6 +16,7 @@ handler releases the lock named in the call's cleanup note.
 """
 
 import os
+import secrets
 import time
 from dataclasses import dataclass
 from enum import Enum
@@ -68,9 +69,35 @@ def lock_name(file_name: str):
         return None
 
 
+def staged_path(token: str) -> str:
+    """Where `Lock` writes a lock's contents before linking it into place; the name never
+    parses as a lock (`lock_name`), so `locks` does not list it."""
+    return f"{LOCK_DIR}/{token}.staged"
+
+
+def stop_point() -> None:
+    """A place where the host may stop the call: tests stop there, one place after another,
+    to check that the cleanup handler undoes each. In the component it does nothing."""
+
+
+def remove(path: str) -> bool:
+    """Remove a file; whether it was there."""
+    try:
+        os.remove(path)
+        return True
+    except FileNotFoundError:
+        return False
+
+
 class Lock:
-    """A lock file in the data directory, held for a `with` block; if the call is stopped
-    inside it, the cleanup handler learns from the note which lock to release."""
+    """A lock file in the data directory, held for a `with` block; if the call is stopped,
+    the cleanup handler releases it (`release_stopped`).
+
+    The host may stop a call anywhere, so taking a lock leaves the handler what it needs at
+    every point and never lets it release another call's lock: the note (`"<token> <name>"`)
+    is left before the lock exists, and the lock file appears at once with this call's token
+    inside (a hard link to a file written beforehand), so the handler removes it only if it
+    holds the token."""
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -81,20 +108,46 @@ class Lock:
             os.makedirs(LOCK_DIR, exist_ok=True)
         except OSError as error:
             raise ToolError(f"no data directory for locks ({LOCK_DIR}): {error.strerror}") from None
+        token = secrets.token_hex(8)
+        set_cleanup_note(f"{token} {self.name}")
+        stop_point()
+        staged = staged_path(token)
+        with open(staged, "w") as file:
+            file.write(token)
+        stop_point()
         try:
-            with open(self.path, "x"):
-                pass
-        except FileExistsError:
-            raise ToolError(f"{self.name} is locked by another call") from None
-        set_cleanup_note(self.name)
+            os.link(staged, self.path)
+            refused = None
+        except OSError as error:
+            refused = error
+        stop_point()
+        remove(staged)
+        if refused is not None:
+            clear_cleanup_note()
+            if isinstance(refused, FileExistsError):
+                raise ToolError(f"{self.name} is locked by another call") from None
+            raise refused
         return self
 
     def __exit__(self, *_) -> None:
-        try:
-            os.remove(self.path)
-        except FileNotFoundError:
-            pass
+        remove(self.path)
         clear_cleanup_note()
+
+
+def release_stopped(note: str):
+    """After a stop: remove what the stopped call's `Lock` left, given its note; the name of
+    the lock it released, or None if the call held none."""
+    token, _, name = note.partition(" ")
+    if not name:
+        return None
+    remove(staged_path(token))
+    path = lock_path(name)
+    try:
+        with open(path) as file:
+            held = file.read() == token  # another call's lock holds another token
+    except FileNotFoundError:
+        return None
+    return name if held and remove(path) else None
 
 
 @tool(read_only=True, idempotent=True)
@@ -216,10 +269,6 @@ def summarize(values: list[float], unit: Unit = Unit.NONE) -> Summary:
 @cleanup
 def release_lock(context: CleanupContext) -> None:
     """Releases the lock the stopped call held (its note names it)."""
-    name = context.note_text
-    if name:
-        try:
-            os.remove(lock_path(name))
-        except FileNotFoundError:
-            pass
+    name = release_stopped(context.note_text or "")
+    if name is not None:
         log("info", f"cleanup after {context.tool} ({context.reason}): released {name}")

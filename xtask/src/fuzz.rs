@@ -250,7 +250,8 @@ mod tests {
 
     #[test]
     fn crates_no_target_runs_lose_the_instrumentation_and_keep_the_rest() {
-        let given = [INSTRUMENTATION_FLAGS, ALWAYS_FLAGS, &["-C", "opt-level=1", "-C", "debuginfo=1"]].concat();
+        let given =
+            [INSTRUMENTATION_FLAGS, ALWAYS_FLAGS, &["-C", "opt-level=1", "-C", "debuginfo=1"]].concat();
         assert_eq!(
             rustc_args("cranelift_codegen", args(&given)),
             args(&["--cfg", "fuzzing", "-Cdebug-assertions", "-C", "opt-level=0", "-C", "debuginfo=0"])

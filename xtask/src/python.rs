@@ -72,8 +72,9 @@ pub fn build_guests(root: &Path, out_dir: &Path) -> Result<Vec<PathBuf>> {
 }
 
 /// The Python SDK's own tests (schema generation, the native test host), then the
-/// scaffold template's tests against the SDK, with `python` (which has pytest). Two runs:
-/// the template's tools are defined at import, the SDK's tests define and clear their own.
+/// scaffold template's and the example's tests against the SDK, with `python` (which has
+/// pytest). A run each: the template's and the example's tools are defined at import, the
+/// SDK's tests define and clear their own.
 pub fn run_sdk_tests(root: &Path, python: &Path) -> Result<()> {
     run(Command::new(python).current_dir(root).args([
         "-m",
@@ -83,11 +84,14 @@ pub fn run_sdk_tests(root: &Path, python: &Path) -> Result<()> {
         "-p",
         "no:cacheprovider",
     ]))?;
-    run(Command::new(python)
-        .current_dir(root.join("guest-sdk/python/template"))
-        .env("PYTHONPATH", root.join(SDK))
-        .env("PYTHONDONTWRITEBYTECODE", "1")
-        .args(["-m", "pytest", "-q", "-p", "no:cacheprovider"]))
+    for app in ["guest-sdk/python/template", "examples/python"] {
+        run(Command::new(python)
+            .current_dir(root.join(app))
+            .env("PYTHONPATH", root.join(SDK))
+            .env("PYTHONDONTWRITEBYTECODE", "1")
+            .args(["-m", "pytest", "-q", "-p", "no:cacheprovider"]))?;
+    }
+    Ok(())
 }
 
 /// A hash of the componentize-py pin and every file of the guest's folder and of the SDK

@@ -41,6 +41,12 @@ fn lock_dir() -> PathBuf {
 
 /// A lock file in the data directory, removed when the guard drops (a call that returns) or
 /// by `cleanup` (a call that was stopped).
+///
+/// The host may stop a call between any two instructions, so taking a lock must leave
+/// `cleanup` what it needs at every point, and never let it release another call's lock:
+/// the note (`"<token> <name>"`) is left before the lock exists, and the lock file appears
+/// at once with this call's token inside (a hard link to a file written beforehand), so
+/// `cleanup` removes it only if it holds the token.
 struct Lock {
     path: PathBuf,
 }
@@ -49,17 +55,37 @@ impl Lock {
     fn acquire(name: &str) -> Result<Self, ToolError> {
         // Without a data directory the error says which config key grants one.
         fs::create_dir_all(lock_dir())?;
+        let token = unique_token();
+        cordon_guest::set_cleanup_note(format!("{token} {name}").as_bytes());
+        stop_point()?;
+        let staged = staged_path(&token);
+        fs::write(&staged, &token)?;
+        stop_point()?;
         let path = lock_path(name);
-        match fs::OpenOptions::new().write(true).create_new(true).open(&path) {
-            Ok(_) => {}
-            Err(error) if error.kind() == ErrorKind::AlreadyExists => {
-                return Err(ToolError::new(format!("{name} is locked by another call")));
+        let taken = fs::hard_link(&staged, &path);
+        stop_point()?;
+        let _ = fs::remove_file(&staged);
+        match taken {
+            Ok(()) => Ok(Self { path }),
+            Err(error) => {
+                cordon_guest::clear_cleanup_note();
+                match error.kind() {
+                    ErrorKind::AlreadyExists => Err(ToolError::new(format!("{name} is locked by another call"))),
+                    _ => Err(error.into()),
+                }
             }
-            Err(error) => return Err(error.into()),
         }
-        // If this call is stopped, cleanup learns which lock to release from the note.
-        cordon_guest::set_cleanup_note(name.as_bytes());
-        Ok(Self { path })
+    }
+
+    /// After a stop: remove what the stopped call's `acquire` left, given its note; the name
+    /// of the lock it released, if the call held one.
+    fn release_stopped(note: &str) -> Option<&str> {
+        let (token, name) = note.split_once(' ')?;
+        let _ = fs::remove_file(staged_path(token));
+        let path = lock_path(name);
+        // Another call's lock (this call was stopped before taking it) holds another token.
+        let held = fs::read(&path).is_ok_and(|held| held == token.as_bytes());
+        (held && fs::remove_file(&path).is_ok()).then_some(name)
     }
 }
 
@@ -68,6 +94,44 @@ impl Drop for Lock {
         let _ = fs::remove_file(&self.path);
         cordon_guest::clear_cleanup_note();
     }
+}
+
+/// A token no other call draws: 64 bits from the host's random source (std seeds
+/// `RandomState` from it).
+fn unique_token() -> String {
+    use std::hash::{BuildHasher, RandomState};
+    format!("{:016x}", RandomState::new().hash_one(0u8))
+}
+
+/// Where `acquire` writes a lock's contents before linking it into place. Its name never
+/// parses as a lock (`lock_name`), so `locks` does not list it.
+fn staged_path(token: &str) -> PathBuf {
+    lock_dir().join(format!("{token}.staged"))
+}
+
+/// A place where the host may stop the call. Tests stop there, one place after another, to
+/// check that `cleanup` undoes each; in a build for the host it does nothing.
+#[cfg(not(test))]
+fn stop_point() -> std::io::Result<()> {
+    Ok(())
+}
+
+#[cfg(test)]
+thread_local! {
+    /// The stop points still to pass before the test's simulated stop; `None`: no stop.
+    static STOP_AFTER: std::cell::Cell<Option<usize>> = const { std::cell::Cell::new(None) };
+}
+
+#[cfg(test)]
+fn stop_point() -> std::io::Result<()> {
+    STOP_AFTER.with(|left| match left.get() {
+        Some(0) => Err(std::io::Error::other("stopped here by the test")),
+        Some(n) => {
+            left.set(Some(n - 1));
+            Ok(())
+        }
+        None => Ok(()),
+    })
 }
 
 /// The file holding lock `name`: every byte outside `[A-Za-z0-9_-]` is hex-escaped as `.xx`,
@@ -358,8 +422,7 @@ impl Plugin for ExampleTools {
     }
 
     fn cleanup(context: CleanupContext) {
-        if let Some(name) = context.note_text() {
-            let _ = fs::remove_file(lock_path(name));
+        if let Some(name) = context.note_text().and_then(Lock::release_stopped) {
             let message = format!("cleanup after {} ({:?}): released {name}", context.tool, context.reason);
             cordon_guest::log(cordon_guest::LogLevel::Info, &message);
         }
@@ -445,14 +508,67 @@ mod tests {
         // Returning, the lock's guard released it and cleared the note.
         assert_eq!(host.call::<ExampleTools>("locks", json!({})).unwrap().joined_text(), "[]");
         assert_eq!(host.note(), None);
-        // A call stopped by force leaves both behind; cleanup releases the lock.
-        fs::write(lock_path("books"), b"").unwrap();
-        cordon_guest::set_cleanup_note(b"books");
+        // A call stopped by force leaves both behind (its guard never drops); cleanup
+        // releases the lock.
+        std::mem::forget(Lock::acquire("books").unwrap());
         assert_eq!(host.call::<ExampleTools>("locks", json!({})).unwrap().joined_text(), r#"["books"]"#);
         host.cleanup::<ExampleTools>("reindex", json!({"collection": "books"}), StopReason::Cancelled);
         assert_eq!(host.call::<ExampleTools>("locks", json!({})).unwrap().joined_text(), "[]");
         let logs = host.logs();
         assert_eq!(logs[0].1, "cleanup after reindex (Cancelled): released books");
+    }
+
+    /// Taking a lock passes this many stop points.
+    const STOP_POINTS: usize = 3;
+
+    /// Take lock `name`, stopped at stop point `stop` (none: not stopped there).
+    fn acquire_stopped_at(name: &str, stop: Option<usize>) -> Result<Lock, ToolError> {
+        STOP_AFTER.with(|left| left.set(stop));
+        let taken = Lock::acquire(name);
+        STOP_AFTER.with(|left| left.set(None));
+        taken
+    }
+
+    #[test]
+    fn cleanup_undoes_a_stop_anywhere_in_taking_a_lock_and_never_releases_another_call_s() {
+        let dir = data_dir("stops");
+        let host = TestHost::new().data_dir(&dir);
+        let locks = || host.call::<ExampleTools>("locks", json!({})).unwrap().joined_text();
+        let files_left = || fs::read_dir(lock_dir()).unwrap().count();
+        let stopped = |taken: Result<Lock, ToolError>| {
+            let error = taken.err().expect("a stopped acquire fails");
+            assert!(error.message().contains("stopped here by the test"), "{}", error.message());
+        };
+        let clean_up = || host.cleanup::<ExampleTools>("reindex", json!({}), StopReason::Cancelled);
+        // Stopped at each point while taking a free lock, or while holding it (its guard
+        // never drops): cleanup leaves nothing behind.
+        for stop in 0..STOP_POINTS {
+            stopped(acquire_stopped_at("books", Some(stop)));
+            clean_up();
+            assert_eq!((locks().as_str(), files_left()), ("[]", 0), "stopped at point {stop}");
+        }
+        std::mem::forget(acquire_stopped_at("books", None).unwrap());
+        clean_up();
+        assert_eq!((locks().as_str(), files_left()), ("[]", 0), "stopped holding the lock");
+        // Another call holds it: a call stopped anywhere trying to take it, or refused, does
+        // not release it in its cleanup.
+        let other = acquire_stopped_at("books", None).unwrap();
+        // Those stopped after the link (point 2, and holding) released it.
+        let released_before = host.logs().len();
+        assert_eq!(released_before, 2);
+        for stop in 0..STOP_POINTS {
+            stopped(acquire_stopped_at("books", Some(stop)));
+            clean_up();
+            assert_eq!((locks().as_str(), files_left()), (r#"["books"]"#, 1), "stopped at point {stop}");
+        }
+        let refused = acquire_stopped_at("books", None).err().expect("a held lock is refused");
+        assert_eq!(refused.message(), "books is locked by another call");
+        assert_eq!(host.note(), None, "a refused call leaves no note");
+        clean_up();
+        assert_eq!(locks(), r#"["books"]"#);
+        assert_eq!(host.logs().len(), released_before, "no cleanup above said it released a lock");
+        drop(other);
+        assert_eq!((locks().as_str(), files_left()), ("[]", 0));
     }
 
     #[test]
