@@ -547,8 +547,12 @@ impl Plugin for Fixture {
         ];
         if is_on(TOOL_MARKER) {
             tools.push(
-                Tool::new("test_dynamic_tool", "Listed while test_trigger_tool_change has it on.", dynamic_tool)
-                    .read_only(),
+                Tool::new(
+                    "test_dynamic_tool",
+                    "Listed while test_trigger_tool_change has it on.",
+                    dynamic_tool,
+                )
+                .read_only(),
             );
         }
         tools

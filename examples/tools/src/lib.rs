@@ -70,7 +70,9 @@ impl Lock {
             Err(error) => {
                 cordon_guest::clear_cleanup_note();
                 match error.kind() {
-                    ErrorKind::AlreadyExists => Err(ToolError::new(format!("{name} is locked by another call"))),
+                    ErrorKind::AlreadyExists => {
+                        Err(ToolError::new(format!("{name} is locked by another call")))
+                    }
                     _ => Err(error.into()),
                 }
             }
