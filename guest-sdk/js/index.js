@@ -84,6 +84,10 @@ export function timeLeft() {
  * Leave a note for the cleanup handler, kept by the host outside the instance (a string,
  * stored as UTF-8, or bytes). A new note replaces the previous one; an empty note clears
  * it. A note over the tool's limit (64 KiB by default) stops the call.
+ *
+ * The host may stop a call between any two instructions, so leave the note *before* the
+ * effect it undoes, and let the handler tell whether the effect happened (a resource taken
+ * after the note holds a token the note names too), so it never undoes another call's.
  */
 export function setCleanupNote(note) {
   host.setCleanupNote(typeof note === "string" ? new TextEncoder().encode(note) : note);

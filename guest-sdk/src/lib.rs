@@ -200,6 +200,11 @@ pub fn time_left() -> Option<Duration> {
 /// Leave a note for [`Plugin::cleanup`], kept by the host outside the instance. A new note
 /// replaces the previous one; an empty note clears it. A note over the tool's limit (64 KiB
 /// by default) traps the call.
+///
+/// The host may stop a call between any two instructions, so leave the note *before* the
+/// effect it undoes, and let `cleanup` tell whether the effect happened: a lock file taken
+/// after the note, say, holds a token the note names too, so `cleanup` never releases a
+/// lock this call did not take (the example tools' `Lock` does this).
 pub fn set_cleanup_note(note: &[u8]) {
     host::set_cleanup_note(note);
 }

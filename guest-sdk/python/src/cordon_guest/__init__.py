@@ -130,6 +130,11 @@ def set_cleanup_note(note: Union[str, bytes]) -> None:
     """Leave a note for the cleanup handler, kept by the host outside the instance: what it
     needs to undo this call (a lock name, a reservation id). A new note replaces the last;
     an empty one clears it. A note over the tool's limit (64 KiB by default) traps the call.
+
+    The host may stop a call between any two instructions, so leave the note *before* the
+    effect it undoes, and let the handler tell whether the effect happened: a lock file
+    taken after the note, say, holds a token the note names too, so the handler never
+    releases a lock this call did not take (the Python example's `Lock` does this).
     """
     _host.current.set_cleanup_note(note.encode() if isinstance(note, str) else bytes(note))
 
