@@ -65,18 +65,14 @@ impl Lock {
         let taken = fs::hard_link(&staged, &path);
         stop_point()?;
         let _ = fs::remove_file(&staged);
-        match taken {
-            Ok(()) => Ok(Self { path }),
-            Err(error) => {
-                cordon_guest::clear_cleanup_note();
-                match error.kind() {
-                    ErrorKind::AlreadyExists => {
-                        Err(ToolError::new(format!("{name} is locked by another call")))
-                    }
-                    _ => Err(error.into()),
-                }
-            }
+        if let Err(error) = taken {
+            cordon_guest::clear_cleanup_note();
+            return Err(match error.kind() {
+                ErrorKind::AlreadyExists => ToolError::new(format!("{name} is locked by another call")),
+                _ => error.into(),
+            });
         }
+        Ok(Self { path })
     }
 
     /// After a stop: remove what the stopped call's `acquire` left, given its note; the name
