@@ -9,7 +9,9 @@
 //! - `http`: HTTP echo throughput of `cordon serve --http` against a bare hyper server
 //!   (this binary, re-run as `bare-hyper PORT BODY_FILE`) that answers the bytes Cordon
 //!   answers, from Rust code; the same load generator as the `http` benchmark
-//!   (`support::http`), in alternating slices.
+//!   (`support::http`), in alternating slices. A third subject, the same server over a WAT
+//!   tool with four small WASI imports, splits Cordon's cost per request between the
+//!   example component's surface and everything else.
 //! - `ready`: time from spawn to the first `tools/list` answer with 500 components (WAT
 //!   components with distinct tool names, so each compiles on its own), with an empty
 //!   compile cache and then with the cache it filled.
@@ -537,9 +539,28 @@ fn http(root: &Path, cordon: &Path) {
         .spawn()
         .unwrap();
     wait_for(bare_port);
+    // The same server over a WAT tool with four small WASI imports: what Cordon costs per
+    // request apart from the example component's large import and export surface.
+    let wat_component = std::env::temp_dir().join("cordon-bench-scale-wat-echo.wasm");
+    // It answers "hello", as the example's echo does to the load generator's request.
+    let wat_echo = common::WatGuest::new("echo", "(call $ok_text (i32.const 60000) (i32.const 5))")
+        .extra(r#"(data (i32.const 60000) "hello")"#);
+    std::fs::write(&wat_component, wat_echo.component()).unwrap();
+    let wat_config =
+        support::component_config(&wat_component, "scale-http-wat", "max_concurrent_calls = 64\n");
+    let wat_port = free_port();
+    let wat_server = Command::new(cordon)
+        .args(["serve", "--http", &format!("127.0.0.1:{wat_port}"), "--config"])
+        .arg(&wat_config)
+        .env("CORDON_LOG", "warn")
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for(wat_port);
     let mut subjects = [
         Subject::new("cordon (wasm echo, fresh instance)", server, cordon_port),
         Subject::new("bare hyper, same answer bytes", bare, bare_port),
+        Subject::new("cordon (WAT tool, 4 WASI imports)", wat_server, wat_port),
     ];
     // Alternating slices, so that this machine's slow spells fall on both alike.
     for _ in 0..ROUNDS {
@@ -552,7 +573,7 @@ fn http(root: &Path, cordon: &Path) {
         support::http::CLIENTS,
         ROUNDS
     );
-    let [ours, bare] = subjects.map(Subject::report);
+    let [ours, bare, wat] = subjects.map(Subject::report);
     println!(
         "throughput: cordon / bare hyper = {:.0} % (goal >= 50 %); median latency: bare / cordon = {:.0} %; \
          server CPU per request: cordon {:.1?}, bare {:.1?}",
@@ -560,6 +581,13 @@ fn http(root: &Path, cordon: &Path) {
         100.0 * bare.median.as_secs_f64() / ours.median.as_secs_f64(),
         ours.cpu_per_request,
         bare.cpu_per_request
+    );
+    println!(
+        "the WAT tool: {:.0} % of bare hyper's throughput, server CPU per request {:.1?} \
+         (the example component's surface: {:.1?} more)",
+        100.0 * wat.rate / bare.rate,
+        wat.cpu_per_request,
+        ours.cpu_per_request.saturating_sub(wat.cpu_per_request)
     );
 }
 

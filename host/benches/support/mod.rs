@@ -36,13 +36,15 @@ pub fn cordon() -> (PathBuf, PathBuf) {
 
 /// A config file serving the example tools, with `server` as extra `[server]` keys.
 pub fn examples_config(root: &std::path::Path, name: &str, server: &str) -> PathBuf {
+    component_config(&root.join("target/guests/example-tools.wasm"), name, server)
+}
+
+/// [`examples_config`] for the component at `component`.
+pub fn component_config(component: &std::path::Path, name: &str, server: &str) -> PathBuf {
     let config = std::env::temp_dir().join(format!("cordon-bench-{name}.toml"));
     std::fs::write(
         &config,
-        format!(
-            "[server]\ncache = false\n{server}[[components]]\npath = {:?}\n",
-            root.join("target/guests/example-tools.wasm")
-        ),
+        format!("[server]\ncache = false\n{server}[[components]]\npath = {component:?}\n"),
     )
     .unwrap();
     config
