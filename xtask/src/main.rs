@@ -259,13 +259,13 @@ fn stage(name: &str, run: impl FnOnce() -> Result<()>) -> Result<()> {
 }
 
 /// The soak against `target/debug/cordon` (which the test build makes). It builds as a
-/// benchmark with `--profile dev`, the test build's profile, so it reuses that build's
-/// dependencies rather than compiling wasmtime again.
+/// benchmark with `--profile test`, the test build's profile, so it reuses that build
+/// (the host at -O1 as well as the dependencies) rather than compiling any of it again.
 fn soak(secs: u64) -> Result<()> {
     let cargo = env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     run(Command::new(cargo)
         .current_dir(repo_root())
-        .args(["bench", "-p", "cordon", "--bench", "soak", "--profile", "dev", "--", "--secs"])
+        .args(["bench", "-p", "cordon", "--bench", "soak", "--profile", "test", "--", "--secs"])
         .arg(secs.to_string()))
     .context("the soak failed (its checks are above)")
 }

@@ -19,7 +19,7 @@
 //!
 //! ```sh
 //! cargo xtask soak          # 300 s; `cargo xtask soak 30` for a quick run
-//! cargo bench -p cordon --bench soak --profile dev -- --secs 30 [--seed N] [--lanes N] [--without Spin,ListDir]
+//! cargo bench -p cordon --bench soak --profile test -- --secs 30 [--seed N] [--lanes N] [--without Spin,ListDir]
 //! ```
 
 mod client;
