@@ -517,17 +517,22 @@ fn cordon_echo_body(port: u16) -> String {
 }
 
 fn http(root: &Path, cordon: &Path) {
-    let config = support::examples_config(root, "scale-http", "max_concurrent_calls = 64\n");
     let tokio = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
-    let cordon_port = free_port();
-    let server = Command::new(cordon)
-        .args(["serve", "--http", &format!("127.0.0.1:{cordon_port}"), "--config"])
-        .arg(&config)
-        .env("CORDON_LOG", "warn")
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    wait_for(cordon_port);
+    // `cordon serve --http` on a free port with `config`, once it listens.
+    let serve = |config: &Path| {
+        let port = free_port();
+        let server = Command::new(cordon)
+            .args(["serve", "--http", &format!("127.0.0.1:{port}"), "--config"])
+            .arg(config)
+            .env("CORDON_LOG", "warn")
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        wait_for(port);
+        (server, port)
+    };
+    let (server, cordon_port) =
+        serve(&support::examples_config(root, "scale-http", "max_concurrent_calls = 64\n"));
     let body = cordon_echo_body(cordon_port);
     let body_file = std::env::temp_dir().join("cordon-bench-scale-echo.json");
     std::fs::write(&body_file, &body).unwrap();
@@ -546,17 +551,8 @@ fn http(root: &Path, cordon: &Path) {
     let wat_echo = common::WatGuest::new("echo", "(call $ok_text (i32.const 60000) (i32.const 5))")
         .extra(r#"(data (i32.const 60000) "hello")"#);
     std::fs::write(&wat_component, wat_echo.component()).unwrap();
-    let wat_config =
-        support::component_config(&wat_component, "scale-http-wat", "max_concurrent_calls = 64\n");
-    let wat_port = free_port();
-    let wat_server = Command::new(cordon)
-        .args(["serve", "--http", &format!("127.0.0.1:{wat_port}"), "--config"])
-        .arg(&wat_config)
-        .env("CORDON_LOG", "warn")
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    wait_for(wat_port);
+    let (wat_server, wat_port) =
+        serve(&support::component_config(&wat_component, "scale-http-wat", "max_concurrent_calls = 64\n"));
     let mut subjects = [
         Subject::new("cordon (wasm echo, fresh instance)", server, cordon_port),
         Subject::new("bare hyper, same answer bytes", bare, bare_port),
