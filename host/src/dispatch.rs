@@ -1028,13 +1028,13 @@ impl Connection {
         let mut asking = None;
         let call = match retry {
             Some(retry) => {
-                let binding = sealed::Binding::new(
-                    call.component_name(),
-                    format!("tools/call {name}"),
-                    self.tenant.as_ref().map(|tenant| tenant.id.as_str()),
-                    arguments,
-                );
-                match retry.round_for(&self.server.sealer, &binding) {
+                // What a sealed state is bound to, made only when a state is opened or
+                // sealed: most calls do neither, and hashing the arguments is not free.
+                let component = call.component();
+                let tenant = self.tenant.as_ref().map(|tenant| tenant.id.as_str());
+                let binding =
+                    move || sealed::Binding::new(&component, format!("tools/call {name}"), tenant, arguments);
+                match retry.round_for(&self.server.sealer, binding.clone()) {
                     Ok((round, number)) => {
                         let call = call.with_input(round);
                         asking = Some((retry, binding, number));
@@ -1133,7 +1133,7 @@ impl Connection {
         let limits = tools.limits(name).cloned().unwrap_or_default();
         let answer = match (report.outcome, asking) {
             (Outcome::InputRequired(input), Some((retry, binding, round))) => {
-                match retry.ask(input, round, &self.server.sealer, binding) {
+                match retry.ask(input, round, &self.server.sealer, binding()) {
                     Ok(result) => jsonrpc::success(id, result),
                     Err(input::NotAsked::Refused(error)) => jsonrpc::failure(Some(id), &error),
                     Err(input::NotAsked::Failed(message)) => {

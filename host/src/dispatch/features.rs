@@ -230,8 +230,9 @@ impl Connection {
                 (_, _, Some(round)) => call.with_input(round),
                 (Some(retry), Some((target, arguments)), None) => {
                     let tenant = self.tenant.as_ref().map(|tenant| tenant.id.as_str());
-                    let binding = Binding::new(call.component_name(), target.clone(), tenant, arguments);
-                    match retry.round_for(&self.server.sealer, &binding) {
+                    let component = call.component();
+                    let binding = move || Binding::new(&component, target.clone(), tenant, arguments);
+                    match retry.round_for(&self.server.sealer, binding.clone()) {
                         Ok((round, number)) => {
                             asking = Some((retry, binding, number));
                             call.with_input(round)
@@ -305,7 +306,7 @@ impl Connection {
                 }
                 Outcome::InputRequired(input) if asking.is_some() => {
                     let (retry, binding, round) = asking.expect("guarded");
-                    match retry.ask(input, round, &self.server.sealer, binding) {
+                    match retry.ask(input, round, &self.server.sealer, binding()) {
                         Ok(result) => {
                             return (Some(jsonrpc::success(id, result)), Some(teardown));
                         }

@@ -95,17 +95,19 @@ impl Retry {
     /// The round to run, and its number: the first without a state; else the state opened
     /// (`-32602` if it fails: changed, expired, another key, another tool, tenant or
     /// arguments) with the answers to the keys it asked.
+    ///
+    /// `binding` is made only to open a state: a first round never hashes its arguments.
     pub(crate) fn round_for(
         &self,
         sealer: &Sealer,
-        binding: &Binding,
+        binding: impl FnOnce() -> Binding,
     ) -> Result<(InputRound, u32), RpcError> {
         let Some(sealed) = &self.request_state else {
             // No state: answers given without one (a client that kept none) go as they are.
             return Ok((InputRound::retry(self.client, self.responses.clone(), None), 1));
         };
         let opened = sealer
-            .open(sealed, binding)
+            .open(sealed, &binding())
             .map_err(|refused| RpcError::invalid_params(format!("Invalid params: {refused}")))?;
         let responses = self.responses.iter().filter(|(key, _)| opened.keys.contains(key)).cloned().collect();
         Ok((InputRound::retry(self.client, responses, opened.state), opened.round.saturating_add(1)))

@@ -82,8 +82,7 @@ pub struct Binding {
 impl Binding {
     pub fn new(component: &str, target: String, tenant: Option<&str>, arguments: &serde_json::Value) -> Self {
         // serde_json's map is ordered by key: the same arguments give the same text.
-        let digest = Sha256::digest(arguments.to_string().as_bytes());
-        let arguments = digest.iter().map(|byte| format!("{byte:02x}")).collect();
+        let arguments = format!("{:x}", Sha256::digest(arguments.to_string().as_bytes()));
         Self { component: component.to_owned(), target, tenant: tenant.map(str::to_owned), arguments }
     }
 }

@@ -303,6 +303,11 @@ impl Call {
         &self.component.name
     }
 
+    /// The name of the component it runs, to keep beyond the call.
+    pub fn component(&self) -> Arc<str> {
+        Arc::clone(&self.component.name)
+    }
+
     /// The limits it runs under.
     pub fn limits(&self) -> &ToolLimits {
         &self.limits
