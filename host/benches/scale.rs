@@ -469,10 +469,11 @@ fn parked_http(root: &Path, cordon: &Path) {
     );
 }
 
-/// The bare server: `bare-hyper PORT BODY_FILE` answers every request with the bytes of
-/// BODY_FILE as `application/json`, after reading the request's body; no parsing, no
-/// protocol: the floor of hyper on this machine.
-fn bare_hyper(port: u16, body_file: &Path) {
+/// The bare server: `bare-hyper PORT BODY_FILE [SPIN_MICROS]` answers every request with
+/// the bytes of BODY_FILE as `application/json`, after reading the request's body; no
+/// parsing, no protocol: the floor of hyper on this machine. With SPIN_MICROS, each
+/// request first spins that long on its core: a server of a given cost per request.
+fn bare_hyper(port: u16, body_file: &Path, spin: Duration) {
     use http_body_util::{BodyExt, Full};
     use hyper::service::service_fn;
 
@@ -489,6 +490,10 @@ fn bare_hyper(port: u16, body_file: &Path) {
                     let body = body.clone();
                     async move {
                         request.into_body().collect().await?;
+                        let spun = Instant::now();
+                        while spun.elapsed() < spin {
+                            std::hint::spin_loop();
+                        }
                         let mut response = hyper::Response::new(Full::new(body));
                         response.headers_mut().insert(
                             "content-type",
@@ -536,14 +541,23 @@ fn http(root: &Path, cordon: &Path) {
     let body = cordon_echo_body(cordon_port);
     let body_file = std::env::temp_dir().join("cordon-bench-scale-echo.json");
     std::fs::write(&body_file, &body).unwrap();
-    let bare_port = free_port();
-    let bare = Command::new(std::env::current_exe().unwrap())
-        .arg("bare-hyper")
-        .arg(bare_port.to_string())
-        .arg(&body_file)
-        .spawn()
-        .unwrap();
-    wait_for(bare_port);
+    // Bare hyper, and bare hyper spinning `spin` per request before it answers.
+    let bare_hyper = |spin: Duration| {
+        let port = free_port();
+        let server = Command::new(std::env::current_exe().unwrap())
+            .arg("bare-hyper")
+            .arg(port.to_string())
+            .arg(&body_file)
+            .arg(spin.as_micros().to_string())
+            .spawn()
+            .unwrap();
+        wait_for(port);
+        (server, port)
+    };
+    let (bare, bare_port) = bare_hyper(Duration::ZERO);
+    // Where the goal lies on this machine: the client shares the cores, so throughput
+    // falls with the server's CPU per request, whatever spends it.
+    let (spinning, spinning_port) = bare_hyper(CALIBRATION_SPIN);
     // The same server over a WAT tool with four small WASI imports: what Cordon costs per
     // request apart from the example component's large import and export surface.
     let wat_component = std::env::temp_dir().join("cordon-bench-scale-wat-echo.wasm");
@@ -553,10 +567,21 @@ fn http(root: &Path, cordon: &Path) {
     std::fs::write(&wat_component, wat_echo.component()).unwrap();
     let (wat_server, wat_port) =
         serve(&support::component_config(&wat_component, "scale-http-wat", "max_concurrent_calls = 64\n"));
+    // The same server again, asked for a tool it does not have: Cordon's whole request
+    // path (HTTP checks, JSON-RPC, dispatch, the answer) without a guest, the floor under
+    // any call.
+    let (no_guest_server, no_guest_port) = serve(&support::component_config(
+        &wat_component,
+        "scale-http-no-guest",
+        "max_concurrent_calls = 64\n",
+    ));
     let mut subjects = [
         Subject::new("cordon (wasm echo, fresh instance)", server, cordon_port),
         Subject::new("bare hyper, same answer bytes", bare, bare_port),
         Subject::new("cordon (WAT tool, 4 WASI imports)", wat_server, wat_port),
+        Subject::new("cordon, unknown tool (no guest)", no_guest_server, no_guest_port)
+            .calling("no_such_tool", "Unknown tool: no_such_tool"),
+        Subject::new("bare hyper spinning 20µs per request", spinning, spinning_port),
     ];
     // Alternating slices, so that this machine's slow spells fall on both alike.
     for _ in 0..ROUNDS {
@@ -569,7 +594,7 @@ fn http(root: &Path, cordon: &Path) {
         support::http::CLIENTS,
         ROUNDS
     );
-    let [ours, bare, wat] = subjects.map(Subject::report);
+    let [ours, bare, wat, no_guest, spinning] = subjects.map(Subject::report);
     println!(
         "throughput: cordon / bare hyper = {:.0} % (goal >= 50 %); median latency: bare / cordon = {:.0} %; \
          server CPU per request: cordon {:.1?}, bare {:.1?}",
@@ -585,7 +610,24 @@ fn http(root: &Path, cordon: &Path) {
         wat.cpu_per_request,
         ours.cpu_per_request.saturating_sub(wat.cpu_per_request)
     );
+    println!(
+        "no guest (an unknown tool's error): {:.0} % of bare hyper's throughput, server CPU per request {:.1?} \
+         (a WAT tool's call adds {:.1?}: its instance, the call, the teardown and their bookkeeping)",
+        100.0 * no_guest.rate / bare.rate,
+        no_guest.cpu_per_request,
+        wat.cpu_per_request.saturating_sub(no_guest.cpu_per_request)
+    );
+    println!(
+        "calibration: bare hyper spending {CALIBRATION_SPIN:?} more per request (server CPU per request {:.1?}) \
+         keeps {:.0} % of its throughput",
+        spinning.cpu_per_request,
+        100.0 * spinning.rate / bare.rate
+    );
 }
+
+/// What the calibration subject spins per request: about what separates 50 % of bare
+/// hyper's throughput from 100 % on a 2-core machine shared with the load generator.
+const CALIBRATION_SPIN: Duration = Duration::from_micros(20);
 
 /// Write `COMPONENTS` one-tool WAT components with distinct names (so distinct bytes, each
 /// compiled on its own) and a config serving them with its compile cache in `dir/cache`.
@@ -639,7 +681,9 @@ fn ready(cordon: &Path) {
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).filter(|arg| !arg.starts_with("--")).collect();
     if args.first().map(String::as_str) == Some("bare-hyper") {
-        return bare_hyper(args[1].parse().unwrap(), Path::new(&args[2]));
+        let spin =
+            args.get(3).map_or(Duration::ZERO, |micros| Duration::from_micros(micros.parse().unwrap()));
+        return bare_hyper(args[1].parse().unwrap(), Path::new(&args[2]), spin);
     }
     let run = |section: &str| args.is_empty() || args.iter().any(|name| name == section);
     let (root, cordon) = support::cordon();

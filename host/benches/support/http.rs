@@ -18,13 +18,18 @@ pub fn echo_request(port: u16) -> String {
 
 /// [`echo_request`] with more header lines (each ending in `\r\n`), e.g. `Authorization`.
 pub fn echo_request_with(port: u16, headers: &str) -> String {
+    call_request(port, "echo", headers)
+}
+
+/// `tools/call <tool>` with `{"text": "hello"}` and more header lines.
+pub fn call_request(port: u16, tool: &str, headers: &str) -> String {
     let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
-        "name": "echo", "arguments": {"text": "hello"},
+        "name": tool, "arguments": {"text": "hello"},
         "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {}}}})
     .to_string();
     format!(
         "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAccept: application/json, text/event-stream\r\n\
-         Content-Type: application/json\r\nMCP-Protocol-Version: 2026-07-28\r\nMcp-Method: tools/call\r\nMcp-Name: echo\r\n\
+         Content-Type: application/json\r\nMCP-Protocol-Version: 2026-07-28\r\nMcp-Method: tools/call\r\nMcp-Name: {tool}\r\n\
          {headers}Content-Length: {}\r\n\r\n{body}",
         body.len()
     )
@@ -37,7 +42,16 @@ pub async fn load(port: u16, duration: Duration) -> Vec<Duration> {
 
 /// [`load`] with more header lines on every request.
 pub async fn load_with(port: u16, duration: Duration, headers: &str) -> Vec<Duration> {
-    let request = echo_request_with(port, headers);
+    load_request(port, duration, echo_request_with(port, headers), "hello").await
+}
+
+/// [`load`] with `request` (made for `port`), whose every answer's body holds `expected`.
+pub async fn load_request(
+    port: u16,
+    duration: Duration,
+    request: String,
+    expected: &'static str,
+) -> Vec<Duration> {
     let deadline = Instant::now() + duration;
     let mut workers = Vec::new();
     for _ in 0..CLIENTS {
@@ -48,7 +62,7 @@ pub async fn load_with(port: u16, duration: Duration, headers: &str) -> Vec<Dura
             while Instant::now() < deadline {
                 let started = Instant::now();
                 let body = exchange(&mut connection, port, &request).await;
-                assert!(body.contains("hello"), "{body}");
+                assert!(body.contains(expected), "{body}");
                 latencies.push(started.elapsed());
             }
             latencies
@@ -134,6 +148,9 @@ pub struct Subject {
     pub port: u16,
     /// Header lines sent with every request.
     headers: String,
+    /// The tool every request calls, and what each answer's body must hold.
+    tool: &'static str,
+    expected: &'static str,
     latencies: Vec<Duration>,
     /// Each slice's median latency, in order.
     pub slice_medians: Vec<Duration>,
@@ -156,6 +173,8 @@ impl Subject {
             child,
             port,
             headers: String::new(),
+            tool: "echo",
+            expected: "hello",
             latencies: Vec::new(),
             slice_medians: Vec::new(),
             cpu: Duration::ZERO,
@@ -171,6 +190,13 @@ impl Subject {
         self
     }
 
+    /// Call `tool` instead of `echo`; every answer's body must hold `expected`.
+    pub fn calling(mut self, tool: &'static str, expected: &'static str) -> Self {
+        self.tool = tool;
+        self.expected = expected;
+        self
+    }
+
     pub fn signal(&self, signal: i32) {
         super::signal(&self.child, signal);
     }
@@ -180,7 +206,8 @@ impl Subject {
     pub fn slice(&mut self, tokio: &tokio::runtime::Runtime, slice: Duration) {
         self.signal(libc::SIGCONT);
         let cpu_before = super::cpu_used(self.child.id());
-        let mut latencies = tokio.block_on(load_with(self.port, slice, &self.headers));
+        let request = call_request(self.port, self.tool, &self.headers);
+        let mut latencies = tokio.block_on(load_request(self.port, slice, request, self.expected));
         self.cpu += super::cpu_used(self.child.id()) - cpu_before;
         latencies.sort_unstable();
         self.slice_medians.push(latencies[latencies.len() / 2]);
