@@ -7,11 +7,13 @@
 //!   every parked call answers.
 //! - `parked-http`: the same over `cordon serve --http`, a connection per parked call.
 //! - `http`: HTTP echo throughput of `cordon serve --http` against a bare hyper server
-//!   (this binary, re-run as `bare-hyper PORT BODY_FILE`) that answers the bytes Cordon
-//!   answers, from Rust code; the same load generator as the `http` benchmark
-//!   (`support::http`), in alternating slices. A third subject, the same server over a WAT
-//!   tool with four small WASI imports, splits Cordon's cost per request between the
-//!   example component's surface and everything else.
+//!   (this binary, re-run as `bare-hyper PORT BODY_FILE [SPIN_MICROS]`) that answers the
+//!   bytes Cordon answers, from Rust code; the same load generator as the `http` benchmark
+//!   (`support::http`), in alternating slices. Three more subjects split Cordon's cost: the
+//!   same server over a WAT tool with four small WASI imports (the example component's
+//!   surface apart), asked for an unknown tool (no guest: the path every request takes),
+//!   and bare hyper spinning a fixed time per request (what a cost per request does to
+//!   throughput on this machine, where the load generator shares the cores).
 //! - `ready`: time from spawn to the first `tools/list` answer with 500 components (WAT
 //!   components with distinct tool names, so each compiles on its own), with an empty
 //!   compile cache and then with the cache it filled.
@@ -581,7 +583,11 @@ fn http(root: &Path, cordon: &Path) {
         Subject::new("cordon (WAT tool, 4 WASI imports)", wat_server, wat_port),
         Subject::new("cordon, unknown tool (no guest)", no_guest_server, no_guest_port)
             .calling("no_such_tool", "Unknown tool: no_such_tool"),
-        Subject::new("bare hyper spinning 20µs per request", spinning, spinning_port),
+        Subject::new(
+            String::leak(format!("bare hyper spinning {CALIBRATION_SPIN:?} per request")),
+            spinning,
+            spinning_port,
+        ),
     ];
     // Alternating slices, so that this machine's slow spells fall on both alike.
     for _ in 0..ROUNDS {
