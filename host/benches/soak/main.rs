@@ -237,7 +237,8 @@ async fn soak(args: Args) -> Result<bool> {
     for (target, tally) in targets.iter().zip(&tallies) {
         checks.push(locks_released(target, tally).await?);
     }
-    let after = settle(&[&stdio, &http], &baseline).await?;
+    let settled = settle(&[&stdio, &http], &baseline).await?;
+    let after = settled.now;
     let grown = [
         server::grown_mappings(&mappings[0], &server::resident_by_mapping(stdio.pid())?),
         server::grown_mappings(&mappings[1], &server::resident_by_mapping(http.pid())?),
@@ -280,10 +281,12 @@ async fn soak(args: Args) -> Result<bool> {
             // What grew is shown when passing too: a margin that shrinks run after run
             // names its cause.
             detail: format!(
-                "{} before, {} at the peak, {} after; grown most: {}",
+                "{} before, {} at the peak, {} as the load ended, {} after {:.2?}; grown most: {}",
                 mib(base.rss_kib),
                 mib(now.peak_rss_kib.max(peaks[index].rss_kib)),
+                mib(settled.first[index].rss_kib),
                 mib(now.rss_kib),
+                settled.waited,
                 grown[index]
             ),
         });
@@ -523,20 +526,35 @@ async fn locks_released(target: &Target, tally: &SharedTally) -> Result<Check> {
     }
 }
 
-/// Wait until both servers are back within the slack of their baseline, or `SETTLE` passed;
-/// returns what they use then.
-async fn settle(servers: &[&Server; 2], baseline: &[Usage; 2]) -> Result<[Usage; 2]> {
-    let deadline = Instant::now() + SETTLE;
+/// What the servers used as the load ended and once they had settled.
+struct Settled {
+    /// The first reading after the load.
+    first: [Usage; 2],
+    /// The reading the checks judge: the first within the slack, or the last.
+    now: [Usage; 2],
+    /// How long that took.
+    waited: Duration,
+}
+
+/// Wait until both servers are back within the slack of their baseline, or `SETTLE` passed.
+/// The loop ends at the first reading within the slack, so a server whose memory is still
+/// falling then shows a figure just under it: `first` and `waited` tell that apart from one
+/// that is steady there.
+async fn settle(servers: &[&Server; 2], baseline: &[Usage; 2]) -> Result<Settled> {
+    let started = Instant::now();
+    let deadline = started + SETTLE;
     let mut interval = tokio::time::interval(Duration::from_millis(250));
+    let mut first = None;
     loop {
         interval.tick().await;
         let now = [servers[0].usage()?, servers[1].usage()?];
+        let first = *first.get_or_insert(now);
         let settled = now.iter().zip(baseline).all(|(now, base)| {
             now.fds as f64 <= base.fds as f64 * (1.0 + RESOURCE_SLACK)
                 && now.rss_kib as f64 <= base.rss_kib as f64 * (1.0 + RESOURCE_SLACK)
         });
         if settled || Instant::now() >= deadline {
-            return Ok(now);
+            return Ok(Settled { first, now, waited: started.elapsed() });
         }
     }
 }
