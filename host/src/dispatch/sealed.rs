@@ -244,6 +244,17 @@ mod tests {
         Binding::new("tools", target.to_owned(), tenant, &arguments)
     }
 
+    /// A state sealed by another replica, or by this server before an upgrade, binds the
+    /// arguments by this exact text: SHA-256 of their canonical JSON, 64 lowercase hex digits.
+    #[test]
+    fn the_arguments_are_bound_by_the_hex_sha256_of_their_canonical_json() {
+        // `printf '{"a":2,"b":"x"}' | sha256sum` (its byte 0x03 needs a leading zero)
+        assert_eq!(
+            binding("tools/call echo", None, serde_json::json!({"b": "x", "a": 2})).arguments,
+            "e5a71045b6b297a5ba41ee2a7551269c2ef5e7b0d5b1032456e17b6b7b373db5"
+        );
+    }
+
     #[test]
     fn a_state_opens_only_as_sealed_and_for_what_it_was_sealed_for() {
         let sealer = Sealer::random();
