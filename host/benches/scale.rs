@@ -538,8 +538,8 @@ fn http(root: &Path, cordon: &Path) {
         wait_for(port);
         (server, port)
     };
-    let (server, cordon_port) =
-        serve(&support::examples_config(root, "scale-http", "max_concurrent_calls = 64\n"));
+    let server_table = "max_concurrent_calls = 64\n";
+    let (server, cordon_port) = serve(&support::examples_config(root, "scale-http", server_table));
     let body = cordon_echo_body(cordon_port);
     let body_file = std::env::temp_dir().join("cordon-bench-scale-echo.json");
     std::fs::write(&body_file, &body).unwrap();
@@ -568,15 +568,12 @@ fn http(root: &Path, cordon: &Path) {
         .extra(r#"(data (i32.const 60000) "hello")"#);
     std::fs::write(&wat_component, wat_echo.component()).unwrap();
     let (wat_server, wat_port) =
-        serve(&support::component_config(&wat_component, "scale-http-wat", "max_concurrent_calls = 64\n"));
+        serve(&support::component_config(&wat_component, "scale-http-wat", server_table));
     // The same server again, asked for a tool it does not have: Cordon's whole request
     // path (HTTP checks, JSON-RPC, dispatch, the answer) without a guest, the floor under
     // any call.
-    let (no_guest_server, no_guest_port) = serve(&support::component_config(
-        &wat_component,
-        "scale-http-no-guest",
-        "max_concurrent_calls = 64\n",
-    ));
+    let (no_guest_server, no_guest_port) =
+        serve(&support::component_config(&wat_component, "scale-http-no-guest", server_table));
     let mut subjects = [
         Subject::new("cordon (wasm echo, fresh instance)", server, cordon_port),
         Subject::new("bare hyper, same answer bytes", bare, bare_port),

@@ -35,17 +35,8 @@ pub fn call_request(port: u16, tool: &str, headers: &str) -> String {
     )
 }
 
-/// The latencies of every request made in `duration`.
-pub async fn load(port: u16, duration: Duration) -> Vec<Duration> {
-    load_with(port, duration, "").await
-}
-
-/// [`load`] with more header lines on every request.
-pub async fn load_with(port: u16, duration: Duration, headers: &str) -> Vec<Duration> {
-    load_request(port, duration, echo_request_with(port, headers), "hello").await
-}
-
-/// [`load`] with `request` (made for `port`), whose every answer's body holds `expected`.
+/// The latencies of every `request` (made for `port`) sent in `duration` by `CLIENTS`
+/// clients; every answer's body must hold `expected`.
 pub async fn load_request(
     port: u16,
     duration: Duration,
