@@ -36,7 +36,8 @@
 //! max_connections_per_ip = 1024  # from one address (IPv6: one /64); more get 503, closed
 //! max_header_connections_per_ip = 64 # of those, still reading their first request's
 //!                                # head; more wait, unread, up to header_timeout_ms
-//! header_timeout_ms = 10000      # for a request's head to arrive
+//! header_timeout_ms = 10000      # for a request's head to arrive; a kept-alive
+//!                                # connection idle this long is closed
 //! linger_ms = 5000               # after a refusal that left the body unread, read and
 //! linger_kb = 16384              # discard at most this much before closing
 //! allowed_hosts = ["mcp.internal"]   # besides localhost, 127.0.0.1 and [::1]

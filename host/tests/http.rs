@@ -334,6 +334,63 @@ fn connections_beyond_the_cap_wait_until_one_closes() {
     assert_eq!(answer.recv_timeout(Duration::from_secs(5)).unwrap(), 200, "served once a slot is free");
 }
 
+/// One answer read from a kept-alive connection (its body sized by `Content-Length`).
+fn read_kept_alive_answer(stream: &mut BufReader<TcpStream>, schema: &Schema) -> Answer {
+    use std::io::BufRead;
+    let mut head = String::new();
+    while !head.ends_with("\r\n\r\n") {
+        assert!(stream.read_line(&mut head).unwrap() > 0, "the server closed before answering: {head}");
+    }
+    let length: usize = head
+        .lines()
+        .find_map(|line| {
+            line.to_ascii_lowercase().strip_prefix("content-length:").map(|n| n.trim().to_owned())
+        })
+        .expect("a sized answer")
+        .parse()
+        .unwrap();
+    let mut body = vec![0; length];
+    stream.read_exact(&mut body).unwrap();
+    parse_answer(&(head + &String::from_utf8(body).unwrap()), schema)
+}
+
+#[test]
+fn a_kept_alive_connection_is_closed_once_idle_for_the_header_timeout_from_its_last_answer() {
+    let config = examples_config("http-idle", "[http]\nheader_timeout_ms = 400\n");
+    let (child, port) = spawn_http_server(env!("CARGO_BIN_EXE_cordon").as_ref(), &config);
+    let server = Server { child, port, schema: Arc::new(Schema::new()) };
+    let stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut stream = BufReader::new(stream);
+    let mut send = |id: i64, tool: &str, arguments: Value| {
+        let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": {"name": tool, "arguments": arguments, "_meta": meta()}});
+        let mut request = format!("POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n");
+        for (name, value) in modern_headers("tools/call", Some(tool)) {
+            request.push_str(&format!("{name}: {value}\r\n"));
+        }
+        request.push_str(&format!("Content-Length: {}\r\n\r\n{body}", body.to_string().len()));
+        stream.get_mut().write_all(request.as_bytes()).unwrap();
+        let answer = read_kept_alive_answer(&mut stream, &server.schema);
+        assert_eq!(answer.status, 200, "{}", answer.body);
+        Instant::now()
+    };
+    // A call longer than the timeout: the connection outlives it while busy...
+    let opened = Instant::now();
+    send(1, "reindex", json!({"collection": "idle-keep-alive", "total": 40, "step_ms": 600}));
+    assert!(opened.elapsed() > Duration::from_millis(400));
+    // ...and stays open for the next request, since the timeout counts from the last answer...
+    let answered = send(2, "echo", json!({"text": "still open"}));
+    // ...then closes once idle for the timeout.
+    let mut byte = [0u8; 1];
+    assert_eq!(stream.read(&mut byte).unwrap(), 0, "closed without a byte more");
+    let idle = answered.elapsed();
+    assert!(
+        idle >= Duration::from_millis(350) && idle < Duration::from_secs(5),
+        "closed after {idle:?} idle"
+    );
+}
+
 #[test]
 fn a_legacy_client_gets_a_session_whose_cancellations_reach_its_calls() {
     let server = Server::start("http-legacy");

@@ -22,6 +22,14 @@ use tokio::sync::oneshot;
 /// configures (the longest call runs 1 s, plus grace and a 1 s cleanup).
 pub const ANSWER_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// A kept-alive HTTP connection idle this long is not reused: the server closes one idle
+/// for its `header_timeout_ms` (10 s by default), and a request written as it closes is
+/// never read (HTTP/1.1's keep-alive race). Pooling clients expire theirs sooner for the
+/// same reason (httpx after 5 s). Kept well below the server's, and without a check for
+/// the server's close before reuse, so that a server closing an idle connection early is
+/// still caught as a lost request.
+const KEEPALIVE_EXPIRY: Duration = Duration::from_secs(5);
+
 /// The 2026-07-28 request envelope, with a progress token when asked for.
 pub fn meta(progress_token: Option<String>) -> Value {
     let mut meta = json!({
@@ -327,6 +335,9 @@ impl HttpClient {
 
     /// POST `body` on the kept-alive connection (made anew when the server closed it).
     pub async fn post(&mut self, mcp_method: &str, name: Option<&str>, body: &[u8]) -> Result<HttpAnswer> {
+        if self.last_answer.is_some_and(|at| at.elapsed() > KEEPALIVE_EXPIRY) {
+            self.connection = None;
+        }
         if self.connection.is_none() {
             self.connection = Some(self.connect().await?);
             self.served = 0;

@@ -91,8 +91,9 @@ pub struct HttpSettings {
     /// Connections from one client address still reading their first request's head;
     /// that address's other new connections wait, unread, for one of these to finish.
     pub max_header_connections_per_ip: usize,
-    /// How long a request's head may take to arrive; also how long a new connection waits
-    /// for its address's turn to send one.
+    /// How long a request's head may take to arrive, counted on a kept-alive connection
+    /// from the end of its last answer (so an idle connection closes after it); also how
+    /// long a new connection waits for its address's turn to send one.
     pub header_timeout: Duration,
     /// After a refusal that left the body unread: how long to read and discard what the
     /// client still sends before closing...
