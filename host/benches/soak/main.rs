@@ -281,7 +281,7 @@ async fn soak(args: Args) -> Result<bool> {
             // What grew is shown when passing too: a margin that shrinks run after run
             // names its cause.
             detail: format!(
-                "{} before, {} at the peak, {} as the load ended, {} after {:.2?}; grown most: {}",
+                "{} before, {} at the peak, {} as the load ended, {} after {:.2?}; grown by kind: {}",
                 mib(base.rss_kib),
                 mib(now.peak_rss_kib.max(peaks[index].rss_kib)),
                 mib(settled.first[index].rss_kib),

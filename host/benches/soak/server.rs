@@ -205,18 +205,40 @@ pub fn usage(pid: u32) -> Result<Usage> {
     Ok(Usage { fds, rss_kib: kib("VmRSS:")?, peak_rss_kib: kib("VmHWM:")? })
 }
 
-/// Resident memory per mapping of process `pid` (`/proc/PID/smaps`), keyed by its address
-/// range and name: compared before and after, it says where memory stayed (the malloc
-/// heap and its arenas, or the instance pool's reservation).
-pub fn resident_by_mapping(pid: u32) -> Result<BTreeMap<String, u64>> {
+/// One mapping of a process (`/proc/PID/smaps`).
+#[derive(Debug, Clone)]
+struct Mapping {
+    start: u64,
+    end: u64,
+    name: String,
+    protection: String,
+    rss_kib: u64,
+}
+
+/// Where a mapping's resident memory belongs, told from its address and neighbours.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum MemoryKind {
+    /// Inside the instance pool's reservation (linear memories and tables, each slot
+    /// keeping up to `linear_memory_keep_resident` once warm).
+    Pool,
+    /// glibc's malloc heap or one of its per-thread arenas (64 MiB-aligned heaps): what C
+    /// code allocates (`fdopendir`'s buffers), since Rust's allocator is jemalloc.
+    GlibcMalloc,
+    /// Other anonymous memory: jemalloc's extents, thread and fiber stacks.
+    OtherAnonymous,
+    /// Files: the binary, libraries.
+    File,
+}
+
+/// Resident memory per mapping of process `pid`, keyed by its address range and name, with
+/// its kind: compared before and after, it says where memory stayed.
+pub fn resident_by_mapping(pid: u32) -> Result<BTreeMap<String, (MemoryKind, u64)>> {
     let smaps = std::fs::read_to_string(format!("/proc/{pid}/smaps"))?;
-    let mut mappings = BTreeMap::new();
-    let mut current = String::new();
+    let mut all: Vec<Mapping> = Vec::new();
     for line in smaps.lines() {
         if let Some(rss) = line.strip_prefix("Rss:") {
-            let kib: u64 = rss.trim().trim_end_matches("kB").trim().parse()?;
-            if kib > 0 {
-                mappings.insert(current.clone(), kib);
+            if let Some(last) = all.last_mut() {
+                last.rss_kib = rss.trim().trim_end_matches("kB").trim().parse()?;
             }
         } else if line
             .split_whitespace()
@@ -224,32 +246,72 @@ pub fn resident_by_mapping(pid: u32) -> Result<BTreeMap<String, u64>> {
             .is_some_and(|first| first.contains('-') && !first.ends_with(':'))
         {
             let fields: Vec<&str> = line.split_whitespace().collect();
-            let size = fields[0].split_once('-').map_or(0, |(start, end)| {
-                u64::from_str_radix(end, 16)
-                    .unwrap_or(0)
-                    .saturating_sub(u64::from_str_radix(start, 16).unwrap_or(0))
+            let (start, end) = fields[0].split_once('-').context("a mapping's range")?;
+            all.push(Mapping {
+                start: u64::from_str_radix(start, 16)?,
+                end: u64::from_str_radix(end, 16)?,
+                name: fields.get(5).copied().unwrap_or("[anon]").to_owned(),
+                protection: fields[1].to_owned(),
+                rss_kib: 0,
             });
-            let name = fields.get(5).copied().unwrap_or("[anon]");
-            current = format!("{} ({} MiB {name})", fields[0], size >> 20);
         }
+    }
+    // The pool reserves 4 GiB and a guard per linear memory: the span of every
+    // inaccessible mapping of at least 1 GiB holds it, and only it.
+    let reservations = all.iter().filter(|m| m.protection == "---p" && m.end - m.start >= 1 << 30);
+    let pool = reservations.fold(None, |span: Option<(u64, u64)>, m| {
+        Some(span.map_or((m.start, m.end), |(low, high)| (low.min(m.start), high.max(m.end))))
+    });
+    let mut mappings = BTreeMap::new();
+    for m in all.iter().filter(|m| m.rss_kib > 0) {
+        const ARENA_ALIGNMENT: u64 = 64 << 20;
+        let kind = if m.name.starts_with('/') {
+            MemoryKind::File
+        } else if pool.is_some_and(|(low, high)| m.start >= low && m.end <= high) {
+            MemoryKind::Pool
+        } else if m.name == "[heap]" || m.start % ARENA_ALIGNMENT == 0 {
+            MemoryKind::GlibcMalloc
+        } else {
+            MemoryKind::OtherAnonymous
+        };
+        let key = format!("{:x}-{:x} ({} MiB {})", m.start, m.end, (m.end - m.start) >> 20, m.name);
+        mappings.insert(key, (kind, m.rss_kib));
     }
     Ok(mappings)
 }
 
-/// The mappings whose resident memory grew most from `before` to `after`.
-pub fn grown_mappings(before: &BTreeMap<String, u64>, after: &BTreeMap<String, u64>) -> String {
-    let mut grown: Vec<(i64, &String)> = after
-        .iter()
-        .map(|(mapping, kib)| (*kib as i64 - before.get(mapping).copied().unwrap_or(0) as i64, mapping))
-        .filter(|(growth, _)| *growth > 0)
-        .collect();
+/// How resident memory grew from `before` to `after`, by kind (net, in KiB, with how many
+/// mappings grew), then the mappings that grew most.
+pub fn grown_mappings(
+    before: &BTreeMap<String, (MemoryKind, u64)>,
+    after: &BTreeMap<String, (MemoryKind, u64)>,
+) -> String {
+    let mut by_kind: BTreeMap<MemoryKind, (i64, usize)> = BTreeMap::new();
+    let mut grown: Vec<(i64, &String)> = Vec::new();
+    let keys: std::collections::BTreeSet<&String> = before.keys().chain(after.keys()).collect();
+    for key in keys {
+        let (kind, now) = after.get(key).copied().unwrap_or_else(|| (before[key].0, 0));
+        let growth = now as i64 - before.get(key).map_or(0, |(_, kib)| *kib as i64);
+        let entry = by_kind.entry(kind).or_default();
+        entry.0 += growth;
+        if growth > 0 {
+            entry.1 += 1;
+            grown.push((growth, key));
+        }
+    }
     grown.sort_by_key(|(growth, _)| std::cmp::Reverse(*growth));
-    grown
+    let kinds = by_kind
+        .iter()
+        .map(|(kind, (net, count))| format!("{kind:?} {net:+} KiB ({count} grew)"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let most = grown
         .iter()
         .take(4)
         .map(|(growth, mapping)| format!("+{growth} KiB in {mapping}"))
         .collect::<Vec<_>>()
-        .join(", ")
+        .join(", ");
+    format!("{kinds}; most: {most}")
 }
 
 /// A server's open descriptors and memory at one moment.
