@@ -221,8 +221,10 @@ async def test_three_hundred_calls_spread_and_survive_a_replica_stopping(cluster
                 async def on_progress(progress, total, message):
                     progress_seen[i] += 1
 
-                # Slower in the second half, so that the stopping replica has calls in flight.
-                step_ms = 4 if i < 150 else 20
+                # Slower in the second half (3 steps of 150 ms), so that a call the stopping
+                # replica holds when it is seen busy is still running when the signal lands
+                # (at 20 ms a step, CI once saw every call end first).
+                step_ms = 4 if i < 150 else 150
                 result = await client.call_tool("reindex", {"collection": f"c{i}", "step_ms": step_ms},
                                                 progress_callback=on_progress)
                 expected = f"Reindexed 120 documents in c{i}"
