@@ -47,6 +47,10 @@ pub fn meta(progress_token: Option<String>) -> Value {
 pub struct Reply {
     pub message: Value,
     pub progress: Vec<f64>,
+    /// How long the request waited for the client's own transport before its first byte
+    /// went out: over stdio, behind other lanes' messages on the one shared stdin (a 5 MiB
+    /// garbage line takes the server milliseconds to read and drop); over HTTP, zero.
+    pub queued: Duration,
 }
 
 impl Reply {
@@ -186,22 +190,29 @@ impl StdioClient {
                     state.report.late.push(LateAnswer { id, message, after_cancel: at.elapsed() });
                 } else if let Some(sender) = entry.sender.take() {
                     let progress = std::mem::take(&mut entry.progress);
-                    let _ = sender.send(Reply { message, progress });
+                    let _ = sender.send(Reply { message, progress, queued: Duration::ZERO });
                 }
             }
             _ => violations.push(format!("an unexpected message: {}", clip(line))),
         }
     }
 
-    async fn write(&self, bytes: &[u8]) -> Result<()> {
+    /// Write `bytes` once stdin is free; how long that wait took.
+    async fn write(&self, bytes: &[u8]) -> Result<Duration> {
+        let waiting = Instant::now();
         let mut stdin = self.stdin.lock().await;
+        let queued = waiting.elapsed();
         let pipe = stdin.as_mut().context("stdin is already closed")?;
-        pipe.write_all(bytes).await.context("writing to the server's stdin")
+        pipe.write_all(bytes).await.context("writing to the server's stdin")?;
+        Ok(queued)
     }
 
     /// Write the request `build(id)` makes (one line) and register it; returns the id and
     /// where its answer will arrive.
-    async fn send(&self, build: impl FnOnce(u64) -> Value) -> Result<(u64, oneshot::Receiver<Reply>)> {
+    async fn send(
+        &self,
+        build: impl FnOnce(u64) -> Value,
+    ) -> Result<(u64, oneshot::Receiver<Reply>, Duration)> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (sender, receiver) = oneshot::channel();
         {
@@ -214,8 +225,8 @@ impl StdioClient {
         // One message, one write, as a real client sends it.
         let mut line = serde_json::to_vec(&build(id))?;
         line.push(b'\n');
-        self.write(&line).await?;
-        Ok((id, receiver))
+        let queued = self.write(&line).await?;
+        Ok((id, receiver, queued))
     }
 
     /// A request and its answer.
@@ -225,9 +236,9 @@ impl StdioClient {
 
     /// A request built by `build(id)` (which may be malformed on purpose) and its answer.
     pub async fn request_with(&self, build: impl FnOnce(u64) -> Value) -> Result<Reply> {
-        let (id, receiver) = self.send(build).await?;
+        let (id, receiver, queued) = self.send(build).await?;
         match tokio::time::timeout(ANSWER_TIMEOUT, receiver).await {
-            Ok(Ok(reply)) => Ok(reply),
+            Ok(Ok(reply)) => Ok(Reply { queued, ..reply }),
             Ok(Err(_)) => bail!("request {id}: the server closed its stdout before answering"),
             Err(_) => bail!("request {id}: no answer within {ANSWER_TIMEOUT:?}: lost"),
         }
@@ -241,7 +252,7 @@ impl StdioClient {
         params: Value,
         after: Duration,
     ) -> Result<Option<Reply>> {
-        let (id, mut receiver) = self.send(|id| request_json(id, method, params, false)).await?;
+        let (id, mut receiver, _) = self.send(|id| request_json(id, method, params, false)).await?;
         match tokio::time::timeout(after, &mut receiver).await {
             Ok(Ok(reply)) => return Ok(Some(reply)),
             Ok(Err(_)) => bail!("request {id}: the server closed its stdout before answering"),
@@ -270,7 +281,7 @@ impl StdioClient {
 
     /// Bytes as they are (garbage lines), in one write.
     pub async fn send_raw(&self, bytes: &[u8]) -> Result<()> {
-        self.write(bytes).await
+        self.write(bytes).await.map(drop)
     }
 
     /// Close stdin: the server finishes what is in flight and exits.
@@ -487,7 +498,7 @@ pub fn reply_from(answer: &HttpAnswer, id: u64) -> Result<Reply> {
     }
     let message =
         response.with_context(|| format!("HTTP {}: no answer to {id} in the stream", answer.status))?;
-    Ok(Reply { message, progress })
+    Ok(Reply { message, progress, queued: Duration::ZERO })
 }
 
 /// Read one HTTP/1.1 response (a `Content-Length` or chunked body); returns it and whether

@@ -476,7 +476,7 @@ impl Lane {
     }
 
     /// The prober: one echo every `every` until `until`; its latencies.
-    pub async fn run_prober(mut self, until: Instant, every: Duration) -> Result<Vec<Duration>> {
+    pub async fn run_prober(mut self, until: Instant, every: Duration) -> Result<Vec<Probe>> {
         let mut interval = tokio::time::interval(every);
         interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut samples = Vec::new();
@@ -485,7 +485,7 @@ impl Lane {
             let text = self.unique("probe");
             let started = Instant::now();
             let reply = self.call("echo", json!({"text": text}), false).await?;
-            samples.push(started.elapsed());
+            samples.push(Probe { latency: started.elapsed(), queued: reply.queued });
             self.expect(reply.text() == text, "the prober's echo", &reply);
         }
         if let Transport::Http(client) = &mut self.transport {
@@ -535,6 +535,14 @@ pub async fn probe_slots(target: &Target, tally: &SharedTally) -> Result<Vec<Str
         }
     }
     Ok(problems)
+}
+
+/// One probe's echo: from the prober's call to its answer, and how much of that it
+/// waited behind the client's own other messages (stdio's shared stdin).
+#[derive(Clone, Copy, Debug)]
+pub struct Probe {
+    pub latency: Duration,
+    pub queued: Duration,
 }
 
 /// p-quantile of `samples` (sorted in place).

@@ -15,7 +15,9 @@
 //! not at all, unless it completed first: counted); every stopped call cleaned up exactly
 //! once (the host's cleanup log lines, the example tools' own "released" lines, and no lock
 //! left); every call slot free again; descriptors and resident memory back within 10 % of
-//! the baseline taken after a warm-up; the prober's p99 under load within 2x of idle.
+//! the baseline taken after a warm-up; the prober's p99 under load within 2x of idle, each
+//! probe timed from when its request starts onto the wire (over stdio, not the time it
+//! queued behind the client's own other messages on the shared stdin).
 //!
 //! ```sh
 //! cargo xtask soak          # 300 s; `cargo xtask soak 30` for a quick run
@@ -38,7 +40,7 @@ use anyhow::{Context, Result, bail};
 use serde_json::json;
 
 use client::StdioClient;
-use load::{Lane, SharedTally, Tally, Target, quantile};
+use load::{Lane, Probe, SharedTally, Tally, Target, quantile};
 use server::{Server, Usage};
 
 /// The prober's pace, idle and under load.
@@ -195,7 +197,7 @@ async fn soak(args: Args) -> Result<bool> {
     let before: Vec<u64> = tallies.iter().map(|tally| tally.lock().unwrap().requests).collect();
     let peaks = Arc::new(Mutex::new(baseline));
     let monitor = tokio::spawn(watch_peaks([stdio.pid(), http.pid()], peaks.clone()));
-    let mut loaded: [Vec<Duration>; 2] = Default::default();
+    let mut loaded: [Vec<Probe>; 2] = Default::default();
     let (mut load_cpu, mut idle_cpu) = (CpuTotals::default(), CpuTotals::default());
     let mut load_time = Duration::ZERO;
     for cycle in 0..CYCLES {
@@ -290,18 +292,35 @@ async fn soak(args: Args) -> Result<bool> {
                 grown[index]
             ),
         });
-        let idle_p99 = quantile(&mut idle[index], 0.99);
-        let load_p99 = quantile(&mut loaded[index], 0.99);
+        // The check times each probe from when its line starts onto the pipe: over stdio
+        // the lanes share the client's one stdin, and a probe queued behind its own
+        // client's 5 MiB garbage line waits for the server to read those bytes (a few ms;
+        // 0.8 % of the probes under load in a 60 s run, as many as the p99's tail). That is
+        // the stream's order, the same for any stdio client, not a guest slowing a
+        // well-behaved call. The full figure is printed beside it.
+        let unqueued =
+            |probes: &[Probe]| probes.iter().map(|probe| probe.latency - probe.queued).collect::<Vec<_>>();
+        let mut full: Vec<Duration> = loaded[index].iter().map(|probe| probe.latency).collect();
+        let queued = loaded[index].iter().filter(|probe| probe.queued > Duration::from_micros(100)).count();
+        println!(
+            "{label}: the prober's echo p99 under load counting its wait behind the client's own messages: {:.2?} \
+             ({queued} of {} probes waited over 100 µs)",
+            quantile(&mut full, 0.99),
+            full.len()
+        );
+        let (mut idle_latencies, mut load_latencies) = (unqueued(&idle[index]), unqueued(&loaded[index]));
+        let idle_p99 = quantile(&mut idle_latencies, 0.99);
+        let load_p99 = quantile(&mut load_latencies, 0.99);
         let ratio = load_p99.as_secs_f64() / idle_p99.as_secs_f64().max(1e-9);
         checks.push(Check {
             name: format!("{label}: echo p99 under load within {P99_RATIO}x of idle"),
             passed: ratio <= P99_RATIO,
             detail: format!(
                 "idle p50 {:.2?} p99 {idle_p99:.2?} ({} samples); load p50 {:.2?} p99 {load_p99:.2?} ({} samples): {ratio:.2}x",
-                quantile(&mut idle[index], 0.5),
-                idle[index].len(),
-                quantile(&mut loaded[index], 0.5),
-                loaded[index].len()
+                quantile(&mut idle_latencies, 0.5),
+                idle_latencies.len(),
+                quantile(&mut load_latencies, 0.5),
+                load_latencies.len()
             ),
         });
         let mut echo = tally.echo.clone();
@@ -364,7 +383,7 @@ async fn run_load(
     stretch: u64,
     duration: Duration,
     prober: Option<&tokio::runtime::Handle>,
-) -> Result<[Vec<Duration>; 2]> {
+) -> Result<[Vec<Probe>; 2]> {
     let until = Instant::now() + duration;
     let mut lanes = Vec::new();
     let mut probers = Vec::new();
@@ -409,7 +428,7 @@ async fn run_probers(
     tallies: &[SharedTally; 2],
     phase: &str,
     duration: Duration,
-) -> Result<[Vec<Duration>; 2]> {
+) -> Result<[Vec<Probe>; 2]> {
     let until = Instant::now() + duration;
     let mut samples = [Vec::new(), Vec::new()];
     let probers: Vec<_> = targets
