@@ -102,12 +102,14 @@ async fn a_cooperative_guest_returns_within_grace_without_a_hard_stop() {
     let guest = WatGuest::new("polite", body);
     let mut limits = quick_limits();
     limits.grace = Duration::from_secs(5);
+    let grace = limits.grace;
     let runtime = runtime_with(&[guest], limits).await;
     let started = Instant::now();
     let report = cancel_after(&runtime, "polite", Duration::from_millis(20)).await;
     assert_eq!(report.outcome, Outcome::Cancelled);
+    // Returned on its own within the grace (it polls every millisecond), not at its end.
     assert!(!report.hard_stopped);
-    assert!(started.elapsed() < Duration::from_secs(1), "took {:?}", started.elapsed());
+    assert!(started.elapsed() < grace, "took {:?}", started.elapsed());
     assert_eq!(report.cleanup.unwrap().outcome, CleanupOutcome::Completed);
 }
 

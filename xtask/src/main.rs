@@ -28,7 +28,7 @@
 use std::env;
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, ExitCode};
 
 use anyhow::{Context, Result, bail};
 
@@ -39,7 +39,20 @@ mod python;
 /// Guest workspaces, relative to the repository root.
 const GUEST_WORKSPACES: &[&str] = &["examples"];
 
-fn main() -> Result<()> {
+/// The error is said in one line with its causes, never with a backtrace (which `anyhow`
+/// captures under `RUST_BACKTRACE`): CI's log keeps only the start and end of the output,
+/// and 60 lines of xtask's own frames pushed the failing tests' messages out of its end.
+fn main() -> ExitCode {
+    match run_task() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run_task() -> Result<()> {
     fuzz::run_as_rustc_wrapper_if_asked();
     let args: Vec<String> = env::args().skip(1).collect();
     match args.first().map(String::as_str) {
@@ -165,7 +178,9 @@ fn run_tests() -> Result<()> {
     let cargo = env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     // `cargo test` also builds the `cordon` binary the next suites run; a separate
     // `cargo build` would unify features differently and compile wasmtime a second time.
-    run(Command::new(&cargo).current_dir(&root).args(["test", "--workspace"]))?;
+    // Panics without backtraces, for the same reason as `main`'s errors: a failing test's
+    // message and location is what CI's log must keep.
+    run(Command::new(&cargo).current_dir(&root).args(["test", "--workspace"]).env("RUST_BACKTRACE", "0"))?;
     // The example tools' own tests, natively with cordon-guest's test host (the folder
     // tests/author.rs builds a new project's tests in).
     run(Command::new(&cargo)
