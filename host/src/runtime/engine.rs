@@ -92,7 +92,6 @@ pub(crate) fn pool_slots(settings: &EngineSettings) -> usize {
 
 /// Build the engine and start its epoch ticker.
 pub(crate) fn build_engine(settings: &EngineSettings) -> Result<(Engine, Arc<Ticker>)> {
-    compile_at_low_priority();
     let slots = u32::try_from(pool_slots(settings))
         .ok()
         .filter(|slots| slots.checked_mul(CORE_INSTANCES_PER_SLOT.max(TABLES_PER_SLOT)).is_some())
@@ -409,23 +408,42 @@ const TRANSPORT_SLICE: Duration = Duration::from_micros(100);
 /// The nice value of threads that must not delay the transports (0 is the default).
 const LOWEST_NICE: libc::c_int = 19;
 
-/// Compile on threads of the lowest priority. wasmtime compiles a component's functions
-/// in parallel on rayon's global pool, whose threads are made here, at most once per
-/// process, at nice 19: a reload compiles while calls are served, and on a machine of few
-/// cores the compile otherwise took the cores from the transports (echo p99 during reloads
-/// 1.5-5.2x the quiet one on 2 cores; BENCHMARKS.md, "Reload"). Alone, a compile still
-/// gets every core.
-pub(crate) fn compile_at_low_priority() {
-    static POOL: std::sync::Once = std::sync::Once::new();
-    POOL.call_once(|| {
-        let pool = rayon::ThreadPoolBuilder::new()
+/// Whose cores a compile takes. wasmtime compiles a component's functions in parallel on
+/// the rayon pool it is called from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum CompilePriority {
+    /// Before anything is served (the runtime is not shared yet): rayon's global pool, at
+    /// the default priority. At nice 19 (as every compile once was), a server starting on a
+    /// machine other processes keep busy got almost no CPU: 44 s to answer its first call
+    /// beside three busy loops on 2 cores, against 0.5 s idle, which failed CI's tests.
+    Startup,
+    /// A reload, while calls are served: a pool whose threads run at the lowest priority.
+    /// On a machine of few cores the compile otherwise took the cores from the transports
+    /// (echo p99 during reloads 1.5-5.2x the quiet one on 2 cores; BENCHMARKS.md,
+    /// "Reload"). Alone, such a compile still gets every core.
+    Background,
+}
+
+/// Run `compile` (which compiles components) at `priority`.
+pub(crate) fn compile_at<T: Send>(priority: CompilePriority, compile: impl FnOnce() -> T + Send) -> T {
+    match (priority, background_compile_pool()) {
+        (CompilePriority::Background, Some(pool)) => pool.install(compile),
+        _ => compile(),
+    }
+}
+
+/// The reloads' compile pool, made at most once per process; `None` if it cannot be.
+fn background_compile_pool() -> Option<&'static rayon::ThreadPool> {
+    static POOL: std::sync::OnceLock<Option<rayon::ThreadPool>> = std::sync::OnceLock::new();
+    POOL.get_or_init(|| {
+        rayon::ThreadPoolBuilder::new()
             .thread_name(|index| format!("cordon-compile-{index}"))
             .start_handler(|_| lower_thread_priority())
-            .build_global();
-        if let Err(error) = pool {
-            tracing::debug!("compiling at the default priority: {error}");
-        }
-    });
+            .build()
+            .inspect_err(|error| tracing::debug!("reloads compile at the default priority: {error}"))
+            .ok()
+    })
+    .as_ref()
 }
 
 #[cfg(test)]
@@ -492,5 +510,31 @@ mod tests {
             let Err(error) = build_engine(&settings) else { panic!("{calls} calls") };
             assert!(format!("{error:#}").contains("too large"), "{error:#}");
         }
+    }
+
+    /// The calling thread's nice value.
+    fn nice() -> libc::c_int {
+        // SAFETY: as in `shorten_thread_slice`.
+        unsafe { libc::getpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t) }
+    }
+
+    /// The highest nice value among the threads that run a parallel loop under `priority`:
+    /// the threads a compile there would take.
+    fn compile_threads_nice(priority: CompilePriority) -> libc::c_int {
+        use rayon::prelude::*;
+        compile_at(priority, || (0..256).into_par_iter().map(|_| nice()).max().expect("some ran"))
+    }
+
+    #[test]
+    fn a_startup_compile_takes_default_priority_threads_and_a_reload_s_the_lowest() {
+        // As a server starts: its engine first (which once put rayon's global pool at nice 19).
+        let (engine, _ticker) = build_engine(&EngineSettings::default()).expect("an engine");
+        assert_eq!(nice(), 0, "the test runs at the default priority");
+        for _ in 0..2 {
+            assert_eq!(compile_threads_nice(CompilePriority::Background), LOWEST_NICE);
+            assert_eq!(compile_threads_nice(CompilePriority::Startup), 0);
+        }
+        let compiled = compile_at(CompilePriority::Background, || Component::new(&engine, component_of(4)));
+        compiled.expect("a component compiles on the background pool");
     }
 }

@@ -71,6 +71,7 @@ pub use component::{
 pub use control::{CLIENT_LOG_QUEUE, LogLevel, LogLine, MAX_CLIENT_LOG_LINE, MAX_PROGRESS_MESSAGE, Progress};
 pub(crate) use egress::tls_config as web_tls_client_config;
 pub use egress::{GrantError, HttpGrants};
+use engine::CompilePriority;
 pub use engine::{CompileCache, EngineSettings};
 pub use events::{
     CallEnded, CallObserver, CallOutcome, CallTags, CleanupEnded, CleanupResult, RefusalReason, StopPath,
@@ -377,7 +378,10 @@ impl Runtime {
         options: ComponentOptions,
     ) -> Result<(), LoadError> {
         let current = self.snapshot();
-        let loaded = self.build(name, origin, bytes.to_vec(), options, &current.components).await?;
+        // `&mut self`: nothing is served yet.
+        let loaded = self
+            .build(name, origin, bytes.to_vec(), options, &current.components, CompilePriority::Startup)
+            .await?;
         let mut next = ToolSet::new(current.components.clone(), current.generation())?;
         if let Some(clash) = next.clash(origin, &loaded) {
             return Err(clash);
@@ -387,9 +391,9 @@ impl Runtime {
         Ok(())
     }
 
-    /// Compile `bytes` (on the blocking pool: a reload must not hold up the threads that
-    /// serve calls), open the component's files, check them against `others`, and read
-    /// its tools.
+    /// Compile `bytes` at `priority` (on the blocking pool: a reload must not hold up the
+    /// threads that serve calls), open the component's files, check them against `others`,
+    /// and read its tools.
     async fn build(
         &self,
         name: &str,
@@ -397,6 +401,7 @@ impl Runtime {
         bytes: Vec<u8>,
         options: ComponentOptions,
         others: &[Arc<LoadedComponent>],
+        priority: CompilePriority,
     ) -> Result<LoadedComponent, LoadError> {
         use sha2::Digest;
         let (files, tenant_files) = self.open_tenant_files(name, origin, &options, others)?;
@@ -405,8 +410,17 @@ impl Runtime {
         let compile_cache = self.compile_cache.clone();
         let (prepared, digest) = tokio::task::spawn_blocking(move || {
             let digest: [u8; 32] = sha2::Sha256::digest(&bytes).into();
-            component::prepare(&engine, &linker, &owned_origin, &bytes, cache_dir.as_deref(), &compile_cache)
-                .map(|prepared| (prepared, digest))
+            engine::compile_at(priority, || {
+                component::prepare(
+                    &engine,
+                    &linker,
+                    &owned_origin,
+                    &bytes,
+                    cache_dir.as_deref(),
+                    &compile_cache,
+                )
+            })
+            .map(|prepared| (prepared, digest))
         })
         .await
         .map_err(|error| LoadError::new(origin, format!("compiling failed: {error}")))??;
@@ -548,7 +562,14 @@ impl Runtime {
                 Step::Load(source, origin, bytes, old) => (source, origin, bytes, old),
             };
             let built = self
-                .build(&source.name, &origin, bytes, source.options, &staying.components)
+                .build(
+                    &source.name,
+                    &origin,
+                    bytes,
+                    source.options,
+                    &staying.components,
+                    CompilePriority::Background,
+                )
                 .await
                 .and_then(|loaded| match staying.clash(&origin, &loaded) {
                     Some(clash) => Err(clash),
