@@ -356,7 +356,9 @@ fn read_kept_alive_answer(stream: &mut BufReader<TcpStream>, schema: &Schema) ->
 
 #[test]
 fn a_kept_alive_connection_is_closed_once_idle_for_the_header_timeout_from_its_last_answer() {
-    let config = examples_config("http-idle", "[http]\nheader_timeout_ms = 400\n");
+    // Answers stay sized (a loaded machine once made the first call's answer an SSE stream
+    // at the default `sse_after_ms`), and the client has 1 s to send its next request.
+    let config = examples_config("http-idle", "[http]\nheader_timeout_ms = 1000\nsse_after_ms = 60000\n");
     let (child, port) = spawn_http_server(env!("CARGO_BIN_EXE_cordon").as_ref(), &config);
     let server = Server { child, port, schema: Arc::new(Schema::new()) };
     let stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
@@ -377,8 +379,8 @@ fn a_kept_alive_connection_is_closed_once_idle_for_the_header_timeout_from_its_l
     };
     // A call longer than the timeout: the connection outlives it while busy...
     let opened = Instant::now();
-    send(1, "reindex", json!({"collection": "idle-keep-alive", "total": 40, "step_ms": 600}));
-    assert!(opened.elapsed() > Duration::from_millis(400));
+    send(1, "reindex", json!({"collection": "idle-keep-alive", "total": 40, "step_ms": 1200}));
+    assert!(opened.elapsed() > Duration::from_millis(1000));
     // ...and stays open for the next request, since the timeout counts from the last answer...
     let answered = send(2, "echo", json!({"text": "still open"}));
     // ...then closes once idle for the timeout.
@@ -386,7 +388,7 @@ fn a_kept_alive_connection_is_closed_once_idle_for_the_header_timeout_from_its_l
     assert_eq!(stream.read(&mut byte).unwrap(), 0, "closed without a byte more");
     let idle = answered.elapsed();
     assert!(
-        idle >= Duration::from_millis(350) && idle < Duration::from_secs(5),
+        idle >= Duration::from_millis(950) && idle < Duration::from_secs(10),
         "closed after {idle:?} idle"
     );
 }
