@@ -204,17 +204,18 @@ async fn thousands_of_slow_connections_from_one_address_leave_another_clients_ec
 }
 
 /// Write all of `request`, then read the whole answer, each within 10 s.
-/// The deadlines are failure bounds, not claims: thirty queued calls of 300,000 keys each,
-/// served one at a time on a loaded machine, once took more than 10 s to be answered.
+/// The deadlines are failure bounds, not claims: the queued calls of 300,000 keys each run
+/// one at a time, at nice 19 once past their first slice, and beside four busy loops on 2
+/// cores took more than 60 s to be answered.
 async fn write_all_then_read(port: u16, request: &[u8]) -> Result<Vec<u8>, String> {
     let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.unwrap();
-    match tokio::time::timeout(Duration::from_secs(60), stream.write_all(request)).await {
+    match tokio::time::timeout(Duration::from_secs(180), stream.write_all(request)).await {
         Ok(Ok(())) => {}
         Ok(Err(error)) => return Err(format!("writing the body: {error}")),
         Err(_) => return Err("writing the body: timed out".into()),
     }
     let mut response = Vec::new();
-    match tokio::time::timeout(Duration::from_secs(60), stream.read_to_end(&mut response)).await {
+    match tokio::time::timeout(Duration::from_secs(180), stream.read_to_end(&mut response)).await {
         Ok(Ok(_)) => Ok(response),
         Ok(Err(error)) => Err(format!("reading the answer: {error}")),
         Err(_) => Err("reading the answer: timed out".into()),

@@ -10,6 +10,9 @@ use std::time::{Duration, Instant};
 /// How long a test waits for a log line or an answer.
 pub const WAIT: Duration = Duration::from_secs(20);
 
+/// How long a reload may take before a test fails (see [`Process::reload`]).
+pub const RELOAD_WAIT: Duration = Duration::from_secs(90);
+
 /// A running `cordon serve`, its stderr (the operator's log) read line by line; killed when
 /// dropped.
 pub struct Process {
@@ -34,12 +37,17 @@ impl Process {
 
     /// Wait for a log line holding `needle`, after those already seen.
     pub fn wait_log(&mut self, needle: &str) -> String {
-        let deadline = Instant::now() + WAIT;
+        self.wait_log_within(needle, WAIT)
+    }
+
+    /// Wait up to `wait` for a log line holding `needle`, after those already seen.
+    pub fn wait_log_within(&mut self, needle: &str, wait: Duration) -> String {
+        let deadline = Instant::now() + wait;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             let line = self.log.recv_timeout(left).unwrap_or_else(|_| {
                 panic!(
-                    "no log line with {needle:?} within {WAIT:?}; the log so far:\n{}",
+                    "no log line with {needle:?} within {wait:?}; the log so far:\n{}",
                     self.seen.join("\n")
                 )
             });
@@ -55,11 +63,14 @@ impl Process {
         assert_eq!(unsafe { libc::kill(self.child.id() as libc::pid_t, signal) }, 0);
     }
 
-    /// SIGHUP, and wait for the reload it causes to finish.
+    /// SIGHUP, and wait for the reload it causes to finish. A reload compiles at the lowest
+    /// priority (`CompilePriority::Background`), so on a machine other processes keep busy
+    /// (CI's, running the other tests and their builds) it gets little CPU: 90 s, where
+    /// 20 s once ran out.
     pub fn reload(&mut self) -> String {
         self.signal(libc::SIGHUP);
         self.wait_log("SIGHUP");
-        self.wait_log("reload:")
+        self.wait_log_within("reload:", RELOAD_WAIT)
     }
 }
 
