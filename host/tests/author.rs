@@ -27,7 +27,7 @@ fn repo() -> PathBuf {
 }
 
 fn cordon(dir: &Path, args: &[&str]) -> Output {
-    common::at_lowest_priority(&mut Command::new(env!("CARGO_BIN_EXE_cordon")))
+    Command::new(env!("CARGO_BIN_EXE_cordon"))
         .current_dir(dir)
         .args(args)
         .env("CARGO_TARGET_DIR", repo().join("target/guest-build"))
@@ -109,7 +109,7 @@ fn cargo_test(project: &Path) -> Output {
             command.env_remove(key);
         }
     }
-    common::at_lowest_priority(&mut command)
+    command
         .current_dir(project)
         .args(["test", "--quiet"])
         .env("CARGO_TARGET_DIR", repo().join("target/guest-native"))

@@ -354,21 +354,3 @@ pub fn capture_log<F: std::future::Future<Output = ()>>(body: impl FnOnce() -> F
     CAPTURED.with(|captured| *captured.borrow_mut() = None);
     String::from_utf8_lossy(&log.lock().unwrap()).into_owned()
 }
-
-/// Run `command` at the lowest CPU priority (nice 19), as the suite's own builds run (a new
-/// project's `cordon build`, its `cargo test`): they then share the cores evenly with the
-/// calls of the servers other tests start, which run at nice 19 once past their first slice,
-/// as do reloads' compiles. At nice 0 a build beside them took nearly all of both cores for
-/// a minute. (In production a server is not in one scheduling group with builds; CI runs
-/// every test and build in one.)
-pub fn at_lowest_priority(command: &mut std::process::Command) -> &mut std::process::Command {
-    use std::os::unix::process::CommandExt;
-    // SAFETY: between fork and exec, only setpriority (async-signal-safe) on the child
-    // itself; a failure leaves it at its inherited priority.
-    unsafe {
-        command.pre_exec(|| {
-            libc::setpriority(libc::PRIO_PROCESS, 0, 19);
-            Ok(())
-        })
-    }
-}
