@@ -124,7 +124,12 @@ async fn locks_shows_a_running_reindex_and_a_second_reindex_of_it_is_refused() {
     let running = runtime.call("reindex", &json!({"collection": "books", "step_ms": 200})).await.unwrap();
     let handle = running.handle();
     let running = tokio::spawn(running.run());
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // Waited for, not assumed after 100 ms: an instance may be slow to start on a busy machine.
+    let started = std::time::Instant::now();
+    while locks(&runtime).await.is_empty() {
+        assert!(started.elapsed() < Duration::from_secs(10), "the reindex never took its lock");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     assert_eq!(locks(&runtime).await, ["books"]);
     let second = call(&runtime, "reindex", json!({"collection": "books"})).await;
     match second.outcome {
