@@ -426,9 +426,14 @@ pub(crate) enum CompilePriority {
 
 /// Run `compile` (which compiles components) at `priority`.
 pub(crate) fn compile_at<T: Send>(priority: CompilePriority, compile: impl FnOnce() -> T + Send) -> T {
-    match (priority, background_compile_pool()) {
-        (CompilePriority::Background, Some(pool)) => pool.install(compile),
-        _ => compile(),
+    // The pool is made on the first reload, not at start: a server never reloaded has no
+    // use for its threads.
+    match priority {
+        CompilePriority::Background => match background_compile_pool() {
+            Some(pool) => pool.install(compile),
+            None => compile(),
+        },
+        CompilePriority::Startup => compile(),
     }
 }
 
