@@ -6,7 +6,7 @@
 //! the official schema. The components are WAT guests, written to files per test.
 
 use crate::common;
-use common::server::{Process, RELOAD_WAIT, WAIT, next_event, open_request};
+use common::server::{Process, WAIT, next_event, open_request};
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -254,14 +254,14 @@ fn watch_picks_up_a_changed_component_file() {
     // The same file now holds a component with another tool.
     setup.component("alpha.wasm", &WatGuest::new("gamma", DONE_BODY));
     server.process.wait_log("a watched file changed");
-    let line = server.process.wait_log_within("reload:", RELOAD_WAIT);
+    let line = server.process.reload_finished();
     assert!(line.contains("loaded [alpha]"), "{line}");
     assert!(is_list_changed(&server.next(), &json!(1)));
     assert_eq!(server.tool_names(2).0, ["gamma"]);
     // An edit to the config is seen too.
     setup.serve(&["alpha.wasm", "beta.wasm"], "");
     server.process.wait_log("a watched file changed");
-    let line = server.process.wait_log_within("reload:", RELOAD_WAIT);
+    let line = server.process.reload_finished();
     assert!(line.contains("loaded [beta]") && line.contains("unchanged [alpha]"), "{line}");
     assert!(is_list_changed(&server.next(), &json!(1)));
     assert_eq!(server.tool_names(3).0, ["gamma", "beta"]);
@@ -326,7 +326,7 @@ fn a_broken_component_keeps_its_old_version_and_the_error_is_logged() {
     server.process.signal(libc::SIGHUP);
     let error = server.process.wait_log("ERROR");
     assert!(error.contains("beta.wasm") && error.contains("not a WebAssembly file"), "{error}");
-    let line = server.process.wait_log_within("reload:", RELOAD_WAIT);
+    let line = server.process.reload_finished();
     assert!(line.contains("nothing changed"), "{line}");
     assert_eq!(text(&server.call(1, "beta")), "done");
     let (names, before) = server.tool_names(2);
@@ -339,7 +339,7 @@ fn a_broken_component_keeps_its_old_version_and_the_error_is_logged() {
     let errors = [server.process.wait_log("ERROR"), server.process.wait_log("ERROR")].join("\n");
     assert!(errors.contains("beta.wasm: not a WebAssembly file"), "{errors}");
     assert!(errors.contains("missing.wasm: cannot read"), "{errors}");
-    let line = server.process.wait_log_within("reload:", RELOAD_WAIT);
+    let line = server.process.reload_finished();
     assert!(line.contains("loaded [gamma]"), "{line}");
     assert!(is_list_changed(&server.next(), &json!(9)));
     assert_eq!(server.tool_names(3).0, ["alpha", "beta", "gamma"]);
@@ -719,6 +719,6 @@ fn watch_follows_a_config_behind_a_swapped_symlink_as_kubernetes_mounts_it() {
     std::os::unix::fs::symlink("v2", volume.join("..data_tmp")).unwrap();
     std::fs::rename(volume.join("..data_tmp"), volume.join("..data")).unwrap();
     process.wait_log("a watched file changed");
-    let line = process.wait_log_within("reload:", RELOAD_WAIT);
+    let line = process.reload_finished();
     assert!(line.contains("loaded [beta]") && line.contains("unchanged [alpha]"), "{line}");
 }

@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 /// How long a test waits for a log line or an answer.
 pub const WAIT: Duration = Duration::from_secs(20);
 
-/// How long a reload may take before a test fails (see [`Process::reload`]).
-pub const RELOAD_WAIT: Duration = Duration::from_secs(90);
+/// How long a reload may take before a test fails (see [`Process::reload_finished`]).
+const RELOAD_WAIT: Duration = Duration::from_secs(90);
 
 /// A running `cordon serve`, its stderr (the operator's log) read line by line; killed when
 /// dropped.
@@ -63,13 +63,18 @@ impl Process {
         assert_eq!(unsafe { libc::kill(self.child.id() as libc::pid_t, signal) }, 0);
     }
 
-    /// SIGHUP, and wait for the reload it causes to finish. A reload compiles at the lowest
-    /// priority (`CompilePriority::Background`), so on a machine other processes keep busy
-    /// (CI's, running the other tests and their builds) it gets little CPU: 90 s, where
-    /// 20 s once ran out.
+    /// SIGHUP, and wait for the reload it causes to finish.
     pub fn reload(&mut self) -> String {
         self.signal(libc::SIGHUP);
         self.wait_log("SIGHUP");
+        self.reload_finished()
+    }
+
+    /// Wait for a reload's summary line. A reload compiles at the lowest priority
+    /// (`CompilePriority::Background`), so on a machine other processes keep busy (CI's,
+    /// running the other tests and their builds) it gets little CPU: 90 s, where 20 s once
+    /// ran out.
+    pub fn reload_finished(&mut self) -> String {
         self.wait_log_within("reload:", RELOAD_WAIT)
     }
 }
