@@ -199,7 +199,12 @@ async fn a_client_that_reads_nothing_cannot_keep_its_call_from_being_stopped() {
         assert!(started.elapsed() < Duration::from_secs(5), "the call never took its lock");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    tokio::time::sleep(Duration::from_millis(100)).await; // the outbox is full by now
+    // The outbox is full: the call's next message waits for a reader that never comes.
+    let started = std::time::Instant::now();
+    while unread.len() < unread.max_capacity() {
+        assert!(started.elapsed() < Duration::from_secs(5), "the call never filled its outbox");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     connection.cancel_request(&jsonrpc::RequestId::parse(&json!(1)).unwrap());
     // The call is stopped and cleaned up while its notification still waits to be read.
     let started = std::time::Instant::now();

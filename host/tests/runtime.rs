@@ -344,7 +344,12 @@ async fn shutdown_stops_calls_in_flight_and_refuses_new_ones() {
         let call = runtime.call("spin", &no_args()).await.unwrap();
         calls.push(tokio::spawn(call.run()));
     }
-    tokio::time::sleep(Duration::from_millis(20)).await;
+    // Every call has its instance (so its guest runs) before the shutdown.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while runtime.pool_usage().component_instances < 4 + runtime.pool_usage().spares as u64 {
+        assert!(Instant::now() < deadline, "the calls never started: {:?}", runtime.pool_usage());
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
     runtime.shutdown();
     for call in calls {
         let report = call.await.unwrap();

@@ -112,6 +112,20 @@ impl Server {
         assert!(status.success(), "{status:?}");
     }
 
+    /// Ask `locks` (ids from `first_id` on) until it lists `lock`: a tool that takes a lock
+    /// is running, whatever the machine's speed. Within 10 s.
+    fn wait_for_lock(&mut self, first_id: i64, lock: &str) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        for id in first_id.. {
+            let held: Vec<String> = serde_json::from_str(&self.call_text(id, "locks", json!({}))).unwrap();
+            if held.iter().any(|held| held == lock) {
+                return;
+            }
+            assert!(Instant::now() < deadline, "{lock} was never taken: {held:?}");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
     fn call_text(&mut self, id: i64, tool: &str, arguments: Value) -> String {
         self.request(id, "tools/call", json!({"name": tool, "arguments": arguments, "_meta": meta()}));
         let answer = self.expect();
@@ -371,8 +385,8 @@ fn a_cancelled_call_that_still_completes_in_its_grace_period_gets_no_answer() {
 #[test]
 fn a_call_cancelled_while_it_waits_for_a_slot_leaves_the_queue_and_gets_no_answer() {
     let mut server = Server::start_with("max_concurrent_calls = 1\nqueue_timeout_ms = 300");
+    // Read and admitted in order: the spin takes the one slot before the echo asks for it.
     server.request(1, "tools/call", json!({"name": "spin", "arguments": {"seconds": 600}, "_meta": meta()}));
-    std::thread::sleep(Duration::from_millis(100));
     server.request(
         2,
         "tools/call",
@@ -419,7 +433,7 @@ fn a_timed_out_call_answers_with_an_error_naming_the_limit() {
 fn stdin_eof_stops_calls_in_flight_runs_their_cleanup_and_exits() {
     let mut server = Server::start();
     server.request(1, "tools/call", json!({"name": "spin", "arguments": {"seconds": 600}, "_meta": meta()}));
-    std::thread::sleep(Duration::from_millis(200));
+    server.wait_for_lock(100, "spin");
     drop(server.stdin.take());
     server.expect_shutdown_answer_and_exit(1);
 }
@@ -429,7 +443,7 @@ fn sigterm_stops_calls_in_flight_answers_them_and_exits_with_stdin_still_open() 
     let mut server = Server::start();
     assert_eq!(server.call_text(1, "echo", json!({"text": "up"})), "up");
     server.request(2, "tools/call", json!({"name": "spin", "arguments": {"seconds": 600}, "_meta": meta()}));
-    std::thread::sleep(Duration::from_millis(200));
+    server.wait_for_lock(100, "spin");
     // SAFETY: kill(2) on our own child's pid.
     assert_eq!(unsafe { libc::kill(server.child.id() as i32, libc::SIGTERM) }, 0);
     server.expect_shutdown_answer_and_exit(2);
@@ -489,7 +503,16 @@ fn cpu_ticks(pid: u32) -> u64 {
 fn an_idle_server_burns_no_cpu_the_epoch_ticker_sleeps() {
     let mut server = Server::start();
     assert_eq!(server.call_text(1, "echo", json!({"text": "warm"})), "warm");
-    std::thread::sleep(Duration::from_millis(300));
+    // The ticker stops once no call is in flight: wait for a window without a tick.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let before = cpu_ticks(server.child.id());
+        std::thread::sleep(Duration::from_millis(100));
+        if cpu_ticks(server.child.id()) == before {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the server never went idle after its call");
+    }
     let before = cpu_ticks(server.child.id());
     std::thread::sleep(Duration::from_secs(2));
     let used = cpu_ticks(server.child.id()) - before;
