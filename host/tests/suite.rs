@@ -17,6 +17,7 @@ mod client_log;
 mod egress;
 mod examples;
 mod features;
+mod hostile_guests;
 mod http;
 mod http_load;
 mod input;

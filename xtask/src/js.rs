@@ -1,6 +1,7 @@
-//! The JavaScript route of `cargo xtask guests`: the example tools in `examples/js/` and the
-//! `cordon new --lang js` scaffold's tool, built with the JavaScript SDK (`guest-sdk/js`)
-//! into `target/guests/example-js.wasm` and `template-js.wasm`.
+//! The JavaScript route of `cargo xtask guests`: the example tools in `examples/js/`, the
+//! hostile tools in `examples/hostile-js/` and the `cordon new --lang js` scaffold's tool,
+//! built with the JavaScript SDK (`guest-sdk/js`) into `target/guests/example-js.wasm`,
+//! `hostile-js.wasm` and `template-js.wasm`.
 //!
 //! The SDK package is copied to `target/js-sdk/` and its pinned dependencies
 //! (componentize-js, rolldown; `guest-sdk/js/package-lock.json`) are installed there with
@@ -18,8 +19,11 @@ use anyhow::{Context, Result, bail};
 
 /// The JavaScript components: (entry module, component name), relative to the repository.
 /// The scaffold's tool is built too, so that its code is tested as it is shipped.
-const JS_GUESTS: &[(&str, &str)] =
-    &[("examples/js/tools.js", "example-js"), ("guest-sdk/js/template/src/index.js", "template-js")];
+const JS_GUESTS: &[(&str, &str)] = &[
+    ("examples/js/tools.js", "example-js"),
+    ("examples/hostile-js/tools.js", "hostile-js"),
+    ("guest-sdk/js/template/src/index.js", "template-js"),
+];
 /// The SDK files the build uses, relative to `guest-sdk/js/`.
 const SDK_FILES: &[&str] = &["package.json", "package-lock.json", "index.js", "build.js", "wit/cordon.wit"];
 

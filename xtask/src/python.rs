@@ -24,8 +24,10 @@ struct PythonGuest {
     output: &'static str,
 }
 
-const PYTHON_GUESTS: &[PythonGuest] =
-    &[PythonGuest { folder: "examples/python", module: "app", output: "example-python.wasm" }];
+const PYTHON_GUESTS: &[PythonGuest] = &[
+    PythonGuest { folder: "examples/python", module: "app", output: "example-python.wasm" },
+    PythonGuest { folder: "examples/hostile-python", module: "app", output: "hostile-python.wasm" },
+];
 
 /// The folder that holds the `cordon_guest` package: on componentize-py's Python path.
 const SDK: &str = "guest-sdk/python/src";

@@ -255,13 +255,14 @@ def test_the_cleanup_handler_gets_the_note_the_call_left():
         TestHost().cleanup("hold", reason="bored")
 
 
-def test_a_failing_cleanup_handler_is_logged_not_raised():
+def test_a_failing_cleanup_handler_is_logged_and_raised_so_the_host_reports_it_failed():
     @cleanup
     def broken(context: CleanupContext) -> None:
         raise RuntimeError("disk gone")
 
     with TestHost() as host:
-        host.cleanup("any", reason="trapped", note=b"x")
+        with pytest.raises(RuntimeError, match="disk gone"):
+            host.cleanup("any", reason="trapped", note=b"x")
     assert host.logs[0][0] == "error" and "RuntimeError: disk gone" in host.logs[0][1]
 
 

@@ -418,7 +418,8 @@ def cleanup(function: Callable[[CleanupContext], None]) -> Callable[[CleanupCont
     force or that trapped, and one that raised after it was asked to stop (the
     `check_cancelled()` path). A call that returns normally, even after a cancel, is
     complete: no cleanup runs. It must be idempotent and rely only on state outside the
-    instance: files in `/data` and the note left with `set_cleanup_note`.
+    instance: files in `/data` and the note left with `set_cleanup_note`. An exception it
+    raises goes to the operator's log and fails the cleanup.
     """
     global _cleanup
     if _cleanup is not None and _cleanup is not function:
@@ -516,8 +517,12 @@ def _run_cleanup(context: CleanupContext) -> None:
         return
     try:
         _cleanup(context)
-    except BaseException as error:  # noqa: BLE001 - logged; cleanup has no one to answer to
+    except BaseException as error:
+        # Logged with its traceback, then raised on: the component traps and the host
+        # reports the cleanup as failed (as a Rust handler's panic or a JavaScript
+        # handler's throw), so the operator's log and metrics never count it completed.
         _describe_exception(error)
+        raise
 
 
 # The component's export, as componentize-py generates it for `interface tool`.
