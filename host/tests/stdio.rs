@@ -499,6 +499,39 @@ fn cpu_ticks(pid: u32) -> u64 {
     fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
 }
 
+/// The nice values of the server's threads named `name`.
+fn thread_nice_values(pid: u32, name: &str) -> Vec<i64> {
+    let mut values = Vec::new();
+    for task in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap().flatten() {
+        let stat = std::fs::read_to_string(task.path().join("stat")).unwrap_or_default();
+        let Some((head, tail)) = stat.rsplit_once(')') else { continue };
+        if head.split_once('(').is_some_and(|(_, comm)| comm == name) {
+            // Field 19 of stat is the nice value; `tail` starts at field 3.
+            values.push(tail.split_whitespace().nth(16).unwrap().parse().unwrap());
+        }
+    }
+    values
+}
+
+/// A call that waits runs on the waiting calls' threads at nice 19, the lowest
+/// (dispatch.rs), so that it never delays the transports; the threads that read and answer
+/// stdin stay at the default.
+#[test]
+fn a_call_that_waits_runs_on_threads_of_the_lowest_priority() {
+    let mut server = Server::start();
+    server.request(1, "tools/call", json!({"name": "spin", "arguments": {"seconds": 600}, "_meta": meta()}));
+    server.wait_for_lock(100, "spin");
+    let pid = server.child.id();
+    // The server starts at the tests' own priority (0 unless they run under `nice`).
+    // SAFETY: getpriority of this process has no preconditions.
+    let own = i64::from(unsafe { libc::getpriority(libc::PRIO_PROCESS, 0) });
+    let waiting = thread_nice_values(pid, "cordon-calls");
+    assert!(!waiting.is_empty() && waiting.iter().all(|&nice| nice == 19), "{waiting:?}");
+    let main = thread_nice_values(pid, "cordon");
+    assert!(!main.is_empty() && main.iter().all(|&nice| nice == own), "{main:?}");
+    cancel(&mut server, 1);
+}
+
 #[test]
 fn an_idle_server_burns_no_cpu_the_epoch_ticker_sleeps() {
     let mut server = Server::start();

@@ -16,6 +16,10 @@ pub const SLOTS: usize = 32;
 /// How long a call waits for a slot before it is refused; the slot probe's calls run
 /// longer than this, so a slot still held makes the probe's last call busy.
 pub const QUEUE_TIMEOUT: Duration = Duration::from_millis(400);
+/// The maximum duration of the setup's `make_files` (the hostile tools' other calls have
+/// 1 s): creating its thousand files took 0.75-0.99 s on an idle machine and past 1 s right
+/// after an earlier soak, which failed the soak before its load began.
+const MAKE_FILES_MS: u64 = 30_000;
 /// The operator log's filter: the cleanup lines of `runtime::call` (debug) and the guests'
 /// own log (info), where the example tools' cleanup names the lock it released; why the
 /// HTTP server ended or refused a connection (debug), for a lost answer's report.
@@ -43,7 +47,8 @@ pub fn write_config(dir: &Path, root: &Path) -> Result<PathBuf> {
              limits = {{ grace_ms = 100, cleanup_ms = 1000, idle_timeout_ms = 500, max_duration_ms = 10000 }}\n\
              [components.tools.spin]\nmax_duration_ms = 300\n\n\
              [[components]]\npath = {hostile:?}\ndata_dir = \"hostile-data\"\n\
-             limits = {{ memory_mb = 16, grace_ms = 50, cleanup_ms = 500, idle_timeout_ms = 0, max_duration_ms = 1000 }}\n",
+             limits = {{ memory_mb = 16, grace_ms = 50, cleanup_ms = 500, idle_timeout_ms = 0, max_duration_ms = 1000 }}\n\
+             [components.tools.make_files]\nmax_duration_ms = {MAKE_FILES_MS}\n",
             QUEUE_TIMEOUT.as_millis(),
         ),
     )?;
