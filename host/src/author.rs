@@ -137,7 +137,7 @@ impl Language {
             Language::Js => Recipe {
                 template: "guest-sdk/js/template",
                 vendored: &[("guest-sdk/js", JS_SDK)],
-                not_vendored: &["template/"],
+                not_vendored: &["template/", "tests/"],
                 extra: &[],
             },
         }

@@ -266,9 +266,12 @@ fn a_new_js_project_builds_and_answers_a_call() {
             "cordon-guest/package.json",
             "cordon-guest/index.js",
             "cordon-guest/build.js",
+            "cordon-guest/testing/index.js",
+            "cordon-guest/testing/register.js",
             "cordon-guest/wit/cordon.wit",
+            "test/index.test.js",
         ],
-        &["cordon-guest/template"],
+        &["cordon-guest/template", "cordon-guest/tests"],
     );
     let manifest: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(project.join("package.json")).unwrap()).unwrap();
@@ -286,6 +289,18 @@ fn a_new_js_project_builds_and_answers_a_call() {
         "Processed 3 items of first",
         "Processed 3 of 3 items",
     );
+
+    // The project's own tests, as its README says to run them: `npm test`, the tools run
+    // natively with the SDK's test host (`cordon build` installed the project's packages),
+    // on the Node `cordon build` used.
+    let node = cordon_toolchain::js::node(&repo().join("target/js-node")).unwrap();
+    let tests = cordon_toolchain::js::on_node("npm", &node)
+        .current_dir(&project)
+        .args(["test", "--silent"])
+        .output()
+        .unwrap();
+    let report = succeeded("the project's npm test", &tests);
+    assert!(report.contains("pass 2") && report.contains("fail 0"), "{report}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

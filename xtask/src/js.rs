@@ -62,6 +62,34 @@ pub fn build_guests(root: &Path, out_dir: &Path) -> Result<Vec<PathBuf>> {
     Ok(built)
 }
 
+/// The SDK's native tests and those of the example tools and the scaffold's tool: each
+/// runs under Node with the SDK's test host (`guest-sdk/js/testing/`), from its folder.
+/// The test host needs no npm package, so these run on the SDK's own files.
+const NATIVE_TESTS: &[(&str, &str)] = &[
+    ("guest-sdk/js", "tests/sdk.test.js"),
+    ("examples/js", "tools.test.js"),
+    ("guest-sdk/js/template", "test/index.test.js"),
+];
+
+/// Run the JavaScript native tests ([`NATIVE_TESTS`]) on the Node `cargo xtask guests` uses.
+pub fn run_sdk_tests(root: &Path) -> Result<()> {
+    let node = cordon_toolchain::js::node(&root.join("target/js-node"))?;
+    let register = root.join("guest-sdk/js/testing/register.js");
+    for (folder, file) in NATIVE_TESTS {
+        let status = Command::new(&node)
+            .current_dir(root.join(folder))
+            .arg("--import")
+            .arg(&register)
+            .args(["--test", "--test-reporter=dot", file])
+            .status()
+            .with_context(|| format!("running {}", node.display()))?;
+        if !status.success() {
+            bail!("the JavaScript tests in {folder}/{file} failed ({status}); their report is above");
+        }
+    }
+    Ok(())
+}
+
 /// Copy the SDK to `target/js-sdk/` and install its locked dependencies there, with npm
 /// running on `node`: npm leaves out optional packages whose `engines` the running Node
 /// does not meet, and rolldown's native binding is one (it needs Node 20.19).

@@ -172,7 +172,8 @@ fn workspace_packages(workspace: &Path) -> Result<Vec<String>> {
 }
 
 /// Every Rust test, then the end-to-end suite that drives the server with the official
-/// Python SDK client (in a virtualenv under `target/`, made on first use).
+/// Python SDK client (in a virtualenv under `target/`, made on first use), then the Python
+/// and JavaScript SDKs' native tests.
 fn run_tests() -> Result<()> {
     let root = repo_root();
     let cargo = env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
@@ -198,7 +199,8 @@ fn run_tests() -> Result<()> {
         .current_dir(&root)
         .args(["-m", "pytest", "host/tests/e2e", "-q", "-p", "no:cacheprovider"])
         .env("CORDON_BIN", root.join("target/debug/cordon")))?;
-    python::run_sdk_tests(&root, &python)
+    python::run_sdk_tests(&root, &python)?;
+    js::run_sdk_tests(&root)
 }
 
 /// Build `target/debug/cordon` as `cargo test` builds it (a plain `cargo build` would unify

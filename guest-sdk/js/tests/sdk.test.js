@@ -1,0 +1,182 @@
+// The JavaScript SDK natively, through its test host: run with
+// `node --import ./testing/register.js --test tests/` from guest-sdk/js (`cargo xtask test`
+// does).
+
+import assert from "node:assert/strict";
+import { test } from "node:test";
+
+import {
+  CallResult,
+  Cancelled,
+  ToolError,
+  checkCancelled,
+  clearCleanupNote,
+  defineTool,
+  log,
+  plugin,
+  progress,
+  setCleanupNote,
+  sleep,
+  timeLeft,
+} from "cordon-guest";
+import { STOP_REASONS, TestHost } from "cordon-guest/testing";
+
+const steps = defineTool({
+  name: "steps",
+  description: "Counts to `count`, reporting progress and leaving its name as the note.",
+  inputSchema: {
+    properties: {
+      name: { type: "string" },
+      count: { type: "integer", default: 3 },
+      step_ms: { type: "integer", default: 0 },
+    },
+    required: ["name"],
+  },
+  async run({ name, count, step_ms }) {
+    setCleanupNote(name);
+    for (let done = 1; done <= count; done++) {
+      checkCancelled();
+      await sleep(step_ms);
+      progress(done, count, `step ${done}`);
+    }
+    clearCleanupNote();
+    return `counted to ${count} for ${name}`;
+  },
+});
+
+const shapes = defineTool({
+  name: "shapes",
+  description: "Returns the result shape it is asked for.",
+  inputSchema: { properties: { shape: { type: "string" } }, required: ["shape"] },
+  outputSchema: { type: "object", properties: { n: { type: "integer" } } },
+  run({ shape }) {
+    switch (shape) {
+      case "object":
+        return { n: 7 };
+      case "content":
+        return new CallResult({
+          content: [
+            { type: "text", text: "a" },
+            { type: "image", data: new Uint8Array([1, 2]), mimeType: "image/png" },
+            { type: "resource_link", uri: "file:///a", name: "a" },
+          ],
+          isError: true,
+        });
+      case "time":
+        return String(timeLeft());
+      case "tool-error":
+        throw new ToolError("the index is corrupt");
+      default:
+        throw new RangeError(`no shape ${shape}`);
+    }
+  },
+});
+
+let cleanups = [];
+
+const tool = plugin({
+  tools: [steps, shapes],
+  cleanup(context) {
+    cleanups.push(context);
+    log("info", `rolled back ${context.noteText}`);
+    if (context.noteText === "fragile") {
+      throw new Error("the disk is gone");
+    }
+  },
+});
+
+test("a call resolves to the result the client reads, with its progress and defaults", async () => {
+  const host = new TestHost(tool);
+  const result = await host.call("steps", { name: "books" });
+  assert.equal(result.text, "counted to 3 for books");
+  assert.deepEqual(result.content, [{ type: "text", text: "counted to 3 for books" }]);
+  assert.equal(result.isError, false);
+  assert.deepEqual(host.progress, [
+    [1, 3, "step 1"],
+    [2, 3, "step 2"],
+    [3, 3, "step 3"],
+  ]);
+  assert.equal(host.noteText, "", "cleared when complete");
+});
+
+test("structured output, content items and the error flag come back in MCP's shapes", async () => {
+  const host = new TestHost(tool);
+  const object = await host.call("shapes", { shape: "object" });
+  assert.deepEqual(object.structured, { n: 7 });
+  assert.equal(object.text, '{"n":7}');
+  const content = await host.call("shapes", { shape: "content" });
+  assert.equal(content.isError, true);
+  assert.deepEqual(content.content, [
+    { type: "text", text: "a" },
+    { type: "image", data: new Uint8Array([1, 2]), mimeType: "image/png" },
+    { type: "resource_link", uri: "file:///a", name: "a", description: undefined, mimeType: undefined },
+  ]);
+});
+
+test("errors reject with the text the client would see", async () => {
+  const host = new TestHost(tool);
+  await assert.rejects(host.call("shapes", { shape: "tool-error" }), {
+    name: "ToolError",
+    message: "the index is corrupt",
+  });
+  await assert.rejects(host.call("shapes", { shape: "square" }), {
+    name: "ToolError",
+    message: "RangeError: no shape square",
+  });
+  await assert.rejects(host.call("nothing"), { message: "unknown tool: nothing" });
+});
+
+test("a cancel after a progress report stops the call and keeps its note for cleanup", async () => {
+  const host = new TestHost(tool, { cancelAfterProgress: 1 });
+  await assert.rejects(host.call("steps", { name: "archive", count: 10 }), Cancelled);
+  assert.equal(host.progress.length, 1);
+  assert.equal(host.noteText, "archive");
+  cleanups = [];
+  await host.cleanup("steps", { name: "archive" }, { reason: "cancelled" });
+  assert.equal(cleanups.length, 1);
+  assert.equal(cleanups[0].reason, "cancelled");
+  assert.equal(cleanups[0].noteText, "archive");
+  assert.deepEqual(cleanups[0].arguments, { name: "archive" });
+  assert.deepEqual(host.logs, [["info", "rolled back archive"]]);
+});
+
+test("cancel() during a wait is seen at the next check", async () => {
+  const host = new TestHost(tool);
+  const running = host.call("steps", { name: "slow", count: 1000, step_ms: 1 });
+  host.cancel();
+  await assert.rejects(running, Cancelled);
+  assert.ok(host.progress.length < 1000);
+});
+
+test("timeLeft reports the limit, and zero once cancelled", async () => {
+  assert.equal((await new TestHost(tool).call("shapes", { shape: "time" })).text, "undefined");
+  assert.equal((await new TestHost(tool, { timeLeftMs: 1500 }).call("shapes", { shape: "time" })).text, "1500");
+  const cancelled = new TestHost(tool, { cancelled: true, timeLeftMs: 1500 });
+  assert.equal((await cancelled.call("shapes", { shape: "time" })).text, "0");
+});
+
+test("a cleanup that throws is logged and rejects, as the host reports it failed", async () => {
+  const host = new TestHost(tool);
+  await assert.rejects(host.cleanup("steps", {}, { reason: "trapped", note: "fragile" }), {
+    message: "the disk is gone",
+  });
+  assert.deepEqual(host.logs.at(-1), ["error", "cleanup after steps failed: Error: the disk is gone"]);
+  assert.equal(cleanups.at(-1).trapMessage, "wasm trap");
+  await assert.rejects(host.cleanup("steps", {}, { reason: "bored" }), /not one of cancelled/);
+  assert.deepEqual(STOP_REASONS, ["cancelled", "idle-timeout", "max-duration", "trapped", "out-of-memory", "shutdown"]);
+});
+
+test("tools() lists them as the host does, schemas parsed", () => {
+  const [first, second] = new TestHost(tool).tools();
+  assert.equal(first.name, "steps");
+  assert.deepEqual(first.inputSchema.required, ["name"]);
+  assert.equal(first.inputSchema.type, "object", "added when missing");
+  assert.equal(first.outputSchema, undefined);
+  assert.deepEqual(second.outputSchema, { type: "object", properties: { n: { type: "integer" } } });
+  assert.throws(() => new TestHost({}), /new TestHost\(tool\)/);
+});
+
+test("outside a test host nothing is cancelled and no limit applies", () => {
+  assert.doesNotThrow(checkCancelled);
+  assert.equal(timeLeft(), undefined);
+});
