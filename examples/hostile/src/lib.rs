@@ -324,10 +324,15 @@ fn set_size(args: SetSize) -> Result<String, ToolError> {
 struct Park {
     /// How long to wait in the host, in milliseconds.
     ms: u64,
+    /// KiB of linear memory to write before waiting.
+    #[serde(default)]
+    touch_kb: usize,
 }
 
 fn park(args: Park) -> Result<String, ToolError> {
+    let touched = vec![1u8; args.touch_kb << 10];
     hold(args.ms);
+    std::hint::black_box(&touched);
     Ok(format!("parked {} ms", args.ms))
 }
 
