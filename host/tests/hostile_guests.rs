@@ -9,12 +9,11 @@
 use crate::common;
 
 use common::call;
-use common::guests::{cancel_after_first_progress, run_recording_progress, text_of};
+use common::guests::{cancel_after_first_progress, load_compiled_once, run_recording_progress, text_of};
 
-use std::path::PathBuf;
 use std::time::Duration;
 
-use cordon::runtime::{CallReport, CleanupOutcome, ComponentOptions, Outcome, Runtime, StopPath, ToolLimits};
+use cordon::runtime::{CallReport, CleanupOutcome, Outcome, Runtime, StopPath, ToolLimits};
 use serde_json::json;
 
 /// The two hostile components: their file in `target/guests/` and a name for messages.
@@ -27,29 +26,16 @@ enum Language {
 const LANGUAGES: [Language; 2] = [Language::Python, Language::Js];
 
 impl Language {
-    fn component(self) -> PathBuf {
-        let file = match self {
+    fn component(self) -> &'static str {
+        match self {
             Language::Python => "hostile-python.wasm",
             Language::Js => "hostile-js.wasm",
-        };
-        let path = cordon::paths::default_tools_dir().join(file);
-        assert!(path.is_file(), "{} is missing: run `cargo xtask guests` first", path.display());
-        path
+        }
     }
 }
 
-/// Compiling an interpreter takes seconds: the first load of each compiles it into this
-/// cache (under the target folder, so later runs start warm) while the others wait.
-static FIRST_LOAD: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
 async fn hostile(language: Language, limits: ToolLimits) -> Runtime {
-    let mut settings = common::settings(8);
-    settings.engine.cache_dir = Some(PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("hostile-guest-cache"));
-    let mut runtime = Runtime::new(settings).unwrap();
-    let options = ComponentOptions { limits, data_dir: None, ..ComponentOptions::default() };
-    let _first = FIRST_LOAD.lock().await;
-    runtime.load_file(&language.component(), options).await.unwrap();
-    runtime
+    load_compiled_once(language.component(), limits, "hostile-guest-cache").await
 }
 
 fn quick() -> ToolLimits {

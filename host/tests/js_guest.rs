@@ -8,43 +8,20 @@ use crate::common;
 use common::call;
 use common::guests::{
     Stopped, assert_cancelled_and_cleaned_up, assert_counts_up, cancel_after_first_progress,
-    run_recording_progress, text_of,
+    load_compiled_once, run_recording_progress, text_of,
 };
 
-use std::path::PathBuf;
 use std::time::Duration;
 
-use cordon::runtime::{
-    CleanupOutcome, ComponentOptions, EngineSettings, Outcome, Runtime, StopPath, Timeout, ToolLimits,
-};
+use cordon::runtime::{CleanupOutcome, Outcome, Runtime, StopPath, Timeout, ToolLimits};
 use serde_json::json;
-
-fn js_component(file: &str) -> PathBuf {
-    let path = cordon::paths::default_tools_dir().join(file);
-    assert!(path.is_file(), "{} is missing: run `cargo xtask guests` first", path.display());
-    path
-}
-
-/// Compiling a 12 MiB JavaScript component takes seconds: the first test to load one
-/// compiles it into this cache (under the target folder, so later runs start warm too)
-/// while the others wait, then they load the cached code.
-static FIRST_LOAD: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 async fn example_js_with(limits: ToolLimits) -> Runtime {
     load_js("example-js.wasm", limits).await
 }
 
 async fn load_js(file: &str, limits: ToolLimits) -> Runtime {
-    let mut settings = common::settings(8);
-    settings.engine = EngineSettings {
-        cache_dir: Some(PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("js-guest-cache")),
-        ..settings.engine
-    };
-    let mut runtime = Runtime::new(settings).unwrap();
-    let options = ComponentOptions { limits, data_dir: None, ..ComponentOptions::default() };
-    let _first = FIRST_LOAD.lock().await;
-    runtime.load_file(&js_component(file), options).await.unwrap();
-    runtime
+    load_compiled_once(file, limits, "js-guest-cache").await
 }
 
 async fn example_js() -> Runtime {

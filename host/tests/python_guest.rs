@@ -21,9 +21,7 @@ use cordon::runtime::{
 use serde_json::{Value, json};
 
 fn example_python() -> PathBuf {
-    let path = cordon::paths::default_tools_dir().join("example-python.wasm");
-    assert!(path.is_file(), "{} is missing: run `cargo xtask guests` first", path.display());
-    path
+    common::guests::built_guest("example-python.wasm")
 }
 
 /// Compiled components, shared by this file's tests: CPython takes seconds to compile, so

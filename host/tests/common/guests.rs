@@ -6,7 +6,9 @@
 
 use std::time::{Duration, Instant};
 
-use cordon::runtime::{CallReport, CleanupOutcome, Content, Outcome, Runtime, StopPath};
+use cordon::runtime::{
+    CallReport, CleanupOutcome, ComponentOptions, Content, Outcome, Runtime, StopPath, ToolLimits,
+};
 use serde_json::{Value, json};
 
 /// The text of a call that completed with one text item.
@@ -114,4 +116,26 @@ pub fn assert_cancelled_and_cleaned_up(report: &CallReport, how: Stopped) {
     }
     let cleanup = report.cleanup.as_ref().expect("a cleanup ran");
     assert_eq!(cleanup.outcome, CleanupOutcome::Completed, "{report:?}");
+}
+
+/// A built guest in `target/guests/`, which `cargo xtask guests` makes.
+pub fn built_guest(file: &str) -> std::path::PathBuf {
+    let path = cordon::paths::default_tools_dir().join(file);
+    assert!(path.is_file(), "{} is missing: run `cargo xtask guests` first", path.display());
+    path
+}
+
+/// A runtime with the built guest `file` loaded under `limits`, without a data directory.
+/// Compiling an interpreter (a 12 MiB JavaScript component, CPython) takes seconds: the
+/// first test to load one compiles it into `cache` (under the target folder, so later runs
+/// start warm too) while the others wait, then they load the cached code.
+pub async fn load_compiled_once(file: &str, limits: ToolLimits, cache: &str) -> Runtime {
+    static FIRST_LOAD: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    let mut settings = crate::common::settings(8);
+    settings.engine.cache_dir = Some(std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(cache));
+    let mut runtime = Runtime::new(settings).unwrap();
+    let options = ComponentOptions { limits, data_dir: None, ..ComponentOptions::default() };
+    let _first = FIRST_LOAD.lock().await;
+    runtime.load_file(&built_guest(file), options).await.unwrap();
+    runtime
 }
