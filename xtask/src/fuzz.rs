@@ -21,7 +21,10 @@
 //! fresh clones; most of it is the dependencies). The schema validator and its regex
 //! engines, HTTP/2 and wasmtime's text encodings are never run either: in [`NOT_FUZZED`]
 //! since 2026-12-02, a cold build took 455 s (the sum of its crates' times 817 s, against
-//! 1,077 s before; opt-level 1 instead of 3 had saved nothing).
+//! 1,077 s before; opt-level 1 instead of 3 had saved nothing). Since 2026-12-03 the
+//! wrapper also builds what runs only while building (proc macros, build scripts and their
+//! dependencies: cargo gives them no `--target`) at -O0 instead of the profile's -O1, and
+//! `fuzz/Cargo.toml` has the cordon crate at -O1 instead of -O3.
 
 use std::env;
 use std::ffi::OsString;
@@ -128,10 +131,14 @@ const SPLIT_CRATE: &str = "cordon";
 
 /// The arguments rustc gets for crate `crate_name` in the fuzz build, from those cargo gave.
 fn rustc_args(crate_name: &str, args: Vec<OsString>) -> Vec<OsString> {
+    // Cargo names the target only for what it builds for the targets (the build has
+    // `--target`): the rest are proc macros, build scripts and their dependencies, which
+    // run only while building.
+    let for_build_only = !args.iter().any(|arg| arg == "--target");
     let fuzzed = !NOT_FUZZED.iter().any(|prefix| crate_name.starts_with(prefix));
-    if crate_name == SPLIT_CRATE {
+    if crate_name == SPLIT_CRATE && !for_build_only {
         args.into_iter().filter(|arg| arg != "-Ccodegen-units=1").collect()
-    } else if fuzzed {
+    } else if fuzzed && !for_build_only {
         args
     } else {
         args.into_iter()
@@ -139,6 +146,8 @@ fn rustc_args(crate_name: &str, args: Vec<OsString>) -> Vec<OsString> {
             .map(|arg| match arg.to_str() {
                 // Unoptimised, without debug info: nothing of it runs hot, and it builds
                 // 4.5 times faster than instrumented at -O1 (cranelift-codegen, measured).
+                // The proc macros and build scripts had the profile's -O1: about 200 s of
+                // the build's 1,100 s of CPU.
                 Some(flag) if flag.starts_with("opt-level=") => "opt-level=0".into(),
                 Some(flag) if flag.starts_with("debuginfo=") => "debuginfo=0".into(),
                 _ => arg,
@@ -266,16 +275,39 @@ mod tests {
 
     #[test]
     fn crates_no_target_runs_lose_the_instrumentation_and_keep_the_rest() {
+        let target = ["--target", "x86_64-unknown-linux-gnu"];
         let given =
-            [INSTRUMENTATION_FLAGS, ALWAYS_FLAGS, &["-C", "opt-level=1", "-C", "debuginfo=1"]].concat();
+            [INSTRUMENTATION_FLAGS, ALWAYS_FLAGS, &["-C", "opt-level=1", "-C", "debuginfo=1"], &target]
+                .concat();
         assert_eq!(
             rustc_args("cranelift_codegen", args(&given)),
-            args(&["--cfg", "fuzzing", "-Cdebug-assertions", "-C", "opt-level=0", "-C", "debuginfo=0"])
+            args(
+                &[
+                    &["--cfg", "fuzzing", "-Cdebug-assertions", "-C", "opt-level=0", "-C", "debuginfo=0"],
+                    &target[..]
+                ]
+                .concat()
+            )
         );
         // A crate the targets run keeps every flag; cordon all but the single codegen unit.
         assert_eq!(rustc_args("serde_json", args(&given)), args(&given));
         let cordon = rustc_args("cordon", args(&given));
         assert_eq!(cordon.len(), given.len() - 1);
         assert!(!cordon.iter().any(|arg| arg == "-Ccodegen-units=1"));
+    }
+
+    #[test]
+    fn what_runs_only_while_building_is_built_unoptimised() {
+        // Proc macros and build scripts: cargo gives them neither `--target` nor RUSTFLAGS.
+        let given = ["--crate-type", "proc-macro", "-C", "opt-level=1", "-C", "debuginfo=1"];
+        assert_eq!(
+            rustc_args("serde_derive", args(&given)),
+            args(&["--crate-type", "proc-macro", "-C", "opt-level=0", "-C", "debuginfo=0"])
+        );
+        // serde_json is also a dependency of a build step here: that copy too.
+        assert_eq!(
+            rustc_args("serde_json", args(&given[2..])),
+            args(&["-C", "opt-level=0", "-C", "debuginfo=0"])
+        );
     }
 }
