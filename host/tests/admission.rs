@@ -26,7 +26,7 @@ const LIMITS: ServerLimits =
 /// The example tools with one call slot, so that calls queue.
 async fn server(name: &str) -> Arc<Server> {
     let mut runtime = Runtime::new(common::settings(1)).unwrap();
-    let data = std::env::temp_dir().join(format!("cordon-admission-{name}-{}", std::process::id()));
+    let data = common::scratch(&format!("admission-{name}"));
     std::fs::create_dir_all(&data).unwrap();
     let options = ComponentOptions {
         limits: common::quick_limits(),

@@ -584,7 +584,7 @@ fn mcp_param_headers_mirror_the_arguments_their_schema_marks() {
         "count":{"type":"integer","x-mcp-header":"Count"},
         "where":{"type":"object","properties":{"flag":{"type":"boolean","x-mcp-header":"Flag"}}}}}"#;
     let guest = common::WatGuest::new("headed", common::DONE_BODY).input_schema(schema);
-    let path = std::env::temp_dir().join(format!("cordon-headed-{}.wasm", std::process::id()));
+    let path = common::scratch("headed.wasm");
     std::fs::write(&path, guest.component()).unwrap();
     let server = Server::start_with("http-param-headers", &format!("\n[[components]]\npath = {:?}\n", path));
     let call = |id: i64, arguments: Value, params: &[(&str, &str)]| {

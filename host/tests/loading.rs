@@ -162,7 +162,7 @@ async fn a_call_returning_structured_output_that_is_not_json_is_an_invalid_resul
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_compile_cache_survives_corruption() {
-    let cache = std::env::temp_dir().join(format!("cordon-cache-test-{}", std::process::id()));
+    let cache = scratch("cache-test");
     let _ = std::fs::remove_dir_all(&cache);
     let mut settings = settings(4);
     settings.engine.cache_dir = Some(cache.clone());

@@ -542,7 +542,7 @@ fn startup_error(args: &[&str]) -> String {
 
 #[test]
 fn bad_certificate_and_key_files_are_clear_startup_errors() {
-    let dir = std::env::temp_dir().join(format!("cordon-oauth-pem-{}", std::process::id()));
+    let dir = common::scratch("oauth-pem");
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let (cert, key, _) = self_signed(&dir);
@@ -622,7 +622,7 @@ async fn validator_on_file(
 ) -> (Arc<cordon::auth::oauth::Validator>, std::path::PathBuf) {
     use cordon::auth::jwks::JwksSource;
     use cordon::auth::oauth::{OAuthSettings, Validator};
-    let dir = std::env::temp_dir().join(format!("cordon-oauth-{name}-{}", std::process::id()));
+    let dir = common::scratch(&format!("oauth-{name}"));
     std::fs::create_dir_all(&dir).unwrap();
     let file = dir.join("jwks.json");
     write_jwks(&file, keys);

@@ -22,11 +22,7 @@ fn guest(name: &str) -> PathBuf {
 
 fn fresh_dir(label: &str) -> PathBuf {
     static NEXT: AtomicU32 = AtomicU32::new(0);
-    let dir = std::env::temp_dir().join(format!(
-        "cordon-plain-{label}-{}-{}",
-        std::process::id(),
-        NEXT.fetch_add(1, Ordering::Relaxed)
-    ));
+    let dir = common::scratch(&format!("plain-{label}-{}", NEXT.fetch_add(1, Ordering::Relaxed)));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     dir

@@ -28,7 +28,7 @@ const SOLO_KEY: &str = "solo-key-2b4d6f8a0c1e3579";
 /// a data directory, used by four tenants; `server` is the `[server]` table's extra keys.
 fn config(name: &str, server: &str) -> PathBuf {
     let guests = cordon::paths::default_tools_dir();
-    let dir = std::env::temp_dir().join(format!("cordon-tenants-{name}-{}", std::process::id()));
+    let dir = common::scratch(&format!("tenants-{name}"));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(dir.join("beta.keys"), format!("{BETA_KEY}\n")).unwrap();

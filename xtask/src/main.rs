@@ -181,7 +181,17 @@ fn run_tests() -> Result<()> {
     // `cargo build` would unify features differently and compile wasmtime a second time.
     // Panics without backtraces, for the same reason as `main`'s errors: a failing test's
     // message and location is what CI's log must keep.
+    let scratch_before = scratch_left_behind();
     run(Command::new(&cargo).current_dir(&root).args(["test", "--workspace"]).env("RUST_BACKTRACE", "0"))?;
+    let left: Vec<String> = scratch_left_behind().difference(&scratch_before).cloned().collect();
+    if !left.is_empty() {
+        bail!(
+            "the Rust tests left {} entries in {} (each test process keeps its files under \
+             one folder that it removes when it exits: host/tests/common/mod.rs, `scratch`): {left:?}",
+            left.len(),
+            env::temp_dir().display()
+        );
+    }
     // The example tools' own tests, natively with cordon-guest's test host (the folder
     // tests/author.rs builds a new project's tests in).
     run(Command::new(&cargo)
@@ -201,6 +211,15 @@ fn run_tests() -> Result<()> {
         .env("CORDON_BIN", root.join("target/debug/cordon")))?;
     python::run_sdk_tests(&root, &python)?;
     js::run_sdk_tests(&root)
+}
+
+/// The entries named `cordon-*` in the system's temporary folder, where the tests write.
+fn scratch_left_behind() -> std::collections::BTreeSet<String> {
+    let Ok(entries) = fs::read_dir(env::temp_dir()) else { return Default::default() };
+    entries
+        .filter_map(|entry| entry.ok()?.file_name().into_string().ok())
+        .filter(|name| name.starts_with("cordon-"))
+        .collect()
 }
 
 /// Build `target/debug/cordon` as `cargo test` builds it (a plain `cargo build` would unify

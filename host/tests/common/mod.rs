@@ -265,14 +265,41 @@ pub fn hostile() -> std::path::PathBuf {
     path
 }
 
+/// The folder that holds every file the tests of this process write (configs, data
+/// directories, caches, components), made at the first call.
+static SCRATCH_ROOT: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+
+/// Set to keep the tests' files after the run, to look at what a failing test left.
+pub const KEEP_FILES_ENV: &str = "CORDON_KEEP_TEST_FILES";
+
+/// `name` inside this process's scratch folder (`$TMPDIR/cordon-tests-<pid>`), which is
+/// removed when the process exits, passed or failed: a run of the suite used to leave
+/// about 170 folders in the system's temporary folder.
+pub fn scratch(name: &str) -> std::path::PathBuf {
+    let root = SCRATCH_ROOT.get_or_init(|| {
+        let root = std::env::temp_dir().join(format!("cordon-tests-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        std::fs::create_dir_all(&root).unwrap();
+        if std::env::var_os(KEEP_FILES_ENV).is_none() {
+            extern "C" fn remove_scratch_root() {
+                if let Some(root) = SCRATCH_ROOT.get() {
+                    let _ = std::fs::remove_dir_all(root);
+                }
+            }
+            // libtest ends the process with `exit` whether tests failed or not, which
+            // runs this.
+            // SAFETY: registers a function that takes nothing and only removes files.
+            assert_eq!(unsafe { libc::atexit(remove_scratch_root) }, 0);
+        }
+        root
+    });
+    root.join(name)
+}
+
 /// A new empty directory for one test, named after `what`.
 pub fn fresh_dir(what: &str) -> std::path::PathBuf {
     static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-    let dir = std::env::temp_dir().join(format!(
-        "cordon-test-{what}-{}-{}",
-        std::process::id(),
-        NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-    ));
+    let dir = scratch(&format!("{what}-{}", NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     dir

@@ -127,7 +127,7 @@ pub fn meta() -> Value {
 pub fn examples_config(name: &str, extra: &str) -> PathBuf {
     let tools = cordon::paths::example_tools();
     assert!(tools.is_file(), "{} is missing: run `cargo xtask guests` first", tools.display());
-    let dir = std::env::temp_dir().join(format!("cordon-{name}-{}", std::process::id()));
+    let dir = crate::common::scratch(name);
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let config = dir.join("cordon.toml");
