@@ -10,7 +10,6 @@ use common::guests::{
 };
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use cordon::runtime::{CleanupOutcome, ComponentOptions, HttpGrants, Outcome, Runtime, ToolLimits};
@@ -22,14 +21,6 @@ fn example_tools() -> PathBuf {
     path
 }
 
-fn fresh_data_dir() -> PathBuf {
-    static NEXT: AtomicU32 = AtomicU32::new(0);
-    let dir = common::scratch(&format!("examples-{}", NEXT.fetch_add(1, Ordering::Relaxed)));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
 async fn examples() -> Runtime {
     examples_granted(HttpGrants::default()).await
 }
@@ -39,7 +30,7 @@ async fn examples_granted(allow_http: HttpGrants) -> Runtime {
     let limits = ToolLimits { grace: Duration::from_millis(100), ..ToolLimits::default() };
     let options = ComponentOptions {
         limits,
-        data_dir: Some(fresh_data_dir()),
+        data_dir: Some(common::fresh_dir("examples")),
         allow_http,
         ..ComponentOptions::default()
     };

@@ -6,7 +6,6 @@
 use crate::common;
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use cordon::runtime::{
@@ -18,14 +17,6 @@ fn guest(name: &str) -> PathBuf {
     let path = cordon::paths::default_tools_dir().join(name);
     assert!(path.is_file(), "{} is missing: run `cargo xtask guests` first", path.display());
     path
-}
-
-fn fresh_dir(label: &str) -> PathBuf {
-    static NEXT: AtomicU32 = AtomicU32::new(0);
-    let dir = common::scratch(&format!("plain-{label}-{}", NEXT.fetch_add(1, Ordering::Relaxed)));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
 }
 
 async fn kinds_with(limits: ToolLimits) -> Runtime {
@@ -448,7 +439,7 @@ fn custom_section(name: &str, data: &[u8]) -> Vec<u8> {
 
 /// wassette's filesystem-rs world, built unchanged, with a read-only mount to read.
 async fn wassette_filesystem() -> (Runtime, PathBuf) {
-    let dir = fresh_dir("fs");
+    let dir = common::fresh_dir("plain-fs");
     std::fs::create_dir(dir.join("notes")).unwrap();
     std::fs::write(dir.join("notes/todo.txt"), "water the plants\n").unwrap();
     std::fs::write(dir.join("readme.md"), "# hello\n").unwrap();
@@ -549,7 +540,7 @@ async fn inspect_tells_a_cordon_component_from_a_plain_one_and_shows_their_tools
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn inspect_with_a_config_shows_the_grants_and_what_each_import_will_find() {
-    let dir = fresh_dir("inspect");
+    let dir = common::fresh_dir("plain-inspect");
     let workspace = dir.join("workspace");
     std::fs::create_dir(&workspace).unwrap();
     let config = dir.join("cordon.toml");

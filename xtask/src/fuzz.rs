@@ -135,10 +135,10 @@ fn rustc_args(crate_name: &str, args: Vec<OsString>) -> Vec<OsString> {
     // `--target`): the rest are proc macros, build scripts and their dependencies, which
     // run only while building.
     let for_build_only = !args.iter().any(|arg| arg == "--target");
-    let fuzzed = !NOT_FUZZED.iter().any(|prefix| crate_name.starts_with(prefix));
-    if crate_name == SPLIT_CRATE && !for_build_only {
+    let fuzzed = !for_build_only && !NOT_FUZZED.iter().any(|prefix| crate_name.starts_with(prefix));
+    if fuzzed && crate_name == SPLIT_CRATE {
         args.into_iter().filter(|arg| arg != "-Ccodegen-units=1").collect()
-    } else if fuzzed && !for_build_only {
+    } else if fuzzed {
         args
     } else {
         args.into_iter()

@@ -270,7 +270,7 @@ pub fn hostile() -> std::path::PathBuf {
 static SCRATCH_ROOT: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
 
 /// Set to keep the tests' files after the run, to look at what a failing test left.
-pub const KEEP_FILES_ENV: &str = "CORDON_KEEP_TEST_FILES";
+const KEEP_FILES_ENV: &str = "CORDON_KEEP_TEST_FILES";
 
 /// `name` inside this process's scratch folder (`$TMPDIR/cordon-tests-<pid>`), which is
 /// removed when the process exits, passed or failed: a run of the suite used to leave
