@@ -25,11 +25,13 @@ BODY = "hello from 127.0.0.1 ✓"
 class Origin:
     """A local HTTP server: `/hello` answers BODY, `/silent` never answers and `/stall` stops
     after five bytes of the body, each until the client goes away (which it records). Every
-    path asked for is recorded."""
+    path asked for is recorded, and `waiting` is set once a `/silent` or `/stall` answer has
+    written all it will write."""
 
     def __init__(self):
         self.paths: list[str] = []
         self.silent_closed = threading.Event()
+        self.waiting = threading.Event()
         self.stop = threading.Event()
         origin = self
 
@@ -53,6 +55,7 @@ class Origin:
                 self.wfile.write(body)
 
             def wait_for_close(self):
+                origin.waiting.set()
                 self.connection.settimeout(0.05)
                 while not origin.stop.is_set():
                     try:
@@ -149,9 +152,9 @@ async def test_a_cancelled_fetch_closes_its_connection_and_the_server_serves_on(
     async with granted.client("2026-07-28") as client:
         task = asyncio.create_task(client.call_tool("fetch", {"url": f"{origin.url}{path}"}))
         # Cancel once the request is at the server (a cancel sent earlier, while the server
-        # still compiles the component, would stop the call before it connects).
-        await wait_until(lambda: path in origin.paths, 10.0, "the request reached the server")
-        await asyncio.sleep(0.2)  # /stall: let the guest take the headers and wait for the body
+        # still compiles the component, would stop the call before it connects) and, for
+        # /stall, the headers and the first bytes are on their way back to the guest.
+        await wait_until(origin.waiting.is_set, 10.0, "the request reached the server")
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
