@@ -16,7 +16,9 @@
 //!   throughput on this machine, where the load generator shares the cores).
 //! - `ready`: time from spawn to the first `tools/list` answer with 500 components (WAT
 //!   components with distinct tool names, so each compiles on its own), with an empty
-//!   compile cache and then with the cache it filled.
+//!   compile cache and then with the cache it filled; and the warm start's time per
+//!   component against that of the first 100 alone (a start that grows faster than its
+//!   components shows above 1.0x).
 //!
 //! ```sh
 //! cargo xtask guests && cargo build -p cordon
@@ -49,6 +51,9 @@ const SLICE: Duration = Duration::from_secs(1);
 /// Components for the time to ready.
 const COMPONENTS: usize = 500;
 const WARM_STARTS: usize = 3;
+/// The smaller set whose warm start is the baseline for [`COMPONENTS`]: a start that grows
+/// faster than the components do shows as a ratio above 1.
+const FEW_COMPONENTS: usize = 100;
 
 fn meta() -> Value {
     json!({
@@ -633,25 +638,31 @@ fn http(root: &Path, cordon: &Path) {
 const CALIBRATION_SPIN: Duration = Duration::from_micros(20);
 
 /// Write `COMPONENTS` one-tool WAT components with distinct names (so distinct bytes, each
-/// compiled on its own) and a config serving them with its compile cache in `dir/cache`.
-fn ready_fixture(dir: &Path) -> PathBuf {
+/// compiled on its own), a config serving them with its compile cache in `dir/cache`, and
+/// one serving only the first [`FEW_COMPONENTS`] of them with the same cache: (all, few).
+fn ready_fixture(dir: &Path) -> (PathBuf, PathBuf) {
     let components = dir.join("components");
     std::fs::create_dir_all(&components).unwrap();
     let mut config = format!("[server]\ncache_dir = {:?}\n", dir.join("cache"));
+    let mut few = String::new();
     for index in 0..COMPONENTS {
         let name = format!("tool_{index:03}");
         let path = components.join(format!("{name}.wasm"));
         std::fs::write(&path, common::WatGuest::new(&name, common::DONE_BODY).component()).unwrap();
         config.push_str(&format!("[[components]]\npath = {path:?}\n"));
+        if index + 1 == FEW_COMPONENTS {
+            few = config.clone();
+        }
     }
-    let file = dir.join("config.toml");
-    std::fs::write(&file, config).unwrap();
-    file
+    let (all_file, few_file) = (dir.join("config.toml"), dir.join("config-few.toml"));
+    std::fs::write(&all_file, config).unwrap();
+    std::fs::write(&few_file, few).unwrap();
+    (all_file, few_file)
 }
 
 /// Spawn the server and time it to the first `tools/list` answer (which comes once every
 /// component is loaded); checks that all the tools are listed.
-fn time_to_ready(cordon: &Path, config: &Path) -> Duration {
+fn time_to_ready(cordon: &Path, config: &Path, components: usize) -> Duration {
     let started = Instant::now();
     let mut server = StdioServer::spawn(cordon, config);
     let id = server.queue("tools/list", json!({}));
@@ -659,7 +670,7 @@ fn time_to_ready(cordon: &Path, config: &Path) -> Duration {
     let (first, at) = server.answer(id, started + Duration::from_secs(1200));
     assert!(first["result"]["tools"].is_array(), "{first}");
     let names = server.tool_names(Instant::now() + Duration::from_secs(10));
-    assert_eq!(names.len(), COMPONENTS, "every component's tool is listed");
+    assert_eq!(names.len(), components, "every component's tool is listed");
     server.close();
     at - started
 }
@@ -667,14 +678,26 @@ fn time_to_ready(cordon: &Path, config: &Path) -> Duration {
 fn ready(cordon: &Path) {
     let dir = std::env::temp_dir().join("cordon-bench-scale-ready");
     let _ = std::fs::remove_dir_all(&dir);
-    let config = ready_fixture(&dir);
-    let cold = time_to_ready(cordon, &config);
+    let (config, few) = ready_fixture(&dir);
+    let cold = time_to_ready(cordon, &config, COMPONENTS);
     let cached = std::fs::read_dir(dir.join("cache")).unwrap().count();
     assert_eq!(cached, COMPONENTS, "each component compiled and cached once");
-    let warm: Vec<_> = (0..WARM_STARTS).map(|_| time_to_ready(cordon, &config)).collect();
+    let mut warm = Vec::new();
+    let mut warm_few = Vec::new();
+    for _ in 0..WARM_STARTS {
+        warm.push(time_to_ready(cordon, &config, COMPONENTS));
+        warm_few.push(time_to_ready(cordon, &few, FEW_COMPONENTS));
+    }
+    let per_component =
+        |times: &[Duration], count: usize| times.iter().min().unwrap().as_secs_f64() / count as f64;
+    let growth = per_component(&warm, COMPONENTS) / per_component(&warm_few, FEW_COMPONENTS);
     println!("== time to ready, {COMPONENTS} components (spawn -> first tools/list answer)");
     println!("cold compile cache: {cold:.2?} ({:.1?} per component)", cold / COMPONENTS as u32);
     println!("warm compile cache: {warm:.2?}");
+    println!("warm compile cache, the first {FEW_COMPONENTS} alone: {warm_few:.2?}");
+    println!(
+        "warm time per component, {COMPONENTS} against {FEW_COMPONENTS} (best of each; 1.0 is linear): {growth:.2}x"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 

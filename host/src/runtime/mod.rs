@@ -382,13 +382,18 @@ impl Runtime {
         let loaded = self
             .build(name, origin, bytes.to_vec(), options, &current.components, CompilePriority::Startup)
             .await?;
-        let mut next = ToolSet::new(current.components.clone(), current.generation())?;
-        if let Some(clash) = next.clash(origin, &loaded) {
+        if let Some(clash) = current.clash(origin, &loaded) {
             return Err(clash);
         }
-        next.push(Arc::new(loaded))?;
-        self.tool_set.send_replace(Arc::new(next));
-        Ok(())
+        // Added in place (the set is copied only if someone still holds a snapshot of it):
+        // a copy per component made loading n components quadratic.
+        drop(current);
+        let mut pushed = Ok(());
+        self.tool_set.send_if_modified(|set| {
+            pushed = Arc::make_mut(set).push(Arc::new(loaded));
+            pushed.is_ok()
+        });
+        pushed
     }
 
     /// Compile `bytes` at `priority` (on the blocking pool: a reload must not hold up the

@@ -22,11 +22,23 @@ use super::component::{LoadError, LoadedComponent, ToolSpec};
 use super::limits::ToolLimits;
 
 /// The loaded components and their tools, as one immutable snapshot.
-#[derive(Default)]
+///
+/// Names are looked up in maps, not by walking the components: a load or a reload checks
+/// each new component against the set, and with hundreds of components a walk per check
+/// made loading them quadratic (500 small components: 1.2 s of a warm start in a test
+/// build, most of it comparing names; BENCHMARKS.md, "Time to ready").
+#[derive(Default, Clone)]
 pub struct ToolSet {
     pub(crate) components: Vec<Arc<LoadedComponent>>,
+    /// Component name → index into `components` (the first of that name).
+    by_name: HashMap<Arc<str>, usize>,
     /// Tool name → index into `components`.
     tools: HashMap<String, usize>,
+    /// Resource URI, resource template and prompt name → index of the component that
+    /// offers it: each is one component's ([`Self::push`] refuses a second).
+    resources: HashMap<String, usize>,
+    templates: HashMap<String, usize>,
+    prompts: HashMap<String, usize>,
     /// Counts the swaps: two snapshots of one generation are the same set.
     generation: u64,
 }
@@ -34,7 +46,7 @@ pub struct ToolSet {
 impl ToolSet {
     /// A set of these components, refused when two offer a tool of the same name.
     pub(crate) fn new(components: Vec<Arc<LoadedComponent>>, generation: u64) -> Result<Self, LoadError> {
-        let mut set = Self { components: Vec::new(), tools: HashMap::new(), generation };
+        let mut set = Self { generation, ..Self::default() };
         for component in components {
             set.push(component)?;
         }
@@ -52,8 +64,19 @@ impl ToolSet {
             return Err(clash);
         }
         let index = self.components.len();
+        self.by_name.entry(component.name.clone()).or_insert(index);
         for tool in &component.tools {
             self.tools.insert(tool.name.clone(), index);
+        }
+        let offered = &component.offered;
+        for resource in &offered.resources {
+            self.resources.entry(resource.uri.clone()).or_insert(index);
+        }
+        for template in &offered.templates {
+            self.templates.entry(template.info.uri_template.clone()).or_insert(index);
+        }
+        for prompt in &offered.prompts {
+            self.prompts.entry(prompt.name.clone()).or_insert(index);
         }
         self.components.push(component);
         Ok(())
@@ -72,26 +95,24 @@ impl ToolSet {
     /// Why `component` cannot join: a resource URI, template or prompt name of its is
     /// already another component's (a request must reach exactly one).
     fn feature_clash(&self, origin: &str, component: &LoadedComponent) -> Option<LoadError> {
+        // The component offering `key` in `map`, unless that is `component` itself.
+        let other = |map: &HashMap<String, usize>, key: &String| {
+            Some(&self.components[*map.get(key)?]).filter(|other| other.name != component.name)
+        };
         let offered = &component.offered;
-        self.components.iter().filter(|other| other.name != component.name).find_map(|other| {
-            let theirs = &other.offered;
-            let what = if let Some(resource) =
-                offered.resources.iter().find(|mine| theirs.resources.iter().any(|r| r.uri == mine.uri))
-            {
-                format!("resource {:?}", resource.uri)
-            } else if let Some(template) =
-                offered.templates.iter().find(|mine| theirs.template(&mine.info.uri_template).is_some())
-            {
-                format!("resource template {:?}", template.info.uri_template)
-            } else if let Some(prompt) =
-                offered.prompts.iter().find(|mine| theirs.prompt(&mine.name).is_some())
-            {
-                format!("prompt {:?}", prompt.name)
-            } else {
-                return None;
-            };
-            Some(LoadError::new(origin, format!("{what} is also offered by component {}", other.name)))
-        })
+        let (what, name, other) = (offered.resources.iter())
+            .find_map(|resource| Some(("resource", &resource.uri, other(&self.resources, &resource.uri)?)))
+            .or_else(|| {
+                offered.templates.iter().find_map(|template| {
+                    let uri_template = &template.info.uri_template;
+                    Some(("resource template", uri_template, other(&self.templates, uri_template)?))
+                })
+            })
+            .or_else(|| {
+                (offered.prompts.iter())
+                    .find_map(|prompt| Some(("prompt", &prompt.name, other(&self.prompts, &prompt.name)?)))
+            })?;
+        Some(LoadError::new(origin, format!("{what} {name:?} is also offered by component {}", other.name)))
     }
 
     /// The components `view` sees, in load order.
@@ -149,8 +170,7 @@ impl ToolSet {
         view: Option<&TenantView>,
         uri: &str,
     ) -> Option<&Arc<LoadedComponent>> {
-        self.visible(view)
-            .find(|component| component.offered.resources.iter().any(|resource| resource.uri == uri))
+        self.seen(view, self.resources.get(uri))
             .or_else(|| self.visible(view).find(|component| component.offered.serves_uri(uri)))
     }
 
@@ -160,7 +180,7 @@ impl ToolSet {
         view: Option<&TenantView>,
         name: &str,
     ) -> Option<&Arc<LoadedComponent>> {
-        self.visible(view).find(|component| component.offered.prompt(name).is_some())
+        self.seen(view, self.prompts.get(name))
     }
 
     /// The component offering the template `uri_template`.
@@ -169,7 +189,12 @@ impl ToolSet {
         view: Option<&TenantView>,
         uri_template: &str,
     ) -> Option<&Arc<LoadedComponent>> {
-        self.visible(view).find(|component| component.offered.template(uri_template).is_some())
+        self.seen(view, self.templates.get(uri_template))
+    }
+
+    /// The component at `index`, if `view` sees it.
+    fn seen(&self, view: Option<&TenantView>, index: Option<&usize>) -> Option<&Arc<LoadedComponent>> {
+        Some(&self.components[*index?]).filter(|component| view.is_none_or(|view| view.sees(&component.name)))
     }
 
     /// Every tool, in load order (component by component, each in its own order).
@@ -224,7 +249,7 @@ impl ToolSet {
     }
 
     pub(crate) fn component(&self, name: &str) -> Option<&Arc<LoadedComponent>> {
-        self.components.iter().find(|component| &*component.name == name)
+        Some(&self.components[*self.by_name.get(name)?])
     }
 }
 
