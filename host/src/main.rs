@@ -375,13 +375,17 @@ async fn serve(
     let mut runtime = Runtime::new(settings)?;
     telemetry.observe(&mut runtime);
     let mut drain = std::time::Duration::ZERO;
-    for component in plan.components {
+    for component in &plan.components {
         let limits = std::iter::once(&component.options.limits).chain(component.options.tool_limits.values());
         drain = limits.map(|limits| limits.grace + limits.cleanup_budget).fold(drain, std::cmp::max);
-        match component.embedded {
-            Some(bytes) => runtime.load_bytes(&component.name, bytes, component.options).await?,
-            None => runtime.load_named_file(&component.name, &component.path, component.options).await?,
+    }
+    let mut failed = runtime.load_all(plan.components).await.into_iter();
+    if let Some(first) = failed.next() {
+        // The first is the error the server exits with; the log keeps the others.
+        for error in failed {
+            tracing::error!("{error}");
         }
+        return Err(first.into());
     }
     let runtime = std::sync::Arc::new(runtime);
     // Watching before the log says "loaded": a change from then on is seen.

@@ -278,16 +278,7 @@ pub async fn check(path: &Path) -> Result<CheckSummary, CheckError> {
     let plan = read_plan(Some(path))?;
     let mut runtime = Runtime::new(plan.runtime.clone()).map_err(CheckError::Runtime)?;
     let total = plan.components.len();
-    let mut failed = Vec::new();
-    for component in plan.components {
-        let loaded = match component.embedded {
-            Some(bytes) => runtime.load_bytes(&component.name, bytes, component.options).await,
-            None => runtime.load_named_file(&component.name, &component.path, component.options).await,
-        };
-        if let Err(error) = loaded {
-            failed.push(error);
-        }
-    }
+    let failed = runtime.load_all(plan.components).await;
     if !failed.is_empty() {
         return Err(CheckError::Components { total, failed });
     }

@@ -3,7 +3,7 @@
 use crate::common;
 
 use common::*;
-use cordon::runtime::{ComponentOptions, Outcome, Runtime};
+use cordon::runtime::{ComponentOptions, ComponentSource, Outcome, Runtime};
 
 async fn load_error(name: &str, bytes: &[u8]) -> String {
     let mut runtime = Runtime::new(settings(4)).unwrap();
@@ -142,6 +142,40 @@ async fn two_components_offering_the_same_tool_are_refused() {
     runtime.load_bytes("first", &guest, ComponentOptions::default()).await.unwrap();
     let error = runtime.load_bytes("second", &guest, ComponentOptions::default()).await.unwrap_err();
     assert!(error.to_string().contains("also offered by component first"), "{error}");
+}
+
+/// `load_all` (what `serve` and `check` load a config with) compiles ahead of the
+/// component it loads, yet loads in order: a clash names the earlier component, every
+/// component is tried, and the failures come back in the config's order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn loading_a_config_keeps_its_order_and_tries_every_component() {
+    let dir = fresh_dir("load-all");
+    let source = |name: &str, tool: Option<&str>| {
+        let path = dir.join(format!("{name}.wasm"));
+        if let Some(tool) = tool {
+            std::fs::write(&path, WatGuest::new(tool, DONE_BODY).component()).unwrap();
+        }
+        ComponentSource { name: name.into(), path, embedded: None, options: ComponentOptions::default() }
+    };
+    let sources = vec![
+        source("first", Some("twin")),
+        source("missing", None),
+        source("second", Some("twin")),
+        source("third", Some("solo")),
+        source("not_wasm", None),
+    ];
+    std::fs::write(dir.join("not_wasm.wasm"), "not a component").unwrap();
+    let mut runtime = Runtime::new(settings(4)).unwrap();
+    let failed: Vec<String> = runtime.load_all(sources).await.iter().map(ToString::to_string).collect();
+    assert_eq!(failed.len(), 3, "{failed:?}");
+    assert!(failed[0].contains("missing.wasm") && failed[0].contains("cannot read"), "{failed:?}");
+    assert!(
+        failed[1].contains("second.wasm") && failed[1].contains("also offered by component first"),
+        "{failed:?}"
+    );
+    assert!(failed[2].contains("not_wasm.wasm"), "{failed:?}");
+    let loaded: Vec<String> = runtime.snapshot().component_names().map(str::to_owned).collect();
+    assert_eq!(loaded, ["first", "third"]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

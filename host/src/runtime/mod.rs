@@ -72,6 +72,10 @@ pub use control::{CLIENT_LOG_QUEUE, LogLevel, LogLine, MAX_CLIENT_LOG_LINE, MAX_
 pub(crate) use egress::tls_config as web_tls_client_config;
 pub use egress::{GrantError, HttpGrants};
 use engine::CompilePriority;
+
+/// A compile under way ([`Runtime::compile`]): the component ready to instantiate and the
+/// SHA-256 of its bytes.
+type Compiling = tokio::task::JoinHandle<Result<(component::Prepared, [u8; 32]), LoadError>>;
 pub use engine::{CompileCache, EngineSettings};
 pub use events::{
     CallEnded, CallObserver, CallOutcome, CallTags, CleanupEnded, CleanupResult, RefusalReason, StopPath,
@@ -377,11 +381,58 @@ impl Runtime {
         bytes: &[u8],
         options: ComponentOptions,
     ) -> Result<(), LoadError> {
+        let bytes = bytes.to_vec();
+        let compiling = self.compile(origin, move || Ok(bytes), CompilePriority::Startup);
+        self.add_compiled(name, origin, compiling, options).await
+    }
+
+    /// Load `sources` in order, as [`Self::load_named_file`] (or [`Self::load_bytes`], for
+    /// one embedded in the binary, named by its name) would one after another, but with up
+    /// to one compile per core under way ahead of the component being loaded: wasmtime
+    /// compiles a component's functions in parallel but the rest of it on one thread, and
+    /// a start with many components is mostly compiles (500 small ones kept 1.35 of 2 cores
+    /// busy one at a time; BENCHMARKS.md, "Time to ready"). Every component is tried;
+    /// those that fail are left out, and their errors returned in order.
+    pub async fn load_all(&mut self, sources: Vec<ComponentSource>) -> Vec<LoadError> {
+        let ahead = std::thread::available_parallelism().map_or(1, usize::from);
+        let mut sources = sources.into_iter();
+        let mut compiling = std::collections::VecDeque::new();
+        let mut failed = Vec::new();
+        loop {
+            while compiling.len() < ahead
+                && let Some(source) = sources.next()
+            {
+                let origin = match source.embedded {
+                    Some(_) => source.name.clone(),
+                    None => source.path.display().to_string(),
+                };
+                let (embedded, path) = (source.embedded, source.path.clone());
+                let read = move || match embedded {
+                    Some(bytes) => Ok(bytes.to_vec()),
+                    None => std::fs::read(path),
+                };
+                let started = self.compile(&origin, read, CompilePriority::Startup);
+                compiling.push_back((source, origin, started));
+            }
+            let Some((source, origin, started)) = compiling.pop_front() else { break };
+            if let Err(error) = self.add_compiled(&source.name, &origin, started, source.options).await {
+                failed.push(error);
+            }
+        }
+        failed
+    }
+
+    /// Finish loading a component whose compile is under way, and add it to the set.
+    async fn add_compiled(
+        &mut self,
+        name: &str,
+        origin: &str,
+        compiling: Compiling,
+        options: ComponentOptions,
+    ) -> Result<(), LoadError> {
         let current = self.snapshot();
         // `&mut self`: nothing is served yet.
-        let loaded = self
-            .build(name, origin, bytes.to_vec(), options, &current.components, CompilePriority::Startup)
-            .await?;
+        let loaded = self.build(name, origin, compiling, options, &current.components).await?;
         if let Some(clash) = current.clash(origin, &loaded) {
             return Err(clash);
         }
@@ -396,39 +447,43 @@ impl Runtime {
         pushed
     }
 
-    /// Compile `bytes` at `priority` (on the blocking pool: a reload must not hold up the
-    /// threads that serve calls), open the component's files, check them against `others`,
-    /// and read its tools.
+    /// Start compiling the bytes `read` gives at `priority`, on the blocking pool (a reload
+    /// must not hold up the threads that serve calls): the component ready to instantiate,
+    /// and the SHA-256 of its bytes.
+    fn compile(
+        &self,
+        origin: &str,
+        read: impl FnOnce() -> std::io::Result<Vec<u8>> + Send + 'static,
+        priority: CompilePriority,
+    ) -> Compiling {
+        let cache_dir = self.settings.engine.cache_dir.clone();
+        let (engine, linker, origin) = (self.engine.clone(), self.linker.clone(), origin.to_owned());
+        let compile_cache = self.compile_cache.clone();
+        tokio::task::spawn_blocking(move || {
+            use sha2::Digest;
+            let bytes = read().map_err(|error| LoadError::new(&origin, format!("cannot read: {error}")))?;
+            let digest: [u8; 32] = sha2::Sha256::digest(&bytes).into();
+            engine::compile_at(priority, || {
+                component::prepare(&engine, &linker, &origin, &bytes, cache_dir.as_deref(), &compile_cache)
+            })
+            .map(|prepared| (prepared, digest))
+        })
+    }
+
+    /// Open the component's files, check them against `others`, take what `compiling`
+    /// made, and read its tools.
     async fn build(
         &self,
         name: &str,
         origin: &str,
-        bytes: Vec<u8>,
+        compiling: Compiling,
         options: ComponentOptions,
         others: &[Arc<LoadedComponent>],
-        priority: CompilePriority,
     ) -> Result<LoadedComponent, LoadError> {
-        use sha2::Digest;
         let (files, tenant_files) = self.open_tenant_files(name, origin, &options, others)?;
-        let cache_dir = self.settings.engine.cache_dir.clone();
-        let (engine, linker, owned_origin) = (self.engine.clone(), self.linker.clone(), origin.to_owned());
-        let compile_cache = self.compile_cache.clone();
-        let (prepared, digest) = tokio::task::spawn_blocking(move || {
-            let digest: [u8; 32] = sha2::Sha256::digest(&bytes).into();
-            engine::compile_at(priority, || {
-                component::prepare(
-                    &engine,
-                    &linker,
-                    &owned_origin,
-                    &bytes,
-                    cache_dir.as_deref(),
-                    &compile_cache,
-                )
-            })
-            .map(|prepared| (prepared, digest))
-        })
-        .await
-        .map_err(|error| LoadError::new(origin, format!("compiling failed: {error}")))??;
+        let (prepared, digest) = compiling
+            .await
+            .map_err(|error| LoadError::new(origin, format!("compiling failed: {error}")))??;
         let component::Prepared { pre, plain_tools, warnings } = prepared;
         let interfaces = Interfaces::of(&self.engine, pre.component());
         for warning in grant_warnings(&interfaces.imports, &options).into_iter().chain(warnings) {
@@ -566,15 +621,9 @@ impl Runtime {
                 Step::Skip => continue,
                 Step::Load(source, origin, bytes, old) => (source, origin, bytes, old),
             };
+            let compiling = self.compile(&origin, move || Ok(bytes), CompilePriority::Background);
             let built = self
-                .build(
-                    &source.name,
-                    &origin,
-                    bytes,
-                    source.options,
-                    &staying.components,
-                    CompilePriority::Background,
-                )
+                .build(&source.name, &origin, compiling, source.options, &staying.components)
                 .await
                 .and_then(|loaded| match staying.clash(&origin, &loaded) {
                     Some(clash) => Err(clash),
