@@ -72,10 +72,6 @@ pub use control::{CLIENT_LOG_QUEUE, LogLevel, LogLine, MAX_CLIENT_LOG_LINE, MAX_
 pub(crate) use egress::tls_config as web_tls_client_config;
 pub use egress::{GrantError, HttpGrants};
 use engine::CompilePriority;
-
-/// A compile under way ([`Runtime::compile`]): the component ready to instantiate and the
-/// SHA-256 of its bytes.
-type Compiling = tokio::task::JoinHandle<Result<(component::Prepared, [u8; 32]), LoadError>>;
 pub use engine::{CompileCache, EngineSettings};
 pub use events::{
     CallEnded, CallObserver, CallOutcome, CallTags, CleanupEnded, CleanupResult, RefusalReason, StopPath,
@@ -93,6 +89,10 @@ pub use schema::CHECK_BUDGET as SCHEMA_CHECK_BUDGET;
 use component::LoadedComponent;
 use control::CallControl;
 use guest::GuestState;
+
+/// A compile under way ([`Runtime::compile`]): the component ready to instantiate and the
+/// SHA-256 of its bytes.
+type Compiling = tokio::task::JoinHandle<Result<(component::Prepared, [u8; 32]), LoadError>>;
 
 /// Runtime-wide settings.
 #[derive(Debug, Clone)]
