@@ -3,7 +3,7 @@
 use crate::common;
 
 use common::*;
-use cordon::runtime::{ComponentOptions, ComponentSource, Outcome, Runtime};
+use cordon::runtime::{ComponentOptions, ComponentSource, Environment, Outcome, Runtime};
 
 async fn load_error(name: &str, bytes: &[u8]) -> String {
     let mut runtime = Runtime::new(settings(4)).unwrap();
@@ -142,6 +142,23 @@ async fn two_components_offering_the_same_tool_are_refused() {
     runtime.load_bytes("first", &guest, ComponentOptions::default()).await.unwrap();
     let error = runtime.load_bytes("second", &guest, ComponentOptions::default()).await.unwrap_err();
     assert!(error.to_string().contains("also offered by component first"), "{error}");
+}
+
+/// A resource (or template, or prompt) is one component's too: a request for it must reach
+/// exactly one. A second copy of the hostile component, its tools renamed, still offers
+/// the first's resources.
+#[tokio::test]
+async fn two_components_offering_the_same_resource_are_refused() {
+    let mut runtime = Runtime::new(settings(4)).unwrap();
+    runtime.load_named_file("first", &hostile(), ComponentOptions::default()).await.unwrap();
+    let renamed = Environment::new(vec![("HOSTILE_PREFIX".into(), "twin_".into())]).unwrap();
+    let options = ComponentOptions { environment: renamed, ..ComponentOptions::default() };
+    let error = runtime.load_named_file("twin", &hostile(), options).await.unwrap_err().to_string();
+    assert!(error.contains(r#"resource "hostile://item/0" is also offered by component first"#), "{error}");
+    // Its tools alone would have loaded: the renamed copy lists none of the first's.
+    assert!(!error.contains("tool \""), "{error}");
+    let loaded: Vec<String> = runtime.snapshot().component_names().map(str::to_owned).collect();
+    assert_eq!(loaded, ["first"]);
 }
 
 /// `load_all` (what `serve` and `check` load a config with) compiles ahead of the

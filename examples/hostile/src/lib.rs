@@ -40,6 +40,9 @@
 //!   the listing panics), through the file `/data/extra`, and says `lists-changed` `times`
 //!   times.
 //!
+//! - `HOSTILE_PREFIX` (an environment variable) goes before every tool's name: a second
+//!   copy of the component, given one, has tools of its own and the first's resources.
+//!
 //! - the resource template `hostile://spin/{label}` spins forever when read (it leaves the
 //!   cleanup note `reading <label>` and, granted `/data`, the file `/data/reading-<label>`
 //!   first), so only a hard stop ends the read.
@@ -418,35 +421,57 @@ impl Plugin for Hostile {
         if extra_tool == "!panic" {
             panic!("the tool list cannot be built");
         }
+        let prefix = std::env::var("HOSTILE_PREFIX").unwrap_or_default();
+        let named = |tool: &str| format!("{prefix}{tool}");
         let mut tools = vec![
-            Tool::new("hold_files", "Opens one file many times and keeps every descriptor.", hold_files),
-            Tool::new("open_streams", "Starts a read on many streams over one file.", open_streams),
-            Tool::new("list_dir", "Lists /data/many many times, reading none of the listings.", list_dir),
-            Tool::new("make_files", "Creates empty files in /data/many.", make_files),
-            Tool::new("symlink", "Makes a symbolic link under /data.", symlink),
-            Tool::new("read_text", "Reads a file.", read_text),
-            Tool::new("write_text", "Writes a file.", write_text),
-            Tool::new("read_at", "Reads a file relative to a preopen.", read_at),
-            Tool::new("write_at", "Writes a file relative to a preopen.", write_at),
-            Tool::new("remove", "Removes a file.", remove),
-            Tool::new("rename", "Renames a file.", rename),
-            Tool::new("set_size", "Sets a file's length.", set_size),
-            Tool::new("park", "Waits in a host call, never checking for cancellation.", park),
-            Tool::new("alloc_mb", "Allocates and touches linear memory.", alloc_mb),
-            Tool::new("log_flood", "Writes many lines to its log as fast as it can.", log_flood),
-            Tool::new("env_names", "Lists the environment variables the component sees.", env_names),
-            Tool::new("env_var", "Reads an environment variable.", env_var),
-            Tool::new("http_get", "GETs a URL many times and says how each went.", http_get),
-            Tool::new("http_hoard", "Builds HTTP requests with full bodies and sends none.", http_hoard),
-            Tool::new("http_hang", "Waits for an HTTP answer, never checking for cancellation.", http_hang),
-            Tool::new("panic", "Leaves a note, then panics with the message it is given.", panic),
-            Tool::asking("ask_forever", "Asks for input in every round.", ask_forever),
-            Tool::asking("ask", "Asks as many inputs, with keys and state as long, as it is told.", ask),
-            Tool::asking("ask_then_spin", "Asks once, then spins forever.", ask_then_spin),
-            Tool::new("relist", "Adds a tool to its list (through /data/extra) and says so.", relist),
+            Tool::new(
+                &named("hold_files"),
+                "Opens one file many times and keeps every descriptor.",
+                hold_files,
+            ),
+            Tool::new(&named("open_streams"), "Starts a read on many streams over one file.", open_streams),
+            Tool::new(
+                &named("list_dir"),
+                "Lists /data/many many times, reading none of the listings.",
+                list_dir,
+            ),
+            Tool::new(&named("make_files"), "Creates empty files in /data/many.", make_files),
+            Tool::new(&named("symlink"), "Makes a symbolic link under /data.", symlink),
+            Tool::new(&named("read_text"), "Reads a file.", read_text),
+            Tool::new(&named("write_text"), "Writes a file.", write_text),
+            Tool::new(&named("read_at"), "Reads a file relative to a preopen.", read_at),
+            Tool::new(&named("write_at"), "Writes a file relative to a preopen.", write_at),
+            Tool::new(&named("remove"), "Removes a file.", remove),
+            Tool::new(&named("rename"), "Renames a file.", rename),
+            Tool::new(&named("set_size"), "Sets a file's length.", set_size),
+            Tool::new(&named("park"), "Waits in a host call, never checking for cancellation.", park),
+            Tool::new(&named("alloc_mb"), "Allocates and touches linear memory.", alloc_mb),
+            Tool::new(&named("log_flood"), "Writes many lines to its log as fast as it can.", log_flood),
+            Tool::new(&named("env_names"), "Lists the environment variables the component sees.", env_names),
+            Tool::new(&named("env_var"), "Reads an environment variable.", env_var),
+            Tool::new(&named("http_get"), "GETs a URL many times and says how each went.", http_get),
+            Tool::new(
+                &named("http_hoard"),
+                "Builds HTTP requests with full bodies and sends none.",
+                http_hoard,
+            ),
+            Tool::new(
+                &named("http_hang"),
+                "Waits for an HTTP answer, never checking for cancellation.",
+                http_hang,
+            ),
+            Tool::new(&named("panic"), "Leaves a note, then panics with the message it is given.", panic),
+            Tool::asking(&named("ask_forever"), "Asks for input in every round.", ask_forever),
+            Tool::asking(
+                &named("ask"),
+                "Asks as many inputs, with keys and state as long, as it is told.",
+                ask,
+            ),
+            Tool::asking(&named("ask_then_spin"), "Asks once, then spins forever.", ask_then_spin),
+            Tool::new(&named("relist"), "Adds a tool to its list (through /data/extra) and says so.", relist),
         ];
         if !extra_tool.is_empty() {
-            tools.push(Tool::new(&extra_tool, "Listed while /data/extra names it.", extra));
+            tools.push(Tool::new(&named(&extra_tool), "Listed while /data/extra names it.", extra));
         }
         tools
     }

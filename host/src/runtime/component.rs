@@ -38,6 +38,26 @@ pub struct ComponentSource {
     pub options: ComponentOptions,
 }
 
+impl ComponentSource {
+    /// What a load error names: the file, or the name of a component built into the binary.
+    pub fn origin(&self) -> String {
+        match self.embedded {
+            Some(_) => self.name.clone(),
+            None => self.path.display().to_string(),
+        }
+    }
+
+    /// Reads the component's bytes (the file is read only when this runs: on the blocking
+    /// pool, beside the compile).
+    pub(crate) fn reader(&self) -> impl FnOnce() -> std::io::Result<Vec<u8>> + Send + 'static {
+        let (embedded, path) = (self.embedded, self.path.clone());
+        move || match embedded {
+            Some(bytes) => Ok(bytes.to_vec()),
+            None => std::fs::read(path),
+        }
+    }
+}
+
 // By hand, so that embedded bytes show as their length, not as a list of numbers.
 impl std::fmt::Debug for ComponentSource {
     fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -358,10 +358,10 @@ impl Runtime {
         path: &Path,
         options: ComponentOptions,
     ) -> Result<(), LoadError> {
-        let origin = path.display().to_string();
-        let bytes =
-            std::fs::read(path).map_err(|error| LoadError::new(&origin, format!("cannot read: {error}")))?;
-        self.load_named(name, &origin, &bytes, options).await
+        let source = ComponentSource { name: name.into(), path: path.into(), embedded: None, options };
+        let origin = source.origin();
+        let compiling = self.compile(&origin, source.reader(), CompilePriority::Startup);
+        self.add_compiled(name, &origin, compiling, source.options).await
     }
 
     /// Load a component from bytes (binary, or component WAT text).
@@ -371,19 +371,9 @@ impl Runtime {
         bytes: &[u8],
         options: ComponentOptions,
     ) -> Result<(), LoadError> {
-        self.load_named(name, name, bytes, options).await
-    }
-
-    async fn load_named(
-        &mut self,
-        name: &str,
-        origin: &str,
-        bytes: &[u8],
-        options: ComponentOptions,
-    ) -> Result<(), LoadError> {
         let bytes = bytes.to_vec();
-        let compiling = self.compile(origin, move || Ok(bytes), CompilePriority::Startup);
-        self.add_compiled(name, origin, compiling, options).await
+        let compiling = self.compile(name, move || Ok(bytes), CompilePriority::Startup);
+        self.add_compiled(name, name, compiling, options).await
     }
 
     /// Load `sources` in order, as [`Self::load_named_file`] (or [`Self::load_bytes`], for
@@ -402,16 +392,8 @@ impl Runtime {
             while compiling.len() < ahead
                 && let Some(source) = sources.next()
             {
-                let origin = match source.embedded {
-                    Some(_) => source.name.clone(),
-                    None => source.path.display().to_string(),
-                };
-                let (embedded, path) = (source.embedded, source.path.clone());
-                let read = move || match embedded {
-                    Some(bytes) => Ok(bytes.to_vec()),
-                    None => std::fs::read(path),
-                };
-                let started = self.compile(&origin, read, CompilePriority::Startup);
+                let origin = source.origin();
+                let started = self.compile(&origin, source.reader(), CompilePriority::Startup);
                 compiling.push_back((source, origin, started));
             }
             let Some((source, origin, started)) = compiling.pop_front() else { break };
@@ -574,16 +556,12 @@ impl Runtime {
         let mut steps = Vec::new();
         let mut staying = ToolSet::default();
         for source in sources {
-            let origin = source.path.display().to_string();
+            let origin = source.origin();
             let old = current.component(&source.name).cloned();
-            let (path, embedded) = (source.path.clone(), source.embedded);
+            let read_bytes = source.reader();
             let read = tokio::task::spawn_blocking(move || {
                 use sha2::Digest;
-                let bytes = match embedded {
-                    Some(bytes) => Ok(bytes.to_vec()),
-                    None => std::fs::read(path),
-                };
-                bytes.map(|bytes| (<[u8; 32]>::from(sha2::Sha256::digest(&bytes)), bytes))
+                read_bytes().map(|bytes| (<[u8; 32]>::from(sha2::Sha256::digest(&bytes)), bytes))
             });
             let step = match read.await.unwrap_or_else(|error| Err(std::io::Error::other(error))) {
                 Ok((digest, _))
