@@ -29,7 +29,10 @@
 use std::env;
 use std::ffi::OsString;
 use std::fs;
-use std::process::Command;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
+use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 
@@ -177,35 +180,137 @@ pub fn run_as_rustc_wrapper_if_asked() {
 }
 
 /// Build every fuzz target once (AddressSanitizer, debug assertions and overflow checks on)
-/// in `target/fuzz`, then run each for `seconds` from its seed corpus in `fuzz/corpus/`.
-/// What the fuzzer discovers goes to `target/fuzz/corpus/`, so the repository's corpus
-/// stays the curated seeds; a crash leaves its input in `target/fuzz/artifacts/`.
+/// in `target/fuzz`, then run each for `seconds` from its seed corpus ([`run_built`]).
+pub fn run_targets(seconds: u64) -> Result<()> {
+    let root = repo_root();
+    let started = std::time::Instant::now();
+    run(&mut build_command(&root)).context(BUILD_HINT)?;
+    eprintln!("fuzz targets built in {:.0?}", started.elapsed());
+    run_built(seconds)
+}
+
+/// What a failed fuzz build most likely lacked.
+const BUILD_HINT: &str = "building the fuzz targets (libFuzzer needs a C++ compiler: on Debian, apt-get install \
+     g++; the build needs about 3.5 GB of disk)";
+
+/// The fuzz build: `cargo build` of `fuzz/` with cargo-fuzz's flags, xtask as the rustc
+/// wrapper that drops them where no target runs.
 ///
 /// The build asks rustc for `-Z` flags (the sanitizer), which a stable toolchain accepts
 /// with `RUSTC_BOOTSTRAP=1`; stable ships the ASan runtime.
-pub fn run_targets(seconds: u64) -> Result<()> {
-    let root = repo_root();
+fn build_command(root: &Path) -> Command {
     let cargo = env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let target_dir = root.join("target/fuzz");
-    let host = cordon_toolchain::rustc_output(&["--print", "host-tuple"])
-        .unwrap_or_else(|| "x86_64-unknown-linux-gnu".into());
-    let started = std::time::Instant::now();
     let rustflags = [INSTRUMENTATION_FLAGS, ALWAYS_FLAGS].concat().join(" ");
-    run(Command::new(&cargo)
+    let mut command = Command::new(cargo);
+    command
         .current_dir(root.join("fuzz"))
         .env("RUSTC_BOOTSTRAP", "1")
         .env("RUSTFLAGS", rustflags)
-        .env("RUSTC_WRAPPER", env::current_exe().context("finding xtask's own binary")?)
+        .env("RUSTC_WRAPPER", env::current_exe().expect("xtask finds its own binary"))
         .env(WRAPPER_ENV, "1")
         // `--target` keeps the flags off build scripts and proc macros, as cargo-fuzz does.
         .args(["build", "--release", "--bins", "--config", "profile.release.debug=\"line-tables-only\""])
-        .args(["--target", &host, "--target-dir"])
-        .arg(&target_dir))
-    .context(
-        "building the fuzz targets (libFuzzer needs a C++ compiler: on Debian, apt-get install g++; \
-         the build needs about 3.5 GB of disk)",
-    )?;
-    eprintln!("fuzz targets built in {:.0?}", started.elapsed());
+        .args(["--target", &host_tuple(), "--target-dir"])
+        .arg(root.join("target/fuzz"));
+    command
+}
+
+fn host_tuple() -> String {
+    cordon_toolchain::rustc_output(&["--print", "host-tuple"])
+        .unwrap_or_else(|| "x86_64-unknown-linux-gnu".into())
+}
+
+/// Free disk the fuzz build needs beside everything else `cargo xtask test` builds (the
+/// test build, the guests, the virtualenvs and npm packages: about 4.5 GB on a fresh
+/// clone), with room to spare.
+const ROOM_TO_BUILD_BESIDE: u64 = 14 << 30;
+
+/// The fuzz build under way beside the other stages of `cargo xtask test`, at idle
+/// priority: it gets only the CPU they leave (the guests' single-threaded steps, the
+/// tests' waits, the end-to-end suite), so it costs them next to nothing, and most of it
+/// is done by the time the soak (which must run on a quiet machine) starts. Alone, after
+/// the soak, it was 5 to 10 minutes of a CI run with nothing else to do.
+///
+/// Idle priority is the kernel's `SCHED_IDLE` (util-linux's `chrt --idle`): a woken task
+/// of any other policy preempts it at once, so the tests' latencies do not wait on it.
+pub struct BuildBeside {
+    child: Child,
+    log: PathBuf,
+    started: Instant,
+}
+
+impl BuildBeside {
+    /// Start the build, once its crates are fetched (in the foreground: a starved build
+    /// must not hold the package cache's lock while the other stages wait on it). `None`
+    /// when this machine cannot build beside: no `chrt`, or less free disk than
+    /// [`ROOM_TO_BUILD_BESIDE`]. The caller then builds after the soak, as before.
+    pub fn start(root: &Path) -> Result<Option<Self>> {
+        let enough_disk =
+            crate::free_bytes(&root.join("target")).is_none_or(|free| free >= ROOM_TO_BUILD_BESIDE);
+        let chrt = Command::new("chrt").arg("--help").output().is_ok_and(|output| output.status.success());
+        if !enough_disk || !chrt {
+            eprintln!("the fuzz build waits for the soak (chrt found: {chrt}; enough disk: {enough_disk})");
+            return Ok(None);
+        }
+        let cargo = env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        run(Command::new(&cargo).current_dir(root.join("fuzz")).args(["fetch", "--quiet"]))
+            .context("fetching the fuzz targets' crates")?;
+        let build = build_command(root);
+        let log = root.join("target/fuzz-build.log");
+        fs::create_dir_all(root.join("target"))?;
+        let output = fs::File::create(&log)?;
+        let mut command = Command::new("chrt");
+        command
+            .args(["--idle", "0"])
+            .arg(build.get_program())
+            .args(build.get_args())
+            .arg("--offline")
+            .envs(build.get_envs().filter_map(|(name, value)| Some((name, value?))))
+            .current_dir(build.get_current_dir().expect("set above"))
+            // Its own process group, so that a failed stage can stop every rustc of it.
+            .process_group(0)
+            .stdout(output.try_clone()?)
+            .stderr(output);
+        let child = command.spawn().context("starting the fuzz build")?;
+        eprintln!(
+            "the fuzz build runs beside the other stages, at idle priority (its output: {})",
+            log.display()
+        );
+        Ok(Some(Self { child, log, started: Instant::now() }))
+    }
+
+    /// Wait for the build to finish; its output is shown only when it failed.
+    pub fn finish(mut self) -> Result<()> {
+        let status = self.child.wait()?;
+        if !status.success() {
+            let output = fs::read_to_string(&self.log).unwrap_or_default();
+            let lines: Vec<&str> = output.lines().collect();
+            eprintln!("{}", lines[lines.len().saturating_sub(80)..].join("\n"));
+            bail!("{BUILD_HINT} failed ({status}); its whole output is in {}", self.log.display());
+        }
+        eprintln!("fuzz targets built in {:.0?}, beside the other stages", self.started.elapsed());
+        Ok(())
+    }
+}
+
+impl Drop for BuildBeside {
+    /// A stage failed before the build was waited for: stop all of it.
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let group = format!("-{}", self.child.id());
+            let _ = Command::new("kill").args(["-TERM", "--", &group]).status();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// Run each fuzz target (built) for `seconds` from its seed corpus in `fuzz/corpus/`.
+/// What the fuzzer discovers goes to `target/fuzz/corpus/`, so the repository's corpus
+/// stays the curated seeds; a crash leaves its input in `target/fuzz/artifacts/`.
+pub fn run_built(seconds: u64) -> Result<()> {
+    let root = repo_root();
+    let target_dir = root.join("target/fuzz");
+    let host = host_tuple();
     let binaries = target_dir.join(&host).join("release");
     // Each fuzzer runs on one core: two at a time take the 2 cores CI has, so the four
     // targets run their full time each in half the wall time.

@@ -3,7 +3,8 @@
 //!   `target/guests/`, with whichever toolchain this machine has.
 //! - `cargo xtask test`: build the guests, then run every test, the official MCP
 //!   conformance suite included, then the soak (180 s of load, about 5 minutes in all),
-//!   then the fuzz targets (60 s each). Each stage's time is printed.
+//!   then the fuzz targets (60 s each). The fuzz build runs beside the guests and the
+//!   tests, at idle priority (fuzz.rs, `BuildBeside`). Each stage's time is printed.
 //! - `cargo xtask conformance`: run the conformance suite against `cordon serve --http`
 //!   on the conformance fixture (`examples/conformance`).
 //! - `cargo xtask soak [SECONDS]`: the soak (`host/benches/soak`), 300 s by default:
@@ -58,14 +59,25 @@ fn run_task() -> Result<()> {
     match args.first().map(String::as_str) {
         Some("guests") => build_guests(),
         Some("test") => {
+            let fuzz_build = fuzz::BuildBeside::start(&repo_root())?;
             stage("guests", build_guests)?;
             stage("tests", run_tests)?;
             stage("conformance", conformance)?;
-            // Before the fuzz build, which may remove the test executables (the soak's
-            // servers are the test build's binary).
-            stage("soak", || soak(TEST_SOAK_SECS))?;
-            reclaim_test_binaries_if_short_of_disk(&repo_root())?;
-            stage("fuzz", || fuzz::run_targets(fuzz::SECONDS))
+            match fuzz_build {
+                Some(build) => {
+                    // The soak needs the machine to itself.
+                    stage("fuzz build (what was left of it)", || build.finish())?;
+                    stage("soak", || soak(TEST_SOAK_SECS))?;
+                    stage("fuzz", || fuzz::run_built(fuzz::SECONDS))
+                }
+                None => {
+                    // Before the fuzz build, which may remove the test executables (the
+                    // soak's servers are the test build's binary).
+                    stage("soak", || soak(TEST_SOAK_SECS))?;
+                    reclaim_test_binaries_if_short_of_disk(&repo_root())?;
+                    stage("fuzz", || fuzz::run_targets(fuzz::SECONDS))
+                }
+            }
         }
         Some("soak") => {
             let secs = match args.get(1) {
