@@ -3,8 +3,8 @@
 //!   `target/guests/`, with whichever toolchain this machine has.
 //! - `cargo xtask test`: build the guests, then run every test, the official MCP
 //!   conformance suite included, then the soak (180 s of load, about 5 minutes in all),
-//!   then the fuzz targets (60 s each). The fuzz build runs beside the guests and the
-//!   tests, at idle priority (fuzz.rs, `BuildBeside`). Each stage's time is printed.
+//!   then the fuzz targets (60 s each). The fuzz build runs beside the tests, at idle
+//!   priority (fuzz.rs, `BuildBeside`). Each stage's time is printed.
 //! - `cargo xtask conformance`: run the conformance suite against `cordon serve --http`
 //!   on the conformance fixture (`examples/conformance`).
 //! - `cargo xtask soak [SECONDS]`: the soak (`host/benches/soak`), 300 s by default:
@@ -59,8 +59,11 @@ fn run_task() -> Result<()> {
     match args.first().map(String::as_str) {
         Some("guests") => build_guests(),
         Some("test") => {
-            let fuzz_build = fuzz::BuildBeside::start(&repo_root())?;
             stage("guests", build_guests)?;
+            // The test build first, alone: it keeps both cores busy, and the fuzz build
+            // beside it slowed it more than it gained (fuzz.rs, `BuildBeside`).
+            stage("test build", build_server)?;
+            let fuzz_build = fuzz::BuildBeside::start(&repo_root())?;
             stage("tests", run_tests)?;
             stage("conformance", conformance)?;
             match fuzz_build {
