@@ -275,7 +275,7 @@ impl BuildBeside {
             .stderr(output);
         let child = command.spawn().context("starting the fuzz build")?;
         eprintln!(
-            "the fuzz build runs beside the other stages, at idle priority (its output: {})",
+            "the fuzz build runs beside the tests, at idle priority (its output: {})",
             log.display()
         );
         Ok(Some(Self { child, log, started: Instant::now() }))
