@@ -232,7 +232,7 @@ fn both_worlds_are_served_at_once_and_every_new_method_answers_over_stdio() {
     // Prompts: listed, rendered with arguments, with an image and an embedded resource.
     let prompts = server.request("prompts/list", json!({}));
     let listed = prompts["result"]["prompts"].as_array().unwrap();
-    assert_eq!(listed.len(), 6, "{prompts}");
+    assert_eq!(listed.len(), 7, "{prompts}");
     assert_eq!(listed[0]["name"], "reindex_collection");
     assert_eq!(
         listed[0]["arguments"][0],
@@ -318,7 +318,7 @@ fn both_worlds_are_served_at_once_and_every_new_method_answers_over_stdio() {
 }
 
 #[test]
-fn a_spinning_read_is_stopped_by_its_timeout_and_by_a_cancel_and_cleaned_up_over_stdio() {
+fn a_spinning_read_or_prompt_is_stopped_by_its_timeout_and_by_a_cancel_and_cleaned_up_over_stdio() {
     let (config, hostile) = config("features-stop");
     let mut server = Stdio2::start(&config);
 
@@ -329,7 +329,9 @@ fn a_spinning_read_is_stopped_by_its_timeout_and_by_a_cancel_and_cleaned_up_over
     assert!(started.elapsed() < Duration::from_secs(10), "stopped after {:?}", started.elapsed());
     let reason = wait_for_file(&hostile.join("cleanup-reason"), |text| text.contains("reading slow"));
     assert_eq!(reason, r#"MaxDuration Some("reading slow")"#);
-    assert_eq!(std::fs::read_to_string(hostile.join("cleanup-request")).unwrap(), "resources/read");
+    // The cleanup writes the request's name after the reason: waited for too.
+    let request = wait_for_file(&hostile.join("cleanup-request"), |text| text == "resources/read");
+    assert_eq!(request, "resources/read");
 
     // A cancel once the guest spins: nothing is answered, the cleanup runs.
     let id = server.send_request("resources/read", json!({"uri": "hostile://spin/cancelled"}), false);
@@ -339,6 +341,18 @@ fn a_spinning_read_is_stopped_by_its_timeout_and_by_a_cancel_and_cleaned_up_over
     server.send(json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": id}}));
     let reason = wait_for_file(&hostile.join("cleanup-reason"), |text| text.contains("reading cancelled"));
     assert_eq!(reason, r#"Cancelled Some("reading cancelled")"#);
+
+    // A prompt that spins: stopped by a cancel alike, its cleanup told it was prompts/get.
+    let get = json!({"name": "spin", "arguments": {"label": "cancelled"}});
+    let id = server.send_request("prompts/get", get, false);
+    let prompting = hostile.join("prompting-cancelled");
+    wait_for_file(&prompting, |_| prompting.exists());
+    assert!(prompting.exists(), "the prompt never started");
+    server.send(json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": id}}));
+    let reason = wait_for_file(&hostile.join("cleanup-reason"), |text| text.contains("prompting cancelled"));
+    assert_eq!(reason, r#"Cancelled Some("prompting cancelled")"#);
+    let request = wait_for_file(&hostile.join("cleanup-request"), |text| text == "prompts/get");
+    assert_eq!(request, "prompts/get");
     // The next answer is the next request's: the cancelled read was never answered.
     let after = server.request("prompts/list", json!({}));
     assert!(after["result"]["prompts"].is_array(), "{after}");

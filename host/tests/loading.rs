@@ -144,21 +144,37 @@ async fn two_components_offering_the_same_tool_are_refused() {
     assert!(error.to_string().contains("also offered by component first"), "{error}");
 }
 
-/// A resource (or template, or prompt) is one component's too: a request for it must reach
-/// exactly one. A second copy of the hostile component, its tools renamed, still offers
-/// the first's resources.
+/// A resource, a resource template and a prompt are one component's too: a request for
+/// one must reach exactly one. Second copies of the hostile component, their tools renamed,
+/// then their resources, then their template, clash on the first's next feature; renamed
+/// throughout, the copy loads beside it.
 #[tokio::test]
-async fn two_components_offering_the_same_resource_are_refused() {
+async fn two_components_offering_the_same_resource_template_or_prompt_are_refused() {
     let mut runtime = Runtime::new(settings(4)).unwrap();
     runtime.load_named_file("first", &hostile(), ComponentOptions::default()).await.unwrap();
-    let renamed = Environment::new(vec![("HOSTILE_PREFIX".into(), "twin_".into())]).unwrap();
-    let options = ComponentOptions { environment: renamed, ..ComponentOptions::default() };
-    let error = runtime.load_named_file("twin", &hostile(), options).await.unwrap_err().to_string();
-    assert!(error.contains(r#"resource "hostile://item/0" is also offered by component first"#), "{error}");
-    // Its tools alone would have loaded: the renamed copy lists none of the first's.
-    assert!(!error.contains("tool \""), "{error}");
+    let twin = |renamed: &str| {
+        let environment =
+            vec![("HOSTILE_PREFIX".into(), "twin_".into()), ("HOSTILE_RENAMED".into(), renamed.into())];
+        ComponentOptions {
+            environment: Environment::new(environment).unwrap(),
+            ..ComponentOptions::default()
+        }
+    };
+    for (renamed, clash) in [
+        ("tools", r#"resource "hostile://item/0""#),
+        ("tools,resources", r#"resource template "hostile://spin/{label}""#),
+        ("tools,resources,templates", r#"prompt "spin""#),
+    ] {
+        let error = runtime.load_named_file("twin", &hostile(), twin(renamed)).await.unwrap_err().to_string();
+        assert!(error.contains(&format!("{clash} is also offered by component first")), "{renamed}: {error}");
+        // What it renamed would have loaded: the error names none of it.
+        assert!(!error.contains("tool \""), "{renamed}: {error}");
+        let loaded: Vec<String> = runtime.snapshot().component_names().map(str::to_owned).collect();
+        assert_eq!(loaded, ["first"], "{renamed}");
+    }
+    runtime.load_named_file("twin", &hostile(), twin("tools,resources,templates,prompts")).await.unwrap();
     let loaded: Vec<String> = runtime.snapshot().component_names().map(str::to_owned).collect();
-    assert_eq!(loaded, ["first"]);
+    assert_eq!(loaded, ["first", "twin"]);
 }
 
 /// `load_all` (what `serve` and `check` load a config with) compiles ahead of the

@@ -274,10 +274,7 @@ impl BuildBeside {
             .stdout(output.try_clone()?)
             .stderr(output);
         let child = command.spawn().context("starting the fuzz build")?;
-        eprintln!(
-            "the fuzz build runs beside the tests, at idle priority (its output: {})",
-            log.display()
-        );
+        eprintln!("the fuzz build runs beside the tests, at idle priority (its output: {})", log.display());
         Ok(Some(Self { child, log, started: Instant::now() }))
     }
 

@@ -40,12 +40,18 @@
 //!   the listing panics), through the file `/data/extra`, and says `lists-changed` `times`
 //!   times.
 //!
-//! - `HOSTILE_PREFIX` (an environment variable) goes before every tool's name: a second
-//!   copy of the component, given one, has tools of its own and the first's resources.
+//! - `HOSTILE_PREFIX` (an environment variable) goes before the names of what
+//!   `HOSTILE_RENAMED` lists of `tools`, `resources`, `templates` and `prompts`
+//!   (comma-separated; `tools` when unset): tools become `<prefix><name>`, resources
+//!   `hostile://<prefix>item/<n>`, the template `hostile://<prefix>spin/{label}`, the prompt
+//!   `<prefix>spin`. A second copy of the component, given a prefix, offers its own names
+//!   for those and the first's for the rest.
 //!
 //! - the resource template `hostile://spin/{label}` spins forever when read (it leaves the
 //!   cleanup note `reading <label>` and, granted `/data`, the file `/data/reading-<label>`
 //!   first), so only a hard stop ends the read.
+//! - the prompt `spin(label)` spins forever when got, as the template does when read
+//!   (note `prompting <label>`, file `/data/prompting-<label>`).
 //! - 150 resources `hostile://item/<n>`, more than one page of `resources/list`.
 //!
 //! Every tool answers with what it managed before the host refused, so a test sees where
@@ -54,7 +60,9 @@
 use std::time::Duration;
 
 use cordon_guest::input::{Ask, Reply, Round};
-use cordon_guest::{CleanupContext, Plugin, Resource, ResourceBody, ResourceTemplate, Tool, ToolError};
+use cordon_guest::{
+    CleanupContext, Plugin, Prompt, Resource, ResourceBody, ResourceTemplate, Tool, ToolError,
+};
 use schemars::JsonSchema;
 use serde::Deserialize;
 use wasi::filesystem::types::{Descriptor, DescriptorFlags, OpenFlags, PathFlags};
@@ -421,8 +429,7 @@ impl Plugin for Hostile {
         if extra_tool == "!panic" {
             panic!("the tool list cannot be built");
         }
-        let prefix = std::env::var("HOSTILE_PREFIX").unwrap_or_default();
-        let named = |tool: &str| format!("{prefix}{tool}");
+        let named = |tool: &str| format!("{}{tool}", prefix_of("tools"));
         let mut tools = vec![
             Tool::new(
                 &named("hold_files"),
@@ -480,7 +487,8 @@ impl Plugin for Hostile {
     fn resources() -> Vec<Resource> {
         let mut resources: Vec<Resource> = (0..150)
             .map(|item| {
-                Resource::new(&format!("hostile://item/{item}"), &format!("item-{item}"), move || {
+                let uri = format!("hostile://{}item/{item}", prefix_of("resources"));
+                Resource::new(&uri, &format!("item-{item}"), move || {
                     Ok(ResourceBody::text(format!("item {item}")))
                 })
             })
@@ -496,19 +504,19 @@ impl Plugin for Hostile {
 
     fn resource_templates() -> Vec<ResourceTemplate> {
         vec![
-            ResourceTemplate::new("hostile://spin/{label}", "spin", |found| {
-                let label = found.get("label").unwrap_or_default();
-                cordon_guest::set_cleanup_note(format!("reading {label}").as_bytes());
-                let _ = std::fs::write(format!("{DATA}/reading-{label}"), "");
-                let mut turns = 0u64;
-                loop {
-                    turns = std::hint::black_box(turns.wrapping_add(1));
-                    if turns == u64::MAX {
-                        return Ok(ResourceBody::text("never"));
-                    }
-                }
+            ResourceTemplate::new(&format!("hostile://{}spin/{{label}}", prefix_of("templates")), "spin", |found| {
+                spin_leaving("reading", found.get("label").unwrap_or_default())
             })
             .description("Spins forever when read, never checking for a stop."),
+        ]
+    }
+
+    fn prompts() -> Vec<Prompt> {
+        vec![
+            Prompt::new(&format!("{}spin", prefix_of("prompts")), "Spins forever when got.", |arguments| {
+                spin_leaving("prompting", arguments.required("label")?)
+            })
+            .argument("label", "Named in the cleanup note and the file left.", true),
         ]
     }
 
@@ -549,13 +557,30 @@ fn ask_then_spin(_: Nothing, round: &Round) -> Result<Reply<String>, ToolError> 
         return Ok(Ask::new().list_roots("roots").into());
     }
     cordon_guest::set_cleanup_note(b"asked");
+    spin()
+}
+
+/// Leaves the cleanup note `<what> <label>` and (granted `/data`) the file
+/// `/data/<what>-<label>`, then spins.
+fn spin_leaving(what: &str, label: &str) -> ! {
+    cordon_guest::set_cleanup_note(format!("{what} {label}").as_bytes());
+    let _ = std::fs::write(format!("{DATA}/{what}-{label}"), "");
+    spin()
+}
+
+/// Spins forever, never checking for a stop.
+fn spin() -> ! {
     let mut turns = 0u64;
     loop {
         turns = std::hint::black_box(turns.wrapping_add(1));
-        if turns == u64::MAX {
-            return Ok(Reply::Done("never".into()));
-        }
     }
+}
+
+/// `HOSTILE_PREFIX` where `HOSTILE_RENAMED` lists `kind` (`tools` when it is unset).
+fn prefix_of(kind: &str) -> String {
+    let renamed = std::env::var("HOSTILE_RENAMED").unwrap_or_else(|_| "tools".into());
+    let prefix = std::env::var("HOSTILE_PREFIX").unwrap_or_default();
+    if renamed.split(',').any(|listed| listed.trim() == kind) { prefix } else { String::new() }
 }
 
 #[derive(Deserialize, JsonSchema)]
