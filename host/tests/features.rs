@@ -333,27 +333,29 @@ fn a_spinning_read_or_prompt_is_stopped_by_its_timeout_and_by_a_cancel_and_clean
     let request = wait_for_file(&hostile.join("cleanup-request"), |text| text == "resources/read");
     assert_eq!(request, "resources/read");
 
-    // A cancel once the guest spins: nothing is answered, the cleanup runs.
-    let id = server.send_request("resources/read", json!({"uri": "hostile://spin/cancelled"}), false);
-    let reading = hostile.join("reading-cancelled");
-    wait_for_file(&reading, |_| reading.exists());
-    assert!(reading.exists(), "the read never started");
-    server.send(json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": id}}));
-    let reason = wait_for_file(&hostile.join("cleanup-reason"), |text| text.contains("reading cancelled"));
-    assert_eq!(reason, r#"Cancelled Some("reading cancelled")"#);
-
-    // A prompt that spins: stopped by a cancel alike, its cleanup told it was prompts/get.
-    let get = json!({"name": "spin", "arguments": {"label": "cancelled"}});
-    let id = server.send_request("prompts/get", get, false);
-    let prompting = hostile.join("prompting-cancelled");
-    wait_for_file(&prompting, |_| prompting.exists());
-    assert!(prompting.exists(), "the prompt never started");
-    server.send(json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": id}}));
-    let reason = wait_for_file(&hostile.join("cleanup-reason"), |text| text.contains("prompting cancelled"));
-    assert_eq!(reason, r#"Cancelled Some("prompting cancelled")"#);
-    let request = wait_for_file(&hostile.join("cleanup-request"), |text| text == "prompts/get");
-    assert_eq!(request, "prompts/get");
-    // The next answer is the next request's: the cancelled read was never answered.
+    // A cancel once the guest spins, in a read or a prompt: nothing is answered, the
+    // cleanup runs and is told which request it follows.
+    let mut cancel_once_spinning = |method: &str, params: Value, what: &str| {
+        let id = server.send_request(method, params, false);
+        let started = hostile.join(format!("{what}-cancelled"));
+        wait_for_file(&started, |_| started.exists());
+        assert!(started.exists(), "{method} never started");
+        server.send(
+            json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": id}}),
+        );
+        let note = format!("{what} cancelled");
+        let reason = wait_for_file(&hostile.join("cleanup-reason"), |text| text.contains(&note));
+        assert_eq!(reason, format!("Cancelled Some({note:?})"));
+        let request = wait_for_file(&hostile.join("cleanup-request"), |text| text == method);
+        assert_eq!(request, method);
+    };
+    cancel_once_spinning("resources/read", json!({"uri": "hostile://spin/cancelled"}), "reading");
+    cancel_once_spinning(
+        "prompts/get",
+        json!({"name": "spin", "arguments": {"label": "cancelled"}}),
+        "prompting",
+    );
+    // The next answer is the next request's: the cancelled ones were never answered.
     let after = server.request("prompts/list", json!({}));
     assert!(after["result"]["prompts"].is_array(), "{after}");
 }
