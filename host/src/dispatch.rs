@@ -60,7 +60,7 @@ mod features;
 mod input;
 pub mod sealed;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -87,7 +87,9 @@ use crate::runtime::{
     TenantView, Timeout, ToolSet,
 };
 
-pub use asking::{AskError, MAX_OUTSTANDING_ASKS, MAX_SUBSCRIPTIONS};
+pub use asking::{
+    AskError, MAX_OUTSTANDING_ASKS, MAX_SUBSCRIBED_BYTES, MAX_SUBSCRIBED_URI_BYTES, MAX_SUBSCRIPTIONS,
+};
 
 mod answers;
 pub use answers::{
@@ -550,7 +552,7 @@ pub struct Connection {
     /// Requests sent to the client that wait for its answer ([`asking`]).
     asked: Mutex<asking::Asked>,
     /// The resource URIs a 2025-era client subscribed to.
-    subscriptions: Mutex<HashSet<String>>,
+    subscriptions: Mutex<asking::Subscriptions>,
 }
 
 /// Who refuses a tenant's calls over its `calls_per_second`.

@@ -186,6 +186,47 @@ fn stdio_subscriptions_hear_of_a_reloaded_component_and_unsubscribed_ones_do_not
     assert_eq!(answer["result"], json!({}), "an unsubscribed resource was updated: {answer}");
 }
 
+/// A session may live an hour idle, so what its subscriptions keep is bounded in count, in
+/// bytes, and per URI; re-subscribing to a kept URI is free, unsubscribing gives room back.
+#[test]
+fn a_sessions_subscriptions_are_bounded_in_count_and_bytes() {
+    use cordon::dispatch::{MAX_SUBSCRIBED_BYTES, MAX_SUBSCRIBED_URI_BYTES, MAX_SUBSCRIPTIONS};
+    let setup = Setup::new("subscribe-bounds");
+    let mut client = Stdio2025::start(&setup, json!({}));
+    let mut subscribe = |uri: &str| client.request("resources/subscribe", json!({"uri": uri}));
+    let long = |n: usize, length: usize| format!("test://long/{n:04}/{}", "x".repeat(length - 17));
+
+    let too_long = subscribe(&long(0, MAX_SUBSCRIBED_URI_BYTES + 1));
+    assert_eq!(too_long["error"]["code"], -32602, "{too_long}");
+    assert!(too_long["error"]["message"].as_str().unwrap().contains("at most 4096"), "{too_long}");
+    let fitting = MAX_SUBSCRIBED_BYTES / MAX_SUBSCRIBED_URI_BYTES;
+    for n in 0..fitting {
+        let answer = subscribe(&long(n, MAX_SUBSCRIBED_URI_BYTES));
+        assert_eq!(answer["result"], json!({}), "{n}: {answer}");
+    }
+    let over = subscribe("test://one-byte-more");
+    assert_eq!(over["error"]["code"], -32602, "{over}");
+    assert!(over["error"]["message"].as_str().unwrap().contains("65536 bytes of URIs"), "{over}");
+    assert_eq!(subscribe(&long(0, MAX_SUBSCRIBED_URI_BYTES))["result"], json!({}), "kept already");
+    let unsubscribed =
+        client.request("resources/unsubscribe", json!({"uri": long(0, MAX_SUBSCRIBED_URI_BYTES)}));
+    assert_eq!(unsubscribed["result"], json!({}), "{unsubscribed}");
+    let answer = client.request("resources/subscribe", json!({"uri": "test://one-byte-more"}));
+    assert_eq!(answer["result"], json!({}), "room was given back: {answer}");
+
+    // The count: with the long ones gone, short URIs up to the most a session keeps.
+    for n in 1..fitting {
+        client.request("resources/unsubscribe", json!({"uri": long(n, MAX_SUBSCRIBED_URI_BYTES)}));
+    }
+    let mut subscribe = |uri: &str| client.request("resources/subscribe", json!({"uri": uri}));
+    for n in 1..MAX_SUBSCRIPTIONS {
+        let answer = subscribe(&format!("t://{n}"));
+        assert_eq!(answer["result"], json!({}), "{n}: {answer}");
+    }
+    let one_more = subscribe("t://one-more");
+    assert!(one_more["error"]["message"].as_str().unwrap().contains("1024 subscriptions"), "{one_more}");
+}
+
 #[test]
 fn subscriptions_are_2025_only_and_advertised_there() {
     let setup = Setup::new("subscribe-eras");

@@ -11,8 +11,11 @@
 //! out with it. Only what the client declared at `initialize` is asked.
 //!
 //! The same connection keeps the URIs its client subscribed to (`resources/subscribe`,
-//! 2025-11-25 only), at most [`MAX_SUBSCRIPTIONS`]; a reload that replaces the component
-//! serving one sends `notifications/resources/updated` ([`Connection::resources_updated`]).
+//! 2025-11-25 only), at most [`MAX_SUBSCRIPTIONS`] of them and [`MAX_SUBSCRIBED_BYTES`] of
+//! their text, each at most [`MAX_SUBSCRIBED_URI_BYTES`]: a session may live an hour idle,
+//! and what it keeps is held for that long whatever its requests were charged. A reload
+//! that replaces the component serving one sends `notifications/resources/updated`
+//! ([`Connection::resources_updated`]).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -30,6 +33,17 @@ use crate::runtime::ToolSet;
 pub const MAX_OUTSTANDING_ASKS: usize = 64;
 /// Resource URIs one connection may be subscribed to.
 pub const MAX_SUBSCRIPTIONS: usize = 1024;
+/// The longest URI one may subscribe to, in bytes.
+pub const MAX_SUBSCRIBED_URI_BYTES: usize = 4 << 10;
+/// The bytes of URI text one connection's subscriptions may keep in all.
+pub const MAX_SUBSCRIBED_BYTES: usize = 64 << 10;
+
+/// The URIs a 2025-era client subscribed to, and their bytes.
+#[derive(Debug, Default)]
+pub(super) struct Subscriptions {
+    uris: HashSet<String>,
+    bytes: usize,
+}
 
 /// Why asking the client gave no answer.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -149,20 +163,39 @@ impl Connection {
     /// reload), answered `{}`.
     pub(super) fn subscribe(&self, params: Option<&Value>) -> Result<(), RpcError> {
         let uri = subscription_uri(params)?;
+        if uri.len() > MAX_SUBSCRIBED_URI_BYTES {
+            return Err(RpcError::invalid_params(format!(
+                "Invalid params: `uri` is {} bytes long; one subscribed to may be at most {MAX_SUBSCRIBED_URI_BYTES}",
+                uri.len()
+            )));
+        }
         let mut subscriptions = self.subscriptions.lock().unwrap();
-        if subscriptions.len() >= MAX_SUBSCRIPTIONS && !subscriptions.contains(uri) {
+        if subscriptions.uris.contains(uri) {
+            return Ok(());
+        }
+        if subscriptions.uris.len() >= MAX_SUBSCRIPTIONS {
             return Err(RpcError::invalid_params(format!(
                 "Invalid params: this session already has {MAX_SUBSCRIPTIONS} subscriptions, the most it may keep; unsubscribe first"
             )));
         }
-        subscriptions.insert(uri.to_owned());
+        if subscriptions.bytes + uri.len() > MAX_SUBSCRIBED_BYTES {
+            return Err(RpcError::invalid_params(format!(
+                "Invalid params: this session's subscriptions already keep {} bytes of URIs, and may keep at most {MAX_SUBSCRIBED_BYTES}; unsubscribe first",
+                subscriptions.bytes
+            )));
+        }
+        subscriptions.bytes += uri.len();
+        subscriptions.uris.insert(uri.to_owned());
         Ok(())
     }
 
     /// `resources/unsubscribe`: forget `uri` (one never subscribed is no error).
     pub(super) fn unsubscribe(&self, params: Option<&Value>) -> Result<(), RpcError> {
         let uri = subscription_uri(params)?;
-        self.subscriptions.lock().unwrap().remove(uri);
+        let mut subscriptions = self.subscriptions.lock().unwrap();
+        if subscriptions.uris.remove(uri) {
+            subscriptions.bytes -= uri.len();
+        }
         Ok(())
     }
 
@@ -170,14 +203,14 @@ impl Connection {
     /// (reloaded, added or gone), each as its `notifications/resources/updated`.
     pub(super) fn resources_updated(&self, before: &ToolSet, after: &ToolSet) -> Vec<Outgoing> {
         let view = self.view();
-        let subscriptions: HashSet<String> = self.subscriptions.lock().unwrap().clone();
-        subscriptions
-            .into_iter()
+        let subscriptions = self.subscriptions.lock().unwrap();
+        (subscriptions.uris.iter())
             .filter(|uri| {
                 let owner = |tools: &ToolSet| tools.resource_owner(view, uri).map(Arc::as_ptr);
                 owner(before) != owner(after)
             })
             .map(|uri| {
+                let uri = uri.clone();
                 Outgoing::Notification(ServerNotification::ResourceUpdated(ResourceUpdatedParams { uri }))
             })
             .collect()
