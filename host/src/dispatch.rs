@@ -587,6 +587,15 @@ enum Reply {
 }
 
 impl Connection {
+    /// The error for a request running guest code over its tenant's `calls_per_second`,
+    /// where dispatch enforces it ([`RateCheck::Here`]).
+    fn over_rate(&self, method: &str) -> Option<RpcError> {
+        let tenant = (self.tenant.as_ref())
+            .filter(|_| self.rate_check == RateCheck::Here && mcp::runs_guest_code(method))?;
+        let retry_after = tenant.admit_call().err()?;
+        Some(rate_limited(tenant, retry_after))
+    }
+
     /// A connection to `server`.
     pub fn new(server: Arc<Server>) -> Arc<Self> {
         Self::for_tenant(server, None, RateCheck::Here)
@@ -734,6 +743,9 @@ impl Connection {
                 Reply::Result(result.into())
             }
             method if features::METHODS.contains(&method) => {
+                if let Some(error) = self.over_rate(method) {
+                    return Reply::Error(error);
+                }
                 // A prompt may ask the client for input, as a tool may.
                 let retry = match (&envelope, method) {
                     (Some(envelope), "prompts/get") => {
@@ -775,10 +787,8 @@ impl Connection {
                 // The call's one snapshot of the tools: a reload from here on changes
                 // nothing for it.
                 let tools = tools.unwrap_or_else(|| self.server.runtime.snapshot());
-                if let (Some(tenant), RateCheck::Here) = (&self.tenant, self.rate_check)
-                    && let Err(retry_after) = tenant.admit_call()
-                {
-                    return Reply::Error(rate_limited(tenant, retry_after));
+                if let Some(error) = self.over_rate(method) {
+                    return Reply::Error(error);
                 }
                 let tool = params.as_ref().and_then(|params| params.get("name")).and_then(Value::as_str);
                 if let Some(spec) = tool.and_then(|tool| tools.tool_for(self.view(), tool))

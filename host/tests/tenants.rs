@@ -322,10 +322,19 @@ fn a_component_used_by_two_tenants_gives_each_a_data_directory_of_its_own() {
 #[test]
 fn over_its_rate_a_tenants_call_gets_429_with_retry_after() {
     let server = Server::start("rate", "");
-    // beta: 2 calls a second, bursts of 2.
-    let answers: Vec<Answer> = (0..3).map(|_| server.call(BETA_KEY, "park", json!({"ms": 1}))).collect();
+    // beta: 2 calls a second, bursts of 2. Whatever runs guest code counts as a call: a
+    // tool call, a resource read, a completion (a prompt too).
+    let item = json!({"uri": "hostile://item/0"});
+    let complete =
+        json!({"ref": {"type": "ref/prompt", "name": "spin"}, "argument": {"name": "label", "value": "x"}});
+    let answers = [
+        server.call(BETA_KEY, "park", json!({"ms": 1})),
+        server.request(Some(BETA_KEY), "resources/read", Some("hostile://item/0"), item),
+        server.request(Some(BETA_KEY), "completion/complete", None, complete),
+    ];
     assert_eq!(answers[0].status, 200);
     assert_eq!(answers[1].status, 200);
+    assert_eq!(answers[1].message()["result"]["contents"][0]["text"], "item 0", "{}", answers[1].body);
     let refused = &answers[2];
     assert_eq!(refused.status, 429, "{}", refused.body);
     assert_eq!(refused.header("retry-after"), Some("1"));
@@ -453,11 +462,12 @@ fn stdio_serves_the_tenant_named_and_answers_over_its_rate_with_a_retry_hint() {
         list["result"]["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
     assert!(tools.contains(&"park") && !tools.contains(&"echo"), "{tools:?}");
     assert_eq!(list["result"]["cacheScope"], "private");
-    for id in [2, 3] {
-        let answer = ask(id, "tools/call", json!({"name": "park", "arguments": {"ms": 1}}));
-        assert_eq!(answer["result"]["content"][0]["text"], "parked 1 ms", "{answer}");
-    }
-    let refused = ask(4, "tools/call", json!({"name": "park", "arguments": {"ms": 1}}));
+    let answer = ask(2, "tools/call", json!({"name": "park", "arguments": {"ms": 1}}));
+    assert_eq!(answer["result"]["content"][0]["text"], "parked 1 ms", "{answer}");
+    // A resource read runs guest code too: it counts as a call.
+    let answer = ask(3, "resources/read", json!({"uri": "hostile://item/0"}));
+    assert_eq!(answer["result"]["contents"][0]["text"], "item 0", "{answer}");
+    let refused = ask(4, "resources/read", json!({"uri": "hostile://item/0"}));
     assert!(refused["error"]["message"].as_str().unwrap().starts_with("Rate limited"), "{refused}");
     assert!(refused["error"]["data"]["retryAfterMs"].as_u64().unwrap() > 0, "{refused}");
     drop(stdin);

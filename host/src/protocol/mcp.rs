@@ -40,6 +40,12 @@ pub struct Envelope {
     pub log_level: Option<LoggingLevel>,
 }
 
+/// Whether `method` runs guest code (a fresh instance of a component), and so counts
+/// against a tenant's `calls_per_second` as a tool call does.
+pub fn runs_guest_code(method: &str) -> bool {
+    matches!(method, "tools/call" | "prompts/get" | "resources/read" | "completion/complete")
+}
+
 /// Whether `params` carries the 2026-07-28 envelope (the protocol version key).
 pub fn has_envelope(params: Option<&Value>) -> bool {
     params.and_then(|params| params.get("_meta")).and_then(|meta| meta.get(META_PROTOCOL_VERSION)).is_some()

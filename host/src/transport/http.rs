@@ -732,7 +732,7 @@ async fn serve_request(
     // The request's one snapshot of the tools: its headers are checked and its call runs
     // against the same set, whatever a reload swaps in meanwhile.
     let tools = server.snapshot();
-    if method == "tools/call"
+    if mcp::runs_guest_code(&method)
         && let Some(tenant) = &tenant
         && let Err(retry_after) = tenant.admit_call()
     {
