@@ -421,8 +421,9 @@ pub(crate) fn is_inside(address: IpAddr) -> bool {
         IpAddr::V4(v4) => is_inside_v4(v4),
         IpAddr::V6(v6) => {
             let segments = v6.segments();
-            // IPv4 carried inside IPv6: mapped (::ffff:0:0/96), compatible (::/96), NAT64
-            // (64:ff9b::/96) and 6to4 (2002::/16) lead wherever their IPv4 address does.
+            // IPv4 carried inside IPv6: mapped (::ffff:0:0/96), compatible (::/96),
+            // translated (SIIT, ::ffff:0:0:0/96), NAT64 (64:ff9b::/96) and 6to4 (2002::/16)
+            // lead wherever their IPv4 address does.
             let embedded = |high: u16, low: u16| Ipv4Addr::from(((high as u32) << 16) | low as u32);
             if let Some(v4) = v6.to_ipv4_mapped() {
                 return is_inside_v4(v4);
@@ -430,7 +431,7 @@ pub(crate) fn is_inside(address: IpAddr) -> bool {
             if segments[..6] == [0; 6] && !v6.is_loopback() && !v6.is_unspecified() {
                 return is_inside_v4(embedded(segments[6], segments[7]));
             }
-            if segments[..6] == [0x64, 0xff9b, 0, 0, 0, 0] {
+            if segments[..6] == [0x64, 0xff9b, 0, 0, 0, 0] || segments[..6] == [0, 0, 0, 0, 0xffff, 0] {
                 return is_inside_v4(embedded(segments[6], segments[7]));
             }
             if segments[0] == 0x2002 {
@@ -445,6 +446,7 @@ pub(crate) fn is_inside(address: IpAddr) -> bool {
                 || (segments[0] == 0x2001 && segments[1] == 0x0db8) // documentation
                 || (segments[0] == 0x2001 && segments[1] == 0) // Teredo: its IPv4 end is obfuscated
                 || segments[..4] == [0x100, 0, 0, 0] // discard, 100::/64
+                || segments[..3] == [0x64, 0xff9b, 1] // local-use NAT64 (RFC 8215): a local translator's, to any IPv4
         }
     }
 }
@@ -899,14 +901,24 @@ mod tests {
             "::ffff:169.254.169.254",
             "::127.0.0.1",
             "64:ff9b::a00:1",
+            "64:ff9b:1::a9fe:a9fe",
+            "64:ff9b:1:2:3::8.8.8.8",
+            "::ffff:0:a9fe:a9fe",
+            "::ffff:0:127.0.0.1",
             "2002:7f00:1::",
             "ff02::1",
         ] {
             assert!(is_inside(inside.parse().unwrap()), "{inside} is inside");
         }
-        for outside in
-            ["8.8.8.8", "1.1.1.1", "172.32.0.1", "2606:4700::1111", "::ffff:8.8.8.8", "64:ff9b::808:808"]
-        {
+        for outside in [
+            "8.8.8.8",
+            "1.1.1.1",
+            "172.32.0.1",
+            "2606:4700::1111",
+            "::ffff:8.8.8.8",
+            "64:ff9b::808:808",
+            "::ffff:0:808:808",
+        ] {
             assert!(!is_inside(outside.parse().unwrap()), "{outside} is outside");
         }
     }
