@@ -11,7 +11,7 @@ use common::{answer, call, fresh_dir, hostile};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use cordon::runtime::{CallReport, ComponentOptions, Mount, Outcome, Runtime};
+use cordon::runtime::{CallReport, ComponentOptions, Mount, Outcome, Runtime, TenantView};
 use serde_json::json;
 
 fn mount(host: &Path, guest: &str, writable: bool, quota_bytes: Option<u64>) -> Mount {
@@ -339,6 +339,54 @@ async fn calls_at_once_share_a_quota_and_never_pass_it_together() {
     }
     assert_eq!(succeeded, 2, "two of four 90,000-byte files fit in 200,000 bytes");
     assert!(bytes_under(&layout.rw) <= quota, "{} bytes on disk", bytes_under(&layout.rw));
+}
+
+/// A call of the hostile component as `tenant` (none: a call of no tenant).
+async fn call_as(
+    runtime: &Runtime,
+    tenant: Option<&str>,
+    tool: &str,
+    arguments: serde_json::Value,
+) -> CallReport {
+    let view = tenant.map(|tenant| TenantView::new(tenant, ["hostile".to_owned()], None));
+    let tools = runtime.snapshot();
+    let call = runtime.call_in(&tools, view.as_ref(), tool, &arguments, Default::default());
+    call.await.unwrap().run().await
+}
+
+/// A component's tenants each get a data directory of their own but share its mounts:
+/// one quota for all of them (not one each), and every tenant's data directory is a grant
+/// another component's may not overlap.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_components_tenants_share_each_mounts_quota_and_their_data_directories_are_its_grants() {
+    let layout = Layout::new("tenant-grants");
+    let quota = 100_000u64;
+    let options = ComponentOptions { tenants: vec!["a".into(), "b".into()], ..layout.options(Some(quota)) };
+    let mut runtime = runtime_with(options).await.unwrap();
+    let grow = |path: &str| json!({ "path": format!("/mnt/rw/{path}"), "size": 60_000 });
+    let report = call_as(&runtime, Some("a"), "set_size", grow("a")).await;
+    assert!(!failed(&report), "{}", answer(&report));
+    for (tenant, path) in [(Some("b"), "b"), (None, "shared")] {
+        let report = call_as(&runtime, tenant, "set_size", grow(path)).await;
+        assert!(answer(&report).to_lowercase().contains("quota"), "{tenant:?}: {}", answer(&report));
+    }
+    assert!(bytes_under(&layout.rw) <= quota, "{} bytes on disk", bytes_under(&layout.rw));
+    assert!(layout.data.join("a").is_dir() && layout.data.join("b").is_dir());
+
+    // Another component's grant over a tenant's data directory, or inside it, is refused.
+    let tools = cordon::paths::example_tools();
+    let refused = [
+        ComponentOptions { mounts: vec![mount(&layout.data, "/x", false, None)], ..Default::default() },
+        ComponentOptions { data_dir: Some(layout.data.join("a").join("inner")), ..Default::default() },
+    ];
+    for options in refused {
+        let shown = format!("{:?} {:?}", options.data_dir, options.mounts);
+        let error = runtime.load_file(&tools, options).await.unwrap_err();
+        assert!(
+            error.problem.contains("overlaps") && error.problem.contains("component hostile"),
+            "{shown}: {error}"
+        );
+    }
 }
 
 /// Run `cordon` with `args` to its end (stdin closed), within `deadline`: its stdout,

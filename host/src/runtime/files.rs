@@ -130,8 +130,14 @@ pub(crate) struct FileGrants {
 
 impl FileGrants {
     /// Open the data directory (created if missing) and the mounts (which must exist);
-    /// `None` when the component is granted no file system at all.
-    pub(crate) fn open(data_dir: Option<&Path>, mounts: &[Mount]) -> Result<Option<Self>, String> {
+    /// `None` when the component is granted no file system at all. A mount's quota is
+    /// `quotas_from`'s for the same guest path when it has one: a component's tenants share
+    /// its mounts, and so each mount's one quota, whatever data directory each has.
+    pub(crate) fn open(
+        data_dir: Option<&Path>,
+        mounts: &[Mount],
+        quotas_from: Option<&FileGrants>,
+    ) -> Result<Option<Self>, String> {
         if data_dir.is_none() && mounts.is_empty() {
             return Ok(None);
         }
@@ -165,12 +171,16 @@ impl FileGrants {
             })?;
             let perms = if mount.writable { FsPerms::ReadWrite } else { FsPerms::ReadOnly };
             preopen(&mut builder, &dir, &guest, perms)?;
+            let shared = quotas_from
+                .and_then(|shared| shared.grants.iter().find(|grant| grant.guest == guest))
+                .and_then(|grant| grant.quota.clone());
             let quota =
-                match mount.quota_bytes {
-                    Some(limit) => Some(Arc::new(Quota::measure(limit, &dir).map_err(|error| {
+                match (mount.quota_bytes, shared) {
+                    (Some(_), Some(shared)) => Some(shared),
+                    (Some(limit), None) => Some(Arc::new(Quota::measure(limit, &dir).map_err(|error| {
                         format!("mount {guest}: cannot measure what {host} holds: {error}")
                     })?)),
-                    None => None,
+                    (None, _) => None,
                 };
             grants.push(Grant { path: real, guest, writable: mount.writable, quota });
         }

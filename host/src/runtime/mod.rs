@@ -145,7 +145,9 @@ fn files_conflict(
     others: &[Arc<LoadedComponent>],
 ) -> Option<LoadError> {
     others.iter().find_map(|other| {
-        let (mine, theirs) = other.files.as_ref().and_then(|other_files| grants.conflict(other_files))?;
+        // Its grants for calls of no tenant, and each tenant's (its data directory apart).
+        let mut theirs_all = other.files.iter().chain(other.tenant_files.values());
+        let (mine, theirs) = theirs_all.find_map(|other_files| grants.conflict(other_files))?;
         let what = |grant: &files::Grant| {
             if grant.guest == GUEST_DATA_DIR { "the data directory" } else { "the mount" }
         };
@@ -617,7 +619,7 @@ impl Runtime {
                     // The old version stays, unless it no longer fits beside the others.
                     let fits = |old: &LoadedComponent| {
                         staying.clash(&origin, old).is_none()
-                            && old.files.as_deref().is_none_or(|files| {
+                            && (old.files.iter().chain(old.tenant_files.values())).all(|files| {
                                 files_conflict(&source.name, &origin, files, &staying.components).is_none()
                             })
                     };
@@ -665,8 +667,11 @@ impl Runtime {
         others: &[Arc<LoadedComponent>],
     ) -> Result<(Option<Arc<files::FileGrants>>, HashMap<String, Arc<files::FileGrants>>), LoadError> {
         let Some(data_dir) = options.data_dir.as_ref().filter(|_| !options.tenants.is_empty()) else {
-            return Ok((self.open_files(name, origin, options, others)?, HashMap::new()));
+            return Ok((self.open_files(name, origin, options, others, None)?, HashMap::new()));
         };
+        // The mounts first: every tenant's grants share their quotas.
+        let shared = ComponentOptions { data_dir: None, ..options.clone() };
+        let shared = self.open_files(name, origin, &shared, others, None)?;
         let mut by_tenant = HashMap::new();
         for tenant in &options.tenants {
             if !crate::paths::is_safe_name(tenant) {
@@ -676,24 +681,24 @@ impl Runtime {
                 ));
             }
             let own = ComponentOptions { data_dir: Some(data_dir.join(tenant)), ..options.clone() };
-            if let Some(grants) = self.open_files(name, origin, &own, others)? {
+            if let Some(grants) = self.open_files(name, origin, &own, others, shared.as_deref())? {
                 by_tenant.insert(tenant.clone(), grants);
             }
         }
-        let shared = ComponentOptions { data_dir: None, ..options.clone() };
-        Ok((self.open_files(name, origin, &shared, others)?, by_tenant))
+        Ok((shared, by_tenant))
     }
 
     /// Open `name`'s data directory and mounts once, refusing any that overlaps one of
-    /// `others` where either may be written.
+    /// `others` where either may be written; a mount's quota is `quotas_from`'s when it has one.
     fn open_files(
         &self,
         name: &str,
         origin: &str,
         options: &ComponentOptions,
         others: &[Arc<LoadedComponent>],
+        quotas_from: Option<&files::FileGrants>,
     ) -> Result<Option<Arc<files::FileGrants>>, LoadError> {
-        let Some(grants) = files::FileGrants::open(options.data_dir.as_deref(), &options.mounts)
+        let Some(grants) = files::FileGrants::open(options.data_dir.as_deref(), &options.mounts, quotas_from)
             .map_err(|problem| LoadError::new(origin, format!("component {name}: {problem}")))?
         else {
             return Ok(None);
@@ -701,7 +706,8 @@ impl Runtime {
         if let Some(conflict) = files_conflict(name, origin, &grants, others) {
             return Err(conflict);
         }
-        for grant in &grants.grants {
+        // Told once, with the grants the quotas were measured for.
+        for grant in grants.grants.iter().filter(|_| quotas_from.is_none()) {
             let Some(quota) = &grant.quota else { continue };
             let (used, limit) = (quota.used(), quota.limit());
             if used > limit {
