@@ -14,8 +14,9 @@
 //!                                # Guests share the rest of the process's limit, which
 //!                                # `serve` raises to the hard limit at startup
 //! max_queued_request_kb = 262144 # bytes all requests being read, queued or running may
-//!                                # hold (bodies, and parsed messages at their estimated
-//!                                # size in memory); over it a request is refused at once
+//!                                # hold (bodies as their bytes arrive, and parsed
+//!                                # messages at their estimated size in memory); over
+//!                                # it a request is refused at once
 //!                                # (HTTP 503 + Retry-After; stdio: a -32603 error)
 //! max_request_cost_kb = 65536    # one parsed message's estimated size; over it: refused
 //!                                # (HTTP 413; stdio: a -32600 error)

@@ -123,10 +123,14 @@ async fn post(port: u16, method: &str, name: Option<&str>, body: &str, schema: &
     Answer { status, headers, messages }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn queued_requests_are_charged_their_parsed_size_and_refused_over_the_bound_over_http() {
-    let server = server("http").await;
-    let schema = Arc::new(Schema::new());
+/// `cordon::transport::http::serve` on a port of its own, until `stop` is sent.
+struct Serving {
+    port: u16,
+    stop: tokio::sync::oneshot::Sender<()>,
+    serving: tokio::task::JoinHandle<std::io::Result<()>>,
+}
+
+async fn serve_http(server: &Arc<Server>) -> Serving {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -139,6 +143,52 @@ async fn queued_requests_are_charged_their_parsed_size_and_refused_over_the_boun
         },
         Duration::from_secs(5),
     ));
+    Serving { port, stop, serving }
+}
+
+/// A `Content-Length` is a promise, not bytes: heads announcing the largest body a
+/// request may have (4 MiB) and sending none of it hold a few KiB of the bound each, so
+/// that twice the bound's worth of them does not lock other clients out for the body
+/// timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn heads_announcing_large_bodies_hold_little_of_the_bound_until_their_bytes_come() {
+    const HEADS: usize = 24;
+    let server = server("heads").await;
+    let schema = Schema::new();
+    let Serving { port, stop, serving } = serve_http(&server).await;
+    let mut heads = Vec::new();
+    for _ in 0..HEADS {
+        let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+        let head = format!(
+            "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\
+             Accept: application/json, text/event-stream\r\nContent-Type: application/json\r\n\
+             MCP-Protocol-Version: 2026-07-28\r\nMcp-Method: tools/call\r\nMcp-Name: echo\r\n\
+             Content-Length: {}\r\n\r\n",
+            4 << 20
+        );
+        stream.write_all(head.as_bytes()).await.unwrap();
+        heads.push(stream);
+    }
+    // Every head is read and waits for its body, charged (or, over the bound, refused).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while server.admission().used() < HEADS * (16 << 10) {
+        assert!(Instant::now() < deadline, "{} bytes charged", server.admission().used());
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert!(server.admission().used() < LIMITS.max_queued_request_bytes / 8, "{}", server.admission().used());
+    let answer = post(port, "tools/call", Some("echo"), &many_keys(8, 10), &schema).await;
+    assert_eq!((answer.status, &answer.messages[0]["result"]["content"][0]["text"]), (200, &json!("x")));
+    drop(heads);
+    all_released(&server).await;
+    stop.send(()).unwrap();
+    serving.await.unwrap().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queued_requests_are_charged_their_parsed_size_and_refused_over_the_bound_over_http() {
+    let server = server("http").await;
+    let schema = Arc::new(Schema::new());
+    let Serving { port, stop, serving } = serve_http(&server).await;
 
     // The only slot is held by a spin until it is cancelled below; meanwhile twelve large
     // requests arrive at once.

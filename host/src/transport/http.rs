@@ -988,6 +988,10 @@ pub(crate) fn origin_allowed(origin: &HeaderValue, allowed: &HashSet<String>) ->
     matches!(scheme, "http" | "https") && allowed.contains(&host_name(authority).to_ascii_lowercase())
 }
 
+/// The most of a body's announced length that is allocated and charged before its bytes
+/// arrive: a JSON-RPC request is usually well under it.
+const UPFRONT_BODY_BYTES: usize = 16 << 10;
+
 /// Why a body was not read.
 enum BodyError {
     TooLarge,
@@ -1015,10 +1019,14 @@ async fn read_body(
     let read = async {
         let mut body = std::pin::pin!(body);
         let mut buffer = Vec::new();
-        if !charge.grow(announced as usize) {
+        // A small body is one allocation; a large one is charged as its bytes arrive, so
+        // that a `Content-Length` promising megabytes holds no more than this while its
+        // bytes do not come (a client could otherwise fill the server's bound with heads).
+        let upfront = (announced as usize).min(UPFRONT_BODY_BYTES);
+        if !charge.grow(upfront) {
             return Err(BodyError::Busy);
         }
-        buffer.reserve_exact(announced as usize);
+        buffer.reserve_exact(upfront);
         while let Some(frame) = body.frame().await {
             let Ok(data) = frame.map_err(BodyError::Broken)?.into_data() else { continue };
             if buffer.len() + data.len() > limit {
