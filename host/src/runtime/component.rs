@@ -16,7 +16,7 @@ use wasmtime::Engine;
 use wasmtime::component::Linker;
 
 use super::bindings::{CleanupContext, Plugin, PluginPre, ToolAnnotations, ToolInfo, v2};
-use super::egress::HttpGrants;
+use super::egress::{ComponentEgress, HttpGrants};
 use super::engine::compile_component;
 use super::files::{FileGrants, Mount};
 use super::guest::GuestState;
@@ -225,7 +225,7 @@ pub(crate) struct LoadedComponent {
     /// The server's descriptors for guests, which every call of this component draws on.
     pub(crate) descriptors: Arc<DescriptorBudget>,
     /// `options.allow_http`, shared by every store of the component.
-    pub(crate) http_grants: Arc<HttpGrants>,
+    pub(crate) http_grants: Arc<ComponentEgress>,
     pub(crate) options: ComponentOptions,
     pub(crate) tools: Vec<ToolSpec>,
     /// Compiled schemas, by tool name.

@@ -43,8 +43,13 @@
 //! Redirects are the guest's business: each hop is a new request, checked the same way.
 //!
 //! A name is resolved with the system resolver on tokio's blocking pool, which cannot be
-//! interrupted: a lookup outlives a stopped call by at most the resolver's own timeout,
-//! and each call's lookups are bounded by `http_requests`.
+//! interrupted: a lookup outlives a stopped call by at most the resolver's own timeout.
+//! A tool's author may control the DNS of a name it is granted and make every lookup
+//! stall, so lookups hold a thread each within two bounds, released when the thread is
+//! done (not when the call stops waiting): [`LOOKUPS_PER_COMPONENT`] for each component
+//! (one that stalls its own waits behind itself) and [`LOOKUPS_PER_PROCESS`] in all, well
+//! under the blocking threads that the calls' file work shares (so stalled lookups never
+//! hold those up). A lookup waiting for its turn is bounded by the connect timeout.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::pin::Pin;
@@ -275,6 +280,43 @@ pub struct GrantError {
     problem: &'static str,
 }
 
+/// Name lookups one component may have in flight at once, each holding a thread.
+pub(crate) const LOOKUPS_PER_COMPONENT: usize = 4;
+/// Name lookups the process may have in flight at once.
+pub(crate) const LOOKUPS_PER_PROCESS: usize = 16;
+
+static PROCESS_LOOKUPS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(LOOKUPS_PER_PROCESS);
+
+/// A loaded component's outbound HTTP: its rules, and its share of the name lookups.
+#[derive(Debug)]
+pub(crate) struct ComponentEgress {
+    pub(crate) rules: HttpGrants,
+    lookups: Arc<tokio::sync::Semaphore>,
+}
+
+impl ComponentEgress {
+    pub(crate) fn new(rules: HttpGrants) -> Self {
+        Self { rules, lookups: Arc::new(tokio::sync::Semaphore::new(LOOKUPS_PER_COMPONENT)) }
+    }
+}
+
+/// Run `resolve` (a blocking lookup) on the blocking pool once both `component` and
+/// `process` have room, holding their permits until it returns, whoever still waits.
+async fn lookup_within<T: Send + 'static>(
+    component: &Arc<tokio::sync::Semaphore>,
+    process: &'static tokio::sync::Semaphore,
+    resolve: impl FnOnce() -> std::io::Result<T> + Send + 'static,
+) -> std::io::Result<T> {
+    let own = component.clone().acquire_owned().await.map_err(std::io::Error::other)?;
+    let shared = process.acquire().await.map_err(std::io::Error::other)?;
+    tokio::task::spawn_blocking(move || {
+        let _held = (own, shared);
+        resolve()
+    })
+    .await
+    .map_err(std::io::Error::other)?
+}
+
 /// The hosts a component may reach over HTTP: its `allow_http` rules. Empty (the default)
 /// grants nothing.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -469,7 +511,7 @@ fn is_inside_v4(v4: Ipv4Addr) -> bool {
 /// One call's outbound HTTP: its grants and what is left of its limits. Made for each
 /// store; a spare instance's is remade for the call that takes it.
 pub(crate) struct Egress {
-    grants: Arc<HttpGrants>,
+    grants: Arc<ComponentEgress>,
     ledger: Arc<Ledger>,
     call: Arc<CallEgress>,
 }
@@ -491,7 +533,7 @@ struct CallEgress {
 
 impl Egress {
     pub(crate) fn new(
-        grants: Arc<HttpGrants>,
+        grants: Arc<ComponentEgress>,
         component: Arc<str>,
         limits: &ToolLimits,
         ledger: Arc<Ledger>,
@@ -575,11 +617,12 @@ impl WasiHttpHooks for Egress {
     ) -> SendFuture {
         let call = self.call.clone();
         let target = self.check(&request);
-        let ledger = self.ledger.clone();
+        let (ledger, grants) = (self.ledger.clone(), self.grants.clone());
         Box::new(async move {
             let target = target?;
             let (connect_timeout, first_byte_timeout, between_bytes_timeout) = call.timeouts(options);
-            let connection = tokio::time::timeout(connect_timeout, connect(&target, &call, &ledger))
+            let connect = connect(&target, &call, &ledger, &grants.lookups);
+            let connection = tokio::time::timeout(connect_timeout, connect)
                 .await
                 .map_err(|_| HttpError::ConnectionTimeout)??;
             let response = send(connection, request, first_byte_timeout).await?;
@@ -623,7 +666,7 @@ impl Egress {
         else {
             return refuse("no host", HttpError::HttpRequestUriInvalid);
         };
-        let Some(rule) = self.grants.grant(tls, host, port) else {
+        let Some(rule) = self.grants.rules.grant(tls, host, port) else {
             return refuse("no allow_http rule grants it", HttpError::HttpRequestDenied);
         };
         if !self.call.take_request() {
@@ -643,14 +686,20 @@ impl Egress {
 
 /// Resolve the target (unless its rule named the address), refuse inside addresses,
 /// charge the connection to the call and open it, with TLS for `https`.
-async fn connect(target: &Target, call: &CallEgress, ledger: &Arc<Ledger>) -> Result<Connection, HttpError> {
+async fn connect(
+    target: &Target,
+    call: &CallEgress,
+    ledger: &Arc<Ledger>,
+    lookups: &Arc<tokio::sync::Semaphore>,
+) -> Result<Connection, HttpError> {
     let address = match target.literal {
         Some(address) => SocketAddr::new(address, target.port),
         None => {
-            let addresses: Vec<SocketAddr> = tokio::net::lookup_host((target.host.as_str(), target.port))
+            let name = (target.host.clone(), target.port);
+            let resolve = move || std::net::ToSocketAddrs::to_socket_addrs(&name).map(Iterator::collect);
+            let addresses: Vec<SocketAddr> = lookup_within(lookups, &PROCESS_LOOKUPS, resolve)
                 .await
-                .map_err(|_| HttpError::DnsError { rcode: None, info_code: None })?
-                .collect();
+                .map_err(|_| HttpError::DnsError { rcode: None, info_code: None })?;
             if addresses.is_empty() {
                 return Err(HttpError::DestinationNotFound);
             }
@@ -833,6 +882,72 @@ mod tests {
 
     fn grants(rules: &[&str]) -> HttpGrants {
         HttpGrants::parse(&rules.iter().map(|rule| rule.to_string()).collect::<Vec<_>>()).unwrap()
+    }
+
+    /// Lookups that stall (a name whose DNS its tool's author controls) hold a thread each
+    /// until the resolver gives up, whoever still waits for them: at most the component's
+    /// share, and the process's in all; another component's lookups still run.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn stalled_lookups_hold_threads_within_the_component_and_process_bounds() {
+        use std::sync::{Condvar, Mutex};
+        use tokio::sync::Semaphore;
+        let process: &'static Semaphore = Box::leak(Box::new(Semaphore::new(6)));
+        let (stalling, other) = (Arc::new(Semaphore::new(4)), Arc::new(Semaphore::new(4)));
+        // The resolver's timeout, here a gate opened at the end; and the threads in it.
+        let gate = Arc::new((Mutex::new(false), Condvar::new()));
+        let in_resolver = Arc::new(AtomicUsize::new(0));
+        let stall = || {
+            let (gate, in_resolver) = (gate.clone(), in_resolver.clone());
+            move || {
+                in_resolver.fetch_add(1, Ordering::SeqCst);
+                let (open, opened) = &*gate;
+                let _open = opened.wait_while(open.lock().unwrap(), |open| !*open).unwrap();
+                in_resolver.fetch_sub(1, Ordering::SeqCst);
+                Ok(())
+            }
+        };
+        let wait_for = |what: &str, done: &dyn Fn() -> bool| {
+            let deadline = std::time::Instant::now() + Duration::from_secs(10);
+            while !done() {
+                assert!(std::time::Instant::now() < deadline, "{what}");
+                std::thread::yield_now();
+            }
+        };
+        // Six lookups of the stalling component, their calls then stopped: four threads
+        // stay in the resolver, and keep the component's whole share.
+        let calls: Vec<_> = (0..6)
+            .map(|_| {
+                let (component, resolve) = (stalling.clone(), stall());
+                tokio::spawn(async move { lookup_within(&component, process, resolve).await })
+            })
+            .collect();
+        wait_for("four lookups in the resolver", &|| in_resolver.load(Ordering::SeqCst) == 4);
+        calls.iter().for_each(tokio::task::JoinHandle::abort);
+        assert_eq!((stalling.available_permits(), process.available_permits()), (0, 2));
+        // Another component's lookup runs beside them.
+        let answer = lookup_within(&other, process, || Ok("resolved")).await.unwrap();
+        assert_eq!(answer, "resolved");
+        // Its stalls take the rest of the process's share, and no more threads.
+        let more: Vec<_> = (0..3)
+            .map(|_| {
+                let (component, resolve) = (other.clone(), stall());
+                tokio::spawn(async move { lookup_within(&component, process, resolve).await })
+            })
+            .collect();
+        wait_for("six lookups in the resolver", &|| in_resolver.load(Ordering::SeqCst) == 6);
+        assert_eq!(process.available_permits(), 0);
+        assert_eq!(in_resolver.load(Ordering::SeqCst), 6, "a seventh thread entered the resolver");
+        // The resolver gives up: every thread leaves and every share is whole again; the
+        // third stall of the other component then runs, and ends.
+        *gate.0.lock().unwrap() = true;
+        gate.1.notify_all();
+        for call in more {
+            call.await.unwrap().unwrap();
+        }
+        wait_for("every share given back", &|| {
+            (stalling.available_permits(), other.available_permits(), process.available_permits())
+                == (4, 4, 6)
+        });
     }
 
     #[test]

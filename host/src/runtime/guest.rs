@@ -13,7 +13,7 @@ use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 use super::bindings::cordon::tool::{host, types};
 use super::component::Environment;
 use super::control::{CallControl, LogLevel, Progress};
-use super::egress::{Egress, FIELDS_BYTES, HttpGrants};
+use super::egress::{ComponentEgress, Egress, FIELDS_BYTES};
 use super::files::FileGrants;
 use super::ledger::{DescriptorBudget, Ledger, TableCharges};
 use super::limits::{GuestLimiter, ToolLimits};
@@ -56,7 +56,7 @@ impl GuestState {
         limits: &ToolLimits,
         grants: Option<&Arc<FileGrants>>,
         environment: &Environment,
-        http_grants: Arc<HttpGrants>,
+        http_grants: Arc<ComponentEgress>,
         descriptors: Arc<DescriptorBudget>,
         control: Arc<CallControl>,
     ) -> Self {

@@ -480,7 +480,7 @@ impl Runtime {
             files,
             tenant_files,
             descriptors: self.descriptors.clone(),
-            http_grants: Arc::new(options.allow_http.clone()),
+            http_grants: Arc::new(egress::ComponentEgress::new(options.allow_http.clone())),
             options,
             tools: Vec::new(),
             schemas: HashMap::new(),
