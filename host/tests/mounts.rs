@@ -341,6 +341,24 @@ async fn calls_at_once_share_a_quota_and_never_pass_it_together() {
     assert!(bytes_under(&layout.rw) <= quota, "{} bytes on disk", bytes_under(&layout.rw));
 }
 
+/// A FIFO in a mount (a guest cannot make one; a host process can) is refused, not opened:
+/// with no writer, opening it would block a host thread that no stop frees.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fifo_in_a_mount_is_refused_not_opened() {
+    let layout = Layout::new("special-files");
+    let made = std::process::Command::new("mkfifo").arg(layout.ro.join("pipe")).status().unwrap();
+    assert!(made.success(), "mkfifo failed");
+    let runtime = runtime_with(layout.options(None)).await.unwrap();
+    let report = call(&runtime, "read_at", json!({ "dir": "/ro", "path": "pipe" })).await;
+    let refusal = answer(&report).to_lowercase();
+    assert!(refusal.contains("open refused") && refusal.contains("access"), "{refusal}");
+    // Through libc's path resolution alike; and a file beside it still opens.
+    let report = call(&runtime, "read_text", json!({ "path": "/ro/pipe" })).await;
+    assert!(failed(&report), "{}", answer(&report));
+    let report = call(&runtime, "read_at", json!({ "dir": "/ro", "path": "readme.txt" })).await;
+    assert_eq!(answer(&report), "read me");
+}
+
 /// A call of the hostile component as `tenant` (none: a call of no tenant).
 async fn call_as(
     runtime: &Runtime,

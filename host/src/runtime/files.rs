@@ -21,7 +21,10 @@
 //! the work:
 //!
 //! - `open-at` counts the call's open descriptors against `open_files` and the server's
-//!   descriptor budget (ledger.rs) before it opens another;
+//!   descriptor budget (ledger.rs) before it opens another, and opens files, directories
+//!   and links only: a FIFO, a device or a socket that sits in a mount (a guest cannot
+//!   make one, a host process can) would block a host thread in `open` (a FIFO with no
+//!   writer) or in its reads, where no stop reaches it (`access`);
 //! - `read-via-stream`, `write-via-stream` and `append-via-stream` charge each stream's
 //!   64 KiB buffer to `host_memory_bytes` and its descriptor to `open_files`, until the
 //!   stream drops;
@@ -47,7 +50,7 @@ use wasmtime::component::{Linker, Resource, ResourceTable};
 use wasmtime::{Result, StoreContextMut};
 use wasmtime_wasi::filesystem::{Descriptor, WasiFilesystemCtx};
 use wasmtime_wasi::p2::bindings::filesystem::types::{
-    DescriptorFlags, DirectoryEntryStream, ErrorCode, HostDescriptor, OpenFlags, PathFlags,
+    DescriptorFlags, DescriptorType, DirectoryEntryStream, ErrorCode, HostDescriptor, OpenFlags, PathFlags,
 };
 use wasmtime_wasi::p2::{DynInputStream, DynOutputStream, FsError, FsResult, InputStream, OutputStream};
 use wasmtime_wasi::{FsPerms, WasiCtxBuilder};
@@ -280,6 +283,17 @@ pub(crate) fn shadow_filesystem(linker: &mut Linker<GuestState>) -> Result<()> {
         )| {
             Box::new(async move {
                 let state = store.data_mut();
+                let at = Resource::<Descriptor>::new_borrow(dir.rep());
+                if let Ok(stat) = state.filesystem_view().stat_at(at, path_flags, path.clone()).await
+                    && !matches!(
+                        stat.type_,
+                        DescriptorType::RegularFile
+                            | DescriptorType::Directory
+                            | DescriptorType::SymbolicLink
+                    )
+                {
+                    return Ok((Err(ErrorCode::Access),));
+                }
                 let open = count_descriptors(state.table());
                 if let Err(refusal) = state.ledger().charge_descriptors(open + 1) {
                     return Ok((Err(refused(refusal)),));
