@@ -545,4 +545,22 @@ fn a_2025_era_session_belongs_to_the_tenant_that_opened_it() {
     // acme holds a valid key, but not this session's: the session is unknown to it.
     let other = post_as(&with_key(ACME_KEY, &legacy), &list);
     assert_eq!(other.status, 404, "{}", other.body);
+
+    // Another tenant opening sessions past its cap (1,000) closes its own oldest, never
+    // solo's.
+    let beta_sessions: Vec<String> = (0..1001)
+        .map(|_| {
+            let opened = post_as(&with_key(BETA_KEY, &[]), &init);
+            assert_eq!(opened.status, 200, "{}", opened.body);
+            opened.header("mcp-session-id").expect("a session id").to_owned()
+        })
+        .collect();
+    let in_session = |key: &str, session: &str| {
+        let headers =
+            [("MCP-Protocol-Version", "2025-11-25".to_owned()), ("Mcp-Session-Id", session.to_owned())];
+        post_as(&with_key(key, &headers), &list).status
+    };
+    assert_eq!(in_session(SOLO_KEY, &legacy[1].1), 200, "solo's session was closed by beta's");
+    assert_eq!(in_session(BETA_KEY, &beta_sessions[0]), 404, "beta's oldest stayed past its cap");
+    assert_eq!(in_session(BETA_KEY, &beta_sessions[1000]), 200);
 }

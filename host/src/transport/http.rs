@@ -57,7 +57,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 
 use super::tls::Tls;
 use crate::auth::oauth::{TokenError, Validator};
-use crate::auth::{self, AuthError, Tenant};
+use crate::auth::{self, AuthError, Tenant, TenantId};
 use crate::dispatch::{
     Admission, Admitted, Charge, Connection, Outbox, RETRY_AFTER_SECONDS, RateCheck, Refusal, Server,
     rate_limited,
@@ -190,6 +190,39 @@ struct Sessions {
 
 const SESSION_IDLE: Duration = Duration::from_secs(3600);
 const MAX_SESSIONS: usize = 10_000;
+/// Sessions one tenant may hold: one more closes its own oldest, never another's.
+const MAX_SESSIONS_PER_TENANT: usize = 1_000;
+
+/// The session to close so that one more of `tenant`'s fits among `sessions` (id, owner,
+/// last use): a tenant's own oldest once it holds `per_tenant`; when `total` are open,
+/// the oldest of whoever holds the most, so that a tenant's initializes never close
+/// another's sessions below its share. (Without tenants every owner is `None`, and the
+/// oldest goes once `total` are open.)
+fn session_to_close<'a>(
+    sessions: impl Iterator<Item = (&'a String, Option<&'a TenantId>, std::time::Instant)> + Clone,
+    tenant: Option<&TenantId>,
+    total: usize,
+    per_tenant: usize,
+) -> Option<&'a String> {
+    let oldest_of = |owner: Option<&TenantId>| {
+        (sessions.clone())
+            .filter(|(_, of, _)| *of == owner)
+            .min_by_key(|(_, _, used)| *used)
+            .map(|(id, ..)| id)
+    };
+    let mut held: HashMap<Option<&TenantId>, usize> = HashMap::new();
+    for (_, owner, _) in sessions.clone() {
+        *held.entry(owner).or_default() += 1;
+    }
+    if tenant.is_some() && held.get(&tenant).copied().unwrap_or(0) >= per_tenant {
+        return oldest_of(tenant);
+    }
+    if held.values().sum::<usize>() < total {
+        return None;
+    }
+    let (most, _) = held.into_iter().max_by_key(|(_, count)| *count)?;
+    oldest_of(most)
+}
 
 impl Sessions {
     fn open(&self, connection: Arc<Connection>) -> String {
@@ -208,10 +241,12 @@ impl Sessions {
         let now = std::time::Instant::now();
         let mut live = self.live.lock().unwrap();
         live.retain(|_, (_, used)| now.duration_since(*used) < SESSION_IDLE);
-        if live.len() >= MAX_SESSIONS
-            && let Some(oldest) = live.iter().min_by_key(|(_, (_, used))| *used).map(|(id, _)| id.clone())
-        {
-            live.remove(&oldest);
+        let sessions =
+            live.iter().map(|(id, (session, used))| (id, session.tenant().map(|tenant| &tenant.id), *used));
+        let tenant = connection.tenant().map(|tenant| &tenant.id);
+        let closing = session_to_close(sessions, tenant, MAX_SESSIONS, MAX_SESSIONS_PER_TENANT).cloned();
+        if let Some(closing) = closing {
+            live.remove(&closing);
         }
         live.insert(id.clone(), (connection, now));
         id
@@ -1373,6 +1408,37 @@ mod tests {
         let origin = |value: &'static str| origin_allowed(&HeaderValue::from_static(value), &allowed);
         assert!(origin("http://localhost:3000") && origin("https://127.0.0.1"));
         assert!(!origin("http://evil.example") && !origin("null") && !origin("file://localhost"));
+    }
+
+    #[test]
+    fn a_tenants_sessions_close_its_own_oldest_and_a_full_table_the_largest_holders() {
+        let (acme, beta) = (TenantId::new("acme"), TenantId::new("beta"));
+        let start = std::time::Instant::now();
+        let at = |seconds: u64| start + Duration::from_secs(seconds);
+        let ids: Vec<String> = (0..6).map(|n| format!("s{n}")).collect();
+        // s0 (acme) is the oldest of all; beta holds s1..s4, s1 its oldest; s5 has no tenant.
+        let table = [
+            (&ids[0], Some(&acme), at(0)),
+            (&ids[2], Some(&beta), at(2)),
+            (&ids[1], Some(&beta), at(1)),
+            (&ids[3], Some(&beta), at(3)),
+            (&ids[4], Some(&beta), at(4)),
+            (&ids[5], None, at(5)),
+        ];
+        let close = |tenant: Option<&TenantId>, total: usize, per_tenant: usize| {
+            session_to_close(table.iter().copied(), tenant, total, per_tenant).cloned()
+        };
+        // Room for all: nothing closes.
+        assert_eq!(close(Some(&beta), 10, 10), None);
+        // beta at its own cap: its own oldest, not acme's older one.
+        assert_eq!(close(Some(&beta), 10, 4).as_deref(), Some("s1"));
+        // acme under its cap with the table full: the largest holder's (beta's) oldest.
+        assert_eq!(close(Some(&acme), 6, 4).as_deref(), Some("s1"));
+        assert_eq!(close(Some(&acme), 6, 1).as_deref(), Some("s0"), "acme at its cap: its own");
+        // Without tenants (every owner None), the oldest of those once the table is full.
+        let untenanted = [(&ids[0], None, at(1)), (&ids[1], None, at(0))];
+        assert_eq!(session_to_close(untenanted.iter().copied(), None, 2, 1).map(String::as_str), Some("s1"));
+        assert_eq!(session_to_close(untenanted.iter().copied(), None, 3, 1), None, "no cap per tenant");
     }
 
     #[test]
