@@ -239,6 +239,16 @@ fn requests_without_a_valid_key_get_401_with_the_challenge_and_no_key_is_logged(
         );
         assert!(!refused.body.contains(wrong), "the refusal echoes the key: {}", refused.body);
     }
+    // A refused client keeps no connection: asking again means a new one.
+    let mut kept = TcpStream::connect(("127.0.0.1", server.port)).unwrap();
+    let head =
+        format!("POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nContent-Length: 2\r\n\r\n{{}}", server.port);
+    kept.write_all(head.as_bytes()).unwrap();
+    // Under the header timeout (10 s), which would close an idle kept-alive connection too.
+    kept.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut raw = String::new();
+    kept.read_to_string(&mut raw).expect("the connection closed after the refusal");
+    assert!(raw.starts_with("HTTP/1.1 401") && raw.contains("connection: close"), "{raw}");
     // Another scheme is no credential at all.
     let basic = server.post("/mcp", &[("Authorization", "Basic YWNtZTprZXk=")], &json!({}));
     assert_eq!(basic.status, 401);

@@ -671,10 +671,10 @@ async fn serve_request(
     if let Some(origin) = headers.get(header::ORIGIN)
         && !origin_allowed(origin, &settings.allowed_hosts)
     {
-        return Err(plain(StatusCode::FORBIDDEN, "Forbidden: origin not allowed"));
+        return Err(closing(plain(StatusCode::FORBIDDEN, "Forbidden: origin not allowed")));
     }
     if !host_allowed(headers.get(header::HOST), &settings.allowed_hosts) {
-        return Err(plain(StatusCode::FORBIDDEN, "Forbidden: host not allowed"));
+        return Err(closing(plain(StatusCode::FORBIDDEN, "Forbidden: host not allowed")));
     }
     let protection = shared.protection.as_ref();
     if let Some(protection) = protection
@@ -686,7 +686,7 @@ async fn serve_request(
         return Err(plain(StatusCode::NOT_FOUND, "Not Found: the MCP endpoint is POST /mcp"));
     }
     // Who is asking, before anything else of the request is read.
-    let tenant = authenticate(shared, &request).await?;
+    let tenant = authenticate(shared, &request).await.map_err(closing)?;
     let session_id = header_text(headers, "mcp-session-id");
     if request.method() == Method::DELETE
         && let Some(id) = &session_id
@@ -1346,11 +1346,15 @@ fn plain(status: StatusCode, text: &str) -> HttpResponse {
 /// A request that arrives once shutdown has begun: it never reached a handler, so a load
 /// balancer may safely send it to another replica (`Retry-After`), on a new connection.
 fn shutting_down() -> HttpResponse {
-    let mut response =
-        plain(StatusCode::SERVICE_UNAVAILABLE, "Service Unavailable: the server is shutting down");
-    let headers = response.headers_mut();
-    headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
-    headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
+    let response = plain(StatusCode::SERVICE_UNAVAILABLE, "Service Unavailable: the server is shutting down");
+    closing(busy(response))
+}
+
+/// Close the connection after `response`: a client refused before it proved who it is (or
+/// for its Host or Origin) keeps no connection open by asking again and again (only a new
+/// one, which waits for its address's header slots).
+fn closing(mut response: HttpResponse) -> HttpResponse {
+    response.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
     response
 }
 
