@@ -207,11 +207,27 @@ async fn bad_mounts_are_load_errors_that_say_what_is_wrong() {
     runtime_with(options).await.unwrap();
 }
 
+/// Each of `refused`, the example tools' grants, is refused for overlapping the hostile
+/// component's.
+async fn refused_as_overlapping_hostile(
+    runtime: &mut Runtime,
+    refused: impl IntoIterator<Item = ComponentOptions>,
+) {
+    let tools = cordon::paths::example_tools();
+    for options in refused {
+        let shown = format!("{:?} {:?}", options.data_dir, options.mounts);
+        let error = runtime.load_file(&tools, options).await.unwrap_err();
+        assert!(
+            error.problem.contains("overlaps") && error.problem.contains("component hostile"),
+            "{shown}: {error}"
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_writable_grant_overlapping_another_component_s_is_refused() {
     let layout = Layout::new("overlap");
     let mut runtime = runtime_with(layout.options(None)).await.unwrap();
-    let tools = cordon::paths::example_tools();
     let refused = [
         // A read-only view into another's writable mount, or around it.
         ComponentOptions { mounts: vec![mount(&layout.rw, "/x", false, None)], ..Default::default() },
@@ -221,18 +237,11 @@ async fn a_writable_grant_overlapping_another_component_s_is_refused() {
         ComponentOptions { data_dir: Some(layout.ro.join("inner")), ..Default::default() },
         ComponentOptions { mounts: vec![mount(&layout.data, "/x", false, None)], ..Default::default() },
     ];
-    for options in refused {
-        let shown = format!("{:?} {:?}", options.data_dir, options.mounts);
-        let error = runtime.load_file(&tools, options).await.unwrap_err();
-        assert!(
-            error.problem.contains("overlaps") && error.problem.contains("component hostile"),
-            "{shown}: {error}"
-        );
-    }
+    refused_as_overlapping_hostile(&mut runtime, refused).await;
     // Read-only mounts of the same directory may be shared.
     let options =
         ComponentOptions { mounts: vec![mount(&layout.ro, "/shared", false, None)], ..Default::default() };
-    runtime.load_file(&tools, options).await.unwrap();
+    runtime.load_file(&cordon::paths::example_tools(), options).await.unwrap();
 }
 
 /// Sum of the sizes of the regular files under `dir`.
@@ -392,19 +401,11 @@ async fn a_components_tenants_share_each_mounts_quota_and_their_data_directories
     assert!(layout.data.join("a").is_dir() && layout.data.join("b").is_dir());
 
     // Another component's grant over a tenant's data directory, or inside it, is refused.
-    let tools = cordon::paths::example_tools();
     let refused = [
         ComponentOptions { mounts: vec![mount(&layout.data, "/x", false, None)], ..Default::default() },
         ComponentOptions { data_dir: Some(layout.data.join("a").join("inner")), ..Default::default() },
     ];
-    for options in refused {
-        let shown = format!("{:?} {:?}", options.data_dir, options.mounts);
-        let error = runtime.load_file(&tools, options).await.unwrap_err();
-        assert!(
-            error.problem.contains("overlaps") && error.problem.contains("component hostile"),
-            "{shown}: {error}"
-        );
-    }
+    refused_as_overlapping_hostile(&mut runtime, refused).await;
 }
 
 /// Run `cordon` with `args` to its end (stdin closed), within `deadline`: its stdout,
