@@ -278,6 +278,25 @@ impl BuildBeside {
         Ok(Some(Self { child, log, started: Instant::now() }))
     }
 
+    /// Stop the build where it is (`SIGSTOP` to its process group), for a stage that needs
+    /// a quiet machine: the end-to-end suite's replicas behind HAProxy failed twice beside
+    /// it (timing races of a replica being stopped), never alone.
+    pub fn pause(&mut self) {
+        self.signal("-STOP");
+    }
+
+    /// Let a paused build go on.
+    pub fn resume(&mut self) {
+        self.signal("-CONT");
+    }
+
+    fn signal(&mut self, signal: &str) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let group = format!("-{}", self.child.id());
+            let _ = Command::new("kill").args([signal, "--", &group]).status();
+        }
+    }
+
     /// Wait for the build to finish; its output is shown only when it failed.
     pub fn finish(mut self) -> Result<()> {
         let status = self.child.wait()?;
@@ -298,6 +317,8 @@ impl Drop for BuildBeside {
         if matches!(self.child.try_wait(), Ok(None)) {
             let group = format!("-{}", self.child.id());
             let _ = Command::new("kill").args(["-TERM", "--", &group]).status();
+            // A paused build takes the signal once it runs again.
+            let _ = Command::new("kill").args(["-CONT", "--", &group]).status();
             let _ = self.child.wait();
         }
     }

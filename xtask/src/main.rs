@@ -3,8 +3,8 @@
 //!   `target/guests/`, with whichever toolchain this machine has.
 //! - `cargo xtask test`: build the guests, then run every test, the official MCP
 //!   conformance suite included, then the soak (180 s of load, about 5 minutes in all),
-//!   then the fuzz targets (60 s each). The fuzz build runs beside the tests, at idle
-//!   priority (fuzz.rs, `BuildBeside`). Each stage's time is printed.
+//!   then the fuzz targets (60 s each). The fuzz build runs beside the Rust tests (paused for the
+//!   end-to-end suites), at idle priority (fuzz.rs, `BuildBeside`). Each stage's time is printed.
 //! - `cargo xtask conformance`: run the conformance suite against `cordon serve --http`
 //!   on the conformance fixture (`examples/conformance`).
 //! - `cargo xtask soak [SECONDS]`: the soak (`host/benches/soak`), 300 s by default:
@@ -63,8 +63,17 @@ fn run_task() -> Result<()> {
             // The test build first, alone: it keeps both cores busy, and the fuzz build
             // beside it slowed it more than it gained (fuzz.rs, `BuildBeside`).
             stage("test build", build_server)?;
-            let fuzz_build = fuzz::BuildBeside::start(&repo_root())?;
-            stage("tests", run_tests)?;
+            let mut fuzz_build = fuzz::BuildBeside::start(&repo_root())?;
+            stage("tests", run_rust_tests)?;
+            // The end-to-end and SDK suites (servers, HAProxy, timing) on a quiet machine.
+            if let Some(build) = &mut fuzz_build {
+                build.pause();
+            }
+            let suites = stage("end-to-end and SDK tests", run_peer_tests);
+            if let Some(build) = &mut fuzz_build {
+                build.resume();
+            }
+            suites?;
             stage("conformance", conformance)?;
             match fuzz_build {
                 Some(build) => {
@@ -189,7 +198,8 @@ fn workspace_packages(workspace: &Path) -> Result<Vec<String>> {
 /// Every Rust test, then the end-to-end suite that drives the server with the official
 /// Python SDK client (in a virtualenv under `target/`, made on first use), then the Python
 /// and JavaScript SDKs' native tests.
-fn run_tests() -> Result<()> {
+/// The workspace's tests, the example tools' and the guest SDK's doc examples.
+fn run_rust_tests() -> Result<()> {
     let root = repo_root();
     let cargo = env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     // `cargo test` also builds the `cordon` binary the next suites run; a separate
@@ -218,7 +228,12 @@ fn run_tests() -> Result<()> {
     run(Command::new(&cargo)
         .current_dir(root.join("examples"))
         .args(["test", "--quiet", "--doc", "-p", "cordon-guest", "--target-dir"])
-        .arg(root.join("target/guest-native")))?;
+        .arg(root.join("target/guest-native")))
+}
+
+/// The end-to-end suite (real clients, HAProxy) and the Python and JS SDKs' tests.
+fn run_peer_tests() -> Result<()> {
+    let root = repo_root();
     let python = python_env(&root)?;
     run(Command::new(&python)
         .current_dir(&root)
