@@ -12,7 +12,9 @@
 //!   and the refused authority.
 //! - **The host resolves the name itself** and refuses addresses that lead inside
 //!   (loopback, private, link-local and metadata, carrier-grade NAT, multicast, reserved
-//!   and IPv6's equivalents, including IPv4 addresses inside IPv6 ones) with
+//!   and IPv6's equivalents, including IPv4 addresses inside IPv6 ones), and the
+//!   addresses of this machine's own interfaces (a public one too: whatever listens on it,
+//!   this server included, is the host's, read afresh at each lookup), with
 //!   `destination-IP-prohibited`, unless the rule that matched names that address
 //!   literally (`http://127.0.0.1:9000`). It then connects to the address it checked,
 //!   never resolving again, so a name that changes its answer (DNS rebinding) cannot
@@ -493,6 +495,52 @@ pub(crate) fn is_inside(address: IpAddr) -> bool {
     }
 }
 
+/// The first of `addresses` that leads outside: not inside ([`is_inside`]) and not one of
+/// this machine's `own` addresses; none when `own` could not be read.
+fn outside_address(addresses: &[SocketAddr], own: Option<&[IpAddr]>) -> Option<SocketAddr> {
+    let own = own?;
+    let canonical = |address: IpAddr| address.to_canonical();
+    addresses.iter().copied().find(|address| {
+        let ip = canonical(address.ip());
+        !is_inside(ip) && !own.iter().any(|&mine| canonical(mine) == ip)
+    })
+}
+
+/// The addresses of this machine's network interfaces (`getifaddrs`): a name that
+/// resolves to one of them leads back to this host, whatever its address looks like.
+/// `None` when they cannot be read (no descriptor left for the netlink socket, say).
+fn own_addresses() -> Option<Vec<IpAddr>> {
+    let mut list: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: `getifaddrs` fills `list` with a linked list that `freeifaddrs` frees; each
+    // node's address is read as the structure its family says it is, before the free.
+    unsafe {
+        if libc::getifaddrs(&mut list) != 0 {
+            return None;
+        }
+        let mut addresses = Vec::new();
+        let mut node = list;
+        while !node.is_null() {
+            let address = (*node).ifa_addr;
+            if !address.is_null() {
+                match i32::from((*address).sa_family) {
+                    libc::AF_INET => {
+                        let v4 = &*(address as *const libc::sockaddr_in);
+                        addresses.push(IpAddr::V4(Ipv4Addr::from(u32::from_be(v4.sin_addr.s_addr))));
+                    }
+                    libc::AF_INET6 => {
+                        let v6 = &*(address as *const libc::sockaddr_in6);
+                        addresses.push(IpAddr::V6(Ipv6Addr::from(v6.sin6_addr.s6_addr)));
+                    }
+                    _ => {}
+                }
+            }
+            node = (*node).ifa_next;
+        }
+        libc::freeifaddrs(list);
+        Some(addresses)
+    }
+}
+
 fn is_inside_v4(v4: Ipv4Addr) -> bool {
     let [a, b, c, _] = v4.octets();
     v4.is_unspecified()
@@ -696,15 +744,18 @@ async fn connect(
         Some(address) => SocketAddr::new(address, target.port),
         None => {
             let name = (target.host.clone(), target.port);
-            let resolve = move || std::net::ToSocketAddrs::to_socket_addrs(&name).map(Iterator::collect);
-            let addresses: Vec<SocketAddr> = lookup_within(lookups, &PROCESS_LOOKUPS, resolve)
+            let resolve = move || {
+                let addresses: Vec<SocketAddr> = std::net::ToSocketAddrs::to_socket_addrs(&name)?.collect();
+                Ok((addresses, own_addresses()))
+            };
+            let (addresses, own) = lookup_within(lookups, &PROCESS_LOOKUPS, resolve)
                 .await
                 .map_err(|_| HttpError::DnsError { rcode: None, info_code: None })?;
             if addresses.is_empty() {
                 return Err(HttpError::DestinationNotFound);
             }
-            match addresses.iter().find(|address| !is_inside(address.ip())) {
-                Some(address) => *address,
+            match outside_address(&addresses, own.as_deref()) {
+                Some(address) => address,
                 None => {
                     call.log_refusal(&target.authority, "its name resolves to an inside address");
                     return Err(HttpError::DestinationIpProhibited);
@@ -991,6 +1042,29 @@ mod tests {
             let error = HttpGrants::parse(&[rule.to_owned()]).unwrap_err();
             assert!(error.to_string().contains(rule), "{error}");
         }
+    }
+
+    #[test]
+    fn this_machines_own_addresses_lead_inside_whatever_they_look_like() {
+        let own = own_addresses().expect("getifaddrs");
+        assert!(own.contains(&IpAddr::V4(Ipv4Addr::LOCALHOST)), "{own:?}");
+        // The address this machine would send from, when it has a route out at all.
+        let socket = std::net::UdpSocket::bind("0.0.0.0:0").unwrap();
+        if socket.connect("192.0.2.1:53").is_ok() {
+            let source = socket.local_addr().unwrap().ip();
+            assert!(own.contains(&source), "{source} not in {own:?}");
+        }
+        // A public address of its own is refused like a private one; another is not, and
+        // a mapped spelling of its own address is its own address.
+        let at = |address: &str| SocketAddr::new(address.parse().unwrap(), 443);
+        let mine: Vec<IpAddr> = vec!["203.0.114.7".parse().unwrap()];
+        assert_eq!(outside_address(&[at("203.0.114.7")], Some(&mine)), None);
+        assert_eq!(outside_address(&[at("::ffff:203.0.114.7")], Some(&mine)), None);
+        assert_eq!(outside_address(&[at("10.0.0.1"), at("203.0.114.7")], Some(&mine)), None);
+        let others = [at("203.0.114.7"), at("203.0.114.8")];
+        assert_eq!(outside_address(&others, Some(&mine)), Some(at("203.0.114.8")));
+        // Own addresses that cannot be read refuse every name (fail closed).
+        assert_eq!(outside_address(&[at("203.0.114.8")], None), None);
     }
 
     #[test]
