@@ -58,6 +58,9 @@
 //! data_dir = "/srv/tools-data"   # preopened at /data; `true`: ~/.local/share/cordon/<name>;
 //!                                # left out: no file system at all. Opened once, at load;
 //!                                # no component's may be inside another's
+//! data_quota_mb = 1024           # the most the data directory (each tenant's) may hold,
+//!                                # 1,024 by default; every name counts 4 KiB besides a
+//!                                # file's bytes, so this bounds inodes too (quota.rs)
 //!
 //! [[components.mounts]]          # more host directories, any number, each opened once at
 //! host = "/srv/reference"        # load (relative to this file; it must exist: a missing
@@ -67,9 +70,9 @@
 //! host = "/srv/scratch"
 //! guest = "/scratch"
 //! mode = "rw"
-//! quota_mb = 100                 # rw only: the mount's regular files may hold at most
-//!                                # this many MiB; a write past it fails (`quota`), exactly
-//!                                # (runtime/quota.rs says what is counted)
+//! quota_mb = 100                 # rw only: the mount may hold at most this many MiB (its
+//!                                # files' bytes, and 4 KiB a name); a write or a new name
+//!                                # past it fails (`quota`), exactly (runtime/quota.rs)
 //! # A grant that may be written (a data_dir, an rw mount) may not be inside or around
 //! # any other grant, this component's or another's; ro mounts may share a directory.
 //! # Symlinks in a mount that lead out of it are not followed; links a guest makes may
@@ -124,7 +127,8 @@ use crate::auth::{ApiKeys, Tenant, TenantId, Tenants};
 use crate::dispatch::ServerLimits;
 use crate::paths;
 use crate::runtime::{
-    ComponentOptions, EngineSettings, Environment, HttpGrants, Mount, RuntimeSettings, TenantView, ToolLimits,
+    ComponentOptions, DEFAULT_DATA_QUOTA_BYTES, EngineSettings, Environment, HttpGrants, Mount,
+    RuntimeSettings, TenantView, ToolLimits,
 };
 use crate::transport::http::HttpSettings;
 
@@ -269,6 +273,9 @@ pub struct ComponentConfig {
     pub name: Option<String>,
     /// Files are a grant, never a default: without this key a component sees none.
     pub data_dir: Option<DataDirConfig>,
+    /// The most MiB the data directory (each tenant's) may hold, its names counted
+    /// (runtime/quota.rs); 1,024 unless given.
+    pub data_quota_mb: Option<u64>,
     /// More host directories, each at a guest path of its own.
     #[serde(default)]
     pub mounts: Vec<MountConfig>,
@@ -285,6 +292,34 @@ pub struct ComponentConfig {
     pub limits: LimitsConfig,
     #[serde(default)]
     pub tools: HashMap<String, LimitsConfig>,
+}
+
+/// The data directory `data_dir` grants the component `name` (`None`: none) and its
+/// quota in bytes.
+fn data_dir_of(
+    data_dir: Option<&DataDirConfig>,
+    data_quota_mb: Option<u64>,
+    name: &str,
+    base: &Path,
+) -> Result<(Option<PathBuf>, u64)> {
+    let data_dir = match data_dir {
+        Some(DataDirConfig::Path(dir)) => Some(base.join(dir)),
+        Some(DataDirConfig::Default(true)) => Some(paths::default_data_dir(name)),
+        Some(DataDirConfig::Default(false)) | None => None,
+    };
+    let quota = match data_quota_mb {
+        Some(_) if data_dir.is_none() => {
+            bail!("component {name}: data_quota_mb is for a data_dir, and it is granted none")
+        }
+        Some(mb) => mebibytes(mb, "data_quota_mb").with_context(|| format!("component {name}"))?,
+        None => DEFAULT_DATA_QUOTA_BYTES,
+    };
+    Ok((data_dir, quota))
+}
+
+/// A quota of `mb` MiB (the key `key`) in bytes, unless that is past what a quota counts.
+fn mebibytes(mb: u64, key: &str) -> Result<u64> {
+    mb.checked_mul(1 << 20).with_context(|| format!("{key} = {mb} is too large"))
 }
 
 /// Where a secret's value comes from.
@@ -357,10 +392,7 @@ impl MountConfig {
             bail!("mount {}: quota_mb is for `rw` mounts, and this one is `ro`", self.guest);
         }
         let quota_bytes = match self.quota_mb {
-            Some(mb) => Some(
-                mb.checked_mul(1 << 20)
-                    .with_context(|| format!("mount {}: quota_mb = {mb} is too large", self.guest))?,
-            ),
+            Some(mb) => Some(mebibytes(mb, "quota_mb").with_context(|| format!("mount {}", self.guest))?),
             None => None,
         };
         Ok(Mount {
@@ -562,11 +594,8 @@ impl Config {
                     Ok((tool.clone(), overrides.apply(&limits).with_context(in_limits)?))
                 })
                 .collect::<Result<_>>()?;
-            let data_dir = match component.data_dir {
-                Some(DataDirConfig::Path(dir)) => Some(base.join(dir)),
-                Some(DataDirConfig::Default(true)) => Some(paths::default_data_dir(&name)),
-                Some(DataDirConfig::Default(false)) | None => None,
-            };
+            let (data_dir, data_quota_bytes) =
+                data_dir_of(component.data_dir.as_ref(), component.data_quota_mb, &name, base)?;
             let mounts = component
                 .mounts
                 .iter()
@@ -592,6 +621,7 @@ impl Config {
                     limits,
                     tool_limits,
                     data_dir,
+                    data_quota_bytes,
                     tenants: Vec::new(),
                     mounts,
                     environment,
@@ -673,6 +703,7 @@ fn plan_tenants(
 pub struct Grants {
     pub name: String,
     pub data_dir: Option<PathBuf>,
+    pub data_quota_bytes: u64,
     pub mounts: Vec<Mount>,
     /// The names of the `env` variables.
     pub env: Vec<String>,
@@ -689,6 +720,7 @@ impl Grants {
         let names = self.env.iter().chain(&self.secrets).map(|name| (name.clone(), String::new()));
         ComponentOptions {
             data_dir: self.data_dir.clone(),
+            data_quota_bytes: self.data_quota_bytes,
             mounts: self.mounts.clone(),
             environment: Environment::new(names.collect()).unwrap_or_default(),
             allow_http: self.allow_http.clone(),
@@ -709,17 +741,15 @@ impl Config {
                 continue;
             }
             let name = entry.name.clone().unwrap_or_else(|| component_name(&path));
-            let data_dir = match &entry.data_dir {
-                Some(DataDirConfig::Path(dir)) => Some(base.join(dir)),
-                Some(DataDirConfig::Default(true)) => Some(paths::default_data_dir(&name)),
-                Some(DataDirConfig::Default(false)) | None => None,
-            };
+            let (data_dir, data_quota_bytes) =
+                data_dir_of(entry.data_dir.as_ref(), entry.data_quota_mb, &name, base)?;
             let mounts = entry.mounts.iter().map(|mount| mount.resolve(base)).collect::<Result<_>>()?;
             let allow_http = HttpGrants::parse(&entry.allow_http)
                 .map_err(|problem| anyhow::anyhow!("component {name}: {problem}"))?;
             return Ok(Some(Grants {
                 name,
                 data_dir,
+                data_quota_bytes,
                 mounts,
                 env: entry.env.keys().cloned().collect(),
                 secrets: entry.secrets.keys().cloned().collect(),
@@ -863,6 +893,23 @@ mod tests {
     }
 
     #[test]
+    fn a_data_directory_has_a_quota_of_1_gib_unless_given_and_only_a_data_directory_has_one() {
+        let plan = |text: &str| toml::from_str::<Config>(text).unwrap().plan(Path::new("/etc/cordon"));
+        let quotas: Vec<_> = plan(
+            "[[components]]\npath = \"a.wasm\"\ndata_dir = true\n\
+             [[components]]\npath = \"b.wasm\"\ndata_dir = \"b\"\ndata_quota_mb = 5\n",
+        )
+        .unwrap()
+        .components
+        .iter()
+        .map(|component| component.options.data_quota_bytes)
+        .collect();
+        assert_eq!(quotas, [1 << 30, 5 << 20]);
+        let error = plan("[[components]]\npath = \"a.wasm\"\ndata_quota_mb = 5\n").unwrap_err();
+        assert!(format!("{error:#}").contains("data_quota_mb is for a data_dir"), "{error:#}");
+    }
+
+    #[test]
     fn component_names_are_safe_and_distinct() {
         let plan = |text: &str| toml::from_str::<Config>(text).unwrap().plan(Path::new("/etc/cordon"));
         let error =
@@ -935,6 +982,7 @@ mod tests {
             "[http]\nmax_body_kb = 18014398509481984\n",
             "[[components]]\npath = \"a.wasm\"\nlimits = { result_kb = 18014398509481984 }\n",
             "[[components]]\npath = \"a.wasm\"\n[components.tools.t]\nmemory_mb = 17592186044416\n",
+            "[[components]]\npath = \"a.wasm\"\ndata_dir = true\ndata_quota_mb = 17592186044416\n",
         ] {
             let config: Config = toml::from_str(text).unwrap();
             let error = config.plan(Path::new("/etc/cordon")).unwrap_err();

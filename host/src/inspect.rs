@@ -224,6 +224,11 @@ fn write_tool(out: &mut fmt::Formatter<'_>, tool: &ToolSpec) -> fmt::Result {
     Ok(())
 }
 
+/// A quota as the config wrote it (MiB), or in bytes when it is not whole MiB.
+fn quota_text(bytes: u64) -> String {
+    if bytes.is_multiple_of(1 << 20) { format!("{} MiB", bytes >> 20) } else { format!("{bytes} bytes") }
+}
+
 fn write_grants(
     out: &mut fmt::Formatter<'_>,
     config: &str,
@@ -232,7 +237,12 @@ fn write_grants(
 ) -> fmt::Result {
     writeln!(out, "grants (component {} in {config}):", grants.name)?;
     match &grants.data_dir {
-        Some(dir) => writeln!(out, "  data_dir: {} at {GUEST_DATA_DIR}", dir.display())?,
+        Some(dir) => writeln!(
+            out,
+            "  data_dir: {} at {GUEST_DATA_DIR} (quota {})",
+            dir.display(),
+            quota_text(grants.data_quota_bytes)
+        )?,
         None => writeln!(out, "  data_dir: none")?,
     }
     if grants.mounts.is_empty() {
@@ -243,8 +253,7 @@ fn write_grants(
             let mode = match (mount.writable, mount.quota_bytes) {
                 (false, _) => "ro".to_owned(),
                 (true, None) => "rw".to_owned(),
-                (true, Some(bytes)) if bytes % (1 << 20) == 0 => format!("rw, quota {} MiB", bytes >> 20),
-                (true, Some(bytes)) => format!("rw, quota {bytes} bytes"),
+                (true, Some(bytes)) => format!("rw, quota {}", quota_text(bytes)),
             };
             writeln!(out, "    {} at {} ({mode})", mount.host.display(), mount.guest)?;
         }

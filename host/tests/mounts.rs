@@ -285,14 +285,15 @@ async fn a_read_write_mount_s_quota_is_enforced_at_every_write() {
     assert_eq!(answer(&overwrite), "wrote 100 bytes");
     let big = json!({ "dir": "/mnt/rw", "path": "c.txt", "text": text(50_000) });
     assert!(answer(&call(&runtime, "write_at", big.clone()).await).contains("quota"));
-    // Removing a file frees its bytes.
+    // Removing a file frees its bytes (and its name). Four names (existing.bin, a.txt
+    // gone, b.txt and c.txt made empty by the refused writes) hold 12,288 + 1,000.
     call(&runtime, "remove", json!({ "path": "/mnt/rw/a.txt" })).await;
     assert_eq!(answer(&call(&runtime, "write_at", big).await), "wrote 50000 bytes");
-    let report = call(&runtime, "write_text", write("b.txt", 48_000)).await;
+    let report = call(&runtime, "write_text", write("b.txt", 30_000)).await;
     assert!(!failed(&report), "{}", answer(&report));
-    assert!(failed(&call(&runtime, "write_text", write("d.txt", 2_000)).await), "past the quota");
+    assert!(failed(&call(&runtime, "write_text", write("d.txt", 10_000)).await), "past the quota");
     assert!(bytes_under(&layout.rw) <= quota, "{} bytes on disk", bytes_under(&layout.rw));
-    // The data directory has no quota.
+    // The data directory has a quota of its own (1 GiB by default).
     let report =
         call(&runtime, "write_text", json!({ "path": "/data/big.txt", "text": text(200_000) })).await;
     assert!(!failed(&report), "{}", answer(&report));
@@ -324,9 +325,10 @@ async fn lengthening_renaming_and_linking_cannot_get_around_a_quota() {
     assert!(!failed(&report), "{}", answer(&report));
     let report = call(&runtime, "rename", json!({ "from": "/mnt/rw/sparse", "to": "/mnt/rw/sparse" })).await;
     assert!(!failed(&report), "a rename onto itself frees nothing: {}", answer(&report));
-    // 20,000 bytes are left: 80,000 more fit, and not one byte past them.
-    assert!(!failed(&call(&runtime, "set_size", set_size("/mnt/rw/last", 80_000)).await));
-    assert!(failed(&call(&runtime, "set_size", set_size("/mnt/rw/last", 80_001)).await));
+    // One file of 20,000 bytes is left, and its name (4,096): a new file's name and 71,808
+    // bytes fit, and not one byte past them.
+    assert!(!failed(&call(&runtime, "set_size", set_size("/mnt/rw/last", 71_808)).await));
+    assert!(failed(&call(&runtime, "set_size", set_size("/mnt/rw/last", 71_809)).await));
     assert!(bytes_under(&layout.rw) <= quota, "{} bytes on disk", bytes_under(&layout.rw));
 }
 
@@ -348,6 +350,70 @@ async fn calls_at_once_share_a_quota_and_never_pass_it_together() {
     }
     assert_eq!(succeeded, 2, "two of four 90,000-byte files fit in 200,000 bytes");
     assert!(bytes_under(&layout.rw) <= quota, "{} bytes on disk", bytes_under(&layout.rw));
+}
+
+/// Every name a guest makes (an empty file, a directory, a symlink) counts one 4 KiB block
+/// against its grant's quota, so a quota bounds the host's inodes as well as its bytes;
+/// removing or renaming over a name gives it back. The data directory has a quota of its
+/// own (`data_quota_mb`), counted the same way, and a later load measures what is there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_name_counts_against_a_quota_and_the_data_directory_has_one() {
+    let layout = Layout::new("quota-names");
+    // 64 KiB: sixteen names of no bytes.
+    let quota = 64 << 10;
+    let options = ComponentOptions { data_quota_bytes: quota, ..layout.options(Some(quota)) };
+    let runtime = runtime_with(options.clone()).await.unwrap();
+
+    // Empty files in the data directory: `/data/many` and fifteen files in it, no more.
+    let report = call(&runtime, "make_files", json!({ "count": 1000 })).await;
+    assert!(answer(&report).to_lowercase().contains("quota"), "{}", answer(&report));
+    assert_eq!(names_under(&layout.data), 16);
+    // Two names removed free 8,192: a name and 4,096 bytes fit, then not even an empty file.
+    for index in 0..2 {
+        let path = format!("/data/many/entry-with-a-long-name-{index:08}");
+        assert!(!failed(&call(&runtime, "remove", json!({ "path": path })).await));
+    }
+    let report = call(&runtime, "write_text", json!({ "path": "/data/x", "text": "x".repeat(4096) })).await;
+    assert!(!failed(&report), "{}", answer(&report));
+    let report = call(&runtime, "write_text", json!({ "path": "/data/y", "text": "" })).await;
+    assert!(answer(&report).to_lowercase().contains("quota"), "{}", answer(&report));
+    assert_eq!(names_under(&layout.data), 15);
+
+    // Symlinks in a read-write mount: sixteen, then `quota`.
+    let link = |name: String| json!({ "dir": "/mnt/rw", "target": "t", "link": name });
+    for index in 0..16 {
+        let report = call(&runtime, "symlink", link(format!("l{index}"))).await;
+        assert_eq!(answer(&report), format!("linked l{index} -> t"));
+    }
+    let refused = call(&runtime, "symlink", link("l16".into())).await;
+    assert!(answer(&refused).contains("quota"), "{}", answer(&refused));
+    // Removing one gives its name back; a rename over another gives that one's back.
+    assert!(!failed(&call(&runtime, "remove", json!({ "path": "/mnt/rw/l0" })).await));
+    assert_eq!(answer(&call(&runtime, "symlink", link("l16".into())).await), "linked l16 -> t");
+    let report = call(&runtime, "rename", json!({ "from": "/mnt/rw/l1", "to": "/mnt/rw/l2" })).await;
+    assert!(!failed(&report), "{}", answer(&report));
+    assert_eq!(answer(&call(&runtime, "symlink", link("l17".into())).await), "linked l17 -> t");
+    assert!(answer(&call(&runtime, "symlink", link("l18".into())).await).contains("quota"));
+    assert_eq!(names_under(&layout.rw), 16);
+
+    // Loaded again, the component finds both grants full.
+    drop(runtime);
+    let runtime = runtime_with(options).await.unwrap();
+    assert!(answer(&call(&runtime, "symlink", link("l18".into())).await).contains("quota"));
+    let report = call(&runtime, "write_text", json!({ "path": "/data/y", "text": "" })).await;
+    assert!(answer(&report).to_lowercase().contains("quota"), "{}", answer(&report));
+}
+
+/// Every name under `dir`, at any depth (symlinks not followed).
+fn names_under(dir: &Path) -> usize {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|entry| {
+            let entry = entry.unwrap();
+            let inside = if entry.file_type().unwrap().is_dir() { names_under(&entry.path()) } else { 0 };
+            1 + inside
+        })
+        .sum()
 }
 
 /// A FIFO in a mount (a guest cannot make one; a host process can) is refused, not opened:
@@ -450,7 +516,7 @@ fn inspect_shows_interfaces_and_grants_but_never_a_secret_s_value() {
     let config = write_config(
         &layout.root,
         &format!(
-            "[[components]]\npath = {hostile:?}\ndata_dir = \"data\"\n\
+            "[[components]]\npath = {hostile:?}\ndata_dir = \"data\"\ndata_quota_mb = 2\n\
              env = {{ REGION = \"eu-west-value\" }}\n\
              allow_http = [\"https://api.example.com\"]\n\
              secrets = {{ API_TOKEN = {{ file = \"token\" }}, OTHER = {{ env = \"CORDON_TEST_UNSET_VARIABLE\" }} }}\n\
@@ -469,7 +535,7 @@ fn inspect_shows_interfaces_and_grants_but_never_a_secret_s_value() {
         "exports:",
         "cordon:tool/tool@0.2.0",
         "data_dir:",
-        "/data",
+        "at /data (quota 2 MiB)",
         "/ro (ro)",
         "/mnt/rw (rw, quota 5 MiB)",
         "env: REGION",

@@ -89,7 +89,7 @@ impl LoadError {
 
 /// How the operator runs one component. Compared whole at a reload: a component whose
 /// bytes and options are unchanged keeps its loaded version.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct ComponentOptions {
     /// Limits for every call of its tools, unless `tool_limits` names the tool.
     pub limits: ToolLimits,
@@ -99,6 +99,10 @@ pub struct ComponentOptions {
     /// system at all. Created if missing and opened once, at load; it may not overlap
     /// another component's.
     pub data_dir: Option<PathBuf>,
+    /// The most the data directory may hold (each tenant's its own), counted as quota.rs
+    /// says: bytes of files and a 4 KiB block per name. [`DEFAULT_DATA_QUOTA_BYTES`] by
+    /// default: a guest never gets the host's whole disk, nor its inodes.
+    pub data_quota_bytes: u64,
     /// The tenants that use the component: with any, the data directory is never opened
     /// itself; each tenant gets `<data_dir>/<tenant>` instead.
     pub tenants: Vec<String>,
@@ -109,6 +113,24 @@ pub struct ComponentOptions {
     pub environment: Environment,
     /// Where the guest may send HTTP requests (egress.rs); nowhere by default.
     pub allow_http: HttpGrants,
+}
+
+/// A data directory's quota unless the operator sets one (`data_quota_mb`): 1 GiB.
+pub const DEFAULT_DATA_QUOTA_BYTES: u64 = 1 << 30;
+
+impl Default for ComponentOptions {
+    fn default() -> Self {
+        Self {
+            limits: ToolLimits::default(),
+            tool_limits: HashMap::new(),
+            data_dir: None,
+            data_quota_bytes: DEFAULT_DATA_QUOTA_BYTES,
+            tenants: Vec::new(),
+            mounts: Vec::new(),
+            environment: Environment::default(),
+            allow_http: HttpGrants::default(),
+        }
+    }
 }
 
 /// Environment variables for a component, literal values and secrets alike. Its `Debug`

@@ -13,7 +13,8 @@
 //! Inside a grant, wasmtime-wasi's sandbox (cap-std's) resolves every path a guest opens
 //! beneath the preopened descriptor: `..` past the top and symlinks that lead out (absolute,
 //! or climbing) are refused, whoever made them. A read-only mount refuses every change
-//! (`not-permitted`). A read-write mount's `quota_mb` is enforced in `quota.rs`.
+//! (`not-permitted`). A read-write mount's `quota_mb` and the data directory's
+//! `data_quota_mb` are enforced in `quota.rs`.
 //!
 //! wasmtime-wasi confines every path a guest opens to the directory, but some of its
 //! `wasi:filesystem` functions make the host hold what the call's limits do not see; they
@@ -33,11 +34,12 @@
 //! - `symlink-at` refuses targets with `..`: wasmtime-wasi already refuses absolute ones,
 //!   and a guest's link could otherwise point outside its directory for whoever follows
 //!   it on the host. Every link a guest makes points down, so no chain of them leads out;
-//!   this holds in the data directory and in every read-write mount alike;
+//!   this holds in the data directory and in every read-write mount alike (and the link
+//!   is charged to the grant's quota as a name);
 //! - `open-at` also notes which grant each new descriptor lies under (as the preopens
-//!   shadowed in `quota.rs` do), for the quota, and gives back what a truncation frees;
-//!   `write-via-stream` and `append-via-stream` hand out quota.rs's charging stream for
-//!   files under a mount with a quota.
+//!   shadowed in `quota.rs` do), for the quota, charges the name it creates and gives back
+//!   what a truncation frees; `write-via-stream` and `append-via-stream` hand out
+//!   quota.rs's charging stream for files under a grant with a quota.
 //!
 //! Refusals are WASI error codes the guest can handle: `insufficient-memory` for host
 //! memory, `quota` for descriptors, `not-permitted` for a link.
@@ -132,12 +134,14 @@ pub(crate) struct FileGrants {
 }
 
 impl FileGrants {
-    /// Open the data directory (created if missing) and the mounts (which must exist);
-    /// `None` when the component is granted no file system at all. A mount's quota is
-    /// `quotas_from`'s for the same guest path when it has one: a component's tenants share
-    /// its mounts, and so each mount's one quota, whatever data directory each has.
+    /// Open the data directory (created if missing; its quota `data_quota_bytes`) and the
+    /// mounts (which must exist); `None` when the component is granted no file system at
+    /// all. A mount's quota is `quotas_from`'s for the same guest path when it has one: a
+    /// component's tenants share its mounts, and so each mount's one quota, whatever data
+    /// directory (each with a quota of its own) each has.
     pub(crate) fn open(
         data_dir: Option<&Path>,
+        data_quota_bytes: u64,
         mounts: &[Mount],
         quotas_from: Option<&FileGrants>,
     ) -> Result<Option<Self>, String> {
@@ -152,7 +156,15 @@ impl FileGrants {
             let (dir, real) = open_directory(path)
                 .map_err(|error| format!("cannot open the data directory {}: {error}", path.display()))?;
             preopen(&mut builder, &dir, GUEST_DATA_DIR, FsPerms::ReadWrite)?;
-            grants.push(Grant { path: real, guest: GUEST_DATA_DIR.into(), writable: true, quota: None });
+            let quota = Quota::measure(data_quota_bytes, &dir).map_err(|error| {
+                format!("cannot measure what the data directory {} holds: {error}", path.display())
+            })?;
+            grants.push(Grant {
+                path: real,
+                guest: GUEST_DATA_DIR.into(),
+                writable: true,
+                quota: Some(Arc::new(quota)),
+            });
         }
         for mount in mounts {
             let guest = guest_path(&mount.guest)?;
@@ -294,18 +306,26 @@ pub(crate) fn shadow_filesystem(linker: &mut Linker<GuestState>) -> Result<()> {
                 {
                     return Ok((Err(ErrorCode::Access),));
                 }
-                let open = count_descriptors(state.table());
-                if let Err(refusal) = state.ledger().charge_descriptors(open + 1) {
-                    return Ok((Err(refused(refusal)),));
-                }
                 let parent = dir.rep();
-                // A truncation on a mount with a quota gives the file's bytes back (quota.rs).
-                let truncation = match state.quota_of(parent) {
-                    Some(quota) if open_flags.contains(OpenFlags::TRUNCATE) => {
-                        Some(quota::open_truncating(state, quota, parent, path_flags, &path).await)
+                // Under a grant with a quota, a new name is charged and a truncation gives
+                // the file's bytes back (quota.rs).
+                let change = match state.quota_of(parent) {
+                    Some(quota) if open_flags.intersects(OpenFlags::TRUNCATE | OpenFlags::CREATE) => {
+                        let create = open_flags.contains(OpenFlags::CREATE);
+                        match quota::open_changing(state, quota, parent, path_flags, &path, create).await {
+                            Ok(change) => Some(change),
+                            Err(code) => return Ok((Err(code),)),
+                        }
                     }
                     _ => None,
                 };
+                let open = count_descriptors(state.table());
+                if let Err(refusal) = state.ledger().charge_descriptors(open + 1) {
+                    if let Some(change) = change {
+                        change.settle(state, None);
+                    }
+                    return Ok((Err(refused(refusal)),));
+                }
                 let opened = state.filesystem_view().open_at(dir, path_flags, path, open_flags, flags).await;
                 match &opened {
                     // What is opened under a grant belongs to that grant.
@@ -313,8 +333,8 @@ pub(crate) fn shadow_filesystem(linker: &mut Linker<GuestState>) -> Result<()> {
                     // Nothing was opened: give the descriptor back.
                     Err(_) => state.ledger().settle_descriptors(open),
                 }
-                if let Some(truncation) = truncation {
-                    truncation.settle(state, opened.as_ref().ok());
+                if let Some(change) = change {
+                    change.settle(state, opened.as_ref().ok());
                 }
                 wasi_result(opened)
             })
@@ -428,7 +448,14 @@ pub(crate) fn shadow_filesystem(linker: &mut Linker<GuestState>) -> Result<()> {
                 if !points_down(&target) {
                     return Ok((Err(ErrorCode::NotPermitted),));
                 }
-                wasi_result(store.data_mut().filesystem_view().symlink_at(dir, target, link).await)
+                let state = store.data_mut();
+                let entry = match quota::NewEntry::charge(state.quota_of(dir.rep())).await {
+                    Ok(entry) => entry,
+                    Err(code) => return Ok((Err(code),)),
+                };
+                let linked = state.filesystem_view().symlink_at(dir, target, link).await;
+                quota::NewEntry::settle(entry, linked.is_ok());
+                wasi_result(linked)
             })
         },
     )?;

@@ -65,8 +65,8 @@ pub use call::{
     Call, CallHandle, CallReport, CleanupOutcome, CleanupReport, Outcome, Teardown, Timeout, ToolResult,
 };
 pub use component::{
-    ComponentOptions, ComponentSource, Environment, Interfaces, LoadError, MAX_SCHEMA_BYTES, ParamHeader,
-    ParamKind, ToolSpec, grant_warnings,
+    ComponentOptions, ComponentSource, DEFAULT_DATA_QUOTA_BYTES, Environment, Interfaces, LoadError,
+    MAX_SCHEMA_BYTES, ParamHeader, ParamKind, ToolSpec, grant_warnings,
 };
 pub use control::{CLIENT_LOG_QUEUE, LogLevel, LogLine, MAX_CLIENT_LOG_LINE, MAX_PROGRESS_MESSAGE, Progress};
 pub(crate) use egress::tls_config as web_tls_client_config;
@@ -698,27 +698,32 @@ impl Runtime {
         others: &[Arc<LoadedComponent>],
         quotas_from: Option<&files::FileGrants>,
     ) -> Result<Option<Arc<files::FileGrants>>, LoadError> {
-        let Some(grants) = files::FileGrants::open(options.data_dir.as_deref(), &options.mounts, quotas_from)
-            .map_err(|problem| LoadError::new(origin, format!("component {name}: {problem}")))?
+        let data_dir = options.data_dir.as_deref();
+        let Some(grants) =
+            files::FileGrants::open(data_dir, options.data_quota_bytes, &options.mounts, quotas_from)
+                .map_err(|problem| LoadError::new(origin, format!("component {name}: {problem}")))?
         else {
             return Ok(None);
         };
         if let Some(conflict) = files_conflict(name, origin, &grants, others) {
             return Err(conflict);
         }
-        // Told once, with the grants the quotas were measured for.
-        for grant in grants.grants.iter().filter(|_| quotas_from.is_none()) {
+        // Told once, with the grants the quotas were measured for (a tenant's data directory
+        // has a quota of its own; its mounts share the component's).
+        let measured = |grant: &&files::Grant| quotas_from.is_none() || grant.guest == files::GUEST_DATA_DIR;
+        for grant in grants.grants.iter().filter(measured) {
             let Some(quota) = &grant.quota else { continue };
             let (used, limit) = (quota.used(), quota.limit());
+            let path = grant.path.display();
             if used > limit {
                 tracing::warn!(
                     component = name,
-                    "mount {} already holds {used} bytes, over its quota of {limit}: writes that grow a \
-                     file fail until files are removed",
+                    "{} ({path}) already holds {used} bytes (its names counted), over its quota of {limit}: \
+                     writes that grow a file and new names fail until files are removed",
                     grant.guest
                 );
             } else {
-                tracing::debug!(component = name, "mount {}: {used} of {limit} bytes used", grant.guest);
+                tracing::debug!(component = name, "{} ({path}): {used} of {limit} bytes used", grant.guest);
             }
         }
         Ok(Some(Arc::new(grants)))

@@ -1,10 +1,12 @@
-//! # A read-write mount's `quota_mb`, enforced at every write
+//! # A writable grant's quota (a mount's `quota_mb`, a data directory's `data_quota_mb`), enforced at every change
 //!
-//! **What is counted.** A mount's usage is the sum of the sizes (`st_size`) of the regular
-//! files under it, each file (inode) counted once however many hard links it has.
-//! Directories, symlinks and empty files count nothing, so a quota bounds bytes, not the
-//! number of entries. Usage is measured once, when the component loads (a walk of the
-//! tree), and from then on kept by the host as guests change it.
+//! **What is counted.** A grant's usage is the sum of the sizes (`st_size`) of the regular
+//! files under it, each file (inode) counted once however many hard links it has, plus
+//! [`ENTRY_BYTES`] (one 4 KiB block) for every name in it: each file, directory, symlink
+//! and hard link. So a quota bounds the number of entries too (a guest creating empty
+//! files would otherwise exhaust the host's inodes within any byte quota): a quota of
+//! 1 MiB holds at most 256 names. Usage is measured once, when the component loads (a walk
+//! of the tree), and from then on kept by the host as guests change it.
 //!
 //! **How it is enforced: exactly, before the bytes land.** Every `wasi:filesystem`
 //! function that can change a file's size on a mount with a quota is shadowed here, in
@@ -15,8 +17,12 @@
 //!   the growth a write would cause (its end past the file's current size) is charged
 //!   first; past the quota the write fails with `quota` and nothing is written. A write
 //!   that does not grow the file (an overwrite) always passes, even over the quota.
-//! - `open-at` with `truncate`, `unlink-file-at` (the last link of a file) and
-//!   `rename-at` onto an existing file give the bytes they free back.
+//! - `open-at` with `create` (of a name that was not there), `create-directory-at`,
+//!   `symlink-at` and `link-at` charge a name's [`ENTRY_BYTES`] first; past the quota they
+//!   fail with `quota` and nothing is made.
+//! - `open-at` with `truncate`, `unlink-file-at`, `remove-directory-at` and `rename-at`
+//!   onto an existing name give back what they free: the name, and the bytes of a file
+//!   whose last link it was.
 //! - `rename-at` and `link-at` between two different grants are refused with
 //!   `cross-device` when either has a quota, so no file moves its bytes out of the
 //!   count.
@@ -53,6 +59,11 @@ use super::guest::GuestState;
 /// The most a quota stream accepts in one write, like wasmtime-wasi's file streams.
 const STREAM_WRITE_BYTES: usize = 64 << 10;
 
+/// What one name in a grant (a file, directory, symlink or hard link) counts against its
+/// quota besides a file's bytes: a file system block, about what an inode and its
+/// directory entry cost the host's disk.
+pub(crate) const ENTRY_BYTES: u64 = 4096;
+
 /// A mount's quota and what its files hold now; shared by every call of the component.
 pub(crate) struct Quota {
     limit: u64,
@@ -85,6 +96,11 @@ impl Quota {
         self.limit
     }
 
+    /// Give back `bytes` that something freed.
+    fn release(&self, bytes: u64) {
+        self.settle(0, bytes, 0);
+    }
+
     /// Take `bytes` more, unless that would pass the limit. Nothing (0) always passes.
     fn charge(&self, bytes: u64) -> bool {
         bytes == 0
@@ -106,13 +122,15 @@ impl Quota {
     }
 }
 
-/// Bytes of the regular files under `dir`, each inode once; symlinks are not followed.
+/// Bytes of the regular files under `dir`, each inode once, and [`ENTRY_BYTES`] for each
+/// name; symlinks are not followed.
 fn usage(dir: &std::path::Path, seen: &mut std::collections::HashSet<(u64, u64)>) -> std::io::Result<u64> {
     use std::os::unix::fs::MetadataExt;
     let mut total = 0u64;
     for entry in std::fs::read_dir(dir)? {
         let entry = entry?;
         let metadata = entry.path().symlink_metadata()?;
+        total = total.saturating_add(ENTRY_BYTES);
         if metadata.is_dir() {
             total = total.saturating_add(usage(&entry.path(), seen)?);
         } else if metadata.is_file()
@@ -130,7 +148,7 @@ fn size_of(file: &std::fs::File) -> u64 {
 }
 
 /// Put the quota guards in front of wasmtime-wasi's functions (besides `open-at` and the
-/// streams, which files.rs shadows and which call [`open_truncating`] and
+/// streams, which files.rs shadows and which call [`open_changing`] and
 /// [`quota_stream`]).
 pub(crate) fn shadow_quota(linker: &mut Linker<GuestState>) -> Result<()> {
     linker.allow_shadowing(true);
@@ -212,12 +230,46 @@ pub(crate) fn shadow_quota(linker: &mut Linker<GuestState>) -> Result<()> {
                     );
                 };
                 let _lock = quota.lock.clone().lock_owned().await;
-                let freed = last_link_size(state, dir.rep(), &path).await;
+                let freed = freed_by_removing(state, dir.rep(), &path).await.unwrap_or(0);
                 let unlinked = state.filesystem_view().unlink_file_at(dir, path).await;
                 if unlinked.is_ok() {
-                    quota.settle(0, freed, 0);
+                    quota.release(freed);
                 }
                 super::files::wasi_result(unlinked)
+            })
+        },
+    )?;
+    types.func_wrap_async(
+        "[method]descriptor.remove-directory-at",
+        |mut store: StoreContextMut<'_, GuestState>, (dir, path): (Resource<Descriptor>, String)| {
+            Box::new(async move {
+                let state = store.data_mut();
+                let Some(quota) = state.quota_of(dir.rep()) else {
+                    return super::files::wasi_result(
+                        state.filesystem_view().remove_directory_at(dir, path).await,
+                    );
+                };
+                let _lock = quota.lock.clone().lock_owned().await;
+                let removed = state.filesystem_view().remove_directory_at(dir, path).await;
+                if removed.is_ok() {
+                    quota.release(ENTRY_BYTES);
+                }
+                super::files::wasi_result(removed)
+            })
+        },
+    )?;
+    types.func_wrap_async(
+        "[method]descriptor.create-directory-at",
+        |mut store: StoreContextMut<'_, GuestState>, (dir, path): (Resource<Descriptor>, String)| {
+            Box::new(async move {
+                let state = store.data_mut();
+                let entry = match NewEntry::charge(state.quota_of(dir.rep())).await {
+                    Ok(entry) => entry,
+                    Err(code) => return Ok((Err(code),)),
+                };
+                let created = state.filesystem_view().create_directory_at(dir, path).await;
+                NewEntry::settle(entry, created.is_ok());
+                super::files::wasi_result(created)
             })
         },
     )?;
@@ -237,10 +289,11 @@ pub(crate) fn shadow_quota(linker: &mut Linker<GuestState>) -> Result<()> {
                 let _lock = quota.lock.clone().lock_owned().await;
                 // The file a rename replaces is freed, unless it is the file renamed.
                 let same = same_file(state, (dir.rep(), &old_path), (new_dir.rep(), &new_path)).await;
-                let freed = if same { 0 } else { last_link_size(state, new_dir.rep(), &new_path).await };
+                let freed =
+                    if same { 0 } else { freed_by_removing(state, new_dir.rep(), &new_path).await.unwrap_or(0) };
                 let renamed = state.filesystem_view().rename_at(dir, old_path, new_dir, new_path).await;
                 if renamed.is_ok() {
-                    quota.settle(0, freed, 0);
+                    quota.release(freed);
                 }
                 super::files::wasi_result(renamed)
             })
@@ -261,7 +314,12 @@ pub(crate) fn shadow_quota(linker: &mut Linker<GuestState>) -> Result<()> {
                 if let Some(refusal) = crossing(state, dir.rep(), new_dir.rep()) {
                     return Ok((Err(refusal),));
                 }
+                let entry = match NewEntry::charge(state.quota_of(new_dir.rep())).await {
+                    Ok(entry) => entry,
+                    Err(code) => return Ok((Err(code),)),
+                };
                 let linked = state.filesystem_view().link_at(dir, flags, old_path, new_dir, new_path).await;
+                NewEntry::settle(entry, linked.is_ok());
                 super::files::wasi_result(linked)
             })
         },
@@ -286,15 +344,45 @@ fn crossing(state: &GuestState, from: u32, to: u32) -> Option<ErrorCode> {
     (quota && from_grant != to_grant).then_some(ErrorCode::CrossDevice)
 }
 
-/// What unlinking `path` under the directory `dir` frees: the file's size when it is a
-/// regular file with no other link, else 0. Looked up through wasmtime-wasi, inside the
-/// sandbox.
-async fn last_link_size(state: &mut GuestState, dir: u32, path: &str) -> u64 {
-    let stat =
-        state.filesystem_view().stat_at(Resource::new_borrow(dir), PathFlags::empty(), path.to_owned()).await;
-    match stat {
-        Ok(stat) if stat.type_ == DescriptorType::RegularFile && stat.link_count == 1 => stat.size,
-        _ => 0,
+/// What removing the name `path` under the directory `dir` frees: its entry, and the
+/// file's bytes when it is a regular file with no other link; `None` when there is no such
+/// name. Looked up through wasmtime-wasi, inside the sandbox.
+async fn freed_by_removing(state: &mut GuestState, dir: u32, path: &str) -> Option<u64> {
+    let stat = state
+        .filesystem_view()
+        .stat_at(Resource::new_borrow(dir), PathFlags::empty(), path.to_owned())
+        .await
+        .ok()?;
+    let last_link = stat.type_ == DescriptorType::RegularFile && stat.link_count == 1;
+    Some(ENTRY_BYTES + if last_link { stat.size } else { 0 })
+}
+
+/// A name about to be made under a grant with a quota (a directory, a symlink, a hard
+/// link): the grant's lock, held until it is made, and the name's charge.
+pub(crate) struct NewEntry {
+    quota: Arc<Quota>,
+    _lock: tokio::sync::OwnedMutexGuard<()>,
+}
+
+impl NewEntry {
+    /// Before making a name under a grant with `quota` (none: nothing to charge); the
+    /// error `quota` when it has no room for one more name.
+    pub(crate) async fn charge(quota: Option<Arc<Quota>>) -> Result<Option<Self>, ErrorCode> {
+        let Some(quota) = quota else { return Ok(None) };
+        let lock = quota.lock.clone().lock_owned().await;
+        if !quota.charge(ENTRY_BYTES) {
+            return Err(ErrorCode::Quota);
+        }
+        Ok(Some(Self { quota, _lock: lock }))
+    }
+
+    /// The name was `made`, or not: then its charge is given back.
+    pub(crate) fn settle(entry: Option<Self>, made: bool) {
+        if let Some(entry) = entry
+            && !made
+        {
+            entry.quota.release(ENTRY_BYTES);
+        }
     }
 }
 
@@ -306,38 +394,51 @@ async fn same_file(state: &mut GuestState, (a, a_path): (u32, &str), (b, b_path)
     matches!((first, second), (Ok(first), Ok(second)) if (first.lower, first.upper) == (second.lower, second.upper))
 }
 
-/// Before an `open-at` with `truncate` under a directory with a quota: take the mount's
-/// lock and measure the file it will truncate. Call [`Truncation::settle`] after the open.
-pub(crate) async fn open_truncating(
+/// Before an `open-at` that may create or truncate under a grant with a quota: take the
+/// grant's lock, measure the file it would truncate, and charge the name it would create
+/// (`quota` when there is no room for it). Call [`OpenChange::settle`] after the open.
+pub(crate) async fn open_changing(
     state: &mut GuestState,
     quota: Arc<Quota>,
     dir: u32,
     path_flags: PathFlags,
     path: &str,
-) -> Truncation {
+    create: bool,
+) -> Result<OpenChange, ErrorCode> {
     let lock = quota.lock.clone().lock_owned().await;
     let stat = state.filesystem_view().stat_at(Resource::new_borrow(dir), path_flags, path.to_owned()).await;
-    let before = match stat {
-        Ok(stat) if stat.type_ == DescriptorType::RegularFile => stat.size,
-        _ => 0,
+    let (before, new_entry) = match stat {
+        Ok(stat) if stat.type_ == DescriptorType::RegularFile => (stat.size, false),
+        Ok(_) => (0, false),
+        Err(_) => (0, create),
     };
-    Truncation { quota, before, _lock: lock }
+    if new_entry && !quota.charge(ENTRY_BYTES) {
+        return Err(ErrorCode::Quota);
+    }
+    Ok(OpenChange { quota, before, new_entry, _lock: lock })
 }
 
-/// An `open-at` with `truncate` in progress: the mount's lock, and the file's size before.
-pub(crate) struct Truncation {
+/// An `open-at` under a grant with a quota in progress: the grant's lock, the file's size
+/// before, and whether a new name was charged.
+pub(crate) struct OpenChange {
     quota: Arc<Quota>,
     before: u64,
+    new_entry: bool,
     _lock: tokio::sync::OwnedMutexGuard<()>,
 }
 
-impl Truncation {
-    /// The open is done: count the file's size now (`opened`, when it succeeded).
+impl OpenChange {
+    /// The open is done (`opened`, when it succeeded): count the file's size now, or give
+    /// back the name it did not make.
     pub(crate) fn settle(self, state: &mut GuestState, opened: Option<&Resource<Descriptor>>) {
-        if let Some(fd) = opened
-            && let Ok(Some(file)) = file_of(state, fd)
-        {
-            self.quota.settle(0, self.before, size_of(&file));
+        match opened {
+            Some(fd) => {
+                if let Ok(Some(file)) = file_of(state, fd) {
+                    self.quota.settle(0, self.before, size_of(&file));
+                }
+            }
+            None if self.new_entry => self.quota.release(ENTRY_BYTES),
+            None => {}
         }
     }
 }
@@ -473,7 +574,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn usage_counts_regular_files_once_per_inode() {
+    fn usage_counts_regular_files_once_per_inode_and_every_name() {
         let dir = std::env::temp_dir().join(format!("cordon-quota-usage-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(dir.join("sub")).unwrap();
@@ -482,7 +583,8 @@ mod tests {
         std::fs::hard_link(dir.join("a"), dir.join("sub/a-again")).unwrap();
         std::os::unix::fs::symlink("/etc/passwd", dir.join("link")).unwrap();
         let quota = Quota::measure(1 << 20, &std::fs::File::open(&dir).unwrap()).unwrap();
-        assert_eq!(quota.used(), 150);
+        // Five names: a, sub, sub/b, sub/a-again, link.
+        assert_eq!(quota.used(), 150 + 5 * ENTRY_BYTES);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
