@@ -17,11 +17,13 @@
 //!                                # hold (bodies as their bytes arrive, and parsed
 //!                                # messages at their estimated size in memory); over
 //!                                # it a request is refused at once
-//!                                # (HTTP 503 + Retry-After; stdio: a -32603 error)
+//!                                # (HTTP 503 + Retry-After; stdio: a -32603 error);
+//!                                # with two tenants or more, one tenant's hold at most half
 //! max_request_cost_kb = 65536    # one parsed message's estimated size; over it: refused
 //!                                # (HTTP 413; stdio: a -32600 error)
 //! max_listen_streams = 1024      # `subscriptions/listen` streams open at once; more are
-//!                                # refused (a -32603 error)
+//!                                # refused (a -32603 error); with two tenants or more,
+//!                                # one tenant holds at most half
 //! request_state_key = "<64 hex digits>" # seals the requestState of tools that ask the
 //!                                # client for input (MRTR); replicas behind one address
 //!                                # must share it. CORDON_REQUEST_STATE_KEY wins over it;

@@ -36,7 +36,8 @@
 //! the list it would get changed (a reload that changes nothing sends nothing). A
 //! 2026-07-28 client asks with `subscriptions/listen` ([`Connection`] keeps the stream:
 //! the acknowledgement first, every message tagged with the listen id, a final answer
-//! when the server ends it, bounded by [`ServerLimits::max_listen_streams`]); a 2025-era
+//! when the server ends it, bounded by [`ServerLimits::max_listen_streams`], of which a
+//! tenant of several holds at most half); a 2025-era
 //! client gets plain notifications on its stream ([`Connection::follow_tool_changes`]).
 //!
 //! **Asking the client (MRTR).** A 2026-07-28 `tools/call` or `prompts/get` whose guest asks
@@ -50,7 +51,8 @@
 //! **Admission.** Every request is charged what it holds in memory, from its first byte
 //! read to its last byte answered, against one server-wide bound ([`Admission`]): a parsed
 //! message is charged its estimated size as a [`Value`] ([`crate::protocol::cost`]), not its
-//! length, since 4 MiB of small keys is ten times that once parsed. Over the bound a request
+//! length, since 4 MiB of small keys is ten times that once parsed; with more than one
+//! tenant, each one's requests hold at most half the bound. Over the bound a request
 //! is refused at once ([`Refusal::Busy`]) rather than queued; a message that alone would
 //! cost more than [`ServerLimits::max_request_cost`] is refused ([`Refusal::TooCostly`])
 //! before it is built.
@@ -187,6 +189,7 @@ impl Server {
         let tools = runtime.snapshot();
         let tool_list =
             Mutex::new((tools.generation(), Arc::new(tools.tools().map(answers::tool).collect())));
+        let admission = Admission::new(limits.max_queued_request_bytes, tenants.len());
         Arc::new(Self {
             runtime,
             tool_list,
@@ -197,7 +200,7 @@ impl Server {
             listens: AtomicUsize::new(0),
             max_listen_streams: limits.max_listen_streams,
             call_finished: Notify::new(),
-            admission: Admission::new(limits.max_queued_request_bytes),
+            admission,
             max_request_cost: limits.max_request_cost,
             sealer,
         })
@@ -281,9 +284,16 @@ impl Server {
     /// [`Refusal::Busy`] when the bytes already held leave no room for it. Text that is not
     /// JSON is admitted: it parses into an [`Incoming::Invalid`] that costs nothing.
     pub fn admit(&self, text: &[u8]) -> Result<Admitted, Refusal> {
+        self.admit_for(text, None)
+    }
+
+    /// [`Server::admit`], charged to `tenant`'s share of the bound too (see
+    /// [`Admission`]); [`Refusal::TenantBusy`] when its share has no room.
+    pub fn admit_for(&self, text: &[u8], tenant: Option<&Tenant>) -> Result<Admitted, Refusal> {
+        let mut charge = self.admission.empty_for(tenant);
         let estimate = match cost::estimate(text) {
             Ok(estimate) => estimate,
-            Err(_) => return Ok(Admitted { message: jsonrpc::parse(text), charge: self.admission.empty() }),
+            Err(_) => return Ok(Admitted { message: jsonrpc::parse(text), charge }),
         };
         let id = estimate.id.as_ref().and_then(RequestId::parse);
         if estimate.bytes > self.max_request_cost {
@@ -292,7 +302,12 @@ impl Server {
         // The runtime keeps the arguments as text too while the call runs: about the
         // message's length again.
         let bytes = estimate.bytes.saturating_add(text.len());
-        let charge = self.admission.charge(bytes).ok_or(Refusal::Busy { id, limit: self.admission.limit })?;
+        if !charge.grow(bytes) {
+            return Err(match charge.tenant_share_full(bytes) {
+                true => Refusal::TenantBusy { id, limit: self.admission.tenant_limit },
+                false => Refusal::Busy { id, limit: self.admission.limit },
+            });
+        }
         Ok(Admitted { message: jsonrpc::parse(text), charge })
     }
 }
@@ -310,12 +325,16 @@ pub enum Refusal {
     TooCostly { id: Option<RequestId>, cost: usize, limit: usize },
     #[error("the server is busy: requests waiting or running hold its limit of {limit} bytes")]
     Busy { id: Option<RequestId>, limit: usize },
+    #[error(
+        "the server is busy for this tenant: its requests waiting or running hold {limit} bytes, its share of the server's limit"
+    )]
+    TenantBusy { id: Option<RequestId>, limit: usize },
 }
 
 impl Refusal {
     pub fn id(&self) -> Option<&RequestId> {
         match self {
-            Self::TooCostly { id, .. } | Self::Busy { id, .. } => id.as_ref(),
+            Self::TooCostly { id, .. } | Self::Busy { id, .. } | Self::TenantBusy { id, .. } => id.as_ref(),
         }
     }
 
@@ -324,7 +343,7 @@ impl Refusal {
     pub fn rpc_error(&self) -> RpcError {
         match self {
             Self::TooCostly { .. } => RpcError::new(INVALID_REQUEST, format!("Invalid Request: {self}")),
-            Self::Busy { .. } => {
+            Self::Busy { .. } | Self::TenantBusy { .. } => {
                 RpcError::new(INTERNAL_ERROR, format!("Server busy: {self}; try again later"))
                     .with_data(retry_after_seconds())
             }
@@ -346,22 +365,31 @@ pub fn shorten_thread_slice() {
 }
 
 /// The server-wide ledger of bytes held by requests, against one limit. Cheap to charge:
-/// one atomic add.
+/// one atomic add (two for a tenant's request). When the server has more than one tenant,
+/// each tenant's requests hold at most half of it ([`Admission::tenant_limit`]): one
+/// tenant's flood of large requests leaves every other tenant room.
 pub struct Admission {
     limit: usize,
+    tenant_limit: usize,
     used: Arc<AtomicUsize>,
     /// The most ever held at once.
     peak: Arc<AtomicUsize>,
 }
 
 impl Admission {
-    fn new(limit: usize) -> Self {
-        Self { limit, used: Arc::default(), peak: Arc::default() }
+    fn new(limit: usize, tenants: usize) -> Self {
+        let tenant_limit = if tenants > 1 { limit / 2 } else { limit };
+        Self { limit, tenant_limit, used: Arc::default(), peak: Arc::default() }
     }
 
     /// The bound on bytes held.
     pub fn limit(&self) -> usize {
         self.limit
+    }
+
+    /// The most one tenant's requests may hold.
+    pub fn tenant_limit(&self) -> usize {
+        self.tenant_limit
     }
 
     /// Bytes held now.
@@ -376,7 +404,18 @@ impl Admission {
 
     /// A charge of nothing, to grow.
     pub fn empty(&self) -> Charge {
-        Charge { bytes: 0, used: self.used.clone(), peak: self.peak.clone(), limit: self.limit }
+        self.empty_for(None)
+    }
+
+    /// A charge of nothing, to grow, counted in `tenant`'s share too.
+    pub fn empty_for(&self, tenant: Option<&Tenant>) -> Charge {
+        Charge {
+            bytes: 0,
+            used: self.used.clone(),
+            peak: self.peak.clone(),
+            limit: self.limit,
+            tenant: tenant.map(|tenant| (tenant.holds.request_bytes.clone(), self.tenant_limit)),
+        }
     }
 
     /// Charge `bytes`, or `None` when that would pass the limit.
@@ -386,29 +425,103 @@ impl Admission {
     }
 }
 
-/// Bytes charged to the ledger, given back when dropped.
+/// One open `subscriptions/listen` stream, counted against the server's bound
+/// ([`ServerLimits::max_listen_streams`]) and, when the server has more than one tenant,
+/// its tenant's share of it (half): given back when dropped.
+struct ListenSlot {
+    server: Arc<Server>,
+    tenant: Option<Arc<Tenant>>,
+}
+
+impl ListenSlot {
+    /// A slot, or the error that says whose bound is full.
+    fn take(server: &Arc<Server>, tenant: Option<Arc<Tenant>>) -> Result<Self, RpcError> {
+        let limit = server.max_listen_streams;
+        if add_within(&server.listens, 1, limit).is_none() {
+            return Err(RpcError::new(
+                INTERNAL_ERROR,
+                format!(
+                    "Server busy: {limit} subscriptions/listen streams are open, the most this server keeps; \
+                     close one or try again later"
+                ),
+            ));
+        }
+        let share = if server.tenants.len() > 1 { (limit / 2).max(1) } else { limit };
+        if let Some(tenant) = &tenant
+            && add_within(&tenant.holds.listen_streams, 1, share).is_none()
+        {
+            server.listens.fetch_sub(1, Ordering::AcqRel);
+            return Err(RpcError::new(
+                INTERNAL_ERROR,
+                format!(
+                    "Server busy: this tenant has {share} subscriptions/listen streams open, its share of the \
+                     server's {limit}; close one or try again later"
+                ),
+            ));
+        }
+        Ok(Self { server: server.clone(), tenant })
+    }
+}
+
+impl Drop for ListenSlot {
+    fn drop(&mut self) {
+        self.server.listens.fetch_sub(1, Ordering::AcqRel);
+        if let Some(tenant) = &self.tenant {
+            tenant.holds.listen_streams.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+}
+
+/// Bytes charged to the ledger (and to a tenant's share), given back when dropped.
 pub struct Charge {
     bytes: usize,
     used: Arc<AtomicUsize>,
     peak: Arc<AtomicUsize>,
     limit: usize,
+    /// The tenant's count and its limit.
+    tenant: Option<(Arc<AtomicUsize>, usize)>,
+}
+
+/// Add `more` to `counter` unless that passes `limit`; the count before, when added.
+fn add_within(counter: &AtomicUsize, more: usize, limit: usize) -> Option<usize> {
+    counter
+        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
+            used.checked_add(more).filter(|&total| total <= limit)
+        })
+        .ok()
 }
 
 impl Charge {
-    /// Charge `more` bytes too; false (and nothing charged) when that would pass the limit.
+    /// Charge `more` bytes too; false (and nothing charged) when that would pass the
+    /// tenant's share or the server's limit.
     #[must_use]
     pub fn grow(&mut self, more: usize) -> bool {
-        let admitted = self.used.fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
-            used.checked_add(more).filter(|&total| total <= self.limit)
-        });
-        match admitted {
-            Ok(before) => {
+        if let Some((share, limit)) = &self.tenant
+            && add_within(share, more, *limit).is_none()
+        {
+            return false;
+        }
+        match add_within(&self.used, more, self.limit) {
+            Some(before) => {
                 self.bytes += more;
                 self.peak.fetch_max(before + more, Ordering::AcqRel);
                 true
             }
-            Err(_) => false,
+            None => {
+                if let Some((share, _)) = &self.tenant {
+                    share.fetch_sub(more, Ordering::AcqRel);
+                }
+                false
+            }
         }
+    }
+
+    /// Whether `more` bytes would pass the tenant's share (rather than the server's
+    /// limit): what to tell a refused client.
+    pub fn tenant_share_full(&self, more: usize) -> bool {
+        self.tenant
+            .as_ref()
+            .is_some_and(|(share, limit)| share.load(Ordering::Acquire).saturating_add(more) > *limit)
     }
 
     /// Bytes this charge holds.
@@ -420,6 +533,9 @@ impl Charge {
 impl Drop for Charge {
     fn drop(&mut self) {
         self.used.fetch_sub(self.bytes, Ordering::AcqRel);
+        if let Some((share, _)) = &self.tenant {
+            share.fetch_sub(self.bytes, Ordering::AcqRel);
+        }
     }
 }
 
@@ -1175,28 +1291,13 @@ impl Connection {
             Err(error) => return Reply::Error(error),
         };
         let server = &self.server;
-        let admitted = server.listens.fetch_update(Ordering::AcqRel, Ordering::Acquire, |open| {
-            (open < server.max_listen_streams).then_some(open + 1)
-        });
-        if admitted.is_err() {
-            return Reply::Error(
-                RpcError::new(
-                    INTERNAL_ERROR,
-                    format!(
-                        "Server busy: {} subscriptions/listen streams are open, the most this server keeps; \
-                         close one or try again later",
-                        server.max_listen_streams
-                    ),
-                )
-                .with_data(retry_after_seconds()),
-            );
-        }
+        let listen = match ListenSlot::take(server, self.tenant.clone()) {
+            Ok(listen) => listen,
+            Err(error) => return Reply::Error(error.with_data(retry_after_seconds())),
+        };
         let cancel_signal = match self.enter_in_flight(id) {
             Ok(signal) => signal,
-            Err(error) => {
-                server.listens.fetch_sub(1, Ordering::AcqRel);
-                return Reply::Error(error);
-            }
+            Err(error) => return Reply::Error(error),
         };
         // Prompts and resources only where they are offered: their capabilities say so.
         let offered = self.offered();
@@ -1237,10 +1338,8 @@ impl Connection {
                     out.send(Outgoing::Notification(cancelled)).await;
                 }
             }
-            drop(charge);
-            let server = &connection.server;
-            server.listens.fetch_sub(1, Ordering::AcqRel);
-            server.finish_call();
+            drop((charge, listen));
+            connection.server.finish_call();
         });
         Reply::Later
     }

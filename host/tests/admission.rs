@@ -10,8 +10,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::wire::{Schema, meta};
-use cordon::dispatch::{Server, ServerLimits};
-use cordon::runtime::{ComponentOptions, Runtime};
+use cordon::auth::{ApiKeys, Tenant, TenantId, Tenants};
+use cordon::dispatch::{Connection, Outbox, RateCheck, Server, ServerLimits};
+use cordon::protocol::jsonrpc::{self, Outgoing};
+use cordon::runtime::{ComponentOptions, Runtime, TenantView};
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -25,6 +27,22 @@ const LIMITS: ServerLimits =
 
 /// The example tools with one call slot, so that calls queue.
 async fn server(name: &str) -> Arc<Server> {
+    Server::with_limits(runtime(name).await, Duration::from_millis(10), LIMITS)
+}
+
+/// [`server`] for the tenants `a` and `b` (keys `key-a`, `key-b`), within `limits`.
+async fn server_of_two_tenants(name: &str, limits: ServerLimits) -> Arc<Server> {
+    let mut keys = ApiKeys::default();
+    let tenants = ["a", "b"].map(|name| {
+        let id = TenantId::new(name);
+        keys.add(&id, &format!("key-{name}"));
+        Tenant::new(id, TenantView::new(name, ["example-tools".to_owned()], None), None)
+    });
+    let tenants = Arc::new(Tenants::new(tenants.into(), keys));
+    Server::with_tenants(runtime(name).await, Duration::from_millis(10), limits, tenants)
+}
+
+async fn runtime(name: &str) -> Arc<Runtime> {
     let mut runtime = Runtime::new(common::settings(1)).unwrap();
     let data = common::scratch(&format!("admission-{name}"));
     std::fs::create_dir_all(&data).unwrap();
@@ -34,7 +52,7 @@ async fn server(name: &str) -> Arc<Server> {
         ..ComponentOptions::default()
     };
     runtime.load_file(&cordon::paths::example_tools(), options).await.unwrap();
-    Server::with_limits(Arc::new(runtime), Duration::from_millis(10), LIMITS)
+    Arc::new(runtime)
 }
 
 /// A `tools/call` of `echo` whose arguments carry `keys` more small keys (the tool skips
@@ -87,10 +105,23 @@ struct Answer {
 }
 
 async fn post(port: u16, method: &str, name: Option<&str>, body: &str, schema: &Schema) -> Answer {
+    post_as(None, port, method, name, body, schema).await
+}
+
+/// [`post`] with `key` as its bearer credential.
+async fn post_as(
+    key: Option<&str>,
+    port: u16,
+    method: &str,
+    name: Option<&str>,
+    body: &str,
+    schema: &Schema,
+) -> Answer {
     let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.unwrap();
     let name = name.map(|name| format!("Mcp-Name: {name}\r\n")).unwrap_or_default();
+    let key = key.map(|key| format!("Authorization: Bearer {key}\r\n")).unwrap_or_default();
     let head = format!(
-        "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\
+        "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n{key}\
          Accept: application/json, text/event-stream\r\nContent-Type: application/json\r\n\
          MCP-Protocol-Version: 2026-07-28\r\nMcp-Method: {method}\r\n{name}Content-Length: {}\r\n\r\n",
         body.len()
@@ -344,4 +375,110 @@ async fn queued_requests_over_the_bound_are_refused_with_an_error_on_stdio() {
         admission.peak()
     );
     assert_eq!(admission.used(), 0, "every charge is given back once answered");
+}
+
+/// With two tenants, one tenant's requests hold at most half the bound: a second large
+/// request of `a`'s, queued behind its first, is refused for its tenant's share, and `b`'s
+/// large request still gets in (it would not, had `a`'s taken the room).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_tenant_of_two_holds_at_most_half_the_bound() {
+    let server = server_of_two_tenants("tenant-share", LIMITS).await;
+    let schema = Arc::new(Schema::new());
+    let Serving { port, stop, serving } = serve_http(&server).await;
+    let spawn_post = |key: &'static str, body: String| {
+        let schema = schema.clone();
+        tokio::spawn(async move {
+            post_as(Some(key), port, "tools/call", Some(spin_or_echo(&body)), &body, &schema).await
+        })
+    };
+    let spinning = spawn_post("key-a", spin(1, 60.0));
+    slot_taken(&server).await;
+    let queued = |bytes: usize| {
+        let server = server.clone();
+        async move {
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while server.admission().used() < bytes {
+                assert!(Instant::now() < deadline, "{} bytes charged", server.admission().used());
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        }
+    };
+    let first_of_a = spawn_post("key-a", many_keys(2, KEYS));
+    queued(20 << 20).await;
+    let second_of_a =
+        post_as(Some("key-a"), port, "tools/call", Some("echo"), &many_keys(3, KEYS), &schema).await;
+    assert_eq!(second_of_a.status, 503);
+    // Refused once parsed (a JSON-RPC error with its id), or while its body still came in
+    // if that already passed the share: the tenant's share is named either way.
+    let refusal = match second_of_a.messages.first() {
+        Some(refusal) => {
+            assert_eq!(refusal["id"], 3);
+            refusal["error"]["message"].as_str().unwrap().to_owned()
+        }
+        None => second_of_a.plain_error.clone().unwrap(),
+    };
+    assert!(refusal.contains("this tenant's share"), "{refusal}");
+    let of_b = spawn_post("key-b", many_keys(4, KEYS));
+    queued(40 << 20).await;
+    spinning.abort();
+    for (answer, id) in [(first_of_a.await.unwrap(), 2), (of_b.await.unwrap(), 4)] {
+        assert_eq!(answer.status, 200);
+        assert_eq!(
+            (&answer.messages[0]["id"], &answer.messages[0]["result"]["content"][0]["text"]),
+            (&json!(id), &json!("x"))
+        );
+    }
+    all_released(&server).await;
+    stop.send(()).unwrap();
+    serving.await.unwrap().unwrap();
+}
+
+/// The tool a request body calls.
+fn spin_or_echo(body: &str) -> &'static str {
+    if body.contains("\"spin\"") { "spin" } else { "echo" }
+}
+
+/// With two tenants, one tenant holds at most half the server's `subscriptions/listen`
+/// streams: its third of four is refused naming its share, and the other tenant's opens.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_tenant_of_two_holds_at_most_half_the_listen_streams() {
+    let limits = ServerLimits { max_listen_streams: 4, ..LIMITS };
+    let server = server_of_two_tenants("listen-share", limits).await;
+    let tenants = server.tenants();
+    let of = |name: &str| {
+        let tenant = tenants.get(name).unwrap().clone();
+        Connection::for_tenant(server.clone(), Some(tenant), RateCheck::Here)
+    };
+    let (a, b) = (of("a"), of("b"));
+    let (out, mut sent) = tokio::sync::mpsc::channel(64);
+    let out = Outbox::Channel(out);
+    let listen = |id: i64| {
+        jsonrpc::classify(json!({"jsonrpc": "2.0", "id": id, "method": "subscriptions/listen",
+            "params": {"notifications": {"toolsListChanged": true}, "_meta": meta()}}))
+    };
+    let mut acknowledged = Vec::new();
+    let mut answer_to = async |connection: &Arc<Connection>, id: i64| {
+        connection.handle(listen(id), &out).await;
+        let message = tokio::time::timeout(Duration::from_secs(10), sent.recv()).await.unwrap().unwrap();
+        let value = serde_json::to_value(&message).unwrap();
+        match message {
+            Outgoing::Error { .. } => Err(value),
+            Outgoing::Notification(_) => {
+                assert_eq!(value["method"], "notifications/subscriptions/acknowledged");
+                acknowledged.push(value);
+                Ok(())
+            }
+            _ => panic!("{value}"),
+        }
+    };
+    for id in [1, 2] {
+        answer_to(&a, id).await.unwrap();
+    }
+    let refused = answer_to(&a, 3).await.unwrap_err();
+    assert_eq!(refused["id"], 3);
+    let message = refused["error"]["message"].as_str().unwrap();
+    assert!(message.contains("this tenant has 2 subscriptions/listen streams open"), "{message}");
+    answer_to(&b, 4).await.unwrap();
+    assert_eq!(acknowledged.len(), 3);
+    server.shutdown();
 }

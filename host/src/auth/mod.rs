@@ -20,6 +20,7 @@ pub mod jwks;
 pub mod oauth;
 
 use std::collections::HashMap;
+use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -132,11 +133,23 @@ pub struct Tenant {
     pub view: TenantView,
     /// Calls per second, refused at once over it.
     pub rate: Option<RateLimit>,
+    /// What its requests hold of the server's shared bounds now (dispatch keeps each
+    /// within the tenant's share).
+    pub holds: TenantHolds,
+}
+
+/// A tenant's part of bounds every tenant shares.
+#[derive(Debug, Default)]
+pub struct TenantHolds {
+    /// Bytes its requests hold on the server's admission ledger.
+    pub request_bytes: Arc<AtomicUsize>,
+    /// Its open `subscriptions/listen` streams.
+    pub listen_streams: AtomicUsize,
 }
 
 impl Tenant {
     pub fn new(id: TenantId, view: TenantView, calls_per_second: Option<u32>) -> Self {
-        Self { id, view, rate: calls_per_second.map(RateLimit::new) }
+        Self { id, view, rate: calls_per_second.map(RateLimit::new), holds: TenantHolds::default() }
     }
 
     /// Take one call from the tenant's rate; `Err` holds how long until one is free.
@@ -201,6 +214,11 @@ impl Tenants {
     /// and asks for no credentials.
     pub fn is_empty(&self) -> bool {
         self.by_name.is_empty()
+    }
+
+    /// How many tenants are configured.
+    pub fn len(&self) -> usize {
+        self.by_name.len()
     }
 
     /// The configured tenant called `name`.

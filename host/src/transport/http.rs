@@ -59,8 +59,7 @@ use super::tls::Tls;
 use crate::auth::oauth::{TokenError, Validator};
 use crate::auth::{self, AuthError, Tenant, TenantId};
 use crate::dispatch::{
-    Admission, Admitted, Charge, Connection, Outbox, RETRY_AFTER_SECONDS, RateCheck, Refusal, Server,
-    rate_limited,
+    Admitted, Charge, Connection, Outbox, RETRY_AFTER_SECONDS, RateCheck, Refusal, Server, rate_limited,
 };
 use crate::protocol::jsonrpc::{
     self, HEADER_MISMATCH, INVALID_REQUEST, Incoming, Outgoing, RequestId, RpcError,
@@ -723,9 +722,11 @@ async fn serve_request(
         ));
     }
     let headers = headers.clone();
-    let (body, body_charge) = read_body(request.into_body(), settings, server.admission()).await?;
+    let body_charge = server.admission().empty_for(tenant.as_deref());
+    let (body, body_charge) = read_body(request.into_body(), settings, body_charge).await?;
     *body_read = true;
-    let Admitted { message, charge } = server.admit(&body).map_err(|refusal| refused(&refusal))?;
+    let Admitted { message, charge } =
+        server.admit_for(&body, tenant.as_deref()).map_err(|refusal| refused(&refusal))?;
     // From here on the parsed message is what is held.
     drop((body, body_charge));
     // A 2025-era session, when the request names a live one (2026 requests ignore it).
@@ -1030,17 +1031,18 @@ const UPFRONT_BODY_BYTES: usize = 16 << 10;
 /// Why a body was not read.
 enum BodyError {
     TooLarge,
-    Busy,
+    /// No room on the admission ledger: in the tenant's share (`true`) or the server's.
+    Busy(bool),
     Broken(hyper::Error),
 }
 
 /// The body, within the size and time limits, and its charge on the admission ledger
-/// (its buffer, charged as it grows).
+/// (`charge`, empty: its buffer, charged as it grows).
 #[allow(clippy::result_large_err)]
 async fn read_body(
     body: IncomingBody,
     settings: &HttpSettings,
-    admission: &Admission,
+    mut charge: Charge,
 ) -> Result<(Bytes, Charge), HttpResponse> {
     let limit = settings.max_body_bytes;
     let too_large =
@@ -1050,7 +1052,6 @@ async fn read_body(
     if announced > limit as u64 {
         return Err(too_large());
     }
-    let mut charge = admission.empty();
     let read = async {
         let mut body = std::pin::pin!(body);
         let mut buffer = Vec::new();
@@ -1059,7 +1060,7 @@ async fn read_body(
         // bytes do not come (a client could otherwise fill the server's bound with heads).
         let upfront = (announced as usize).min(UPFRONT_BODY_BYTES);
         if !charge.grow(upfront) {
-            return Err(BodyError::Busy);
+            return Err(BodyError::Busy(charge.tenant_share_full(upfront)));
         }
         buffer.reserve_exact(upfront);
         while let Some(frame) = body.frame().await {
@@ -1068,8 +1069,9 @@ async fn read_body(
                 return Err(BodyError::TooLarge);
             }
             buffer.reserve(data.len());
-            if !charge.grow(buffer.capacity().saturating_sub(charge.bytes())) {
-                return Err(BodyError::Busy);
+            let more = buffer.capacity().saturating_sub(charge.bytes());
+            if !charge.grow(more) {
+                return Err(BodyError::Busy(charge.tenant_share_full(more)));
             }
             buffer.extend_from_slice(&data);
         }
@@ -1080,13 +1082,14 @@ async fn read_body(
             Err(plain(StatusCode::REQUEST_TIMEOUT, "Request Timeout: the body took too long to arrive"))
         }
         Ok(Err(BodyError::TooLarge)) => Err(too_large()),
-        Ok(Err(BodyError::Busy)) => Err(busy(plain(
-            StatusCode::SERVICE_UNAVAILABLE,
-            &format!(
-                "Service Unavailable: requests being read, queued or running hold the server's limit of {} bytes; try again later",
-                admission.limit()
-            ),
-        ))),
+        Ok(Err(BodyError::Busy(tenant_share))) => {
+            let whose =
+                if tenant_share { "this tenant's share of the server's limit" } else { "the server's limit" };
+            let text = format!(
+                "Service Unavailable: requests being read, queued or running hold {whose}; try again later"
+            );
+            Err(busy(plain(StatusCode::SERVICE_UNAVAILABLE, &text)))
+        }
         Ok(Err(BodyError::Broken(error))) => {
             Err(plain(StatusCode::BAD_REQUEST, &format!("Bad Request: {error}")))
         }
@@ -1100,7 +1103,9 @@ fn refused(refusal: &Refusal) -> HttpResponse {
     let error = refusal.rpc_error();
     match refusal {
         Refusal::TooCostly { .. } => rpc_error(StatusCode::PAYLOAD_TOO_LARGE, refusal.id(), &error),
-        Refusal::Busy { .. } => busy(rpc_error(StatusCode::SERVICE_UNAVAILABLE, refusal.id(), &error)),
+        Refusal::Busy { .. } | Refusal::TenantBusy { .. } => {
+            busy(rpc_error(StatusCode::SERVICE_UNAVAILABLE, refusal.id(), &error))
+        }
     }
 }
 
