@@ -52,6 +52,9 @@
 //!                                # (a URL: https, or http to loopback with a loopback issuer)
 //! tenant_claim = "org"           # the claim that names the tenant
 //! required_scopes = ["tools"]    # missing one: 403 insufficient_scope
+//! jwks_refresh_secs = 600        # the key set is read again this often, so a key the
+//!                                # issuer withdrew is trusted at most this long (and
+//!                                # at once when a token names a key id it lacks)
 //!
 //! [[components]]
 //! path = "tools.wasm"            # relative to this file
@@ -166,6 +169,8 @@ pub struct OAuthConfig {
     pub tenant_claim: String,
     #[serde(default)]
     pub required_scopes: Vec<String>,
+    /// How often the key set is read again (seconds), whatever tokens come.
+    pub jwks_refresh_secs: Option<u64>,
 }
 
 /// Where the issuer's keys are: `{ url = "..." }` or `{ file = "..." }`.
@@ -210,7 +215,14 @@ impl OAuthConfig {
             JwksConfig::Url { url } => JwksSource::url(&url, issuer_is_loopback)?,
             JwksConfig::File { file } => JwksSource::File(base.join(file)),
         };
-        Ok(OAuthSettings::new(self.issuer, self.audience, jwks, self.tenant_claim, self.required_scopes))
+        let mut settings =
+            OAuthSettings::new(self.issuer, self.audience, jwks, self.tenant_claim, self.required_scopes);
+        match self.jwks_refresh_secs {
+            Some(0) => bail!("[auth.oauth] jwks_refresh_secs must be at least 1"),
+            Some(secs) => settings.refresh_interval = Duration::from_secs(secs),
+            None => {}
+        }
+        Ok(settings)
     }
 }
 
@@ -824,6 +836,15 @@ mod tests {
         .unwrap();
         assert_eq!(settings.tenant_claim, "org");
         assert_eq!(settings.required_scopes, ["tools"]);
+        assert_eq!(settings.refresh_interval, crate::auth::jwks::REFRESH_INTERVAL);
+        let table = r#"issuer = "https://idp.example.com"
+            audience = "https://mcp.example.com/mcp"
+            jwks = { file = "jwks.json" }
+            tenant_claim = "org""#;
+        let refreshed = oauth(&format!("{table}\njwks_refresh_secs = 60")).unwrap().unwrap();
+        assert_eq!(refreshed.refresh_interval, Duration::from_secs(60));
+        let error = oauth(&format!("{table}\njwks_refresh_secs = 0")).unwrap_err();
+        assert!(format!("{error:#}").contains("jwks_refresh_secs must be at least 1"), "{error:#}");
         let file = oauth(
             r#"issuer = "https://idp.example.com"
             audience = "https://mcp.example.com/mcp"

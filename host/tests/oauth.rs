@@ -620,6 +620,15 @@ async fn validator_on_file(
     name: &str,
     keys: &[&SigningKey],
 ) -> (Arc<cordon::auth::oauth::Validator>, std::path::PathBuf) {
+    validator_refreshed_every(name, keys, cordon::auth::jwks::REFRESH_INTERVAL).await
+}
+
+/// [`validator_on_file`], its key set read again every `refresh`.
+async fn validator_refreshed_every(
+    name: &str,
+    keys: &[&SigningKey],
+    refresh: Duration,
+) -> (Arc<cordon::auth::oauth::Validator>, std::path::PathBuf) {
     use cordon::auth::jwks::JwksSource;
     use cordon::auth::oauth::{OAuthSettings, Validator};
     let dir = common::scratch(&format!("oauth-{name}"));
@@ -634,6 +643,7 @@ async fn validator_on_file(
         vec!["tools".into()],
     );
     settings.min_refetch_interval = Duration::ZERO;
+    settings.refresh_interval = refresh;
     (Validator::start(settings).await.unwrap(), file)
 }
 
@@ -695,6 +705,31 @@ async fn a_key_removed_from_the_set_takes_its_remembered_tokens_with_it() {
     assert!(validator.validate(&new.sign(&file_claims("acme", "tools", 300))).await.is_ok());
     assert_eq!(validator.keys().reads(), 2);
     assert_eq!(validator.validate(&token).await, Err(TokenError::Invalid("signed with an unknown key")));
+}
+
+/// A key the issuer withdraws without rotating in a new one (no token of an unknown key
+/// comes to trigger a read) stops being trusted at the next periodic read of the set,
+/// and the tokens it signed that were remembered go with it.
+#[tokio::test]
+async fn a_key_withdrawn_from_the_set_is_refused_after_the_next_periodic_read() {
+    use cordon::auth::oauth::TokenError;
+    let (kept, withdrawn) = (SigningKey::generate("kept"), SigningKey::generate("withdrawn"));
+    let (validator, file) =
+        validator_refreshed_every("withdrawn", &[&kept, &withdrawn], Duration::from_millis(200)).await;
+    let token = withdrawn.sign(&file_claims("acme", "tools", 300));
+    let other = kept.sign(&file_claims("acme", "tools", 300));
+    assert!(validator.validate(&token).await.is_ok());
+    write_jwks(&file, &[&kept]);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        match validator.validate(&token).await {
+            Ok(_) => assert!(std::time::Instant::now() < deadline, "still trusted after 10 s"),
+            Err(error) => break assert_eq!(error, TokenError::Invalid("signed with an unknown key")),
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(validator.validate(&other).await.is_ok(), "the key that stays still verifies");
+    assert!(validator.keys().reads() >= 2);
 }
 
 #[tokio::test]

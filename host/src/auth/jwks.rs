@@ -1,10 +1,13 @@
 //! # An issuer's signing keys (JWKS): fetched, parsed, cached, refreshed on rotation
 //!
 //! The key set comes from a URL (fetched by the host, bounded in size and time) or a file.
-//! It is read once at startup and kept; a token naming a key id the set does not hold makes
+//! It is read at startup and kept; a token naming a key id the set does not hold makes
 //! the set be read again (the issuer rotated its keys), at most once per
 //! `min_refetch_interval` however many such tokens arrive, so that made-up key ids cannot
-//! turn the server into a load generator against the issuer.
+//! turn the server into a load generator against the issuer. It is also read again every
+//! `refresh_interval` ([`KeyCache::refresh_every`]), so that a key the issuer withdrew
+//! (compromised, say) stops being trusted without a token of a new key to trigger a read;
+//! a read that fails keeps the keys held.
 //!
 //! Only asymmetric keys are kept (RSA, EC, OKP): an `oct` (shared secret) entry is dropped,
 //! so a token can never be checked with HMAC.
@@ -26,6 +29,8 @@ pub const MAX_JWKS_BYTES: usize = 256 << 10;
 pub const FETCH_TIMEOUT: Duration = Duration::from_secs(5);
 /// How often an unknown key id may make the set be read again.
 pub const MIN_REFETCH_INTERVAL: Duration = Duration::from_secs(10);
+/// How often the set is read again whatever tokens come, unless configured.
+pub const REFRESH_INTERVAL: Duration = Duration::from_secs(600);
 
 /// Where the key set is read from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -338,6 +343,13 @@ impl KeyCache {
         if last_read.is_some_and(|at| at.elapsed() < self.min_refetch_interval) {
             return None;
         }
+        self.reload(&mut last_read).await;
+        self.cached(kid)
+    }
+
+    /// Read the set again (the refetch lock held: `last_read`); a set that cannot be read
+    /// leaves the held one.
+    async fn reload(&self, last_read: &mut Option<Instant>) {
         *last_read = Some(Instant::now());
         match self.load().await {
             Ok(set) => {
@@ -347,7 +359,23 @@ impl KeyCache {
             }
             Err(error) => tracing::warn!("{error}; keeping the keys held"),
         }
-        self.cached(kid)
+    }
+
+    /// Read the set again every `interval`, from a task of its own that ends when the
+    /// cache is dropped. Each read replaces the set (tokens checked against the old one
+    /// are checked again), so a key withdrawn from it is trusted at most `interval` more.
+    pub fn refresh_every(self: &Arc<Self>, interval: Duration) {
+        let cache = Arc::downgrade(self);
+        tokio::spawn(async move {
+            let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
+            ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                ticks.tick().await;
+                let Some(cache) = cache.upgrade() else { break };
+                let mut last_read = cache.refetch.lock().await;
+                cache.reload(&mut last_read).await;
+            }
+        });
     }
 
     fn cached(&self, kid: Option<&str>) -> Option<Arc<Key>> {

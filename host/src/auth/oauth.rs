@@ -37,7 +37,7 @@ use std::time::Duration;
 use jsonwebtoken::{Algorithm, Validation};
 use serde_json::{Map, Value, json};
 
-use super::jwks::{JwksError, JwksSource, KeyCache, MIN_REFETCH_INTERVAL};
+use super::jwks::{JwksError, JwksSource, KeyCache, MIN_REFETCH_INTERVAL, REFRESH_INTERVAL};
 
 /// The algorithms a token may be signed with: asymmetric only.
 pub const ALLOWED_ALGORITHMS: [Algorithm; 9] = [
@@ -68,6 +68,8 @@ pub struct OAuthSettings {
     pub required_scopes: Vec<String>,
     /// How often an unknown `kid` may make the key set be read again.
     pub min_refetch_interval: Duration,
+    /// How often the key set is read again whatever tokens come (`jwks_refresh_secs`).
+    pub refresh_interval: Duration,
 }
 
 impl OAuthSettings {
@@ -85,6 +87,7 @@ impl OAuthSettings {
             tenant_claim,
             required_scopes,
             min_refetch_interval: MIN_REFETCH_INTERVAL,
+            refresh_interval: REFRESH_INTERVAL,
         }
     }
 
@@ -172,7 +175,7 @@ fn unix_now() -> u64 {
 /// Checks tokens against one issuer's settings and keys.
 pub struct Validator {
     settings: OAuthSettings,
-    keys: KeyCache,
+    keys: Arc<KeyCache>,
     checked: Checked,
     /// One prepared `Validation` per allowed algorithm, so a request builds none.
     validations: HashMap<Algorithm, Validation>,
@@ -189,7 +192,8 @@ impl std::fmt::Debug for Validator {
 impl Validator {
     /// Read the key set (see [`KeyCache::start`]) and prepare the checks.
     pub async fn start(settings: OAuthSettings) -> Result<Arc<Self>, JwksError> {
-        let keys = KeyCache::start(settings.jwks.clone(), settings.min_refetch_interval).await?;
+        let keys = Arc::new(KeyCache::start(settings.jwks.clone(), settings.min_refetch_interval).await?);
+        keys.refresh_every(settings.refresh_interval);
         let validations = ALLOWED_ALGORITHMS
             .iter()
             .map(|&algorithm| {
