@@ -156,14 +156,12 @@ impl FileGrants {
             let (dir, real) = open_directory(path)
                 .map_err(|error| format!("cannot open the data directory {}: {error}", path.display()))?;
             preopen(&mut builder, &dir, GUEST_DATA_DIR, FsPerms::ReadWrite)?;
-            let quota = Quota::measure(data_quota_bytes, &dir).map_err(|error| {
-                format!("cannot measure what the data directory {} holds: {error}", path.display())
-            })?;
+            let quota = measured(data_quota_bytes, &dir, &real);
             grants.push(Grant {
                 path: real,
                 guest: GUEST_DATA_DIR.into(),
                 writable: true,
-                quota: Some(Arc::new(quota)),
+                quota: Some(quota),
             });
         }
         for mount in mounts {
@@ -189,14 +187,11 @@ impl FileGrants {
             let shared = quotas_from
                 .and_then(|shared| shared.grants.iter().find(|grant| grant.guest == guest))
                 .and_then(|grant| grant.quota.clone());
-            let quota =
-                match (mount.quota_bytes, shared) {
-                    (Some(_), Some(shared)) => Some(shared),
-                    (Some(limit), None) => Some(Arc::new(Quota::measure(limit, &dir).map_err(|error| {
-                        format!("mount {guest}: cannot measure what {host} holds: {error}")
-                    })?)),
-                    (None, _) => None,
-                };
+            let quota = match (mount.quota_bytes, shared) {
+                (Some(_), Some(shared)) => Some(shared),
+                (Some(limit), None) => Some(measured(limit, &dir, &real)),
+                (None, _) => None,
+            };
             grants.push(Grant { path: real, guest, writable: mount.writable, quota });
         }
         for (index, grant) in grants.iter().enumerate() {
@@ -229,6 +224,21 @@ impl FileGrants {
     pub(crate) fn filesystem(&self) -> WasiFilesystemCtx {
         self.filesystem.clone()
     }
+}
+
+/// The quota of `limit` bytes over `dir` (at `path`), measured; a tree that cannot be
+/// measured (a guest may have nested it too deep) is counted as full until the next load,
+/// and said so, rather than failing the load for every tenant of the component.
+fn measured(limit: u64, dir: &std::fs::File, path: &Path) -> Arc<Quota> {
+    let (quota, error) = Quota::measure_or_full(limit, dir);
+    if let Some(error) = error {
+        tracing::warn!(
+            "cannot measure what {} holds ({error}): its quota counts as used up until the next load; \
+             remove what is in it to write again",
+            path.display()
+        );
+    }
+    Arc::new(quota)
 }
 
 /// Open `path` as a directory, and read back the real path of what was opened.

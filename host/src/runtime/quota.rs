@@ -80,11 +80,20 @@ pub(crate) struct QuotaExceeded;
 impl Quota {
     /// A quota of `limit` bytes over the directory `root`, measuring what it holds now.
     pub(crate) fn measure(limit: u64, root: &std::fs::File) -> std::io::Result<Self> {
-        use std::os::fd::AsRawFd;
-        let mut seen = std::collections::HashSet::new();
-        let used =
-            usage(&std::path::PathBuf::from(format!("/proc/self/fd/{}", root.as_raw_fd())), &mut seen)?;
-        Ok(Self { limit, used: AtomicU64::new(used), lock: Default::default() })
+        Ok(Self { limit, used: AtomicU64::new(usage(root)?), lock: Default::default() })
+    }
+
+    /// [`Quota::measure`], or, when the tree cannot be measured (nested past
+    /// [`MEASURE_DEPTH`], unreadable), a quota counted as used up until the next load,
+    /// with the reason: a guest that built such a tree can no longer grow it, and the
+    /// component still loads for everyone else (its other tenants).
+    pub(crate) fn measure_or_full(limit: u64, root: &std::fs::File) -> (Self, Option<std::io::Error>) {
+        match Self::measure(limit, root) {
+            Ok(quota) => (quota, None),
+            Err(error) => {
+                (Self { limit, used: AtomicU64::new(limit), lock: Default::default() }, Some(error))
+            }
+        }
     }
 
     /// Bytes the mount's files hold, as counted.
@@ -122,21 +131,94 @@ impl Quota {
     }
 }
 
-/// Bytes of the regular files under `dir`, each inode once, and [`ENTRY_BYTES`] for each
-/// name; symlinks are not followed.
-fn usage(dir: &std::path::Path, seen: &mut std::collections::HashSet<(u64, u64)>) -> std::io::Result<u64> {
-    use std::os::unix::fs::MetadataExt;
+/// The deepest a measured tree may nest (one descriptor held per level while it is walked).
+pub(crate) const MEASURE_DEPTH: usize = 256;
+
+/// An open directory stream, closed when dropped.
+struct DirStream(*mut libc::DIR);
+
+impl Drop for DirStream {
+    fn drop(&mut self) {
+        // SAFETY: the stream came from `fdopendir` and is closed only here.
+        unsafe { libc::closedir(self.0) };
+    }
+}
+
+/// Open `name` under the directory `at` as a directory stream, without following a
+/// symlink; `Ok(None)` when it is gone (removed meanwhile).
+fn open_dir_at(at: libc::c_int, name: &std::ffi::CStr) -> std::io::Result<Option<DirStream>> {
+    // SAFETY: plain libc calls; the descriptor is owned by the stream once `fdopendir`
+    // succeeds, and closed here when it does not.
+    unsafe {
+        let fd = libc::openat(
+            at,
+            name.as_ptr(),
+            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+        );
+        if fd < 0 {
+            let error = std::io::Error::last_os_error();
+            return if error.kind() == std::io::ErrorKind::NotFound { Ok(None) } else { Err(error) };
+        }
+        let stream = libc::fdopendir(fd);
+        if stream.is_null() {
+            let error = std::io::Error::last_os_error();
+            libc::close(fd);
+            return Err(error);
+        }
+        Ok(Some(DirStream(stream)))
+    }
+}
+
+/// Bytes of the regular files under `root`, each inode once, and [`ENTRY_BYTES`] for each
+/// name. Walked by descriptors (each directory opened relative to its parent, each name
+/// stat-ed relative to its directory), never by path, so no depth of nesting makes a path
+/// too long; symlinks are not followed; a name removed meanwhile is skipped. Deeper than
+/// [`MEASURE_DEPTH`] is an error.
+fn usage(root: &std::fs::File) -> std::io::Result<u64> {
+    use std::os::fd::AsRawFd;
+    let mut seen = std::collections::HashSet::new();
     let mut total = 0u64;
-    for entry in std::fs::read_dir(dir)? {
-        let entry = entry?;
-        let metadata = entry.path().symlink_metadata()?;
+    let mut stack = Vec::new();
+    stack.extend(open_dir_at(root.as_raw_fd(), c".")?);
+    while let Some(dir) = stack.last() {
+        // SAFETY: `dir` is an open stream; the entry it returns is read before the next
+        // `readdir` on it.
+        let (fd, entry) = unsafe { (libc::dirfd(dir.0), libc::readdir(dir.0)) };
+        if entry.is_null() {
+            stack.pop();
+            continue;
+        }
+        // SAFETY: `d_name` is a NUL-terminated name within the entry.
+        let name = unsafe { std::ffi::CStr::from_ptr((*entry).d_name.as_ptr()) }.to_owned();
+        if name.as_bytes() == b"." || name.as_bytes() == b".." {
+            continue;
+        }
+        // SAFETY: `stat` is written by `fstatat` before it is read.
+        let stat = unsafe {
+            let mut stat: libc::stat = std::mem::zeroed();
+            if libc::fstatat(fd, name.as_ptr(), &mut stat, libc::AT_SYMLINK_NOFOLLOW) != 0 {
+                let error = std::io::Error::last_os_error();
+                if error.kind() == std::io::ErrorKind::NotFound {
+                    continue;
+                }
+                return Err(error);
+            }
+            stat
+        };
         total = total.saturating_add(ENTRY_BYTES);
-        if metadata.is_dir() {
-            total = total.saturating_add(usage(&entry.path(), seen)?);
-        } else if metadata.is_file()
-            && (metadata.nlink() == 1 || seen.insert((metadata.dev(), metadata.ino())))
-        {
-            total = total.saturating_add(metadata.len());
+        match stat.st_mode & libc::S_IFMT {
+            libc::S_IFDIR => {
+                if stack.len() >= MEASURE_DEPTH {
+                    return Err(std::io::Error::other(format!(
+                        "directories nest deeper than {MEASURE_DEPTH}"
+                    )));
+                }
+                stack.extend(open_dir_at(fd, &name)?);
+            }
+            libc::S_IFREG if stat.st_nlink == 1 || seen.insert((stat.st_dev, stat.st_ino)) => {
+                total = total.saturating_add(stat.st_size as u64);
+            }
+            _ => {}
         }
     }
     Ok(total)
@@ -586,6 +668,43 @@ mod tests {
         // Five names: a, sub, sub/b, sub/a-again, link.
         assert_eq!(quota.used(), 150 + 5 * ENTRY_BYTES);
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// `count` directories, each inside the last, named `name`: made by descriptors, since
+    /// their path soon passes what a path may be.
+    fn nest(root: &std::path::Path, name: &str, count: usize) {
+        use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+        let name = std::ffi::CString::new(name).unwrap();
+        let mut dir: OwnedFd = std::fs::File::open(root).unwrap().into();
+        for _ in 0..count {
+            // SAFETY: plain libc calls on descriptors this test owns.
+            dir = unsafe {
+                assert_eq!(libc::mkdirat(dir.as_raw_fd(), name.as_ptr(), 0o755), 0);
+                let next = libc::openat(dir.as_raw_fd(), name.as_ptr(), libc::O_RDONLY | libc::O_DIRECTORY);
+                assert!(next >= 0);
+                OwnedFd::from_raw_fd(next)
+            };
+        }
+    }
+
+    #[test]
+    fn a_tree_nested_past_any_path_length_is_measured_and_one_past_the_depth_bound_counts_as_full() {
+        let root = std::env::temp_dir().join(format!("cordon-quota-deep-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        let (deep, deeper) = (root.join("deep"), root.join("deeper"));
+        std::fs::create_dir_all(&deep).unwrap();
+        std::fs::create_dir_all(&deeper).unwrap();
+        // 40 levels of 255-byte names: about 10 KiB of path, past PATH_MAX (4 KiB).
+        nest(&deep, &"d".repeat(255), 40);
+        let quota = Quota::measure(1 << 30, &std::fs::File::open(&deep).unwrap()).unwrap();
+        assert_eq!(quota.used(), 40 * ENTRY_BYTES);
+        // Past the depth bound: not measured, so counted as full (and the load goes on).
+        nest(&deeper, "d", MEASURE_DEPTH + 1);
+        let (quota, error) = Quota::measure_or_full(1 << 30, &std::fs::File::open(&deeper).unwrap());
+        assert!(error.unwrap().to_string().contains("deeper than"));
+        assert_eq!(quota.used(), quota.limit());
+        assert!(!quota.charge(1));
+        std::fs::remove_dir_all(&root).unwrap();
     }
 
     #[test]
