@@ -302,6 +302,13 @@ impl Server {
         // The runtime keeps the arguments as text too while the call runs: about the
         // message's length again.
         let bytes = estimate.bytes.saturating_add(text.len());
+        // With its text still held (the body, over HTTP), a message that could never fit in
+        // what it is charged against, even on an idle server, is too costly, not a reason
+        // to try again later.
+        let ceiling = if tenant.is_some() { self.admission.tenant_limit } else { self.admission.limit };
+        if bytes.saturating_add(text.len()) > ceiling {
+            return Err(Refusal::TooCostly { id, cost: bytes, limit: ceiling });
+        }
         if !charge.grow(bytes) {
             return Err(match charge.tenant_share_full(bytes) {
                 true => Refusal::TenantBusy { id, limit: self.admission.tenant_limit },

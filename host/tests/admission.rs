@@ -482,3 +482,24 @@ async fn one_tenant_of_two_holds_at_most_half_the_listen_streams() {
     assert_eq!(acknowledged.len(), 3);
     server.shutdown();
 }
+
+/// A request that could never fit in its tenant's share (half the bound), even on an idle
+/// server, is too costly (413, with its id), not busy: a 503 would have its client retry
+/// forever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_past_a_tenants_share_on_an_idle_server_is_too_costly_not_busy() {
+    // Shares of 20 MiB: one large request (about 22 MB with its text) never fits one.
+    let limits = ServerLimits { max_queued_request_bytes: 40 << 20, ..LIMITS };
+    let server = server_of_two_tenants("tenant-ceiling", limits).await;
+    let schema = Schema::new();
+    let Serving { port, stop, serving } = serve_http(&server).await;
+    let answer = post_as(Some("key-a"), port, "tools/call", Some("echo"), &many_keys(5, KEYS), &schema).await;
+    assert_eq!(answer.status, 413);
+    assert_eq!(answer.messages[0]["id"], 5);
+    assert_eq!(answer.messages[0]["error"]["code"], -32600);
+    let answer = post_as(Some("key-a"), port, "tools/call", Some("echo"), &many_keys(6, 10), &schema).await;
+    assert_eq!(answer.messages[0]["result"]["content"][0]["text"], "x");
+    all_released(&server).await;
+    stop.send(()).unwrap();
+    serving.await.unwrap().unwrap();
+}
