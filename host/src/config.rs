@@ -126,7 +126,7 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use serde::Deserialize;
 
-use crate::auth::jwks::{JwksSource, is_loopback_host};
+use crate::auth::jwks::{JwksSource, MAX_REFRESH_INTERVAL, is_loopback_host};
 use crate::auth::oauth::OAuthSettings;
 use crate::auth::{ApiKeys, Tenant, TenantId, Tenants};
 use crate::dispatch::ServerLimits;
@@ -218,7 +218,10 @@ impl OAuthConfig {
         let mut settings =
             OAuthSettings::new(self.issuer, self.audience, jwks, self.tenant_claim, self.required_scopes);
         match self.jwks_refresh_secs {
-            Some(0) => bail!("[auth.oauth] jwks_refresh_secs must be at least 1"),
+            Some(secs) if !(1..=MAX_REFRESH_INTERVAL.as_secs()).contains(&secs) => bail!(
+                "[auth.oauth] jwks_refresh_secs must be 1 to {} (a day)",
+                MAX_REFRESH_INTERVAL.as_secs()
+            ),
             Some(secs) => settings.refresh_interval = Duration::from_secs(secs),
             None => {}
         }
@@ -844,7 +847,8 @@ mod tests {
         let refreshed = oauth(&format!("{table}\njwks_refresh_secs = 60")).unwrap().unwrap();
         assert_eq!(refreshed.refresh_interval, Duration::from_secs(60));
         let error = oauth(&format!("{table}\njwks_refresh_secs = 0")).unwrap_err();
-        assert!(format!("{error:#}").contains("jwks_refresh_secs must be at least 1"), "{error:#}");
+        assert!(format!("{error:#}").contains("jwks_refresh_secs must be 1 to 86400"), "{error:#}");
+        assert!(oauth(&format!("{table}\njwks_refresh_secs = 86401")).is_err());
         let file = oauth(
             r#"issuer = "https://idp.example.com"
             audience = "https://mcp.example.com/mcp"

@@ -6,8 +6,9 @@
 //! `min_refetch_interval` however many such tokens arrive, so that made-up key ids cannot
 //! turn the server into a load generator against the issuer. It is also read again every
 //! `refresh_interval` ([`KeyCache::refresh_every`]), so that a key the issuer withdrew
-//! (compromised, say) stops being trusted without a token of a new key to trigger a read;
-//! a read that fails keeps the keys held.
+//! (compromised, say) stops being trusted without a token of a new key to trigger a read.
+//! A read that fails keeps the keys held (an issuer that cannot be reached does not lock
+//! every client out), so a withdrawn key is trusted until a read succeeds.
 //!
 //! Only asymmetric keys are kept (RSA, EC, OKP): an `oct` (shared secret) entry is dropped,
 //! so a token can never be checked with HMAC.
@@ -31,6 +32,8 @@ pub const FETCH_TIMEOUT: Duration = Duration::from_secs(5);
 pub const MIN_REFETCH_INTERVAL: Duration = Duration::from_secs(10);
 /// How often the set is read again whatever tokens come, unless configured.
 pub const REFRESH_INTERVAL: Duration = Duration::from_secs(600);
+/// The longest `refresh_interval` may be: a day.
+pub const MAX_REFRESH_INTERVAL: Duration = Duration::from_secs(86_400);
 
 /// Where the key set is read from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -279,6 +282,19 @@ pub struct KeyCache {
     fetches: std::sync::atomic::AtomicU64,
     /// Bumped whenever a new set replaces the held one.
     generation: std::sync::atomic::AtomicU64,
+    /// SHA-256 of the bytes the held set was read from: a read that brings the same bytes
+    /// leaves the set (and the tokens checked against it) as they are.
+    digest: std::sync::Mutex<Option<[u8; 32]>>,
+    /// The task that reads the set again on a timer, ended when the cache drops.
+    refresher: std::sync::Mutex<Option<tokio::task::AbortHandle>>,
+}
+
+impl Drop for KeyCache {
+    fn drop(&mut self) {
+        if let Some(task) = self.refresher.get_mut().unwrap_or_else(|poison| poison.into_inner()).take() {
+            task.abort();
+        }
+    }
 }
 
 impl std::fmt::Debug for KeyCache {
@@ -299,11 +315,16 @@ impl KeyCache {
             min_refetch_interval,
             fetches: Default::default(),
             generation: Default::default(),
+            digest: Default::default(),
+            refresher: Default::default(),
         };
         match cache.load().await {
             // Not counted against the interval: a key rotated in just after startup is
             // still looked up at its first token.
-            Ok(set) => *cache.current.write().unwrap() = Arc::new(set),
+            Ok((set, digest)) => {
+                *cache.current.write().unwrap() = Arc::new(set);
+                *cache.digest.lock().unwrap() = Some(digest);
+            }
             Err(error) if matches!(cache.source, JwksSource::Url(_)) => {
                 tracing::warn!("{error}; trying again at the first token");
             }
@@ -312,10 +333,13 @@ impl KeyCache {
         Ok(cache)
     }
 
-    async fn load(&self) -> Result<KeySet, JwksError> {
+    /// Read and parse the set; with the SHA-256 of its bytes.
+    async fn load(&self) -> Result<(KeySet, [u8; 32]), JwksError> {
+        use sha2::Digest as _;
         self.fetches.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let name = self.source.name();
-        KeySet::parse(&self.source.read().await?, &name)
+        let bytes = self.source.read().await?;
+        Ok((KeySet::parse(&bytes, &name)?, sha2::Sha256::digest(&bytes).into()))
     }
 
     /// How many times the key set was read (fetched or opened), successfully or not.
@@ -352,21 +376,28 @@ impl KeyCache {
     async fn reload(&self, last_read: &mut Option<Instant>) {
         *last_read = Some(Instant::now());
         match self.load().await {
-            Ok(set) => {
+            Ok((_, digest)) if *self.digest.lock().unwrap() == Some(digest) => {
+                tracing::debug!("read the JWKS again: unchanged");
+            }
+            Ok((set, digest)) => {
                 tracing::info!("read the JWKS again ({} keys)", set.len());
                 *self.current.write().unwrap() = Arc::new(set);
+                *self.digest.lock().unwrap() = Some(digest);
                 self.generation.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
             }
             Err(error) => tracing::warn!("{error}; keeping the keys held"),
         }
     }
 
-    /// Read the set again every `interval`, from a task of its own that ends when the
-    /// cache is dropped. Each read replaces the set (tokens checked against the old one
-    /// are checked again), so a key withdrawn from it is trusted at most `interval` more.
+    /// Read the set again every `interval` (at least 1 ms, at most
+    /// [`MAX_REFRESH_INTERVAL`]), from a task of its own that ends when the cache drops.
+    /// A read that brings a changed set replaces it (tokens checked against the old one
+    /// are checked again), so a withdrawn key is trusted at most `interval` more while the
+    /// issuer can be read.
     pub fn refresh_every(self: &Arc<Self>, interval: Duration) {
+        let interval = interval.clamp(Duration::from_millis(1), MAX_REFRESH_INTERVAL);
         let cache = Arc::downgrade(self);
-        tokio::spawn(async move {
+        let task = tokio::spawn(async move {
             let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
             ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
@@ -376,6 +407,9 @@ impl KeyCache {
                 cache.reload(&mut last_read).await;
             }
         });
+        if let Some(earlier) = self.refresher.lock().unwrap().replace(task.abort_handle()) {
+            earlier.abort();
+        }
     }
 
     fn cached(&self, kid: Option<&str>) -> Option<Arc<Key>> {
