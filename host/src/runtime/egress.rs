@@ -14,7 +14,7 @@
 //!   (loopback, private, link-local and metadata, carrier-grade NAT, multicast, reserved
 //!   and IPv6's equivalents, including IPv4 addresses inside IPv6 ones), and the
 //!   addresses of this machine's own interfaces (a public one too: whatever listens on it,
-//!   this server included, is the host's, read afresh at each lookup), with
+//!   this server included, is the host's; read afresh at each lookup), with
 //!   `destination-IP-prohibited`, unless the rule that matched names that address
 //!   literally (`http://127.0.0.1:9000`). It then connects to the address it checked,
 //!   never resolving again, so a name that changes its answer (DNS rebinding) cannot
@@ -508,6 +508,10 @@ fn outside_address(addresses: &[SocketAddr], own: Option<&[IpAddr]>) -> Option<S
 
 /// The addresses of this machine's network interfaces (`getifaddrs`): a name that
 /// resolves to one of them leads back to this host, whatever its address looks like.
+/// Only what the interfaces carry: a public address that a NAT in front of the machine
+/// maps to it (a cloud's elastic IP) is not among them, and a NAT that hairpins still
+/// leads such a connection back here; an operator behind one names the address in no
+/// rule, or filters it at the network.
 /// `None` when they cannot be read (no descriptor left for the netlink socket, say).
 fn own_addresses() -> Option<Vec<IpAddr>> {
     let mut list: *mut libc::ifaddrs = std::ptr::null_mut();
@@ -757,7 +761,11 @@ async fn connect(
             match outside_address(&addresses, own.as_deref()) {
                 Some(address) => address,
                 None => {
-                    call.log_refusal(&target.authority, "its name resolves to an inside address");
+                    let why = match own {
+                        Some(_) => "its name resolves to an inside address or one of this machine's own",
+                        None => "this machine's own addresses could not be read to rule them out",
+                    };
+                    call.log_refusal(&target.authority, why);
                     return Err(HttpError::DestinationIpProhibited);
                 }
             }
