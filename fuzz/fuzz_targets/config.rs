@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::sync::{LazyLock, Mutex};
 
 use cordon::config::{ComponentConfig, LimitsConfig, SecretSource};
-use cordon::runtime::{EngineSettings, Runtime, RuntimeSettings, ToolLimits};
+use cordon::runtime::{DEFAULT_DATA_QUOTA_BYTES, EngineSettings, Runtime, RuntimeSettings, ToolLimits};
 use libfuzzer_sys::fuzz_target;
 
 /// Paths resolve against this folder. `plan` writes nothing; it reads only secret files,
@@ -32,6 +32,7 @@ fuzz_target!(|input: &[u8]| {
             path: "tools.wasm".into(),
             name: None,
             data_dir: None,
+            data_quota_mb: None,
             mounts: Vec::new(),
             env: Default::default(),
             secrets: Default::default(),
@@ -62,6 +63,8 @@ fuzz_target!(|input: &[u8]| {
             let quota = resolved.quota_bytes.map(u128::from);
             assert_eq!(quota, mount.quota_mb.map(|mb| u128::from(mb) << 20), "quota_mb was not resolved exactly");
         }
+        let data_quota = component.data_quota_mb.map_or(u128::from(DEFAULT_DATA_QUOTA_BYTES), |mb| u128::from(mb) << 20);
+        assert_eq!(u128::from(planned.options.data_quota_bytes), data_quota, "data_quota_mb was not resolved exactly");
         for (tool, limits) in &component.tools {
             check_limits(limits, planned.options.limits_for(tool));
         }
