@@ -276,7 +276,7 @@ impl Server {
     }
 
     /// Parse `text` into a message, charged its cost in memory; `text` itself is held by
-    /// the caller (and charged by it, see [`Admission::charge`]) until it drops it.
+    /// the caller (and charged by it, see [`Admission::empty_for`]) until it drops it.
     ///
     /// # Errors
     ///
@@ -423,12 +423,6 @@ impl Admission {
             limit: self.limit,
             tenant: tenant.map(|tenant| (tenant.holds.request_bytes.clone(), self.tenant_limit)),
         }
-    }
-
-    /// Charge `bytes`, or `None` when that would pass the limit.
-    pub fn charge(&self, bytes: usize) -> Option<Charge> {
-        let mut charge = self.empty();
-        charge.grow(bytes).then_some(charge)
     }
 }
 
