@@ -80,6 +80,7 @@ fn check_limits(written: &LimitsConfig, planned: &ToolLimits) {
     exact(written.host_memory_kb, 10, planned.host_memory_bytes as u128, "host_memory_kb");
     exact(written.stderr_kb, 10, planned.stderr_bytes as u128, "stderr_kb");
     exact(written.http_response_kb, 10, planned.http_response_bytes as u128, "http_response_kb");
+    exact(written.http_request_kb, 10, planned.http_request_bytes as u128, "http_request_kb");
 }
 
 /// A size written in units of `1 << shift` bytes resolves to exactly that many bytes.

@@ -100,6 +100,7 @@
 //! # file streams a call holds open), stderr_kb (64: stderr and the log import
 //! # together), grace_ms (250), cleanup_ms (1000), http_requests (32 per call),
 //! # http_response_kb (8192: response bodies of a call, all together),
+//! # http_request_kb (8192: request bodies a call sends, all together),
 //! # http_connect_timeout_ms (5000), http_first_byte_timeout_ms (30000)
 //!
 //! [components.tools.spin]        # per-tool limits, over the component's; a tool the
@@ -439,6 +440,7 @@ pub struct LimitsConfig {
     pub stderr_kb: Option<usize>,
     pub http_requests: Option<usize>,
     pub http_response_kb: Option<usize>,
+    pub http_request_kb: Option<usize>,
     pub http_connect_timeout_ms: Option<u64>,
     pub http_first_byte_timeout_ms: Option<u64>,
     /// 0 turns the idle timeout off.
@@ -474,6 +476,9 @@ impl LimitsConfig {
             http_response_bytes: self
                 .http_response_kb
                 .map_or(Ok(base.http_response_bytes), |kb| bytes(kb, 10, "http_response_kb"))?,
+            http_request_bytes: self
+                .http_request_kb
+                .map_or(Ok(base.http_request_bytes), |kb| bytes(kb, 10, "http_request_kb"))?,
             http_connect_timeout: self.http_connect_timeout_ms.map_or(base.http_connect_timeout, ms),
             http_first_byte_timeout: self.http_first_byte_timeout_ms.map_or(base.http_first_byte_timeout, ms),
             idle_timeout: self.idle_timeout_ms.map_or(base.idle_timeout, optional),

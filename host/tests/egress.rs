@@ -17,12 +17,16 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 
-/// A local HTTP/1.1 server: `/ok` answers `hello`, `/big/N` N bytes, `/hang` never answers.
-/// It counts the connections it accepts and reports each `/hang` connection's close.
+/// A local HTTP/1.1 server: `/ok` answers `hello`, `/big/N` N bytes, `/hang` never answers,
+/// `/sink` reads a request body (by `content-length`, or chunked to its last chunk) and
+/// answers `ok`. It counts the connections it accepts, reports each `/hang` connection's
+/// close, and the bytes after the head each `/sink` connection read before it answered or
+/// the client went away.
 struct Upstream {
     port: u16,
     connections: Arc<AtomicUsize>,
     hang_closed: mpsc::UnboundedReceiver<()>,
+    sunk: mpsc::UnboundedReceiver<usize>,
 }
 
 impl Upstream {
@@ -31,24 +35,49 @@ impl Upstream {
         let port = listener.local_addr().unwrap().port();
         let connections = Arc::new(AtomicUsize::new(0));
         let (closed, hang_closed) = mpsc::unbounded_channel();
+        let (sink, sunk) = mpsc::unbounded_channel();
         let counter = connections.clone();
         tokio::spawn(async move {
             loop {
                 let Ok((mut socket, _)) = listener.accept().await else { return };
                 counter.fetch_add(1, Ordering::SeqCst);
-                let closed = closed.clone();
+                let (closed, sink) = (closed.clone(), sink.clone());
                 tokio::spawn(async move {
                     let mut head = Vec::new();
                     let mut buffer = [0u8; 4096];
-                    while !head.windows(4).any(|window| window == b"\r\n\r\n") {
+                    let end = loop {
+                        if let Some(at) = head.windows(4).position(|window| window == b"\r\n\r\n") {
+                            break at + 4;
+                        }
                         match socket.read(&mut buffer).await {
                             Ok(0) | Err(_) => return,
                             Ok(read) => head.extend_from_slice(&buffer[..read]),
                         }
-                    }
-                    let head = String::from_utf8_lossy(&head);
+                    };
+                    let mut body = head.split_off(end);
+                    let head = String::from_utf8_lossy(&head).to_ascii_lowercase();
                     let path = head.split_whitespace().nth(1).unwrap_or("/").to_owned();
-                    let body = if path == "/ok" {
+                    let body = if path == "/sink" {
+                        let declared = head
+                            .lines()
+                            .find_map(|line| line.strip_prefix("content-length:"))
+                            .map(|length| length.trim().parse::<usize>().unwrap());
+                        let whole = |body: &[u8]| match declared {
+                            Some(length) => body.len() >= length,
+                            None => body.ends_with(b"0\r\n\r\n"),
+                        };
+                        while !whole(&body) {
+                            match socket.read(&mut buffer).await {
+                                Ok(0) | Err(_) => break,
+                                Ok(read) => body.extend_from_slice(&buffer[..read]),
+                            }
+                        }
+                        let _ = sink.send(body.len());
+                        if !whole(&body) {
+                            return;
+                        }
+                        b"ok".to_vec()
+                    } else if path == "/ok" {
                         b"hello".to_vec()
                     } else if let Some(size) = path.strip_prefix("/big/") {
                         vec![b'x'; size.parse().unwrap()]
@@ -71,7 +100,15 @@ impl Upstream {
                 });
             }
         });
-        Self { port, connections, hang_closed }
+        Self { port, connections, hang_closed, sunk }
+    }
+
+    /// The bytes after the head that the next `/sink` connection read.
+    async fn sunk(&mut self) -> usize {
+        tokio::time::timeout(Duration::from_secs(10), self.sunk.recv())
+            .await
+            .expect("a /sink connection ends within 10 s")
+            .unwrap()
     }
 
     fn url(&self, path: &str) -> String {
@@ -166,6 +203,49 @@ async fn requests_and_response_bytes_are_limited_per_call() {
     // wasmtime-wasi-http hands a body's failure to the guest as a stream error with this
     // message (its `http-error-code` is not set for errors the host's body raises).
     assert_eq!(lines[1], "error HTTP response body size exceeds limit: 100000 bytes");
+}
+
+/// Request bodies sent are bounded per call like response bodies: the frame that would
+/// pass `http_request_bytes` fails the request with `HTTP-request-body-size` and never
+/// goes out, and a `content-length` past what the call has left is refused before any
+/// connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn request_bodies_sent_are_limited_per_call() {
+    let mut upstream = Upstream::start().await;
+    let rules = [format!("http://127.0.0.1:{}", upstream.port)];
+    let limits = ToolLimits { http_request_bytes: 64 << 10, ..common::quick_limits() };
+    let runtime = runtime(&rules, limits).await;
+    let sink = upstream.url("/sink");
+    let post = |kib: u32, times: u32, declare_length: bool| {
+        let arguments = json!({ "url": sink, "kib": kib, "times": times, "declare_length": declare_length });
+        let runtime = &runtime;
+        async move {
+            let report = call(runtime, "http_post", arguments).await;
+            answer(&report).lines().map(str::to_owned).collect::<Vec<_>>()
+        }
+    };
+    let refused = "error ErrorCode::HttpRequestBodySize(Some(65536))";
+
+    // Two chunked 40 KiB bodies in one call: the first goes out whole; the second passes
+    // the call's 64 KiB on the way and is cut there.
+    let lines = post(40, 2, false).await;
+    assert_eq!(lines, ["200 40960", refused]);
+    let first = upstream.sunk().await;
+    assert!((40 << 10..(40 << 10) + 1024).contains(&first), "the first body arrived whole: {first} bytes");
+    let second = upstream.sunk().await;
+    assert!(second <= (24 << 10) + 1024, "only what the call had left went out: {second} bytes");
+
+    // 1 MiB chunked in a call of its own: no more than the call's 64 KiB goes out.
+    assert_eq!(post(1024, 1, false).await, [refused]);
+    let cut = upstream.sunk().await;
+    assert!(cut <= (64 << 10) + 1024, "at most the limit (and chunk framing) went out: {cut} bytes");
+
+    // Declared: 1 MiB is refused before connecting; 64 KiB (all the call may send) goes.
+    let connections = upstream.connections();
+    assert_eq!(post(1024, 1, true).await, [refused]);
+    assert_eq!(upstream.connections(), connections, "a declared body past the limit connects nowhere");
+    assert_eq!(post(64, 1, true).await, ["200 65536"]);
+    assert_eq!(upstream.sunk().await, 64 << 10);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

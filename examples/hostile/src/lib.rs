@@ -24,6 +24,9 @@
 //! - `http_get(url, times)` GETs `url` `times` times over `wasi:http` and says, a line per
 //!   request, the status and body size or the error code; `http_hang(url)` sends one
 //!   request and waits for its answer, never checking for cancellation.
+//! - `http_post(url, kib, times, declare_length)` POSTs a body of `kib` KiB to `url` `times`
+//!   times, chunked unless `declare_length`, writing until the host stops taking it, and
+//!   says, a line per request, the status and the bytes written, or the error code.
 //! - `http_hoard(count, fields_only)` builds `count` outgoing requests, each with a body
 //!   filled with 64 KiB, and sends none (with `fields_only`, only header fields); the host
 //!   holds every one of them until the call ends.
@@ -462,6 +465,7 @@ impl Plugin for Hostile {
                 "Builds HTTP requests with full bodies and sends none.",
                 http_hoard,
             ),
+            Tool::new(&named("http_post"), "POSTs large bodies and says how each went.", http_post),
             Tool::new(
                 &named("http_hang"),
                 "Waits for an HTTP answer, never checking for cancellation.",
@@ -618,6 +622,30 @@ fn http_get(args: HttpGet) -> Result<String, ToolError> {
 }
 
 #[derive(Deserialize, JsonSchema)]
+struct HttpPost {
+    /// `http://` or `https://` URL.
+    url: String,
+    /// The body's size in KiB.
+    kib: u32,
+    /// How many requests, one after the other.
+    #[serde(default = "one")]
+    times: u32,
+    /// Send `content-length` (else the body goes chunked).
+    #[serde(default)]
+    declare_length: bool,
+}
+
+fn http_post(args: HttpPost) -> Result<String, ToolError> {
+    let lines: Vec<String> = (0..args.times)
+        .map(|_| match post(&args.url, args.kib as usize * 1024, args.declare_length) {
+            Ok((status, written)) => format!("{status} {written}"),
+            Err(error) => format!("error {error}"),
+        })
+        .collect();
+    Ok(lines.join("\n"))
+}
+
+#[derive(Deserialize, JsonSchema)]
 struct HttpHang {
     /// A URL that answers slowly or never.
     url: String,
@@ -664,22 +692,67 @@ fn http_hoard(args: Hoard) -> Result<String, ToolError> {
     Ok(format!("bodies {} fields {} of {}", held.len(), fields.len(), args.count))
 }
 
-/// GET `url` with raw `wasi:http`, blocking on every wait without ever checking for
-/// cancellation; the status and the body's size, or the error code.
-fn fetch(url: &str) -> Result<(u16, usize), String> {
-    use wasi::http::types::{ErrorCode, Fields, Method, OutgoingRequest, Scheme};
+/// A request for `url` with `method` and `headers`, over raw `wasi:http`.
+fn request_to(
+    url: &str,
+    method: &wasi::http::types::Method,
+    headers: wasi::http::types::Fields,
+) -> Result<wasi::http::types::OutgoingRequest, String> {
+    use wasi::http::types::{OutgoingRequest, Scheme};
     let (scheme, rest) = url.split_once("://").ok_or("not a URL")?;
     let (authority, path) = match rest.find('/') {
         Some(at) => rest.split_at(at),
         None => (rest, "/"),
     };
-    let request = OutgoingRequest::new(Fields::new());
+    let request = OutgoingRequest::new(headers);
     let scheme = if scheme == "https" { Scheme::Https } else { Scheme::Http };
     request.set_scheme(Some(&scheme)).map_err(|()| "bad scheme")?;
     request.set_authority(Some(authority)).map_err(|()| "bad authority")?;
     request.set_path_with_query(Some(path)).map_err(|()| "bad path")?;
-    request.set_method(&Method::Get).map_err(|()| "bad method")?;
-    let code = |code: ErrorCode| format!("{code:?}");
+    request.set_method(method).map_err(|()| "bad method")?;
+    Ok(request)
+}
+
+fn code(code: wasi::http::types::ErrorCode) -> String {
+    format!("{code:?}")
+}
+
+/// POST `bytes` to `url`, writing until done or the host stops taking them, blocking on
+/// every wait; the status and the bytes written, or the error code.
+fn post(url: &str, bytes: usize, declare_length: bool) -> Result<(u16, usize), String> {
+    use wasi::http::types::{Fields, Method, OutgoingBody};
+    let headers = if declare_length {
+        Fields::from_list(&[("content-length".to_owned(), bytes.to_string().into_bytes())])
+            .map_err(|error| format!("{error:?}"))?
+    } else {
+        Fields::new()
+    };
+    let request = request_to(url, &Method::Post, headers)?;
+    let body = request.body().map_err(|()| "no body")?;
+    let response = wasi::http::outgoing_handler::handle(request, None).map_err(code)?;
+    let mut written = 0;
+    {
+        let stream = body.write().map_err(|()| "no stream")?;
+        let chunk = vec![b'u'; 4096];
+        while written < bytes {
+            let size = chunk.len().min(bytes - written);
+            if stream.blocking_write_and_flush(&chunk[..size]).is_err() {
+                break;
+            }
+            written += size;
+        }
+    }
+    let _ = OutgoingBody::finish(body, None);
+    response.subscribe().block();
+    let response = response.get().ok_or("no response")?.map_err(|()| "taken")?.map_err(code)?;
+    Ok((response.status(), written))
+}
+
+/// GET `url` with raw `wasi:http`, blocking on every wait without ever checking for
+/// cancellation; the status and the body's size, or the error code.
+fn fetch(url: &str) -> Result<(u16, usize), String> {
+    use wasi::http::types::{Fields, Method};
+    let request = request_to(url, &Method::Get, Fields::new())?;
     let response = wasi::http::outgoing_handler::handle(request, None).map_err(code)?;
     response.subscribe().block();
     let response = response.get().ok_or("no response")?.map_err(|()| "taken")?.map_err(code)?;

@@ -22,7 +22,10 @@
 //!   bundled web PKI roots.
 //! - **Per-call limits** (`limits`): `http_requests` requests per call (more get
 //!   `connection-limit-reached`), `http_response_bytes` of response bodies per call, all
-//!   requests together (past it, the body fails with `HTTP-response-body-size`), and the
+//!   requests together (past it, the body fails with `HTTP-response-body-size`),
+//!   `http_request_bytes` of request bodies sent per call, all requests together (the
+//!   frame that would pass it fails the request with `HTTP-request-body-size`, and a
+//!   `content-length` past what is left is refused so before connecting), and the
 //!   connect and first-byte timeouts, which also cap what the guest asks for in its
 //!   `request-options` (the time between body bytes is capped by the first-byte one).
 //! - **What a request makes the host hold is charged to the call** (ledger.rs): each open
@@ -577,6 +580,8 @@ struct CallEgress {
     requests_left: AtomicUsize,
     response_bytes_left: AtomicUsize,
     response_bytes_limit: usize,
+    request_bytes_left: AtomicUsize,
+    request_bytes_limit: usize,
     connect_timeout: Duration,
     first_byte_timeout: Duration,
     /// Whether a refusal has been logged for this call yet: once is enough.
@@ -607,6 +612,8 @@ impl CallEgress {
             requests_left: AtomicUsize::new(limits.http_requests),
             response_bytes_left: AtomicUsize::new(limits.http_response_bytes),
             response_bytes_limit: limits.http_response_bytes,
+            request_bytes_left: AtomicUsize::new(limits.http_request_bytes),
+            request_bytes_limit: limits.http_request_bytes,
             connect_timeout: limits.http_connect_timeout,
             first_byte_timeout: limits.http_first_byte_timeout,
             refusal_logged: AtomicBool::new(false),
@@ -628,9 +635,12 @@ impl CallEgress {
     }
 
     fn take_request(&self) -> bool {
-        self.requests_left
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |left| left.checked_sub(1))
-            .is_ok()
+        take(&self.requests_left, 1)
+    }
+
+    /// What a request body past `http_request_bytes` fails with.
+    fn request_body_too_large(&self) -> HttpError {
+        HttpError::HttpRequestBodySize(Some(self.request_bytes_limit as u64))
     }
 
     /// The guest's timeouts, capped by the call's limits.
@@ -670,6 +680,10 @@ impl WasiHttpHooks for Egress {
         let call = self.call.clone();
         let target = self.check(&request);
         let (ledger, grants) = (self.ledger.clone(), self.grants.clone());
+        let overflowed = Arc::new(AtomicBool::new(false));
+        let request = request.map(|body| {
+            RequestBody { inner: body, call: call.clone(), overflowed: overflowed.clone() }.boxed_unsync()
+        });
         Box::new(async move {
             let target = target?;
             let (connect_timeout, first_byte_timeout, between_bytes_timeout) = call.timeouts(options);
@@ -677,7 +691,18 @@ impl WasiHttpHooks for Egress {
             let connection = tokio::time::timeout(connect_timeout, connect)
                 .await
                 .map_err(|_| HttpError::ConnectionTimeout)??;
-            let response = send(connection, request, first_byte_timeout).await?;
+            // hyper reports a body that failed as its own error: say which limit it was.
+            let response = send(connection, request, first_byte_timeout).await.map_err(|error| {
+                if overflowed.load(Ordering::Acquire) {
+                    call.log_refusal(
+                        &target.authority,
+                        "the call sent the request body bytes its http_request_kb allows",
+                    );
+                    call.request_body_too_large()
+                } else {
+                    error
+                }
+            })?;
             let (response, io) = response;
             let response = response.map(|incoming| {
                 ResponseBody {
@@ -721,6 +746,19 @@ impl Egress {
         let Some(rule) = self.grants.rules.grant(tls, host, port) else {
             return refuse("no allow_http rule grants it", HttpError::HttpRequestDenied);
         };
+        // A body declared past what the call may still send would fail on the way: refuse
+        // it before it connects.
+        let declared = request
+            .headers()
+            .get(http::header::CONTENT_LENGTH)
+            .and_then(|length| length.to_str().ok()?.parse::<u64>().ok());
+        if declared.is_some_and(|length| length > self.call.request_bytes_left.load(Ordering::Acquire) as u64)
+        {
+            return refuse(
+                "its content-length passes the request body bytes the call's http_request_kb leaves",
+                self.call.request_body_too_large(),
+            );
+        }
         if !self.call.take_request() {
             return refuse(
                 "the call made all the requests its http_requests allows",
@@ -903,11 +941,7 @@ impl Body for ResponseBody {
             Poll::Ready(Some(Ok(frame))) => {
                 self.idle = None;
                 let size = frame.data_ref().map_or(0, Bytes::len);
-                let taken =
-                    self.call
-                        .response_bytes_left
-                        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |left| left.checked_sub(size));
-                if taken.is_err() {
+                if !take(&self.call.response_bytes_left, size) {
                     let limit = self.call.response_bytes_limit as u64;
                     return Poll::Ready(Some(Err(HttpError::HttpResponseBodySize(Some(limit)))));
                 }
@@ -933,6 +967,47 @@ impl Body for ResponseBody {
     fn size_hint(&self) -> hyper::body::SizeHint {
         self.incoming.size_hint()
     }
+}
+
+/// A request body, counted against the call's `http_request_bytes`: the frame that would
+/// pass it fails the body (and so the request) instead of going out.
+struct RequestBody {
+    inner: WasiBody,
+    call: Arc<CallEgress>,
+    /// Set when this body failed for the limit, to name the request's error.
+    overflowed: Arc<AtomicBool>,
+}
+
+impl Body for RequestBody {
+    type Data = Bytes;
+    type Error = HttpError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, HttpError>>> {
+        let frame = std::task::ready!(Pin::new(&mut self.inner).poll_frame(cx));
+        if let Some(Ok(frame)) = &frame
+            && !take(&self.call.request_bytes_left, frame.data_ref().map_or(0, Bytes::len))
+        {
+            self.overflowed.store(true, Ordering::Release);
+            return Poll::Ready(Some(Err(self.call.request_body_too_large())));
+        }
+        Poll::Ready(frame)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// Take `amount` from what is `left`, all or nothing.
+fn take(left: &AtomicUsize, amount: usize) -> bool {
+    left.fetch_update(Ordering::AcqRel, Ordering::Acquire, |left| left.checked_sub(amount)).is_ok()
 }
 
 #[cfg(test)]

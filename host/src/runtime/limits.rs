@@ -52,6 +52,10 @@ pub struct ToolLimits {
     /// Bytes of HTTP response bodies a call may receive, all its requests together; past
     /// it, the body fails with `HTTP-response-body-size`.
     pub http_response_bytes: usize,
+    /// Bytes of HTTP request bodies a call may send, all its requests together; past it
+    /// (or when a request's `content-length` alone would pass what is left), the request
+    /// fails with `HTTP-request-body-size`.
+    pub http_request_bytes: usize,
     /// How long resolving, connecting and the TLS handshake of one request may take; a
     /// guest may ask for less.
     pub http_connect_timeout: Duration,
@@ -88,6 +92,7 @@ impl Default for ToolLimits {
             open_files: 256,
             http_requests: 32,
             http_response_bytes: 8 << 20,
+            http_request_bytes: 8 << 20,
             http_connect_timeout: Duration::from_secs(5),
             http_first_byte_timeout: Duration::from_secs(30),
             stderr_bytes: 64 << 10,
