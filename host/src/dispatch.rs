@@ -74,7 +74,7 @@ use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::{Notify, mpsc};
 use tokio::time::Instant;
 
-use crate::auth::{Tenant, Tenants};
+use crate::auth::{Caller, Tenant, Tenants};
 use crate::protocol::asking::{ClientCapabilities, ServerRequest};
 use crate::protocol::jsonrpc::{
     self, INTERNAL_ERROR, INVALID_REQUEST, Incoming, Outgoing, RequestId, RpcError,
@@ -660,6 +660,9 @@ pub struct Connection {
     in_flight: Mutex<HashMap<RequestId, InFlight>>,
     /// The tenant this connection serves (`None`: no tenants are configured).
     tenant: Option<Arc<Tenant>>,
+    /// Who within the tenant (`None`: not known, as over stdio); what is sealed for this
+    /// connection's requests opens only for the same caller.
+    caller: Option<Caller>,
     /// Where the tenant's `calls_per_second` is enforced.
     rate_check: RateCheck,
     /// The log level a 2025-era client set with `logging/setLevel` (none: no log).
@@ -720,12 +723,23 @@ impl Connection {
 
     /// A connection serving `tenant`'s view of the tools, under its quotas.
     pub fn for_tenant(server: Arc<Server>, tenant: Option<Arc<Tenant>>, rate_check: RateCheck) -> Arc<Self> {
+        Self::for_caller(server, tenant, None, rate_check)
+    }
+
+    /// [`Connection::for_tenant`], for requests `caller` made.
+    pub fn for_caller(
+        server: Arc<Server>,
+        tenant: Option<Arc<Tenant>>,
+        caller: Option<Caller>,
+        rate_check: RateCheck,
+    ) -> Arc<Self> {
         Arc::new(Self {
             server,
             legacy: AtomicBool::new(false),
             following: Arc::default(),
             in_flight: Mutex::new(HashMap::new()),
             tenant,
+            caller,
             rate_check,
             log_level: Mutex::new(None),
             client: Mutex::default(),
@@ -745,6 +759,14 @@ impl Connection {
         let mut tags = call_tags(id);
         tags.tenant = self.tenant.as_ref().map(|tenant| tenant.id.to_string());
         tags
+    }
+
+    /// Who this connection's sealed states are for.
+    fn holder(&self) -> sealed::Holder<'_> {
+        sealed::Holder {
+            tenant: self.tenant.as_ref().map(|tenant| tenant.id.as_str()),
+            caller: self.caller.as_ref().map(Caller::as_str),
+        }
     }
 
     fn view(&self) -> Option<&TenantView> {
@@ -1160,9 +1182,9 @@ impl Connection {
                 // What a sealed state is bound to, made only when a state is opened or
                 // sealed: most calls do neither, and hashing the arguments is not free.
                 let component = call.component();
-                let tenant = self.tenant.as_ref().map(|tenant| tenant.id.as_str());
+                let holder = self.holder();
                 let binding =
-                    move || sealed::Binding::new(&component, format!("tools/call {name}"), tenant, arguments);
+                    move || sealed::Binding::new(&component, format!("tools/call {name}"), holder, arguments);
                 match retry.round_for(&self.server.sealer, binding.clone()) {
                     Ok((round, number)) => {
                         let call = call.with_input(round);

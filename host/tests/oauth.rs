@@ -819,3 +819,51 @@ fn a_tokens_tenant_claim_picks_the_configured_tenants_view() {
     let log = server.stop();
     assert!(!log.contains("beta-key-1"), "an API key reached the log");
 }
+
+/// A sealed `requestState` is bound to the token's subject: another user's token (same
+/// tenant, here the one implicit tenant) that comes by it is refused with -32602 before
+/// the tool runs, and the subject it was issued to continues the call.
+#[test]
+fn a_request_state_is_taken_back_only_from_the_subject_it_was_issued_to() {
+    let key = SigningKey::generate("key-1");
+    let issuer = Issuer::start(&key);
+    let server = Server::start(&issuer.config("oauth-callers"), &[]);
+    let schema = Schema::new();
+    let user_1 = key.sign(&issuer.claims("acme"));
+    let mut other_claims = issuer.claims("acme");
+    other_claims["sub"] = json!("user-2");
+    let user_2 = key.sign(&other_claims);
+    let delete = |token: &str, extra: Value| {
+        let mut params = json!({"name": "delete_collection", "arguments": {"collection": "books"}});
+        params.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+        params["_meta"] = json!({
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {"elicitation": {}},
+        });
+        let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params}).to_string();
+        let bearer = format!("Bearer {token}");
+        let headers = [
+            ("Accept", "application/json, text/event-stream"),
+            ("Content-Type", "application/json"),
+            ("MCP-Protocol-Version", "2026-07-28"),
+            ("Mcp-Method", "tools/call"),
+            ("Mcp-Name", "delete_collection"),
+            ("Authorization", bearer.as_str()),
+        ];
+        let answer = server.request("POST", "/mcp", &headers, &body);
+        let message = answer.json();
+        schema.check_sent(&message, Some("tools/call"));
+        message
+    };
+    let asked = delete(&user_1, json!({}));
+    assert_eq!(asked["result"]["resultType"], "input_required", "{asked}");
+    let retry = json!({
+        "inputResponses": {"confirm": {"action": "accept", "content": {"confirm": true}}},
+        "requestState": asked["result"]["requestState"],
+    });
+    let stolen = delete(&user_2, retry.clone());
+    assert_eq!(stolen["error"]["code"], -32602, "{stolen}");
+    assert!(stolen["error"]["message"].as_str().unwrap().contains("another caller"), "{stolen}");
+    let own = delete(&user_1, retry);
+    assert_eq!(own["result"]["content"][0]["text"], "Deleted books", "{own}");
+}

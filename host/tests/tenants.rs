@@ -574,3 +574,35 @@ fn a_2025_era_session_belongs_to_the_tenant_that_opened_it() {
     assert_eq!(in_session(BETA_KEY, &beta_sessions[0]), 404, "beta's oldest stayed past its cap");
     assert_eq!(in_session(BETA_KEY, &beta_sessions[1000]), 200);
 }
+
+/// A sealed `requestState` is bound to the API key it was issued to: another key of the
+/// same tenant that comes by it is refused with -32602 before the tool runs, and the key
+/// it was issued to continues the call.
+#[test]
+fn a_request_state_is_taken_back_only_from_the_key_it_was_issued_to() {
+    let server = Server::start("callers", "");
+    let delete = |key: &str, extra: Value| {
+        let mut params = json!({"name": "delete_collection", "arguments": {"collection": "books"}});
+        params.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+        params["_meta"] = json!({
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {"elicitation": {}},
+        });
+        let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params});
+        let bearer = format!("Bearer {key}");
+        let mut headers = modern_headers("tools/call", Some("delete_collection"));
+        headers.push(("Authorization", &bearer));
+        server.post("/mcp", &headers, &body).message().clone()
+    };
+    let asked = delete(ACME_KEY, json!({}));
+    assert_eq!(asked["result"]["resultType"], "input_required", "{asked}");
+    let retry = json!({
+        "inputResponses": {"confirm": {"action": "accept", "content": {"confirm": true}}},
+        "requestState": asked["result"]["requestState"],
+    });
+    let stolen = delete("acme-second-key", retry.clone());
+    assert_eq!(stolen["error"]["code"], -32602, "{stolen}");
+    assert!(stolen["error"]["message"].as_str().unwrap().contains("another caller"), "{stolen}");
+    let own = delete(ACME_KEY, retry);
+    assert_eq!(own["result"]["content"][0]["text"], "Deleted books", "{own}");
+}

@@ -64,6 +64,11 @@ impl ApiKeys {
 
     /// The tenant whose key `key` is. Every digest is compared, whatever matched first.
     pub fn tenant_of(&self, key: &[u8]) -> Option<TenantId> {
+        self.holder_of(key).map(|(tenant, _)| tenant)
+    }
+
+    /// The tenant whose key `key` is, and the key's digest.
+    pub fn holder_of(&self, key: &[u8]) -> Option<(TenantId, KeyDigest)> {
         let presented = digest(key);
         let mut found = None;
         for (stored, tenant) in &self.digests {
@@ -71,7 +76,7 @@ impl ApiKeys {
                 found = Some(tenant.clone());
             }
         }
-        found
+        found.map(|tenant| (tenant, presented))
     }
 }
 

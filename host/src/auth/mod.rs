@@ -49,10 +49,36 @@ impl std::fmt::Display for TenantId {
     }
 }
 
+/// Who within a tenant made a request: an OAuth token's subject (`sub`), or which API key.
+/// What a caller is handed to bring back (a sealed `requestState`) is bound to it, so that
+/// another caller of the same tenant who comes by it cannot use it. Never logged: an API
+/// key's is derived from the key's digest.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Caller(Arc<str>);
+
+impl Caller {
+    /// The holder of the API key whose digest is `digest` (its first 16 bytes, hex).
+    pub fn of_key(digest: &api_keys::KeyDigest) -> Self {
+        let hex: String = digest[..16].iter().map(|byte| format!("{byte:02x}")).collect();
+        Self(format!("key:{hex}").into())
+    }
+
+    /// The subject a token names.
+    pub fn of_subject(subject: &str) -> Self {
+        Self(format!("sub:{subject}").into())
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
 /// Who a request acts for, once its credentials are checked.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Principal {
     pub tenant: TenantId,
+    /// Who within the tenant.
+    pub caller: Caller,
     /// Scopes granted (an OAuth token's `scope`); empty for API keys, which grant the
     /// tenant's whole view.
     pub scopes: Vec<String>,
@@ -248,8 +274,8 @@ impl Tenants {
             return Err(AuthError::InQuery);
         }
         let token = bearer_token(authorization.ok_or(AuthError::Missing)?).ok_or(AuthError::Missing)?;
-        let tenant = self.keys.tenant_of(token).ok_or(AuthError::Invalid)?;
-        Ok(Principal { tenant, scopes: Vec::new() })
+        let (tenant, digest) = self.keys.holder_of(token).ok_or(AuthError::Invalid)?;
+        Ok(Principal { tenant, caller: Caller::of_key(&digest), scopes: Vec::new() })
     }
 }
 

@@ -110,6 +110,9 @@ impl OAuthSettings {
 pub struct Claims {
     /// The tenant the request acts for (the `tenant_claim`'s value).
     pub tenant: String,
+    /// Who the token was issued to (`sub`, when a non-empty string): the caller within
+    /// the tenant ([`super::Caller`]).
+    pub subject: Option<String>,
     pub scopes: Vec<String>,
 }
 
@@ -260,10 +263,18 @@ impl Validator {
         // `exp` passed its check, so it is a number; a fractional one counts by its seconds.
         let expires = claims.get("exp").and_then(|exp| exp.as_u64().or(exp.as_f64().map(|exp| exp as u64)));
         let expires = expires.unwrap_or(0);
-        let checked = Claims { tenant, scopes: scopes(&claims) };
+        let checked = Claims { tenant, subject: subject(&claims), scopes: scopes(&claims) };
         let usable_until = expires.saturating_add(LEEWAY.as_secs());
         self.checked.remember(token, Remembered { claims: checked.clone(), usable_until, generation }, now);
         Ok(checked)
+    }
+}
+
+/// A token's subject: `sub`, when a non-empty string (anything else names no one).
+fn subject(claims: &Map<String, Value>) -> Option<String> {
+    match claims.get("sub") {
+        Some(Value::String(subject)) if !subject.is_empty() => Some(subject.clone()),
+        _ => None,
     }
 }
 
@@ -306,6 +317,15 @@ mod tests {
         assert_eq!(scopes(&claims(json!({"scope": "tools  read"}))), ["tools", "read"]);
         assert_eq!(scopes(&claims(json!({"scp": ["tools", "read"]}))), ["tools", "read"]);
         assert!(scopes(&claims(json!({}))).is_empty());
+    }
+
+    #[test]
+    fn the_subject_is_a_non_empty_sub_string() {
+        let claims = |value: Value| value.as_object().unwrap().clone();
+        assert_eq!(subject(&claims(json!({"sub": "user-1"}))).as_deref(), Some("user-1"));
+        for nobody in [json!({"sub": ""}), json!({"sub": 7}), json!({"sub": ["a"]}), json!({})] {
+            assert_eq!(subject(&claims(nobody.clone())), None, "{nobody}");
+        }
     }
 
     #[test]

@@ -229,9 +229,9 @@ impl Connection {
             let call = match (retry.take(), &bound, round.take()) {
                 (_, _, Some(round)) => call.with_input(round),
                 (Some(retry), Some((target, arguments)), None) => {
-                    let tenant = self.tenant.as_ref().map(|tenant| tenant.id.as_str());
+                    let holder = self.holder();
                     let component = call.component();
-                    let binding = move || Binding::new(&component, target.clone(), tenant, arguments);
+                    let binding = move || Binding::new(&component, target.clone(), holder, arguments);
                     match retry.round_for(&self.server.sealer, binding.clone()) {
                         Ok((round, number)) => {
                             asking = Some((retry, binding, number));

@@ -2,8 +2,9 @@
 //!
 //! What a guest hands out between rounds travels through the client, so the client sees
 //! only a sealed box: [`Sealer::seal`] wraps the guest's state with what it is valid for
-//! ([`Binding`]: the component and tool or prompt, the tenant, a SHA-256 fingerprint of the
-//! arguments), the round number, the keys asked and an expiry, and encrypts and
+//! ([`Binding`]: the component and tool or prompt, the tenant and the caller within it (an
+//! OAuth token's subject, or which API key: [`crate::auth::Caller`]), a SHA-256
+//! fingerprint of the arguments), the round number, the keys asked and an expiry, and encrypts and
 //! authenticates it all with XChaCha20-Poly1305 (a random 24-byte nonce per seal, so one
 //! key seals any number of states) into base64url. [`Sealer::open`] refuses a state that
 //! was changed, sealed under another key, expired, or sealed for another binding, each
@@ -66,6 +67,15 @@ impl std::fmt::Debug for Sealer {
     }
 }
 
+/// Who a state is sealed for.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Holder<'a> {
+    /// The tenant (none: the one implicit tenant).
+    pub tenant: Option<&'a str>,
+    /// The caller within it (none: not known, as over stdio).
+    pub caller: Option<&'a str>,
+}
+
 /// What a sealed state is valid for.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Binding {
@@ -75,15 +85,25 @@ pub struct Binding {
     pub target: String,
     /// The tenant that made the request (none: the one implicit tenant).
     pub tenant: Option<String>,
+    /// Who within the tenant made it. Absent from states sealed before it was bound,
+    /// which so open only for a caller that is not known either.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub caller: Option<String>,
     /// SHA-256 of the arguments as canonical JSON (keys sorted), hex.
     pub arguments: String,
 }
 
 impl Binding {
-    pub fn new(component: &str, target: String, tenant: Option<&str>, arguments: &serde_json::Value) -> Self {
+    pub fn new(component: &str, target: String, holder: Holder<'_>, arguments: &serde_json::Value) -> Self {
         // serde_json's map is ordered by key: the same arguments give the same text.
         let arguments = format!("{:x}", Sha256::digest(arguments.to_string().as_bytes()));
-        Self { component: component.to_owned(), target, tenant: tenant.map(str::to_owned), arguments }
+        Self {
+            component: component.to_owned(),
+            target,
+            tenant: holder.tenant.map(str::to_owned),
+            caller: holder.caller.map(str::to_owned),
+            arguments,
+        }
     }
 }
 
@@ -119,6 +139,10 @@ pub enum Refused {
     OtherArguments,
     #[error("requestState was issued to another tenant")]
     OtherTenant,
+    #[error(
+        "requestState was issued to another caller (another token subject or API key): start the request again without it"
+    )]
+    OtherCaller,
 }
 
 impl Sealer {
@@ -194,6 +218,9 @@ impl Sealer {
         if issued.tenant != binding.tenant {
             return Err(Refused::OtherTenant);
         }
+        if issued.caller != binding.caller {
+            return Err(Refused::OtherCaller);
+        }
         if issued.arguments != binding.arguments {
             return Err(Refused::OtherArguments);
         }
@@ -241,7 +268,7 @@ mod tests {
     use super::*;
 
     fn binding(target: &str, tenant: Option<&str>, arguments: serde_json::Value) -> Binding {
-        Binding::new("tools", target.to_owned(), tenant, &arguments)
+        Binding::new("tools", target.to_owned(), Holder { tenant, caller: Some("key:01") }, &arguments)
     }
 
     /// A state sealed by another replica, or by this server before an upgrade, binds the
@@ -282,6 +309,40 @@ mod tests {
         assert_eq!(sealer.open(&sealed, &other_tenant), Err(Refused::OtherTenant));
         let other_arguments = binding("tools/call delete", Some("acme"), serde_json::json!({"b": 2, "a": 2}));
         assert_eq!(sealer.open(&sealed, &other_arguments), Err(Refused::OtherArguments));
+        let mut other_caller = bound.clone();
+        other_caller.caller = Some("key:02".into());
+        assert_eq!(sealer.open(&sealed, &other_caller), Err(Refused::OtherCaller));
+        other_caller.caller = None;
+        assert_eq!(
+            sealer.open(&sealed, &other_caller),
+            Err(Refused::OtherCaller),
+            "an unknown caller is another"
+        );
+    }
+
+    /// A state sealed before callers were bound (no `caller` in it) still opens where the
+    /// caller is not known, and only there.
+    #[test]
+    fn a_state_sealed_without_a_caller_opens_only_for_no_caller() {
+        let sealer = Sealer::random();
+        let arguments = serde_json::json!({"a": 1});
+        let unbound = Binding::new(
+            "tools",
+            "tools/call t".into(),
+            Holder { tenant: Some("acme"), caller: None },
+            &arguments,
+        );
+        let text = serde_json::to_string(&unbound).unwrap();
+        assert!(!text.contains("caller"), "no caller is written as none: {text}");
+        let sealed = sealer.seal(unbound.clone(), 1, Vec::new(), None);
+        assert!(sealer.open(&sealed, &unbound).is_ok());
+        let known = Binding::new(
+            "tools",
+            "tools/call t".into(),
+            Holder { tenant: Some("acme"), caller: Some("sub:u") },
+            &arguments,
+        );
+        assert_eq!(sealer.open(&sealed, &known), Err(Refused::OtherCaller));
     }
 
     #[test]

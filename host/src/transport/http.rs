@@ -56,8 +56,8 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 
 use super::tls::Tls;
-use crate::auth::oauth::{TokenError, Validator};
-use crate::auth::{self, AuthError, Tenant, TenantId};
+use crate::auth::oauth::{Claims, TokenError, Validator};
+use crate::auth::{self, AuthError, Caller, Tenant, TenantId};
 use crate::dispatch::{
     Admitted, Charge, Connection, Outbox, RETRY_AFTER_SECONDS, RateCheck, Refusal, Server, rate_limited,
 };
@@ -328,9 +328,10 @@ impl Protection {
         response
     }
 
-    /// The tenant a request's bearer token names, or the 400, 401 or 403 refusing it.
+    /// What a request's bearer token says (its tenant and subject), or the 400, 401 or 403
+    /// refusing it.
     #[allow(clippy::result_large_err)]
-    async fn authenticate(&self, uri: &hyper::Uri, headers: &HeaderMap) -> Result<String, HttpResponse> {
+    async fn authenticate(&self, uri: &hyper::Uri, headers: &HeaderMap) -> Result<Claims, HttpResponse> {
         // A token in the URL ends up in logs and histories (MCP authorization: never).
         if uri.query().is_some_and(|query| query.split('&').any(|pair| pair.starts_with("access_token="))) {
             let challenge = format!("{}, error=\"invalid_request\"", self.challenge);
@@ -348,7 +349,7 @@ impl Protection {
             ));
         };
         match self.validator.validate(token).await {
-            Ok(claims) => Ok(claims.tenant),
+            Ok(claims) => Ok(claims),
             Err(TokenError::Invalid(reason)) => {
                 tracing::debug!("refused a token: {reason}");
                 let challenge =
@@ -685,7 +686,7 @@ async fn serve_request(
         return Err(plain(StatusCode::NOT_FOUND, "Not Found: the MCP endpoint is POST /mcp"));
     }
     // Who is asking, before anything else of the request is read.
-    let tenant = authenticate(shared, &request).await.map_err(closing)?;
+    let (tenant, caller) = authenticate(shared, &request).await.map_err(closing)?;
     let session_id = header_text(headers, "mcp-session-id");
     if request.method() == Method::DELETE
         && let Some(id) = &session_id
@@ -792,7 +793,7 @@ async fn serve_request(
     let (sender, mut outbox) = mpsc::channel(64);
     let connection = match session.filter(|_| legacy) {
         Some(connection) => connection,
-        None => Connection::for_tenant(server.clone(), tenant, RateCheck::Done),
+        None => Connection::for_caller(server.clone(), tenant, caller, RateCheck::Done),
     };
     if legacy {
         connection.set_legacy();
@@ -825,20 +826,21 @@ async fn serve_request(
 }
 
 /// The tenant of the request's credentials (`None` when no tenants are configured: every
-/// request is let in, as the one implicit tenant). A refusal is a 401 (or 403) with a
+/// request is let in, as the one implicit tenant), and the caller within it (`None`: no
+/// credentials, or a token without a subject). A refusal is a 401 (or 403) with a
 /// `WWW-Authenticate` challenge naming the protected resource metadata.
 #[allow(clippy::result_large_err)]
 async fn authenticate(
     shared: &Shared,
     request: &Request<IncomingBody>,
-) -> Result<Option<Arc<Tenant>>, HttpResponse> {
+) -> Result<(Option<Arc<Tenant>>, Option<Caller>), HttpResponse> {
     let tenants = shared.server.tenants();
     let headers = request.headers();
     if !tenants.is_empty() {
         let authorization = headers.get(header::AUTHORIZATION).map(HeaderValue::as_bytes);
         match tenants.authenticate(authorization, request.uri().query()) {
             Ok(principal) => match tenants.of(&principal) {
-                Some(tenant) => return Ok(Some(tenant.clone())),
+                Some(tenant) => return Ok((Some(tenant.clone()), Some(principal.caller))),
                 None => return Err(unauthorized(shared, headers, &AuthError::Invalid)),
             },
             // Not an API key: with OAuth configured it may be an access token.
@@ -847,15 +849,16 @@ async fn authenticate(
         }
     }
     let Some(protection) = &shared.protection else {
-        return Ok(None);
+        return Ok((None, None));
     };
-    let claimed = protection.authenticate(request.uri(), headers).await?;
+    let claims = protection.authenticate(request.uri(), headers).await?;
+    let caller = claims.subject.as_deref().map(Caller::of_subject);
     if tenants.is_empty() {
-        // One implicit tenant: the token only lets the request in.
-        return Ok(None);
+        // One implicit tenant: the token lets the request in, as its subject.
+        return Ok((None, caller));
     }
-    match tenants.get(&claimed) {
-        Some(tenant) => Ok(Some(tenant.clone())),
+    match tenants.get(&claims.tenant) {
+        Some(tenant) => Ok((Some(tenant.clone()), caller)),
         // A valid token for a tenant this server does not know: authenticated, not allowed.
         None => Err(protection.refusal(
             StatusCode::FORBIDDEN,
