@@ -407,3 +407,63 @@ async fn unsent_requests_bodies_and_header_fields_are_charged_to_the_call() {
     let report = call(&runtime, "http_hoard", json!({ "count": 1000 })).await;
     assert_eq!(answer(&report), "bodies 51 of 1000");
 }
+
+/// The server cannot be made to reach itself through a name that leads to one of its own
+/// addresses, however public that address looks. `cordon serve --stdio` runs in network
+/// and mount namespaces of its own (`unshare`, as a user namespace's root: no privilege
+/// needed), where the loopback interface also has 11.22.33.44, `own.test` names it in
+/// `/etc/hosts`, and the server's metrics listen there. A guest granted
+/// `http://own.test:9464` is refused with `destination-IP-prohibited`; granted the address
+/// literally, it reaches the metrics, so the refusal is the own-address rule's.
+#[test]
+fn a_name_leading_to_the_servers_own_public_address_is_refused() {
+    use std::io::Write as _;
+    use std::process::{Command, Stdio};
+
+    let dir = common::fresh_dir("own-address");
+    std::fs::write(dir.join("hosts"), "127.0.0.1 localhost\n11.22.33.44 own.test\n").unwrap();
+    std::fs::write(
+        dir.join("cordon.toml"),
+        format!(
+            "[server]\ncache = false\n\n[[components]]\npath = {:?}\n\
+             allow_http = [\"http://own.test:9464\", \"http://11.22.33.44:9464\"]\n",
+            hostile().display().to_string()
+        ),
+    )
+    .unwrap();
+    let setup = "mount --bind \"$1\" /etc/hosts && ip link set lo up && ip addr add 11.22.33.44/32 dev lo \
+                 && shift && exec \"$@\"";
+    let path = format!("{}:/usr/sbin:/sbin", std::env::var("PATH").unwrap_or_default());
+    let mut child = Command::new("unshare")
+        .args(["--user", "--map-root-user", "--net", "--mount", "sh", "-c", setup, "sh"])
+        .arg(dir.join("hosts"))
+        .arg(env!("CARGO_BIN_EXE_cordon"))
+        .args(["serve", "--stdio", "--metrics", "11.22.33.44:9464", "--config"])
+        .arg(dir.join("cordon.toml"))
+        .env("PATH", path)
+        .env("CORDON_LOG", "warn")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("unshare (util-linux) runs");
+    let lines = common::wire::line_channel(child.stdout.take().unwrap());
+    let mut stdin = child.stdin.take().unwrap();
+    let schema = common::wire::Schema::new();
+    let mut get = |id: u32, url: &str| -> String {
+        let arguments = json!({"url": url, "times": 1});
+        let params = json!({"name": "http_get", "arguments": arguments, "_meta": common::wire::meta()});
+        writeln!(stdin, "{}", json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params}))
+            .unwrap();
+        let line = lines
+            .recv_timeout(Duration::from_secs(20))
+            .expect("an answer within 20 s: else the namespace set-up failed (stderr says why; it needs user namespaces and iproute2's `ip`)");
+        let answer: serde_json::Value = serde_json::from_str(&line).unwrap();
+        schema.check_sent(&answer, Some("tools/call"));
+        answer["result"]["content"][0]["text"].as_str().unwrap_or_else(|| panic!("{answer}")).to_owned()
+    };
+    let literal = get(1, "http://11.22.33.44:9464/healthz");
+    assert!(literal.starts_with("200 "), "the metrics listener is reachable at its address: {literal}");
+    assert_eq!(get(2, "http://own.test:9464/healthz"), "error ErrorCode::DestinationIpProhibited");
+    let _ = child.kill();
+    let _ = child.wait();
+}
