@@ -765,7 +765,7 @@ impl Connection {
     fn holder(&self) -> sealed::Holder<'_> {
         sealed::Holder {
             tenant: self.tenant.as_ref().map(|tenant| tenant.id.as_str()),
-            caller: self.caller.as_ref().map(Caller::as_str),
+            caller: self.caller.as_ref(),
         }
     }
 

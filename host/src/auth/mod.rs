@@ -52,24 +52,34 @@ impl std::fmt::Display for TenantId {
 /// Who within a tenant made a request: an OAuth token's subject (`sub`), or which API key.
 /// What a caller is handed to bring back (a sealed `requestState`) is bound to it, so that
 /// another caller of the same tenant who comes by it cannot use it. Never logged: an API
-/// key's is derived from the key's digest.
+/// key's is the first half of the key's digest. Made for every request, so it is written
+/// out ([`Caller::name`]) only when a state is sealed or opened.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct Caller(Arc<str>);
+pub enum Caller {
+    Key([u8; 16]),
+    Subject(Arc<str>),
+}
 
 impl Caller {
-    /// The holder of the API key whose digest is `digest` (its first 16 bytes, hex).
+    /// The holder of the API key whose digest is `digest`.
     pub fn of_key(digest: &api_keys::KeyDigest) -> Self {
-        let hex: String = digest[..16].iter().map(|byte| format!("{byte:02x}")).collect();
-        Self(format!("key:{hex}").into())
+        Self::Key(digest[..16].try_into().expect("a digest has 32 bytes"))
     }
 
     /// The subject a token names.
     pub fn of_subject(subject: &str) -> Self {
-        Self(format!("sub:{subject}").into())
+        Self::Subject(subject.into())
     }
 
-    pub fn as_str(&self) -> &str {
-        &self.0
+    /// `key:<hex>` or `sub:<subject>`: distinct for distinct callers.
+    pub fn name(&self) -> String {
+        match self {
+            Self::Key(digest) => {
+                let hex: String = digest.iter().map(|byte| format!("{byte:02x}")).collect();
+                format!("key:{hex}")
+            }
+            Self::Subject(subject) => format!("sub:{subject}"),
+        }
     }
 }
 

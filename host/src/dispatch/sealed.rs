@@ -24,6 +24,8 @@ use chacha20poly1305::{XChaCha20Poly1305, XNonce};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+use crate::auth::Caller;
+
 /// The environment variable that holds the key (64 hex digits), ahead of the config's.
 pub const KEY_VARIABLE: &str = "CORDON_REQUEST_STATE_KEY";
 /// How long a sealed state stays valid unless configured.
@@ -73,7 +75,7 @@ pub struct Holder<'a> {
     /// The tenant (none: the one implicit tenant).
     pub tenant: Option<&'a str>,
     /// The caller within it (none: not known, as over stdio).
-    pub caller: Option<&'a str>,
+    pub caller: Option<&'a Caller>,
 }
 
 /// What a sealed state is valid for.
@@ -101,7 +103,7 @@ impl Binding {
             component: component.to_owned(),
             target,
             tenant: holder.tenant.map(str::to_owned),
-            caller: holder.caller.map(str::to_owned),
+            caller: holder.caller.map(Caller::name),
             arguments,
         }
     }
@@ -268,7 +270,12 @@ mod tests {
     use super::*;
 
     fn binding(target: &str, tenant: Option<&str>, arguments: serde_json::Value) -> Binding {
-        Binding::new("tools", target.to_owned(), Holder { tenant, caller: Some("key:01") }, &arguments)
+        Binding::new(
+            "tools",
+            target.to_owned(),
+            Holder { tenant, caller: Some(&Caller::Key([1; 16])) },
+            &arguments,
+        )
     }
 
     /// A state sealed by another replica, or by this server before an upgrade, binds the
@@ -310,7 +317,7 @@ mod tests {
         let other_arguments = binding("tools/call delete", Some("acme"), serde_json::json!({"b": 2, "a": 2}));
         assert_eq!(sealer.open(&sealed, &other_arguments), Err(Refused::OtherArguments));
         let mut other_caller = bound.clone();
-        other_caller.caller = Some("key:02".into());
+        other_caller.caller = Some(Caller::Key([2; 16]).name());
         assert_eq!(sealer.open(&sealed, &other_caller), Err(Refused::OtherCaller));
         other_caller.caller = None;
         assert_eq!(
@@ -339,7 +346,7 @@ mod tests {
         let known = Binding::new(
             "tools",
             "tools/call t".into(),
-            Holder { tenant: Some("acme"), caller: Some("sub:u") },
+            Holder { tenant: Some("acme"), caller: Some(&Caller::of_subject("u")) },
             &arguments,
         );
         assert_eq!(sealer.open(&sealed, &known), Err(Refused::OtherCaller));
