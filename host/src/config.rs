@@ -43,6 +43,8 @@
 //!                                # connection idle this long is closed
 //! linger_ms = 5000               # after a refusal that left the body unread, read and
 //! linger_kb = 16384              # discard at most this much before closing
+//! write_timeout_ms = 30000       # a connection whose client takes no bytes of an answer
+//!                                # for this long is closed
 //! allowed_hosts = ["mcp.internal"]   # besides localhost, 127.0.0.1 and [::1]
 //!
 //! [auth.oauth]                  # HTTP requests need a JWT access token from this issuer
@@ -259,6 +261,7 @@ pub struct HttpConfig {
     pub header_timeout_ms: Option<u64>,
     pub linger_ms: Option<u64>,
     pub linger_kb: Option<usize>,
+    pub write_timeout_ms: Option<u64>,
     #[serde(default)]
     pub allowed_hosts: Vec<String>,
 }
@@ -588,6 +591,9 @@ impl Config {
         }
         if let Some(kb) = self.http.linger_kb {
             http.linger_bytes = kb << 10;
+        }
+        if let Some(ms) = self.http.write_timeout_ms {
+            http.write_timeout = Duration::from_millis(ms.max(1));
         }
         http.allowed_hosts.extend(self.http.allowed_hosts.iter().map(|host| host.to_ascii_lowercase()));
 

@@ -348,3 +348,34 @@ async fn many_key_requests_queued_behind_a_busy_slot_hold_bounded_memory() {
     // bodies, buffers and allocator slack); without it the thirty held 1.3 GB.
     assert!(grown < 600 << 20, "the server's peak RSS grew by {} MB", grown >> 20);
 }
+
+/// A client that sends requests and never reads the answers cannot hold its connection
+/// (nor what the answers hold): once the answers fill the socket, the write waiting on it
+/// fails after `write_timeout_ms` and the server closes the connection, so the client's
+/// own writes then fail too. The server serves on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_never_reads_its_answers_is_disconnected() {
+    let _serial = SERIAL.lock().await;
+    // Kept-alive connections idle for two minutes stay: only the write bound can close it.
+    let server = Server::start("never-reads", "[http]\nwrite_timeout_ms = 300\nheader_timeout_ms = 120000\n");
+    let port = server.port;
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    let mut stream = socket.connect(SocketAddr::from(([127, 0, 0, 1], port))).await.unwrap();
+    // Pipelined requests, each answered 404 on a connection kept alive.
+    let requests = format!("GET /not-here HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n").repeat(1000);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let mut written = 0usize;
+    let refused = loop {
+        match tokio::time::timeout_at(deadline, stream.write_all(requests.as_bytes())).await {
+            Ok(Ok(())) => written += requests.len(),
+            Ok(Err(error)) => break error,
+            Err(_) => panic!("the server still held the connection after 30 s ({written} bytes of requests)"),
+        }
+    };
+    assert!(
+        matches!(refused.kind(), std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::BrokenPipe),
+        "{refused}"
+    );
+    assert_eq!(echo(port, 1, &Schema::new()).await, "e1");
+}

@@ -33,6 +33,12 @@
 //! then sees the reset, not the status. So such a connection lingers ([`Socket`]): after
 //! the answer, the server ends its side and reads and discards what the client still
 //! sends, up to `linger_bytes` and `linger_timeout`, before closing.
+//!
+//! **Clients that stop reading.** A client may send requests and never read the answers
+//! (pipelined refusals, a large result, an SSE stream): the answer then waits in the
+//! socket, and hyper with it, holding the connection's slot and what the answer holds, with
+//! no read deadline running. A write that makes no progress for `write_timeout` fails
+//! ([`Socket`]), and hyper closes the connection.
 
 use std::collections::{HashMap, HashSet};
 use std::convert::Infallible;
@@ -99,6 +105,9 @@ pub struct HttpSettings {
     pub linger_timeout: Duration,
     /// ...and how many bytes at most.
     pub linger_bytes: usize,
+    /// How long a write to a client may wait for the client to take any of it: past it
+    /// the connection is closed, with whatever it held.
+    pub write_timeout: Duration,
     /// What the listener holds open now, for the metrics (shared with whoever reads them).
     pub stats: Arc<HttpStats>,
     /// `[auth.oauth]`: requests to the endpoint need a valid access token, and the
@@ -162,6 +171,7 @@ impl Default for HttpSettings {
             header_timeout: Duration::from_secs(10),
             linger_timeout: Duration::from_secs(5),
             linger_bytes: 16 << 20,
+            write_timeout: Duration::from_secs(30),
             stats: Arc::default(),
             oauth: None,
             tls: None,
@@ -1123,12 +1133,18 @@ fn busy(mut response: HttpResponse) -> HttpResponse {
 /// client sees the answer, then EOF) and what the client still sends is read and
 /// discarded, within a time and a byte bound, so that closing does not reset the
 /// connection under an answer the client has not read yet.
+///
+/// A write (or flush) that the client leaves waiting for `write_timeout`, taking no byte
+/// of it, fails with `TimedOut`; any progress starts the wait afresh.
 struct Socket {
     stream: TcpStream,
     unread_body: Arc<AtomicBool>,
     linger: Option<Linger>,
     linger_timeout: Duration,
     linger_bytes: usize,
+    write_timeout: Duration,
+    /// Running while a write waits on the client.
+    write_stalled: Option<Pin<Box<tokio::time::Sleep>>>,
 }
 
 struct Linger {
@@ -1145,7 +1161,28 @@ impl Socket {
             linger: None,
             linger_timeout: settings.linger_timeout,
             linger_bytes: settings.linger_bytes,
+            write_timeout: settings.write_timeout,
+            write_stalled: None,
         }
+    }
+
+    /// `write` on the stream, failing once it has waited `write_timeout` for the client.
+    fn bounded<T>(
+        &mut self,
+        cx: &mut Context<'_>,
+        write: impl FnOnce(Pin<&mut TcpStream>, &mut Context<'_>) -> Poll<std::io::Result<T>>,
+    ) -> Poll<std::io::Result<T>> {
+        if let Poll::Ready(result) = write(Pin::new(&mut self.stream), cx) {
+            self.write_stalled = None;
+            return Poll::Ready(result);
+        }
+        let timeout = self.write_timeout;
+        let stalled = self.write_stalled.get_or_insert_with(|| Box::pin(tokio::time::sleep(timeout)));
+        ready!(stalled.as_mut().poll(cx));
+        Poll::Ready(Err(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!("the client took nothing of an answer for {timeout:?}"),
+        )))
     }
 }
 
@@ -1165,7 +1202,7 @@ impl AsyncWrite for Socket {
         cx: &mut Context<'_>,
         bytes: &[u8],
     ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.stream).poll_write(cx, bytes)
+        self.bounded(cx, |stream, cx| stream.poll_write(cx, bytes))
     }
 
     fn poll_write_vectored(
@@ -1173,7 +1210,7 @@ impl AsyncWrite for Socket {
         cx: &mut Context<'_>,
         bufs: &[std::io::IoSlice<'_>],
     ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.stream).poll_write_vectored(cx, bufs)
+        self.bounded(cx, |stream, cx| stream.poll_write_vectored(cx, bufs))
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -1181,7 +1218,7 @@ impl AsyncWrite for Socket {
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.stream).poll_flush(cx)
+        self.bounded(cx, |stream, cx| stream.poll_flush(cx))
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
