@@ -390,10 +390,11 @@ async fn unsent_requests_bodies_and_header_fields_are_charged_to_the_call() {
     let limits = ToolLimits { host_memory_bytes: 4 << 20, ..common::quick_limits() };
     let runtime = runtime(&[], limits).await;
 
-    // A request costs its fields' most (16 KiB) and its body's buffer (64 KiB): 4 MiB
-    // holds 51 of them, and the 52nd body is refused.
+    // A request costs its fields' most (16 KiB), its target's most (9,280 bytes: method
+    // 64, authority 1,024, path 8,192) and its body's buffer (64 KiB): 4 MiB holds 45 of
+    // them, and the 46th body is refused.
     let report = call(&runtime, "http_hoard", json!({ "count": 1000 })).await;
-    assert_eq!(answer(&report), "bodies 51 of 1000");
+    assert_eq!(answer(&report), "bodies 45 of 1000");
 
     // Fields alone: 256 sets of 16 KiB fill 4 MiB; the next one traps the guest.
     let report = call(&runtime, "http_hoard", json!({ "count": 1000, "fields_only": true })).await;
@@ -405,7 +406,22 @@ async fn unsent_requests_bodies_and_header_fields_are_charged_to_the_call() {
     let report = call(&runtime, "http_hoard", json!({ "count": 200, "fields_only": true })).await;
     assert_eq!(answer(&report), "bodies 0 fields 200 of 200");
     let report = call(&runtime, "http_hoard", json!({ "count": 1000 })).await;
-    assert_eq!(answer(&report), "bodies 51 of 1000");
+    assert_eq!(answer(&report), "bodies 45 of 1000");
+}
+
+/// wasmtime-wasi-http keeps a request's method, authority and path as long as the guest
+/// gives them (its host-call fuel bounds one call, not what is kept): a guest holding a
+/// thousand requests with 16 MiB each would hold gigabytes. Each is bounded: 64 bytes,
+/// 1 KiB and 8 KiB, and one byte more is refused by its setter.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_requests_method_authority_and_path_are_bounded() {
+    let runtime = runtime(&[], common::quick_limits()).await;
+    for (part, most) in [("method", 64), ("authority", 1024), ("path", 8192)] {
+        for (bytes, expected) in [(most, "set"), (most + 1, "refused"), (4 << 20, "refused")] {
+            let report = call(&runtime, "http_target", json!({ "part": part, "bytes": bytes })).await;
+            assert_eq!(answer(&report), expected, "{part} of {bytes} bytes");
+        }
+    }
 }
 
 /// The server cannot be made to reach itself through a name that leads to one of its own

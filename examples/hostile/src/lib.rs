@@ -30,6 +30,8 @@
 //! - `http_hoard(count, fields_only)` builds `count` outgoing requests, each with a body
 //!   filled with 64 KiB, and sends none (with `fields_only`, only header fields); the host
 //!   holds every one of them until the call ends.
+//! - `http_target(part, bytes)` builds a request and sets its `part` (`method`,
+//!   `authority` or `path`) to a valid value `bytes` long; says `set` or `refused`.
 //!
 //! - `ask_forever()` asks the client for input in every round, whatever it answers.
 //! - `ask(count, key_len, state_bytes)` asks `count` roots requests with keys of
@@ -467,6 +469,11 @@ impl Plugin for Hostile {
             ),
             Tool::new(&named("http_post"), "POSTs large bodies and says how each went.", http_post),
             Tool::new(
+                &named("http_target"),
+                "Sets a request's method, authority or path, as long as told.",
+                http_target,
+            ),
+            Tool::new(
                 &named("http_hang"),
                 "Waits for an HTTP answer, never checking for cancellation.",
                 http_hang,
@@ -508,9 +515,11 @@ impl Plugin for Hostile {
 
     fn resource_templates() -> Vec<ResourceTemplate> {
         vec![
-            ResourceTemplate::new(&format!("hostile://{}spin/{{label}}", prefix_of("templates")), "spin", |found| {
-                spin_leaving("reading", found.get("label").unwrap_or_default())
-            })
+            ResourceTemplate::new(
+                &format!("hostile://{}spin/{{label}}", prefix_of("templates")),
+                "spin",
+                |found| spin_leaving("reading", found.get("label").unwrap_or_default()),
+            )
             .description("Spins forever when read, never checking for a stop."),
         ]
     }
@@ -643,6 +652,27 @@ fn http_post(args: HttpPost) -> Result<String, ToolError> {
         })
         .collect();
     Ok(lines.join("\n"))
+}
+
+#[derive(Deserialize, JsonSchema)]
+struct HttpTarget {
+    /// `method`, `authority` or `path`.
+    part: String,
+    /// The value's length.
+    bytes: u32,
+}
+
+fn http_target(args: HttpTarget) -> Result<String, ToolError> {
+    use wasi::http::types::{Fields, Method, OutgoingRequest};
+    let request = OutgoingRequest::new(Fields::new());
+    let bytes = args.bytes as usize;
+    let set = match args.part.as_str() {
+        "method" => request.set_method(&Method::Other("X".repeat(bytes))),
+        "authority" => request.set_authority(Some(&"a".repeat(bytes))),
+        "path" => request.set_path_with_query(Some(&format!("/{}", "p".repeat(bytes.saturating_sub(1))))),
+        other => return Err(ToolError::new(format!("no part {other}"))),
+    };
+    Ok(if set.is_ok() { "set" } else { "refused" }.to_owned())
 }
 
 #[derive(Deserialize, JsonSchema)]

@@ -36,7 +36,10 @@
 //!   capped at the same size.
 //! - **What a guest builds before it sends is charged too**: every set of header fields
 //!   (`fields`, and the outgoing requests and responses that carry one) counts its most,
-//!   [`FIELDS_BYTES`], against `host_memory_bytes` while it lives, and every outgoing
+//!   [`FIELDS_BYTES`], against `host_memory_bytes` while it lives, an outgoing request its
+//!   target's most too ([`TARGET_BYTES`]: a method, authority and path longer than
+//!   [`MAX_METHOD_BYTES`], [`MAX_AUTHORITY_BYTES`] and [`MAX_PATH_BYTES`] are refused by
+//!   their setters, which wasmtime-wasi-http would keep whatever their length), and every outgoing
 //!   body its buffer ([`CONNECTION_BUFFER_BYTES`]) until the body is dropped or sent and
 //!   done: `wasi:http/types` constructors are shadowed in front of wasmtime-wasi-http's
 //!   own, which still do the work. A refused fields set traps (the constructor has no
@@ -79,6 +82,7 @@ use wasmtime::component::{Linker, Resource};
 use wasmtime_wasi_http::FieldMap;
 use wasmtime_wasi_http::p2::bindings::http::types::{
     HostFields, HostOutgoingRequest as OutgoingRequestHost, HostOutgoingResponse as OutgoingResponseHost,
+    Method,
 };
 use wasmtime_wasi_http::p2::body::{HostOutgoingBody, HyperOutgoingBody};
 use wasmtime_wasi_http::p2::types::{HostOutgoingRequest, HostOutgoingResponse};
@@ -96,6 +100,18 @@ const TLS_BUFFER_BYTES: usize = 64 << 10;
 /// Host memory a set of header fields may take (wasmtime-wasi-http's `field_size_limit`,
 /// which counts its in-memory size), charged whole to every fields set a guest holds.
 pub(crate) const FIELDS_BYTES: usize = 16 << 10;
+
+/// The longest method (an extension token; the standard ones are a few bytes) a guest may
+/// give a request...
+const MAX_METHOD_BYTES: usize = 64;
+/// ...the longest authority (a DNS name is at most 253 bytes, with a port and user
+/// information beside it)...
+const MAX_AUTHORITY_BYTES: usize = 1 << 10;
+/// ...and the longest path with its query (most servers refuse a longer request line):
+/// wasmtime-wasi-http keeps each as the guest gives it, so they are bounded here...
+const MAX_PATH_BYTES: usize = 8 << 10;
+/// ...and charged whole to every outgoing request, beside its fields.
+const TARGET_BYTES: usize = MAX_METHOD_BYTES + MAX_AUTHORITY_BYTES + MAX_PATH_BYTES;
 
 /// The `wasi:http/types` instance wasmtime-wasi-http 48 defines (older 0.2 imports
 /// resolve to it).
@@ -148,7 +164,39 @@ pub(crate) fn shadow_http_types(linker: &mut Linker<GuestState>) -> wasmtime::Re
         |mut store: StoreContextMut<'_, GuestState>, (headers,): (Resource<FieldMap>,)| {
             let state = store.data_mut();
             let message = OutgoingRequestHost::new(&mut state.http(), headers)?;
-            Ok((carrying_fields(state, message)?,))
+            Ok((carrying_fields(state, message, FIELDS_BYTES + TARGET_BYTES)?,))
+        },
+    )?;
+    // What a request holds beside its fields, bounded: past a bound the setter fails, as
+    // for a value that does not parse.
+    types.func_wrap(
+        "[method]outgoing-request.set-method",
+        |mut store: StoreContextMut<'_, GuestState>,
+         (request, method): (Resource<HostOutgoingRequest>, Method)| {
+            if matches!(&method, Method::Other(name) if name.len() > MAX_METHOD_BYTES) {
+                return Ok((Err(()),));
+            }
+            Ok((OutgoingRequestHost::set_method(&mut store.data_mut().http(), request, method)?,))
+        },
+    )?;
+    types.func_wrap(
+        "[method]outgoing-request.set-authority",
+        |mut store: StoreContextMut<'_, GuestState>,
+         (request, authority): (Resource<HostOutgoingRequest>, Option<String>)| {
+            if authority.as_ref().is_some_and(|authority| authority.len() > MAX_AUTHORITY_BYTES) {
+                return Ok((Err(()),));
+            }
+            Ok((OutgoingRequestHost::set_authority(&mut store.data_mut().http(), request, authority)?,))
+        },
+    )?;
+    types.func_wrap(
+        "[method]outgoing-request.set-path-with-query",
+        |mut store: StoreContextMut<'_, GuestState>,
+         (request, path): (Resource<HostOutgoingRequest>, Option<String>)| {
+            if path.as_ref().is_some_and(|path| path.len() > MAX_PATH_BYTES) {
+                return Ok((Err(()),));
+            }
+            Ok((OutgoingRequestHost::set_path_with_query(&mut store.data_mut().http(), request, path)?,))
         },
     )?;
     types.func_wrap(
@@ -156,7 +204,7 @@ pub(crate) fn shadow_http_types(linker: &mut Linker<GuestState>) -> wasmtime::Re
         |mut store: StoreContextMut<'_, GuestState>, (headers,): (Resource<FieldMap>,)| {
             let state = store.data_mut();
             let message = OutgoingResponseHost::new(&mut state.http(), headers)?;
-            Ok((carrying_fields(state, message)?,))
+            Ok((carrying_fields(state, message, FIELDS_BYTES)?,))
         },
     )?;
     types.func_wrap(
@@ -178,19 +226,26 @@ pub(crate) fn shadow_http_types(linker: &mut Linker<GuestState>) -> wasmtime::Re
 /// Charge one more set of header fields to the call, after giving back the charge of those
 /// the guest dropped; refused, the guest traps.
 fn charge_fields(state: &mut GuestState) -> wasmtime::Result<()> {
+    charge_held(state, FIELDS_BYTES)
+}
+
+/// Charge `bytes` more of what the guest holds through `wasi:http/types`, after giving
+/// back the charge of what it dropped; refused, the guest traps.
+fn charge_held(state: &mut GuestState, bytes: usize) -> wasmtime::Result<()> {
     state.settle_table_charges();
-    state.ledger().charge_memory(FIELDS_BYTES).map_err(|refusal| {
+    state.ledger().charge_memory(bytes).map_err(|refusal| {
         wasmtime::format_err!("{refusal}: the guest holds too many HTTP header fields, requests or responses")
     })
 }
 
-/// Charge a request or response just made its fields.
+/// Charge a request or response just made `bytes`: its fields, and a request's target.
 fn carrying_fields<M: 'static>(
     state: &mut GuestState,
     message: Resource<M>,
+    bytes: usize,
 ) -> wasmtime::Result<Resource<M>> {
-    charge_fields(state)?;
-    state.track_charge::<M>(message.rep(), FIELDS_BYTES);
+    charge_held(state, bytes)?;
+    state.track_charge::<M>(message.rep(), bytes);
     Ok(message)
 }
 
