@@ -574,3 +574,26 @@ fn a_component_importing_http_without_a_grant_is_warned_about_at_load_and_the_en
         run_cordon(&["serve", "--stdio", "--config", config.to_str().unwrap()], Duration::from_secs(60));
     assert!(ok && !log.contains(warning), "{log}");
 }
+
+/// A file stream takes at most what `check-write` offers (64 KiB) at once, on a mount
+/// without a quota as under one: a larger write traps the guest instead of being held,
+/// whole, by the host until written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_stream_write_larger_than_check_write_offers_traps() {
+    let layout = Layout::new("stream-write");
+    let runtime = runtime_with(layout.options(None)).await.unwrap();
+    for dir in ["/mnt/rw", "/data"] {
+        let write = |bytes: usize| json!({ "dir": dir, "path": "s.bin", "bytes": bytes });
+        assert_eq!(answer(&call(&runtime, "stream_write", write(64 << 10)).await), "wrote 65536 bytes");
+        let report = call(&runtime, "stream_write", write(4 << 20)).await;
+        match &report.outcome {
+            Outcome::Trapped(message) => assert!(message.contains("check_write"), "{dir}: {message}"),
+            other => panic!("{dir}: expected a trap, got {other:?}"),
+        }
+    }
+    assert_eq!(
+        std::fs::metadata(layout.rw.join("s.bin")).unwrap().len(),
+        64 << 10,
+        "nothing more was written"
+    );
+}

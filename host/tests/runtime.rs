@@ -515,6 +515,9 @@ async fn progress_messages_are_capped_and_non_finite_values_dropped() {
     let progress = call.handle().progress();
     let report = call.run().await;
     assert!(matches!(report.outcome, Outcome::Completed(_)), "{:?}", report.outcome);
+    // What is kept holds the cut message only, not the guest's whole allocation.
+    let kept = progress.borrow().as_ref().and_then(|report| report.message.as_ref()).map(String::capacity);
+    assert!(kept.is_some_and(|bytes| bytes <= cordon::runtime::MAX_PROGRESS_MESSAGE), "{kept:?}");
     let latest = progress.borrow().clone().expect("one report kept");
     assert_eq!(latest.done, 1.0);
     assert_eq!(latest.message.unwrap().len(), cordon::runtime::MAX_PROGRESS_MESSAGE);

@@ -14,6 +14,8 @@
 //! - `read_at(dir, path)` / `write_at(dir, path, text)` open `path` relative to the preopen
 //!   `dir` itself (no libc path resolution in between, so `..` reaches the host as is) and
 //!   read it, or write `text` at its start with `descriptor.write`.
+//! - `stream_write(dir, path, bytes)` writes `bytes` bytes to `path` under the preopen `dir`
+//!   in one `output-stream.write`, asking `check-write` nothing first.
 //! - `remove(path)` removes a file; `rename(from, to)` renames one; `set_size(path, size)`
 //!   sets a file's length (creating it if missing).
 //! - `park(ms)` waits in a host call (a WASI sleep) and never checks for cancellation.
@@ -299,6 +301,29 @@ fn write_at(args: WriteAt) -> Result<String, ToolError> {
 }
 
 #[derive(Deserialize, JsonSchema)]
+struct StreamWrite {
+    /// A preopen's guest path, e.g. `/data`.
+    dir: String,
+    /// A path relative to it.
+    path: String,
+    /// How many bytes to write at once.
+    bytes: u32,
+}
+
+fn stream_write(args: StreamWrite) -> Result<String, ToolError> {
+    let dir = preopen(&args.dir)?;
+    let file = dir
+        .open_at(PathFlags::empty(), &args.path, OpenFlags::CREATE, DescriptorFlags::WRITE)
+        .map_err(|code| ToolError::new(format!("open refused: {code:?}")))?;
+    let stream = file.write_via_stream(0).map_err(|code| ToolError::new(format!("no stream: {code:?}")))?;
+    stream
+        .write(&vec![b'w'; args.bytes as usize])
+        .map_err(|error| ToolError::new(format!("write refused: {error:?}")))?;
+    stream.blocking_flush().map_err(|error| ToolError::new(format!("flush failed: {error:?}")))?;
+    Ok(format!("wrote {} bytes", args.bytes))
+}
+
+#[derive(Deserialize, JsonSchema)]
 struct Remove {
     /// An absolute path in the guest.
     path: String,
@@ -453,6 +478,7 @@ impl Plugin for Hostile {
             Tool::new(&named("write_text"), "Writes a file.", write_text),
             Tool::new(&named("read_at"), "Reads a file relative to a preopen.", read_at),
             Tool::new(&named("write_at"), "Writes a file relative to a preopen.", write_at),
+            Tool::new(&named("stream_write"), "Writes a file in one stream write, unasked.", stream_write),
             Tool::new(&named("remove"), "Removes a file.", remove),
             Tool::new(&named("rename"), "Renames a file.", rename),
             Tool::new(&named("set_size"), "Sets a file's length.", set_size),

@@ -235,8 +235,12 @@ impl CallControl {
         }
         let elapsed = self.started.elapsed().as_millis() as u64;
         self.last_progress_ms.store(elapsed, Ordering::Relaxed);
-        if let Some(message) = &mut report.message {
-            message.truncate(message.floor_char_boundary(MAX_PROGRESS_MESSAGE));
+        if let Some(message) = &mut report.message
+            && message.len() > MAX_PROGRESS_MESSAGE
+        {
+            // A copy, not `truncate`: the guest's allocation (up to its host-call bytes)
+            // would otherwise stay in the channel with the cut message.
+            *message = message[..message.floor_char_boundary(MAX_PROGRESS_MESSAGE)].to_owned();
         }
         self.progress.send_if_modified(|latest| {
             if latest.as_ref().is_some_and(|latest| report.done <= latest.done) {

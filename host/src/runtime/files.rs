@@ -58,7 +58,7 @@ use wasmtime_wasi::p2::{DynInputStream, DynOutputStream, FsError, FsResult, Inpu
 use wasmtime_wasi::{FsPerms, WasiCtxBuilder};
 
 use super::guest::GuestState;
-use super::ledger::{Refusal, StreamCharge};
+use super::ledger::{Refusal, STREAM_BUFFER_BYTES, StreamCharge};
 use super::quota::{self, Quota};
 
 /// Where the tool's data directory appears inside the guest.
@@ -586,6 +586,12 @@ impl wasmtime_wasi::p2::Pollable for Charged<DynOutputStream> {
 #[wasmtime_wasi::async_trait]
 impl OutputStream for Charged<DynOutputStream> {
     fn write(&mut self, bytes: bytes::Bytes) -> wasmtime_wasi::p2::StreamResult<()> {
+        // wasmtime-wasi's file stream offers 64 KiB in `check-write` but takes any write,
+        // and holds it in a blocking task until written: a guest's 16 MiB writes on many
+        // streams would hold gigabytes. What the stream is charged is what it may take.
+        if bytes.len() > STREAM_BUFFER_BYTES {
+            return Err(wasmtime_wasi::p2::StreamError::trap("write of more bytes than check_write allowed"));
+        }
         self.inner.write(bytes)
     }
     fn flush(&mut self) -> wasmtime_wasi::p2::StreamResult<()> {
