@@ -953,7 +953,14 @@ impl Connection {
                     }
                     None => None,
                 };
-                let feeds = Feeds { progress_token: mcp::progress_token(params.as_ref()), log_level, retry };
+                let progress_token = match mcp::progress_token(params.as_ref()) {
+                    Ok(token) => token,
+                    Err(error) => {
+                        self.refused(id, tool, RefusalReason::InvalidArguments);
+                        return Reply::Error(error);
+                    }
+                };
+                let feeds = Feeds { progress_token, log_level, retry };
                 self.start_call(id, params, tools, revision, feeds, out.clone(), charge)
             }
         }

@@ -218,6 +218,19 @@ fn the_validation_ladder_answers_each_refusal_with_its_status() {
     assert_eq!(call(Some("spin")).error_code(), Some(-32020));
     assert_eq!(call(Some("  echo  ")).status, 200);
     assert_eq!(call(Some("=?base64?ZWNobw==?=")).messages[0]["result"]["content"][0]["text"], "x");
+    // What a refusal quotes of the request is cut: a long name is not sent back whole.
+    let body = json!({"jsonrpc": "2.0", "id": 15, "method": "tools/call",
+        "params": {"name": "n".repeat(200 << 10), "arguments": {}, "_meta": meta()}});
+    let answer = server.post(&modern_headers("tools/call", Some("echo")), &body.to_string());
+    assert_eq!((answer.status, answer.error_code()), (400, Some(-32020)));
+    assert!(answer.body.len() < 8 << 10, "{} bytes answered", answer.body.len());
+    // A progress token is copied into every notification: one past 256 bytes is refused.
+    let mut long_token = meta();
+    long_token["progressToken"] = json!("t".repeat(257));
+    let body = json!({"jsonrpc": "2.0", "id": 16, "method": "tools/call",
+        "params": {"name": "echo", "arguments": {"text": "x"}, "_meta": long_token}});
+    let answer = server.post(&modern_headers("tools/call", Some("echo")), &body.to_string());
+    assert_eq!((answer.status, answer.error_code()), (400, Some(-32602)), "{}", answer.body);
     // Handler errors stay in-band.
     let answer = server.call(14, "nope", json!({}), json!({}));
     assert_eq!((answer.status, answer.error_code()), (200, Some(-32602)));

@@ -40,11 +40,21 @@ impl std::hash::Hash for IntegerId {
 /// The largest integer a float holds exactly: beyond it, `1e20` and `1e20 + 1` are one float.
 const EXACT_FLOAT_INTEGER: f64 = 9_007_199_254_740_992.0;
 
+/// The longest string id (or progress token) taken: each is copied into every message
+/// about its request (each progress notification, the answer), so a longer one is
+/// refused, not carried.
+pub const MAX_ID_BYTES: usize = 256;
+
+/// The longest error message sent. Messages may quote what the client sent (a method, a
+/// name, a header), which only the body's size bounds: past this they are cut.
+pub const MAX_ERROR_MESSAGE: usize = 4096;
+
 impl RequestId {
-    /// The id in `value`, if it is a valid one.
+    /// The id in `value`, if it is a valid one (a string of at most [`MAX_ID_BYTES`], or
+    /// an integer).
     pub fn parse(value: &Value) -> Option<Self> {
         match value {
-            Value::String(text) => Some(Self::String(text.clone())),
+            Value::String(text) if text.len() <= MAX_ID_BYTES => Some(Self::String(text.clone())),
             Value::Number(number) => {
                 integer_value(number).map(|value| Self::Number(IntegerId { value, parsed: number.clone() }))
             }
@@ -89,10 +99,11 @@ fn integer_value(number: &serde_json::Number) -> Option<i128> {
     (float.fract() == 0.0 && float.abs() <= EXACT_FLOAT_INTEGER).then_some(float as i128)
 }
 
-/// A string or an integer: what ids and progress tokens may be.
+/// A string (of at most [`MAX_ID_BYTES`]) or an integer: what ids and progress tokens
+/// may be.
 pub fn is_id_like(value: &Value) -> bool {
     match value {
-        Value::String(_) => true,
+        Value::String(text) => text.len() <= MAX_ID_BYTES,
         Value::Number(number) => integer_value(number).is_some(),
         _ => false,
     }
@@ -120,8 +131,14 @@ pub const MISSING_REQUIRED_CLIENT_CAPABILITY: i64 = -32021;
 pub const UNSUPPORTED_PROTOCOL_VERSION: i64 = -32022;
 
 impl RpcError {
+    /// An error with `message`, cut to [`MAX_ERROR_MESSAGE`] bytes (ending in `…`).
     pub fn new(code: i64, message: impl Into<String>) -> Self {
-        Self { code, message: message.into(), data: None }
+        let mut message = message.into();
+        if message.len() > MAX_ERROR_MESSAGE {
+            let cut = message.floor_char_boundary(MAX_ERROR_MESSAGE - '…'.len_utf8());
+            message = format!("{}…", &message[..cut]);
+        }
+        Self { code, message, data: None }
     }
 
     pub fn with_data(mut self, data: ErrorData) -> Self {
@@ -199,13 +216,18 @@ pub fn classify(value: Value) -> Incoming {
     // A notification (a method and no id) is never answered, even when it is malformed.
     let notification = message.get("method").is_some_and(Value::is_string) && !message.contains_key("id");
     let unanswered = |problem: &str| Incoming::Unanswered { problem: format!("a notification: {problem}") };
-    let id = message.get("id").map(|id| (RequestId::parse(id), id.clone()));
+    // Whether a bad id was null is all that is kept of it: it may be megabytes.
+    let id = message.get("id").map(|id| (RequestId::parse(id), id.is_null()));
     let invalid = |id: Option<RequestId>, problem: &str| Incoming::Invalid {
         id,
         error: RpcError::new(INVALID_REQUEST, format!("Invalid Request: {problem}")),
     };
-    if let Some((None, raw)) = &id {
-        let problem = if raw.is_null() { "id must not be null" } else { "id must be a string or an integer" };
+    if let Some((None, null)) = &id {
+        let problem = if *null {
+            "id must not be null"
+        } else {
+            &format!("id must be a string of at most {MAX_ID_BYTES} bytes or an integer")
+        };
         return invalid(None, problem);
     }
     let id = id.and_then(|(id, _)| id);
@@ -448,6 +470,28 @@ mod tests {
         // Beyond what a float holds exactly, an id could not be told from its neighbours.
         assert_eq!(request_id("18446744073709551617"), None);
         assert_eq!(request_id("1e20"), None);
+    }
+
+    #[test]
+    fn a_string_id_is_at_most_256_bytes_and_a_longer_one_is_refused_unquoted() {
+        let longest = format!("\"{}\"", "i".repeat(MAX_ID_BYTES));
+        assert!(request_id(&longest).is_some());
+        let longer = format!("\"{}\"", "i".repeat(1 << 20));
+        assert_eq!(request_id(&longer), None);
+        let Incoming::Invalid { id: None, error } =
+            parse(format!(r#"{{"jsonrpc":"2.0","id":{longer},"method":"x"}}"#).as_bytes())
+        else {
+            panic!("an invalid request")
+        };
+        assert!(error.message.contains("at most 256 bytes"), "{}", error.message);
+    }
+
+    #[test]
+    fn error_messages_are_cut_to_their_bound() {
+        let quoted = RpcError::method_not_found(&"é".repeat(1 << 20));
+        assert!(quoted.message.len() <= MAX_ERROR_MESSAGE && quoted.message.ends_with('…'));
+        assert!(quoted.message.starts_with("Method not found: éé"));
+        assert_eq!(RpcError::new(1, "short").message, "short");
     }
 
     #[test]

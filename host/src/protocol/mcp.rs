@@ -96,7 +96,7 @@ pub fn parse_envelope(params: Option<&Value>) -> Result<Envelope, RpcError> {
                 .ok_or_else(|| invalid_level(&format!("`_meta[\"{META_LOG_LEVEL}\"]`")))?,
         ),
     };
-    let progress_token = progress_token(params);
+    let progress_token = progress_token(params)?;
     Ok(Envelope { protocol_version, client_capabilities: Some(capabilities), progress_token, log_level })
 }
 
@@ -114,10 +114,21 @@ pub fn set_level(params: Option<&Value>) -> Result<LoggingLevel, RpcError> {
         .ok_or_else(|| invalid_level("`level`"))
 }
 
-/// The request's `_meta.progressToken`, when it is a valid token (a string or an integer).
-/// Both eras send it there.
-pub fn progress_token(params: Option<&Value>) -> Option<RequestId> {
-    params.and_then(|params| params.pointer("/_meta/progressToken")).and_then(RequestId::parse)
+/// The request's `_meta.progressToken`, when it is a valid token (a string or an integer;
+/// anything else is ignored). Both eras send it there. A string longer than
+/// [`MAX_ID_BYTES`](super::jsonrpc::MAX_ID_BYTES) is `-32602`: it would be copied into
+/// every progress notification.
+pub fn progress_token(params: Option<&Value>) -> Result<Option<RequestId>, RpcError> {
+    let Some(token) = params.and_then(|params| params.pointer("/_meta/progressToken")) else {
+        return Ok(None);
+    };
+    if token.as_str().is_some_and(|token| token.len() > super::jsonrpc::MAX_ID_BYTES) {
+        return Err(RpcError::invalid_params(format!(
+            "Invalid params: `_meta.progressToken` is longer than {} bytes",
+            super::jsonrpc::MAX_ID_BYTES
+        )));
+    }
+    Ok(RequestId::parse(token))
 }
 
 /// `-32022` unless the envelope names the version we speak.
