@@ -657,6 +657,9 @@ pub struct Connection {
     legacy: AtomicBool,
     /// Whether a stream of this connection gets 2025-era tool list changes (one at most).
     following: Arc<AtomicBool>,
+    /// Turns true when the 2025-era session this connection serves ends (DELETE, or
+    /// closed to make room): its stream of list changes ends with it.
+    session_ended: tokio::sync::watch::Sender<bool>,
     in_flight: Mutex<HashMap<RequestId, InFlight>>,
     /// The tenant this connection serves (`None`: no tenants are configured).
     tenant: Option<Arc<Tenant>>,
@@ -673,6 +676,15 @@ pub struct Connection {
     asked: Mutex<asking::Asked>,
     /// The resource URIs a 2025-era client subscribed to.
     subscriptions: Mutex<asking::Subscriptions>,
+}
+
+/// Why a stream of 2025-era list changes was not opened.
+#[derive(Debug)]
+pub enum NotFollowed {
+    /// The connection has one already.
+    AlreadyOpen,
+    /// The server's listen streams, or the tenant's share of them, are all open.
+    Busy(RpcError),
 }
 
 /// Who refuses a tenant's calls over its `calls_per_second`.
@@ -737,6 +749,7 @@ impl Connection {
             server,
             legacy: AtomicBool::new(false),
             following: Arc::default(),
+            session_ended: tokio::sync::watch::Sender::new(false),
             in_flight: Mutex::new(HashMap::new()),
             tenant,
             caller,
@@ -841,7 +854,8 @@ impl Connection {
             // A stream that outlives the request (stdio) is where list changes go; over
             // HTTP they go on the session's GET stream.
             if let Outbox::Lines(_) = out {
-                self.follow_tool_changes(out.clone());
+                // The one stream a stdio client has: it never follows twice, nor takes a slot.
+                let _ = self.follow_tool_changes(out.clone());
             }
             let mut result = mcp::initialize_result(requested);
             crate::protocol::features::advertise(
@@ -1377,13 +1391,25 @@ impl Connection {
     /// Send this connection's 2025-era client `notifications/tools/list_changed` on `out`
     /// each time the tool list changes (and `prompts/list_changed`, `resources/list_changed`
     /// for those lists), and `notifications/resources/updated` for each
-    /// subscribed resource whose component a reload replaced, until the server shuts down
-    /// or `out` closes. One stream per connection: false (and nothing started) when one
-    /// already follows.
-    pub fn follow_tool_changes(self: &Arc<Self>, out: Outbox) -> bool {
+    /// subscribed resource whose component a reload replaced, until the server shuts down,
+    /// `out` closes or the session ends ([`Connection::end_session`]). One stream per
+    /// connection. A stream to an HTTP client (a channel) holds a listen slot, as a
+    /// `subscriptions/listen` stream does: the server's bound and its tenant's share.
+    pub fn follow_tool_changes(self: &Arc<Self>, out: Outbox) -> Result<(), NotFollowed> {
         if self.following.swap(true, Ordering::AcqRel) {
-            return false;
+            return Err(NotFollowed::AlreadyOpen);
         }
+        let slot = match &out {
+            Outbox::Channel(_) => match ListenSlot::take(&self.server, self.tenant.clone()) {
+                Ok(slot) => Some(slot),
+                Err(busy) => {
+                    self.following.store(false, Ordering::Release);
+                    return Err(NotFollowed::Busy(busy));
+                }
+            },
+            Outbox::Lines(_) => None,
+        };
+        let mut ended = self.session_ended.subscribe();
         let runtime = &self.server.runtime;
         let mut tools = runtime.watch_tools();
         let mut set = tools.borrow_and_update().clone();
@@ -1402,6 +1428,7 @@ impl Connection {
                 tokio::select! {
                     () = &mut closed => break,
                     () = async { let _ = shutdown.wait_for(|stopping| *stopping).await; } => break,
+                    () = async { let _ = ended.wait_for(|ended| *ended).await; } => break,
                     changed = tools.changed() => {
                         if changed.is_err() {
                             break;
@@ -1419,9 +1446,20 @@ impl Connection {
                     }
                 }
             }
+            drop(slot);
             following.store(false, Ordering::Release);
         });
-        true
+        Ok(())
+    }
+
+    /// Whether a stream follows this connection's list changes.
+    pub fn is_following(&self) -> bool {
+        self.following.load(Ordering::Acquire)
+    }
+
+    /// The 2025-era session this connection serves has ended: its stream ends too.
+    pub fn end_session(&self) {
+        self.session_ended.send_replace(true);
     }
 
     /// Tell the runtime's observers of a call refused here, before it reached the runtime.

@@ -649,3 +649,62 @@ fn mcp_param_headers_mirror_the_arguments_their_schema_marks() {
     assert_eq!(server.post(&headers, &body.to_string()).error_code(), Some(-32022));
     let _ = std::fs::remove_file(path);
 }
+
+/// A 2025-era session's GET stream holds a listen slot, as a `subscriptions/listen` stream
+/// does (here the server keeps one), and ends when its session does: after a DELETE the
+/// stream ends and its slot goes to the next session's.
+#[test]
+fn a_legacy_get_stream_holds_a_listen_slot_and_ends_with_its_session() {
+    let config =
+        examples_config("http-legacy-streams", "max_listen_streams = 1\n[http]\nkeep_alive_ms = 100\n");
+    let (child, port) = spawn_http_server(env!("CARGO_BIN_EXE_cordon").as_ref(), &config);
+    let server = Server { child, port, schema: Arc::new(Schema::new()) };
+    let schema = Schema::legacy();
+    let base = [("Accept", "application/json, text/event-stream"), ("Content-Type", "application/json")];
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}});
+    let session = || {
+        let answer = post(server.port, &base, init.to_string().as_bytes(), &schema);
+        answer.header("mcp-session-id").expect("a session id").to_owned()
+    };
+    let (first, second) = (session(), session());
+    // A GET stream's status, with the stream kept open (its head read, nothing more).
+    let open = |session: &str| {
+        let mut stream = TcpStream::connect(("127.0.0.1", server.port)).unwrap();
+        let headers = [
+            ("Accept", "text/event-stream"),
+            ("MCP-Protocol-Version", "2025-11-25"),
+            ("Mcp-Session-Id", session),
+        ];
+        write_request(&mut stream, server.port, "GET", &headers, b"");
+        stream.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        let mut head = Vec::new();
+        let mut byte = [0u8; 1];
+        while !head.ends_with(b"\r\n\r\n") {
+            assert_eq!(stream.read(&mut byte).unwrap(), 1, "the head ended early: {head:?}");
+            head.push(byte[0]);
+        }
+        let status: u16 = String::from_utf8_lossy(&head).split(' ').nth(1).unwrap().parse().unwrap();
+        (status, stream)
+    };
+    let (status, mut following) = open(&first);
+    assert_eq!(status, 200);
+    assert_eq!(open(&second).0, 503, "the one listen slot is the first session's");
+    let mut delete = TcpStream::connect(("127.0.0.1", server.port)).unwrap();
+    write_request(&mut delete, server.port, "DELETE", &[("Mcp-Session-Id", &first)], b"");
+    assert_eq!(read_answer(delete, &schema).status, 200);
+    // The deleted session's stream ends (keep-alives until then)...
+    let mut rest = Vec::new();
+    following.read_to_end(&mut rest).expect("the stream ends within 20 s of its session");
+    // ...and its slot is free again.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (status, _stream) = open(&second);
+        if status == 200 {
+            break;
+        }
+        assert_eq!(status, 503);
+        assert!(Instant::now() < deadline, "the slot never came back");
+        std::thread::sleep(Duration::from_millis(20)); // polling for the slot, with a deadline
+    }
+}

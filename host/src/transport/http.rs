@@ -65,7 +65,8 @@ use super::tls::Tls;
 use crate::auth::oauth::{Claims, TokenError, Validator};
 use crate::auth::{self, AuthError, Caller, Tenant, TenantId};
 use crate::dispatch::{
-    Admitted, Charge, Connection, Outbox, RETRY_AFTER_SECONDS, RateCheck, Refusal, Server, rate_limited,
+    Admitted, Charge, Connection, NotFollowed, Outbox, RETRY_AFTER_SECONDS, RateCheck, Refusal, Server,
+    rate_limited,
 };
 use crate::protocol::jsonrpc::{
     self, HEADER_MISMATCH, INVALID_REQUEST, Incoming, Outgoing, RequestId, RpcError,
@@ -249,27 +250,43 @@ impl Sessions {
         let id = format!("{:016x}{:016x}", word(1), word(2));
         let now = std::time::Instant::now();
         let mut live = self.live.lock().unwrap();
-        live.retain(|_, (_, used)| now.duration_since(*used) < SESSION_IDLE);
+        // Idle sessions go, unless a stream still follows them; what goes, ends.
+        live.retain(|_, (session, used)| {
+            let kept = now.duration_since(*used) < SESSION_IDLE || session.is_following();
+            if !kept {
+                session.end_session();
+            }
+            kept
+        });
         let sessions =
             live.iter().map(|(id, (session, used))| (id, session.tenant().map(|tenant| &tenant.id), *used));
         let tenant = connection.tenant().map(|tenant| &tenant.id);
         let closing = session_to_close(sessions, tenant, MAX_SESSIONS, MAX_SESSIONS_PER_TENANT).cloned();
-        if let Some(closing) = closing {
-            live.remove(&closing);
+        if let Some((closed, _)) = closing.and_then(|closing| live.remove(&closing)) {
+            closed.end_session();
         }
         live.insert(id.clone(), (connection, now));
         id
     }
 
+    /// The session `id`, unless it has been idle for [`SESSION_IDLE`] (with no stream
+    /// following it): that one ends here.
     fn get(&self, id: &str) -> Option<Arc<Connection>> {
         let mut live = self.live.lock().unwrap();
         let (connection, used) = live.get_mut(id)?;
-        *used = std::time::Instant::now();
+        let now = std::time::Instant::now();
+        if now.duration_since(*used) >= SESSION_IDLE && !connection.is_following() {
+            let (ended, _) = live.remove(id)?;
+            ended.end_session();
+            return None;
+        }
+        *used = now;
         Some(connection.clone())
     }
 
     fn close(&self, id: &str) -> bool {
-        self.live.lock().unwrap().remove(id).is_some()
+        let closed = self.live.lock().unwrap().remove(id);
+        closed.map(|(connection, _)| connection.end_session()).is_some()
     }
 }
 
@@ -918,8 +935,16 @@ fn session_stream(
         return plain(StatusCode::NOT_FOUND, "Not Found: unknown or expired session; initialize again");
     };
     let (sender, outbox) = mpsc::channel(16);
-    if !connection.follow_tool_changes(Outbox::Channel(sender)) {
-        return plain(StatusCode::CONFLICT, "Conflict: this session already has a GET stream open");
+    match connection.follow_tool_changes(Outbox::Channel(sender)) {
+        Ok(()) => {}
+        Err(NotFollowed::AlreadyOpen) => {
+            return plain(StatusCode::CONFLICT, "Conflict: this session already has a GET stream open");
+        }
+        Err(NotFollowed::Busy(busy)) => {
+            let mut response = plain(StatusCode::SERVICE_UNAVAILABLE, &busy.message);
+            response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECONDS));
+            return response;
+        }
     }
     sse_answer(None, None, outbox, shared.settings.keep_alive, shared.settings.stats.clone())
 }
