@@ -382,3 +382,26 @@ async fn spare_instances_share_a_memory_budget() {
     assert_eq!(usage.spares, 3, "{usage:?}");
     assert_eq!(usage.spare_memory_bytes, 3 * (20 << 20), "{usage:?}");
 }
+
+/// A component's start code can call the host while it instantiates (here it makes a
+/// timer, a host resource, and keeps it). A spare of it would hold that idle, charged to
+/// no call: such a component gets no spare, while one whose instantiation holds nothing
+/// does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_component_whose_start_code_takes_host_resources_gets_no_spare() {
+    let mut runtime = Runtime::new(common::settings(8)).unwrap();
+    let grabbing = common::WatGuest::new("grabbing", common::DONE_BODY)
+        .extra("(func $grab (drop (call $subscribe (i64.const 1000000)))) (start $grab)");
+    let plain = common::WatGuest::new("plain", common::DONE_BODY);
+    for guest in [&grabbing, &plain] {
+        let options = ComponentOptions { limits: common::quick_limits(), ..ComponentOptions::default() };
+        runtime.load_bytes(&guest.tool, &guest.component(), options).await.unwrap();
+    }
+    for tool in ["grabbing", "plain"] {
+        let call = runtime.call(tool, &json!({})).await.unwrap();
+        let (report, teardown) = call.run_deferring_teardown().await;
+        assert!(matches!(report.outcome, Outcome::Completed(_)), "{tool}: {:?}", report.outcome);
+        teardown.finish().await; // makes the component's spare, if it may have one
+    }
+    assert_eq!(runtime.pool_usage().spares, 1, "only `plain` has a spare");
+}

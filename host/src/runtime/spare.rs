@@ -8,7 +8,8 @@
 //! `call.rs`), and pays only for its guest function.
 //!
 //! A spare is exactly as fresh as an instance made on demand: no call has run in it, only
-//! the component's own instantiation, under a budget. Each component keeps at most one;
+//! the component's own instantiation, under a budget; one whose instantiation left the
+//! host holding anything (start code that called the host) is not kept. Each component keeps at most one;
 //! at most [`SPARE_SLOTS`] exist at once (the pool reserves room for them, so spares never
 //! take a slot a call needs), and together they hold at most [`SPARE_MEMORY_BYTES`] of
 //! linear memory (a component of several memories could otherwise keep a call's worth of
@@ -161,6 +162,15 @@ impl Refill {
         let (mut store, deadline) = bounded_store(&self.engine, &self.component, &self.limits, SPARE_BUDGET);
         match run_bounded(self.component.pre.instantiate(&mut store), deadline).await {
             Some(Ok(instance)) => {
+                // Start code may call the host while the component instantiates (open a
+                // file, send a request): what it made the host hold would wait, idle and
+                // charged to no call, in the spare. Such a component gets no spare: each
+                // call instantiates its own and holds what its start code takes.
+                let state = store.data_mut();
+                if !state.table().is_empty() || state.ledger().host_memory() > 0 {
+                    tracing::debug!(component = %self.component.name, "no spare instance: its instantiation made the host hold resources");
+                    return;
+                }
                 let kib = store.data().limiter.memory_used().div_ceil(1 << 10);
                 let memory = u32::try_from(kib)
                     .ok()
