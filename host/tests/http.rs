@@ -636,6 +636,9 @@ fn mcp_param_headers_mirror_the_arguments_their_schema_marks() {
         "base64",
     );
     refused(call(14, json!({"count": 42}), &[("Mcp-Param-Count", "43")]), "Mcp-Param-Count");
+    // Exactly: 2^53 + 1 is not 2^53, though both are one float.
+    let beyond_floats = json!({"count": 9_007_199_254_740_993u64});
+    refused(call(17, beyond_floats, &[("Mcp-Param-Count", "9007199254740992")]), "Mcp-Param-Count");
     refused(call(15, json!({"where": {"flag": false}}), &[]), "Mcp-Param-Flag is required");
     refused(call(16, json!({"where": {"flag": false}}), &[("Mcp-Param-Flag", "true")]), "`where.flag`");
     // A header mismatch is found before an unsupported version (the spec's ladder).

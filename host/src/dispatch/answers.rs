@@ -8,7 +8,7 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use serde_json::Value;
 
-use crate::protocol::jsonrpc::{RequestId, RpcError};
+use crate::protocol::jsonrpc::{self, RequestId, RpcError};
 use crate::protocol::mcp;
 use crate::protocol::types::{
     CallToolResult, Completion, ContentBlock, LoggingLevel, LoggingMessageParams, ProgressParams,
@@ -212,7 +212,12 @@ pub fn check_param_headers<'h>(
             .ok_or_else(|| format!("{name} is not valid base64 UTF-8"))?;
         let equal = match param.kind {
             ParamKind::String => value.as_str() == Some(text.as_str()),
-            ParamKind::Integer => value.as_f64().zip(text.parse::<f64>().ok()).is_some_and(|(a, b)| a == b),
+            // Exactly, as integers: as floats, 2^53 + 1 would pass for 2^53.
+            ParamKind::Integer => {
+                let header = serde_json::from_str::<serde_json::Number>(&text).ok();
+                let number = |number: Option<&serde_json::Number>| number.and_then(jsonrpc::integer_value);
+                number(value.as_number()).zip(number(header.as_ref())).is_some_and(|(a, b)| a == b)
+            }
             ParamKind::Boolean => value.as_bool().map(|flag| flag.to_string()) == Some(text.clone()),
         };
         if !equal {

@@ -88,7 +88,7 @@ impl<'de> Deserialize<'de> for RequestId {
 
 /// The integer `number` stands for exactly: any `i64` or `u64`, or a float with no
 /// fraction (JSON Schema's `integer` counts `1.0`) that a float holds exactly.
-fn integer_value(number: &serde_json::Number) -> Option<i128> {
+pub fn integer_value(number: &serde_json::Number) -> Option<i128> {
     if let Some(value) = number.as_i64() {
         return Some(value.into());
     }
