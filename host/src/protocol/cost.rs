@@ -112,10 +112,9 @@ impl<'de> Visitor<'de> for Counter {
         while let Some(key) = entries.next_key::<KeyLength>()? {
             count += 1;
             let value = if self.top && key.is_id {
-                let value: Value = entries.next_value()?;
-                let bytes = value_bytes(&value);
-                id = Some(value);
-                bytes
+                let found = entries.next_value_seed(IdCounter)?;
+                id = found.id;
+                found.bytes
             } else {
                 entries.next_value_seed(Counter { top: false })?.bytes
             };
@@ -126,11 +125,55 @@ impl<'de> Visitor<'de> for Counter {
     }
 }
 
-/// The estimate for a value already parsed (only ever the small `id`).
-fn value_bytes(value: &Value) -> usize {
-    match value {
-        Value::String(text) => block(text.len()),
-        _ => 0,
+/// Counts the top-level `id` and keeps it when it is a scalar: an object or an array is
+/// no id (the message is refused for it), and may be megabytes, so it is only counted.
+struct IdCounter;
+
+impl<'de> DeserializeSeed<'de> for IdCounter {
+    type Value = Estimate;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Estimate, D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for IdCounter {
+    type Value = Estimate;
+
+    fn expecting(&self, formatter: &mut fmt::Formatter) -> fmt::Result {
+        formatter.write_str("any JSON value")
+    }
+
+    fn visit_bool<E>(self, flag: bool) -> Result<Estimate, E> {
+        Ok(Estimate { bytes: 0, id: Some(Value::Bool(flag)) })
+    }
+
+    fn visit_i64<E>(self, number: i64) -> Result<Estimate, E> {
+        Ok(Estimate { bytes: 0, id: Some(number.into()) })
+    }
+
+    fn visit_u64<E>(self, number: u64) -> Result<Estimate, E> {
+        Ok(Estimate { bytes: 0, id: Some(number.into()) })
+    }
+
+    fn visit_f64<E>(self, number: f64) -> Result<Estimate, E> {
+        Ok(Estimate { bytes: 0, id: Some(number.into()) })
+    }
+
+    fn visit_unit<E>(self) -> Result<Estimate, E> {
+        Ok(Estimate { bytes: 0, id: Some(Value::Null) })
+    }
+
+    fn visit_str<E>(self, text: &str) -> Result<Estimate, E> {
+        Ok(Estimate { bytes: block(text.len()), id: Some(Value::String(text.to_owned())) })
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, items: A) -> Result<Estimate, A::Error> {
+        Counter { top: false }.visit_seq(items)
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, entries: A) -> Result<Estimate, A::Error> {
+        Counter { top: false }.visit_map(entries)
     }
 }
 
@@ -242,6 +285,16 @@ mod tests {
         let found = estimate(br#"{"jsonrpc":"2.0","id":"a","method":"x","params":{"id":7}}"#).unwrap();
         assert_eq!(found.id, Some(Value::String("a".into())));
         assert_eq!(estimate(br#"{"params":{"id":7}}"#).unwrap().id, None);
+        assert_eq!(estimate(br#"{"id":7.0}"#).unwrap().id, Some(serde_json::json!(7.0)));
+        assert_eq!(estimate(br#"{"id":null}"#).unwrap().id, Some(Value::Null));
+        // An id that is an object is counted like any value, and never built.
+        let keys = (0..100_000).map(|key| format!("\"k{key}\":0")).collect::<Vec<_>>().join(",");
+        let huge_id = format!("{{\"jsonrpc\":\"2.0\",\"id\":{{{keys}}},\"method\":\"x\"}}");
+        let before = counting::live();
+        let found = estimate(huge_id.as_bytes()).unwrap();
+        assert!(counting::live() - before < 4096, "the id was built");
+        assert_eq!(found.id, None);
+        assert!(found.bytes > 10 << 20, "counted: {} bytes", found.bytes);
         assert!(estimate(b"{nope").is_err());
         assert!(estimate(b"{} {}").is_err());
     }
