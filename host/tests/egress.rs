@@ -21,7 +21,7 @@ use tokio::sync::mpsc;
 /// `/sink` reads a request body (by `content-length`, or chunked to its last chunk) and
 /// answers `ok`. It counts the connections it accepts, reports each `/hang` connection's
 /// close, and the bytes after the head each `/sink` connection read before it answered or
-/// the client went away.
+/// the client went away (0 for a connection that ended before its head did).
 struct Upstream {
     port: u16,
     connections: Arc<AtomicUsize>,
@@ -50,7 +50,13 @@ impl Upstream {
                             break at + 4;
                         }
                         match socket.read(&mut buffer).await {
-                            Ok(0) | Err(_) => return,
+                            Ok(0) | Err(_) => {
+                                // Refused before its head went out (a first body frame
+                                // past the limit fails the request before hyper writes
+                                // anything): a `/sink` that read nothing.
+                                let _ = sink.send(0);
+                                return;
+                            }
                             Ok(read) => head.extend_from_slice(&buffer[..read]),
                         }
                     };
@@ -103,11 +109,11 @@ impl Upstream {
         Self { port, connections, hang_closed, sunk }
     }
 
-    /// The bytes after the head that the next `/sink` connection read.
-    async fn sunk(&mut self) -> usize {
+    /// The bytes after the head that the next `/sink` connection read (`what`: which).
+    async fn sunk(&mut self, what: &str) -> usize {
         tokio::time::timeout(Duration::from_secs(10), self.sunk.recv())
             .await
-            .expect("a /sink connection ends within 10 s")
+            .unwrap_or_else(|_| panic!("{what}: the /sink connection did not end within 10 s"))
             .unwrap()
     }
 
@@ -230,14 +236,14 @@ async fn request_bodies_sent_are_limited_per_call() {
     // the call's 64 KiB on the way and is cut there.
     let lines = post(40, 2, false).await;
     assert_eq!(lines, ["200 40960", refused]);
-    let first = upstream.sunk().await;
+    let first = upstream.sunk("the first 40 KiB").await;
     assert!((40 << 10..(40 << 10) + 1024).contains(&first), "the first body arrived whole: {first} bytes");
-    let second = upstream.sunk().await;
+    let second = upstream.sunk("the second 40 KiB").await;
     assert!(second <= (24 << 10) + 1024, "only what the call had left went out: {second} bytes");
 
     // 1 MiB chunked in a call of its own: no more than the call's 64 KiB goes out.
     assert_eq!(post(1024, 1, false).await, [refused]);
-    let cut = upstream.sunk().await;
+    let cut = upstream.sunk("1 MiB chunked").await;
     assert!(cut <= (64 << 10) + 1024, "at most the limit (and chunk framing) went out: {cut} bytes");
 
     // Declared: 1 MiB is refused before connecting; 64 KiB (all the call may send) goes.
@@ -245,7 +251,7 @@ async fn request_bodies_sent_are_limited_per_call() {
     assert_eq!(post(1024, 1, true).await, [refused]);
     assert_eq!(upstream.connections(), connections, "a declared body past the limit connects nowhere");
     assert_eq!(post(64, 1, true).await, ["200 65536"]);
-    assert_eq!(upstream.sunk().await, 64 << 10);
+    assert_eq!(upstream.sunk("64 KiB declared").await, 64 << 10);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
