@@ -179,26 +179,31 @@ pub(crate) fn shadow_http_types(linker: &mut Linker<GuestState>) -> wasmtime::Re
             Ok((OutgoingRequestHost::set_method(&mut store.data_mut().http(), request, method)?,))
         },
     )?;
-    types.func_wrap(
-        "[method]outgoing-request.set-authority",
-        |mut store: StoreContextMut<'_, GuestState>,
-         (request, authority): (Resource<HostOutgoingRequest>, Option<String>)| {
-            if authority.as_ref().is_some_and(|authority| authority.len() > MAX_AUTHORITY_BYTES) {
-                return Ok((Err(()),));
-            }
-            Ok((OutgoingRequestHost::set_authority(&mut store.data_mut().http(), request, authority)?,))
-        },
-    )?;
-    types.func_wrap(
-        "[method]outgoing-request.set-path-with-query",
-        |mut store: StoreContextMut<'_, GuestState>,
-         (request, path): (Resource<HostOutgoingRequest>, Option<String>)| {
-            if path.as_ref().is_some_and(|path| path.len() > MAX_PATH_BYTES) {
-                return Ok((Err(()),));
-            }
-            Ok((OutgoingRequestHost::set_path_with_query(&mut store.data_mut().http(), request, path)?,))
-        },
-    )?;
+    type SetText = for<'a, 'b> fn(
+        &'a mut WasiHttpCtxView<'b>,
+        Resource<HostOutgoingRequest>,
+        Option<String>,
+    ) -> wasmtime::Result<Result<(), ()>>;
+    let texts: [(&str, usize, SetText); 2] = [
+        ("[method]outgoing-request.set-authority", MAX_AUTHORITY_BYTES, |view, request, text| {
+            OutgoingRequestHost::set_authority(view, request, text)
+        }),
+        ("[method]outgoing-request.set-path-with-query", MAX_PATH_BYTES, |view, request, text| {
+            OutgoingRequestHost::set_path_with_query(view, request, text)
+        }),
+    ];
+    for (name, most, set) in texts {
+        types.func_wrap(
+            name,
+            move |mut store: StoreContextMut<'_, GuestState>,
+                  (request, text): (Resource<HostOutgoingRequest>, Option<String>)| {
+                if text.as_ref().is_some_and(|text| text.len() > most) {
+                    return Ok((Err(()),));
+                }
+                Ok((set(&mut store.data_mut().http(), request, text)?,))
+            },
+        )?;
+    }
     types.func_wrap(
         "[constructor]outgoing-response",
         |mut store: StoreContextMut<'_, GuestState>, (headers,): (Resource<FieldMap>,)| {
