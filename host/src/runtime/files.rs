@@ -44,6 +44,7 @@
 //! Refusals are WASI error codes the guest can handle: `insufficient-memory` for host
 //! memory, `quota` for descriptors, `not-permitted` for a link.
 
+use std::collections::HashMap;
 use std::os::fd::AsRawFd;
 use std::path::{Component as PathPart, Path, PathBuf};
 use std::sync::Arc;
@@ -230,6 +231,21 @@ impl FileGrants {
 /// measured (a guest may have nested it too deep) is counted as full until the next load,
 /// and said so, rather than failing the load for every tenant of the component.
 fn measured(limit: u64, dir: &std::fs::File, path: &Path) -> Arc<Quota> {
+    use std::os::unix::fs::MetadataExt;
+    // A quota still counting this directory (the component's version that a reload
+    // replaced, whose calls may still run) goes on counting it for the new one: two counts
+    // would each let writes fill the room the other does not see. A different limit starts
+    // a count of its own, measured now.
+    let key = dir.metadata().ok().map(|metadata| (metadata.dev(), metadata.ino()));
+    let mut live = LIVE_QUOTAS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    live.retain(|_, quota| quota.strong_count() > 0);
+    if let Some(counting) = key.and_then(|key| live.get(&key)).and_then(std::sync::Weak::upgrade)
+        && counting.limit() == limit
+    {
+        // What the operator changed meanwhile is seen at a reload, as at a load.
+        counting.measure_again(dir);
+        return counting;
+    }
     let (quota, error) = Quota::measure_or_full(limit, dir);
     if let Some(error) = error {
         tracing::warn!(
@@ -238,8 +254,20 @@ fn measured(limit: u64, dir: &std::fs::File, path: &Path) -> Arc<Quota> {
             path.display()
         );
     }
-    Arc::new(quota)
+    let quota = Arc::new(quota);
+    if let Some(key) = key {
+        live.insert(key, Arc::downgrade(&quota));
+    }
+    quota
 }
+
+/// A directory's device and inode.
+type DirectoryKey = (u64, u64);
+
+/// The quotas counting a directory now, by its device and inode: one count per directory,
+/// however many loaded versions of a component grant it.
+static LIVE_QUOTAS: std::sync::LazyLock<std::sync::Mutex<HashMap<DirectoryKey, std::sync::Weak<Quota>>>> =
+    std::sync::LazyLock::new(Default::default);
 
 /// Open `path` as a directory, and read back the real path of what was opened.
 fn open_directory(path: &Path) -> std::io::Result<(std::fs::File, PathBuf)> {
@@ -617,6 +645,29 @@ impl OutputStream for Charged<DynOutputStream> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A directory granted again while its quota still counts it (a reload, with the old
+    /// version's calls still running) shares that count, measured again; another limit
+    /// counts afresh.
+    #[test]
+    fn a_directory_granted_again_shares_the_quota_that_still_counts_it() {
+        let dir = std::env::temp_dir().join(format!("cordon-quota-share-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let grant = |limit: u64| {
+            let mount =
+                Mount { host: dir.clone(), guest: "/m".into(), writable: true, quota_bytes: Some(limit) };
+            let grants = FileGrants::open(None, 0, &[mount], None).unwrap().unwrap();
+            grants.grants[0].quota.clone().unwrap()
+        };
+        let first = grant(1 << 20);
+        let used = first.used();
+        std::fs::write(dir.join("f"), [0u8; 100]).unwrap();
+        let again = grant(1 << 20);
+        assert!(Arc::ptr_eq(&first, &again), "one count for one directory");
+        assert_eq!(first.used(), used + 100 + quota::ENTRY_BYTES, "measured again");
+        assert!(!Arc::ptr_eq(&first, &grant(2 << 20)), "another limit counts afresh");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     #[test]
     fn link_targets_must_point_down() {

@@ -33,6 +33,11 @@
 //! did. Refusals are the WASI error `quota` (a stream write fails with
 //! `last-operation-failed`, whose `filesystem-error-code` is `quota`).
 //!
+//! **One count per directory.** A directory granted again while a quota still counts it
+//! (a reload: the replaced version's calls may still run) shares that quota, its count and
+//! its lock, when the limit is the same (`files.rs`), and measures it again, unless a
+//! change is under way; a new limit starts a count of its own.
+//!
 //! **Where it is not exact.** Changes made to the directory by anything but the guests of
 //! this server (the operator, another process) are not seen until the next load. A file
 //! a guest unlinks while it still holds it open is released at the unlink, though its
@@ -93,6 +98,16 @@ impl Quota {
             Err(error) => {
                 (Self { limit, used: AtomicU64::new(limit), lock: Default::default() }, Some(error))
             }
+        }
+    }
+
+    /// Measure `root` again (a reload granting it anew), unless a change is under way: the
+    /// count then stays as it is until the next load.
+    pub(crate) fn measure_again(&self, root: &std::fs::File) {
+        if let Ok(_measuring) = self.lock.try_lock()
+            && let Ok(used) = usage(root)
+        {
+            self.used.store(used, Ordering::Relaxed);
         }
     }
 
