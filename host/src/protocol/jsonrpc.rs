@@ -99,16 +99,6 @@ pub fn integer_value(number: &serde_json::Number) -> Option<i128> {
     (float.fract() == 0.0 && float.abs() <= EXACT_FLOAT_INTEGER).then_some(float as i128)
 }
 
-/// A string (of at most [`MAX_ID_BYTES`]) or an integer: what ids and progress tokens
-/// may be.
-pub fn is_id_like(value: &Value) -> bool {
-    match value {
-        Value::String(text) => text.len() <= MAX_ID_BYTES,
-        Value::Number(number) => integer_value(number).is_some(),
-        _ => false,
-    }
-}
-
 /// A JSON-RPC error object.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RpcError {
