@@ -464,7 +464,17 @@ impl Runtime {
         options: ComponentOptions,
         others: &[Arc<LoadedComponent>],
     ) -> Result<LoadedComponent, LoadError> {
-        let (files, tenant_files) = self.open_tenant_files(name, origin, &options, others)?;
+        // On the blocking pool: opening directories is file system work, and measuring a
+        // quota walks a tree a guest filled (up to a name per 4 KiB of quota), which must
+        // not hold up a thread that serves calls (a reload runs beside them).
+        let opening = {
+            let (name, origin, options) = (name.to_owned(), origin.to_owned(), options.clone());
+            let others = others.to_vec();
+            tokio::task::spawn_blocking(move || Self::open_tenant_files(&name, &origin, &options, &others))
+        };
+        let (files, tenant_files) = opening
+            .await
+            .map_err(|error| LoadError::new(origin, format!("opening its directories failed: {error}")))??;
         let (prepared, digest) = compiling
             .await
             .map_err(|error| LoadError::new(origin, format!("compiling failed: {error}")))??;
@@ -660,18 +670,17 @@ impl Runtime {
     /// directory and mounts.
     #[allow(clippy::type_complexity)]
     fn open_tenant_files(
-        &self,
         name: &str,
         origin: &str,
         options: &ComponentOptions,
         others: &[Arc<LoadedComponent>],
     ) -> Result<(Option<Arc<files::FileGrants>>, HashMap<String, Arc<files::FileGrants>>), LoadError> {
         let Some(data_dir) = options.data_dir.as_ref().filter(|_| !options.tenants.is_empty()) else {
-            return Ok((self.open_files(name, origin, options, others, None)?, HashMap::new()));
+            return Ok((Self::open_files(name, origin, options, others, None)?, HashMap::new()));
         };
         // The mounts first: every tenant's grants share their quotas.
         let shared = ComponentOptions { data_dir: None, ..options.clone() };
-        let shared = self.open_files(name, origin, &shared, others, None)?;
+        let shared = Self::open_files(name, origin, &shared, others, None)?;
         let mut by_tenant = HashMap::new();
         for tenant in &options.tenants {
             if !crate::paths::is_safe_name(tenant) {
@@ -681,7 +690,7 @@ impl Runtime {
                 ));
             }
             let own = ComponentOptions { data_dir: Some(data_dir.join(tenant)), ..options.clone() };
-            if let Some(grants) = self.open_files(name, origin, &own, others, shared.as_deref())? {
+            if let Some(grants) = Self::open_files(name, origin, &own, others, shared.as_deref())? {
                 by_tenant.insert(tenant.clone(), grants);
             }
         }
@@ -691,7 +700,6 @@ impl Runtime {
     /// Open `name`'s data directory and mounts once, refusing any that overlaps one of
     /// `others` where either may be written; a mount's quota is `quotas_from`'s when it has one.
     fn open_files(
-        &self,
         name: &str,
         origin: &str,
         options: &ComponentOptions,
