@@ -766,6 +766,11 @@ impl Connection {
         self.tenant.as_ref()
     }
 
+    /// Who within the tenant made the connection's requests, when known.
+    pub fn caller(&self) -> Option<&Caller> {
+        self.caller.as_ref()
+    }
+
     /// The tags of request `id`'s call: its id and, with tenants, the tenant's name (a
     /// configured one: a bounded label).
     fn call_tags(&self, id: &RequestId) -> CallTags {
@@ -1181,7 +1186,7 @@ impl Connection {
             call = runtime.call_in(tools, self.view(), name, arguments, self.call_tags(id)) => call.map(|call| call.with_input(round)),
             // A call cancelled while it waits for a slot leaves the queue at once.
             () = cancel_signal.notified() => {
-                runtime.report_unstarted(CallEnded::unstarted(self.call_tags(id), CallOutcome::Cancelled), Some(name));
+                runtime.report_unstarted(CallEnded::unstarted(self.call_tags(id), CallOutcome::Cancelled), self.view(), Some(name));
                 return Ran::Answered(None, None);
             }
         };
@@ -1221,6 +1226,7 @@ impl Connection {
         if !self.attach_handle(id, handle.clone()) {
             runtime.report_unstarted(
                 CallEnded::unstarted(self.call_tags(id), CallOutcome::Cancelled),
+                self.view(),
                 Some(name),
             );
             return Ran::Answered(None, None);
@@ -1464,7 +1470,11 @@ impl Connection {
 
     /// Tell the runtime's observers of a call refused here, before it reached the runtime.
     fn refused(&self, id: &RequestId, tool: Option<&str>, reason: RefusalReason) {
-        self.server.runtime.report_unstarted(CallEnded::refused(self.call_tags(id), reason), tool);
+        self.server.runtime.report_unstarted(
+            CallEnded::refused(self.call_tags(id), reason),
+            self.view(),
+            tool,
+        );
     }
 
     /// Register request `id` as in flight, so that a cancel reaches it, and count it among

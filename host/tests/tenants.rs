@@ -308,6 +308,14 @@ fn a_tenant_sees_its_tools_only_and_another_tenants_tool_is_answered_as_unknown(
         same(&bad_arguments, "echo"),
         same(&server.call(SOLO_KEY, "nothing", json!({"text": 5})), "nothing")
     );
+    // Nor are solo's refusals counted or logged as acme's `echo`'s, even one refused before
+    // the tool is looked up (arguments that are not an object): they name no tool.
+    let not_an_object = server.call(SOLO_KEY, "echo", json!(5));
+    assert_eq!(not_an_object.message()["error"]["code"], -32602, "{}", not_an_object.message());
+    let metrics = server.metrics_with(r#"cordon_calls_total{component="",tool="",outcome="refused"} 5"#);
+    assert!(!metrics.contains(r#"tool="echo""#), "{metrics}");
+    let log = server.log_until(|line| line.contains("tenant=\"solo\"") && line.contains("refused"));
+    assert!(!log.lines().any(|line| line.contains("tenant=\"solo\"") && line.contains("echo")), "{log}");
 }
 
 #[test]
@@ -527,7 +535,7 @@ fn stdio_needs_a_known_tenant_and_open_http_needs_tenants_or_a_flag() {
 }
 
 #[test]
-fn a_2025_era_session_belongs_to_the_tenant_that_opened_it() {
+fn a_2025_era_session_belongs_to_the_tenant_and_key_that_opened_it() {
     let server = Server::start("sessions", "");
     let base = [("Accept", "application/json, text/event-stream"), ("Content-Type", "application/json")];
     let with_key = |key: &str, extra: &[(&'static str, String)]| {
@@ -555,6 +563,32 @@ fn a_2025_era_session_belongs_to_the_tenant_that_opened_it() {
     // acme holds a valid key, but not this session's: the session is unknown to it.
     let other = post_as(&with_key(ACME_KEY, &legacy), &list);
     assert_eq!(other.status, 404, "{}", other.body);
+
+    // Nor is a session another key's of the same tenant: acme's second key can neither
+    // post to, follow nor end a session its first key opened.
+    let opened = post_as(&with_key(ACME_KEY, &[]), &init);
+    let acme_session = opened.header("mcp-session-id").expect("a session id").to_owned();
+    let acme = [("MCP-Protocol-Version", "2025-11-25".to_owned()), ("Mcp-Session-Id", acme_session.clone())];
+    let stolen = post_as(&with_key("acme-second-key", &acme), &list);
+    assert_eq!(stolen.status, 404, "{}", stolen.body);
+    let answer_asked = json!({"jsonrpc": "2.0", "id": 1, "result": {"action": "accept", "content": {}}});
+    assert_eq!(post_as(&with_key("acme-second-key", &acme), &answer_asked).status, 404);
+    let raw = |method: &str, key: &str| {
+        let mut stream = TcpStream::connect(("127.0.0.1", server.port)).unwrap();
+        let request = format!(
+            "{method} /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: text/event-stream\r\n\
+             Authorization: Bearer {key}\r\nMcp-Session-Id: {acme_session}\r\n\
+             MCP-Protocol-Version: 2025-11-25\r\nConnection: close\r\n\r\n"
+        );
+        stream.write_all(request.as_bytes()).unwrap();
+        let mut head = [0u8; 12];
+        stream.read_exact(&mut head).unwrap();
+        String::from_utf8_lossy(&head[9..12]).into_owned()
+    };
+    assert_eq!(raw("GET", "acme-second-key"), "404");
+    assert_eq!(raw("DELETE", "acme-second-key"), "404");
+    assert_eq!(post_as(&with_key(ACME_KEY, &acme), &list).status, 200, "the session outlived those tries");
+    assert_eq!(raw("DELETE", ACME_KEY), "200");
 
     // Another tenant opening sessions past its cap (1,000) closes its own oldest, never
     // solo's.

@@ -213,7 +213,7 @@ impl Connection {
                 biased;
                 call = runtime.feature_in(tools, self.view(), request.clone(), self.call_tags(id)) => call,
                 () = cancel_signal.notified() => {
-                    runtime.report_unstarted(CallEnded::unstarted(self.call_tags(id), CallOutcome::Cancelled), None);
+                    runtime.report_unstarted(CallEnded::unstarted(self.call_tags(id), CallOutcome::Cancelled), self.view(), None);
                     return (None, None);
                 }
             };

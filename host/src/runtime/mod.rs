@@ -333,12 +333,13 @@ impl Runtime {
 
     /// Tell the observers of a call that ended before it ran, outside [`Runtime::call_as`]
     /// (refused for a malformed request, or cancelled while it waited for a slot); the
-    /// event names `tool` only when it is loaded.
-    pub fn report_unstarted(&self, mut event: CallEnded, tool: Option<&str>) {
+    /// event names `tool` only when it is loaded and in `view` (a tenant naming another
+    /// tenant's tool must not make its refusals count as that tool's, in metrics or logs).
+    pub fn report_unstarted(&self, mut event: CallEnded, view: Option<&TenantView>, tool: Option<&str>) {
         if self.observers.is_empty() {
             return;
         }
-        if let Some((component, tool)) = tool.and_then(|tool| known_tool(&self.snapshot(), None, tool)) {
+        if let Some((component, tool)) = tool.and_then(|tool| known_tool(&self.snapshot(), view, tool)) {
             event.component = Some(component);
             event.tool = Some(tool);
         }

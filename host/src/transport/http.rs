@@ -719,7 +719,11 @@ async fn serve_request(
         && let Some(id) = &session_id
     {
         // Ending a 2025-era session; a session that is gone is told so, as for any request.
-        if shared.sessions.get(id).is_some_and(|session| !same_tenant(&session, tenant.as_ref())) {
+        if shared
+            .sessions
+            .get(id)
+            .is_some_and(|session| !same_holder(&session, tenant.as_ref(), caller.as_ref()))
+        {
             return Err(plain(StatusCode::NOT_FOUND, "Not Found: unknown or expired session"));
         }
         return Err(match shared.sessions.close(id) {
@@ -730,7 +734,7 @@ async fn serve_request(
     if request.method() == Method::GET
         && let Some(id) = &session_id
     {
-        return Err(session_stream(shared, headers, id, tenant.as_ref()));
+        return Err(session_stream(shared, headers, id, tenant.as_ref(), caller.as_ref()));
     }
     if request.method() != Method::POST {
         let mut response = plain(StatusCode::METHOD_NOT_ALLOWED, "Method Not Allowed: use POST");
@@ -762,7 +766,7 @@ async fn serve_request(
     let session = session_id
         .as_deref()
         .and_then(|id| shared.sessions.get(id))
-        .filter(|session| same_tenant(session, tenant.as_ref()));
+        .filter(|session| same_holder(session, tenant.as_ref(), caller.as_ref()));
     let (id, method, params) = match message {
         Incoming::Request { id, method, params } => (id, method, params),
         notification @ (Incoming::Notification { .. } | Incoming::Response { .. }) => {
@@ -907,9 +911,12 @@ fn unauthorized(shared: &Shared, headers: &HeaderMap, error: &AuthError) -> Http
     response
 }
 
-/// Whether a 2025-era session belongs to the tenant of the request naming it.
-fn same_tenant(session: &Connection, tenant: Option<&Arc<Tenant>>) -> bool {
-    session.tenant().map(|tenant| &tenant.id) == tenant.map(|tenant| &tenant.id)
+/// Whether a 2025-era session belongs to the request naming it: the same tenant and the
+/// same caller in it (the API key, or the token's subject). Another caller of the tenant
+/// who learns a session's id (from a log, a proxy) could otherwise answer what its calls
+/// ask the user, cancel them, take its stream or end it.
+fn same_holder(session: &Connection, tenant: Option<&Arc<Tenant>>, caller: Option<&Caller>) -> bool {
+    session.tenant().map(|tenant| &tenant.id) == tenant.map(|tenant| &tenant.id) && session.caller() == caller
 }
 
 /// `GET /mcp` with a 2025-era session's id: the session's stream of server messages (its
@@ -920,6 +927,7 @@ fn session_stream(
     headers: &HeaderMap,
     session_id: &str,
     tenant: Option<&Arc<Tenant>>,
+    caller: Option<&Caller>,
 ) -> HttpResponse {
     let accepts_sse = headers
         .get_all(header::ACCEPT)
@@ -930,7 +938,8 @@ fn session_stream(
     if !accepts_sse {
         return plain(StatusCode::NOT_ACCEPTABLE, "Not Acceptable: Accept must list text/event-stream");
     }
-    let Some(connection) = shared.sessions.get(session_id).filter(|session| same_tenant(session, tenant))
+    let Some(connection) =
+        shared.sessions.get(session_id).filter(|session| same_holder(session, tenant, caller))
     else {
         return plain(StatusCode::NOT_FOUND, "Not Found: unknown or expired session; initialize again");
     };
