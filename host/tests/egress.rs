@@ -21,12 +21,17 @@ use tokio::sync::mpsc;
 /// `/sink` reads a request body (by `content-length`, or chunked to its last chunk) and
 /// answers `ok`. It counts the connections it accepts, reports each `/hang` connection's
 /// close, and the bytes after the head each `/sink` connection read before it answered or
-/// the client went away (0 for a connection that ended before its head did).
+/// the client went away (0 for a connection that ended before its head did). `/closed`
+/// answers `closed` once no `/hang` connection is open (waiting up to a second), else `open`.
 struct Upstream {
     port: u16,
     connections: Arc<AtomicUsize>,
+    /// `/hang` connections open now.
+    hanging: Arc<AtomicUsize>,
     hang_closed: mpsc::UnboundedReceiver<()>,
     sunk: mpsc::UnboundedReceiver<usize>,
+    /// What each `/closed` answered.
+    verdicts: mpsc::UnboundedReceiver<&'static str>,
 }
 
 impl Upstream {
@@ -36,12 +41,16 @@ impl Upstream {
         let connections = Arc::new(AtomicUsize::new(0));
         let (closed, hang_closed) = mpsc::unbounded_channel();
         let (sink, sunk) = mpsc::unbounded_channel();
+        let (verdict, verdicts) = mpsc::unbounded_channel();
         let counter = connections.clone();
+        let hanging = Arc::new(AtomicUsize::new(0));
+        let open_hangs = hanging.clone();
         tokio::spawn(async move {
             loop {
                 let Ok((mut socket, _)) = listener.accept().await else { return };
                 counter.fetch_add(1, Ordering::SeqCst);
-                let (closed, sink) = (closed.clone(), sink.clone());
+                let (closed, sink, hanging) = (closed.clone(), sink.clone(), open_hangs.clone());
+                let verdict = verdict.clone();
                 tokio::spawn(async move {
                     let mut head = Vec::new();
                     let mut buffer = [0u8; 4096];
@@ -85,15 +94,25 @@ impl Upstream {
                         b"ok".to_vec()
                     } else if path == "/ok" {
                         b"hello".to_vec()
+                    } else if path == "/closed" {
+                        let deadline = Instant::now() + Duration::from_secs(1);
+                        while hanging.load(Ordering::SeqCst) > 0 && Instant::now() < deadline {
+                            tokio::time::sleep(Duration::from_millis(5)).await; // polling, with a deadline
+                        }
+                        let said = if hanging.load(Ordering::SeqCst) > 0 { "open" } else { "closed" };
+                        let _ = verdict.send(said);
+                        said.as_bytes().to_vec()
                     } else if let Some(size) = path.strip_prefix("/big/") {
                         vec![b'x'; size.parse().unwrap()]
                     } else {
                         // /hang: read until the client goes away, then say so.
+                        hanging.fetch_add(1, Ordering::SeqCst);
                         while let Ok(read) = socket.read(&mut buffer).await {
                             if read == 0 {
                                 break;
                             }
                         }
+                        hanging.fetch_sub(1, Ordering::SeqCst);
                         let _ = closed.send(());
                         return;
                     };
@@ -106,7 +125,7 @@ impl Upstream {
                 });
             }
         });
-        Self { port, connections, hang_closed, sunk }
+        Self { port, connections, hanging, hang_closed, sunk, verdicts }
     }
 
     /// The bytes after the head that the next `/sink` connection read (`what`: which).
@@ -114,6 +133,14 @@ impl Upstream {
         tokio::time::timeout(Duration::from_secs(10), self.sunk.recv())
             .await
             .unwrap_or_else(|_| panic!("{what}: the /sink connection did not end within 10 s"))
+            .unwrap()
+    }
+
+    /// What the next `/closed` answered.
+    async fn verdict(&mut self) -> &'static str {
+        tokio::time::timeout(Duration::from_secs(10), self.verdicts.recv())
+            .await
+            .expect("/closed was asked within 10 s")
             .unwrap()
     }
 
@@ -348,6 +375,33 @@ async fn a_guest_waiting_on_a_response_is_stopped_by_timeout_cancel_and_shutdown
     tokio::time::timeout(Duration::from_secs(5), upstream.hang_closed.recv())
         .await
         .expect("connection closed");
+}
+
+/// A call stopped while a request it made is in flight, its guest returning within its
+/// grace and leaving the request open, loses its instance, and so the connection, before
+/// its cleanup runs: a cleanup undoing what the call started never runs beside it. (The
+/// cleanup GETs `/closed`, which says whether the `/hang` connection was still open.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_calls_requests_end_before_its_cleanup_runs() {
+    let mut upstream = Upstream::start().await;
+    let rules = [format!("http://127.0.0.1:{}", upstream.port)];
+    let limits = ToolLimits {
+        max_duration: Some(Duration::from_millis(300)),
+        grace: Duration::from_millis(500),
+        cleanup_budget: Duration::from_secs(5),
+        ..common::quick_limits()
+    };
+    let runtime = runtime(&rules, limits).await;
+    let arguments = json!({ "url": upstream.url("/hang"), "cleanup_url": upstream.url("/closed") });
+    let report = call(&runtime, "http_left_open", arguments).await;
+    assert!(matches!(report.outcome, Outcome::TimedOut(_)), "{:?}", report.outcome);
+    assert!(!report.hard_stopped, "the guest returned within its grace");
+    assert_eq!(report.cleanup.as_ref().map(|cleanup| &cleanup.outcome), Some(&CleanupOutcome::Completed));
+    tokio::time::timeout(Duration::from_secs(5), upstream.hang_closed.recv())
+        .await
+        .expect("connection closed");
+    assert_eq!(upstream.hanging.load(Ordering::SeqCst), 0);
+    assert_eq!(upstream.verdict().await, "closed", "the cleanup ran while the call's request was open");
 }
 
 /// `https` is TLS verified against the bundled web PKI roots: a server whose certificate

@@ -25,7 +25,10 @@
 //! - `env_names()` lists the environment variables it sees; `env_var(name)` reads one.
 //! - `http_get(url, times)` GETs `url` `times` times over `wasi:http` and says, a line per
 //!   request, the status and body size or the error code; `http_hang(url)` sends one
-//!   request and waits for its answer, never checking for cancellation.
+//!   request and waits for its answer, never checking for cancellation;
+//!   `http_left_open(url, cleanup_url)` sends one request, never drops it, leaves the
+//!   cleanup note `fetch <cleanup_url>` (its cleanup then GETs `cleanup_url`) and returns as
+//!   soon as it is asked to stop, the request still in flight.
 //! - `http_post(url, kib, times, declare_length)` POSTs a body of `kib` KiB to `url` `times`
 //!   times, chunked unless `declare_length`, writing until the host stops taking it, and
 //!   says, a line per request, the status and the bytes written, or the error code.
@@ -504,6 +507,11 @@ impl Plugin for Hostile {
                 "Waits for an HTTP answer, never checking for cancellation.",
                 http_hang,
             ),
+            Tool::new(
+                &named("http_left_open"),
+                "Sends a request and returns when asked to stop, leaving it in flight.",
+                http_left_open,
+            ),
             Tool::new(&named("panic"), "Leaves a note, then panics with the message it is given.", panic),
             Tool::asking(&named("ask_forever"), "Asks for input in every round.", ask_forever),
             Tool::asking(
@@ -564,6 +572,9 @@ impl Plugin for Hostile {
             std::fs::write("/data/cleanup-reason", format!("{:?} {:?}", context.reason, context.note_text()));
         // Which request it cleaned up after: a tool's name, or a method (`resources/read`).
         let _ = std::fs::write("/data/cleanup-request", &context.tool);
+        if let Some(url) = context.note_text().and_then(|note| note.strip_prefix("fetch ")) {
+            let _ = fetch(url);
+        }
     }
 }
 
@@ -712,6 +723,28 @@ fn http_hang(args: HttpHang) -> Result<String, ToolError> {
         Ok((status, size)) => Ok(format!("{status} {size}")),
         Err(error) => Ok(format!("error {error}")),
     }
+}
+
+#[derive(Deserialize, JsonSchema)]
+struct HttpLeftOpen {
+    /// A URL that answers slowly or never.
+    url: String,
+    /// What the cleanup GETs.
+    cleanup_url: String,
+}
+
+fn http_left_open(args: HttpLeftOpen) -> Result<String, ToolError> {
+    use wasi::http::types::{Fields, Method};
+    let request = request_to(&args.url, &Method::Get, Fields::new()).map_err(ToolError::new)?;
+    let response =
+        wasi::http::outgoing_handler::handle(request, None).map_err(|error| ToolError::new(code(error)))?;
+    // Never dropped: only the host ends it.
+    std::mem::forget(response);
+    cordon_guest::set_cleanup_note(format!("fetch {}", args.cleanup_url).as_bytes());
+    while cordon_guest::check_cancelled().is_ok() {
+        wasi::clocks::monotonic_clock::subscribe_duration(1_000_000).block();
+    }
+    Err(ToolError::new("asked to stop: returning with the request in flight"))
 }
 
 #[derive(Deserialize, JsonSchema)]

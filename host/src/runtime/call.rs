@@ -14,7 +14,10 @@
 //!    driver, polling with `biased` priority for the stop, drops the call's future, which
 //!    unwinds a guest parked in a host call (a WASI sleep or poll).
 //!
-//! The store is never entered again after a trap or a drop (wasmtime poisons it). If the
+//! The store is never entered again after a trap or a drop (wasmtime poisons it). A
+//! stopped call's store is dropped before its cleanup runs, even when the guest returned
+//! within its grace, so nothing the call started (an outgoing request, a stream's task)
+//! goes on beside the cleanup. If the
 //! call was stopped or trapped, `cleanup` then runs exactly once, in a fresh store and
 //! instance with the same capabilities and its own budget, bounded the same way. Its
 //! failures are logged and reported, never retried. The call's permit in the instance
@@ -337,8 +340,11 @@ impl Call {
     /// slot is a good part of a short call's cost, and the client need not wait for it.
     pub async fn run_deferring_teardown(self) -> (CallReport, Teardown) {
         let _ticking = self.ticker.running();
-        let (outcome, hard_stopped, stop_path, store) = self.drive().await;
+        let (outcome, hard_stopped, stop_path, mut store) = self.drive().await;
         let stopped_at = Instant::now();
+        // Whether the instance ended sound (a trapped one is dropped in `drive`), so a spare
+        // may replace the one the call may have used.
+        let sound = store.is_some();
         if self.control.memory.grew.load(Ordering::Relaxed)
             && !self.component.growth_hinted.swap(true, Ordering::Relaxed)
         {
@@ -347,6 +353,13 @@ impl Call {
                 "a call grew the component's memory; every call that does pays for page-protection \
                  changes: link it with more initial memory (cordon-guest's docs, \"Memory\")"
             );
+        }
+        if outcome.stop_reason().is_some() {
+            // A stopped call's instance goes before its cleanup runs, even when the guest
+            // returned within its grace: what its table owns (outgoing requests and their
+            // uploads, file streams' tasks) must not go on beside a cleanup that may be
+            // undoing it, and its descriptors and host memory are given back first.
+            drop(store.take());
         }
         let cleanup = match outcome.stop_reason() {
             Some(reason) if self.component.pre.has_cleanup() => Some(self.cleanup(reason).await),
@@ -362,7 +375,7 @@ impl Call {
         }
         let (report, ended) = self.report(outcome, hard_stopped, stop_path, stopped_at, cleanup);
         // A spare is made with the component's own grants: never for a tenant's.
-        let refill = (store.is_some() && self.files.is_none()).then(|| Refill {
+        let refill = (sound && self.files.is_none()).then(|| Refill {
             engine: self.engine.clone(),
             ticker: self.ticker.clone(),
             component: self.component.clone(),
@@ -718,6 +731,9 @@ impl Call {
     }
 
     async fn cleanup(&self, reason: StopReason) -> CleanupReport {
+        // Epochs must tick while it runs, whichever path stopped the call (one stopped
+        // between rounds ran no guest code before): a cleanup that loops is stopped by them.
+        let _ticking = self.ticker.running();
         // Cleanup capacity is reserved apart from calls, one slot per call: never waits long.
         let _permit = self
             .cleanup_permits
