@@ -352,6 +352,37 @@ async fn calls_at_once_share_a_quota_and_never_pass_it_together() {
     assert!(bytes_under(&layout.rw) <= quota, "{} bytes on disk", bytes_under(&layout.rw));
 }
 
+/// A file whose last name is removed while the guest still holds it open keeps its blocks
+/// on disk, and so its bytes stay counted until nothing holds it: a guest filling the
+/// quota, holding the file and removing it (unlinked, or renamed over) gets `quota` at the
+/// same point as one that kept the names. Once its call ends, the files are given back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_removed_file_still_held_open_counts_against_the_quota_until_released() {
+    let layout = Layout::new("quota-orphans");
+    let runtime = runtime_with(layout.options(Some(1 << 20))).await.unwrap();
+    // Three files of 300 KiB (and their names) fit in 1 MiB; a fourth does not.
+    for by_rename in [false, true] {
+        let arguments = json!({ "dir": "/mnt/rw", "count": 8, "kib": 300, "by_rename": by_rename });
+        let report = call(&runtime, "hold_unlinked", arguments).await;
+        let said = answer(&report);
+        assert!(
+            said.starts_with("filled 3, then") && said.contains("quota"),
+            "by_rename {by_rename}: {said}"
+        );
+    }
+    // Nothing holds them now: all of the quota is there again.
+    let arguments = json!({ "dir": "/mnt/rw", "count": 3, "kib": 300 });
+    assert_eq!(answer(&call(&runtime, "hold_unlinked", arguments).await), "filled 3");
+    // Removed and held by nothing, a file's bytes are back for the next call.
+    for index in 0..4 {
+        let path = format!("/mnt/rw/{index}.txt");
+        let report =
+            call(&runtime, "write_text", json!({ "path": path, "text": "w".repeat(300 << 10) })).await;
+        assert!(!failed(&report), "{}", answer(&report));
+        assert!(!failed(&call(&runtime, "remove", json!({ "path": path })).await));
+    }
+}
+
 /// Every name a guest makes (an empty file, a directory, a symlink) counts one 4 KiB block
 /// against its grant's quota, so a quota bounds the host's inodes as well as its bytes;
 /// removing or renaming over a name gives it back. The data directory has a quota of its

@@ -17,7 +17,9 @@
 //! - `stream_write(dir, path, bytes)` writes `bytes` bytes to `path` under the preopen `dir`
 //!   in one `output-stream.write`, asking `check-write` nothing first.
 //! - `remove(path)` removes a file; `rename(from, to)` renames one; `set_size(path, size)`
-//!   sets a file's length (creating it if missing).
+//!   sets a file's length (creating it if missing); `hold_unlinked(dir, count, kib,
+//!   by_rename)` fills `count` files of `kib` KiB, each held open once its name is removed
+//!   (unlinked, or renamed over).
 //! - `park(ms)` waits in a host call (a WASI sleep) and never checks for cancellation.
 //! - `alloc_mb(mb)` allocates and touches `mb` MiB of linear memory.
 //! - `log_flood(count, bytes)` writes `count` warning lines of `bytes` bytes each to its log
@@ -304,6 +306,55 @@ fn write_at(args: WriteAt) -> Result<String, ToolError> {
 }
 
 #[derive(Deserialize, JsonSchema)]
+struct HoldUnlinked {
+    /// A preopen's guest path, e.g. `/data`.
+    dir: String,
+    /// How many files to fill, hold open and remove.
+    count: u32,
+    /// KiB to write into each.
+    kib: u32,
+    /// Whether to remove each by renaming another file over it, not by unlinking it.
+    #[serde(default)]
+    by_rename: bool,
+}
+
+/// Fill a file, keep it open, remove its name, and again: each file's blocks stay on disk
+/// while it is held. Says how many were filled whole, and the first refusal.
+fn hold_unlinked(args: HoldUnlinked) -> Result<String, ToolError> {
+    let dir = preopen(&args.dir)?;
+    let chunk = vec![b'u'; 64 << 10];
+    let mut held = Vec::new();
+    for index in 0..args.count {
+        let name = format!("unlinked-{index}");
+        let file = dir
+            .open_at(
+                PathFlags::empty(),
+                &name,
+                OpenFlags::CREATE,
+                DescriptorFlags::READ | DescriptorFlags::WRITE,
+            )
+            .map_err(|code| ToolError::new(format!("open refused: {code:?}")))?;
+        let (mut written, size) = (0u64, u64::from(args.kib) << 10);
+        while written < size {
+            let part = &chunk[..chunk.len().min((size - written) as usize)];
+            match file.write(part, written) {
+                Ok(count) => written += count,
+                Err(code) => return Ok(format!("filled {index}, then {code:?}")),
+            }
+        }
+        let removed = if args.by_rename {
+            drop(dir.open_at(PathFlags::empty(), "over", OpenFlags::CREATE, DescriptorFlags::WRITE));
+            dir.rename_at("over", &dir, &name)
+        } else {
+            dir.unlink_file_at(&name)
+        };
+        removed.map_err(|code| ToolError::new(format!("remove refused: {code:?}")))?;
+        held.push(file);
+    }
+    Ok(format!("filled {}", held.len()))
+}
+
+#[derive(Deserialize, JsonSchema)]
 struct StreamWrite {
     /// A preopen's guest path, e.g. `/data`.
     dir: String,
@@ -483,6 +534,11 @@ impl Plugin for Hostile {
             Tool::new(&named("write_at"), "Writes a file relative to a preopen.", write_at),
             Tool::new(&named("stream_write"), "Writes a file in one stream write, unasked.", stream_write),
             Tool::new(&named("remove"), "Removes a file.", remove),
+            Tool::new(
+                &named("hold_unlinked"),
+                "Fills files, holds them open and removes their names.",
+                hold_unlinked,
+            ),
             Tool::new(&named("rename"), "Renames a file.", rename),
             Tool::new(&named("set_size"), "Sets a file's length.", set_size),
             Tool::new(&named("park"), "Waits in a host call, never checking for cancellation.", park),

@@ -41,6 +41,23 @@ pub(crate) struct GuestState {
     note_bytes: usize,
     /// What this instance may still write to the operator's log (`log` and stderr).
     operator_log: OperatorLog,
+    /// Last, so dropped after the table: see [`SweepOrphansAtEnd`].
+    _sweep_orphans: SweepOrphansAtEnd,
+}
+
+/// At the end of a call, once its descriptors are closed (this is dropped after the
+/// table), give back what the files whose last name was removed took, where nothing holds
+/// them open any more (quota.rs, `Orphans`).
+struct SweepOrphansAtEnd(Option<Arc<FileGrants>>);
+
+impl Drop for SweepOrphansAtEnd {
+    fn drop(&mut self) {
+        for grant in self.0.iter().flat_map(|grants| &grants.grants) {
+            if let Some(quota) = &grant.quota {
+                quota.sweep_orphans();
+            }
+        }
+    }
 }
 
 impl GuestState {
@@ -103,6 +120,7 @@ impl GuestState {
             control,
             note_bytes: limits.note_bytes,
             operator_log,
+            _sweep_orphans: SweepOrphansAtEnd(grants.cloned()),
         }
     }
 

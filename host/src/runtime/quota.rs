@@ -39,12 +39,15 @@
 //! change is under way; a new limit starts a count of its own.
 //!
 //! **Where it is not exact.** Changes made to the directory by anything but the guests of
-//! this server (the operator, another process) are not seen until the next load. A file
-//! a guest unlinks while it still holds it open is released at the unlink, though its
-//! blocks stay on disk until the descriptor closes (at the latest when the call ends), and
-//! writes to it after the unlink are charged and never released. Both only ever make the
-//! count lag what is on disk until the next load; no guest action makes the files hold
-//! more than the quota for longer than that.
+//! this server (the operator, another process) are not seen until the next load.
+//!
+//! **Removed but still open.** A file whose last name is removed (unlinked, or renamed
+//! over) keeps its blocks on disk while anything holds it open, so its bytes stay counted
+//! until nothing does: the host opens it (read only) before the name goes, and asks the
+//! kernel later whether anything else holds it (a write lease is granted only when
+//! nothing does). Without that, a guest could fill the quota, hold the file, remove it
+//! and do it again, a quota's worth per descriptor it may hold. Writes to it after the
+//! removal are charged as any, and given back with it.
 
 use std::os::unix::fs::FileExt;
 use std::sync::Arc;
@@ -55,7 +58,7 @@ use wasmtime::{Result, StoreContextMut};
 use wasmtime_wasi::filesystem::Descriptor;
 use wasmtime_wasi::p2::bindings::filesystem::preopens::Host as _;
 use wasmtime_wasi::p2::bindings::filesystem::types::{
-    DescriptorType, ErrorCode, Filesize, Host as _, HostDescriptor, PathFlags,
+    DescriptorFlags, DescriptorType, ErrorCode, Filesize, Host as _, HostDescriptor, OpenFlags, PathFlags,
 };
 use wasmtime_wasi::p2::{OutputStream, StreamError, StreamResult};
 
@@ -75,7 +78,34 @@ pub(crate) struct Quota {
     used: AtomicU64,
     /// Held across every measurement and change of a size on the mount.
     lock: Arc<tokio::sync::Mutex<()>>,
+    /// Files whose last name was removed while something may still hold them open.
+    orphans: std::sync::Mutex<Orphans>,
 }
+
+/// Files whose last name a guest removed, each held open by the host (one descriptor, read
+/// only) so that it can tell when nothing else holds it: until then its blocks are still
+/// on disk, and its bytes (and its name's [`ENTRY_BYTES`]) stay counted. Without this a
+/// guest could fill the quota, keep the file open, remove it, and do it again: every file
+/// it holds open would be quota past the count.
+///
+/// Whether something holds one is told later, not when its name goes: at the next charge
+/// the quota cannot take, at the end of each call under the grant (its descriptors then
+/// closed), or when more than [`ORPHANS_UNSWEPT`] wait. By then an `open` that found the
+/// name just before it was removed has finished, and counts as holding the file.
+struct Orphans {
+    files: Vec<Arc<std::fs::File>>,
+    /// How many there may be before the next sweep ([`Quota::sweep`]).
+    sweep_at: usize,
+}
+
+impl Default for Orphans {
+    fn default() -> Self {
+        Self { files: Vec::new(), sweep_at: ORPHANS_UNSWEPT }
+    }
+}
+
+/// Orphans kept unswept, beyond those that were still held at the last sweep.
+const ORPHANS_UNSWEPT: usize = 64;
 
 /// A write refused because it would take the mount past its quota; the guest sees `quota`.
 #[derive(Debug, thiserror::Error)]
@@ -85,7 +115,11 @@ pub(crate) struct QuotaExceeded;
 impl Quota {
     /// A quota of `limit` bytes over the directory `root`, measuring what it holds now.
     pub(crate) fn measure(limit: u64, root: &std::fs::File) -> std::io::Result<Self> {
-        Ok(Self { limit, used: AtomicU64::new(usage(root)?), lock: Default::default() })
+        Ok(Self::counting(limit, usage(root)?))
+    }
+
+    fn counting(limit: u64, used: u64) -> Self {
+        Self { limit, used: AtomicU64::new(used), lock: Default::default(), orphans: Default::default() }
     }
 
     /// [`Quota::measure`], or, when the tree cannot be measured (nested past
@@ -95,9 +129,7 @@ impl Quota {
     pub(crate) fn measure_or_full(limit: u64, root: &std::fs::File) -> (Self, Option<std::io::Error>) {
         match Self::measure(limit, root) {
             Ok(quota) => (quota, None),
-            Err(error) => {
-                (Self { limit, used: AtomicU64::new(limit), lock: Default::default() }, Some(error))
-            }
+            Err(error) => (Self::counting(limit, limit), Some(error)),
         }
     }
 
@@ -107,8 +139,41 @@ impl Quota {
         if let Ok(_measuring) = self.lock.try_lock()
             && let Ok(used) = usage(root)
         {
-            self.used.store(used, Ordering::Relaxed);
+            let orphans = self.orphans.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let held: u64 = orphans.files.iter().map(|file| size_of(file) + ENTRY_BYTES).sum();
+            self.used.store(used.saturating_add(held), Ordering::Relaxed);
         }
+    }
+
+    /// The last name of `file` (opened by the host, read only) was removed: its bytes are
+    /// given back once nothing else holds it open.
+    fn orphaned(&self, file: Arc<std::fs::File>) {
+        let mut orphans = self.orphans.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        orphans.files.push(file);
+        if orphans.files.len() > orphans.sweep_at {
+            self.sweep(&mut orphans);
+        }
+    }
+
+    /// A call under the grant ended: its descriptors are closed, so give back what the
+    /// orphans nothing holds now took.
+    pub(crate) fn sweep_orphans(&self) {
+        let mut orphans = self.orphans.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if !orphans.files.is_empty() {
+            self.sweep(&mut orphans);
+        }
+    }
+
+    /// Give back what the orphans nothing else holds open took, and close them.
+    fn sweep(&self, orphans: &mut Orphans) {
+        orphans.files.retain(|file| {
+            if held_elsewhere(file) {
+                return true;
+            }
+            self.release(size_of(file) + ENTRY_BYTES);
+            false
+        });
+        orphans.sweep_at = orphans.files.len() * 2 + ORPHANS_UNSWEPT;
     }
 
     /// Bytes the mount's files hold, as counted.
@@ -125,15 +190,25 @@ impl Quota {
         self.settle(0, bytes, 0);
     }
 
-    /// Take `bytes` more, unless that would pass the limit. Nothing (0) always passes.
+    /// Take `bytes` more, unless that would pass the limit, even after giving back what
+    /// orphans no longer held took. Nothing (0) always passes.
     fn charge(&self, bytes: u64) -> bool {
-        bytes == 0
-            || self
-                .used
+        let take = || {
+            self.used
                 .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |used| {
                     used.checked_add(bytes).filter(|&total| total <= self.limit)
                 })
                 .is_ok()
+        };
+        if bytes == 0 || take() {
+            return true;
+        }
+        let mut orphans = self.orphans.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if orphans.files.is_empty() {
+            return false;
+        }
+        self.sweep(&mut orphans);
+        take()
     }
 
     /// After a change that was charged `charged` bytes ahead, count what it really did to
@@ -239,6 +314,32 @@ fn usage(root: &std::fs::File) -> std::io::Result<u64> {
     Ok(total)
 }
 
+/// Whether anything but the host's own read-only descriptor `file` holds the file open,
+/// in this process or another: the kernel grants a write lease only when nothing does
+/// (`fcntl(F_SETLEASE)`), and it is given up at once. Where no lease can be taken (a file
+/// system without them, a file another user owns), the file counts as not held: every
+/// file a guest makes is the server's user's.
+fn held_elsewhere(file: &std::fs::File) -> bool {
+    use std::os::fd::AsRawFd;
+    let fd = file.as_raw_fd();
+    // SAFETY: fcntl on a descriptor `file` owns; a lease granted is released at once.
+    unsafe {
+        // An open of the file while the lease is held (one that found the name before it
+        // went) breaks the lease, which signals its holder: SIGIO by default, which would
+        // end the server. SIGURG's default is to be ignored.
+        libc::fcntl(fd, F_SETSIG, libc::SIGURG);
+        if libc::fcntl(fd, libc::F_SETLEASE, libc::F_WRLCK) == 0 {
+            libc::fcntl(fd, libc::F_SETLEASE, libc::F_UNLCK);
+            return false;
+        }
+    }
+    std::io::Error::last_os_error().raw_os_error() == Some(libc::EAGAIN)
+}
+
+/// `fcntl`'s command to choose the signal a lease break sends (Linux's `F_SETSIG`, which
+/// the libc crate leaves out).
+const F_SETSIG: libc::c_int = 10;
+
 /// A file's size now.
 fn size_of(file: &std::fs::File) -> u64 {
     file.metadata().map_or(0, |metadata| metadata.len())
@@ -327,10 +428,10 @@ pub(crate) fn shadow_quota(linker: &mut Linker<GuestState>) -> Result<()> {
                     );
                 };
                 let _lock = quota.lock.clone().lock_owned().await;
-                let freed = freed_by_removing(state, dir.rep(), &path).await.unwrap_or(0);
+                let removal = Removal::of(state, dir.rep(), &path).await;
                 let unlinked = state.filesystem_view().unlink_file_at(dir, path).await;
                 if unlinked.is_ok() {
-                    quota.release(freed);
+                    removal.done(&quota);
                 }
                 super::files::wasi_result(unlinked)
             })
@@ -386,11 +487,11 @@ pub(crate) fn shadow_quota(linker: &mut Linker<GuestState>) -> Result<()> {
                 let _lock = quota.lock.clone().lock_owned().await;
                 // The file a rename replaces is freed, unless it is the file renamed.
                 let same = same_file(state, (dir.rep(), &old_path), (new_dir.rep(), &new_path)).await;
-                let freed =
-                    if same { 0 } else { freed_by_removing(state, new_dir.rep(), &new_path).await.unwrap_or(0) };
+                let removal =
+                    if same { Removal::Nothing } else { Removal::of(state, new_dir.rep(), &new_path).await };
                 let renamed = state.filesystem_view().rename_at(dir, old_path, new_dir, new_path).await;
                 if renamed.is_ok() {
-                    quota.release(freed);
+                    removal.done(&quota);
                 }
                 super::files::wasi_result(renamed)
             })
@@ -441,17 +542,55 @@ fn crossing(state: &GuestState, from: u32, to: u32) -> Option<ErrorCode> {
     (quota && from_grant != to_grant).then_some(ErrorCode::CrossDevice)
 }
 
-/// What removing the name `path` under the directory `dir` frees: its entry, and the
-/// file's bytes when it is a regular file with no other link; `None` when there is no such
-/// name. Looked up through wasmtime-wasi, inside the sandbox.
-async fn freed_by_removing(state: &mut GuestState, dir: u32, path: &str) -> Option<u64> {
-    let stat = state
-        .filesystem_view()
-        .stat_at(Resource::new_borrow(dir), PathFlags::empty(), path.to_owned())
-        .await
-        .ok()?;
-    let last_link = stat.type_ == DescriptorType::RegularFile && stat.link_count == 1;
-    Some(ENTRY_BYTES + if last_link { stat.size } else { 0 })
+/// What removing a name frees, told before it is removed (under the grant's lock).
+enum Removal {
+    /// No such name (or a rename onto itself).
+    Nothing,
+    /// A name and these bytes: a directory entry, a symlink, a hard link of a file with
+    /// others, or a file's last name that the host could not open.
+    Freed(u64),
+    /// A regular file's last name: the file, opened by the host, whose bytes are freed
+    /// only once nothing holds it open ([`Orphans`]).
+    LastLink(Arc<std::fs::File>),
+}
+
+impl Removal {
+    /// What removing the name `path` under the directory `dir` would free; looked up and
+    /// opened through wasmtime-wasi, inside the sandbox.
+    async fn of(state: &mut GuestState, dir: u32, path: &str) -> Self {
+        let stat = state
+            .filesystem_view()
+            .stat_at(Resource::new_borrow(dir), PathFlags::empty(), path.to_owned())
+            .await;
+        let Ok(stat) = stat else { return Self::Nothing };
+        if stat.type_ != DescriptorType::RegularFile || stat.link_count != 1 {
+            return Self::Freed(ENTRY_BYTES);
+        }
+        let opened = state
+            .filesystem_view()
+            .open_at(
+                Resource::new_borrow(dir),
+                PathFlags::empty(),
+                path.to_owned(),
+                OpenFlags::empty(),
+                DescriptorFlags::READ,
+            )
+            .await;
+        let Ok(fd) = opened else { return Self::Freed(ENTRY_BYTES + stat.size) };
+        let file = file_of(state, &fd).ok().flatten();
+        // Only the host keeps it: the guest never saw this descriptor.
+        let _ = state.table().delete(fd);
+        file.map_or(Self::Freed(ENTRY_BYTES + stat.size), Self::LastLink)
+    }
+
+    /// The name was removed: count what that freed.
+    fn done(self, quota: &Quota) {
+        match self {
+            Self::Nothing => {}
+            Self::Freed(bytes) => quota.release(bytes),
+            Self::LastLink(file) => quota.orphaned(file),
+        }
+    }
 }
 
 /// A name about to be made under a grant with a quota (a directory, a symlink, a hard
@@ -724,7 +863,7 @@ mod tests {
 
     #[test]
     fn a_charge_past_the_limit_is_refused_and_settling_counts_what_happened() {
-        let quota = Quota { limit: 100, used: AtomicU64::new(90), lock: Default::default() };
+        let quota = Quota::counting(100, 90);
         assert!(quota.charge(10));
         assert!(!quota.charge(1));
         assert!(quota.charge(0), "a write that grows nothing always passes");
@@ -734,5 +873,19 @@ mod tests {
         // A truncation from 50 to 0.
         quota.settle(0, 50, 0);
         assert_eq!(quota.used(), 44);
+    }
+
+    #[test]
+    fn a_file_is_held_elsewhere_while_another_descriptor_has_it_open_even_once_unlinked() {
+        let dir = std::env::temp_dir().join(format!("cordon-lease-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("f");
+        let guest = std::fs::File::create(&path).unwrap();
+        let host = std::fs::File::open(&path).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        assert!(held_elsewhere(&host));
+        drop(guest);
+        assert!(!held_elsewhere(&host));
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }
