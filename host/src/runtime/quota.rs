@@ -333,7 +333,23 @@ fn held_elsewhere(file: &std::fs::File) -> bool {
             return false;
         }
     }
-    std::io::Error::last_os_error().raw_os_error() == Some(libc::EAGAIN)
+    let error = std::io::Error::last_os_error();
+    if error.raw_os_error() == Some(libc::EAGAIN) {
+        return true;
+    }
+    if error.raw_os_error() == Some(libc::EACCES) {
+        // Another user's file (put there by the operator): not one a guest made.
+        return false;
+    }
+    static WARNED: std::sync::Once = std::sync::Once::new();
+    WARNED.call_once(|| {
+        tracing::warn!(
+            "cannot take a file lease ({error}): a removed file a guest still holds open is \
+             given back to its quota at once, so a guest may keep more than its quota on disk \
+             until its call ends"
+        );
+    });
+    false
 }
 
 /// `fcntl`'s command to choose the signal a lease break sends (Linux's `F_SETSIG`, which
