@@ -638,6 +638,7 @@ struct CallEgress {
     component: Arc<str>,
     tool: Option<Arc<str>>,
     requests_left: AtomicUsize,
+    requests_limit: usize,
     response_bytes_left: AtomicUsize,
     response_bytes_limit: usize,
     request_bytes_left: AtomicUsize,
@@ -659,6 +660,11 @@ impl Egress {
     }
 
     /// Start afresh for a call of `tool` under `limits`.
+    /// Whether a request was sent (or its sending begun) since the instance or call began.
+    pub(crate) fn sent_any(&self) -> bool {
+        self.call.requests_left.load(Ordering::Relaxed) < self.call.requests_limit
+    }
+
     pub(crate) fn begin_call(&mut self, tool: &str, limits: &ToolLimits) {
         self.call = Arc::new(CallEgress::new(limits, self.call.component.clone(), Some(tool.into())));
     }
@@ -670,6 +676,7 @@ impl CallEgress {
             component,
             tool,
             requests_left: AtomicUsize::new(limits.http_requests),
+            requests_limit: limits.http_requests,
             response_bytes_left: AtomicUsize::new(limits.http_response_bytes),
             response_bytes_limit: limits.http_response_bytes,
             request_bytes_left: AtomicUsize::new(limits.http_request_bytes),

@@ -157,6 +157,11 @@ impl GuestState {
         &mut self.table
     }
 
+    /// Whether its guest sent (or began to send) an HTTP request since it began.
+    pub(crate) fn sent_http(&self) -> bool {
+        self.egress.sent_any()
+    }
+
     pub(crate) fn ledger(&self) -> &Arc<Ledger> {
         &self.ledger
     }

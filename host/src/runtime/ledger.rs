@@ -117,6 +117,11 @@ impl Ledger {
         self.host_memory.load(Ordering::Relaxed)
     }
 
+    /// Whether it holds nothing: no host memory, no descriptor, no stream.
+    pub(crate) fn holds_nothing(&self) -> bool {
+        self.host_memory() == 0 && self.held.lock().unwrap().total() == 0
+    }
+
     /// Host memory the call may still be charged.
     pub(crate) fn host_memory_left(&self) -> usize {
         self.host_memory_limit.saturating_sub(self.host_memory())

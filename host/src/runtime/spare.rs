@@ -164,10 +164,12 @@ impl Refill {
             Some(Ok(instance)) => {
                 // Start code may call the host while the component instantiates (open a
                 // file, send a request): what it made the host hold would wait, idle and
-                // charged to no call, in the spare. Such a component gets no spare: each
-                // call instantiates its own and holds what its start code takes.
+                // charged to no call, in the spare (a descriptor count, claimed from the
+                // server's shared budget, stays until the next open), and what it sent
+                // would be counted against no call's budget. Such a component gets no
+                // spare: each call instantiates its own and pays for its start code.
                 let state = store.data_mut();
-                if !state.table().is_empty() || state.ledger().host_memory() > 0 {
+                if !state.table().is_empty() || !state.ledger().holds_nothing() || state.sent_http() {
                     tracing::debug!(component = %self.component.name, "no spare instance: its instantiation made the host hold resources");
                     return;
                 }
