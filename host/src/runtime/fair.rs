@@ -29,7 +29,14 @@ struct TenantQueue {
     holding: usize,
     cap: Option<usize>,
     waiters: VecDeque<oneshot::Sender<()>>,
+    /// How many waiters there may be before those that gave up are dropped: a waiter
+    /// leaves its sender behind, and a tenant held at its cap may never be handed a slot
+    /// to drop them on the way (twice those live at the last pruning, so amortised O(1)).
+    prune_at: usize,
 }
+
+/// Waiters kept before the first pruning of a queue.
+const PRUNE_FIRST_AT: usize = 64;
 
 impl TenantQueue {
     fn under_cap(&self) -> bool {
@@ -86,6 +93,10 @@ impl FairSlots {
                 return FairPermit { slots: self.clone(), tenant: tenant.clone() };
             }
             let (sender, receiver) = oneshot::channel();
+            if queue.waiters.len() >= queue.prune_at.max(PRUNE_FIRST_AT) {
+                queue.waiters.retain(|waiter| !waiter.is_closed());
+                queue.prune_at = queue.waiters.len() * 2;
+            }
             queue.waiters.push_back(sender);
             if !state.turns.contains(tenant) {
                 state.turns.push_back(tenant.clone());
@@ -198,5 +209,18 @@ mod tests {
         let _again = slots.acquire(&a, Some(1)).await;
         // A waiter that gave up left no slot behind.
         assert_eq!(slots.state.lock().unwrap().free, 2);
+    }
+
+    #[tokio::test]
+    async fn waiters_that_gave_up_are_not_kept_while_their_tenant_stays_at_its_cap() {
+        let slots = FairSlots::new(4);
+        let a: Arc<str> = "a".into();
+        let _held = slots.acquire(&a, Some(1)).await;
+        for _ in 0..1_000 {
+            let gave_up = tokio::time::timeout(Duration::ZERO, slots.acquire(&a, Some(1))).await;
+            assert!(gave_up.is_err());
+        }
+        let kept = slots.state.lock().unwrap().tenants[&a].waiters.len();
+        assert!(kept <= PRUNE_FIRST_AT, "{kept} senders of waiters that gave up are kept");
     }
 }
