@@ -598,3 +598,34 @@ fn imports_cordon_does_not_provide_are_refused() {
         matches!(import_verdict("wasi:sockets/tcp@0.2.6", None), ImportVerdict::Empty(why) if why.starts_with("sockets are always refused"))
     );
 }
+
+/// A type can name another type many times over: 17 tuples, each of two of the one
+/// before, declare in a few hundred bytes a parameter of 131,072 `u8`s, whose schema built
+/// whole would be hundreds of thousands of JSON objects (and past 20 of them, gigabytes).
+/// Its schema is counted as it is built and the function is left out, with the reason, as
+/// soon as it is too large: loading a hostile component stays cheap.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_type_whose_schema_would_explode_is_left_out_before_it_is_built() {
+    let mut types = String::from("(type $t0 (tuple u8 u8))\n");
+    for level in 1..17 {
+        types.push_str(&format!("(type $t{level} (tuple $t{below} $t{below}))\n", below = level - 1));
+    }
+    let wat = format!(
+        r#"(component
+  (core module $m
+    (memory (export "memory") 1)
+    (func (export "f") (param i32))
+    (func (export "realloc") (param i32 i32 i32 i32) (result i32) i32.const 0))
+  (core instance $i (instantiate $m))
+  {types}
+  (func (export "big") (param "x" $t16)
+    (canon lift (core func $i "f") (memory $i "memory") (realloc (func $i "realloc"))))
+)"#
+    );
+    let mut runtime = Runtime::new(common::settings(2)).unwrap();
+    let started = std::time::Instant::now();
+    let error = runtime.load_bytes("explode", wat.as_bytes(), ComponentOptions::default()).await.unwrap_err();
+    assert!(error.problem.contains("function big left out"), "{}", error.problem);
+    assert!(error.problem.contains("too large to describe"), "{}", error.problem);
+    assert!(started.elapsed() < Duration::from_secs(30), "took {:?}", started.elapsed());
+}

@@ -145,6 +145,13 @@ impl Discovered {
         func: &ComponentFunc,
         description: Option<String>,
     ) {
+        let looked_at = self.tools.len() + self.warnings.len();
+        if looked_at >= MAX_FUNCTIONS {
+            if looked_at == MAX_FUNCTIONS {
+                self.warnings.push(format!("more than {MAX_FUNCTIONS} functions: the rest are left out"));
+            }
+            return;
+        }
         match function_spec(&tool, index, func, description) {
             Ok((spec, function)) => {
                 self.functions.0.insert(tool, function);
@@ -158,6 +165,14 @@ impl Discovered {
 /// Why a type cannot be served.
 #[derive(Debug)]
 struct Unsupported(String);
+
+/// The most parts (types, each a schema object) a function's schemas may take together:
+/// each is at least about ten bytes of JSON, so past this they would be past
+/// [`MAX_SCHEMA_BYTES`] anyway, and are refused before they are built.
+const SCHEMA_NODES: usize = MAX_SCHEMA_BYTES / 10;
+
+/// The most functions a plain component's discovery looks at; the rest are left out.
+const MAX_FUNCTIONS: usize = 1024;
 
 fn function_spec(
     tool: &str,
@@ -176,8 +191,11 @@ fn function_spec(
     }
     let mut properties = Map::new();
     let mut required = Vec::new();
+    // One budget for the whole function: its schemas together are bounded.
+    let mut nodes = SCHEMA_NODES;
+    let nodes = &mut nodes;
     for (name, ty) in &params {
-        let schema = schema_of(ty).map_err(|Unsupported(why)| format!("parameter {name:?}: {why}"))?;
+        let schema = schema_of(ty, nodes).map_err(|Unsupported(why)| format!("parameter {name:?}: {why}"))?;
         if !matches!(ty, Type::Option(_)) {
             required.push(Value::String(name.clone()));
         }
@@ -192,7 +210,7 @@ fn function_spec(
     let output_schema = match payload_type(result.as_ref()) {
         Some(ty) => Some(json!({
             "type": "object",
-            "properties": {"result": schema_of(&ty).map_err(|Unsupported(why)| format!("its result: {why}"))?},
+            "properties": {"result": schema_of(&ty, nodes).map_err(|Unsupported(why)| format!("its result: {why}"))?},
             "required": ["result"],
             "additionalProperties": false,
         })),
@@ -200,7 +218,7 @@ fn function_spec(
             if let Some(Type::Result(result)) = &result
                 && let Some(err) = result.err()
             {
-                schema_of(&err).map_err(|Unsupported(why)| format!("its error: {why}"))?;
+                schema_of(&err, nodes).map_err(|Unsupported(why)| format!("its error: {why}"))?;
             }
             None
         }
@@ -234,7 +252,12 @@ fn payload_type(result: Option<&Type>) -> Option<Type> {
 }
 
 /// The JSON Schema of values of `ty`, in the encoding of [`to_val`] and [`to_json`].
-fn schema_of(ty: &Type) -> Result<Value, Unsupported> {
+fn schema_of(ty: &Type, nodes: &mut usize) -> Result<Value, Unsupported> {
+    // A type can name another many times over (a tuple of two of a tuple of two of …), so
+    // its schema can grow exponentially in the bytes that declare it: counted as built.
+    *nodes = nodes.checked_sub(1).ok_or_else(|| {
+        Unsupported(format!("its type is too large to describe (more than {SCHEMA_NODES} parts)"))
+    })?;
     fn integer(min: i128, max: i128) -> Value {
         json!({"type": "integer", "minimum": number(min), "maximum": number(max)})
     }
@@ -269,21 +292,21 @@ fn schema_of(ty: &Type) -> Result<Value, Unsupported> {
         Type::Float32 | Type::Float64 => json!({"type": "number"}),
         Type::Char => json!({"type": "string", "minLength": 1, "maxLength": 1}),
         Type::String => json!({"type": "string"}),
-        Type::List(list) => json!({"type": "array", "items": schema_of(&list.ty())?}),
+        Type::List(list) => json!({"type": "array", "items": schema_of(&list.ty(), nodes)?}),
         Type::FixedLengthList(list) => json!({
             "type": "array",
-            "items": schema_of(&list.ty())?,
+            "items": schema_of(&list.ty(), nodes)?,
             "minItems": list.len(),
             "maxItems": list.len(),
         }),
         Type::Map(map) if map.key() == Type::String => {
-            json!({"type": "object", "additionalProperties": schema_of(&map.value())?})
+            json!({"type": "object", "additionalProperties": schema_of(&map.value(), nodes)?})
         }
         Type::Map(map) => json!({
             "type": "array",
             "items": {
                 "type": "array",
-                "prefixItems": [schema_of(&map.key())?, schema_of(&map.value())?],
+                "prefixItems": [schema_of(&map.key(), nodes)?, schema_of(&map.value(), nodes)?],
                 "items": false,
                 "minItems": 2,
             },
@@ -295,24 +318,24 @@ fn schema_of(ty: &Type) -> Result<Value, Unsupported> {
                 if !matches!(field.ty, Type::Option(_)) {
                     required.push(Value::String(field.name.to_owned()));
                 }
-                properties.insert(field.name.to_owned(), schema_of(&field.ty)?);
+                properties.insert(field.name.to_owned(), schema_of(&field.ty, nodes)?);
             }
             json!({"type": "object", "properties": properties, "required": required, "additionalProperties": false})
         }
         Type::Tuple(tuple) => {
-            let items = tuple.types().map(|ty| schema_of(&ty)).collect::<Result<Vec<_>, _>>()?;
+            let items = tuple.types().map(|ty| schema_of(&ty, nodes)).collect::<Result<Vec<_>, _>>()?;
             let len = items.len();
             json!({"type": "array", "prefixItems": items, "items": false, "minItems": len})
         }
         Type::Variant(variant) => {
             let cases = variant
                 .cases()
-                .map(|c| Ok(case(c.name, c.ty.as_ref().map(schema_of).transpose()?)))
+                .map(|c| Ok(case(c.name, c.ty.as_ref().map(|ty| schema_of(ty, nodes)).transpose()?)))
                 .collect::<Result<Vec<_>, _>>()?;
             json!({"oneOf": cases})
         }
         Type::Result(result) => {
-            let payload = |ty: Option<Type>| ty.as_ref().map(schema_of).transpose();
+            let mut payload = |ty: Option<Type>| ty.as_ref().map(|ty| schema_of(ty, nodes)).transpose();
             json!({"oneOf": [case("ok", payload(result.ok())?), case("err", payload(result.err())?)]})
         }
         Type::Enum(cases) => json!({"type": "string", "enum": cases.names().collect::<Vec<_>>()}),
@@ -323,7 +346,7 @@ fn schema_of(ty: &Type) -> Result<Value, Unsupported> {
         }),
         Type::Option(option) => {
             let inner = option.ty();
-            let schema = schema_of(&inner)?;
+            let schema = schema_of(&inner, nodes)?;
             match (&inner, schema) {
                 // `null` is the outer `none`: an inner `none` is `{"some": null}`.
                 (Type::Option(_), schema) => json!({"anyOf": [{"type": "null"}, case("some", Some(schema))]}),
