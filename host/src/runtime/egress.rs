@@ -621,6 +621,9 @@ fn is_inside_v4(v4: Ipv4Addr) -> bool {
         || (a == 198 && (18..20).contains(&b)) // benchmarking, 198.18/15
         || v4.is_multicast()
         || a >= 240 // reserved and broadcast
+        // Azure's platform address (its WireServer, health probes and DNS), reachable from
+        // every VM there on ports 80 and 32526, though it is a public address.
+        || v4 == Ipv4Addr::new(168, 63, 129, 16)
 }
 
 /// One call's outbound HTTP: its grants and what is left of its limits. Made for each
@@ -1227,6 +1230,8 @@ mod tests {
             "172.31.255.255",
             "192.168.1.1",
             "169.254.169.254",
+            "168.63.129.16",
+            "::ffff:168.63.129.16",
             "100.64.0.1",
             "0.0.0.0",
             "224.0.0.1",
