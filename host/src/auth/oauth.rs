@@ -270,12 +270,20 @@ impl Validator {
     }
 }
 
-/// A token's subject: `sub`, when a non-empty string (anything else names no one).
+/// A token's subject: `sub`, when a non-empty string; without one, the client it was
+/// issued to (`client_id`, RFC 9068, or `azp`), as `client:<id>`: issuers of
+/// client-credentials tokens often leave `sub` out, and the clients of a tenant must not
+/// all be one caller (each may take back only the request states it was given).
+/// Anything else names no one.
 fn subject(claims: &Map<String, Value>) -> Option<String> {
-    match claims.get("sub") {
-        Some(Value::String(subject)) if !subject.is_empty() => Some(subject.clone()),
+    let text = |name: &str| match claims.get(name) {
+        Some(Value::String(text)) if !text.is_empty() => Some(text.as_str()),
         _ => None,
+    };
+    if let Some(subject) = text("sub") {
+        return Some(subject.to_owned());
     }
+    text("client_id").or_else(|| text("azp")).map(|client| format!("client:{client}"))
 }
 
 /// A token's scopes: `scope` (RFC 9068, space-separated) or `scp` (a list, as some issuers
@@ -320,10 +328,16 @@ mod tests {
     }
 
     #[test]
-    fn the_subject_is_a_non_empty_sub_string() {
+    fn the_subject_is_a_non_empty_sub_string_or_else_the_client() {
         let claims = |value: Value| value.as_object().unwrap().clone();
         assert_eq!(subject(&claims(json!({"sub": "user-1"}))).as_deref(), Some("user-1"));
-        for nobody in [json!({"sub": ""}), json!({"sub": 7}), json!({"sub": ["a"]}), json!({})] {
+        let both = json!({"sub": "user-1", "client_id": "app"});
+        assert_eq!(subject(&claims(both)).as_deref(), Some("user-1"));
+        assert_eq!(subject(&claims(json!({"client_id": "app"}))).as_deref(), Some("client:app"));
+        assert_eq!(subject(&claims(json!({"sub": "", "azp": "web"}))).as_deref(), Some("client:web"));
+        for nobody in
+            [json!({"sub": ""}), json!({"sub": 7}), json!({"sub": ["a"]}), json!({"client_id": 1}), json!({})]
+        {
             assert_eq!(subject(&claims(nobody.clone())), None, "{nobody}");
         }
     }
