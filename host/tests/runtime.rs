@@ -7,7 +7,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::*;
-use cordon::runtime::{CleanupOutcome, Content, Outcome, PoolUsage, Runtime, Timeout, ToolLimits};
+use cordon::runtime::{
+    CleanupOutcome, ComponentOptions, Content, Outcome, PoolUsage, Runtime, Timeout, ToolLimits,
+};
 use serde_json::json;
 
 fn no_args() -> serde_json::Value {
@@ -358,6 +360,28 @@ async fn shutdown_stops_calls_in_flight_and_refuses_new_ones() {
     }
     assert!(runtime.idle(Duration::from_secs(1)).await);
     assert!(matches!(runtime.call("spin", &no_args()).await, Err(cordon::runtime::CallError::ShuttingDown)));
+}
+
+/// A call still queued for a slot when the runtime shuts down is refused when the slot
+/// frees, not run: its guest would only be stopped again, adding its grace and cleanup to
+/// the drain.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_queued_at_shutdown_is_refused_when_a_slot_frees() {
+    let guest = WatGuest::new("spin", SPIN_BODY);
+    let mut runtime = Runtime::new(common::settings(1)).unwrap();
+    let options = ComponentOptions { limits: quick_limits(), ..ComponentOptions::default() };
+    runtime.load_bytes(&guest.tool, &guest.component(), options).await.unwrap();
+    let running = runtime.call("spin", &no_args()).await.unwrap();
+    let running = tokio::spawn(running.run());
+    let arguments = no_args();
+    let mut queued = Box::pin(runtime.call("spin", &arguments));
+    assert!(
+        tokio::time::timeout(Duration::from_millis(20), &mut queued).await.is_err(),
+        "it waits for the slot"
+    );
+    runtime.shutdown();
+    assert_eq!(running.await.unwrap().outcome, Outcome::Shutdown);
+    assert!(matches!(queued.await, Err(cordon::runtime::CallError::ShuttingDown)));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

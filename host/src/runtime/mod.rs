@@ -917,6 +917,10 @@ impl Runtime {
             .await
             .map_err(|_| busy())?
             .expect("the call semaphore is never closed");
+        // Queued before a shutdown: refused now, not run only to be stopped again.
+        if *self.shutdown.borrow() {
+            return Err(CallError::ShuttingDown);
+        }
         let files = match view {
             Some(view) => component.tenant_files.get(&*view.tenant).cloned(),
             None => None,
