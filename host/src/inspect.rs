@@ -214,7 +214,8 @@ impl fmt::Display for Inspection {
 fn write_tool(out: &mut fmt::Formatter<'_>, tool: &ToolSpec) -> fmt::Result {
     let mut line = format!("  {}", tool.name);
     if !tool.description.is_empty() {
-        let _ = write!(line, ": {}", tool.description.lines().next().unwrap_or_default());
+        let first = tool.description.lines().next().unwrap_or_default();
+        let _ = write!(line, ": {}", crate::text::printable(first));
     }
     writeln!(out, "{line}")?;
     writeln!(out, "    input schema: {}", tool.input_schema)?;

@@ -9,7 +9,8 @@
 //! - [`dispatch`]: one connection's requests: eras, concurrency, progress, cancellation.
 //! - [`runtime`]: engine, components, instances; the one owner of the stop sequence.
 //! - [`auth`]: a step of the HTTP transport: credentials in, the tenant they act for out.
-//! - [`config`], [`paths`]: what to serve and where things live.
+//! - [`config`], [`paths`]: what to serve and where things live; [`text`]: guest text made
+//!   safe to print.
 //! - [`cli`]: the command line's subcommands for tool authors (`call`, `list`).
 //! - [`reload`]: the config read again on SIGHUP or a file change, and `cordon check`.
 //! - [`inspect`]: `cordon inspect`, what a component is and what it will get.
@@ -31,4 +32,5 @@ pub mod protocol;
 pub mod reload;
 pub mod runtime;
 pub mod telemetry;
+pub mod text;
 pub mod transport;

@@ -87,7 +87,8 @@ pub fn tools_text<'a>(tools: impl IntoIterator<Item = &'a ToolSpec>) -> String {
             }
         }
     }
-    out
+    // Titles and descriptions are the component's: no terminal control from them.
+    crate::text::printable_lines(&out).into_owned()
 }
 
 fn properties(schema: &Value) -> impl Iterator<Item = (&String, &Value)> {
@@ -161,6 +162,16 @@ mod tests {
             requires: Vec::new(),
             param_headers: Vec::new(),
         }
+    }
+
+    #[test]
+    fn text_escapes_a_components_terminal_controls() {
+        let mut tool = spec("t", json!({"type": "object"}));
+        tool.title = Some("T\u{1b}[2K".into());
+        tool.description = "first\nsecond\r\u{9b}".into();
+        let text = tools_text([&tool]);
+        assert!(!text.chars().any(|c| c.is_control() && c != '\n' && c != '\t'), "{text:?}");
+        assert!(text.contains("T\\u{1b}[2K") && text.contains("first\nsecond\\r\\u{9b}"), "{text:?}");
     }
 
     #[test]

@@ -55,7 +55,7 @@ pub fn progress(report: &Progress) -> String {
     }
     if let Some(message) = report.message.as_deref().filter(|message| !message.is_empty()) {
         line.push(' ');
-        line.push_str(message);
+        line.push_str(&crate::text::printable(message));
     }
     line
 }
@@ -113,7 +113,8 @@ pub fn result_text(result: &ToolResult) -> String {
     if let Some(structured) = structured {
         parts.push(serde_json::to_string_pretty(structured).expect("a JSON value serializes"));
     }
-    parts.join("\n")
+    // The tool's text, printed to a terminal: no control of it from a guest.
+    crate::text::printable_lines(&parts.join("\n")).into_owned()
 }
 
 /// A result as one JSON document, for `jq`: MCP's `CallToolResult` shape (`content`,
@@ -281,6 +282,14 @@ mod tests {
         assert_eq!(progress(&report), "0.5");
         let report = Progress { done: 3.0, total: Some(0.0), message: Some(String::new()) };
         assert_eq!(progress(&report), "3/0");
+    }
+
+    #[test]
+    fn a_guests_terminal_controls_are_printed_escaped() {
+        let erase = Progress { done: 1.0, total: None, message: Some("\u{1b}[1A\u{1b}[2Kok".into()) };
+        assert_eq!(progress(&erase), "1 \\u{1b}[1A\\u{1b}[2Kok");
+        let result = result(vec![Content::Text("line\n\u{1b}]52;c;eA==\u{7}".into())], None);
+        assert_eq!(result_text(&result), "line\n\\u{1b}]52;c;eA==\\u{7}");
     }
 
     #[test]

@@ -18,6 +18,7 @@ use super::files::FileGrants;
 use super::ledger::{DescriptorBudget, Ledger, TableCharges};
 use super::limits::{GuestLimiter, ToolLimits};
 use super::quota::Quota;
+use crate::text::printable;
 
 pub(crate) struct GuestState {
     wasi: WasiCtx,
@@ -383,23 +384,6 @@ impl OperatorLog {
             self.limit
         );
     }
-}
-
-/// `text` with its control characters escaped (`\n`, `\r`, `\u{1b}`), so that a guest's
-/// line can neither break nor forge the operator's log lines.
-fn printable(text: &str) -> std::borrow::Cow<'_, str> {
-    if !text.chars().any(char::is_control) {
-        return text.into();
-    }
-    let mut escaped = String::with_capacity(text.len() + 8);
-    for c in text.chars() {
-        if c.is_control() {
-            escaped.extend(c.escape_default());
-        } else {
-            escaped.push(c);
-        }
-    }
-    escaped.into()
 }
 
 /// A guest's stderr: each line becomes a log event tagged with the component's name (a

@@ -1,0 +1,44 @@
+//! Text a guest wrote (a log line, a tool's description, a result), made safe to print:
+//! control characters escaped, so it can neither break nor forge the operator's log lines
+//! nor drive a terminal (cursor moves, erased lines, OSC 52 clipboard writes).
+
+use std::borrow::Cow;
+
+/// `text` with every control character escaped (`\n`, `\r`, `\u{1b}`): for one line.
+pub fn printable(text: &str) -> Cow<'_, str> {
+    escaped(text, |_| false)
+}
+
+/// `text` with its control characters escaped except line breaks and tabs: for text of
+/// several lines printed to a terminal.
+pub fn printable_lines(text: &str) -> Cow<'_, str> {
+    escaped(text, |c| c == '\n' || c == '\t')
+}
+
+fn escaped(text: &str, keep: impl Fn(char) -> bool) -> Cow<'_, str> {
+    let escape = |c: char| c.is_control() && !keep(c);
+    if !text.chars().any(escape) {
+        return text.into();
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if escape(c) {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out.into()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn control_characters_are_escaped_and_line_breaks_kept_where_asked() {
+        assert_eq!(printable("plain"), "plain");
+        assert_eq!(printable("a\nb\r\u{1b}[2K"), "a\\nb\\r\\u{1b}[2K");
+        assert_eq!(printable_lines("a\n\tb\u{1b}]52;c;eA==\u{7}"), "a\n\tb\\u{1b}]52;c;eA==\\u{7}");
+    }
+}
