@@ -527,6 +527,21 @@ async fn call_as(
     call.await.unwrap().run().await
 }
 
+/// A tenant's data directory is a name inside the component's, where the component's
+/// guests could write while it had no tenants: one left there as a symlink (so that two
+/// tenants share a directory, or one leads anywhere) is refused at load, not followed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenants_data_directory_left_as_a_symlink_is_refused() {
+    let layout = Layout::new("tenant-symlink");
+    std::fs::create_dir(layout.data.join("shared")).unwrap();
+    for tenant in ["a", "b"] {
+        std::os::unix::fs::symlink("shared", layout.data.join(tenant)).unwrap();
+    }
+    let options = ComponentOptions { tenants: vec!["a".into(), "b".into()], ..layout.options(None) };
+    let error = runtime_with(options).await.err().expect("refused");
+    assert!(error.problem.contains("is a symlink"), "{}", error.problem);
+}
+
 /// A component's tenants each get a data directory of their own but share its mounts:
 /// one quota for all of them (not one each), and every tenant's data directory is a grant
 /// another component's may not overlap.

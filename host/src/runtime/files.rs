@@ -140,11 +140,16 @@ impl FileGrants {
     /// all. A mount's quota is `quotas_from`'s for the same guest path when it has one: a
     /// component's tenants share its mounts, and so each mount's one quota, whatever data
     /// directory (each with a quota of its own) each has.
+    ///
+    /// A tenant's data directory (`of_tenant`) is a name inside the component's, where its
+    /// guests may have written before tenants were configured: it must be a directory of
+    /// its own, never a symlink (which could make two tenants share one, or lead anywhere).
     pub(crate) fn open(
         data_dir: Option<&Path>,
         data_quota_bytes: u64,
         mounts: &[Mount],
         quotas_from: Option<&FileGrants>,
+        of_tenant: bool,
     ) -> Result<Option<Self>, String> {
         if data_dir.is_none() && mounts.is_empty() {
             return Ok(None);
@@ -154,8 +159,16 @@ impl FileGrants {
         if let Some(path) = data_dir {
             std::fs::create_dir_all(path)
                 .map_err(|error| format!("cannot create {}: {error}", path.display()))?;
-            let (dir, real) = open_directory(path)
-                .map_err(|error| format!("cannot open the data directory {}: {error}", path.display()))?;
+            let no_follow = if of_tenant { libc::O_NOFOLLOW } else { 0 };
+            let (dir, real) = open_directory_with(path, no_follow).map_err(|error| {
+                match error.raw_os_error() {
+                    Some(libc::ELOOP) | Some(libc::ENOTDIR) => format!(
+                        "the tenant's data directory {} is a symlink or not a directory (something wrote                          it there; a tenant's must be a directory of its own): remove it",
+                        path.display()
+                    ),
+                    _ => format!("cannot open the data directory {}: {error}", path.display()),
+                }
+            })?;
             preopen(&mut builder, &dir, GUEST_DATA_DIR, FsPerms::ReadWrite)?;
             let quota = measured(data_quota_bytes, &dir, &real);
             grants.push(Grant {
@@ -271,10 +284,15 @@ static LIVE_QUOTAS: std::sync::LazyLock<std::sync::Mutex<HashMap<DirectoryKey, s
 
 /// Open `path` as a directory, and read back the real path of what was opened.
 fn open_directory(path: &Path) -> std::io::Result<(std::fs::File, PathBuf)> {
+    open_directory_with(path, 0)
+}
+
+/// [`open_directory`], with more open `flags` (`O_NOFOLLOW`).
+fn open_directory_with(path: &Path, flags: libc::c_int) -> std::io::Result<(std::fs::File, PathBuf)> {
     use std::os::unix::fs::OpenOptionsExt;
     let dir = std::fs::OpenOptions::new()
         .read(true)
-        .custom_flags(libc::O_DIRECTORY | libc::O_CLOEXEC)
+        .custom_flags(libc::O_DIRECTORY | libc::O_CLOEXEC | flags)
         .open(path)?;
     let real = std::fs::read_link(format!("/proc/self/fd/{}", dir.as_raw_fd()))?;
     Ok((dir, real))
@@ -656,7 +674,7 @@ mod tests {
         let grant = |limit: u64| {
             let mount =
                 Mount { host: dir.clone(), guest: "/m".into(), writable: true, quota_bytes: Some(limit) };
-            let grants = FileGrants::open(None, 0, &[mount], None).unwrap().unwrap();
+            let grants = FileGrants::open(None, 0, &[mount], None, false).unwrap().unwrap();
             grants.grants[0].quota.clone().unwrap()
         };
         let first = grant(1 << 20);

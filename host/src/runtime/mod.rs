@@ -677,11 +677,11 @@ impl Runtime {
         others: &[Arc<LoadedComponent>],
     ) -> Result<(Option<Arc<files::FileGrants>>, HashMap<String, Arc<files::FileGrants>>), LoadError> {
         let Some(data_dir) = options.data_dir.as_ref().filter(|_| !options.tenants.is_empty()) else {
-            return Ok((Self::open_files(name, origin, options, others, None)?, HashMap::new()));
+            return Ok((Self::open_files(name, origin, options, others, None, false)?, HashMap::new()));
         };
         // The mounts first: every tenant's grants share their quotas.
         let shared = ComponentOptions { data_dir: None, ..options.clone() };
-        let shared = Self::open_files(name, origin, &shared, others, None)?;
+        let shared = Self::open_files(name, origin, &shared, others, None, false)?;
         let mut by_tenant = HashMap::new();
         for tenant in &options.tenants {
             if !crate::paths::is_safe_name(tenant) {
@@ -691,7 +691,7 @@ impl Runtime {
                 ));
             }
             let own = ComponentOptions { data_dir: Some(data_dir.join(tenant)), ..options.clone() };
-            if let Some(grants) = Self::open_files(name, origin, &own, others, shared.as_deref())? {
+            if let Some(grants) = Self::open_files(name, origin, &own, others, shared.as_deref(), true)? {
                 by_tenant.insert(tenant.clone(), grants);
             }
         }
@@ -706,11 +706,17 @@ impl Runtime {
         options: &ComponentOptions,
         others: &[Arc<LoadedComponent>],
         quotas_from: Option<&files::FileGrants>,
+        of_tenant: bool,
     ) -> Result<Option<Arc<files::FileGrants>>, LoadError> {
         let data_dir = options.data_dir.as_deref();
-        let Some(grants) =
-            files::FileGrants::open(data_dir, options.data_quota_bytes, &options.mounts, quotas_from)
-                .map_err(|problem| LoadError::new(origin, format!("component {name}: {problem}")))?
+        let Some(grants) = files::FileGrants::open(
+            data_dir,
+            options.data_quota_bytes,
+            &options.mounts,
+            quotas_from,
+            of_tenant,
+        )
+        .map_err(|problem| LoadError::new(origin, format!("component {name}: {problem}")))?
         else {
             return Ok(None);
         };
