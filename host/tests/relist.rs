@@ -55,6 +55,44 @@ async fn next_set(runtime: &Runtime, generation: u64) -> Arc<ToolSet> {
         .clone()
 }
 
+/// A component that renames a tool at every listing leaves no metric series behind for the
+/// names it dropped: the exposition holds the tools served now, not every name ever called.
+#[tokio::test]
+async fn metrics_forget_the_series_of_tools_a_listing_dropped() {
+    let mut runtime = Runtime::new(common::settings(8)).unwrap();
+    let metrics = cordon::telemetry::metrics::Metrics::new(None);
+    runtime.observe(metrics.clone());
+    let options = ComponentOptions {
+        limits: common::quick_limits(),
+        data_dir: Some(common::fresh_dir("relist-metrics")),
+        ..ComponentOptions::default()
+    };
+    runtime.load_file(&cordon::paths::default_tools_dir().join("hostile.wasm"), options).await.unwrap();
+    let runtime = Arc::new(runtime);
+    metrics.attach(runtime.clone(), None);
+    tokio::spawn({
+        let runtime = runtime.clone();
+        async move { runtime.relist_when_asked().await }
+    });
+    for name in ["renamed_a", "renamed_b", "renamed_c"] {
+        let generation = runtime.snapshot().generation();
+        common::call(&runtime, "relist", json!({"extra": name, "times": 1})).await;
+        let listed = next_set(&runtime, generation).await;
+        assert!(lists(&listed, name), "{name} listed");
+        drop(listed);
+        assert_eq!(common::answer(&common::call(&runtime, name, json!({})).await), "the extra tool");
+    }
+    let text = metrics.scrape();
+    assert!(text.contains(r#"tool="renamed_c",outcome="ok"} 1"#), "{text}");
+    for gone in ["renamed_a", "renamed_b"] {
+        assert!(!text.contains(&format!("tool=\"{gone}\"")), "{gone} is still exported: {text}");
+    }
+    assert!(
+        text.contains(r#"tool="relist",outcome="ok"} 3"#),
+        "a tool still served keeps its counts: {text}"
+    );
+}
+
 #[tokio::test]
 async fn a_tool_that_changes_the_list_is_listed_again() {
     let runtime = runtime("trigger").await;

@@ -8,7 +8,9 @@
 //! **Bounded labels.** `component` and `tool` come from the loaded components only: the
 //! runtime's event carries no tool name for an unknown tool, which is counted with both
 //! labels empty. `outcome`, `stop`, `reason` and `cleanup` are fixed enums. So the number
-//! of series is bounded by the configuration, never by what clients send. `tenant` (on
+//! of series is bounded by the configuration and the tools loaded now, never by what
+//! clients send: a tool's series go when it is no longer served under its name (a reload
+//! or a new listing dropped it; a component may rename its tools at every listing). `tenant` (on
 //! `cordon_tenant_calls_total`, counted only for calls made for a tenant) is a configured
 //! tenant's name: a request that names no configured tenant never reaches a call.
 //!
@@ -326,8 +328,45 @@ impl Metrics {
         }
         let mut map = self.tool_series.write().unwrap();
         // A reload's old names go once no tool set holds them.
-        map.retain(|key, _| key.is_loaded());
+        let mut gone = Vec::new();
+        map.retain(|key, _| {
+            let loaded = key.is_loaded();
+            if !loaded {
+                gone.push(key.clone());
+            }
+            loaded
+        });
+        self.forget(&gone);
         map.entry(key.clone()).or_default().clone()
+    }
+
+    /// Drop the labelled series of tools no longer loaded under these names: a component
+    /// that renames its tools at each relist (0.2.0's `lists-changed`) would otherwise
+    /// grow the exposition without bound. A name a newer version still serves keeps its
+    /// series (its counts go on).
+    fn forget(&self, gone: &[ToolKey]) {
+        let Some(Sources { runtime, .. }) = self.sources.get() else { return };
+        let tools = runtime.snapshot();
+        for key in gone {
+            let served = key
+                .tool
+                .as_deref()
+                .and_then(|tool| tools.component_of(tool))
+                .is_some_and(|component| key.component.as_deref() == Some(&*component.name));
+            if served {
+                continue;
+            }
+            let (component, tool) = (label(&key.component), label(&key.tool));
+            for outcome in CallOutcome::ALL {
+                let labels = CallLabels {
+                    component: component.clone(),
+                    tool: tool.clone(),
+                    outcome: outcome.as_str(),
+                };
+                self.calls.remove(&labels);
+            }
+            self.call_duration.remove(&ToolLabels { component, tool });
+        }
     }
 }
 
