@@ -186,6 +186,36 @@ fn stdio_subscriptions_hear_of_a_reloaded_component_and_unsubscribed_ones_do_not
     assert_eq!(answer["result"], json!({}), "an unsubscribed resource was updated: {answer}");
 }
 
+/// What subscriptions keep is charged to the server's memory bound for requests
+/// (`max_queued_request_kb`) for as long as it is kept: ten thousand sessions could
+/// otherwise keep more than any bound admits. Past it a subscription is refused as a busy
+/// server; an unsubscribe gives the room back.
+#[test]
+fn subscriptions_are_charged_to_the_servers_memory_bound() {
+    let setup = Setup::new("subscribe-charged");
+    let config = std::fs::read_to_string(setup.config()).unwrap();
+    let config = config.replace("[server]\n", "[server]\nmax_queued_request_kb = 32\n");
+    std::fs::write(setup.config(), config).unwrap();
+    let mut client = Stdio2025::start(&setup, json!({}));
+    let uri = |n: usize| format!("test://charged/{n:04}/{}", "x".repeat(2000));
+    let mut kept = 0;
+    let refused = loop {
+        let answer = client.request("resources/subscribe", json!({"uri": uri(kept)}));
+        if answer.get("error").is_some() {
+            break answer;
+        }
+        kept += 1;
+        assert!(kept < 16, "16 subscriptions of 2 KiB were kept within a bound of 32 KiB");
+    };
+    assert!(kept >= 8, "only {kept} subscriptions of 2 KiB fit in 32 KiB");
+    assert_eq!(refused["error"]["code"], -32603, "{refused}");
+    assert!(refused["error"]["message"].as_str().unwrap().contains("busy"), "{refused}");
+    let answer = client.request("resources/unsubscribe", json!({"uri": uri(0)}));
+    assert_eq!(answer["result"], json!({}), "{answer}");
+    let answer = client.request("resources/subscribe", json!({"uri": uri(kept)}));
+    assert_eq!(answer["result"], json!({}), "room was given back: {answer}");
+}
+
 /// A session may live an hour idle, so what its subscriptions keep is bounded in count, in
 /// bytes, and per URI; re-subscribing to a kept URI is free, unsubscribing gives room back.
 #[test]

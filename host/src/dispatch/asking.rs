@@ -17,7 +17,7 @@
 //! that replaces the component serving one sends `notifications/resources/updated`
 //! ([`Connection::resources_updated`]).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use serde_json::Value;
@@ -25,7 +25,7 @@ use tokio::sync::oneshot;
 
 use super::{Connection, Outbox};
 use crate::protocol::asking::{AskKind, ClientCapabilities, ServerRequest};
-use crate::protocol::jsonrpc::{Outgoing, PeerError, RequestId, RpcError};
+use crate::protocol::jsonrpc::{INTERNAL_ERROR, Outgoing, PeerError, RequestId, RpcError};
 use crate::protocol::types::{ResourceUpdatedParams, ServerNotification};
 use crate::runtime::ToolSet;
 
@@ -38,10 +38,16 @@ pub const MAX_SUBSCRIBED_URI_BYTES: usize = 4 << 10;
 /// The bytes of URI text one connection's subscriptions may keep in all.
 pub const MAX_SUBSCRIBED_BYTES: usize = 64 << 10;
 
-/// The URIs a 2025-era client subscribed to, and their bytes.
-#[derive(Debug, Default)]
+/// What one subscription is charged against the admission bound besides its URI's bytes:
+/// its set entry and the allocator's share (measured: about 100 bytes a short URI).
+const SUBSCRIPTION_OVERHEAD: usize = 96;
+
+/// The URIs a 2025-era client subscribed to, and their bytes. Each is charged to the
+/// admission bound (the server's and its tenant's share, dispatch.rs) while it is kept:
+/// ten thousand sessions of 64 KiB each would otherwise hold more than any bound admits.
+#[derive(Default)]
 pub(super) struct Subscriptions {
-    uris: HashSet<String>,
+    uris: HashMap<String, super::Charge>,
     bytes: usize,
 }
 
@@ -170,7 +176,7 @@ impl Connection {
             )));
         }
         let mut subscriptions = self.subscriptions.lock().unwrap();
-        if subscriptions.uris.contains(uri) {
+        if subscriptions.uris.contains_key(uri) {
             return Ok(());
         }
         if subscriptions.uris.len() >= MAX_SUBSCRIPTIONS {
@@ -184,8 +190,16 @@ impl Connection {
                 subscriptions.bytes
             )));
         }
+        let mut charge = self.server.admission().empty_for(self.tenant.as_deref());
+        if !charge.grow(uri.len() + SUBSCRIPTION_OVERHEAD) {
+            return Err(RpcError::new(
+                INTERNAL_ERROR,
+                "Server busy: the requests and subscriptions held fill the server's (or this tenant's) \
+                 memory bound; try again later",
+            ));
+        }
         subscriptions.bytes += uri.len();
-        subscriptions.uris.insert(uri.to_owned());
+        subscriptions.uris.insert(uri.to_owned(), charge);
         Ok(())
     }
 
@@ -193,7 +207,7 @@ impl Connection {
     pub(super) fn unsubscribe(&self, params: Option<&Value>) -> Result<(), RpcError> {
         let uri = subscription_uri(params)?;
         let mut subscriptions = self.subscriptions.lock().unwrap();
-        if subscriptions.uris.remove(uri) {
+        if subscriptions.uris.remove(uri).is_some() {
             subscriptions.bytes -= uri.len();
         }
         Ok(())
@@ -204,7 +218,7 @@ impl Connection {
     pub(super) fn resources_updated(&self, before: &ToolSet, after: &ToolSet) -> Vec<Outgoing> {
         let view = self.view();
         let subscriptions = self.subscriptions.lock().unwrap();
-        (subscriptions.uris.iter())
+        (subscriptions.uris.keys())
             .filter(|uri| {
                 let owner = |tools: &ToolSet| tools.resource_owner(view, uri).map(Arc::as_ptr);
                 owner(before) != owner(after)

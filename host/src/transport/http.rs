@@ -200,32 +200,52 @@ struct Sessions {
 
 const SESSION_IDLE: Duration = Duration::from_secs(3600);
 const MAX_SESSIONS: usize = 10_000;
-/// Sessions one tenant may hold: one more closes its own oldest, never another's.
+/// Sessions one owner (a tenant; without tenants, a caller) may hold: one more closes its
+/// own oldest, never another's.
 const MAX_SESSIONS_PER_TENANT: usize = 1_000;
 
-/// The session to close so that one more of `tenant`'s fits among `sessions` (id, owner,
-/// last use): a tenant's own oldest once it holds `per_tenant`; when `total` are open,
-/// the oldest of whoever holds the most, so that a tenant's initializes never close
-/// another's sessions below its share. (Without tenants every owner is `None`, and the
-/// oldest goes once `total` are open.)
-fn session_to_close<'a>(
-    sessions: impl Iterator<Item = (&'a String, Option<&'a TenantId>, std::time::Instant)> + Clone,
-    tenant: Option<&TenantId>,
+/// Whose sessions count together against [`MAX_SESSIONS_PER_TENANT`]: a tenant's or,
+/// without tenants (OAuth's one implicit tenant), a caller's (a token's subject), so that
+/// one token holder's initializes close its own sessions, not everyone's. Sessions opened
+/// with no credentials at all (an open server) count against the total only.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+enum SessionOwner<'a> {
+    Tenant(&'a TenantId),
+    Caller(&'a Caller),
+}
+
+impl<'a> SessionOwner<'a> {
+    fn of(session: &'a Connection) -> Option<Self> {
+        match (session.tenant(), session.caller()) {
+            (Some(tenant), _) => Some(Self::Tenant(&tenant.id)),
+            (None, Some(caller)) => Some(Self::Caller(caller)),
+            (None, None) => None,
+        }
+    }
+}
+
+/// The session to close so that one more of `owner`'s fits among `sessions` (id, owner,
+/// last use): an owner's own oldest once it holds `per_owner`; when `total` are open,
+/// the oldest of whoever holds the most, so that an owner's initializes never close
+/// another's sessions below its share. (Sessions of no owner are capped by `total` only.)
+fn session_to_close<'a, O: Copy + Eq + std::hash::Hash>(
+    sessions: impl Iterator<Item = (&'a String, Option<O>, std::time::Instant)> + Clone,
+    owner: Option<O>,
     total: usize,
-    per_tenant: usize,
+    per_owner: usize,
 ) -> Option<&'a String> {
-    let oldest_of = |owner: Option<&TenantId>| {
+    let oldest_of = |owner: Option<O>| {
         (sessions.clone())
             .filter(|(_, of, _)| *of == owner)
             .min_by_key(|(_, _, used)| *used)
             .map(|(id, ..)| id)
     };
-    let mut held: HashMap<Option<&TenantId>, usize> = HashMap::new();
-    for (_, owner, _) in sessions.clone() {
-        *held.entry(owner).or_default() += 1;
+    let mut held: HashMap<Option<O>, usize> = HashMap::new();
+    for (_, of, _) in sessions.clone() {
+        *held.entry(of).or_default() += 1;
     }
-    if tenant.is_some() && held.get(&tenant).copied().unwrap_or(0) >= per_tenant {
-        return oldest_of(tenant);
+    if owner.is_some() && held.get(&owner).copied().unwrap_or(0) >= per_owner {
+        return oldest_of(owner);
     }
     if held.values().sum::<usize>() < total {
         return None;
@@ -258,10 +278,9 @@ impl Sessions {
             }
             kept
         });
-        let sessions =
-            live.iter().map(|(id, (session, used))| (id, session.tenant().map(|tenant| &tenant.id), *used));
-        let tenant = connection.tenant().map(|tenant| &tenant.id);
-        let closing = session_to_close(sessions, tenant, MAX_SESSIONS, MAX_SESSIONS_PER_TENANT).cloned();
+        let sessions = live.iter().map(|(id, (session, used))| (id, SessionOwner::of(session), *used));
+        let owner = SessionOwner::of(&connection);
+        let closing = session_to_close(sessions, owner, MAX_SESSIONS, MAX_SESSIONS_PER_TENANT).cloned();
         if let Some((closed, _)) = closing.and_then(|closing| live.remove(&closing)) {
             closed.end_session();
         }
@@ -1519,9 +1538,20 @@ mod tests {
         assert_eq!(close(Some(&acme), 6, 4).as_deref(), Some("s1"));
         assert_eq!(close(Some(&acme), 6, 1).as_deref(), Some("s0"), "acme at its cap: its own");
         // Without tenants (every owner None), the oldest of those once the table is full.
-        let untenanted = [(&ids[0], None, at(1)), (&ids[1], None, at(0))];
+        let untenanted: [(&String, Option<&TenantId>, _); 2] =
+            [(&ids[0], None, at(1)), (&ids[1], None, at(0))];
         assert_eq!(session_to_close(untenanted.iter().copied(), None, 2, 1).map(String::as_str), Some("s1"));
         assert_eq!(session_to_close(untenanted.iter().copied(), None, 3, 1), None, "no cap per tenant");
+        // Without tenants, a caller (a token's subject) is an owner: one flooding closes its
+        // own oldest, not the older session of another.
+        let (alice, mallory) = (Caller::of_subject("alice"), Caller::of_subject("mallory"));
+        let (alice, mallory) = (SessionOwner::Caller(&alice), SessionOwner::Caller(&mallory));
+        let callers =
+            [(&ids[0], Some(alice), at(0)), (&ids[1], Some(mallory), at(1)), (&ids[2], Some(mallory), at(2))];
+        let close = |owner, total| session_to_close(callers.iter().copied(), Some(owner), total, 2).cloned();
+        assert_eq!(close(mallory, 10).as_deref(), Some("s1"), "mallory at its cap: its own");
+        assert_eq!(close(mallory, 3).as_deref(), Some("s1"), "the table full: the largest holder's");
+        assert_eq!(close(alice, 10), None);
     }
 
     #[test]
