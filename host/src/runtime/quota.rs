@@ -563,7 +563,9 @@ enum Removal {
     /// No such name (or a rename onto itself).
     Nothing,
     /// A name and these bytes: a directory entry, a symlink, a hard link of a file with
-    /// others, or a file's last name that the host could not open.
+    /// others; or the name only of a file's last name that the host could not open (its
+    /// table full, say): its bytes then stay counted until the next load measures again,
+    /// since the host cannot tell when nothing holds the file any more.
     Freed(u64),
     /// A regular file's last name: the file, opened by the host, whose bytes are freed
     /// only once nothing holds it open ([`Orphans`]).
@@ -592,11 +594,13 @@ impl Removal {
                 DescriptorFlags::READ,
             )
             .await;
-        let Ok(fd) = opened else { return Self::Freed(ENTRY_BYTES + stat.size) };
+        // Not opened (a guest that filled its table would otherwise get its bytes back at
+        // once while it holds the file): its bytes stay counted.
+        let Ok(fd) = opened else { return Self::Freed(ENTRY_BYTES) };
         let file = file_of(state, &fd).ok().flatten();
         // Only the host keeps it: the guest never saw this descriptor.
         let _ = state.table().delete(fd);
-        file.map_or(Self::Freed(ENTRY_BYTES + stat.size), Self::LastLink)
+        file.map_or(Self::Freed(ENTRY_BYTES), Self::LastLink)
     }
 
     /// The name was removed: count what that freed.
