@@ -214,14 +214,16 @@ impl Sealer {
             return Err(Refused::Expired);
         }
         let issued = &opened.binding;
-        if issued.component != binding.component || issued.target != binding.target {
-            return Err(Refused::Foreign { issued: issued.target.clone(), asked: binding.target.clone() });
-        }
+        // Whose it is first: a state's holder may learn what it was issued for (the
+        // target, in `Foreign`), another tenant's or caller's who came by it may not.
         if issued.tenant != binding.tenant {
             return Err(Refused::OtherTenant);
         }
         if issued.caller != binding.caller {
             return Err(Refused::OtherCaller);
+        }
+        if issued.component != binding.component || issued.target != binding.target {
+            return Err(Refused::Foreign { issued: issued.target.clone(), asked: binding.target.clone() });
         }
         if issued.arguments != binding.arguments {
             return Err(Refused::OtherArguments);
@@ -314,6 +316,9 @@ mod tests {
         assert!(matches!(sealer.open(&sealed, &other_tool), Err(Refused::Foreign { .. })));
         let other_tenant = binding("tools/call delete", Some("other"), serde_json::json!({"b": 1, "a": 2}));
         assert_eq!(sealer.open(&sealed, &other_tenant), Err(Refused::OtherTenant));
+        // Another tenant's, asking another tool, is told no more: not what it was for.
+        let other_tenant_tool = binding("tools/call echo", Some("other"), serde_json::json!({}));
+        assert_eq!(sealer.open(&sealed, &other_tenant_tool), Err(Refused::OtherTenant));
         let other_arguments = binding("tools/call delete", Some("acme"), serde_json::json!({"b": 2, "a": 2}));
         assert_eq!(sealer.open(&sealed, &other_arguments), Err(Refused::OtherArguments));
         let mut other_caller = bound.clone();
