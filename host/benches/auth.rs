@@ -86,7 +86,7 @@ fn main() {
     let mut tenants = Vec::new();
     for tenant in 0..TENANTS {
         let id = TenantId::new(&format!("t{tenant}"));
-        keys.add(&id, &key(tenant));
+        keys.add(&id, &key(tenant)).expect("each tenant has keys of its own");
         tenants.push(Tenant::new(
             id,
             TenantView::new(&format!("t{tenant}"), ["tools".to_owned()], None),

@@ -715,7 +715,8 @@ fn plan_tenants(
         if let Some(source) = &entry.api_keys {
             // The error names where the keys were looked for, never a key.
             let text = source.read(&format!("api_keys of tenant {name}"), base)?;
-            if keys.add(&id, &text) == 0 {
+            let added = keys.add(&id, &text).map_err(|held| anyhow::anyhow!("tenant {name}: {held}"))?;
+            if added == 0 {
                 bail!("tenant {name}: its api_keys hold no key");
             }
         }
@@ -1107,6 +1108,15 @@ mod tests {
         let empty = plan("[[tenants]]\nname = \"acme\"\ncomponents = []\napi_keys = { env = \"CORDON_NO_SUCH_VARIABLE\" }\n")
             .unwrap_err();
         assert!(format!("{empty:#}").contains("CORDON_NO_SUCH_VARIABLE"), "{empty:#}");
+        std::fs::write(dir.join("beta-keys"), "key-beta\nkey-two\n").unwrap();
+        let shared = plan(
+            "[[tenants]]\nname = \"acme\"\ncomponents = []\napi_keys = { file = \"keys\" }\n\
+             [[tenants]]\nname = \"beta\"\ncomponents = []\napi_keys = { file = \"beta-keys\" }\n",
+        )
+        .unwrap_err();
+        let shared = format!("{shared:#}");
+        assert!(shared.contains("tenant beta: a key is also one of tenant acme's keys"), "{shared}");
+        assert!(!shared.contains("key-two"), "{shared}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -35,7 +35,7 @@ async fn server_of_two_tenants(name: &str, limits: ServerLimits) -> Arc<Server> 
     let mut keys = ApiKeys::default();
     let tenants = ["a", "b"].map(|name| {
         let id = TenantId::new(name);
-        keys.add(&id, &format!("key-{name}"));
+        keys.add(&id, &format!("key-{name}")).unwrap();
         Tenant::new(id, TenantView::new(name, ["example-tools".to_owned()], None), None)
     });
     let tenants = Arc::new(Tenants::new(tenants.into(), keys));

@@ -25,6 +25,11 @@ impl std::fmt::Debug for ApiKeys {
     }
 }
 
+/// A key given to a tenant is already another tenant's (named here; the key is not).
+#[derive(Debug, thiserror::Error)]
+#[error("a key is also one of tenant {0}'s keys")]
+pub struct KeyHeldBy(pub TenantId);
+
 /// The digest of `key`.
 pub fn digest(key: &[u8]) -> KeyDigest {
     Sha256::digest(key).into()
@@ -45,13 +50,20 @@ pub fn digests_equal(a: &KeyDigest, b: &KeyDigest) -> bool {
 
 impl ApiKeys {
     /// Add `tenant`'s keys (as read: comma-separated or one a line; blanks ignored).
-    /// Returns how many were added.
-    pub fn add(&mut self, tenant: &TenantId, keys: &str) -> usize {
+    /// Returns how many were added, or the tenant that already holds one of them: a key
+    /// of two tenants would be served as whichever came first, so it is refused. A key
+    /// repeated within one tenant is kept once.
+    pub fn add(&mut self, tenant: &TenantId, keys: &str) -> Result<usize, KeyHeldBy> {
         let before = self.digests.len();
         for key in keys.split([',', '\n']).map(str::trim).filter(|key| !key.is_empty()) {
-            self.digests.push((digest(key.as_bytes()), tenant.clone()));
+            let key_digest = digest(key.as_bytes());
+            match self.digests.iter().find(|(stored, _)| *stored == key_digest) {
+                Some((_, holder)) if holder == tenant => {}
+                Some((_, holder)) => return Err(KeyHeldBy(holder.clone())),
+                None => self.digests.push((key_digest, tenant.clone())),
+            }
         }
-        self.digests.len() - before
+        Ok(self.digests.len() - before)
     }
 
     pub fn len(&self) -> usize {
@@ -84,14 +96,24 @@ mod tests {
     fn keys_are_found_by_digest_only() {
         let (acme, beta) = (TenantId::new("acme"), TenantId::new("beta"));
         let mut keys = ApiKeys::default();
-        assert_eq!(keys.add(&acme, "k-acme-1, k-acme-2"), 2);
-        assert_eq!(keys.add(&beta, "k-beta\n\n"), 1);
+        assert_eq!(keys.add(&acme, "k-acme-1, k-acme-2, k-acme-1").unwrap(), 2);
+        assert_eq!(keys.add(&beta, "k-beta\n\n").unwrap(), 1);
         let tenant_of = |key: &[u8]| keys.holder_of(key).map(|(tenant, _)| tenant);
         assert_eq!(tenant_of(b"k-acme-2"), Some(acme));
         assert_eq!(tenant_of(b"k-beta"), Some(beta));
         assert_eq!(tenant_of(b"k-acme"), None);
         assert_eq!(tenant_of(b""), None);
         assert!(!format!("{keys:?}").contains("k-acme"));
+    }
+
+    #[test]
+    fn a_key_of_two_tenants_is_refused_without_naming_it() {
+        let (acme, beta) = (TenantId::new("acme"), TenantId::new("beta"));
+        let mut keys = ApiKeys::default();
+        keys.add(&acme, "shared-key").unwrap();
+        let refused = keys.add(&beta, "k-beta, shared-key").unwrap_err();
+        assert_eq!(refused.0, acme);
+        assert!(!refused.to_string().contains("shared-key"), "{refused}");
     }
 
     /// The primitive: every word's difference is folded into one value before deciding,
