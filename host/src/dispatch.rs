@@ -1081,6 +1081,11 @@ impl Connection {
                     drop(teardown);
                     input
                 }
+                Ran::CancelledUnstarted(reserved) => {
+                    let teardown =
+                        self.cancelled_before_round(id, rounds > 1, reserved, tools, name, arguments).await;
+                    return (None, teardown);
+                }
             };
             if rounds >= MAX_INPUT_ROUNDS {
                 let problem = format!(
@@ -1108,6 +1113,32 @@ impl Connection {
             }
         }
         unreachable!("the rounds end at MAX_INPUT_ROUNDS")
+    }
+
+    /// A tool call cancelled before a round's guest ran (`reserved`: its slot, if it had
+    /// one). Before the first round nothing ran, so the observers are told and that is
+    /// all; before a later one the guest has run, so its cleanup runs as after any stop,
+    /// in a slot waited for again if the call had none.
+    async fn cancelled_before_round(
+        &self,
+        id: &RequestId,
+        guest_ran: bool,
+        reserved: Option<Call>,
+        tools: &ToolSet,
+        name: &str,
+        arguments: &Value,
+    ) -> Option<Teardown> {
+        let runtime = &self.server.runtime;
+        if !guest_ran {
+            let event = CallEnded::unstarted(self.call_tags(id), CallOutcome::Cancelled);
+            runtime.report_unstarted(event, self.view(), Some(name));
+            return None;
+        }
+        let call = match reserved {
+            Some(call) => Ok(call),
+            None => runtime.call_in(tools, self.view(), name, arguments, self.call_tags(id)).await,
+        };
+        stop_between_rounds(call, Outcome::Cancelled, name).await
     }
 
     /// What a 2025-era client declared it can be asked, as a round tells the guest.
@@ -1185,10 +1216,7 @@ impl Connection {
             biased;
             call = runtime.call_in(tools, self.view(), name, arguments, self.call_tags(id)) => call.map(|call| call.with_input(round)),
             // A call cancelled while it waits for a slot leaves the queue at once.
-            () = cancel_signal.notified() => {
-                runtime.report_unstarted(CallEnded::unstarted(self.call_tags(id), CallOutcome::Cancelled), self.view(), Some(name));
-                return Ran::Answered(None, None);
-            }
+            () = cancel_signal.notified() => return Ran::CancelledUnstarted(None),
         };
         let call = match call {
             Ok(call) => call,
@@ -1224,12 +1252,7 @@ impl Connection {
         };
         let handle = call.handle();
         if !self.attach_handle(id, handle.clone()) {
-            runtime.report_unstarted(
-                CallEnded::unstarted(self.call_tags(id), CallOutcome::Cancelled),
-                self.view(),
-                Some(name),
-            );
-            return Ran::Answered(None, None);
+            return Ran::CancelledUnstarted(Some(call));
         }
         let mut progress = handle.progress();
         let log_threshold = log_level.and_then(guest_log_threshold);
@@ -1551,6 +1574,9 @@ enum Ran {
     Answered(Option<Outgoing>, Option<Teardown>),
     /// A 2025-era client's call whose guest needs input, and the round's teardown.
     NeedsInput(InputRequired, Teardown),
+    /// Cancelled before the round's guest ran: while it waited for a slot, or with the
+    /// slot it was given (here).
+    CancelledUnstarted(Option<Call>),
 }
 
 /// Stop a call (a tool call, a prompt) between two rounds, while the client was asked,

@@ -43,6 +43,23 @@ impl Setup {
         Self { dir }
     }
 
+    /// The hostile tools alone, with `server` (keys of `[server]`).
+    fn hostile(what: &str, server: &str) -> Self {
+        let dir = fresh_dir(what);
+        let hostile = cordon::paths::default_tools_dir().join("hostile.wasm");
+        assert!(hostile.is_file(), "{} is missing: run `cargo xtask guests` first", hostile.display());
+        std::fs::write(
+            dir.join("cordon.toml"),
+            format!(
+                "[server]\ncache = false\n{server}\n[[components]]\npath = {:?}\n\
+                 limits = {{ grace_ms = 100, idle_timeout_ms = 0, max_duration_ms = 60000 }}\n",
+                hostile.display().to_string()
+            ),
+        )
+        .unwrap();
+        Self { dir }
+    }
+
     fn config(&self) -> PathBuf {
         self.dir.join("cordon.toml")
     }
@@ -74,10 +91,15 @@ struct Stdio2025 {
 impl Stdio2025 {
     /// Start the server and initialize, declaring `capabilities`.
     fn start(setup: &Setup, capabilities: Value) -> Self {
+        Self::start_logging(setup, capabilities, "info,cordon::runtime::call=debug")
+    }
+
+    /// [`Stdio2025::start`], the server logging as `filter` says.
+    fn start_logging(setup: &Setup, capabilities: Value, filter: &str) -> Self {
         let mut command = Command::new(env!("CARGO_BIN_EXE_cordon"));
         command.args(["serve", "--stdio", "--config"]).arg(setup.config());
         command.stdin(Stdio::piped()).stdout(Stdio::piped());
-        let mut process = Process::spawn_logging(command, "info,cordon::runtime::call=debug");
+        let mut process = Process::spawn_logging(command, filter);
         let stdin = process.child.stdin.take().unwrap();
         let stdout = process.child.stdout.take().unwrap();
         let (sender, lines) = mpsc::channel();
@@ -560,6 +582,42 @@ fn a_cancel_while_the_client_is_asked_stops_the_call_and_runs_its_cleanup() {
     client.send(json!({"jsonrpc": "2.0", "id": request["id"], "result": accept_user()}));
     let answer = client.request("ping", json!({}));
     assert_eq!(answer["result"], json!({}), "the cancelled call was answered: {answer}");
+}
+
+/// A call whose first round ran, cancelled while its next round waits for a slot: its
+/// guest has run, so its cleanup runs (once a slot frees), as when it is cancelled while
+/// the client is asked.
+#[test]
+fn a_cancel_while_a_later_round_waits_for_a_slot_still_runs_the_cleanup() {
+    let setup = Setup::hostile("cancel-queued-round", "max_concurrent_calls = 1\nqueue_timeout_ms = 60000");
+    let mut client = Stdio2025::start_logging(&setup, ALL(), "info,cordon::runtime=debug");
+    let cancel = |client: &mut Stdio2025, call: &Value| {
+        client.send(
+            json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": call}}),
+        );
+    };
+    let (call, request) = client.call_until_asked("ask_then_spin", json!({}), "roots/list");
+    // The only slot, taken by a call parked in the host: a probe queues behind it.
+    let parked = client.send_request("tools/call", json!({"name": "park", "arguments": {"ms": 60000}}));
+    let probe = client.send_request("tools/call", json!({"name": "park", "arguments": {"ms": 1}}));
+    let queued = client.process.wait_log("queued: no slot is free");
+    assert!(queued.contains("park"), "{queued}");
+    cancel(&mut client, &probe);
+    // The client answers; the second round queues for the slot, and is cancelled there.
+    client.send(json!({"jsonrpc": "2.0", "id": request["id"], "result": {"roots": []}}));
+    let queued = client.process.wait_log("queued: no slot is free");
+    assert!(queued.contains("ask_then_spin"), "{queued}");
+    cancel(&mut client, &call);
+    cancel(&mut client, &parked);
+    let mut cleanups = Vec::new();
+    while !cleanups.iter().any(|line: &String| line.contains("ask_then_spin")) {
+        let line = client.process.wait_log("cleanup completed");
+        assert!(line.contains("reason=cancelled"), "{line}");
+        cleanups.push(line);
+        assert!(cleanups.len() <= 2, "{cleanups:#?}");
+    }
+    // Nothing was answered to the cancelled calls; the server goes on serving.
+    assert_eq!(client.request("ping", json!({}))["result"], json!({}));
 }
 
 #[test]

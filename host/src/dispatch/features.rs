@@ -213,6 +213,12 @@ impl Connection {
                 biased;
                 call = runtime.feature_in(tools, self.view(), request.clone(), self.call_tags(id)) => call,
                 () = cancel_signal.notified() => {
+                    // After a first round the guest has run: its cleanup runs, in a slot
+                    // waited for again.
+                    if rounds > 1 {
+                        let call = runtime.feature_in(tools, self.view(), request.clone(), self.call_tags(id)).await;
+                        return (None, stop_between_rounds(call, Outcome::Cancelled, method).await);
+                    }
                     runtime.report_unstarted(CallEnded::unstarted(self.call_tags(id), CallOutcome::Cancelled), self.view(), None);
                     return (None, None);
                 }
@@ -243,6 +249,17 @@ impl Connection {
                 _ => call,
             };
             if !self.attach_handle(id, call.handle()) {
+                if rounds > 1 {
+                    return (
+                        None,
+                        stop_between_rounds(Ok::<_, FeatureError>(call), Outcome::Cancelled, method).await,
+                    );
+                }
+                runtime.report_unstarted(
+                    CallEnded::unstarted(self.call_tags(id), CallOutcome::Cancelled),
+                    self.view(),
+                    None,
+                );
                 return (None, None);
             }
             let (report, teardown) = call.run_deferring_teardown().await;

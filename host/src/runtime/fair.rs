@@ -81,7 +81,19 @@ impl FairSlots {
     }
 
     /// Wait for a slot for a call of `tenant` (capped at `cap` slots at once).
+    #[cfg(test)]
     pub(crate) async fn acquire(self: &Arc<Self>, tenant: &Arc<str>, cap: Option<usize>) -> FairPermit {
+        self.acquire_noting(tenant, cap, || {}).await
+    }
+
+    /// [`FairSlots::acquire`], calling `queued` when no slot was free at once and the call
+    /// joined its tenant's queue.
+    pub(crate) async fn acquire_noting(
+        self: &Arc<Self>,
+        tenant: &Arc<str>,
+        cap: Option<usize>,
+        queued: impl FnOnce(),
+    ) -> FairPermit {
         let receiver = {
             let mut state = self.state.lock().unwrap();
             let free = state.free;
@@ -103,6 +115,7 @@ impl FairSlots {
             }
             receiver
         };
+        queued();
         let mut waiting = Waiting { slots: self.clone(), tenant: tenant.clone(), receiver, granted: false };
         // The sender is only dropped with its slot handed over or the gate gone.
         let _ = (&mut waiting.receiver).await;

@@ -914,9 +914,13 @@ impl Runtime {
             Some(cap) => CallError::TenantBusy { slots: cap, waited },
             None => CallError::Busy { slots: self.settings.engine.max_concurrent_calls, waited },
         };
-        let fair_permit = tokio::time::timeout_at(deadline, self.fair_slots.acquire(&tenant, cap))
-            .await
-            .map_err(|_| busy())?;
+        let note_queued = || {
+            tracing::debug!(component = %component.name, tool = %tool, "queued: no slot is free for the call");
+        };
+        let fair_permit =
+            tokio::time::timeout_at(deadline, self.fair_slots.acquire_noting(&tenant, cap, note_queued))
+                .await
+                .map_err(|_| busy())?;
         // The fair gate has as many slots as the pool: this waits only while a load's
         // `list` holds one.
         let permit = tokio::time::timeout_at(deadline, self.call_permits.clone().acquire_owned())
