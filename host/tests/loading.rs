@@ -253,3 +253,58 @@ async fn the_compile_cache_survives_corruption() {
     }
     let _ = std::fs::remove_dir_all(&cache);
 }
+
+/// A cache entry is native code the server runs: one another user could have written (a
+/// mode that lets them, a symlink) or one moved to another component's name is not used.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_compile_cache_uses_only_the_servers_own_entries_under_their_own_names() {
+    use std::os::unix::fs::PermissionsExt;
+    let cache = scratch("cache-trust");
+    let _ = std::fs::remove_dir_all(&cache);
+    let mut settings = settings(4);
+    settings.engine.cache_dir = Some(cache.clone());
+    let first = ("first", WatGuest::new("first", DONE_BODY).component());
+    let second = ("second", WatGuest::new("second", DONE_BODY).component());
+    // Load `guest` in a fresh runtime: whether its compile came from the cache.
+    let hit = |guest: (&'static str, Vec<u8>)| {
+        let settings = settings.clone();
+        async move {
+            let (name, guest) = guest;
+            let mut runtime = Runtime::new(settings).unwrap();
+            runtime.load_bytes(name, &guest, ComponentOptions::default()).await.unwrap();
+            let report = runtime.call(name, &serde_json::json!({})).await.unwrap().run().await;
+            assert!(matches!(report.outcome, Outcome::Completed(_)), "{:?}", report.outcome);
+            runtime.compile_cache().hits() == 1
+        }
+    };
+    assert!(!hit(first.clone()).await);
+    assert!(hit(first.clone()).await, "the server's own entry is used");
+    let entries: Vec<_> = std::fs::read_dir(&cache).unwrap().map(|entry| entry.unwrap().path()).collect();
+    let first_entry = entries[0].clone();
+    assert_eq!(std::fs::metadata(&first_entry).unwrap().permissions().mode() & 0o777, 0o600);
+
+    // Writable by others: not used, and written again by the compile that follows.
+    std::fs::set_permissions(&first_entry, std::fs::Permissions::from_mode(0o666)).unwrap();
+    assert!(!hit(first.clone()).await, "an entry others may write was used");
+    assert!(hit(first.clone()).await);
+
+    // A symlink to the server's own valid entry: not followed.
+    let moved = cache.join("elsewhere");
+    std::fs::rename(&first_entry, &moved).unwrap();
+    std::os::unix::fs::symlink(&moved, &first_entry).unwrap();
+    assert!(!hit(first.clone()).await, "an entry reached through a symlink was used");
+
+    // The first component's entry put in place of the second's: its digest names the first.
+    assert!(!hit(second.clone()).await);
+    let second_entry = std::fs::read_dir(&cache)
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .find(|path| {
+            path != &first_entry && path != &moved && path.extension().is_some_and(|ext| ext == "cwasm")
+        })
+        .unwrap();
+    std::fs::copy(&moved, &second_entry).unwrap();
+    std::fs::set_permissions(&second_entry, std::fs::Permissions::from_mode(0o600)).unwrap();
+    assert!(!hit(second.clone()).await, "another component's entry passed for the second's");
+    let _ = std::fs::remove_dir_all(&cache);
+}

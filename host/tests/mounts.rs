@@ -244,6 +244,49 @@ async fn a_writable_grant_overlapping_another_component_s_is_refused() {
     runtime.load_file(&cordon::paths::example_tools(), options).await.unwrap();
 }
 
+/// The compile cache holds native code the server runs: no guest may be granted to write
+/// inside or around it, however the path reaches it (here through a symlink); reading
+/// around it is allowed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_writable_grant_inside_or_around_the_compile_cache_is_refused() {
+    let layout = Layout::new("cache-grant");
+    let cache = layout.root.join("state/cache");
+    let via_link = layout.root.join("link-to-state");
+    std::os::unix::fs::symlink(layout.root.join("state"), &via_link).unwrap();
+    let mut settings = common::settings(4);
+    settings.engine.cache_dir = Some(cache.clone());
+    let load = |options: ComponentOptions| {
+        let settings = settings.clone();
+        async move {
+            let mut runtime = Runtime::new(settings).unwrap();
+            let options = ComponentOptions { limits: common::quick_limits(), ..options };
+            runtime.load_file(&hostile(), options).await
+        }
+    };
+    // Made at start, for the server's user alone.
+    drop(Runtime::new(settings.clone()).unwrap());
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(std::fs::metadata(&cache).unwrap().permissions().mode() & 0o777, 0o700);
+    std::fs::create_dir_all(cache.join("inner")).unwrap();
+    for options in [
+        ComponentOptions { mounts: vec![mount(&layout.root, "/m", true, None)], ..Default::default() },
+        ComponentOptions { mounts: vec![mount(&via_link, "/m", true, None)], ..Default::default() },
+        ComponentOptions {
+            mounts: vec![mount(&cache.join("inner"), "/m", true, None)],
+            ..Default::default()
+        },
+        ComponentOptions { data_dir: Some(cache.join("data")), ..Default::default() },
+    ] {
+        let shown = format!("{:?} {:?}", options.data_dir, options.mounts);
+        let error = load(options).await.expect_err(&shown);
+        assert!(error.problem.contains("inside or around the compile cache"), "{shown}: {error}");
+    }
+    let read_only =
+        ComponentOptions { mounts: vec![mount(&via_link, "/m", false, None)], ..Default::default() };
+    load(read_only).await.unwrap();
+    load(layout.options(None)).await.unwrap();
+}
+
 /// Sum of the sizes of the regular files under `dir`.
 fn bytes_under(dir: &Path) -> u64 {
     std::fs::read_dir(dir)

@@ -58,6 +58,17 @@ pub fn default_cache_dir() -> Option<PathBuf> {
     Some(base.join("cordon"))
 }
 
+/// Make the compile cache's directory (for the server's user alone) if it is missing,
+/// and resolve it as the file system does (so a grant reaching it through a symlink is
+/// seen to); as given when it cannot be made.
+pub(crate) fn prepare_cache_dir(dir: &Path) -> PathBuf {
+    use std::os::unix::fs::DirBuilderExt;
+    if let Err(error) = fs::DirBuilder::new().recursive(true).mode(0o700).create(dir) {
+        tracing::warn!(path = %dir.display(), "cannot make the compile cache's directory: {error}");
+    }
+    fs::canonicalize(dir).unwrap_or_else(|_| dir.to_owned())
+}
+
 /// Core instances a component may hold: a Rust wasip2 component has 4 (the module, its
 /// adapter shims), a CPython one made by componentize-py 14 (libc, libpython, its runtime
 /// and their shims), and each native extension library a Python tool bundles adds one. The
@@ -266,8 +277,16 @@ impl CompileCache {
 /// `counts`.
 ///
 /// Entries are keyed by the SHA-256 of the component and the engine's compatibility hash,
-/// and carry the SHA-256 of their own payload: a corrupt, truncated or foreign entry is
-/// detected (or rejected by wasmtime) and the component is compiled again.
+/// and carry the SHA-256 of their key and payload: a corrupt, truncated or foreign entry,
+/// or one moved to another's name, is detected (or rejected by wasmtime) and the component
+/// is compiled again.
+///
+/// An entry is native code the server maps and runs, so only the server's own are read:
+/// opened without following a symlink, owned by the server's user and writable by no one
+/// else ([`trusted_entry`]). The digest is no defence against whoever may write the
+/// directory (anyone can compute it), so no guest may: the runtime refuses a writable
+/// grant inside or around the cache (`Runtime::open_files`), and the directory is made
+/// for the server's user alone.
 pub fn compile_component(
     engine: &Engine,
     bytes: &[u8],
@@ -278,14 +297,15 @@ pub fn compile_component(
         counts.misses.fetch_add(1, Ordering::Relaxed);
         return Component::new(engine, bytes).map_err(anyhow::Error::from);
     };
-    let entry = cache_dir.join(format!("{}.cwasm", cache_key(engine, bytes)));
-    if let Some(component) = load_cached(engine, &entry) {
+    let key = cache_key(engine, bytes);
+    let entry = cache_dir.join(format!("{key}.cwasm"));
+    if let Some(component) = load_cached(engine, &entry, &key) {
         counts.hits.fetch_add(1, Ordering::Relaxed);
         return Ok(component);
     }
     counts.misses.fetch_add(1, Ordering::Relaxed);
     let component = Component::new(engine, bytes).map_err(anyhow::Error::from)?;
-    if let Err(error) = store_cached(&component, cache_dir, &entry) {
+    if let Err(error) = store_cached(&component, cache_dir, &entry, &key) {
         tracing::warn!(path = %entry.display(), "could not write the compile cache: {error:#}");
     }
     Ok(component)
@@ -297,17 +317,21 @@ fn cache_key(engine: &Engine, bytes: &[u8]) -> String {
     format!("{}-{:016x}", hex(&Sha256::digest(bytes)), engine_hash.finish())
 }
 
-fn load_cached(engine: &Engine, entry: &Path) -> Option<Component> {
-    let file = fs::read(entry).ok()?;
-    let (digest, payload) = file.split_at_checked(32)?;
-    if Sha256::digest(payload).as_slice() != digest {
+fn load_cached(engine: &Engine, entry: &Path, key: &str) -> Option<Component> {
+    let mut file = trusted_entry(entry)?;
+    let mut bytes = Vec::new();
+    std::io::Read::read_to_end(&mut file, &mut bytes).ok()?;
+    let (digest, payload) = bytes.split_at_checked(32)?;
+    if entry_digest(key, payload).as_slice() != digest {
         tracing::warn!(path = %entry.display(), "compile cache entry is corrupt; compiling again");
         return None;
     }
-    // SAFETY: the payload is what `Component::serialize` wrote for this engine
-    // configuration (the key covers the compatibility hash) and its digest matches, so it
-    // is our own artifact, unmodified. Wasmtime itself rejects artifacts of another version
-    // or configuration with an error.
+    // SAFETY: the entry is a file of the server's own user that no one else may write
+    // (`trusted_entry`), in a directory no guest may write (the runtime refuses such
+    // grants); its payload is what `Component::serialize` wrote for this engine
+    // configuration (the key covers the compatibility hash) and for this component (the
+    // digest covers the key), unmodified. Wasmtime itself rejects artifacts of another
+    // version or configuration with an error.
     match unsafe { Component::deserialize(engine, payload) } {
         Ok(component) => Some(component),
         Err(error) => {
@@ -317,12 +341,50 @@ fn load_cached(engine: &Engine, entry: &Path) -> Option<Component> {
     }
 }
 
-fn store_cached(component: &Component, cache_dir: &Path, entry: &Path) -> Result<()> {
-    fs::create_dir_all(cache_dir)?;
+/// `entry` opened if it is a regular file (not a symlink) of the server's user that no
+/// other user may write; `None` (with a warning when it exists but is not) otherwise.
+fn trusted_entry(entry: &Path) -> Option<fs::File> {
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+    let file = fs::OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW).open(entry).ok()?;
+    let metadata = file.metadata().ok()?;
+    // SAFETY: geteuid has no preconditions.
+    let own_user = unsafe { libc::geteuid() };
+    if !metadata.is_file() || metadata.uid() != own_user || metadata.mode() & 0o022 != 0 {
+        tracing::warn!(
+            path = %entry.display(),
+            "compile cache entry not used: it is not a file of the server's own user that only it may write \
+             (owner {}, mode {:o}); compiling again",
+            metadata.uid(),
+            metadata.mode() & 0o7777
+        );
+        return None;
+    }
+    Some(file)
+}
+
+/// What an entry carries before its payload: the SHA-256 of its key and the payload, so
+/// an entry renamed to another component's key does not pass for it.
+fn entry_digest(key: &str, payload: &[u8]) -> [u8; 32] {
+    let mut digest = Sha256::new();
+    digest.update(key.as_bytes());
+    digest.update([0]);
+    digest.update(payload);
+    digest.finalize().into()
+}
+
+fn store_cached(component: &Component, cache_dir: &Path, entry: &Path, key: &str) -> Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+    fs::DirBuilder::new().recursive(true).mode(0o700).create(cache_dir)?;
     let payload = component.serialize().map_err(anyhow::Error::from)?;
     let temp = entry.with_extension(format!("tmp{}", std::process::id()));
-    let mut file = fs::File::create(&temp)?;
-    file.write_all(&Sha256::digest(&payload))?;
+    let _ = fs::remove_file(&temp);
+    let mut file = fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(&temp)?;
+    file.write_all(&entry_digest(key, &payload))?;
     file.write_all(&payload)?;
     file.sync_all()?;
     fs::rename(&temp, entry)?;

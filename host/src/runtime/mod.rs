@@ -49,7 +49,7 @@ mod spare;
 mod waits;
 
 use std::collections::HashMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -265,6 +265,9 @@ pub struct Runtime {
     /// Who gets each call's [`CallEnded`].
     observers: events::Observers,
     compile_cache: Arc<CompileCache>,
+    /// The compile cache's directory as the file system resolves it: no guest may be
+    /// granted to write inside or around it.
+    compile_cache_dir: Option<PathBuf>,
     /// Components to list again: a call of theirs said `lists-changed` (relist.rs).
     relists: Arc<relist::Relists>,
 }
@@ -311,6 +314,7 @@ impl Runtime {
             next_call_id: AtomicU64::new(1),
             observers: events::Observers::default(),
             compile_cache: Arc::default(),
+            compile_cache_dir: settings.engine.cache_dir.as_deref().map(engine::prepare_cache_dir),
             relists: Arc::default(),
             settings,
         })
@@ -471,7 +475,10 @@ impl Runtime {
         let opening = {
             let (name, origin, options) = (name.to_owned(), origin.to_owned(), options.clone());
             let others = others.to_vec();
-            tokio::task::spawn_blocking(move || Self::open_tenant_files(&name, &origin, &options, &others))
+            let cache = self.compile_cache_dir.clone();
+            tokio::task::spawn_blocking(move || {
+                Self::open_tenant_files(&name, &origin, &options, &others, cache.as_deref())
+            })
         };
         let (files, tenant_files) = opening
             .await
@@ -675,13 +682,17 @@ impl Runtime {
         origin: &str,
         options: &ComponentOptions,
         others: &[Arc<LoadedComponent>],
+        cache: Option<&Path>,
     ) -> Result<(Option<Arc<files::FileGrants>>, HashMap<String, Arc<files::FileGrants>>), LoadError> {
+        let open = |options: &ComponentOptions, quotas_from, of_tenant| {
+            Self::open_files(name, origin, options, others, quotas_from, of_tenant, cache)
+        };
         let Some(data_dir) = options.data_dir.as_ref().filter(|_| !options.tenants.is_empty()) else {
-            return Ok((Self::open_files(name, origin, options, others, None, false)?, HashMap::new()));
+            return Ok((open(options, None, false)?, HashMap::new()));
         };
         // The mounts first: every tenant's grants share their quotas.
         let shared = ComponentOptions { data_dir: None, ..options.clone() };
-        let shared = Self::open_files(name, origin, &shared, others, None, false)?;
+        let shared = open(&shared, None, false)?;
         let mut by_tenant = HashMap::new();
         for tenant in &options.tenants {
             if !crate::paths::is_safe_name(tenant) {
@@ -691,7 +702,7 @@ impl Runtime {
                 ));
             }
             let own = ComponentOptions { data_dir: Some(data_dir.join(tenant)), ..options.clone() };
-            if let Some(grants) = Self::open_files(name, origin, &own, others, shared.as_deref(), true)? {
+            if let Some(grants) = open(&own, shared.as_deref(), true)? {
                 by_tenant.insert(tenant.clone(), grants);
             }
         }
@@ -699,7 +710,8 @@ impl Runtime {
     }
 
     /// Open `name`'s data directory and mounts once, refusing any that overlaps one of
-    /// `others` where either may be written; a mount's quota is `quotas_from`'s when it has one.
+    /// `others` where either may be written, and any writable one inside or around the
+    /// compile `cache`; a mount's quota is `quotas_from`'s when it has one.
     fn open_files(
         name: &str,
         origin: &str,
@@ -707,6 +719,7 @@ impl Runtime {
         others: &[Arc<LoadedComponent>],
         quotas_from: Option<&files::FileGrants>,
         of_tenant: bool,
+        cache: Option<&Path>,
     ) -> Result<Option<Arc<files::FileGrants>>, LoadError> {
         let data_dir = options.data_dir.as_deref();
         let Some(grants) = files::FileGrants::open(
@@ -722,6 +735,25 @@ impl Runtime {
         };
         if let Some(conflict) = files_conflict(name, origin, &grants, others) {
             return Err(conflict);
+        }
+        // The cache holds native code the server runs: a guest that could write it could
+        // plant its own (the entries' digests stop corruption, not a writer).
+        let around_cache = |grant: &&files::Grant| {
+            cache.is_some_and(|cache| {
+                grant.writable && (grant.path.starts_with(cache) || cache.starts_with(&grant.path))
+            })
+        };
+        if let (Some(grant), Some(cache)) = (grants.grants.iter().find(around_cache), cache) {
+            return Err(LoadError::new(
+                origin,
+                format!(
+                    "component {name}: {} is inside or around the compile cache {}: a guest that may write \
+                     there could plant native code the server runs; move the cache (`[server] cache_dir`) \
+                     or the grant",
+                    grant.describe(),
+                    cache.display()
+                ),
+            ));
         }
         // Told once, with the grants the quotas were measured for (a tenant's data directory
         // has a quota of its own; its mounts share the component's).
