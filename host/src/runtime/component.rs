@@ -24,7 +24,7 @@ use super::input::InputRound;
 use super::ledger::DescriptorBudget;
 use super::limits::ToolLimits;
 use super::plain::PlainFunctions;
-use super::schema::Schema;
+use super::schema::{CheckThreads, Schema};
 use super::spare::SpareSlot;
 
 /// A component the operator asks for: its name, its file and how to run it.
@@ -270,13 +270,13 @@ pub(crate) struct ToolSchemas {
 }
 
 impl ToolSchemas {
-    fn compile(spec: &ToolSpec) -> Result<Self, String> {
-        let input = Schema::compile(&spec.input_schema)
+    fn compile(spec: &ToolSpec, threads: &Arc<CheckThreads>) -> Result<Self, String> {
+        let input = Schema::compile(&spec.input_schema, threads)
             .map_err(|error| format!("input schema is not a valid JSON Schema: {error}"))?;
         let output = spec
             .output_schema
             .as_ref()
-            .map(Schema::compile)
+            .map(|schema| Schema::compile(schema, threads))
             .transpose()
             .map_err(|error| format!("output schema is not a valid JSON Schema: {error}"))?;
         Ok(Self { name: Arc::from(spec.name.as_str()), input, output })
@@ -489,11 +489,12 @@ pub(crate) fn prepare(
 pub(crate) fn compile_schemas(
     origin: &str,
     specs: &[ToolSpec],
+    threads: &Arc<CheckThreads>,
 ) -> Result<HashMap<String, ToolSchemas>, LoadError> {
     specs
         .iter()
         .map(|spec| {
-            let schemas = ToolSchemas::compile(spec)
+            let schemas = ToolSchemas::compile(spec, threads)
                 .map_err(|problem| LoadError::new(origin, format!("tool {:?}: {problem}", spec.name)))?;
             Ok((spec.name.clone(), schemas))
         })

@@ -268,6 +268,8 @@ pub struct Runtime {
     /// The compile cache's directory as the file system resolves it: no guest may be
     /// granted to write inside or around it.
     compile_cache_dir: Option<PathBuf>,
+    /// The threads every schema's costly checks share (`schema.rs`).
+    check_threads: Arc<schema::CheckThreads>,
     /// Components to list again: a call of theirs said `lists-changed` (relist.rs).
     relists: Arc<relist::Relists>,
 }
@@ -315,6 +317,7 @@ impl Runtime {
             observers: events::Observers::default(),
             compile_cache: Arc::default(),
             compile_cache_dir: settings.engine.cache_dir.as_deref().map(engine::prepare_cache_dir),
+            check_threads: Arc::default(),
             relists: Arc::default(),
             settings,
         })
@@ -545,7 +548,7 @@ impl Runtime {
                 ));
             }
         }
-        loaded.schemas = component::compile_schemas(origin, &loaded.tools)?;
+        loaded.schemas = component::compile_schemas(origin, &loaded.tools, &self.check_threads)?;
         Ok(())
     }
 

@@ -12,14 +12,21 @@
 //! does one beside assertions like `type`.)
 //!
 //! Any other check runs on a thread of its own, one at a time per schema, for at most
-//! [`CHECK_BUDGET`]. A check that runs over cannot be stopped: its thread is abandoned,
-//! keeping the schema's one permit, and a watchdog (which runs whether or not anyone still
-//! waits for the answer) marks the schema so that it refuses every later check. So one
-//! costly schema holds at most one thread for the life of the process.
+//! [`CHECK_BUDGET`], at the lowest priority. A check that runs over cannot be stopped: its
+//! thread is abandoned, keeping the schema's one permit, and a watchdog (which runs whether
+//! or not anyone still waits for the answer) marks the schema so that it refuses every
+//! later check. A guest can list a schema anew at will (a relist, another tool, a copy
+//! with one word changed), so what bounds the threads is [`CheckThreads`], shared by every
+//! schema of a runtime: at most [`MAX_CHECK_THREADS`] run at once, an abandoned one keeps
+//! its place for as long as it runs, and a schema that ran over is remembered by its
+//! digest, so listing it again does not buy another thread.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+use sha2::{Digest, Sha256};
 
 use serde_json::Value;
 use tokio::sync::{Semaphore, oneshot};
@@ -57,6 +64,51 @@ const CHILD_APPLICATORS: [&str; 5] =
 /// The most schema nodes × instance nodes a check in place may take on.
 const IN_PLACE_WORK: usize = 1 << 20;
 
+/// The most checks that run on threads of their own at once, in a runtime (abandoned ones
+/// included: once this many ran over, no costly check runs until one of them ends).
+pub const MAX_CHECK_THREADS: usize = 4;
+
+/// The threads a runtime's costly checks run on, and the schemas that ran over.
+pub(crate) struct CheckThreads {
+    threads: Arc<tokio::sync::Semaphore>,
+    /// Checks that ran past their budget and whose threads still run.
+    abandoned: Arc<AtomicUsize>,
+    /// The digests of the schemas whose check ran past its budget.
+    overran: Mutex<HashSet<[u8; 32]>>,
+}
+
+impl Default for CheckThreads {
+    fn default() -> Self {
+        Self {
+            threads: Arc::new(tokio::sync::Semaphore::new(MAX_CHECK_THREADS)),
+            abandoned: Arc::default(),
+            overran: Mutex::default(),
+        }
+    }
+}
+
+impl CheckThreads {
+    fn ran_over(&self, digest: &[u8; 32]) -> bool {
+        self.overran.lock().unwrap_or_else(std::sync::PoisonError::into_inner).contains(digest)
+    }
+
+    fn remember_overrun(&self, digest: [u8; 32]) {
+        self.overran.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(digest);
+    }
+
+    /// Checker threads abandoned and still running.
+    #[cfg(test)]
+    pub(crate) fn abandoned(&self) -> usize {
+        self.abandoned.load(Ordering::Relaxed)
+    }
+}
+
+/// Where a checker thread is: running, finished, or abandoned by its watchdog (whichever
+/// comes first wins; an abandoned thread that finishes after all gives its place back).
+const RUNNING: u8 = 0;
+const FINISHED: u8 = 1;
+const ABANDONED: u8 = 2;
+
 /// A compiled schema, and what a check against it may cost.
 pub(crate) struct Schema {
     validator: Arc<jsonschema::Validator>,
@@ -70,6 +122,9 @@ pub(crate) struct Schema {
     checker: Arc<Semaphore>,
     /// Set once a check ran past its budget.
     overran: Arc<AtomicBool>,
+    /// The SHA-256 of the schema's JSON text: how [`CheckThreads`] knows it again.
+    digest: [u8; 32],
+    threads: Arc<CheckThreads>,
 }
 
 /// What a check found.
@@ -86,14 +141,17 @@ pub(crate) enum Check {
 impl Schema {
     /// Compile `schema` (JSON Schema 2020-12 unless `$schema` says otherwise; references to
     /// the network are never fetched).
-    pub(crate) fn compile(schema: &Value) -> Result<Self, String> {
+    pub(crate) fn compile(schema: &Value, threads: &Arc<CheckThreads>) -> Result<Self, String> {
         let validator = jsonschema::validator_for(schema).map_err(|error| error.to_string())?;
+        let digest: [u8; 32] = Sha256::digest(serde_json::to_vec(schema).unwrap_or_default()).into();
         Ok(Self {
             validator: Arc::new(validator),
             nodes: node_count(schema),
             costly: has_costly_keyword(schema),
             checker: Arc::new(Semaphore::new(1)),
-            overran: Arc::new(AtomicBool::new(false)),
+            overran: Arc::new(AtomicBool::new(threads.ran_over(&digest))),
+            digest,
+            threads: threads.clone(),
         })
     }
 
@@ -111,32 +169,53 @@ impl Schema {
         if !self.costly && self.nodes.saturating_mul(node_count(instance)) <= IN_PLACE_WORK {
             return check(&self.validator, instance);
         }
+        let threads = &self.threads;
+        if threads.abandoned.load(Ordering::Relaxed) >= MAX_CHECK_THREADS {
+            return Check::Unchecked("every thread for costly checks is held by checks that ran over".into());
+        }
         let deadline = tokio::time::Instant::now() + budget;
-        let Ok(Ok(permit)) = tokio::time::timeout_at(deadline, self.checker.clone().acquire_owned()).await
-        else {
-            return Check::Unchecked(format!("other checks against this schema took all of {budget:?}"));
+        let permits = async {
+            let schema_permit = self.checker.clone().acquire_owned().await?;
+            let thread_permit = threads.threads.clone().acquire_owned().await?;
+            Ok::<_, tokio::sync::AcquireError>((schema_permit, thread_permit))
+        };
+        let Ok(Ok(permits)) = tokio::time::timeout_at(deadline, permits).await else {
+            return Check::Unchecked(format!("other costly checks took all of {budget:?}"));
         };
         if self.overran.load(Ordering::Relaxed) {
             return overran();
         }
         let (answer, answered) = oneshot::channel();
         let (validator, owned) = (self.validator.clone(), instance.clone());
+        let state = Arc::new(AtomicU8::new(RUNNING));
+        let (thread_state, abandoned) = (state.clone(), threads.abandoned.clone());
         let spawned = std::thread::Builder::new().name("cordon-schema".into()).spawn(move || {
+            // Behind every thread that serves calls, should it never end.
+            super::engine::lower_thread_priority();
             let check = check(&validator, &owned);
-            drop(permit);
+            if thread_state.compare_exchange(RUNNING, FINISHED, Ordering::AcqRel, Ordering::Acquire).is_err()
+            {
+                abandoned.fetch_sub(1, Ordering::Relaxed);
+            }
+            drop(permits);
             let _ = answer.send(check);
         });
         if let Err(error) = spawned {
             return Check::Unchecked(format!("no thread to check it on ({error})"));
         }
         let (forward, forwarded) = oneshot::channel();
-        let flag = self.overran.clone();
+        let (flag, digest, threads) = (self.overran.clone(), self.digest, threads.clone());
         tokio::spawn(async move {
             match tokio::time::timeout_at(deadline, answered).await {
                 Ok(Ok(check)) => drop(forward.send(check)),
                 Ok(Err(_panicked)) => drop(forward.send(Check::Unchecked("the check failed".into()))),
                 Err(_elapsed) => {
                     flag.store(true, Ordering::Relaxed);
+                    threads.remember_overrun(digest);
+                    if state.compare_exchange(RUNNING, ABANDONED, Ordering::AcqRel, Ordering::Acquire).is_ok()
+                    {
+                        threads.abandoned.fetch_add(1, Ordering::Relaxed);
+                    }
                     tracing::warn!(
                         "a schema check ran past {budget:?}: its thread is abandoned, and the schema refuses every further check"
                     );
@@ -210,8 +289,11 @@ mod tests {
 
     #[tokio::test]
     async fn a_cheap_check_runs_in_place_and_reports_every_problem() {
-        let schema =
-            Schema::compile(&json!({"type": "object", "properties": {"a": {"type": "string"}}})).unwrap();
+        let schema = Schema::compile(
+            &json!({"type": "object", "properties": {"a": {"type": "string"}}}),
+            &Arc::default(),
+        )
+        .unwrap();
         assert!(!schema.costly);
         assert_eq!(schema.check(&json!({"a": "x"})).await, Check::Valid);
         let Check::Invalid(problems) = schema.check(&json!({"a": 1})).await else { panic!() };
@@ -220,7 +302,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_costly_check_is_answered_in_time() {
-        let schema = Schema::compile(&doubling(8)).unwrap();
+        let schema = Schema::compile(&doubling(8), &Arc::default()).unwrap();
         assert!(schema.costly);
         assert_eq!(schema.check(&json!({"a": "x"})).await, Check::Valid);
         assert!(matches!(schema.check(&json!({"a": 1})).await, Check::Invalid(_)));
@@ -233,7 +315,7 @@ mod tests {
     #[tokio::test]
     async fn a_check_that_runs_over_is_abandoned_and_the_schema_refuses_further_checks() {
         // 2^60 steps: this check would never end.
-        let schema = Schema::compile(&doubling(60)).unwrap();
+        let schema = Schema::compile(&doubling(60), &Arc::default()).unwrap();
         let budget = Duration::from_millis(50);
         let started = std::time::Instant::now();
         assert!(is_unchecked(&schema.check_within(&json!({"a": 1}), budget).await));
@@ -243,7 +325,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_caller_that_stops_waiting_still_leaves_the_schema_marked() {
-        let schema = Schema::compile(&doubling(60)).unwrap();
+        let schema = Schema::compile(&doubling(60), &Arc::default()).unwrap();
         let budget = Duration::from_millis(50);
         let instance = json!({"a": 1});
         let abandoned =
@@ -252,6 +334,40 @@ mod tests {
         tokio::time::sleep(budget * 2).await;
         // Without the watchdog, this check would start a second endless thread.
         assert!(is_unchecked(&schema.check(&json!({"a": 2})).await));
+    }
+
+    /// A guest can list the same costly schema again, or copies with a word changed, at
+    /// will: the runtime's checker threads stay bounded, and a schema that ran over is
+    /// refused at once however often it is compiled again.
+    #[tokio::test]
+    async fn checks_that_run_over_hold_a_bounded_number_of_threads_whatever_is_listed() {
+        let threads = Arc::new(CheckThreads::default());
+        let budget = Duration::from_millis(30);
+        let same = Schema::compile(&doubling(60), &threads).unwrap();
+        assert!(is_unchecked(&same.check_within(&json!({"a": 1}), budget).await));
+        assert_eq!(threads.abandoned(), 1);
+        let listed_again = Schema::compile(&doubling(60), &threads).unwrap();
+        assert!(is_unchecked(&listed_again.check_within(&json!({"a": 1}), budget).await));
+        assert_eq!(threads.abandoned(), 1, "the same schema listed again got a thread");
+        for copy in 0..MAX_CHECK_THREADS * 2 {
+            let mut schema = doubling(60);
+            schema["title"] = json!(format!("copy {copy}"));
+            let schema = Schema::compile(&schema, &threads).unwrap();
+            let check = schema.check_within(&json!({"a": 1}), budget).await;
+            assert!(matches!(check, Check::Unchecked(_)), "{check:?}");
+            assert!(threads.abandoned() <= MAX_CHECK_THREADS);
+        }
+        assert_eq!(threads.abandoned(), MAX_CHECK_THREADS);
+        // A cheap schema is still checked in place.
+        let cheap = Schema::compile(&json!({"type": "string"}), &threads).unwrap();
+        assert_eq!(cheap.check(&json!("x")).await, Check::Valid);
+        // A costly one that would end is refused at once, saying why.
+        let Check::Unchecked(why) =
+            Schema::compile(&doubling(2), &threads).unwrap().check(&json!({"a": 1})).await
+        else {
+            panic!("checked")
+        };
+        assert!(why.contains("held by checks that ran over"), "{why}");
     }
 
     #[test]
