@@ -28,6 +28,11 @@ use serde_json::Value;
 /// bounded where it is cheap to: at load. Real tool schemas are a few KiB.
 pub const MAX_SCHEMA_BYTES: usize = 64 << 10;
 
+/// The most items one list may hold (tools; the host applies it to resources, templates
+/// and prompts too). Every list is checked at each load and relist, copied to clients and
+/// searched to route a request: real components list tens.
+pub const MAX_LISTED: usize = 4096;
+
 /// A tool as its component lists it: the parts these rules look at.
 #[derive(Debug, Clone, Copy)]
 pub struct ListedTool<'a> {
@@ -90,17 +95,21 @@ impl fmt::Debug for Violation {
 
 impl std::error::Error for Violation {}
 
-/// Check a whole list: every tool, and no name twice.
+/// Check a whole list: every tool, no name twice, at most [`MAX_LISTED`] tools.
 pub fn check_tools<'a>(
     tools: impl IntoIterator<Item = ListedTool<'a>>,
 ) -> Result<Vec<CheckedTool>, Violation> {
     let mut checked: Vec<CheckedTool> = Vec::new();
+    let mut names = std::collections::HashSet::new();
     for tool in tools {
-        let tool = check_tool(tool)?;
-        if checked.iter().any(|earlier| earlier.name == tool.name) {
-            return Err(Violation { tool: tool.name, problem: " is listed twice".into() });
+        if checked.len() == MAX_LISTED {
+            let problem = format!(" is one tool too many: a list holds at most {MAX_LISTED}");
+            return Err(Violation { tool: tool.name.to_owned(), problem });
         }
-        checked.push(tool);
+        if !names.insert(tool.name) {
+            return Err(Violation { tool: tool.name.to_owned(), problem: " is listed twice".into() });
+        }
+        checked.push(check_tool(tool)?);
     }
     Ok(checked)
 }
@@ -235,6 +244,10 @@ mod tests {
         );
         assert_eq!(refused(vec![tool("", object)]), r#"tool "": a name must have 1 to 128 characters"#);
         assert_eq!(refused(vec![tool("a", object), tool("a", object)]), r#"tool "a" is listed twice"#);
+        let names: Vec<String> = (0..=MAX_LISTED).map(|n| format!("t{n}")).collect();
+        let many: Vec<_> = names.iter().map(|name| tool(name, object)).collect();
+        assert_eq!(refused(many), r#"tool "t4096" is one tool too many: a list holds at most 4096"#);
+        assert!(check_tools(names[..MAX_LISTED].iter().map(|name| tool(name, object))).is_ok());
         assert!(refused(vec![tool("a", r#"{"type":"string"}"#)]).contains("must be a JSON object"));
         assert!(refused(vec![tool("a", "{")]).contains("input schema is not valid JSON"));
         let huge = format!(r#"{{"type":"object","description":"{}"}}"#, "x".repeat(MAX_SCHEMA_BYTES));

@@ -95,6 +95,16 @@ impl Offered {
         prompts: Vec<PromptInfo>,
     ) -> Result<Self, LoadError> {
         let problem = |text: String| LoadError::new(origin, text);
+        let max = cordon_rules::MAX_LISTED;
+        for (kind, count) in [
+            ("resources", catalog.resources.len()),
+            ("resource templates", catalog.templates.len()),
+            ("prompts", prompts.len()),
+        ] {
+            if count > max {
+                return Err(problem(format!("it lists {count} {kind}; a list holds at most {max}")));
+            }
+        }
         let mut seen = std::collections::HashSet::new();
         for resource in &catalog.resources {
             if resource.uri.is_empty() || resource.name.is_empty() {
@@ -108,8 +118,9 @@ impl Offered {
             }
         }
         let mut templates = Vec::with_capacity(catalog.templates.len());
+        let mut patterns = std::collections::HashSet::new();
         for info in catalog.templates {
-            if templates.iter().any(|other: &Template| other.info.uri_template == info.uri_template) {
+            if !patterns.insert(info.uri_template.clone()) {
                 return Err(problem(format!("resource template {:?} is listed twice", info.uri_template)));
             }
             templates.push(Template::parse(info).map_err(problem)?);
@@ -363,4 +374,40 @@ pub(crate) fn check_prompt_arguments(
         return Err(format!("missing required argument(s): {}", missing.join(", ")));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn template(pattern: String) -> ResourceTemplate {
+        ResourceTemplate {
+            uri_template: pattern,
+            name: "t".into(),
+            title: None,
+            description: None,
+            mime_type: None,
+        }
+    }
+
+    /// Every list is checked at each load and relist: its size is bounded, and a duplicate
+    /// is found without comparing every pair.
+    #[test]
+    fn lists_are_bounded_and_duplicates_found() {
+        let templates =
+            |count: usize| (0..count).map(|n| template(format!("notes://{n}/{{id}}"))).collect::<Vec<_>>();
+        let offered =
+            |templates| Offered::checked("t.wasm", Catalog { resources: vec![], templates }, vec![]);
+        let max = cordon_rules::MAX_LISTED;
+        assert_eq!(offered(templates(max)).unwrap().templates.len(), max);
+        let error = offered(templates(max + 1)).err().unwrap();
+        assert!(
+            error.problem.contains("it lists 4097 resource templates; a list holds at most 4096"),
+            "{error}"
+        );
+        let mut twice = templates(3);
+        twice.push(template("notes://1/{id}".into()));
+        let error = offered(twice).err().unwrap();
+        assert!(error.problem.contains("listed twice"), "{error}");
+    }
 }

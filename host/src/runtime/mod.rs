@@ -526,12 +526,29 @@ impl Runtime {
         let name = loaded.name.clone();
         let (infos, features) =
             self.list_tools(loaded).await.map_err(|problem| LoadError::new(origin, problem))?;
-        loaded.tools = match infos {
-            Some(infos) => component::tool_specs(origin, infos)?,
-            None => plain_tools,
+        // On the blocking pool: checking what a guest listed and compiling its schemas
+        // takes time in proportion to what it listed (up to the host-call allowance), and
+        // a relist runs beside calls.
+        let checking = {
+            let (origin, threads) = (origin.to_owned(), self.check_threads.clone());
+            tokio::task::spawn_blocking(move || {
+                let tools = match infos {
+                    Some(infos) => component::tool_specs(&origin, infos)?,
+                    None => plain_tools,
+                };
+                let offered = features
+                    .map(|(catalog, prompts)| features::Offered::checked(&origin, catalog, prompts))
+                    .transpose()?;
+                let schemas = component::compile_schemas(&origin, &tools, &threads)?;
+                Ok::<_, LoadError>((tools, offered, schemas))
+            })
         };
-        if let Some((catalog, prompts)) = features {
-            loaded.offered = features::Offered::checked(origin, catalog, prompts)?;
+        let (tools, offered, schemas) = checking
+            .await
+            .map_err(|error| LoadError::new(origin, format!("checking its lists failed: {error}")))??;
+        loaded.tools = tools;
+        if let Some(offered) = offered {
+            loaded.offered = offered;
         }
         let mut configured: Vec<&String> = loaded.options.tool_limits.keys().collect();
         configured.sort();
@@ -548,7 +565,7 @@ impl Runtime {
                 ));
             }
         }
-        loaded.schemas = component::compile_schemas(origin, &loaded.tools, &self.check_threads)?;
+        loaded.schemas = schemas;
         Ok(())
     }
 
