@@ -383,6 +383,48 @@ async fn spare_instances_share_a_memory_budget() {
     assert_eq!(usage.spare_memory_bytes, 3 * (20 << 20), "{usage:?}");
 }
 
+/// A spare's start code runs before any call, off every call's clock: it may take no
+/// longer than a call of the tool may, or a tool limited to 100 ms would get a second of
+/// work done for each call in its spare. (The start code counts to 2^26; how long that
+/// takes here is measured first, and the limits are set around it.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spares_start_code_gets_no_more_time_than_a_call() {
+    let slow_start = common::WatGuest::new("slow_start", common::DONE_BODY).extra(
+        "(global $spins (mut i64) (i64.const 0))
+         (func $slow
+           (loop $more
+             (global.set $spins (i64.add (global.get $spins) (i64.const 1)))
+             (br_if $more (i64.lt_u (global.get $spins) (i64.const 67108864)))))
+         (start $slow)",
+    );
+    let component = slow_start.component();
+    let runtime_with = |max_duration: Duration| {
+        let component = component.clone();
+        async move {
+            let mut runtime = Runtime::new(common::settings(8)).unwrap();
+            let limits = ToolLimits { max_duration: Some(max_duration), ..common::quick_limits() };
+            let options = ComponentOptions { limits, ..ComponentOptions::default() };
+            runtime.load_bytes("slow_start", &component, options).await.unwrap();
+            runtime
+        }
+    };
+    let spares_after_a_call = |runtime: Runtime| async move {
+        let call = runtime.call("slow_start", &json!({})).await.unwrap();
+        let (_report, teardown) = call.run_deferring_teardown().await;
+        teardown.finish().await; // makes the component's spare, if it may have one
+        runtime.pool_usage().spares
+    };
+    let calibrating = runtime_with(Duration::from_secs(60)).await;
+    let started = std::time::Instant::now();
+    drop(calibrating.instantiate_once("slow_start").await.unwrap());
+    let start_code = started.elapsed();
+    assert!(start_code < Duration::from_millis(400), "the start code took {start_code:?}: too slow to judge");
+    let short = runtime_with(start_code / 4).await;
+    assert_eq!(spares_after_a_call(short).await, 0, "start code of {start_code:?} outran the call's limit");
+    let long = runtime_with(start_code * 2 + Duration::from_millis(100)).await;
+    assert_eq!(spares_after_a_call(long).await, 1, "within the limit, a spare is made");
+}
+
 /// A component's start code can call the host while it instantiates (here it makes a
 /// timer, a host resource, and keeps it). A spare of it would hold that idle, charged to
 /// no call: such a component gets no spare, while one whose instantiation holds nothing

@@ -58,7 +58,9 @@ impl SpareBudget {
     }
 }
 
-/// How long a spare's instantiation may run (a component's start code runs in it).
+/// How long a spare's instantiation may run (a component's start code runs in it), at
+/// most: never longer than a call of the tool may run, since what start code computes
+/// is the call's to use, and the call's own clock does not see it.
 const SPARE_BUDGET: Duration = Duration::from_secs(1);
 
 /// A fresh instance waiting for a call.
@@ -159,7 +161,8 @@ impl Refill {
         let Some(claim) = self.component.spare.begin_refill() else { return };
         let Ok(slot) = self.budget.slots.clone().try_acquire_owned() else { return };
         let _ticking = self.ticker.running();
-        let (mut store, deadline) = bounded_store(&self.engine, &self.component, &self.limits, SPARE_BUDGET);
+        let budget = self.limits.max_duration.map_or(SPARE_BUDGET, |max| max.min(SPARE_BUDGET));
+        let (mut store, deadline) = bounded_store(&self.engine, &self.component, &self.limits, budget);
         match run_bounded(self.component.pre.instantiate(&mut store), deadline).await {
             Some(Ok(instance)) => {
                 // Start code may call the host while the component instantiates (open a
@@ -188,7 +191,7 @@ impl Refill {
                 tracing::debug!(component = %self.component.name, "no spare instance: {error:#}");
             }
             None => {
-                tracing::debug!(component = %self.component.name, "no spare instance: instantiation ran past {SPARE_BUDGET:?}");
+                tracing::debug!(component = %self.component.name, "no spare instance: instantiation ran past {budget:?}");
             }
         }
     }
