@@ -6,7 +6,7 @@
 //! [server]
 //! max_concurrent_calls = 64      # calls at once; more wait up to queue_timeout_ms
 //! queue_timeout_ms = 5000
-//! epoch_tick_ms = 1              # worst-case stop latency without a kick
+//! epoch_tick_ms = 1              # worst-case stop latency without a kick (at most 100)
 //! progress_interval_ms = 50      # at most one progress notification per call per interval
 //! cache_dir = "/var/cache/cordon"   # compiled components; `cache = false` turns it off
 //! reserved_descriptors = 256     # file descriptors guests never get (the listener,
@@ -492,6 +492,9 @@ impl LimitsConfig {
     }
 }
 
+/// The longest epoch tick a config may ask for.
+const MAX_EPOCH_TICK_MS: u64 = 100;
+
 /// `value` units of `1 << shift` bytes, refused when that many bytes overflow a `usize`
 /// (a bare shift wrapped a huge value to a small limit, silently: found by fuzzing).
 fn bytes(value: usize, shift: u32, key: &str) -> Result<usize> {
@@ -536,6 +539,15 @@ impl Config {
             engine.max_concurrent_calls = calls.max(1);
         }
         if let Some(tick) = server.epoch_tick_ms {
+            // A guest that never yields (looping in `list`, a cleanup or a spare's start
+            // code, which no stop kicks) runs until the tick after its budget: a long tick
+            // would let it overrun every budget by that much.
+            if tick > MAX_EPOCH_TICK_MS {
+                bail!(
+                    "server.epoch_tick_ms = {tick} is too long: at most {MAX_EPOCH_TICK_MS} (a guest \
+                     that never yields overruns its budgets by up to a tick)"
+                );
+            }
             engine.epoch_tick = Duration::from_millis(tick.max(1));
         }
         if let Some(mb) = server.max_memory_mb {
@@ -1118,6 +1130,17 @@ mod tests {
         assert!(shared.contains("tenant beta: a key is also one of tenant acme's keys"), "{shared}");
         assert!(!shared.contains("key-two"), "{shared}");
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn an_epoch_tick_longer_than_a_tenth_of_a_second_is_an_error() {
+        let plan = |tick: u64| {
+            let text = format!("[server]\nepoch_tick_ms = {tick}\n[[components]]\npath = \"a.wasm\"\n");
+            toml::from_str::<Config>(&text).unwrap().plan(Path::new("/etc/cordon"))
+        };
+        assert_eq!(plan(100).unwrap().runtime.engine.epoch_tick, Duration::from_millis(100));
+        let error = plan(60_000).unwrap_err().to_string();
+        assert!(error.contains("epoch_tick_ms = 60000 is too long: at most 100"), "{error}");
     }
 
     #[test]
