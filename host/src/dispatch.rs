@@ -282,7 +282,9 @@ impl Server {
     ///
     /// [`Refusal::TooCostly`] when the parsed message alone would cost more than the limit,
     /// [`Refusal::Busy`] when the bytes already held leave no room for it. Text that is not
-    /// JSON is admitted: it parses into an [`Incoming::Invalid`] that costs nothing.
+    /// JSON is admitted as the [`Incoming::Invalid`] that says so, and costs nothing: it is
+    /// never parsed (a parse fails only at the first bad byte, which may come after
+    /// megabytes of values built and uncharged).
     pub fn admit(&self, text: &[u8]) -> Result<Admitted, Refusal> {
         self.admit_for(text, None)
     }
@@ -291,9 +293,9 @@ impl Server {
     /// [`Admission`]); [`Refusal::TenantBusy`] when its share has no room.
     pub fn admit_for(&self, text: &[u8], tenant: Option<&Tenant>) -> Result<Admitted, Refusal> {
         let mut charge = self.admission.empty_for(tenant);
-        let estimate = match cost::estimate(text) {
+        let estimate = match cost::estimate_or_refuse(text) {
             Ok(estimate) => estimate,
-            Err(_) => return Ok(Admitted { message: jsonrpc::parse(text), charge }),
+            Err(not_json) => return Ok(Admitted { message: not_json, charge }),
         };
         let id = estimate.id.as_ref().and_then(RequestId::parse);
         if estimate.bytes > self.max_request_cost {
@@ -310,6 +312,17 @@ impl Server {
             return Err(Refusal::TooCostly { id, cost: bytes, limit: ceiling });
         }
         if !charge.grow(bytes) {
+            // A small notification or response is let in uncharged even so: refusing a
+            // cancel because the server is busy would keep running the calls it stops,
+            // and refusing a client's answer would stall the call that asked for it.
+            // Neither is answered, and each is done with (or bounded by what waits for
+            // answers) before the next message is read.
+            if text.len() <= SMALL_UNCHARGED_BYTES {
+                let message = jsonrpc::parse(text);
+                if matches!(message, Incoming::Notification { .. } | Incoming::Response { .. }) {
+                    return Ok(Admitted { message, charge: self.admission.empty() });
+                }
+            }
             return Err(match charge.tenant_share_full(bytes) {
                 true => Refusal::TenantBusy { id, limit: self.admission.tenant_limit },
                 false => Refusal::Busy { id, limit: self.admission.limit },
@@ -318,6 +331,9 @@ impl Server {
         Ok(Admitted { message: jsonrpc::parse(text), charge })
     }
 }
+
+/// The largest notification or response let in when the admission bound is spent.
+pub const SMALL_UNCHARGED_BYTES: usize = 4 << 10;
 
 /// A message let in, and the charge it holds until it is answered.
 pub struct Admitted {

@@ -377,6 +377,48 @@ async fn queued_requests_over_the_bound_are_refused_with_an_error_on_stdio() {
     assert_eq!(admission.used(), 0, "every charge is given back once answered");
 }
 
+/// A bound spent to its last bytes (by a spinning call, sized to leave less room than a
+/// cancel costs) still lets a small notification in: the cancel stops the call (refused,
+/// it would have left the call running for its minute), and nothing answers it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_gets_in_when_the_bound_is_spent_and_is_never_answered() {
+    let spinning = spin(1, 60.0);
+    let cancel = r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1}}"#;
+    let cost = |text: &str| cordon::protocol::cost::estimate(text.as_bytes()).unwrap().bytes + text.len();
+    // What the spin is charged, plus its length again: the least a bound may be for the
+    // spin to get in. The room it leaves is less than the cancel costs.
+    let bound = cost(&spinning) + spinning.len();
+    assert!(bound - cost(&spinning) < cost(cancel), "the cancel would fit anyway");
+    let limits =
+        ServerLimits { max_queued_request_bytes: bound, max_request_cost: bound, max_listen_streams: 1024 };
+    let server = Server::with_limits(runtime("cancel-full").await, Duration::from_millis(10), limits);
+    let (server_input, mut input) = std::io::pipe().unwrap();
+    let (output, mut answers) = tokio::io::duplex(64 << 10);
+    let serving = tokio::spawn(cordon::transport::stdio::serve(
+        server.clone(),
+        std::io::BufReader::new(server_input),
+        output,
+        std::future::pending(),
+        Duration::from_secs(5),
+    ));
+    use std::io::Write;
+    writeln!(input, "{spinning}").unwrap();
+    slot_taken(&server).await;
+    assert_eq!(server.admission().used(), cost(&spinning));
+    writeln!(input, "{cancel}").unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while server.runtime().pool_usage().calls != 0 {
+        assert!(Instant::now() < deadline, "the cancel never stopped the spin");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    drop(input);
+    serving.await.unwrap().unwrap();
+    let mut text = String::new();
+    answers.read_to_string(&mut text).await.unwrap();
+    assert_eq!(text, "", "the cancelled call or the cancel was answered");
+    all_released(&server).await;
+}
+
 /// With two tenants, one tenant's requests hold at most half the bound: a second large
 /// request of `a`'s, queued behind its first, is refused for its tenant's share, and `b`'s
 /// large request still gets in (it would not, had `a`'s taken the room).

@@ -42,6 +42,13 @@ pub fn estimate(text: &[u8]) -> Result<Estimate, serde_json::Error> {
     Ok(estimate)
 }
 
+/// What admission needs of `text`: its estimate, or, when it is not JSON, the answer
+/// that says so, made from the estimate's own failure (parsing it into a [`Value`] would
+/// build everything before the first bad byte, uncharged, only to fail the same way).
+pub fn estimate_or_refuse(text: &[u8]) -> Result<Estimate, super::jsonrpc::Incoming> {
+    estimate(text).map_err(|error| super::jsonrpc::parse_error(&error))
+}
+
 /// A heap block as the allocator hands it out: at least 32 bytes, in steps of 16, with
 /// 8 bytes of header (glibc's malloc).
 fn block(requested: usize) -> usize {
@@ -214,10 +221,22 @@ mod tests {
 
         thread_local! {
             static LIVE: Cell<isize> = const { Cell::new(0) };
+            static PEAK: Cell<isize> = const { Cell::new(0) };
         }
 
         fn count(delta: isize) {
-            let _ = LIVE.try_with(|live| live.set(live.get() + delta));
+            let _ = LIVE.try_with(|live| {
+                live.set(live.get() + delta);
+                let _ = PEAK.try_with(|peak| peak.set(peak.get().max(live.get())));
+            });
+        }
+
+        /// The most bytes live at once on this thread since the last call, over what was
+        /// live then.
+        pub fn peak_since_last() -> isize {
+            let (live, peak) = (LIVE.with(Cell::get), PEAK.with(Cell::get));
+            PEAK.with(|cell| cell.set(live));
+            peak - live
         }
 
         // SAFETY: every call is forwarded to the system allocator unchanged.
@@ -297,5 +316,26 @@ mod tests {
         assert!(found.bytes > 10 << 20, "counted: {} bytes", found.bytes);
         assert!(estimate(b"{nope").is_err());
         assert!(estimate(b"{} {}").is_err());
+    }
+
+    /// Text that turns out not to be JSON only at its end (a cut-off array, trailing
+    /// bytes) is refused by the estimate alone: nothing of it is built.
+    #[test]
+    fn text_that_is_not_json_is_refused_without_building_what_came_before() {
+        let values = "0,".repeat(2 << 20);
+        for text in [format!("{{\"a\":[{values}"), format!("[{values}0] x")] {
+            let _ = counting::peak_since_last();
+            let refused = estimate_or_refuse(text.as_bytes());
+            let peak = counting::peak_since_last();
+            let Err(crate::protocol::jsonrpc::Incoming::Invalid { id: None, error }) = refused else {
+                panic!("admitted")
+            };
+            assert!(error.message.starts_with("Parse error: "), "{}", error.message);
+            assert!(peak < 64 << 10, "{peak} bytes were built for text that is not JSON");
+            // What a parse would have built first.
+            let _ = counting::peak_since_last();
+            assert!(serde_json::from_slice::<Value>(text.as_bytes()).is_err());
+            assert!(counting::peak_since_last() > 32 << 20);
+        }
     }
 }

@@ -178,16 +178,15 @@ pub enum Incoming {
 /// Parse one message. Never fails: bad input becomes [`Incoming::Invalid`] (or
 /// [`Incoming::Unanswered`], when it must not be answered).
 pub fn parse(bytes: &[u8]) -> Incoming {
-    let value: Value = match serde_json::from_slice(bytes) {
-        Ok(value) => value,
-        Err(error) => {
-            return Incoming::Invalid {
-                id: None,
-                error: RpcError::new(PARSE_ERROR, format!("Parse error: {error}")),
-            };
-        }
-    };
-    classify(value)
+    match serde_json::from_slice(bytes) {
+        Ok(value) => classify(value),
+        Err(error) => parse_error(&error),
+    }
+}
+
+/// The answer to text that is not JSON, as `error` says why.
+pub fn parse_error(error: &serde_json::Error) -> Incoming {
+    Incoming::Invalid { id: None, error: RpcError::new(PARSE_ERROR, format!("Parse error: {error}")) }
 }
 
 /// Classify a JSON value as a JSON-RPC message.

@@ -77,7 +77,11 @@ where
                 };
                 match admitted {
                     Ok(admitted) => runtime.block_on(connection.handle_admitted(admitted, &out)),
-                    // Refused before it was built: answered here, nothing queued.
+                    // Refused before it was built: answered here, nothing queued; a message
+                    // without an id (a notification) is never answered, only logged.
+                    Err(refusal) if refusal.id().is_none() => {
+                        tracing::warn!("a message without an id was refused: {refusal}");
+                    }
                     Err(refusal) => {
                         runtime.block_on(out.send(jsonrpc::failure(refusal.id(), &refusal.rpc_error())))
                     }
