@@ -437,7 +437,7 @@ async fn serve(
     // pipe, is written on the reactor (a terminal or a file goes through tokio's
     // blocking-pool stdout).
     use cordon::transport::Pipe;
-    let stdout: Box<dyn tokio::io::AsyncWrite + Unpin + Send> = match Pipe::from_std(1) {
+    let stdout: Box<dyn tokio::io::AsyncWrite + Unpin + Send> = match Pipe::stdout() {
         Some(pipe) => Box::new(pipe),
         None => Box::new(tokio::io::stdout()),
     };

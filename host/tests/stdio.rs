@@ -555,3 +555,36 @@ fn an_idle_server_burns_no_cpu_the_epoch_ticker_sleeps() {
     server.request(2, "tools/call", json!({"name": "spin", "arguments": {"seconds": 0.2}, "_meta": meta()}));
     assert!(server.expect()["result"]["content"][0]["text"].as_str().unwrap().starts_with("Spun"));
 }
+
+/// One socket as both stdin and stdout (socat's `EXEC:`, systemd's and inetd's socket
+/// activation): writing stdout on the reactor must not turn stdin non-blocking, or the
+/// first read with nothing to read fails and the server exits. Each request is sent after
+/// the previous answer, when the server has gone back to reading.
+#[test]
+fn one_socket_as_stdin_and_stdout_is_served() {
+    use std::io::{BufRead, BufReader};
+    use std::os::fd::OwnedFd;
+    let (ours, theirs) = std::os::unix::net::UnixStream::pair().unwrap();
+    let theirs_too = OwnedFd::from(theirs.try_clone().unwrap());
+    let mut command = Command::new(env!("CARGO_BIN_EXE_cordon"));
+    command
+        .args(["serve", "--stdio", "--config"])
+        .arg(examples_config("stdio-one-socket", ""))
+        .stdin(Stdio::from(OwnedFd::from(theirs)))
+        .stdout(Stdio::from(theirs_too));
+    let mut process = common::server::Process::spawn(command);
+    process.wait_log("loaded");
+    let schema = Schema::new();
+    let mut answers = BufReader::new(ours.try_clone().unwrap());
+    ours.set_read_timeout(Some(common::server::WAIT)).unwrap();
+    let mut writer = &ours;
+    for id in 1..=3 {
+        let ping = json!({"jsonrpc": "2.0", "id": id, "method": "ping", "params": {"_meta": meta()}});
+        writeln!(writer, "{ping}").unwrap();
+        let mut line = String::new();
+        answers.read_line(&mut line).unwrap_or_else(|error| panic!("no answer to ping {id}: {error}"));
+        let answer: Value = serde_json::from_str(&line).unwrap_or_else(|_| panic!("ping {id}: {line:?}"));
+        schema.check_sent(&answer, Some("ping"));
+        assert_eq!(answer["id"], id, "{answer}");
+    }
+}

@@ -21,15 +21,31 @@ pub struct Pipe {
 }
 
 impl Pipe {
-    /// Take over `fd` (stdout: 1) if it is a pipe or a socket; `None` otherwise.
-    pub fn from_std(fd: RawFd) -> Option<Self> {
-        // SAFETY: fstat and fcntl on a descriptor we own for the life of the process; the
-        // duplicate is a fresh descriptor that `File` then owns.
+    /// Take over stdout if it is a pipe or a socket of its own; `None` otherwise.
+    pub fn stdout() -> Option<Self> {
+        Self::unless_shared(1, &[0, 2])
+    }
+
+    /// Take over `fd` if it is a pipe or a socket and none of `others` is the same file;
+    /// `None` otherwise. Non-blocking mode belongs to the open file, which every duplicate
+    /// shares: were stdin the same socket (socat's `EXEC:`, systemd's and inetd's socket
+    /// activation), its blocking reads would fail with `WouldBlock`; were stderr the same
+    /// pipe (`2>&1`), log lines would be lost. Such a descriptor is written by tokio's
+    /// blocking-pool stdout instead.
+    pub fn unless_shared(fd: RawFd, others: &[RawFd]) -> Option<Self> {
+        let identity = |fd: RawFd| {
+            // SAFETY: fstat fills the struct it is given, for any descriptor number.
+            let mut stat: libc::stat = unsafe { std::mem::zeroed() };
+            (unsafe { libc::fstat(fd, &mut stat) } == 0).then_some(stat)
+        };
+        let stat = identity(fd)?;
+        let same = |other: &libc::stat| other.st_dev == stat.st_dev && other.st_ino == stat.st_ino;
+        if others.iter().filter_map(|&other| identity(other)).any(|other| same(&other)) {
+            return None;
+        }
+        // SAFETY: fcntl on a descriptor we own for the life of the process; the duplicate
+        // is a fresh descriptor that `File` then owns.
         unsafe {
-            let mut stat: libc::stat = std::mem::zeroed();
-            if libc::fstat(fd, &mut stat) != 0 {
-                return None;
-            }
             let kind = stat.st_mode & libc::S_IFMT;
             if kind != libc::S_IFIFO && kind != libc::S_IFSOCK {
                 return None;
@@ -72,5 +88,28 @@ impl AsyncWrite for Pipe {
 impl AsRawFd for Pipe {
     fn as_raw_fd(&self) -> RawFd {
         self.fd.get_ref().as_raw_fd()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn nonblocking(fd: RawFd) -> bool {
+        // SAFETY: F_GETFL on a descriptor this test owns.
+        unsafe { libc::fcntl(fd, libc::F_GETFL) & libc::O_NONBLOCK != 0 }
+    }
+
+    #[tokio::test]
+    async fn a_descriptor_shared_with_another_stream_is_left_blocking() {
+        let (ours, _peer) = std::os::unix::net::UnixStream::pair().unwrap();
+        let duplicate = ours.try_clone().unwrap();
+        // The same socket as "stdin" too: not taken over, and still blocking.
+        assert!(Pipe::unless_shared(ours.as_raw_fd(), &[duplicate.as_raw_fd()]).is_none());
+        assert!(!nonblocking(duplicate.as_raw_fd()));
+        // A socket of its own is.
+        let (other, _other_peer) = std::os::unix::net::UnixStream::pair().unwrap();
+        let pipe = Pipe::unless_shared(ours.as_raw_fd(), &[other.as_raw_fd()]).expect("taken over");
+        assert!(nonblocking(pipe.as_raw_fd()));
     }
 }
