@@ -176,6 +176,16 @@ fn the_validation_ladder_answers_each_refusal_with_its_status() {
     let answer = server
         .post(&headers, r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1}}"#);
     assert_eq!((answer.status, answer.body.as_str()), (202, ""));
+    // A 2026-07-28 notification ignores a session id, as a request does: no 404 for one
+    // that names none alive. (A 2025-era one still gets 404: its cancel reaches nothing.)
+    let notification = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+        "params": {"requestId": 1, "_meta": meta()}});
+    let mut stale = headers.clone();
+    stale.push(("Mcp-Session-Id", "deadbeef"));
+    let answer = server.post(&stale, &notification.to_string());
+    assert_eq!((answer.status, answer.body.as_str()), (202, ""));
+    let legacy = r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1}}"#;
+    assert_eq!(server.post(&stale, legacy).status, 404);
     // Envelope, headers, version, method.
     let answer = server.post(
         &headers,
@@ -218,6 +228,26 @@ fn the_validation_ladder_answers_each_refusal_with_its_status() {
     assert_eq!(call(Some("spin")).error_code(), Some(-32020));
     assert_eq!(call(Some("  echo  ")).status, 200);
     assert_eq!(call(Some("=?base64?ZWNobw==?=")).messages[0]["result"]["content"][0]["text"], "x");
+    // Sent twice, a server and a proxy may each read another: refused, whichever is right.
+    let body = json!({"jsonrpc": "2.0", "id": 18, "method": "tools/call",
+        "params": {"name": "echo", "arguments": {"text": "x"}, "_meta": meta()}});
+    for (name, first, second) in [
+        ("Mcp-Name", "echo", "spin"),
+        ("Mcp-Method", "tools/call", "tools/list"),
+        ("Mcp-Name", "echo", "echo"),
+    ] {
+        let mut headers: Vec<_> = modern_headers("tools/call", None)
+            .into_iter()
+            .filter(|(header, _)| !header.eq_ignore_ascii_case(name))
+            .collect();
+        headers.extend([(name, first), (name, second)]);
+        if name != "Mcp-Name" {
+            headers.push(("Mcp-Name", "echo"));
+        }
+        let answer = server.post(&headers, &body.to_string());
+        assert_eq!((answer.status, answer.error_code()), (400, Some(-32020)), "{name}: {}", answer.body);
+        assert!(answer.body.contains("is sent more than once"), "{}", answer.body);
+    }
     // What a refusal quotes of the request is cut: a long name is not sent back whole.
     let body = json!({"jsonrpc": "2.0", "id": 15, "method": "tools/call",
         "params": {"name": "n".repeat(200 << 10), "arguments": {}, "_meta": meta()}});
@@ -641,6 +671,14 @@ fn mcp_param_headers_mirror_the_arguments_their_schema_marks() {
     refused(call(17, beyond_floats, &[("Mcp-Param-Count", "9007199254740992")]), "Mcp-Param-Count");
     refused(call(15, json!({"where": {"flag": false}}), &[]), "Mcp-Param-Flag is required");
     refused(call(16, json!({"where": {"flag": false}}), &[("Mcp-Param-Flag", "true")]), "`where.flag`");
+    // A header the tool will never see a value for, or one sent twice: a proxy routing on
+    // it would be misled.
+    refused(call(18, json!({}), &[("Mcp-Param-Region", "eu")]), "Mcp-Param-Region is sent but");
+    refused(call(19, json!({"region": null}), &[("Mcp-Param-Region", "eu")]), "nothing at `region`");
+    refused(
+        call(20, json!({"region": "eu"}), &[("Mcp-Param-Region", "eu"), ("Mcp-Param-Region", "us")]),
+        "mcp-param-region is sent more than once",
+    );
     // A header mismatch is found before an unsupported version (the spec's ladder).
     let old = json!({"io.modelcontextprotocol/protocolVersion": "v999.0.0", "io.modelcontextprotocol/clientCapabilities": {}});
     let body = json!({"jsonrpc": "2.0", "id": 17, "method": "tools/call",

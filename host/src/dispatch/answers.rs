@@ -188,9 +188,9 @@ pub fn dropped_logs_notification(
 }
 
 /// The `Mcp-Param-*` headers of a `tools/call` (read with `header`, by name) against the
-/// arguments they mirror: each is required when its argument has a value, must be visible
-/// ASCII (or valid `=?base64?…?=`), and must equal the argument (integers compared as
-/// numbers). The error says which header is wrong and why.
+/// arguments they mirror: each is required when its argument has a value and refused when
+/// it has none, must be visible ASCII (or valid `=?base64?…?=`), and must equal the
+/// argument (integers compared as numbers). The error says which header is wrong and why.
 pub fn check_param_headers<'h>(
     tool: &ToolSpec,
     params: Option<&Value>,
@@ -199,8 +199,18 @@ pub fn check_param_headers<'h>(
     let Some(arguments) = params.and_then(|params| params.get("arguments")) else { return Ok(()) };
     for param in &tool.param_headers {
         let value = param.path.iter().try_fold(arguments, |value, key| value.get(key));
-        let Some(value) = value.filter(|value| !value.is_null()) else { continue };
         let name = format!("Mcp-Param-{}", param.name);
+        let Some(value) = value.filter(|value| !value.is_null()) else {
+            // An intermediary may route or authorize on the header: one the tool will
+            // never see a value for would mislead it.
+            if header(&name).is_some() {
+                return Err(format!(
+                    "{name} is sent but the arguments have nothing at `{}`",
+                    param.path.join(".")
+                ));
+            }
+            continue;
+        };
         let Some(raw) = header(&name) else {
             return Err(format!("{name} is required: the arguments have `{}`", param.path.join(".")));
         };

@@ -799,7 +799,8 @@ async fn serve_request(
                     connection.handle_admitted(admitted, &Outbox::Channel(mpsc::channel(1).0)).await
                 }
                 // Its cancellation could reach nothing: the client must initialize again.
-                None if session_id.is_some() => {
+                // (A 2026-07-28 notification ignores a session id, as its requests do.)
+                None if session_id.is_some() && !notification_is_modern(&notification) => {
                     return Err(plain(StatusCode::NOT_FOUND, "Not Found: unknown or expired session"));
                 }
                 None => {}
@@ -1006,6 +1007,15 @@ pub(crate) fn check_modern(
     let refuse = |error: RpcError| rpc_error(StatusCode::BAD_REQUEST, Some(id), &error);
     let envelope = mcp::parse_envelope(params).map_err(refuse)?;
     let mismatch = |what: String| refuse(RpcError::new(HEADER_MISMATCH, format!("Header mismatch: {what}")));
+    // Intermediaries route and authorize on these headers: sent twice, the server and a
+    // proxy may each read a different one (the first, the last, or both joined).
+    if let Some(twice) = headers
+        .keys()
+        .filter(|name| name.as_str().starts_with("mcp-"))
+        .find(|name| headers.get_all(*name).iter().nth(1).is_some())
+    {
+        return Err(mismatch(format!("{twice} is sent more than once")));
+    }
     match header_text(headers, "mcp-protocol-version") {
         None => return Err(mismatch("MCP-Protocol-Version is required".into())),
         Some(version) if version != envelope.protocol_version => {
@@ -1039,6 +1049,11 @@ pub(crate) fn check_modern(
     }
     check_params().map_err(mismatch)?;
     mcp::check_version(&envelope).map_err(refuse)
+}
+
+/// Whether a notification carries the 2026-07-28 envelope (a response never does).
+fn notification_is_modern(message: &Incoming) -> bool {
+    matches!(message, Incoming::Notification { params, .. } if mcp::has_envelope(params.as_ref()))
 }
 
 /// A header's value with optional whitespace trimmed (RFC 9110), if present and text.
