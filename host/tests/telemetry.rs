@@ -393,6 +393,34 @@ async fn until(address: SocketAddr, path: &'static str, check: impl Fn(u16, &str
     }
 }
 
+/// Whoever reaches the metrics listener cannot keep the probes from being answered:
+/// idle connections from one address hold only that address's share.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_connections_from_one_address_cannot_starve_the_probes() {
+    use cordon::telemetry::listener::{MAX_CONNECTIONS, MAX_CONNECTIONS_PER_ADDRESS};
+    use tokio::io::AsyncReadExt;
+    let telemetry =
+        cordon::telemetry::Telemetry::start(Some("127.0.0.1:0".parse().unwrap()), None).await.unwrap();
+    let metrics = telemetry.metrics_address().unwrap();
+    let mut idle = Vec::new();
+    for _ in 0..MAX_CONNECTIONS {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.bind(SocketAddr::from(([127, 0, 0, 2], 0))).unwrap();
+        idle.push(socket.connect(metrics).await.unwrap());
+    }
+    // Those over the address's share are closed unread.
+    let mut closed = 0;
+    for stream in &mut idle {
+        let mut byte = [0u8; 1];
+        if let Ok(Ok(0)) = tokio::time::timeout(Duration::from_millis(100), stream.read(&mut byte)).await {
+            closed += 1;
+        }
+    }
+    assert_eq!(closed, MAX_CONNECTIONS - MAX_CONNECTIONS_PER_ADDRESS);
+    // The probe from another address is answered.
+    assert_eq!(get_async(metrics, "/healthz").await.0, 200);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn readyz_follows_loading_listening_and_shutdown_and_the_gauges_follow_connections_and_streams() {
     use cordon::transport::http::{HttpSettings, serve};
@@ -481,8 +509,9 @@ fn the_metrics_listener_refuses_long_heads_never_reads_a_body_and_caps_its_conne
     let mut head = [0u8; 12];
     stream.read_exact(&mut head).unwrap();
     assert_eq!(&head, b"HTTP/1.1 200");
-    // Its own connection limit: with every slot held by a silent client, the next
-    // connection is closed unread; once one of them leaves, connections are served again.
+    // Its own connection limits: with every slot its address may hold taken by silent
+    // clients, the next connection is closed unread; once they leave, connections are
+    // served again.
     let silent: Vec<TcpStream> = (0..cordon::telemetry::listener::MAX_CONNECTIONS)
         .map(|_| TcpStream::connect(address).unwrap())
         .collect();

@@ -2,16 +2,20 @@
 //! `/readyz`, apart from the MCP listener, so that probes from a pod's address need no
 //! exception to `/mcp`'s `Host` checks.
 //!
-//! It is not an attack surface: it serves at most [`MAX_CONNECTIONS`] connections at once
-//! (more are closed at once, unread), one request each; a request head must fit in
-//! hyper's smallest read buffer (8 KiB) and arrive within [`HEADER_TIMEOUT`]; no request
-//! body is ever read; only `GET` and `HEAD` are answered (405 otherwise) and any other
-//! path is 404.
+//! Whoever reaches it may try to keep the probes from being answered (a pod restarted for
+//! failing its liveness probe is the prize), so it serves at most [`MAX_CONNECTIONS`]
+//! connections at once and [`MAX_CONNECTIONS_PER_ADDRESS`] from one address (more are
+//! closed at once, unread), one request each, each connection done within
+//! [`CONNECTION_DEADLINE`] (a client that never reads its answer included); a request head
+//! must fit in hyper's smallest read buffer (8 KiB) and arrive within [`HEADER_TIMEOUT`];
+//! no request body is ever read; only `GET` and `HEAD` are answered (405 otherwise) and
+//! any other path is 404.
 
+use std::collections::HashMap;
 use std::convert::Infallible;
-use std::net::SocketAddr;
-use std::sync::Arc;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -27,9 +31,13 @@ use super::metrics::Metrics;
 use crate::transport::http::HttpStats;
 
 /// Connections served at once.
-pub const MAX_CONNECTIONS: usize = 16;
+pub const MAX_CONNECTIONS: usize = 64;
+/// Connections served at once from one address.
+pub const MAX_CONNECTIONS_PER_ADDRESS: usize = 4;
 /// How long a request head may take to arrive.
-pub const HEADER_TIMEOUT: Duration = Duration::from_secs(5);
+pub const HEADER_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long a connection may last, its answer written included.
+pub const CONNECTION_DEADLINE: Duration = Duration::from_secs(10);
 /// hyper's smallest read buffer: a longer request head is refused (431).
 const MAX_HEAD_BYTES: usize = 8192;
 
@@ -82,8 +90,9 @@ impl MetricsListener {
     /// Serve until the process ends (the probes must answer through shutdown).
     pub async fn serve(self, metrics: Arc<Metrics>, health: Arc<Health>) {
         let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+        let per_address = Arc::new(Mutex::new(HashMap::<IpAddr, usize>::new()));
         loop {
-            let (stream, _) = match self.listener.accept().await {
+            let (stream, peer) = match self.listener.accept().await {
                 Ok(accepted) => accepted,
                 Err(error) => {
                     // Out of descriptors and the like: back off instead of spinning.
@@ -95,24 +104,58 @@ impl MetricsListener {
             let Ok(slot) = slots.clone().try_acquire_owned() else {
                 continue; // over the limit: closed unread
             };
+            let Some(address_slot) = AddressSlot::take(&per_address, peer.ip()) else {
+                continue; // over its address's share: closed unread
+            };
             let (metrics, health) = (metrics.clone(), health.clone());
             tokio::spawn(async move {
-                let _slot = slot;
+                let _slots = (slot, address_slot);
                 let service = hyper::service::service_fn(move |request| {
                     let answer = answer(&request, &metrics, &health);
                     async move { Ok::<_, Infallible>(answer) }
                 });
-                let served = hyper::server::conn::http1::Builder::new()
+                let serving = hyper::server::conn::http1::Builder::new()
                     .keep_alive(false)
                     .max_buf_size(MAX_HEAD_BYTES)
                     .timer(TokioTimer::new())
                     .header_read_timeout(HEADER_TIMEOUT)
-                    .serve_connection(TokioIo::new(stream), service)
-                    .await;
-                if let Err(error) = served {
-                    tracing::debug!("metrics connection ended: {error}");
+                    .serve_connection(TokioIo::new(stream), service);
+                match tokio::time::timeout(CONNECTION_DEADLINE, serving).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(error)) => tracing::debug!("metrics connection ended: {error}"),
+                    Err(_) => tracing::debug!("metrics connection closed after {CONNECTION_DEADLINE:?}"),
                 }
             });
+        }
+    }
+}
+
+/// A connection's place in its address's share, given back when dropped.
+struct AddressSlot {
+    counts: Arc<Mutex<HashMap<IpAddr, usize>>>,
+    address: IpAddr,
+}
+
+impl AddressSlot {
+    fn take(counts: &Arc<Mutex<HashMap<IpAddr, usize>>>, address: IpAddr) -> Option<Self> {
+        let mut held = counts.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let count = held.entry(address).or_default();
+        if *count >= MAX_CONNECTIONS_PER_ADDRESS {
+            return None;
+        }
+        *count += 1;
+        Some(Self { counts: counts.clone(), address })
+    }
+}
+
+impl Drop for AddressSlot {
+    fn drop(&mut self) {
+        let mut held = self.counts.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(count) = held.get_mut(&self.address) {
+            *count -= 1;
+            if *count == 0 {
+                held.remove(&self.address);
+            }
         }
     }
 }
