@@ -226,6 +226,9 @@ fn a_request_the_client_cannot_answer_is_refused_with_its_capability_and_400() {
     let asks_roots = json!({"name": "ask", "arguments": {"count": 1, "key_len": 4, "state_bytes": 0}});
     let refused = post(&server, "tools/call", asks_roots.clone(), r#"{"elicitation": {}}"#);
     assert!(error(&refused, -32021, 400).contains("roots"), "{refused:?}");
+    // A capability is an object: `null` declares nothing.
+    let null = post(&server, "tools/call", asks_roots.clone(), r#"{"roots": null}"#);
+    assert!(error(&null, -32021, 400).contains("roots"), "{null:?}");
     assert_eq!(refused.1["error"]["data"]["requiredCapabilities"], json!({"roots": {}}));
     let (status, asked) = post(&server, "tools/call", asks_roots, r#"{"roots": {}}"#);
     assert_eq!((status, &asked["result"]["inputRequests"]["0kkk"]["method"]), (200, &json!("roots/list")));

@@ -104,6 +104,10 @@ impl Retry {
     ) -> Result<(InputRound, u32), RpcError> {
         let Some(sealed) = &self.request_state else {
             // No state: answers given without one (a client that kept none) go as they are.
+            // Not ignored as unasked: clients answer without a state, and the conformance
+            // suite expects them served (`input-required-result-ignore-extra-params`).
+            // What a client answers is the client's word either way; a guest that must
+            // know what it asked keeps that in its state.
             return Ok((InputRound::retry(self.client, self.responses.clone(), None), 1));
         };
         let opened = sealer

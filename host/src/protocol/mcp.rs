@@ -149,7 +149,8 @@ pub fn check_capabilities(envelope: Option<&Envelope>, required: &[String]) -> R
     };
     let missing: BTreeMap<String, Empty> = required
         .iter()
-        .filter(|name| !declared.contains_key(*name))
+        // A capability is declared as an object: `"sampling": null` declares nothing.
+        .filter(|name| !declared.get(*name).is_some_and(Value::is_object))
         .map(|name| (name.clone(), Empty {}))
         .collect();
     if missing.is_empty() {

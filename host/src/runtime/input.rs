@@ -181,10 +181,47 @@ pub fn check_input_required(input: &InputRequired) -> Result<(), String> {
                     "the requested schema of input request {key:?} must be an object schema with `properties`"
                 ));
             }
-            Ok(serde_json::Value::Object(_)) => {}
+            Ok(serde_json::Value::Object(json)) => check_request_shape(key, request, &json)?,
             Ok(_) => return Err(format!("the {what} of input request {key:?} is not a JSON object")),
             Err(error) => return Err(format!("the {what} of input request {key:?} is not JSON: {error}")),
         }
+    }
+    Ok(())
+}
+
+/// What MCP's schema requires of a request the client is sent, as far as a client needs
+/// it to answer: a form's every field of a type a form can hold (a string, a number, a
+/// boolean, or a list of choices), and sampling's `messages` and `maxTokens`. A request
+/// short of it would reach the client as a message its schema refuses.
+fn check_request_shape(
+    key: &str,
+    request: &InputRequest,
+    json: &serde_json::Map<String, serde_json::Value>,
+) -> Result<(), String> {
+    match request {
+        InputRequest::Elicit(_) => {
+            let fields = json.get("properties").and_then(serde_json::Value::as_object).into_iter().flatten();
+            for (name, field) in fields {
+                let kind = field.get("type").and_then(serde_json::Value::as_str);
+                if !matches!(kind, Some("string" | "number" | "integer" | "boolean" | "array")) {
+                    return Err(format!(
+                        "field {name:?} of input request {key:?} is not a string, number, boolean or \
+                         list of choices: a form cannot ask for it"
+                    ));
+                }
+            }
+        }
+        InputRequest::CreateMessage(_) => {
+            let messages = json.get("messages").is_some_and(serde_json::Value::is_array);
+            let max_tokens = json.get("maxTokens").is_some_and(serde_json::Value::is_u64);
+            if !(messages && max_tokens) {
+                return Err(format!(
+                    "the sampling params of input request {key:?} need `messages` (a list) and \
+                     `maxTokens` (a whole number)"
+                ));
+            }
+        }
+        InputRequest::ListRoots => {}
     }
     Ok(())
 }
@@ -236,6 +273,29 @@ mod tests {
         let long_key =
             InputRequired { requests: vec![("k".repeat(65), InputRequest::ListRoots)], state: None };
         assert!(check_input_required(&long_key).unwrap_err().contains("key"));
+        // What the client's schema refuses is not sent: a form field of another type,
+        // sampling without its required fields.
+        let object_field = InputRequired {
+            requests: vec![("a".into(), elicit(r#"{"type":"object","properties":{"x":{"type":"object"}}}"#))],
+            state: None,
+        };
+        assert!(check_input_required(&object_field).unwrap_err().contains("field \"x\""));
+        let fields = r#"{"type":"object","properties":{"s":{"type":"string"},"n":{"type":"integer"},
+            "b":{"type":"boolean"},"m":{"type":"array","items":{"enum":["a"]}}}}"#;
+        assert_eq!(
+            check_input_required(&InputRequired {
+                requests: vec![("a".into(), elicit(fields))],
+                state: None
+            }),
+            Ok(())
+        );
+        let sample = |params: &str| InputRequired {
+            requests: vec![("s".into(), InputRequest::CreateMessage(params.into()))],
+            state: None,
+        };
+        assert!(check_input_required(&sample("{}")).unwrap_err().contains("`maxTokens`"));
+        assert!(check_input_required(&sample(r#"{"messages":[],"maxTokens":-1}"#)).is_err());
+        assert_eq!(check_input_required(&sample(r#"{"messages":[],"maxTokens":10}"#)), Ok(()));
         let not_object = InputRequired { requests: vec![("a".into(), elicit("[1]"))], state: None };
         assert!(check_input_required(&not_object).unwrap_err().contains("not a JSON object"));
         let huge = InputRequired {
