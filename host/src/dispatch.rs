@@ -119,6 +119,8 @@ pub struct Server {
     /// `subscriptions/listen` streams open, on every connection.
     listens: AtomicUsize,
     max_listen_streams: usize,
+    /// Listen streams open per holder (a caller, or without credentials an address).
+    listen_holders: Mutex<HashMap<ListenHolder, usize>>,
     /// Signalled whenever `calls` goes down.
     call_finished: Notify,
     /// The bytes requests hold, from their first byte read to their answer.
@@ -199,6 +201,7 @@ impl Server {
             calls: AtomicUsize::new(0),
             listens: AtomicUsize::new(0),
             max_listen_streams: limits.max_listen_streams,
+            listen_holders: Mutex::default(),
             call_finished: Notify::new(),
             admission,
             max_request_cost: limits.max_request_cost,
@@ -442,49 +445,92 @@ impl Admission {
     }
 }
 
+/// Who holds a listen stream, for the share of the streams one holder may keep: the
+/// caller its credentials name, or, without any, the address it connects from.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum ListenHolder {
+    Caller(Caller),
+    Address(std::net::IpAddr),
+}
+
+/// The share of the listen streams one holder may keep: an eighth. A stream costs its
+/// holder nothing to keep open (nothing need be read), so without it one client could
+/// take every stream and lock everyone else out of list changes.
+fn holder_share(limit: usize) -> usize {
+    (limit / 8).max(1)
+}
+
 /// One open `subscriptions/listen` stream, counted against the server's bound
-/// ([`ServerLimits::max_listen_streams`]) and, when the server has more than one tenant,
-/// its tenant's share of it (half): given back when dropped.
+/// ([`ServerLimits::max_listen_streams`]), its holder's share of it ([`holder_share`]) and,
+/// when the server has more than one tenant, its tenant's share (half): each given back
+/// when dropped.
 struct ListenSlot {
     server: Arc<Server>,
+    holder: Option<ListenHolder>,
+    counted: bool,
     tenant: Option<Arc<Tenant>>,
 }
 
 impl ListenSlot {
     /// A slot, or the error that says whose bound is full.
-    fn take(server: &Arc<Server>, tenant: Option<Arc<Tenant>>) -> Result<Self, RpcError> {
+    fn take(
+        server: &Arc<Server>,
+        tenant: Option<Arc<Tenant>>,
+        holder: Option<ListenHolder>,
+    ) -> Result<Self, RpcError> {
         let limit = server.max_listen_streams;
-        if add_within(&server.listens, 1, limit).is_none() {
-            return Err(RpcError::new(
-                INTERNAL_ERROR,
-                format!(
-                    "Server busy: {limit} subscriptions/listen streams are open, the most this server keeps; \
-                     close one or try again later"
-                ),
-            ));
+        let busy = |what: String| {
+            RpcError::new(INTERNAL_ERROR, format!("Server busy: {what}; close one or try again later"))
+        };
+        // Each bound taken is given back by the slot's drop, a refusal's included.
+        let mut slot = Self { server: server.clone(), holder: None, counted: false, tenant: None };
+        if let Some(holder) = holder {
+            let share = holder_share(limit);
+            let mut held = server.listen_holders.lock().unwrap();
+            let count = held.entry(holder.clone()).or_default();
+            if *count >= share {
+                return Err(busy(format!(
+                    "this client has {share} subscriptions/listen streams open, the most one client keeps"
+                )));
+            }
+            *count += 1;
+            slot.holder = Some(holder);
         }
+        if add_within(&server.listens, 1, limit).is_none() {
+            return Err(busy(format!(
+                "{limit} subscriptions/listen streams are open, the most this server keeps"
+            )));
+        }
+        slot.counted = true;
         let share = if server.tenants.len() > 1 { (limit / 2).max(1) } else { limit };
         if let Some(tenant) = &tenant
             && add_within(&tenant.holds.listen_streams, 1, share).is_none()
         {
-            server.listens.fetch_sub(1, Ordering::AcqRel);
-            return Err(RpcError::new(
-                INTERNAL_ERROR,
-                format!(
-                    "Server busy: this tenant has {share} subscriptions/listen streams open, its share of the \
-                     server's {limit}; close one or try again later"
-                ),
-            ));
+            return Err(busy(format!(
+                "this tenant has {share} subscriptions/listen streams open, its share of the server's {limit}"
+            )));
         }
-        Ok(Self { server: server.clone(), tenant })
+        slot.tenant = tenant;
+        Ok(slot)
     }
 }
 
 impl Drop for ListenSlot {
     fn drop(&mut self) {
-        self.server.listens.fetch_sub(1, Ordering::AcqRel);
+        if self.counted {
+            self.server.listens.fetch_sub(1, Ordering::AcqRel);
+        }
         if let Some(tenant) = &self.tenant {
             tenant.holds.listen_streams.fetch_sub(1, Ordering::AcqRel);
+        }
+        if let Some(holder) = &self.holder {
+            let mut held = self.server.listen_holders.lock().unwrap();
+            if let Some(count) = held.get_mut(holder) {
+                *count -= 1;
+                if *count == 0 {
+                    held.remove(holder);
+                }
+            }
         }
     }
 }
@@ -684,6 +730,8 @@ pub struct Connection {
     caller: Option<Caller>,
     /// Where the tenant's `calls_per_second` is enforced.
     rate_check: RateCheck,
+    /// The address the client connects from, over HTTP.
+    peer: std::sync::OnceLock<std::net::IpAddr>,
     /// The log level a 2025-era client set with `logging/setLevel` (none: no log).
     log_level: Mutex<Option<LoggingLevel>>,
     /// What a 2025-era client declared it serves at `initialize` ([`asking`]).
@@ -770,6 +818,7 @@ impl Connection {
             tenant,
             caller,
             rate_check,
+            peer: std::sync::OnceLock::new(),
             log_level: Mutex::new(None),
             client: Mutex::default(),
             asked: Mutex::default(),
@@ -785,6 +834,22 @@ impl Connection {
     /// Who within the tenant made the connection's requests, when known.
     pub fn caller(&self) -> Option<&Caller> {
         self.caller.as_ref()
+    }
+
+    /// Tell the connection the address its client connects from (HTTP): without
+    /// credentials, that is who holds its listen streams.
+    pub fn set_peer(&self, address: std::net::IpAddr) {
+        let _ = self.peer.set(address);
+    }
+
+    /// Who holds this connection's listen streams: its caller, else its client's address
+    /// (none over stdio, whose one client needs no share).
+    fn listen_holder(&self) -> Option<ListenHolder> {
+        match (&self.caller, self.peer.get()) {
+            (Some(caller), _) => Some(ListenHolder::Caller(caller.clone())),
+            (None, Some(address)) => Some(ListenHolder::Address(*address)),
+            (None, None) => None,
+        }
     }
 
     /// The tags of request `id`'s call: its id and, with tenants, the tenant's name (a
@@ -1380,7 +1445,7 @@ impl Connection {
             Err(error) => return Reply::Error(error),
         };
         let server = &self.server;
-        let listen = match ListenSlot::take(server, self.tenant.clone()) {
+        let listen = match ListenSlot::take(server, self.tenant.clone(), self.listen_holder()) {
             Ok(listen) => listen,
             Err(error) => return Reply::Error(error.with_data(retry_after_seconds())),
         };
@@ -1445,13 +1510,15 @@ impl Connection {
             return Err(NotFollowed::AlreadyOpen);
         }
         let slot = match &out {
-            Outbox::Channel(_) => match ListenSlot::take(&self.server, self.tenant.clone()) {
-                Ok(slot) => Some(slot),
-                Err(busy) => {
-                    self.following.store(false, Ordering::Release);
-                    return Err(NotFollowed::Busy(busy));
+            Outbox::Channel(_) => {
+                match ListenSlot::take(&self.server, self.tenant.clone(), self.listen_holder()) {
+                    Ok(slot) => Some(slot),
+                    Err(busy) => {
+                        self.following.store(false, Ordering::Release);
+                        return Err(NotFollowed::Busy(busy));
+                    }
                 }
-            },
+            }
             Outbox::Lines(_) => None,
         };
         let mut ended = self.session_ended.subscribe();

@@ -525,6 +525,48 @@ async fn one_tenant_of_two_holds_at_most_half_the_listen_streams() {
     server.shutdown();
 }
 
+/// One client keeps at most an eighth of the listen streams: a stream costs it nothing to
+/// keep (nothing need be read), so without a share one client could lock everyone else
+/// out. Without credentials a client is its address; with them, its caller.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_client_holds_at_most_an_eighth_of_the_listen_streams() {
+    let limits = ServerLimits { max_listen_streams: 16, ..LIMITS };
+    let server = Server::with_limits(runtime("listen-holder").await, Duration::from_millis(10), limits);
+    let from = |address: [u8; 4], caller: Option<&str>| {
+        let caller = caller.map(cordon::auth::Caller::of_subject);
+        let connection = Connection::for_caller(server.clone(), None, caller, RateCheck::Here);
+        connection.set_peer(std::net::IpAddr::from(address));
+        connection
+    };
+    let (out, mut sent) = tokio::sync::mpsc::channel(64);
+    let out = Outbox::Channel(out);
+    let listen = |id: i64| {
+        jsonrpc::classify(json!({"jsonrpc": "2.0", "id": id, "method": "subscriptions/listen",
+            "params": {"notifications": {"toolsListChanged": true}, "_meta": meta()}}))
+    };
+    let mut answer_to = async |connection: &Arc<Connection>, id: i64| {
+        connection.handle(listen(id), &out).await;
+        let message = tokio::time::timeout(Duration::from_secs(10), sent.recv()).await.unwrap().unwrap();
+        let value = serde_json::to_value(&message).unwrap();
+        match message {
+            Outgoing::Error { .. } => Err(value["error"]["message"].as_str().unwrap().to_owned()),
+            Outgoing::Notification(_) => Ok(()),
+            _ => panic!("{value}"),
+        }
+    };
+    let (first, again) = (from([127, 0, 0, 1], None), from([127, 0, 0, 1], None));
+    for id in [1, 2] {
+        answer_to(&first, id).await.unwrap();
+    }
+    let refused = answer_to(&first, 3).await.unwrap_err();
+    assert!(refused.contains("this client has 2 subscriptions/listen streams open"), "{refused}");
+    assert!(answer_to(&again, 4).await.is_err(), "another connection from the same address");
+    answer_to(&from([127, 0, 0, 2], None), 5).await.unwrap();
+    // A caller is itself, wherever it connects from.
+    answer_to(&from([127, 0, 0, 1], Some("alice")), 6).await.unwrap();
+    server.shutdown();
+}
+
 /// A request that could never fit in its tenant's share (half the bound), even on an idle
 /// server, is too costly (413, with its id), not busy: a 503 would have its client retry
 /// forever.

@@ -586,9 +586,10 @@ pub async fn serve(
             let tls = shared.settings.tls.clone();
             let unread_body = Arc::new(AtomicBool::new(false));
             let socket = Socket::new(stream, unread_body.clone(), &shared.settings);
-            let service = hyper::service::service_fn(move |request| {
+            let service = hyper::service::service_fn(move |mut request: Request<IncomingBody>| {
                 // The head is read: the address's header slot is free again.
                 half_open.end();
+                request.extensions_mut().insert(Peer(peer.ip()));
                 let (shared, unread_body) = (shared.clone(), unread_body.clone());
                 async move { Ok::<_, Infallible>(handle(request, &shared, &unread_body).await) }
             });
@@ -677,6 +678,10 @@ pub async fn bind_and_serve(
     }
     serve(server, listener, settings, shutdown, drain).await
 }
+
+/// The address a request's connection comes from.
+#[derive(Clone, Copy)]
+struct Peer(std::net::IpAddr);
 
 /// A connection's permit to read its first request head, given back once it is read.
 struct HalfOpen(std::sync::Mutex<Option<OwnedSemaphorePermit>>);
@@ -773,6 +778,7 @@ async fn serve_request(
         ));
     }
     let headers = headers.clone();
+    let peer = request.extensions().get::<Peer>().map(|peer| peer.0);
     let body_charge = server.admission().empty_for(tenant.as_deref());
     let (body, body_charge) = read_body(request.into_body(), settings, body_charge).await?;
     *body_read = true;
@@ -844,7 +850,13 @@ async fn serve_request(
     let (sender, mut outbox) = mpsc::channel(64);
     let connection = match session.filter(|_| legacy) {
         Some(connection) => connection,
-        None => Connection::for_caller(server.clone(), tenant, caller, RateCheck::Done),
+        None => {
+            let connection = Connection::for_caller(server.clone(), tenant, caller, RateCheck::Done);
+            if let Some(peer) = peer {
+                connection.set_peer(peer);
+            }
+            connection
+        }
     };
     if legacy {
         connection.set_legacy();
