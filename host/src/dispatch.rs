@@ -593,6 +593,19 @@ impl Charge {
     }
 }
 
+impl Charge {
+    /// Hold `more` bytes whatever the bound: what is already made (an answer on its way to
+    /// a client) cannot be refused, only counted, so that new requests wait for it.
+    pub fn hold(&mut self, more: usize) {
+        if let Some((share, _)) = &self.tenant {
+            share.fetch_add(more, Ordering::AcqRel);
+        }
+        let before = self.used.fetch_add(more, Ordering::AcqRel);
+        self.peak.fetch_max(before + more, Ordering::AcqRel);
+        self.bytes += more;
+    }
+}
+
 impl Drop for Charge {
     fn drop(&mut self) {
         self.used.fetch_sub(self.bytes, Ordering::AcqRel);

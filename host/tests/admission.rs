@@ -185,6 +185,64 @@ async fn serve_http(server: &Arc<Server>) -> Serving {
     Serving { port, stop, serving }
 }
 
+/// An answer waiting for a client that does not read it is held in this server's memory:
+/// it stays charged to the bound until written, so that thousands of such clients make new
+/// requests wait instead of holding gigabytes the bound never saw.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn answers_a_client_does_not_read_stay_charged_until_written() {
+    const CLIENTS: usize = 4;
+    /// Calls ended: each after its answer was handed to its connection.
+    #[derive(Default)]
+    struct Ended(std::sync::atomic::AtomicUsize);
+    impl cordon::runtime::CallObserver for Ended {
+        fn call_ended(&self, _: &cordon::runtime::CallEnded) {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        }
+    }
+    let ended = Arc::new(Ended::default());
+    let mut runtime = Runtime::new(common::settings(1)).unwrap();
+    runtime.observe(ended.clone());
+    let options = ComponentOptions { limits: common::quick_limits(), ..ComponentOptions::default() };
+    runtime.load_file(&cordon::paths::example_tools(), options).await.unwrap();
+    let server = Server::with_limits(Arc::new(runtime), Duration::from_millis(10), LIMITS);
+    let Serving { port, stop, serving } = serve_http(&server).await;
+    let text = "x".repeat(3 << 20);
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": {"name": "echo", "arguments": {"text": text}, "_meta": meta()}})
+    .to_string();
+    let mut unread = Vec::new();
+    for _ in 0..CLIENTS {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.set_recv_buffer_size(4096).unwrap();
+        let mut stream = socket.connect(([127, 0, 0, 1], port).into()).await.unwrap();
+        let head = format!(
+            "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAccept: application/json, text/event-stream\r\n\
+             Content-Type: application/json\r\nMCP-Protocol-Version: 2026-07-28\r\nMcp-Method: tools/call\r\n\
+             Mcp-Name: echo\r\nContent-Length: {}\r\n\r\n",
+            body.len()
+        );
+        stream.write_all(head.as_bytes()).await.unwrap();
+        stream.write_all(body.as_bytes()).await.unwrap();
+        unread.push(stream);
+    }
+    // Every call answered (its request's charge given back); most of each answer unread.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while ended.0.load(std::sync::atomic::Ordering::Acquire) < CLIENTS
+        || server.admission().used() < CLIENTS * (2 << 20)
+    {
+        assert!(
+            Instant::now() < deadline,
+            "{} bytes charged with {CLIENTS} answers of 3 MiB unread",
+            server.admission().used()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    drop(unread);
+    all_released(&server).await;
+    let _ = stop.send(());
+    serving.await.unwrap().unwrap();
+}
+
 /// A `Content-Length` is a promise, not bytes: heads announcing the largest body a
 /// request may have (4 MiB) and sending none of it hold a few KiB of the bound each, so
 /// that twice the bound's worth of them does not lock other clients out for the body

@@ -38,7 +38,10 @@
 //! (pipelined refusals, a large result, an SSE stream): the answer then waits in the
 //! socket, and hyper with it, holding the connection's slot and what the answer holds, with
 //! no read deadline running. A write that makes no progress for `write_timeout` fails
-//! ([`Socket`]), and hyper closes the connection.
+//! ([`Socket`]), and hyper closes the connection. A client that reads a byte now and then
+//! makes progress, so an answer of 4 KiB or more stays charged to the admission ledger
+//! until its last byte is written ([`AnswerCharges`]): such clients make new requests
+//! wait, not the server's memory grow past its bound.
 
 use std::collections::{HashMap, HashSet};
 use std::convert::Infallible;
@@ -848,6 +851,7 @@ async fn serve_request(
     }
 
     let (sender, mut outbox) = mpsc::channel(64);
+    let charges = AnswerCharges { server: server.clone(), tenant: tenant.clone() };
     let connection = match session.filter(|_| legacy) {
         Some(connection) => connection,
         None => {
@@ -870,7 +874,7 @@ async fn serve_request(
 
     let first = match tokio::time::timeout(settings.sse_after, outbox.recv()).await {
         Ok(Some(message)) if message.id().is_some() => {
-            let mut response = json_answer(guard, &message, legacy);
+            let mut response = json_answer(guard, &message, legacy, &charges);
             if let Some(session) = new_session
                 && let Ok(value) = HeaderValue::from_str(&session)
             {
@@ -885,7 +889,7 @@ async fn serve_request(
         Ok(None) => None,
         Err(_quiet) => None,
     };
-    Ok(sse_answer(Some(guard), first, outbox, settings.keep_alive, settings.stats.clone()))
+    Ok(sse_answer(Some(guard), first, outbox, settings.keep_alive, settings.stats.clone(), charges))
 }
 
 /// The tenant of the request's credentials (`None` when no tenants are configured: every
@@ -987,7 +991,8 @@ fn session_stream(
             return response;
         }
     }
-    sse_answer(None, None, outbox, shared.settings.keep_alive, shared.settings.stats.clone())
+    let charges = AnswerCharges { server: shared.server.clone(), tenant: connection.tenant().cloned() };
+    sse_answer(None, None, outbox, shared.settings.keep_alive, shared.settings.stats.clone(), charges)
 }
 
 /// Whether a request comes from a 2025-era client: without the 2026 envelope, `initialize`,
@@ -1368,13 +1373,57 @@ fn status_for(error: &RpcError) -> StatusCode {
     }
 }
 
-fn json_answer(mut guard: CancelOnDrop, message: &Outgoing, legacy: bool) -> HttpResponse {
+fn json_answer(
+    mut guard: CancelOnDrop,
+    message: &Outgoing,
+    legacy: bool,
+    charges: &AnswerCharges,
+) -> HttpResponse {
     guard.armed = false;
     let status = match message.error() {
         Some(error) if !legacy => status_for(error),
         _ => StatusCode::OK,
     };
-    json_response(status, message)
+    let bytes = serde_json::to_vec(message).expect("a message always serializes");
+    with_json_body(status, charges.charged(bytes))
+}
+
+/// Answers at least this large are charged to the admission bound until written.
+const CHARGED_ANSWER_BYTES: usize = 4 << 10;
+
+/// Where an answer's bytes are charged: the admission bound requests are let in under
+/// (and the tenant's share of it). A client that reads slowly, or not at all, keeps its
+/// answers in this server's memory until the connection gives up on it; charged, they
+/// make new requests wait (503) instead of letting thousands of such clients hold
+/// gigabytes the bound never saw.
+struct AnswerCharges {
+    server: Arc<Server>,
+    tenant: Option<Arc<Tenant>>,
+}
+
+impl AnswerCharges {
+    /// `bytes`, charged (when large) until the connection has written the last of them
+    /// and dropped them.
+    fn charged(&self, bytes: Vec<u8>) -> Bytes {
+        if bytes.len() < CHARGED_ANSWER_BYTES {
+            return Bytes::from(bytes);
+        }
+        let mut charge = self.server.admission().empty_for(self.tenant.as_deref());
+        charge.hold(bytes.len());
+        Bytes::from_owner(ChargedAnswer { bytes, _charge: charge })
+    }
+}
+
+/// An answer's bytes and their charge, released together.
+struct ChargedAnswer {
+    bytes: Vec<u8>,
+    _charge: Charge,
+}
+
+impl AsRef<[u8]> for ChargedAnswer {
+    fn as_ref(&self) -> &[u8] {
+        &self.bytes
+    }
 }
 
 fn sse_answer(
@@ -1383,6 +1432,7 @@ fn sse_answer(
     mut outbox: mpsc::Receiver<Outgoing>,
     keep_alive: Duration,
     stats: Arc<HttpStats>,
+    charges: AnswerCharges,
 ) -> HttpResponse {
     let (events, body) = mpsc::channel::<Bytes>(16);
     // A client that stops reading (its connection still open) is treated as gone once a
@@ -1396,7 +1446,7 @@ fn sse_answer(
             let mut bytes = b"data: ".to_vec();
             serde_json::to_writer(&mut bytes, message).expect("a message always serializes");
             bytes.extend_from_slice(b"\n\n");
-            Bytes::from(bytes)
+            charges.charged(bytes)
         };
         let send = |bytes: Bytes| {
             let events = events.clone();
@@ -1448,7 +1498,11 @@ fn json_response(status: StatusCode, message: &impl Serialize) -> HttpResponse {
     // Straight into bytes: `to_string` goes through `fmt`, a call per token, which measured
     // a few per cent of an echo's CPU.
     let bytes = serde_json::to_vec(message).expect("a message always serializes");
-    let mut response = Response::new(ResponseBody::Full(Some(Bytes::from(bytes))));
+    with_json_body(status, Bytes::from(bytes))
+}
+
+fn with_json_body(status: StatusCode, bytes: Bytes) -> HttpResponse {
+    let mut response = Response::new(ResponseBody::Full(Some(bytes)));
     *response.status_mut() = status;
     response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
     response
