@@ -855,6 +855,11 @@ impl Connection {
         let _ = self.peer.set(address);
     }
 
+    /// The address the client connects from, when known (HTTP).
+    pub fn peer(&self) -> Option<std::net::IpAddr> {
+        self.peer.get().copied()
+    }
+
     /// Who holds this connection's listen streams: its caller, else its client's address
     /// (none over stdio, whose one client needs no share).
     fn listen_holder(&self) -> Option<ListenHolder> {

@@ -749,3 +749,50 @@ fn a_legacy_get_stream_holds_a_listen_slot_and_ends_with_its_session() {
         std::thread::sleep(Duration::from_millis(20)); // polling for the slot, with a deadline
     }
 }
+
+/// On an open server a client is its address: ten thousand 2025-era initializes from one
+/// address (the server's cap on sessions) close that address's own oldest sessions, at
+/// most a thousand kept, never another client's.
+#[test]
+fn one_address_cannot_close_another_clients_sessions() {
+    let server = Server::start("http-session-owners");
+    let schema = Schema::legacy();
+    let base = [("Accept", "application/json, text/event-stream"), ("Content-Type", "application/json")];
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}})
+    .to_string();
+    let answer = post(server.port, &base, init.as_bytes(), &schema);
+    let ours = answer.header("mcp-session-id").expect("a session id").to_owned();
+
+    // Another address, one kept-alive connection, as many initializes as the server keeps.
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let theirs = runtime.block_on(async {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.bind(std::net::SocketAddr::from(([127, 0, 0, 2], 0))).unwrap();
+        socket.connect(([127, 0, 0, 1], server.port).into()).await.unwrap().into_std().unwrap()
+    });
+    theirs.set_nonblocking(false).unwrap();
+    theirs.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let mut writer = theirs.try_clone().unwrap();
+    let mut reader = BufReader::new(theirs);
+    let head = format!(
+        "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nAccept: application/json, text/event-stream\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{init}",
+        server.port,
+        init.len()
+    );
+    let mut first_of_theirs = None;
+    for _ in 0..10_000 {
+        writer.write_all(head.as_bytes()).unwrap();
+        let answer = read_kept_alive_answer(&mut reader, &schema);
+        assert_eq!(answer.status, 200, "{}", answer.body);
+        first_of_theirs.get_or_insert_with(|| answer.header("mcp-session-id").unwrap().to_owned());
+    }
+    let still = |session: &str| {
+        let headers = [base[0], base[1], ("MCP-Protocol-Version", "2025-11-25"), ("Mcp-Session-Id", session)];
+        let ping = json!({"jsonrpc": "2.0", "id": 2, "method": "ping"}).to_string();
+        post(server.port, &headers, ping.as_bytes(), &schema).status
+    };
+    assert_eq!(still(&ours), 200, "another address's initializes closed our session");
+    assert_eq!(still(first_of_theirs.as_deref().unwrap()), 404, "that address's own oldest was closed");
+}

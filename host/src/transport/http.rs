@@ -199,30 +199,38 @@ type HttpResponse = Response<ResponseBody>;
 #[derive(Default)]
 struct Sessions {
     live: std::sync::Mutex<std::collections::HashMap<String, (Arc<Connection>, std::time::Instant)>>,
+    /// When idle sessions were last looked for (each look walks them all, under the lock).
+    swept: std::sync::Mutex<Option<std::time::Instant>>,
 }
+
+/// How often an `initialize` looks for idle sessions to end: each look walks every
+/// session under the lock every request with a session id waits on.
+const SESSION_SWEEP_EVERY: Duration = Duration::from_secs(1);
 
 const SESSION_IDLE: Duration = Duration::from_secs(3600);
 const MAX_SESSIONS: usize = 10_000;
-/// Sessions one owner (a tenant; without tenants, a caller) may hold: one more closes its
-/// own oldest, never another's.
+/// Sessions one owner (a tenant; without tenants, a caller; without credentials, an
+/// address) may hold: one more closes its own oldest, never another's.
 const MAX_SESSIONS_PER_TENANT: usize = 1_000;
 
 /// Whose sessions count together against [`MAX_SESSIONS_PER_TENANT`]: a tenant's or,
-/// without tenants (OAuth's one implicit tenant), a caller's (a token's subject), so that
-/// one token holder's initializes close its own sessions, not everyone's. Sessions opened
-/// with no credentials at all (an open server) count against the total only.
+/// without tenants (OAuth's one implicit tenant), a caller's (a token's subject), or with
+/// no credentials at all (an open server) the client's address, so that one client's
+/// initializes close its own sessions, not everyone's.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 enum SessionOwner<'a> {
     Tenant(&'a TenantId),
     Caller(&'a Caller),
+    Address(IpAddr),
 }
 
 impl<'a> SessionOwner<'a> {
     fn of(session: &'a Connection) -> Option<Self> {
-        match (session.tenant(), session.caller()) {
-            (Some(tenant), _) => Some(Self::Tenant(&tenant.id)),
-            (None, Some(caller)) => Some(Self::Caller(caller)),
-            (None, None) => None,
+        match (session.tenant(), session.caller(), session.peer()) {
+            (Some(tenant), ..) => Some(Self::Tenant(&tenant.id)),
+            (None, Some(caller), _) => Some(Self::Caller(caller)),
+            (None, None, Some(address)) => Some(Self::Address(address)),
+            (None, None, None) => None,
         }
     }
 }
@@ -272,20 +280,35 @@ impl Sessions {
         };
         let id = format!("{:016x}{:016x}", word(1), word(2));
         let now = std::time::Instant::now();
-        let mut live = self.live.lock().unwrap();
-        // Idle sessions go, unless a stream still follows them; what goes, ends.
-        live.retain(|_, (session, used)| {
-            let kept = now.duration_since(*used) < SESSION_IDLE || session.is_following();
-            if !kept {
-                session.end_session();
+        let sweep = {
+            let mut swept = self.swept.lock().unwrap();
+            let due = swept.is_none_or(|at| now.duration_since(at) >= SESSION_SWEEP_EVERY);
+            if due {
+                *swept = Some(now);
             }
-            kept
-        });
-        let sessions = live.iter().map(|(id, (session, used))| (id, SessionOwner::of(session), *used));
-        let owner = SessionOwner::of(&connection);
-        let closing = session_to_close(sessions, owner, MAX_SESSIONS, MAX_SESSIONS_PER_TENANT).cloned();
-        if let Some((closed, _)) = closing.and_then(|closing| live.remove(&closing)) {
-            closed.end_session();
+            due
+        };
+        let mut live = self.live.lock().unwrap();
+        // Idle sessions go, unless a stream still follows them; what goes, ends. (Between
+        // sweeps, `get` ends an idle session it is asked for.)
+        if sweep {
+            live.retain(|_, (session, used)| {
+                let kept = now.duration_since(*used) < SESSION_IDLE || session.is_following();
+                if !kept {
+                    session.end_session();
+                }
+                kept
+            });
+        }
+        // Below the per-owner cap in all, no owner is at it and the total is not reached:
+        // nothing to count.
+        if live.len() >= MAX_SESSIONS_PER_TENANT.min(MAX_SESSIONS) {
+            let sessions = live.iter().map(|(id, (session, used))| (id, SessionOwner::of(session), *used));
+            let owner = SessionOwner::of(&connection);
+            let closing = session_to_close(sessions, owner, MAX_SESSIONS, MAX_SESSIONS_PER_TENANT).cloned();
+            if let Some((closed, _)) = closing.and_then(|closing| live.remove(&closing)) {
+                closed.end_session();
+            }
         }
         live.insert(id.clone(), (connection, now));
         id
