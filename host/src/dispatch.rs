@@ -920,7 +920,7 @@ impl Connection {
         match message {
             Incoming::Invalid { id, error } => out.send(jsonrpc::failure(id.as_ref(), &error)).await,
             Incoming::Unanswered { problem } => tracing::debug!("ignoring a message: {problem}"),
-            Incoming::Response { id, answer } => self.answered(id, answer),
+            Incoming::Response { id, answer } => self.answered(id, answer, charge),
             Incoming::Notification { method, params } => {
                 if method == "notifications/cancelled" {
                     self.cancel(params.as_ref());

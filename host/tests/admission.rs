@@ -243,6 +243,57 @@ async fn answers_a_client_does_not_read_stay_charged_until_written() {
     serving.await.unwrap().unwrap();
 }
 
+/// A 2025-era client's answer to what a call asked waits, parsed, until the call has
+/// every answer it asked for: charged all that while, so that a client answering all but
+/// one question with megabytes holds them against the bound, not beside it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clients_answers_stay_charged_while_the_call_waits_for_the_rest() {
+    let mut runtime = Runtime::new(common::settings(2)).unwrap();
+    let options = ComponentOptions { limits: common::quick_limits(), ..ComponentOptions::default() };
+    runtime.load_file(&common::hostile(), options).await.unwrap();
+    let server = Server::with_limits(Arc::new(runtime), Duration::from_millis(10), LIMITS);
+    let connection = Connection::new(server.clone());
+    let (out, mut sent) = tokio::sync::mpsc::channel(64);
+    let out = Outbox::Channel(out);
+    let mut next = async || {
+        let message = tokio::time::timeout(Duration::from_secs(10), sent.recv()).await.unwrap().unwrap();
+        serde_json::to_value(&message).unwrap()
+    };
+    let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": "2025-11-25", "capabilities": {"roots": {}},
+                   "clientInfo": {"name": "t", "version": "1"}}});
+    connection.handle(jsonrpc::classify(initialize), &out).await;
+    assert_eq!(next().await["result"]["protocolVersion"], "2025-11-25");
+    let call = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+        "params": {"name": "ask", "arguments": {"count": 2, "key_len": 4, "state_bytes": 0}}});
+    connection.handle(jsonrpc::classify(call), &out).await;
+    let (first, _second) = (next().await, next().await);
+    assert_eq!(first["method"], "roots/list", "{first}");
+    // The first question answered with many roots: about 8 MB parsed.
+    let roots: Vec<Value> = (0..40_000).map(|n| json!({"uri": format!("file:///r/{n}")})).collect();
+    let answer = json!({"jsonrpc": "2.0", "id": first["id"], "result": {"roots": roots}}).to_string();
+    let cost = cordon::protocol::cost::estimate(answer.as_bytes()).unwrap().bytes;
+    let admitted = server.admit(answer.as_bytes()).unwrap();
+    drop(answer);
+    connection.handle_admitted(admitted, &out).await;
+    assert!(
+        server.admission().used() >= cost,
+        "{} bytes charged while {cost} wait",
+        server.admission().used()
+    );
+    // The call gives up (cancelled): its answers go, and their charge with them.
+    connection
+        .handle(
+            jsonrpc::classify(
+                json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 2}}),
+            ),
+            &out,
+        )
+        .await;
+    all_released(&server).await;
+    server.shutdown();
+}
+
 /// A `Content-Length` is a promise, not bytes: heads announcing the largest body a
 /// request may have (4 MiB) and sending none of it hold a few KiB of the bound each, so
 /// that twice the bound's worth of them does not lock other clients out for the body

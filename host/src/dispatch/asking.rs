@@ -23,7 +23,7 @@ use std::sync::Arc;
 use serde_json::Value;
 use tokio::sync::oneshot;
 
-use super::{Connection, Outbox};
+use super::{Charge, Connection, Outbox};
 use crate::protocol::asking::{AskKind, ClientCapabilities, ServerRequest};
 use crate::protocol::jsonrpc::{INTERNAL_ERROR, Outgoing, PeerError, RequestId, RpcError};
 use crate::protocol::types::{ResourceUpdatedParams, ServerNotification};
@@ -72,7 +72,10 @@ pub enum AskError {
 #[derive(Default)]
 pub(super) struct Asked {
     next: u64,
-    waiting: HashMap<RequestId, oneshot::Sender<Result<Value, PeerError>>>,
+    /// Each answer comes with the charge its message was admitted under, held until the
+    /// call is done waiting: a client could otherwise answer all but one of a call's
+    /// requests with megabytes each and hold them, uncharged, for the call's whole life.
+    waiting: HashMap<RequestId, oneshot::Sender<(Result<Value, PeerError>, Charge)>>,
 }
 
 /// Takes a call's request ids out of the table when it stops waiting, answered or not.
@@ -137,27 +140,29 @@ impl Connection {
             pending.push((key, kind, answer));
         }
         let mut answers = Vec::with_capacity(pending.len());
+        let mut charges = Vec::with_capacity(pending.len());
         for (key, kind, answer) in pending {
-            let result = match answer.await {
-                Ok(Ok(result)) => kind.check_result(&result).map(|()| result).map_err(AskError::Malformed)?,
-                Ok(Err(PeerError { code, message })) => {
+            let Ok((answer, charge)) = answer.await else { return Err(AskError::Gone) };
+            charges.push(charge);
+            let result = match answer {
+                Ok(result) => kind.check_result(&result).map(|()| result).map_err(AskError::Malformed)?,
+                Err(PeerError { code, message }) => {
                     return Err(AskError::Refused { method: kind.method(), code, message });
                 }
-                Err(_) => return Err(AskError::Gone),
             };
             answers.push((key, result));
         }
-        drop(waiting);
+        drop((waiting, charges));
         Ok(answers)
     }
 
     /// The client's response to request `id` of ours: to the call waiting for it, or
     /// dropped when none does (an unknown, repeated or late id).
-    pub(super) fn answered(&self, id: RequestId, answer: Result<Value, PeerError>) {
+    pub(super) fn answered(&self, id: RequestId, answer: Result<Value, PeerError>, charge: Charge) {
         let waiting = self.asked.lock().unwrap().waiting.remove(&id);
         match waiting {
             Some(sender) => {
-                if sender.send(answer).is_err() {
+                if sender.send((answer, charge)).is_err() {
                     tracing::debug!(id = ?id, "dropping a response: its call stopped waiting");
                 }
             }
