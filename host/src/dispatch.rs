@@ -1078,7 +1078,7 @@ impl Connection {
                         return Reply::Error(error);
                     }
                 };
-                let feeds = Feeds { progress_token, log_level, retry };
+                let feeds = Feeds { progress_token, log_level, retry, progress_sent: Arc::default() };
                 self.start_call(id, params, tools, revision, feeds, out.clone(), charge)
             }
         }
@@ -1328,7 +1328,7 @@ impl Connection {
             }
         };
         // A retry's state opens (or the call is refused) before the guest runs.
-        let Feeds { progress_token: token, log_level, retry } = feeds;
+        let Feeds { progress_token: token, log_level, retry, progress_sent } = feeds;
         let mut asking = None;
         let call = match retry {
             Some(retry) => {
@@ -1381,6 +1381,7 @@ impl Connection {
                     let latest = progress.borrow_and_update().clone();
                     if let (Some(token), Some(latest)) = (&token, latest)
                         && !self.is_cancelled(id)
+                        && progress_sent.advance(latest.done)
                     {
                         let notification = progress_notification(token, latest);
                         sending = Some(Box::pin(out.send(Outgoing::Notification(notification))));
@@ -1718,6 +1719,25 @@ struct Feeds {
     log_level: Option<LoggingLevel>,
     /// A 2026-07-28 request's answers and state, if it asks the client through its result.
     retry: Option<input::Retry>,
+    /// The progress last sent under the token, shared by the rounds of a 2025-era call:
+    /// each round's guest counts from nothing, and the client must see progress rise.
+    progress_sent: Arc<ProgressSent>,
+}
+
+/// The most progress sent under one token so far.
+#[derive(Default)]
+struct ProgressSent(Mutex<Option<f64>>);
+
+impl ProgressSent {
+    /// Whether `done` is past all progress sent so far (then it is the new mark).
+    fn advance(&self, done: f64) -> bool {
+        let mut sent = self.0.lock().unwrap();
+        if sent.is_some_and(|sent| done <= sent) {
+            return false;
+        }
+        *sent = Some(done);
+        true
+    }
 }
 
 /// The longest request id a call's event carries, in bytes of JSON text.
@@ -1798,4 +1818,21 @@ const WAITING_CALLS_BLOCKING_THREADS: usize = 32;
 /// busy. Any process may lower its own threads' priority.
 fn lower_priority() {
     crate::runtime::engine::lower_thread_priority();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The rounds of a 2025-era call share a token, and each round's guest counts from
+    /// nothing: what the client is sent under the token only ever rises.
+    #[test]
+    fn progress_sent_under_a_token_only_rises_across_rounds() {
+        let sent = ProgressSent::default();
+        let first_round = [0.2, 0.5, 1.0];
+        let second_round = [0.1, 0.5, 1.0, 1.5];
+        let passed: Vec<f64> =
+            first_round.into_iter().chain(second_round).filter(|done| sent.advance(*done)).collect();
+        assert_eq!(passed, [0.2, 0.5, 1.0, 1.5]);
+    }
 }

@@ -620,6 +620,32 @@ fn a_cancel_while_a_later_round_waits_for_a_slot_still_runs_the_cleanup() {
     assert_eq!(client.request("ping", json!({}))["result"], json!({}));
 }
 
+/// The rounds of a 2025-era call share its progress token, and each round's guest counts
+/// from nothing: what the client is sent under the token only rises.
+#[test]
+fn progress_across_the_rounds_of_a_call_only_rises() {
+    let setup = Setup::hostile("progress-rounds", "");
+    let mut client = Stdio2025::start(&setup, ALL());
+    let call = client.send_request(
+        "tools/call",
+        json!({"name": "progress_then_ask", "arguments": {}, "_meta": {"progressToken": "p"}}),
+    );
+    let mut progress = Vec::new();
+    let answer = loop {
+        let message = client.next();
+        match message["method"].as_str() {
+            Some("notifications/progress") => progress.push(message["params"]["progress"].as_f64().unwrap()),
+            Some("roots/list") => {
+                client.send(json!({"jsonrpc": "2.0", "id": message["id"], "result": {"roots": []}}));
+            }
+            _ => break message,
+        }
+    };
+    assert_eq!(answer["id"], call, "{answer}");
+    assert_eq!(text(&answer), "counted twice", "{answer}");
+    assert_eq!(progress, [0.5], "the second round's 0.25 was sent after the first's 0.5");
+}
+
 #[test]
 fn a_client_that_never_answers_is_stopped_by_the_calls_timeout() {
     let setup = Setup::new("never-answers-stdio");

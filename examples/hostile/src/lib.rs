@@ -46,6 +46,9 @@
 //!   when told.
 //! - `ask_then_spin()` asks once, then spins forever (never checking for a stop) in the
 //!   round that brings the answer, leaving the note `asked`.
+//! - `progress_then_ask()` reports progress 0.5 of 1, asks for roots, and in the round
+//!   that brings the answer counts again from nothing (0.25 of 1), each report left
+//!   300 ms to be sent: a host that forwards each round's progress would send it falling.
 //!
 //! - `relist(extra, times)` makes its tool list carry one more tool, `extra`, and its
 //!   resource list the resource `hostile://extra/<extra>` (neither when empty; `!panic`:
@@ -576,6 +579,11 @@ impl Plugin for Hostile {
                 ask,
             ),
             Tool::asking(&named("ask_then_spin"), "Asks once, then spins forever.", ask_then_spin),
+            Tool::asking(
+                &named("progress_then_ask"),
+                "Reports progress, asks once, and counts again from nothing.",
+                progress_then_ask,
+            ),
             Tool::new(&named("relist"), "Adds a tool to its list (through /data/extra) and says so.", relist),
         ];
         if !extra_tool.is_empty() {
@@ -664,6 +672,19 @@ fn ask_then_spin(_: Nothing, round: &Round) -> Result<Reply<String>, ToolError> 
     }
     cordon_guest::set_cleanup_note(b"asked");
     spin()
+}
+
+fn progress_then_ask(_: Nothing, round: &Round) -> Result<Reply<String>, ToolError> {
+    // Each report is given time to be sent before the round ends.
+    let settle = std::time::Duration::from_millis(300);
+    if round.response("roots").is_none() {
+        cordon_guest::progress(0.5, Some(1.0), "before asking");
+        std::thread::sleep(settle);
+        return Ok(Ask::new().list_roots("roots").into());
+    }
+    cordon_guest::progress(0.25, Some(1.0), "after asking");
+    std::thread::sleep(settle);
+    Ok(Reply::Done("counted twice".into()))
 }
 
 /// Leaves the cleanup note `<what> <label>` and (granted `/data`) the file
