@@ -75,8 +75,11 @@ pub(super) struct Asked {
     /// Each answer comes with the charge its message was admitted under, held until the
     /// call is done waiting: a client could otherwise answer all but one of a call's
     /// requests with megabytes each and hold them, uncharged, for the call's whole life.
-    waiting: HashMap<RequestId, oneshot::Sender<(Result<Value, PeerError>, Charge)>>,
+    waiting: HashMap<RequestId, oneshot::Sender<ChargedAnswer>>,
 }
+
+/// A client's answer to a request of ours, and the charge its message was admitted under.
+type ChargedAnswer = (Result<Value, PeerError>, Charge);
 
 /// Takes a call's request ids out of the table when it stops waiting, answered or not.
 struct Waiting<'c> {
