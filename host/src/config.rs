@@ -43,8 +43,8 @@
 //!                                # connection idle this long is closed
 //! linger_ms = 5000               # after a refusal that left the body unread, read and
 //! linger_kb = 16384              # discard at most this much before closing
-//! write_timeout_ms = 30000       # a connection whose client takes no bytes of an answer
-//!                                # for this long is closed
+//! write_timeout_ms = 30000       # a connection whose client takes less than 64 KiB of
+//!                                # an answer in this long, writes waiting, is closed
 //! allowed_hosts = ["mcp.internal"]   # besides localhost, 127.0.0.1 and [::1]
 //!
 //! [auth.oauth]                  # HTTP requests need a JWT access token from this issuer

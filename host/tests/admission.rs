@@ -294,6 +294,63 @@ async fn a_clients_answers_stay_charged_while_the_call_waits_for_the_rest() {
     server.shutdown();
 }
 
+/// A client that reads its answer a few bytes at a time would hold the connection, and
+/// the answer charged while it waits, for as long as it likes. Once a write has waited
+/// `write_timeout` (here 1 s) the connection is reset, not closed: on loopback the kernel
+/// had taken most of the 3 MiB answer, and after a plain close it went on trickling out
+/// to the client (913 KB in 30 s, before the reset).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_reading_an_answer_a_trickle_at_a_time_is_closed() {
+    let server = server("trickle").await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let settings = cordon::transport::http::HttpSettings {
+        write_timeout: Duration::from_secs(1),
+        ..cordon::transport::http::HttpSettings::default()
+    };
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let serving = tokio::spawn(cordon::transport::http::serve(
+        server.clone(),
+        listener,
+        settings,
+        async move {
+            let _ = stopped.await;
+        },
+        Duration::from_secs(5),
+    ));
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": {"name": "echo", "arguments": {"text": "x".repeat(3 << 20)}, "_meta": meta()}})
+    .to_string();
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    let mut stream = socket.connect(([127, 0, 0, 1], port).into()).await.unwrap();
+    let head = format!(
+        "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAccept: application/json, text/event-stream\r\n\
+         Content-Type: application/json\r\nMCP-Protocol-Version: 2026-07-28\r\nMcp-Method: tools/call\r\n\
+         Mcp-Name: echo\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    stream.write_all(body.as_bytes()).await.unwrap();
+    // 4 KiB every 100 ms: 40 KiB/s, as a client that never really reads might.
+    let started = Instant::now();
+    let mut taken = 0;
+    let mut chunk = vec![0u8; 4096];
+    loop {
+        match tokio::time::timeout(Duration::from_secs(5), stream.read(&mut chunk)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => break,
+            Ok(Ok(read)) => taken += read,
+            Err(_) => panic!("nothing to read for 5 s after {taken} bytes"),
+        }
+        assert!(started.elapsed() < Duration::from_secs(30), "still served after {taken} bytes");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(taken < 3 << 20, "the whole answer was read: {taken} bytes");
+    all_released(&server).await;
+    let _ = stop.send(());
+    serving.await.unwrap().unwrap();
+}
+
 /// A `Content-Length` is a promise, not bytes: heads announcing the largest body a
 /// request may have (4 MiB) and sending none of it hold a few KiB of the bound each, so
 /// that twice the bound's worth of them does not lock other clients out for the body

@@ -37,8 +37,8 @@
 //! **Clients that stop reading.** A client may send requests and never read the answers
 //! (pipelined refusals, a large result, an SSE stream): the answer then waits in the
 //! socket, and hyper with it, holding the connection's slot and what the answer holds, with
-//! no read deadline running. A write that makes no progress for `write_timeout` fails
-//! ([`Socket`]), and hyper closes the connection. A client that reads a byte now and then
+//! no read deadline running. A write left waiting for `write_timeout` by a client that
+//! took less than 64 KiB meanwhile fails ([`Socket`]), and hyper closes the connection. A client that reads a byte now and then
 //! makes progress, so an answer of 4 KiB or more stays charged to the admission ledger
 //! until its last byte is written ([`AnswerCharges`]): such clients make new requests
 //! wait, not the server's memory grow past its bound.
@@ -1242,8 +1242,10 @@ fn busy(mut response: HttpResponse) -> HttpResponse {
 /// discarded, within a time and a byte bound, so that closing does not reset the
 /// connection under an answer the client has not read yet.
 ///
-/// A write (or flush) that the client leaves waiting for `write_timeout`, taking no byte
-/// of it, fails with `TimedOut`; any progress starts the wait afresh.
+/// A write (or flush) that the client leaves waiting for `write_timeout` fails with
+/// `TimedOut`, unless the client took at least [`MIN_BYTES_PER_WRITE_TIMEOUT`] meanwhile:
+/// only that much progress starts the wait afresh. A client reading a few bytes now and
+/// then would otherwise hold its connection, and the answer waiting in it, for hours.
 struct Socket {
     stream: TcpStream,
     unread_body: Arc<AtomicBool>,
@@ -1253,7 +1255,13 @@ struct Socket {
     write_timeout: Duration,
     /// Running while a write waits on the client.
     write_stalled: Option<Pin<Box<tokio::time::Sleep>>>,
+    /// Bytes the client took since the wait began.
+    taken_while_stalled: usize,
 }
+
+/// What a client must take of an answer within each `write_timeout` while its writes wait
+/// on it: 64 KiB (about 2 KiB/s at the default 30 s), far below any client that reads.
+const MIN_BYTES_PER_WRITE_TIMEOUT: usize = 64 << 10;
 
 struct Linger {
     deadline: Pin<Box<tokio::time::Sleep>>,
@@ -1271,25 +1279,51 @@ impl Socket {
             linger_bytes: settings.linger_bytes,
             write_timeout: settings.write_timeout,
             write_stalled: None,
+            taken_while_stalled: 0,
         }
     }
 
-    /// `write` on the stream, failing once it has waited `write_timeout` for the client.
+    /// `write` on the stream, failing once it has waited `write_timeout` for a client that
+    /// took less than [`MIN_BYTES_PER_WRITE_TIMEOUT`] meanwhile. `taken` says how many
+    /// bytes a finished write moved (`None`: everything is out, as after a flush).
     fn bounded<T>(
         &mut self,
         cx: &mut Context<'_>,
         write: impl FnOnce(Pin<&mut TcpStream>, &mut Context<'_>) -> Poll<std::io::Result<T>>,
+        taken: impl FnOnce(&T) -> Option<usize>,
     ) -> Poll<std::io::Result<T>> {
         if let Poll::Ready(result) = write(Pin::new(&mut self.stream), cx) {
-            self.write_stalled = None;
+            let moved = result.as_ref().ok().and_then(taken);
+            match moved {
+                Some(bytes) if self.write_stalled.is_some() => {
+                    self.taken_while_stalled += bytes;
+                    if self.taken_while_stalled >= MIN_BYTES_PER_WRITE_TIMEOUT {
+                        self.write_stalled = None;
+                        self.taken_while_stalled = 0;
+                    }
+                }
+                Some(_) => {}
+                None => {
+                    self.write_stalled = None;
+                    self.taken_while_stalled = 0;
+                }
+            }
             return Poll::Ready(result);
         }
         let timeout = self.write_timeout;
         let stalled = self.write_stalled.get_or_insert_with(|| Box::pin(tokio::time::sleep(timeout)));
         ready!(stalled.as_mut().poll(cx));
+        // Reset, not closed: what the kernel still queues for this client (megabytes, on
+        // a fast link) would otherwise trickle out to it after the close.
+        if let Err(error) = self.stream.set_zero_linger() {
+            tracing::debug!("could not reset a stalled connection: {error}");
+        }
         Poll::Ready(Err(std::io::Error::new(
             std::io::ErrorKind::TimedOut,
-            format!("the client took nothing of an answer for {timeout:?}"),
+            format!(
+                "the client took {} bytes of an answer in {timeout:?}, less than {MIN_BYTES_PER_WRITE_TIMEOUT}",
+                self.taken_while_stalled
+            ),
         )))
     }
 }
@@ -1310,7 +1344,7 @@ impl AsyncWrite for Socket {
         cx: &mut Context<'_>,
         bytes: &[u8],
     ) -> Poll<std::io::Result<usize>> {
-        self.bounded(cx, |stream, cx| stream.poll_write(cx, bytes))
+        self.bounded(cx, |stream, cx| stream.poll_write(cx, bytes), |written| Some(*written))
     }
 
     fn poll_write_vectored(
@@ -1318,7 +1352,7 @@ impl AsyncWrite for Socket {
         cx: &mut Context<'_>,
         bufs: &[std::io::IoSlice<'_>],
     ) -> Poll<std::io::Result<usize>> {
-        self.bounded(cx, |stream, cx| stream.poll_write_vectored(cx, bufs))
+        self.bounded(cx, |stream, cx| stream.poll_write_vectored(cx, bufs), |written| Some(*written))
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -1326,7 +1360,7 @@ impl AsyncWrite for Socket {
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        self.bounded(cx, |stream, cx| stream.poll_flush(cx))
+        self.bounded(cx, |stream, cx| stream.poll_flush(cx), |()| None)
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
