@@ -453,11 +453,15 @@ pub enum ListenHolder {
     Address(std::net::IpAddr),
 }
 
-/// The share of the listen streams one holder may keep: an eighth. A stream costs its
-/// holder nothing to keep open (nothing need be read), so without it one client could
-/// take every stream and lock everyone else out of list changes.
-fn holder_share(limit: usize) -> usize {
-    (limit / 8).max(1)
+/// The share of the listen streams one holder may keep: an eighth for a caller, half for
+/// an address (behind a proxy, every client without credentials has the proxy's). A
+/// stream costs its holder nothing to keep open (nothing need be read), so without a
+/// share one client could take every stream and lock everyone else out of list changes.
+fn holder_share(holder: &ListenHolder, limit: usize) -> usize {
+    match holder {
+        ListenHolder::Caller(_) => (limit / 8).max(1),
+        ListenHolder::Address(_) => (limit / 2).max(1),
+    }
 }
 
 /// One open `subscriptions/listen` stream, counted against the server's bound
@@ -485,7 +489,7 @@ impl ListenSlot {
         // Each bound taken is given back by the slot's drop, a refusal's included.
         let mut slot = Self { server: server.clone(), holder: None, counted: false, tenant: None };
         if let Some(holder) = holder {
-            let share = holder_share(limit);
+            let share = holder_share(&holder, limit);
             let mut held = server.listen_holders.lock().unwrap();
             let count = held.entry(holder.clone()).or_default();
             if *count >= share {
@@ -1423,7 +1427,9 @@ impl Connection {
         let unsent = (progress_pending || progress.has_changed().unwrap_or(false))
             .then(|| progress.borrow_and_update().clone())
             .flatten();
-        if let (Some(token), Some(latest)) = (&token, unsent) {
+        if let (Some(token), Some(latest)) = (&token, unsent)
+            && progress_sent.advance(latest.done)
+        {
             out.send(Outgoing::Notification(progress_notification(token, latest))).await;
         }
         if revision == Revision::R2025_11_25

@@ -691,11 +691,12 @@ async fn one_tenant_of_two_holds_at_most_half_the_listen_streams() {
     server.shutdown();
 }
 
-/// One client keeps at most an eighth of the listen streams: a stream costs it nothing to
+/// One client keeps at most a share of the listen streams: a stream costs it nothing to
 /// keep (nothing need be read), so without a share one client could lock everyone else
-/// out. Without credentials a client is its address; with them, its caller.
+/// out. With credentials a client is its caller, and keeps an eighth; without, it is its
+/// address, and keeps half (behind a proxy, all such clients share one address).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn one_client_holds_at_most_an_eighth_of_the_listen_streams() {
+async fn one_client_holds_at_most_its_share_of_the_listen_streams() {
     let limits = ServerLimits { max_listen_streams: 16, ..LIMITS };
     let server = Server::with_limits(runtime("listen-holder").await, Duration::from_millis(10), limits);
     let from = |address: [u8; 4], caller: Option<&str>| {
@@ -721,15 +722,20 @@ async fn one_client_holds_at_most_an_eighth_of_the_listen_streams() {
         }
     };
     let (first, again) = (from([127, 0, 0, 1], None), from([127, 0, 0, 1], None));
-    for id in [1, 2] {
+    for id in 1..=8 {
         answer_to(&first, id).await.unwrap();
     }
-    let refused = answer_to(&first, 3).await.unwrap_err();
+    let refused = answer_to(&first, 9).await.unwrap_err();
+    assert!(refused.contains("this client has 8 subscriptions/listen streams open"), "{refused}");
+    assert!(answer_to(&again, 10).await.is_err(), "another connection from the same address");
+    answer_to(&from([127, 0, 0, 2], None), 11).await.unwrap();
+    // A caller is itself, wherever it connects from, and keeps an eighth.
+    let alice = from([127, 0, 0, 1], Some("alice"));
+    for id in [12, 13] {
+        answer_to(&alice, id).await.unwrap();
+    }
+    let refused = answer_to(&alice, 14).await.unwrap_err();
     assert!(refused.contains("this client has 2 subscriptions/listen streams open"), "{refused}");
-    assert!(answer_to(&again, 4).await.is_err(), "another connection from the same address");
-    answer_to(&from([127, 0, 0, 2], None), 5).await.unwrap();
-    // A caller is itself, wherever it connects from.
-    answer_to(&from([127, 0, 0, 1], Some("alice")), 6).await.unwrap();
     server.shutdown();
 }
 

@@ -752,7 +752,7 @@ fn a_legacy_get_stream_holds_a_listen_slot_and_ends_with_its_session() {
 
 /// On an open server a client is its address: ten thousand 2025-era initializes from one
 /// address (the server's cap on sessions) close that address's own oldest sessions, at
-/// most a thousand kept, never another client's.
+/// most half the table kept, never another client's.
 #[test]
 fn one_address_cannot_close_another_clients_sessions() {
     let server = Server::start("http-session-owners");

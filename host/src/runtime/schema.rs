@@ -173,15 +173,18 @@ impl Schema {
         if threads.abandoned.load(Ordering::Relaxed) >= MAX_CHECK_THREADS {
             return Check::Unchecked("every thread for costly checks is held by checks that ran over".into());
         }
-        let deadline = tokio::time::Instant::now() + budget;
+        // Waiting for a thread is bounded apart from the check's own budget, and running
+        // out of it marks nothing: a schema is judged by its own checks, not by how busy
+        // the other schemas kept the threads.
         let permits = async {
             let schema_permit = self.checker.clone().acquire_owned().await?;
             let thread_permit = threads.threads.clone().acquire_owned().await?;
             Ok::<_, tokio::sync::AcquireError>((schema_permit, thread_permit))
         };
-        let Ok(Ok(permits)) = tokio::time::timeout_at(deadline, permits).await else {
+        let Ok(Ok(permits)) = tokio::time::timeout(budget, permits).await else {
             return Check::Unchecked(format!("other costly checks took all of {budget:?}"));
         };
+        let deadline = tokio::time::Instant::now() + budget;
         if self.overran.load(Ordering::Relaxed) {
             return overran();
         }
@@ -195,7 +198,7 @@ impl Schema {
             let check = check(&validator, &owned);
             if thread_state.compare_exchange(RUNNING, FINISHED, Ordering::AcqRel, Ordering::Acquire).is_err()
             {
-                abandoned.fetch_sub(1, Ordering::Relaxed);
+                abandoned.fetch_sub(1, Ordering::AcqRel);
             }
             drop(permits);
             let _ = answer.send(check);
@@ -212,9 +215,14 @@ impl Schema {
                 Err(_elapsed) => {
                     flag.store(true, Ordering::Relaxed);
                     threads.remember_overrun(digest);
-                    if state.compare_exchange(RUNNING, ABANDONED, Ordering::AcqRel, Ordering::Acquire).is_ok()
+                    // Counted before it is marked, so that a thread finishing in between
+                    // (which then takes one off) never takes the count below zero.
+                    threads.abandoned.fetch_add(1, Ordering::AcqRel);
+                    if state
+                        .compare_exchange(RUNNING, ABANDONED, Ordering::AcqRel, Ordering::Acquire)
+                        .is_err()
                     {
-                        threads.abandoned.fetch_add(1, Ordering::Relaxed);
+                        threads.abandoned.fetch_sub(1, Ordering::AcqRel);
                     }
                     tracing::warn!(
                         "a schema check ran past {budget:?}: its thread is abandoned, and the schema refuses every further check"

@@ -68,8 +68,8 @@ use super::tls::Tls;
 use crate::auth::oauth::{Claims, TokenError, Validator};
 use crate::auth::{self, AuthError, Caller, Tenant, TenantId};
 use crate::dispatch::{
-    Admitted, Charge, Connection, NotFollowed, Outbox, RETRY_AFTER_SECONDS, RateCheck, Refusal, Server,
-    rate_limited,
+    Admitted, Charge, Connection, NotFollowed, Outbox, RETRY_AFTER_SECONDS, RateCheck, Refusal,
+    SMALL_UNCHARGED_BYTES, Server, rate_limited,
 };
 use crate::protocol::jsonrpc::{
     self, HEADER_MISMATCH, INVALID_REQUEST, Incoming, Outgoing, RequestId, RpcError,
@@ -209,9 +209,13 @@ const SESSION_SWEEP_EVERY: Duration = Duration::from_secs(1);
 
 const SESSION_IDLE: Duration = Duration::from_secs(3600);
 const MAX_SESSIONS: usize = 10_000;
-/// Sessions one owner (a tenant; without tenants, a caller; without credentials, an
-/// address) may hold: one more closes its own oldest, never another's.
+/// Sessions one owner (a tenant; without tenants, a caller) may hold: one more closes its
+/// own oldest, never another's.
 const MAX_SESSIONS_PER_TENANT: usize = 1_000;
+/// Sessions opened without credentials from one address may hold: half the table (behind
+/// a proxy, every such client has the proxy's address), so that one address's
+/// initializes can never close the other half.
+const MAX_SESSIONS_PER_ADDRESS: usize = MAX_SESSIONS / 2;
 
 /// Whose sessions count together against [`MAX_SESSIONS_PER_TENANT`]: a tenant's or,
 /// without tenants (OAuth's one implicit tenant), a caller's (a token's subject), or with
@@ -305,7 +309,11 @@ impl Sessions {
         if live.len() >= MAX_SESSIONS_PER_TENANT.min(MAX_SESSIONS) {
             let sessions = live.iter().map(|(id, (session, used))| (id, SessionOwner::of(session), *used));
             let owner = SessionOwner::of(&connection);
-            let closing = session_to_close(sessions, owner, MAX_SESSIONS, MAX_SESSIONS_PER_TENANT).cloned();
+            let per_owner = match owner {
+                Some(SessionOwner::Address(_)) => MAX_SESSIONS_PER_ADDRESS,
+                _ => MAX_SESSIONS_PER_TENANT,
+            };
+            let closing = session_to_close(sessions, owner, MAX_SESSIONS, per_owner).cloned();
             if let Some((closed, _)) = closing.and_then(|closing| live.remove(&closing)) {
                 closed.end_session();
             }
@@ -1180,7 +1188,13 @@ async fn read_body(
         // that a `Content-Length` promising megabytes holds no more than this while its
         // bytes do not come (a client could otherwise fill the server's bound with heads).
         let upfront = (announced as usize).min(UPFRONT_BODY_BYTES);
-        if !charge.grow(upfront) {
+        // A small body is read even when the bound is spent: it may be a cancel or a
+        // client's answer, which admission lets in uncharged (`Server::admit_for`); a
+        // request among them is refused there.
+        let small = |len: usize| {
+            announced > 0 && announced <= SMALL_UNCHARGED_BYTES as u64 && len <= SMALL_UNCHARGED_BYTES
+        };
+        if !charge.grow(upfront) && !small(upfront) {
             return Err(BodyError::Busy(charge.tenant_share_full(upfront)));
         }
         buffer.reserve_exact(upfront);
@@ -1191,7 +1205,7 @@ async fn read_body(
             }
             buffer.reserve(data.len());
             let more = buffer.capacity().saturating_sub(charge.bytes());
-            if !charge.grow(more) {
+            if !charge.grow(more) && !small(buffer.len() + data.len()) {
                 return Err(BodyError::Busy(charge.tenant_share_full(more)));
             }
             buffer.extend_from_slice(&data);
@@ -1257,6 +1271,8 @@ struct Socket {
     write_stalled: Option<Pin<Box<tokio::time::Sleep>>>,
     /// Bytes the client took since the wait began.
     taken_while_stalled: usize,
+    /// Whether everything written so far is out (the last flush finished).
+    drained: bool,
 }
 
 /// What a client must take of an answer within each `write_timeout` while its writes wait
@@ -1280,6 +1296,7 @@ impl Socket {
             write_timeout: settings.write_timeout,
             write_stalled: None,
             taken_while_stalled: 0,
+            drained: true,
         }
     }
 
@@ -1303,12 +1320,16 @@ impl Socket {
                     }
                 }
                 Some(_) => {}
-                None => {
-                    self.write_stalled = None;
-                    self.taken_while_stalled = 0;
-                }
+                // Everything written is out (hyper flushes only then): the next wait is
+                // for another answer, and starts a window of its own. Not cleared here,
+                // or a flush after each small piece would restart the window forever.
+                None => self.drained = true,
             }
             return Poll::Ready(result);
+        }
+        if std::mem::take(&mut self.drained) {
+            self.write_stalled = None;
+            self.taken_while_stalled = 0;
         }
         let timeout = self.write_timeout;
         let stalled = self.write_stalled.get_or_insert_with(|| Box::pin(tokio::time::sleep(timeout)));
