@@ -185,6 +185,23 @@ async fn serve_http(server: &Arc<Server>) -> Serving {
     Serving { port, stop, serving }
 }
 
+/// POST `body` (a `tools/call` of `echo`) from a socket whose receive buffer is 4 KiB, so
+/// that what it does not read waits in the server; the stream, nothing read.
+async fn post_echo_reading_little(port: u16, body: &str) -> tokio::net::TcpStream {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    let mut stream = socket.connect(([127, 0, 0, 1], port).into()).await.unwrap();
+    let head = format!(
+        "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAccept: application/json, text/event-stream\r\n\
+         Content-Type: application/json\r\nMCP-Protocol-Version: 2026-07-28\r\nMcp-Method: tools/call\r\n\
+         Mcp-Name: echo\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    stream.write_all(body.as_bytes()).await.unwrap();
+    stream
+}
+
 /// An answer waiting for a client that does not read it is held in this server's memory:
 /// it stays charged to the bound until written, so that thousands of such clients make new
 /// requests wait instead of holding gigabytes the bound never saw.
@@ -212,18 +229,7 @@ async fn answers_a_client_does_not_read_stay_charged_until_written() {
     .to_string();
     let mut unread = Vec::new();
     for _ in 0..CLIENTS {
-        let socket = tokio::net::TcpSocket::new_v4().unwrap();
-        socket.set_recv_buffer_size(4096).unwrap();
-        let mut stream = socket.connect(([127, 0, 0, 1], port).into()).await.unwrap();
-        let head = format!(
-            "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAccept: application/json, text/event-stream\r\n\
-             Content-Type: application/json\r\nMCP-Protocol-Version: 2026-07-28\r\nMcp-Method: tools/call\r\n\
-             Mcp-Name: echo\r\nContent-Length: {}\r\n\r\n",
-            body.len()
-        );
-        stream.write_all(head.as_bytes()).await.unwrap();
-        stream.write_all(body.as_bytes()).await.unwrap();
-        unread.push(stream);
+        unread.push(post_echo_reading_little(port, &body).await);
     }
     // Every call answered (its request's charge given back); most of each answer unread.
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -321,17 +327,7 @@ async fn a_client_reading_an_answer_a_trickle_at_a_time_is_closed() {
     let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
         "params": {"name": "echo", "arguments": {"text": "x".repeat(3 << 20)}, "_meta": meta()}})
     .to_string();
-    let socket = tokio::net::TcpSocket::new_v4().unwrap();
-    socket.set_recv_buffer_size(4096).unwrap();
-    let mut stream = socket.connect(([127, 0, 0, 1], port).into()).await.unwrap();
-    let head = format!(
-        "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAccept: application/json, text/event-stream\r\n\
-         Content-Type: application/json\r\nMCP-Protocol-Version: 2026-07-28\r\nMcp-Method: tools/call\r\n\
-         Mcp-Name: echo\r\nContent-Length: {}\r\n\r\n",
-        body.len()
-    );
-    stream.write_all(head.as_bytes()).await.unwrap();
-    stream.write_all(body.as_bytes()).await.unwrap();
+    let mut stream = post_echo_reading_little(port, &body).await;
     // 4 KiB every 100 ms: 40 KiB/s, as a client that never really reads might.
     let started = Instant::now();
     let mut taken = 0;
