@@ -177,6 +177,64 @@ async fn two_components_offering_the_same_resource_template_or_prompt_are_refuse
     assert_eq!(loaded, ["first", "twin"]);
 }
 
+/// A read goes to one component, so a template of one may not match what another's
+/// template or resource list serves: with `{kind}` in place of `spin`, a copy of the
+/// hostile component would take the first's reads. Each overlap is refused at load, in
+/// either order, naming both sides and a URI they share; a template that shares none
+/// loads beside it.
+#[tokio::test]
+async fn a_template_that_could_take_another_components_reads_is_refused() {
+    let copy = |template: &str| {
+        let environment = vec![
+            ("HOSTILE_PREFIX".into(), "twin_".into()),
+            ("HOSTILE_RENAMED".into(), "tools,resources,prompts".into()),
+            ("HOSTILE_TEMPLATE".into(), template.into()),
+        ];
+        ComponentOptions {
+            environment: Environment::new(environment).unwrap(),
+            ..ComponentOptions::default()
+        }
+    };
+    let mut runtime = Runtime::new(settings(4)).unwrap();
+    runtime.load_named_file("first", &hostile(), ComponentOptions::default()).await.unwrap();
+    for (template, clash) in [
+        (
+            "hostile://{kind}/{label}",
+            r#"resource template "hostile://{kind}/{label}" overlaps resource template "hostile://spin/{label}" of component first: both match "hostile://spin/x""#,
+        ),
+        (
+            "{scheme}://{host}/{label}",
+            r#"overlaps resource template "hostile://spin/{label}" of component first"#,
+        ),
+        (
+            "hostile://item/{n}",
+            r#"resource template "hostile://item/{n}" matches resource "hostile://item/0" of component first"#,
+        ),
+    ] {
+        let error =
+            runtime.load_named_file("twin", &hostile(), copy(template)).await.unwrap_err().to_string();
+        assert!(error.contains(clash), "{template}: {error}");
+        let loaded: Vec<String> = runtime.snapshot().component_names().map(str::to_owned).collect();
+        assert_eq!(loaded, ["first"], "{template}");
+    }
+    // The other way round: the first's resources meet a template loaded before them.
+    let mut runtime = Runtime::new(settings(4)).unwrap();
+    runtime.load_named_file("twin", &hostile(), copy("hostile://item/{n}")).await.unwrap();
+    let error = runtime.load_named_file("first", &hostile(), ComponentOptions::default()).await.unwrap_err();
+    assert!(
+        error.to_string().contains(
+            r#"resource "hostile://item/0" matches resource template "hostile://item/{n}" of component twin"#
+        ),
+        "{error}"
+    );
+    // Sharing no URI, it loads.
+    let mut runtime = Runtime::new(settings(4)).unwrap();
+    runtime.load_named_file("first", &hostile(), ComponentOptions::default()).await.unwrap();
+    runtime.load_named_file("twin", &hostile(), copy("hostile://{kind}/{label}/more")).await.unwrap();
+    let loaded: Vec<String> = runtime.snapshot().component_names().map(str::to_owned).collect();
+    assert_eq!(loaded, ["first", "twin"]);
+}
+
 /// `load_all` (what `serve` and `check` load a config with) compiles ahead of the
 /// component it loads, yet loads in order: a clash names the earlier component, every
 /// component is tried, and the failures come back in the config's order.

@@ -19,7 +19,7 @@
 use std::fmt;
 
 mod template;
-pub use template::UriTemplate;
+pub use template::{MAX_TEMPLATE_BYTES, Overlap, UriTemplate};
 
 use serde_json::Value;
 

@@ -60,7 +60,8 @@
 //!   (comma-separated; `tools` when unset): tools become `<prefix><name>`, resources
 //!   `hostile://<prefix>item/<n>`, the template `hostile://<prefix>spin/{label}`, the prompt
 //!   `<prefix>spin`. A second copy of the component, given a prefix, offers its own names
-//!   for those and the first's for the rest.
+//!   for those and the first's for the rest. `HOSTILE_TEMPLATE`, when set, is the
+//!   template's URI template in place of that.
 //!
 //! - the resource template `hostile://spin/{label}` spins forever when read (it leaves the
 //!   cleanup note `reading <label>` and, granted `/data`, the file `/data/reading-<label>`
@@ -614,7 +615,8 @@ impl Plugin for Hostile {
     fn resource_templates() -> Vec<ResourceTemplate> {
         vec![
             ResourceTemplate::new(
-                &format!("hostile://{}spin/{{label}}", prefix_of("templates")),
+                &std::env::var("HOSTILE_TEMPLATE")
+                    .unwrap_or_else(|_| format!("hostile://{}spin/{{label}}", prefix_of("templates"))),
                 "spin",
                 |found| spin_leaving("reading", found.get("label").unwrap_or_default()),
             )

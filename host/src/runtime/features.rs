@@ -177,6 +177,16 @@ impl Template {
     pub fn matches(&self, uri: &str) -> bool {
         self.parsed.match_uri(uri).is_some()
     }
+
+    /// How many `/`-separated segments each of its URIs has.
+    pub(crate) fn segments(&self) -> usize {
+        self.parsed.segments()
+    }
+
+    /// Whether a URI could match both it and `other` ([`cordon_rules::UriTemplate::overlap`]).
+    pub(crate) fn overlap(&self, other: &Self, budget: &mut u64) -> cordon_rules::Overlap {
+        self.parsed.overlap(&other.parsed, budget)
+    }
 }
 
 /// What a client asks a component for, besides a tool call.

@@ -18,8 +18,19 @@
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
+use cordon_rules::Overlap;
+
 use super::component::{LoadError, LoadedComponent, ToolSpec};
 use super::limits::ToolLimits;
+
+/// The most steps one component's resources and templates may take to compare with the
+/// other components' ([`ToolSet::overlap_clash`]): about 0.1 s. Real sets take thousands.
+pub const OVERLAP_BUDGET: u64 = 20_000_000;
+
+/// How many `/`-separated segments `uri` has.
+fn uri_segments(uri: &str) -> usize {
+    uri.matches('/').count() + 1
+}
 
 /// The loaded components and their tools, as one immutable snapshot.
 ///
@@ -39,6 +50,11 @@ pub struct ToolSet {
     resources: HashMap<String, usize>,
     templates: HashMap<String, usize>,
     prompts: HashMap<String, usize>,
+    /// Segment count → (component, index in its list) of each template and each resource
+    /// URI with that many `/`-separated segments: only those can match one URI together
+    /// ([`Self::overlap_clash`]).
+    template_shapes: HashMap<usize, Vec<(usize, usize)>>,
+    resource_shapes: HashMap<usize, Vec<(usize, usize)>>,
     /// Counts the swaps: two snapshots of one generation are the same set.
     generation: u64,
 }
@@ -69,11 +85,13 @@ impl ToolSet {
             self.tools.insert(tool.name.clone(), index);
         }
         let offered = &component.offered;
-        for resource in &offered.resources {
+        for (at, resource) in offered.resources.iter().enumerate() {
             self.resources.entry(resource.uri.clone()).or_insert(index);
+            self.resource_shapes.entry(uri_segments(&resource.uri)).or_default().push((index, at));
         }
-        for template in &offered.templates {
+        for (at, template) in offered.templates.iter().enumerate() {
             self.templates.entry(template.info.uri_template.clone()).or_insert(index);
+            self.template_shapes.entry(template.segments()).or_default().push((index, at));
         }
         for prompt in &offered.prompts {
             self.prompts.entry(prompt.name.clone()).or_insert(index);
@@ -100,7 +118,7 @@ impl ToolSet {
             Some(&self.components[*map.get(key)?]).filter(|other| other.name != component.name)
         };
         let offered = &component.offered;
-        let (what, name, other) = (offered.resources.iter())
+        let clash = (offered.resources.iter())
             .find_map(|resource| Some(("resource", &resource.uri, other(&self.resources, &resource.uri)?)))
             .or_else(|| {
                 offered.templates.iter().find_map(|template| {
@@ -111,8 +129,94 @@ impl ToolSet {
             .or_else(|| {
                 (offered.prompts.iter())
                     .find_map(|prompt| Some(("prompt", &prompt.name, other(&self.prompts, &prompt.name)?)))
-            })?;
-        Some(LoadError::new(origin, format!("{what} {name:?} is also offered by component {}", other.name)))
+            });
+        match clash {
+            Some((what, name, other)) => Some(LoadError::new(
+                origin,
+                format!("{what} {name:?} is also offered by component {}", other.name),
+            )),
+            None => self.overlap_clash(component).map(|why| LoadError::new(origin, why)),
+        }
+    }
+
+    /// Why `component` cannot join: one of its templates could match a URI another
+    /// component's template or resource list serves, or one of its resources matches
+    /// another's template. Reads are routed to one component, so with such an overlap
+    /// the first loaded would take reads meant for the other (a component offering
+    /// `{s}://{h}/{p}` would take every read): refused at load, as a tool name offered
+    /// twice is. Within one component, overlaps are its own business.
+    ///
+    /// Only URIs and templates of as many segments are compared, and the comparisons are
+    /// bounded in all ([`OVERLAP_BUDGET`] steps): a component whose lists take more to
+    /// compare is refused rather than let the load (or a relist) take seconds.
+    fn overlap_clash(&self, component: &LoadedComponent) -> Option<String> {
+        let offered = &component.offered;
+        let mut budget = OVERLAP_BUDGET;
+        let too_costly = || {
+            format!(
+                "comparing its resources and resource templates with the other components' took more \
+                 than {OVERLAP_BUDGET} steps; list fewer or shorter templates"
+            )
+        };
+        let others = |shapes, segments| self.others_shaped(shapes, segments, &component.name);
+        for template in &offered.templates {
+            let ours = &template.info.uri_template;
+            for (other, at) in others(&self.template_shapes, template.segments()) {
+                let theirs = &other.offered.templates[at];
+                match template.overlap(theirs, &mut budget) {
+                    Overlap::Disjoint => {}
+                    Overlap::Common(uri) => {
+                        return Some(format!(
+                            "resource template {ours:?} overlaps resource template {:?} of component {}: \
+                             both match {uri:?}",
+                            theirs.info.uri_template, other.name
+                        ));
+                    }
+                    Overlap::Undecided => return Some(too_costly()),
+                }
+            }
+            for (other, at) in others(&self.resource_shapes, template.segments()) {
+                let uri = &other.offered.resources[at].uri;
+                let Some(left) = budget.checked_sub(uri.len() as u64 + 1) else { return Some(too_costly()) };
+                budget = left;
+                if template.matches(uri) {
+                    return Some(format!(
+                        "resource template {ours:?} matches resource {uri:?} of component {}",
+                        other.name
+                    ));
+                }
+            }
+        }
+        for resource in &offered.resources {
+            let uri = &resource.uri;
+            for (other, at) in others(&self.template_shapes, uri_segments(uri)) {
+                let Some(left) = budget.checked_sub(uri.len() as u64 + 1) else { return Some(too_costly()) };
+                budget = left;
+                let theirs = &other.offered.templates[at];
+                if theirs.matches(uri) {
+                    return Some(format!(
+                        "resource {uri:?} matches resource template {:?} of component {}",
+                        theirs.info.uri_template, other.name
+                    ));
+                }
+            }
+        }
+        None
+    }
+
+    /// The entries of `shapes` with `segments` segments, with their component, except
+    /// those of the component called `name`.
+    fn others_shaped<'a>(
+        &'a self,
+        shapes: &'a HashMap<usize, Vec<(usize, usize)>>,
+        segments: usize,
+        name: &'a str,
+    ) -> impl Iterator<Item = (&'a Arc<LoadedComponent>, usize)> {
+        let entries = shapes.get(&segments).map(Vec::as_slice).unwrap_or_default();
+        entries.iter().filter_map(move |&(index, at)| {
+            let other = &self.components[index];
+            (*other.name != *name).then_some((other, at))
+        })
     }
 
     /// The components `view` sees, in load order.
@@ -163,8 +267,8 @@ impl ToolSet {
         })
     }
 
-    /// The component that serves `uri`: the one listing it, else the first whose template
-    /// it matches.
+    /// The component that serves `uri`: the one listing it, else the one whose template it
+    /// matches (one at most: [`Self::overlap_clash`]).
     pub(crate) fn resource_owner(
         &self,
         view: Option<&TenantView>,
