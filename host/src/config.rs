@@ -18,7 +18,8 @@
 //!                                # messages at their estimated size in memory); over
 //!                                # it a request is refused at once
 //!                                # (HTTP 503 + Retry-After; stdio: a -32603 error);
-//!                                # with two tenants or more, one tenant's hold at most half
+//!                                # with two tenants or more, one tenant's hold at most half;
+//!                                # with fewer, one client's (caller or address) at most half
 //! max_request_cost_kb = 65536    # one parsed message's estimated size; over it: refused
 //!                                # (HTTP 413; stdio: a -32600 error)
 //! max_listen_streams = 1024      # `subscriptions/listen` streams open at once; more are

@@ -52,15 +52,20 @@
 //! read to its last byte answered, against one server-wide bound ([`Admission`]): a parsed
 //! message is charged its estimated size as a [`Value`] ([`crate::protocol::cost`]), not its
 //! length, since 4 MiB of small keys is ten times that once parsed; with more than one
-//! tenant, each one's requests hold at most half the bound. Over the bound a request
+//! tenant, each one's requests hold at most half the bound; with fewer, each client (over
+//! HTTP) half of it ([`admission`]). Over the bound a request
 //! is refused at once ([`Refusal::Busy`]) rather than queued; a message that alone would
 //! cost more than [`ServerLimits::max_request_cost`] is refused ([`Refusal::TooCostly`])
 //! before it is built.
 
+mod admission;
 mod asking;
 mod features;
 mod input;
 pub mod sealed;
+
+use admission::add_within;
+pub use admission::{Admission, Charge, Client, ClientShare, Whose};
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -120,7 +125,7 @@ pub struct Server {
     listens: AtomicUsize,
     max_listen_streams: usize,
     /// Listen streams open per holder (a caller, or without credentials an address).
-    listen_holders: Mutex<HashMap<ListenHolder, usize>>,
+    listen_holders: Mutex<HashMap<Client, usize>>,
     /// Signalled whenever `calls` goes down.
     call_finished: Notify,
     /// The bytes requests hold, from their first byte read to their answer.
@@ -289,13 +294,19 @@ impl Server {
     /// never parsed (a parse fails only at the first bad byte, which may come after
     /// megabytes of values built and uncharged).
     pub fn admit(&self, text: &[u8]) -> Result<Admitted, Refusal> {
-        self.admit_for(text, None)
+        self.admit_for(text, None, None)
     }
 
-    /// [`Server::admit`], charged to `tenant`'s share of the bound too (see
-    /// [`Admission`]); [`Refusal::TenantBusy`] when its share has no room.
-    pub fn admit_for(&self, text: &[u8], tenant: Option<&Tenant>) -> Result<Admitted, Refusal> {
-        let mut charge = self.admission.empty_for(tenant);
+    /// [`Server::admit`], charged to `tenant`'s and `client`'s shares of the bound too (see
+    /// [`Admission`]); [`Refusal::TenantBusy`] or [`Refusal::ClientBusy`] when a share has
+    /// no room.
+    pub fn admit_for(
+        &self,
+        text: &[u8],
+        tenant: Option<&Tenant>,
+        client: Option<&ClientShare>,
+    ) -> Result<Admitted, Refusal> {
+        let mut charge = self.admission.empty_for(tenant, client);
         let estimate = match cost::estimate_or_refuse(text) {
             Ok(estimate) => estimate,
             Err(not_json) => return Ok(Admitted { message: not_json, charge }),
@@ -310,7 +321,7 @@ impl Server {
         // With its text still held (the body, over HTTP), a message that could never fit in
         // what it is charged against, even on an idle server, is too costly, not a reason
         // to try again later.
-        let ceiling = if tenant.is_some() { self.admission.tenant_limit } else { self.admission.limit };
+        let ceiling = self.admission.ceiling(tenant, client);
         if bytes.saturating_add(text.len()) > ceiling {
             return Err(Refusal::TooCostly { id, cost: bytes, limit: ceiling });
         }
@@ -326,9 +337,10 @@ impl Server {
                     return Ok(Admitted { message, charge: self.admission.empty() });
                 }
             }
-            return Err(match charge.tenant_share_full(bytes) {
-                true => Refusal::TenantBusy { id, limit: self.admission.tenant_limit },
-                false => Refusal::Busy { id, limit: self.admission.limit },
+            return Err(match charge.full_share(bytes) {
+                Some(Whose::Tenant) => Refusal::TenantBusy { id, limit: self.admission.tenant_limit() },
+                Some(Whose::Client) => Refusal::ClientBusy { id, limit: ceiling },
+                None => Refusal::Busy { id, limit: self.admission.limit() },
             });
         }
         Ok(Admitted { message: jsonrpc::parse(text), charge })
@@ -355,12 +367,19 @@ pub enum Refusal {
         "the server is busy for this tenant: its requests waiting or running hold {limit} bytes, its share of the server's limit"
     )]
     TenantBusy { id: Option<RequestId>, limit: usize },
+    #[error(
+        "the server is busy for this client: its requests waiting or running and its answers not yet read hold {limit} bytes, its share of the server's limit"
+    )]
+    ClientBusy { id: Option<RequestId>, limit: usize },
 }
 
 impl Refusal {
     pub fn id(&self) -> Option<&RequestId> {
         match self {
-            Self::TooCostly { id, .. } | Self::Busy { id, .. } | Self::TenantBusy { id, .. } => id.as_ref(),
+            Self::TooCostly { id, .. }
+            | Self::Busy { id, .. }
+            | Self::TenantBusy { id, .. }
+            | Self::ClientBusy { id, .. } => id.as_ref(),
         }
     }
 
@@ -369,7 +388,7 @@ impl Refusal {
     pub fn rpc_error(&self) -> RpcError {
         match self {
             Self::TooCostly { .. } => RpcError::new(INVALID_REQUEST, format!("Invalid Request: {self}")),
-            Self::Busy { .. } | Self::TenantBusy { .. } => {
+            Self::Busy { .. } | Self::TenantBusy { .. } | Self::ClientBusy { .. } => {
                 RpcError::new(INTERNAL_ERROR, format!("Server busy: {self}; try again later"))
                     .with_data(retry_after_seconds())
             }
@@ -390,77 +409,14 @@ pub fn shorten_thread_slice() {
     crate::runtime::engine::shorten_thread_slice();
 }
 
-/// The server-wide ledger of bytes held by requests, against one limit. Cheap to charge:
-/// one atomic add (two for a tenant's request). When the server has more than one tenant,
-/// each tenant's requests hold at most half of it ([`Admission::tenant_limit`]): one
-/// tenant's flood of large requests leaves every other tenant room.
-pub struct Admission {
-    limit: usize,
-    tenant_limit: usize,
-    used: Arc<AtomicUsize>,
-    /// The most ever held at once.
-    peak: Arc<AtomicUsize>,
-}
-
-impl Admission {
-    fn new(limit: usize, tenants: usize) -> Self {
-        let tenant_limit = if tenants > 1 { limit / 2 } else { limit };
-        Self { limit, tenant_limit, used: Arc::default(), peak: Arc::default() }
-    }
-
-    /// The bound on bytes held.
-    pub fn limit(&self) -> usize {
-        self.limit
-    }
-
-    /// The most one tenant's requests may hold.
-    pub fn tenant_limit(&self) -> usize {
-        self.tenant_limit
-    }
-
-    /// Bytes held now.
-    pub fn used(&self) -> usize {
-        self.used.load(Ordering::Acquire)
-    }
-
-    /// The most bytes ever held at once.
-    pub fn peak(&self) -> usize {
-        self.peak.load(Ordering::Acquire)
-    }
-
-    /// A charge of nothing, to grow.
-    pub fn empty(&self) -> Charge {
-        self.empty_for(None)
-    }
-
-    /// A charge of nothing, to grow, counted in `tenant`'s share too.
-    pub fn empty_for(&self, tenant: Option<&Tenant>) -> Charge {
-        Charge {
-            bytes: 0,
-            used: self.used.clone(),
-            peak: self.peak.clone(),
-            limit: self.limit,
-            tenant: tenant.map(|tenant| (tenant.holds.request_bytes.clone(), self.tenant_limit)),
-        }
-    }
-}
-
-/// Who holds a listen stream, for the share of the streams one holder may keep: the
-/// caller its credentials name, or, without any, the address it connects from.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum ListenHolder {
-    Caller(Caller),
-    Address(std::net::IpAddr),
-}
-
 /// The share of the listen streams one holder may keep: an eighth for a caller, half for
 /// an address (behind a proxy, every client without credentials has the proxy's). A
 /// stream costs its holder nothing to keep open (nothing need be read), so without a
 /// share one client could take every stream and lock everyone else out of list changes.
-fn holder_share(holder: &ListenHolder, limit: usize) -> usize {
+fn holder_share(holder: &Client, limit: usize) -> usize {
     match holder {
-        ListenHolder::Caller(_) => (limit / 8).max(1),
-        ListenHolder::Address(_) => (limit / 2).max(1),
+        Client::Caller(_) => (limit / 8).max(1),
+        Client::Address(_) => (limit / 2).max(1),
     }
 }
 
@@ -470,7 +426,7 @@ fn holder_share(holder: &ListenHolder, limit: usize) -> usize {
 /// when dropped.
 struct ListenSlot {
     server: Arc<Server>,
-    holder: Option<ListenHolder>,
+    holder: Option<Client>,
     counted: bool,
     tenant: Option<Arc<Tenant>>,
 }
@@ -480,7 +436,7 @@ impl ListenSlot {
     fn take(
         server: &Arc<Server>,
         tenant: Option<Arc<Tenant>>,
-        holder: Option<ListenHolder>,
+        holder: Option<Client>,
     ) -> Result<Self, RpcError> {
         let limit = server.max_listen_streams;
         let busy = |what: String| {
@@ -535,86 +491,6 @@ impl Drop for ListenSlot {
                     held.remove(holder);
                 }
             }
-        }
-    }
-}
-
-/// Bytes charged to the ledger (and to a tenant's share), given back when dropped.
-pub struct Charge {
-    bytes: usize,
-    used: Arc<AtomicUsize>,
-    peak: Arc<AtomicUsize>,
-    limit: usize,
-    /// The tenant's count and its limit.
-    tenant: Option<(Arc<AtomicUsize>, usize)>,
-}
-
-/// Add `more` to `counter` unless that passes `limit`; the count before, when added.
-fn add_within(counter: &AtomicUsize, more: usize, limit: usize) -> Option<usize> {
-    counter
-        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
-            used.checked_add(more).filter(|&total| total <= limit)
-        })
-        .ok()
-}
-
-impl Charge {
-    /// Charge `more` bytes too; false (and nothing charged) when that would pass the
-    /// tenant's share or the server's limit.
-    #[must_use]
-    pub fn grow(&mut self, more: usize) -> bool {
-        if let Some((share, limit)) = &self.tenant
-            && add_within(share, more, *limit).is_none()
-        {
-            return false;
-        }
-        match add_within(&self.used, more, self.limit) {
-            Some(before) => {
-                self.bytes += more;
-                self.peak.fetch_max(before + more, Ordering::AcqRel);
-                true
-            }
-            None => {
-                if let Some((share, _)) = &self.tenant {
-                    share.fetch_sub(more, Ordering::AcqRel);
-                }
-                false
-            }
-        }
-    }
-
-    /// Whether `more` bytes would pass the tenant's share (rather than the server's
-    /// limit): what to tell a refused client.
-    pub fn tenant_share_full(&self, more: usize) -> bool {
-        self.tenant
-            .as_ref()
-            .is_some_and(|(share, limit)| share.load(Ordering::Acquire).saturating_add(more) > *limit)
-    }
-
-    /// Bytes this charge holds.
-    pub fn bytes(&self) -> usize {
-        self.bytes
-    }
-}
-
-impl Charge {
-    /// Hold `more` bytes whatever the bound: what is already made (an answer on its way to
-    /// a client) cannot be refused, only counted, so that new requests wait for it.
-    pub fn hold(&mut self, more: usize) {
-        if let Some((share, _)) = &self.tenant {
-            share.fetch_add(more, Ordering::AcqRel);
-        }
-        let before = self.used.fetch_add(more, Ordering::AcqRel);
-        self.peak.fetch_max(before + more, Ordering::AcqRel);
-        self.bytes += more;
-    }
-}
-
-impl Drop for Charge {
-    fn drop(&mut self) {
-        self.used.fetch_sub(self.bytes, Ordering::AcqRel);
-        if let Some((share, _)) = &self.tenant {
-            share.fetch_sub(self.bytes, Ordering::AcqRel);
         }
     }
 }
@@ -864,14 +740,10 @@ impl Connection {
         self.peer.get().copied()
     }
 
-    /// Who holds this connection's listen streams: its caller, else its client's address
-    /// (none over stdio, whose one client needs no share).
-    fn listen_holder(&self) -> Option<ListenHolder> {
-        match (&self.caller, self.peer.get()) {
-            (Some(caller), _) => Some(ListenHolder::Caller(caller.clone())),
-            (None, Some(address)) => Some(ListenHolder::Address(*address)),
-            (None, None) => None,
-        }
+    /// Who this connection's client is, for its shares: its caller, else the address it
+    /// connects from (none over stdio, whose one client needs no share).
+    pub fn client(&self) -> Option<Client> {
+        Client::of(self.caller.as_ref(), self.peer.get().copied())
     }
 
     /// The tags of request `id`'s call: its id and, with tenants, the tenant's name (a
@@ -1470,7 +1342,7 @@ impl Connection {
             Err(error) => return Reply::Error(error),
         };
         let server = &self.server;
-        let listen = match ListenSlot::take(server, self.tenant.clone(), self.listen_holder()) {
+        let listen = match ListenSlot::take(server, self.tenant.clone(), self.client()) {
             Ok(listen) => listen,
             Err(error) => return Reply::Error(error.with_data(retry_after_seconds())),
         };
@@ -1535,15 +1407,13 @@ impl Connection {
             return Err(NotFollowed::AlreadyOpen);
         }
         let slot = match &out {
-            Outbox::Channel(_) => {
-                match ListenSlot::take(&self.server, self.tenant.clone(), self.listen_holder()) {
-                    Ok(slot) => Some(slot),
-                    Err(busy) => {
-                        self.following.store(false, Ordering::Release);
-                        return Err(NotFollowed::Busy(busy));
-                    }
+            Outbox::Channel(_) => match ListenSlot::take(&self.server, self.tenant.clone(), self.client()) {
+                Ok(slot) => Some(slot),
+                Err(busy) => {
+                    self.following.store(false, Ordering::Release);
+                    return Err(NotFollowed::Busy(busy));
                 }
-            }
+            },
             Outbox::Lines(_) => None,
         };
         let mut ended = self.session_ended.subscribe();

@@ -185,21 +185,51 @@ async fn serve_http(server: &Arc<Server>) -> Serving {
     Serving { port, stop, serving }
 }
 
-/// POST `body` (a `tools/call` of `echo`) from a socket whose receive buffer is 4 KiB, so
-/// that what it does not read waits in the server; the stream, nothing read.
-async fn post_echo_reading_little(port: u16, body: &str) -> tokio::net::TcpStream {
+/// POST `body` (a `tools/call` of `echo`) from `source` (an address of the loopback), on
+/// a socket whose receive buffer is 4 KiB, so that what it does not read waits in the
+/// server; the stream, nothing read.
+async fn post_echo_reading_little(source: [u8; 4], port: u16, body: &str) -> tokio::net::TcpStream {
     let socket = tokio::net::TcpSocket::new_v4().unwrap();
     socket.set_recv_buffer_size(4096).unwrap();
+    socket.bind((source, 0).into()).unwrap();
     let mut stream = socket.connect(([127, 0, 0, 1], port).into()).await.unwrap();
     let head = format!(
         "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAccept: application/json, text/event-stream\r\n\
-         Content-Type: application/json\r\nMCP-Protocol-Version: 2026-07-28\r\nMcp-Method: tools/call\r\n\
-         Mcp-Name: echo\r\nContent-Length: {}\r\n\r\n",
+         Connection: close\r\nContent-Type: application/json\r\nMCP-Protocol-Version: 2026-07-28\r\n\
+         Mcp-Method: tools/call\r\nMcp-Name: echo\r\nContent-Length: {}\r\n\r\n",
         body.len()
     );
     stream.write_all(head.as_bytes()).await.unwrap();
     stream.write_all(body.as_bytes()).await.unwrap();
     stream
+}
+
+/// A `tools/call` of `echo` with `bytes` of text: about twice that charged while it waits
+/// or runs, and its answer about that much.
+fn large_echo(bytes: usize) -> String {
+    json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": {"name": "echo", "arguments": {"text": "x".repeat(bytes)}, "_meta": meta()}})
+    .to_string()
+}
+
+/// The status of the answer coming on `stream`, read no further than its head; for a
+/// refusal, the rest of it too (its text).
+async fn status_of(stream: &mut tokio::net::TcpStream) -> (u16, String) {
+    let mut head = Vec::new();
+    let mut byte = [0; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        let read =
+            tokio::time::timeout(Duration::from_secs(30), stream.read(&mut byte)).await.unwrap().unwrap();
+        assert_eq!(read, 1, "closed after {:?}", String::from_utf8_lossy(&head));
+        head.push(byte[0]);
+    }
+    let head = String::from_utf8(head).unwrap();
+    let status = head.split(' ').nth(1).unwrap().parse().unwrap();
+    let mut rest = Vec::new();
+    if status != 200 {
+        tokio::time::timeout(Duration::from_secs(30), stream.read_to_end(&mut rest)).await.unwrap().unwrap();
+    }
+    (status, String::from_utf8_lossy(&rest).into_owned())
 }
 
 /// An answer waiting for a client that does not read it is held in this server's memory:
@@ -223,13 +253,11 @@ async fn answers_a_client_does_not_read_stay_charged_until_written() {
     runtime.load_file(&cordon::paths::example_tools(), options).await.unwrap();
     let server = Server::with_limits(Arc::new(runtime), Duration::from_millis(10), LIMITS);
     let Serving { port, stop, serving } = serve_http(&server).await;
-    let text = "x".repeat(3 << 20);
-    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
-        "params": {"name": "echo", "arguments": {"text": text}, "_meta": meta()}})
-    .to_string();
+    let body = large_echo(3 << 20);
     let mut unread = Vec::new();
-    for _ in 0..CLIENTS {
-        unread.push(post_echo_reading_little(port, &body).await);
+    // Each from an address of its own: one client's share is half the bound.
+    for client in 1..=CLIENTS as u8 {
+        unread.push(post_echo_reading_little([127, 0, 0, client], port, &body).await);
     }
     // Every call answered (its request's charge given back); most of each answer unread.
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -245,6 +273,51 @@ async fn answers_a_client_does_not_read_stay_charged_until_written() {
     }
     drop(unread);
     all_released(&server).await;
+    let _ = stop.send(());
+    serving.await.unwrap().unwrap();
+}
+
+/// One client holds at most half the bound: one that asks for large answers and never
+/// reads them is refused (503, naming its share) once its unread answers and requests hold
+/// that half, where it would otherwise fill the whole bound, and a client at another
+/// address is still served a request of the same size.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_never_reads_holds_at_most_half_the_bound() {
+    let server = server("client-share").await;
+    let Serving { port, stop, serving } = serve_http(&server).await;
+    let body = large_echo(3 << 20);
+    let admission = server.admission();
+    let half = admission.limit() / 2;
+    // More than enough to fill the whole bound, were the client let.
+    let mut unread = Vec::new();
+    let mut refusal = None;
+    for _ in 0..24 {
+        let mut stream = post_echo_reading_little([127, 0, 0, 2], port, &body).await;
+        match status_of(&mut stream).await {
+            (200, _) => unread.push(stream),
+            (503, text) => {
+                refusal = Some(text);
+                break;
+            }
+            (status, text) => panic!("{status}: {text}"),
+        }
+        assert!(admission.used() <= half, "{} bytes held, the share is {half}", admission.used());
+    }
+    let refusal =
+        refusal.unwrap_or_else(|| panic!("24 answers unread, none refused: {} held", admission.used()));
+    assert!(refusal.contains("this client"), "{refusal}");
+    assert!(unread.len() >= 2, "refused after {} answers", unread.len());
+    // Another client is served a request as large, its answer read in full.
+    let mut stream = post_echo_reading_little([127, 0, 0, 3], port, &body).await;
+    let mut answer = Vec::new();
+    tokio::time::timeout(Duration::from_secs(30), stream.read_to_end(&mut answer)).await.unwrap().unwrap();
+    let answer = String::from_utf8(answer).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200"), "{}", &answer[..answer.len().min(300)]);
+    assert!(answer.len() > 3 << 20, "{} bytes", answer.len());
+    drop(unread);
+    all_released(&server).await;
+    assert_eq!(admission.client_limit(), Some(half));
+    assert_eq!(admission.clients_counted(), 2, "a count per address until the next look");
     let _ = stop.send(());
     serving.await.unwrap().unwrap();
 }
@@ -324,10 +397,7 @@ async fn a_client_reading_an_answer_a_trickle_at_a_time_is_closed() {
         },
         Duration::from_secs(5),
     ));
-    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
-        "params": {"name": "echo", "arguments": {"text": "x".repeat(3 << 20)}, "_meta": meta()}})
-    .to_string();
-    let mut stream = post_echo_reading_little(port, &body).await;
+    let mut stream = post_echo_reading_little([127, 0, 0, 1], port, &large_echo(3 << 20)).await;
     // 4 KiB every 100 ms: 40 KiB/s, as a client that never really reads might.
     let started = Instant::now();
     let mut taken = 0;

@@ -198,7 +198,8 @@ impl Connection {
                 subscriptions.bytes
             )));
         }
-        let mut charge = self.server.admission().empty_for(self.tenant.as_deref());
+        let client = self.client().map(|client| self.server.admission().client_share(client));
+        let mut charge = self.server.admission().empty_for(self.tenant.as_deref(), client.as_ref());
         if !charge.grow(uri.len() + SUBSCRIPTION_OVERHEAD) {
             return Err(RpcError::new(
                 INTERNAL_ERROR,

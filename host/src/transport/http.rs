@@ -68,8 +68,8 @@ use super::tls::Tls;
 use crate::auth::oauth::{Claims, TokenError, Validator};
 use crate::auth::{self, AuthError, Caller, Tenant, TenantId};
 use crate::dispatch::{
-    Admitted, Charge, Connection, NotFollowed, Outbox, RETRY_AFTER_SECONDS, RateCheck, Refusal,
-    SMALL_UNCHARGED_BYTES, Server, rate_limited,
+    Admitted, Charge, Client, ClientShare, Connection, NotFollowed, Outbox, RETRY_AFTER_SECONDS, RateCheck,
+    Refusal, SMALL_UNCHARGED_BYTES, Server, Whose, rate_limited,
 };
 use crate::protocol::jsonrpc::{
     self, HEADER_MISMATCH, INVALID_REQUEST, Incoming, Outgoing, RequestId, RpcError,
@@ -475,10 +475,10 @@ fn bearer_token(value: &HeaderValue) -> Option<&str> {
 /// open, so there are never more entries than connections.
 #[derive(Default)]
 struct Clients {
-    by_address: std::sync::Mutex<HashMap<IpAddr, Client>>,
+    by_address: std::sync::Mutex<HashMap<IpAddr, AddressConnections>>,
 }
 
-struct Client {
+struct AddressConnections {
     open: usize,
     /// One permit per connection still reading its first request's head.
     header_slots: Arc<Semaphore>,
@@ -501,9 +501,10 @@ impl Clients {
     fn enter(self: &Arc<Self>, ip: IpAddr, max_open: usize, max_half_open: usize) -> Option<ClientTicket> {
         let address = client_address(ip);
         let mut by_address = self.by_address.lock().unwrap();
-        let client = by_address
-            .entry(address)
-            .or_insert_with(|| Client { open: 0, header_slots: Arc::new(Semaphore::new(max_half_open)) });
+        let client = by_address.entry(address).or_insert_with(|| AddressConnections {
+            open: 0,
+            header_slots: Arc::new(Semaphore::new(max_half_open)),
+        });
         if client.open >= max_open {
             return None; // never 0 here: the entry was there before
         }
@@ -623,7 +624,7 @@ pub async fn serve(
             let service = hyper::service::service_fn(move |mut request: Request<IncomingBody>| {
                 // The head is read: the address's header slot is free again.
                 half_open.end();
-                request.extensions_mut().insert(Peer(peer.ip()));
+                request.extensions_mut().insert(Peer(client_address(peer.ip())));
                 let (shared, unread_body) = (shared.clone(), unread_body.clone());
                 async move { Ok::<_, Infallible>(handle(request, &shared, &unread_body).await) }
             });
@@ -713,7 +714,8 @@ pub async fn bind_and_serve(
     serve(server, listener, settings, shutdown, drain).await
 }
 
-/// The address a request's connection comes from.
+/// The address a request's connection comes from, as its shares count it
+/// ([`client_address`]: an IPv6 client by its /64, which one host can fill with addresses).
 #[derive(Clone, Copy)]
 struct Peer(std::net::IpAddr);
 
@@ -813,11 +815,13 @@ async fn serve_request(
     }
     let headers = headers.clone();
     let peer = request.extensions().get::<Peer>().map(|peer| peer.0);
-    let body_charge = server.admission().empty_for(tenant.as_deref());
+    // Its bytes count in its client's share of the admission bound, its answers' too.
+    let client = Client::of(caller.as_ref(), peer).map(|client| server.admission().client_share(client));
+    let body_charge = server.admission().empty_for(tenant.as_deref(), client.as_ref());
     let (body, body_charge) = read_body(request.into_body(), settings, body_charge).await?;
     *body_read = true;
     let Admitted { message, charge } =
-        server.admit_for(&body, tenant.as_deref()).map_err(|refusal| refused(&refusal))?;
+        server.admit_for(&body, tenant.as_deref(), client.as_ref()).map_err(|refusal| refused(&refusal))?;
     // From here on the parsed message is what is held.
     drop((body, body_charge));
     // A 2025-era session, when the request names a live one (2026 requests ignore it).
@@ -882,7 +886,7 @@ async fn serve_request(
     }
 
     let (sender, mut outbox) = mpsc::channel(64);
-    let charges = AnswerCharges { server: server.clone(), tenant: tenant.clone() };
+    let charges = AnswerCharges { server: server.clone(), tenant: tenant.clone(), client };
     let connection = match session.filter(|_| legacy) {
         Some(connection) => connection,
         None => {
@@ -1022,7 +1026,9 @@ fn session_stream(
             return response;
         }
     }
-    let charges = AnswerCharges { server: shared.server.clone(), tenant: connection.tenant().cloned() };
+    let client = connection.client().map(|client| shared.server.admission().client_share(client));
+    let charges =
+        AnswerCharges { server: shared.server.clone(), tenant: connection.tenant().cloned(), client };
     sse_answer(None, None, outbox, shared.settings.keep_alive, shared.settings.stats.clone(), charges)
 }
 
@@ -1160,8 +1166,9 @@ const UPFRONT_BODY_BYTES: usize = 16 << 10;
 /// Why a body was not read.
 enum BodyError {
     TooLarge,
-    /// No room on the admission ledger: in the tenant's share (`true`) or the server's.
-    Busy(bool),
+    /// No room on the admission ledger: in a share (the tenant's or the client's) or the
+    /// server's.
+    Busy(Option<Whose>),
     Broken(hyper::Error),
 }
 
@@ -1195,7 +1202,7 @@ async fn read_body(
             announced > 0 && announced <= SMALL_UNCHARGED_BYTES as u64 && len <= SMALL_UNCHARGED_BYTES
         };
         if !charge.grow(upfront) && !small(upfront) {
-            return Err(BodyError::Busy(charge.tenant_share_full(upfront)));
+            return Err(BodyError::Busy(charge.full_share(upfront)));
         }
         buffer.reserve_exact(upfront);
         while let Some(frame) = body.frame().await {
@@ -1206,7 +1213,7 @@ async fn read_body(
             buffer.reserve(data.len());
             let more = buffer.capacity().saturating_sub(charge.bytes());
             if !charge.grow(more) && !small(buffer.len() + data.len()) {
-                return Err(BodyError::Busy(charge.tenant_share_full(more)));
+                return Err(BodyError::Busy(charge.full_share(more)));
             }
             buffer.extend_from_slice(&data);
         }
@@ -1217,9 +1224,12 @@ async fn read_body(
             Err(plain(StatusCode::REQUEST_TIMEOUT, "Request Timeout: the body took too long to arrive"))
         }
         Ok(Err(BodyError::TooLarge)) => Err(too_large()),
-        Ok(Err(BodyError::Busy(tenant_share))) => {
-            let whose =
-                if tenant_share { "this tenant's share of the server's limit" } else { "the server's limit" };
+        Ok(Err(BodyError::Busy(share))) => {
+            let whose = match share {
+                Some(Whose::Tenant) => "this tenant's share of the server's limit",
+                Some(Whose::Client) => "this client's share of the server's limit",
+                None => "the server's limit",
+            };
             let text = format!(
                 "Service Unavailable: requests being read, queued or running hold {whose}; try again later"
             );
@@ -1238,7 +1248,7 @@ fn refused(refusal: &Refusal) -> HttpResponse {
     let error = refusal.rpc_error();
     match refusal {
         Refusal::TooCostly { .. } => rpc_error(StatusCode::PAYLOAD_TOO_LARGE, refusal.id(), &error),
-        Refusal::Busy { .. } | Refusal::TenantBusy { .. } => {
+        Refusal::Busy { .. } | Refusal::TenantBusy { .. } | Refusal::ClientBusy { .. } => {
             busy(rpc_error(StatusCode::SERVICE_UNAVAILABLE, refusal.id(), &error))
         }
     }
@@ -1477,6 +1487,7 @@ const CHARGED_ANSWER_BYTES: usize = 4 << 10;
 struct AnswerCharges {
     server: Arc<Server>,
     tenant: Option<Arc<Tenant>>,
+    client: Option<ClientShare>,
 }
 
 impl AnswerCharges {
@@ -1486,7 +1497,7 @@ impl AnswerCharges {
         if bytes.len() < CHARGED_ANSWER_BYTES {
             return Bytes::from(bytes);
         }
-        let mut charge = self.server.admission().empty_for(self.tenant.as_deref());
+        let mut charge = self.server.admission().empty_for(self.tenant.as_deref(), self.client.as_ref());
         charge.hold(bytes.len());
         Bytes::from_owner(ChargedAnswer { bytes, _charge: charge })
     }
