@@ -198,7 +198,7 @@ type HttpResponse = Response<ResponseBody>;
 /// 2026 protocol is stateless and needs none. Idle sessions expire; their number is capped.
 #[derive(Default)]
 struct Sessions {
-    live: std::sync::Mutex<std::collections::HashMap<String, (Arc<Connection>, std::time::Instant)>>,
+    live: std::sync::Mutex<SessionTable<Arc<Connection>, SessionOwner>>,
     /// When idle sessions were last looked for (each look walks them all, under the lock).
     swept: std::sync::Mutex<Option<std::time::Instant>>,
 }
@@ -221,52 +221,113 @@ const MAX_SESSIONS_PER_ADDRESS: usize = MAX_SESSIONS / 2;
 /// without tenants (OAuth's one implicit tenant), a caller's (a token's subject), or with
 /// no credentials at all (an open server) the client's address, so that one client's
 /// initializes close its own sessions, not everyone's.
-#[derive(Clone, Copy, PartialEq, Eq, Hash)]
-enum SessionOwner<'a> {
-    Tenant(&'a TenantId),
-    Caller(&'a Caller),
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum SessionOwner {
+    Tenant(TenantId),
+    Caller(Caller),
     Address(IpAddr),
 }
 
-impl<'a> SessionOwner<'a> {
-    fn of(session: &'a Connection) -> Option<Self> {
+impl SessionOwner {
+    fn of(session: &Connection) -> Option<Self> {
         match (session.tenant(), session.caller(), session.peer()) {
-            (Some(tenant), ..) => Some(Self::Tenant(&tenant.id)),
-            (None, Some(caller), _) => Some(Self::Caller(caller)),
+            (Some(tenant), ..) => Some(Self::Tenant(tenant.id.clone())),
+            (None, Some(caller), _) => Some(Self::Caller(caller.clone())),
             (None, None, Some(address)) => Some(Self::Address(address)),
             (None, None, None) => None,
         }
     }
+
+    /// The most sessions this owner may hold.
+    fn cap(owner: Option<&Self>) -> usize {
+        match owner {
+            Some(Self::Address(_)) => MAX_SESSIONS_PER_ADDRESS,
+            _ => MAX_SESSIONS_PER_TENANT,
+        }
+    }
 }
 
-/// The session to close so that one more of `owner`'s fits among `sessions` (id, owner,
-/// last use): an owner's own oldest once it holds `per_owner`; when `total` are open,
-/// the oldest of whoever holds the most, so that an owner's initializes never close
-/// another's sessions below its share. (Sessions of no owner are capped by `total` only.)
-fn session_to_close<'a, O: Copy + Eq + std::hash::Hash>(
-    sessions: impl Iterator<Item = (&'a String, Option<O>, std::time::Instant)> + Clone,
-    owner: Option<O>,
-    total: usize,
-    per_owner: usize,
-) -> Option<&'a String> {
-    let oldest_of = |owner: Option<O>| {
-        (sessions.clone())
-            .filter(|(_, of, _)| *of == owner)
-            .min_by_key(|(_, _, used)| *used)
-            .map(|(id, ..)| id)
-    };
-    let mut held: HashMap<Option<O>, usize> = HashMap::new();
-    for (_, of, _) in sessions.clone() {
-        *held.entry(of).or_default() += 1;
+/// Sessions by id, each with its owner and last use, and each owner's sessions ordered by
+/// last use: which session to close when an owner's cap or the table is full is found
+/// without walking the table ([`Self::to_close`]), and a request's use of its session is
+/// a move in its owner's order.
+struct SessionTable<S, O> {
+    by_id: HashMap<String, (S, std::time::Instant, Option<O>)>,
+    by_owner: HashMap<Option<O>, std::collections::BTreeSet<(std::time::Instant, String)>>,
+}
+
+impl<S, O> Default for SessionTable<S, O> {
+    fn default() -> Self {
+        Self { by_id: HashMap::new(), by_owner: HashMap::new() }
     }
-    if owner.is_some() && held.get(&owner).copied().unwrap_or(0) >= per_owner {
-        return oldest_of(owner);
+}
+
+impl<S, O: Clone + Eq + std::hash::Hash> SessionTable<S, O> {
+    fn len(&self) -> usize {
+        self.by_id.len()
     }
-    if held.values().sum::<usize>() < total {
-        return None;
+
+    fn insert(&mut self, id: String, session: S, owner: Option<O>, now: std::time::Instant) {
+        self.by_owner.entry(owner.clone()).or_default().insert((now, id.clone()));
+        if let Some((_, used, owner)) = self.by_id.insert(id.clone(), (session, now, owner)) {
+            self.forget_use(&owner, used, &id);
+        }
     }
-    let (most, _) = held.into_iter().max_by_key(|(_, count)| *count)?;
-    oldest_of(most)
+
+    fn remove(&mut self, id: &str) -> Option<S> {
+        let (session, used, owner) = self.by_id.remove(id)?;
+        self.forget_use(&owner, used, id);
+        Some(session)
+    }
+
+    /// The session `id` and its last use.
+    fn get(&self, id: &str) -> Option<(&S, std::time::Instant)> {
+        self.by_id.get(id).map(|(session, used, _)| (session, *used))
+    }
+
+    /// Mark `id` used `now`.
+    fn touch(&mut self, id: &str, now: std::time::Instant) {
+        let Some((_, used, owner)) = self.by_id.get_mut(id) else { return };
+        let (before, owner) = (std::mem::replace(used, now), owner.clone());
+        self.forget_use(&owner, before, id);
+        self.by_owner.entry(owner).or_default().insert((now, id.to_owned()));
+    }
+
+    fn forget_use(&mut self, owner: &Option<O>, used: std::time::Instant, id: &str) {
+        if let Some(uses) = self.by_owner.get_mut(owner) {
+            uses.remove(&(used, id.to_owned()));
+            if uses.is_empty() {
+                self.by_owner.remove(owner);
+            }
+        }
+    }
+
+    /// Remove every session `keep` says no to (given it and its last use); those removed.
+    fn remove_unless(&mut self, mut keep: impl FnMut(&S, std::time::Instant) -> bool) -> Vec<S> {
+        let gone: Vec<String> = (self.by_id.iter())
+            .filter(|(_, (session, used, _))| !keep(session, *used))
+            .map(|(id, _)| id.clone())
+            .collect();
+        gone.iter().filter_map(|id| self.remove(id)).collect()
+    }
+
+    /// The session to close so that one more of `owner`'s fits: an owner's own least
+    /// recently used once it holds `per_owner`; when `total` are open, that of whoever
+    /// holds the most, so that an owner's initializes never close another's sessions below
+    /// its share. (Sessions of no owner are capped by `total` only.) Walks the owners
+    /// only when the table is full.
+    fn to_close(&self, owner: &Option<O>, total: usize, per_owner: usize) -> Option<&String> {
+        let oldest_of = |owner: &Option<O>| self.by_owner.get(owner)?.first().map(|(_, id)| id);
+        let held = self.by_owner.get(owner).map_or(0, std::collections::BTreeSet::len);
+        if owner.is_some() && held >= per_owner {
+            return oldest_of(owner);
+        }
+        if self.len() < total {
+            return None;
+        }
+        let (most, _) = self.by_owner.iter().max_by_key(|(_, uses)| uses.len())?;
+        oldest_of(most)
+    }
 }
 
 impl Sessions {
@@ -292,33 +353,21 @@ impl Sessions {
             }
             due
         };
+        let owner = SessionOwner::of(&connection);
         let mut live = self.live.lock().unwrap();
         // Idle sessions go, unless a stream still follows them; what goes, ends. (Between
         // sweeps, `get` ends an idle session it is asked for.)
         if sweep {
-            live.retain(|_, (session, used)| {
-                let kept = now.duration_since(*used) < SESSION_IDLE || session.is_following();
-                if !kept {
-                    session.end_session();
-                }
-                kept
+            let idle = live.remove_unless(|session, used| {
+                now.duration_since(used) < SESSION_IDLE || session.is_following()
             });
+            idle.iter().for_each(|session| session.end_session());
         }
-        // Below the per-owner cap in all, no owner is at it and the total is not reached:
-        // nothing to count.
-        if live.len() >= MAX_SESSIONS_PER_TENANT.min(MAX_SESSIONS) {
-            let sessions = live.iter().map(|(id, (session, used))| (id, SessionOwner::of(session), *used));
-            let owner = SessionOwner::of(&connection);
-            let per_owner = match owner {
-                Some(SessionOwner::Address(_)) => MAX_SESSIONS_PER_ADDRESS,
-                _ => MAX_SESSIONS_PER_TENANT,
-            };
-            let closing = session_to_close(sessions, owner, MAX_SESSIONS, per_owner).cloned();
-            if let Some((closed, _)) = closing.and_then(|closing| live.remove(&closing)) {
-                closed.end_session();
-            }
+        let closing = live.to_close(&owner, MAX_SESSIONS, SessionOwner::cap(owner.as_ref())).cloned();
+        if let Some(closed) = closing.and_then(|closing| live.remove(&closing)) {
+            closed.end_session();
         }
-        live.insert(id.clone(), (connection, now));
+        live.insert(id.clone(), connection, owner, now);
         id
     }
 
@@ -326,20 +375,20 @@ impl Sessions {
     /// following it): that one ends here.
     fn get(&self, id: &str) -> Option<Arc<Connection>> {
         let mut live = self.live.lock().unwrap();
-        let (connection, used) = live.get_mut(id)?;
+        let (connection, used) = live.get(id)?;
         let now = std::time::Instant::now();
-        if now.duration_since(*used) >= SESSION_IDLE && !connection.is_following() {
-            let (ended, _) = live.remove(id)?;
-            ended.end_session();
+        if now.duration_since(used) >= SESSION_IDLE && !connection.is_following() {
+            live.remove(id)?.end_session();
             return None;
         }
-        *used = now;
-        Some(connection.clone())
+        let connection = connection.clone();
+        live.touch(id, now);
+        Some(connection)
     }
 
     fn close(&self, id: &str) -> bool {
         let closed = self.live.lock().unwrap().remove(id);
-        closed.map(|(connection, _)| connection.end_session()).is_some()
+        closed.map(|connection| connection.end_session()).is_some()
     }
 }
 
@@ -1683,45 +1732,48 @@ mod tests {
     }
 
     #[test]
-    fn a_tenants_sessions_close_its_own_oldest_and_a_full_table_the_largest_holders() {
-        let (acme, beta) = (TenantId::new("acme"), TenantId::new("beta"));
+    fn an_owners_sessions_close_its_own_least_recently_used_and_a_full_table_the_largest_holders() {
         let start = std::time::Instant::now();
         let at = |seconds: u64| start + Duration::from_secs(seconds);
-        let ids: Vec<String> = (0..6).map(|n| format!("s{n}")).collect();
-        // s0 (acme) is the oldest of all; beta holds s1..s4, s1 its oldest; s5 has no tenant.
-        let table = [
-            (&ids[0], Some(&acme), at(0)),
-            (&ids[2], Some(&beta), at(2)),
-            (&ids[1], Some(&beta), at(1)),
-            (&ids[3], Some(&beta), at(3)),
-            (&ids[4], Some(&beta), at(4)),
-            (&ids[5], None, at(5)),
-        ];
-        let close = |tenant: Option<&TenantId>, total: usize, per_tenant: usize| {
-            session_to_close(table.iter().copied(), tenant, total, per_tenant).cloned()
+        // s0 (acme) is the oldest of all; beta holds s1..s4, s1 its oldest; s5 has no owner.
+        let mut table = SessionTable::<(), &str>::default();
+        for (id, owner, used) in [
+            ("s0", Some("acme"), 0),
+            ("s2", Some("beta"), 2),
+            ("s1", Some("beta"), 1),
+            ("s3", Some("beta"), 3),
+            ("s4", Some("beta"), 4),
+            ("s5", None, 5),
+        ] {
+            table.insert(id.into(), (), owner, at(used));
+        }
+        let close = |table: &SessionTable<(), &str>, owner: Option<&'static str>, total, per_owner| {
+            table.to_close(&owner, total, per_owner).cloned()
         };
         // Room for all: nothing closes.
-        assert_eq!(close(Some(&beta), 10, 10), None);
+        assert_eq!(close(&table, Some("beta"), 10, 10), None);
         // beta at its own cap: its own oldest, not acme's older one.
-        assert_eq!(close(Some(&beta), 10, 4).as_deref(), Some("s1"));
+        assert_eq!(close(&table, Some("beta"), 10, 4).as_deref(), Some("s1"));
         // acme under its cap with the table full: the largest holder's (beta's) oldest.
-        assert_eq!(close(Some(&acme), 6, 4).as_deref(), Some("s1"));
-        assert_eq!(close(Some(&acme), 6, 1).as_deref(), Some("s0"), "acme at its cap: its own");
-        // Without tenants (every owner None), the oldest of those once the table is full.
-        let untenanted: [(&String, Option<&TenantId>, _); 2] =
-            [(&ids[0], None, at(1)), (&ids[1], None, at(0))];
-        assert_eq!(session_to_close(untenanted.iter().copied(), None, 2, 1).map(String::as_str), Some("s1"));
-        assert_eq!(session_to_close(untenanted.iter().copied(), None, 3, 1), None, "no cap per tenant");
-        // Without tenants, a caller (a token's subject) is an owner: one flooding closes its
-        // own oldest, not the older session of another.
-        let (alice, mallory) = (Caller::of_subject("alice"), Caller::of_subject("mallory"));
-        let (alice, mallory) = (SessionOwner::Caller(&alice), SessionOwner::Caller(&mallory));
-        let callers =
-            [(&ids[0], Some(alice), at(0)), (&ids[1], Some(mallory), at(1)), (&ids[2], Some(mallory), at(2))];
-        let close = |owner, total| session_to_close(callers.iter().copied(), Some(owner), total, 2).cloned();
-        assert_eq!(close(mallory, 10).as_deref(), Some("s1"), "mallory at its cap: its own");
-        assert_eq!(close(mallory, 3).as_deref(), Some("s1"), "the table full: the largest holder's");
-        assert_eq!(close(alice, 10), None);
+        assert_eq!(close(&table, Some("acme"), 6, 4).as_deref(), Some("s1"));
+        assert_eq!(close(&table, Some("acme"), 6, 1).as_deref(), Some("s0"), "acme at its cap: its own");
+        // A session used again is no longer its owner's oldest.
+        table.touch("s1", at(9));
+        assert_eq!(close(&table, Some("beta"), 10, 4).as_deref(), Some("s2"));
+        // Removed, it is forgotten in its owner's order too.
+        assert_eq!(table.remove("s2"), Some(()));
+        assert_eq!(close(&table, Some("beta"), 10, 3).as_deref(), Some("s3"));
+        // Sessions of no owner: the oldest of those once the table is full; no cap of their own.
+        let mut ownerless = SessionTable::<(), &str>::default();
+        ownerless.insert("s0".into(), (), None, at(1));
+        ownerless.insert("s1".into(), (), None, at(0));
+        assert_eq!(close(&ownerless, None, 2, 1).as_deref(), Some("s1"));
+        assert_eq!(close(&ownerless, None, 3, 1), None, "no cap per owner");
+        // The idle go, and their owners' orders with them.
+        let gone = table.remove_unless(|_, used| used >= at(4));
+        assert_eq!((gone.len(), table.len()), (2, 3), "s0 and s3 idle");
+        assert_eq!(close(&table, Some("acme"), 10, 1), None, "acme holds none now");
+        assert!(table.by_owner.values().map(std::collections::BTreeSet::len).sum::<usize>() == table.len());
     }
 
     #[test]
