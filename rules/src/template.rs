@@ -16,6 +16,10 @@ pub enum Overlap {
     Disjoint,
     /// Both match this URI.
     Common(String),
+    /// Both patterns admit a URI, but the one found is not matched by both templates as
+    /// [`UriTemplate::match_uri`] reads them (a variable ends at the first occurrence of
+    /// the text after it): whether another is, is not decided.
+    Possible,
     /// The budget ran out before it was decided.
     Undecided,
 }
@@ -24,6 +28,9 @@ pub enum Overlap {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UriTemplate {
     parts: Vec<Part>,
+    /// The template as a pattern, one list of items per `/`-separated segment: made once,
+    /// for [`Self::overlap`].
+    pattern: Vec<Vec<Item>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -67,7 +74,8 @@ impl UriTemplate {
         if !parts.iter().any(|part| matches!(part, Part::Variable(_))) {
             return Err("it has no variable: list it as a resource instead".into());
         }
-        Ok(Self { parts })
+        let pattern = pattern(&parts);
+        Ok(Self { parts, pattern })
     }
 
     /// The variables, in order.
@@ -107,59 +115,57 @@ impl UriTemplate {
     /// How many `/`-separated segments its URIs have: a variable never holds a `/`, so
     /// every URI it matches has as many as its literal text.
     pub fn segments(&self) -> usize {
-        let slashes: usize = (self.parts.iter())
-            .map(|part| match part {
-                Part::Literal(text) => text.matches('/').count(),
-                Part::Variable(_) => 0,
-            })
-            .sum();
-        slashes + 1
+        self.pattern.len()
     }
 
     /// Whether some URI matches both `self` and `other`, and one that does; `budget` is
-    /// spent one step per state looked at and the answer is [`Overlap::Undecided`] when
-    /// it runs out.
+    /// spent on the work (a step per state looked at, per table cell, per few characters
+    /// compared) and the answer is [`Overlap::Undecided`] when it runs out.
     ///
     /// Decided over the templates as patterns (each variable any non-empty run without
     /// `/`): an intersection of two automata, segment by segment, since each `/` of a URI
     /// is literal text in both. [`Self::match_uri`] takes a variable only up to the first
     /// occurrence of the text after it, so a pair it could never both match (`x://{a}ab`
-    /// and `x://{b}abab`) may still be called overlapping: the answer errs towards
-    /// refusing, never towards two templates serving one URI.
+    /// and `x://{b}abab`) may be [`Overlap::Possible`]: never [`Overlap::Disjoint`] when
+    /// a URI matches both.
     pub fn overlap(&self, other: &Self, budget: &mut u64) -> Overlap {
-        let (ours, theirs) = (self.pattern(), other.pattern());
+        let (ours, theirs) = (&self.pattern, &other.pattern);
         if ours.len() != theirs.len() {
             return Overlap::Disjoint;
         }
         let mut common = Vec::with_capacity(ours.len());
-        for (a, b) in ours.iter().zip(&theirs) {
+        for (a, b) in ours.iter().zip(theirs) {
             match common_text(a, b, budget) {
                 Some(Some(text)) => common.push(text),
                 Some(None) => return Overlap::Disjoint,
                 None => return Overlap::Undecided,
             }
         }
-        Overlap::Common(common.join("/"))
+        let uri = common.join("/");
+        match self.match_uri(&uri).is_some() && other.match_uri(&uri).is_some() {
+            true => Overlap::Common(uri),
+            false => Overlap::Possible,
+        }
     }
+}
 
-    /// The template as a pattern, one list of items per `/`-separated segment.
-    fn pattern(&self) -> Vec<Vec<Item>> {
-        let mut segments = vec![Vec::new()];
-        for part in &self.parts {
-            match part {
-                Part::Variable(_) => segments.last_mut().unwrap().extend([Item::One, Item::Any]),
-                Part::Literal(text) => {
-                    for c in text.chars() {
-                        match c {
-                            '/' => segments.push(Vec::new()),
-                            c => segments.last_mut().unwrap().push(Item::Char(c)),
-                        }
+/// `parts` as a pattern, one list of items per `/`-separated segment.
+fn pattern(parts: &[Part]) -> Vec<Vec<Item>> {
+    let mut segments = vec![Vec::new()];
+    for part in parts {
+        match part {
+            Part::Variable(_) => segments.last_mut().unwrap().extend([Item::One, Item::Any]),
+            Part::Literal(text) => {
+                for c in text.chars() {
+                    match c {
+                        '/' => segments.push(Vec::new()),
+                        c => segments.last_mut().unwrap().push(Item::Char(c)),
                     }
                 }
             }
         }
-        segments
     }
+    segments
 }
 
 /// One step of a segment's pattern: a variable is [`Item::One`] then [`Item::Any`] (one
@@ -202,12 +208,37 @@ enum Step {
 /// A text both segment patterns match (`Some(None)`: none does), found breadth-first over
 /// the pairs of positions in `a` and `b`; `None` when `budget` ran out first.
 fn common_text(a: &[Item], b: &[Item], budget: &mut u64) -> Option<Option<String>> {
+    // Literal text at either end that differs rules a pair out without the search: most
+    // pairs of templates differ there (a scheme, a host, a file extension).
+    let mut compared = 0u64;
+    let mut differs = |pairs: &mut dyn Iterator<Item = (&Item, &Item)>| {
+        pairs
+            .map_while(|pair| match pair {
+                (Item::Char(c), Item::Char(d)) => Some(c == d),
+                _ => None,
+            })
+            .inspect(|_| compared += 1)
+            .any(|same| !same)
+    };
+    let disjoint = differs(&mut a.iter().zip(b)) || differs(&mut a.iter().rev().zip(b.iter().rev()));
+    spend(budget, 1 + compared / 8)?;
+    if disjoint {
+        return Some(None);
+    }
+    // Literal text alone on both sides (a scheme, a fixed path segment): already compared.
+    let literal = |items: &[Item]| items.iter().all(|item| matches!(item, Item::Char(_)));
+    if literal(a) && literal(b) {
+        let text = a.iter().map(|item| if let Item::Char(c) = item { *c } else { 'x' });
+        return Some((a.len() == b.len()).then(|| text.collect()));
+    }
     let width = b.len() + 1;
-    let mut reached = vec![Step::Unseen; (a.len() + 1) * width];
+    let cells = (a.len() + 1) * width;
+    spend(budget, cells as u64)?;
+    let mut reached = vec![Step::Unseen; cells];
     reached[0] = Step::Start;
     let mut queue = VecDeque::from([(0, 0)]);
     while let Some((i, j)) = queue.pop_front() {
-        *budget = budget.checked_sub(1)?;
+        spend(budget, 1)?;
         if (i, j) == (a.len(), b.len()) {
             return Some(Some(spell(a, b, &reached, width)));
         }
@@ -237,6 +268,20 @@ fn common_text(a: &[Item], b: &[Item], budget: &mut u64) -> Option<Option<String
         }
     }
     Some(None)
+}
+
+/// Take `steps` from `budget`, or all of it and `None` when it has fewer.
+fn spend(budget: &mut u64, steps: u64) -> Option<()> {
+    match budget.checked_sub(steps) {
+        Some(left) => {
+            *budget = left;
+            Some(())
+        }
+        None => {
+            *budget = 0;
+            None
+        }
+    }
 }
 
 /// The text read on the way to the end state, from the steps that first reached each.
@@ -293,7 +338,7 @@ mod tests {
         let forward = a.overlap(&b, &mut u64::MAX.clone());
         // Symmetric, and any URI given matches both.
         let backward = b.overlap(&a, &mut u64::MAX.clone());
-        assert_eq!(matches!(forward, Overlap::Common(_)), matches!(backward, Overlap::Common(_)));
+        assert_eq!(forward == Overlap::Disjoint, backward == Overlap::Disjoint);
         if let Overlap::Common(uri) = &forward {
             assert!(a.match_uri(uri).is_some() && b.match_uri(uri).is_some(), "{uri}");
         }
@@ -312,6 +357,8 @@ mod tests {
         ] {
             assert_eq!(overlap(a, b), Overlap::Common(common.into()), "{a} and {b}");
         }
+        // The patterns meet, but where the first template's variable would end early.
+        assert_eq!(overlap("x://{a}x", "x://{b}xx"), Overlap::Possible);
         for (a, b) in [
             ("notes://{c}/{id}", "notes://{c}/{id}/x"),
             ("notes://books/{id}", "notes://films/{id}"),
@@ -328,15 +375,20 @@ mod tests {
 
     #[test]
     fn deciding_an_overlap_stops_when_its_budget_is_spent() {
-        let (a, b) = (
-            UriTemplate::parse("x://{a}bbbbbbbbb{c}d").unwrap(),
-            UriTemplate::parse("x://{e}bbbbbbbbe").unwrap(),
-        );
+        // Neither end's literal text tells these apart: it takes the search.
+        let (a, b) =
+            (UriTemplate::parse("x://{a}b{c}d").unwrap(), UriTemplate::parse("x://{e}bb{f}cd").unwrap());
         let mut budget = 10;
         assert_eq!(a.overlap(&b, &mut budget), Overlap::Undecided);
         assert_eq!(budget, 0);
         let mut budget = u64::MAX;
-        assert_eq!(a.overlap(&b, &mut budget), Overlap::Disjoint);
+        let found = a.overlap(&b, &mut budget);
+        assert!(matches!(found, Overlap::Common(_)), "{found:?}");
         assert!(u64::MAX - budget > 10, "it took {} steps", u64::MAX - budget);
+        // Literal text that differs at either end costs a step per segment, whatever the
+        // lengths.
+        let long = |end: &str| UriTemplate::parse(&format!("x://{{a}}{}{end}", "b".repeat(900))).unwrap();
+        let mut budget = 3;
+        assert_eq!(long("c").overlap(&long("d"), &mut budget), Overlap::Disjoint);
     }
 }

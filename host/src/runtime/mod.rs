@@ -431,12 +431,8 @@ impl Runtime {
         // Added in place (the set is copied only if someone still holds a snapshot of it):
         // a copy per component made loading n components quadratic.
         drop(current);
-        let mut pushed = Ok(());
-        self.tool_set.send_if_modified(|set| {
-            pushed = Arc::make_mut(set).push(Arc::new(loaded));
-            pushed.is_ok()
-        });
-        pushed
+        self.tool_set.send_modify(|set| Arc::make_mut(set).push(Arc::new(loaded)));
+        Ok(())
     }
 
     /// Start compiling the bytes `read` gives at `priority`, on the blocking pool (a reload
@@ -610,7 +606,7 @@ impl Runtime {
                         .is_some_and(|old| old.digest == digest && old.options == source.options) =>
                 {
                     let old = old.expect("checked");
-                    staying.push(old.clone()).expect("it was served beside the others");
+                    staying.push(old.clone());
                     report.unchanged.push(source.name.clone());
                     Step::Stay(old)
                 }
@@ -619,7 +615,7 @@ impl Runtime {
                     report.failed.push(LoadError::new(&origin, format!("cannot read: {error}")));
                     match old {
                         Some(old) => {
-                            staying.push(old.clone()).expect("it was served beside the others");
+                            staying.push(old.clone());
                             report.unchanged.push(source.name.clone());
                             Step::Stay(old)
                         }
@@ -670,10 +666,10 @@ impl Runtime {
                     }
                 }
             };
-            staying.push(component.clone()).expect("checked against the set");
+            staying.push(component.clone());
             order.push(component);
         }
-        let next = ToolSet::new(order, current.generation()).expect("every pair was checked");
+        let next = ToolSet::new(order, current.generation());
         let same = next.components.len() == current.components.len()
             && next.components.iter().zip(&current.components).all(|(a, b)| Arc::ptr_eq(a, b));
         if same {

@@ -60,13 +60,14 @@ pub struct ToolSet {
 }
 
 impl ToolSet {
-    /// A set of these components, refused when two offer a tool of the same name.
-    pub(crate) fn new(components: Vec<Arc<LoadedComponent>>, generation: u64) -> Result<Self, LoadError> {
+    /// A set of these components, each already checked against those before it
+    /// ([`Self::clash`]).
+    pub(crate) fn new(components: Vec<Arc<LoadedComponent>>, generation: u64) -> Self {
         let mut set = Self { generation, ..Self::default() };
         for component in components {
-            set.push(component)?;
+            set.push(component);
         }
-        Ok(set)
+        set
     }
 
     /// The same set, as made by swap number `generation`.
@@ -74,11 +75,11 @@ impl ToolSet {
         Self { generation, ..self }
     }
 
-    /// Add `component`, unless one of its tools is another component's.
-    pub(crate) fn push(&mut self, component: Arc<LoadedComponent>) -> Result<(), LoadError> {
-        if let Some(clash) = self.clash(&component.name, &component) {
-            return Err(clash);
-        }
+    /// Add `component`, already checked against the set ([`Self::clash`]). Not checked
+    /// again here: a set that was served is rebuilt (a reload, a relist) from components
+    /// checked when each joined, and the overlap check, bounded in steps, could decide
+    /// otherwise when it meets them in another order.
+    pub(crate) fn push(&mut self, component: Arc<LoadedComponent>) {
         let index = self.components.len();
         self.by_name.entry(component.name.clone()).or_insert(index);
         for tool in &component.tools {
@@ -97,7 +98,6 @@ impl ToolSet {
             self.prompts.entry(prompt.name.clone()).or_insert(index);
         }
         self.components.push(component);
-        Ok(())
     }
 
     /// Why `component` (loaded from `origin`) cannot join this set: a tool of its is
@@ -169,6 +169,13 @@ impl ToolSet {
                         return Some(format!(
                             "resource template {ours:?} overlaps resource template {:?} of component {}: \
                              both match {uri:?}",
+                            theirs.info.uri_template, other.name
+                        ));
+                    }
+                    Overlap::Possible => {
+                        return Some(format!(
+                            "resource template {ours:?} may overlap resource template {:?} of component {}: \
+                             their patterns share URIs, and whether both templates match one was not decided",
                             theirs.info.uri_template, other.name
                         ));
                     }

@@ -100,9 +100,15 @@ impl Runtime {
         let fresh = Arc::new(fresh);
         let mut others = ToolSet::default();
         for component in current.components.iter().filter(|component| !Arc::ptr_eq(component, &old)) {
-            others.push(component.clone()).expect("it was served beside the others");
+            others.push(component.clone());
         }
-        if let Some(clash) = others.clash(name, &fresh) {
+        // Off the async workers: a guest that relists without pause could otherwise keep
+        // one busy comparing its templates (bounded, but up to a tenth of a second each).
+        let check = {
+            let (fresh, name) = (fresh.clone(), name.to_owned());
+            tokio::task::spawn_blocking(move || others.clash(&name, &fresh))
+        };
+        if let Some(clash) = check.await.expect("the check does not panic") {
             tracing::error!(component = name, "listing again after lists-changed: {clash}; its lists stay");
             return;
         }
@@ -111,7 +117,7 @@ impl Runtime {
             .iter()
             .map(|component| if Arc::ptr_eq(component, &old) { fresh.clone() } else { component.clone() })
             .collect();
-        let next = ToolSet::new(order, current.generation() + 1).expect("checked against the others");
+        let next = ToolSet::new(order, current.generation() + 1);
         old.spare.retire();
         tracing::info!(
             component = name,
