@@ -69,12 +69,14 @@ impl Telemetry {
         self.metrics_address
     }
 
-    /// Give `runtime` its observers: the call log, and the metrics when served.
+    /// Give `runtime` its observers: the metrics when served, then the call log. In that
+    /// order, so that a call's log line is never out before the metrics count it: whoever
+    /// reads the line (an operator, a test) and then scrapes sees the call counted.
     pub fn observe(&self, runtime: &mut Runtime) {
-        runtime.observe(Arc::new(self.call_log.clone()));
         if let Some(metrics) = &self.metrics {
             runtime.observe(metrics.clone());
         }
+        runtime.observe(Arc::new(self.call_log.clone()));
     }
 
     /// Every component is loaded into `runtime`: read the gauges from it (and from the
