@@ -18,13 +18,14 @@
 //!                                # messages at their estimated size in memory); over
 //!                                # it a request is refused at once
 //!                                # (HTTP 503 + Retry-After; stdio: a -32603 error);
-//!                                # with two tenants or more, one tenant's hold at most half;
+//!                                # with two tenants or more, one tenant's hold at most half
+//!                                # and each keeps a guaranteed part (half split evenly);
 //!                                # with fewer, one client's (caller or address) at most half
 //! max_request_cost_kb = 65536    # one parsed message's estimated size; over it: refused
 //!                                # (HTTP 413; stdio: a -32600 error)
 //! max_listen_streams = 1024      # `subscriptions/listen` streams open at once; more are
 //!                                # refused (a -32603 error); with two tenants or more,
-//!                                # one tenant holds at most half
+//!                                # one tenant holds at most half, each a guaranteed part
 //! request_state_key = "<64 hex digits>" # seals the requestState of tools that ask the
 //!                                # client for input (MRTR); replicas behind one address
 //!                                # must share it. CORDON_REQUEST_STATE_KEY wins over it;

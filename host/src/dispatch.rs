@@ -65,7 +65,7 @@ mod input;
 pub mod sealed;
 
 use admission::add_within;
-pub use admission::{Admission, Charge, Client, ClientShare, Whose};
+pub use admission::{Admission, Charge, Client, ClientShare, TenantPool, Whose};
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -124,6 +124,8 @@ pub struct Server {
     /// `subscriptions/listen` streams open, on every connection.
     listens: AtomicUsize,
     max_listen_streams: usize,
+    /// The tenants' shares of the listen streams, with two tenants or more.
+    listen_pool: Option<TenantPool>,
     /// Listen streams open per holder (a caller, or without credentials an address).
     listen_holders: Mutex<HashMap<Client, usize>>,
     /// Signalled whenever `calls` goes down.
@@ -197,6 +199,7 @@ impl Server {
         let tool_list =
             Mutex::new((tools.generation(), Arc::new(tools.tools().map(answers::tool).collect())));
         let admission = Admission::new(limits.max_queued_request_bytes, tenants.len());
+        let listen_pool = TenantPool::new(limits.max_listen_streams, tenants.len());
         Arc::new(Self {
             runtime,
             tool_list,
@@ -206,6 +209,7 @@ impl Server {
             calls: AtomicUsize::new(0),
             listens: AtomicUsize::new(0),
             max_listen_streams: limits.max_listen_streams,
+            listen_pool,
             listen_holders: Mutex::default(),
             call_finished: Notify::new(),
             admission,
@@ -462,13 +466,26 @@ impl ListenSlot {
             )));
         }
         slot.counted = true;
-        let share = if server.tenants.len() > 1 { (limit / 2).max(1) } else { limit };
-        if let Some(tenant) = &tenant
-            && add_within(&tenant.holds.listen_streams, 1, share).is_none()
-        {
-            return Err(busy(format!(
-                "this tenant has {share} subscriptions/listen streams open, its share of the server's {limit}"
-            )));
+        if let Some(tenant) = &tenant {
+            let held = &tenant.holds.listen_streams;
+            if let Some(pool) = &server.listen_pool
+                && !pool.take(held, 1)
+            {
+                return Err(busy(match pool.share_full(held, 1) {
+                    true => format!(
+                        "this tenant has {} subscriptions/listen streams open, its share of the server's {limit}",
+                        pool.share()
+                    ),
+                    false => format!(
+                        "the subscriptions/listen streams tenants share are all open, and this tenant has \
+                         its own {} open",
+                        pool.guaranteed()
+                    ),
+                }));
+            }
+            if server.listen_pool.is_none() {
+                held.fetch_add(1, Ordering::AcqRel);
+            }
         }
         slot.tenant = tenant;
         Ok(slot)
@@ -481,7 +498,11 @@ impl Drop for ListenSlot {
             self.server.listens.fetch_sub(1, Ordering::AcqRel);
         }
         if let Some(tenant) = &self.tenant {
-            tenant.holds.listen_streams.fetch_sub(1, Ordering::AcqRel);
+            let held = &tenant.holds.listen_streams;
+            match &self.server.listen_pool {
+                Some(pool) => pool.give_back(held, 1),
+                None => _ = held.fetch_sub(1, Ordering::AcqRel),
+            }
         }
         if let Some(holder) = &self.holder {
             let mut held = self.server.listen_holders.lock().unwrap();

@@ -32,13 +32,19 @@ async fn server(name: &str) -> Arc<Server> {
 
 /// [`server`] for the tenants `a` and `b` (keys `key-a`, `key-b`), within `limits`.
 async fn server_of_two_tenants(name: &str, limits: ServerLimits) -> Arc<Server> {
+    server_of_tenants(name, limits, &["a", "b"]).await
+}
+
+/// [`server`] for the tenants `names` (each `n` with the key `key-n`), within `limits`.
+async fn server_of_tenants(name: &str, limits: ServerLimits, names: &[&str]) -> Arc<Server> {
     let mut keys = ApiKeys::default();
-    let tenants = ["a", "b"].map(|name| {
+    let tenants = names.iter().map(|name| {
         let id = TenantId::new(name);
         keys.add(&id, &format!("key-{name}")).unwrap();
         Tenant::new(id, TenantView::new(name, ["example-tools".to_owned()], None), None)
     });
-    let tenants = Arc::new(Tenants::new(tenants.into(), keys));
+    let tenants = tenants.collect();
+    let tenants = Arc::new(Tenants::new(tenants, keys));
     Server::with_tenants(runtime(name).await, Duration::from_millis(10), limits, tenants)
 }
 
@@ -322,6 +328,43 @@ async fn a_client_that_never_reads_holds_at_most_half_the_bound() {
     serving.await.unwrap().unwrap();
 }
 
+/// A body of no announced length (chunked) grows its buffer by doubling; admission counts
+/// a body at its length, so the buffer is cut to it before the parse is charged. Sized
+/// so that the request fits its client's share with 64 KiB to spare, it is served on an
+/// idle server, where the doubled buffer (4 MiB for 3.1 MiB) would have made it "busy"
+/// at every try.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chunked_body_that_fits_its_share_is_not_refused_for_its_buffers_slack() {
+    let body = large_echo((3 << 20) + (100 << 10));
+    let estimate = cordon::protocol::cost::estimate(body.as_bytes()).unwrap().bytes;
+    // What admission checks against the client's share (half the bound): the parse, the
+    // arguments' text and the body.
+    let needed = estimate + 2 * body.len();
+    let limits = ServerLimits { max_queued_request_bytes: 2 * (needed + (64 << 10)), ..LIMITS };
+    let server = Server::with_limits(runtime("chunked").await, Duration::from_millis(10), limits);
+    let Serving { port, stop, serving } = serve_http(&server).await;
+    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    let head = format!(
+        "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAccept: application/json, text/event-stream\r\n\
+         Connection: close\r\nContent-Type: application/json\r\nMCP-Protocol-Version: 2026-07-28\r\n\
+         Mcp-Method: tools/call\r\nMcp-Name: echo\r\nTransfer-Encoding: chunked\r\n\r\n"
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    for chunk in body.as_bytes().chunks(64 << 10) {
+        stream.write_all(format!("{:x}\r\n", chunk.len()).as_bytes()).await.unwrap();
+        stream.write_all(chunk).await.unwrap();
+        stream.write_all(b"\r\n").await.unwrap();
+    }
+    stream.write_all(b"0\r\n\r\n").await.unwrap();
+    let mut answer = Vec::new();
+    tokio::time::timeout(Duration::from_secs(30), stream.read_to_end(&mut answer)).await.unwrap().unwrap();
+    let answer = String::from_utf8(answer).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200"), "{}", &answer[..answer.len().min(400)]);
+    all_released(&server).await;
+    let _ = stop.send(());
+    serving.await.unwrap().unwrap();
+}
+
 /// A 2025-era client's answer to what a call asked waits, parsed, until the call has
 /// every answer it asked for: charged all that while, so that a client answering all but
 /// one question with megabytes holds them against the bound, not beside it.
@@ -504,9 +547,13 @@ async fn queued_requests_are_charged_their_parsed_size_and_refused_over_the_boun
         let retry =
             answer.headers.iter().find(|(key, _)| key == "retry-after").map(|(_, value)| value.as_str());
         // Refused while its body was still arriving (the bodies being read and the queued
-        // filled the bound): no id was read yet, so the refusal is HTTP's alone.
+        // filled the bound, or this one client's half of it): no id was read yet, so the
+        // refusal is HTTP's alone.
         if let (503, Some(error)) = (answer.status, &answer.plain_error) {
-            assert!(error.contains("hold the server's limit"), "{id}: {error}");
+            assert!(
+                error.contains("hold the server's limit") || error.contains("hold this client's share"),
+                "{id}: {error}"
+            );
             assert_eq!(retry, Some("1"));
             refused += 1;
             continue;
@@ -712,6 +759,36 @@ fn spin_or_echo(body: &str) -> &'static str {
     if body.contains("\"spin\"") { "spin" } else { "echo" }
 }
 
+/// `subscriptions/listen` streams opened in process, on any connection: each acknowledged
+/// (`Ok`) or refused, with the error's message.
+struct Listens {
+    out: Outbox,
+    sent: tokio::sync::mpsc::Receiver<Outgoing>,
+    id: i64,
+}
+
+impl Listens {
+    fn new() -> Self {
+        let (out, sent) = tokio::sync::mpsc::channel(64);
+        Self { out: Outbox::Channel(out), sent, id: 0 }
+    }
+
+    async fn open(&mut self, connection: &Arc<Connection>) -> Result<(), String> {
+        self.id += 1;
+        let request =
+            jsonrpc::classify(json!({"jsonrpc": "2.0", "id": self.id, "method": "subscriptions/listen",
+            "params": {"notifications": {"toolsListChanged": true}, "_meta": meta()}}));
+        connection.handle(request, &self.out).await;
+        let message = tokio::time::timeout(Duration::from_secs(10), self.sent.recv()).await.unwrap().unwrap();
+        let value = serde_json::to_value(&message).unwrap();
+        match message {
+            Outgoing::Error { .. } => Err(value["error"]["message"].as_str().unwrap().to_owned()),
+            Outgoing::Notification(_) => Ok(()),
+            _ => panic!("{value}"),
+        }
+    }
+}
+
 /// With two tenants, one tenant holds at most half the server's `subscriptions/listen`
 /// streams: its third of four is refused naming its share, and the other tenant's opens.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -757,6 +834,33 @@ async fn one_tenant_of_two_holds_at_most_half_the_listen_streams() {
     server.shutdown();
 }
 
+/// With three tenants, two that open all they may still leave the third its guaranteed
+/// part: of 6 streams, `a` holds its share (3), `b` its own one and the shared one left,
+/// and `c` still opens its own (with halves alone, `b` would have taken the last three).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_tenants_of_three_cannot_take_the_thirds_listen_streams() {
+    let limits = ServerLimits { max_listen_streams: 6, ..LIMITS };
+    let server = server_of_tenants("listen-three", limits, &["a", "b", "c"]).await;
+    let tenants = server.tenants();
+    let of = |name: &str| {
+        let tenant = tenants.get(name).unwrap().clone();
+        Connection::for_tenant(server.clone(), Some(tenant), RateCheck::Here)
+    };
+    let mut listens = Listens::new();
+    let (a, b, c) = (of("a"), of("b"), of("c"));
+    for _ in 0..3 {
+        listens.open(&a).await.unwrap();
+    }
+    let refused = listens.open(&a).await.unwrap_err();
+    assert!(refused.contains("this tenant has 3 subscriptions/listen streams open"), "{refused}");
+    listens.open(&b).await.unwrap();
+    listens.open(&b).await.unwrap();
+    let refused = listens.open(&b).await.unwrap_err();
+    assert!(refused.contains("streams tenants share are all open"), "{refused}");
+    listens.open(&c).await.expect("c's own part is left to it");
+    server.shutdown();
+}
+
 /// One client keeps at most a share of the listen streams: a stream costs it nothing to
 /// keep (nothing need be read), so without a share one client could lock everyone else
 /// out. With credentials a client is its caller, and keeps an eighth; without, it is its
@@ -771,36 +875,21 @@ async fn one_client_holds_at_most_its_share_of_the_listen_streams() {
         connection.set_peer(std::net::IpAddr::from(address));
         connection
     };
-    let (out, mut sent) = tokio::sync::mpsc::channel(64);
-    let out = Outbox::Channel(out);
-    let listen = |id: i64| {
-        jsonrpc::classify(json!({"jsonrpc": "2.0", "id": id, "method": "subscriptions/listen",
-            "params": {"notifications": {"toolsListChanged": true}, "_meta": meta()}}))
-    };
-    let mut answer_to = async |connection: &Arc<Connection>, id: i64| {
-        connection.handle(listen(id), &out).await;
-        let message = tokio::time::timeout(Duration::from_secs(10), sent.recv()).await.unwrap().unwrap();
-        let value = serde_json::to_value(&message).unwrap();
-        match message {
-            Outgoing::Error { .. } => Err(value["error"]["message"].as_str().unwrap().to_owned()),
-            Outgoing::Notification(_) => Ok(()),
-            _ => panic!("{value}"),
-        }
-    };
+    let mut listens = Listens::new();
     let (first, again) = (from([127, 0, 0, 1], None), from([127, 0, 0, 1], None));
-    for id in 1..=8 {
-        answer_to(&first, id).await.unwrap();
+    for _ in 1..=8 {
+        listens.open(&first).await.unwrap();
     }
-    let refused = answer_to(&first, 9).await.unwrap_err();
+    let refused = listens.open(&first).await.unwrap_err();
     assert!(refused.contains("this client has 8 subscriptions/listen streams open"), "{refused}");
-    assert!(answer_to(&again, 10).await.is_err(), "another connection from the same address");
-    answer_to(&from([127, 0, 0, 2], None), 11).await.unwrap();
+    assert!(listens.open(&again).await.is_err(), "another connection from the same address");
+    listens.open(&from([127, 0, 0, 2], None)).await.unwrap();
     // A caller is itself, wherever it connects from, and keeps an eighth.
     let alice = from([127, 0, 0, 1], Some("alice"));
-    for id in [12, 13] {
-        answer_to(&alice, id).await.unwrap();
+    for _ in 0..2 {
+        listens.open(&alice).await.unwrap();
     }
-    let refused = answer_to(&alice, 14).await.unwrap_err();
+    let refused = listens.open(&alice).await.unwrap_err();
     assert!(refused.contains("this client has 2 subscriptions/listen streams open"), "{refused}");
     server.shutdown();
 }

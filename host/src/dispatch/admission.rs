@@ -3,8 +3,11 @@
 //! One server-wide ledger ([`Admission`]) counts the bytes requests hold from their first
 //! byte read to their answer, and answers a client has not read yet. Each [`Charge`]
 //! counts in the server's bound and, where they apply, in two shares of it:
-//! - its **tenant's**, half the bound when the server has two tenants or more, so that one
-//!   tenant's flood leaves every other tenant room;
+//! - its **tenant's**, when the server has two tenants or more ([`TenantPool`]): a tenant
+//!   holds at most half the bound, and of that only a guaranteed part (the other half,
+//!   split evenly among the tenants) is its own; the rest comes from what all tenants
+//!   share. So however two tenants flood, a third always finds its guaranteed part;
+//!   with halves alone, two tenants at half each would leave it nothing;
 //! - on a server of fewer than two tenants, its **client's** ([`Client`]: the caller its
 //!   credentials name, or without any the address it connects from), half the bound. A
 //!   client that sends large requests, or reads its answers slowly or not at all, would
@@ -43,11 +46,91 @@ impl Client {
     }
 }
 
+/// One bound split among two tenants or more so that none can be starved: a tenant holds
+/// at most half the bound (its share); the other half is split evenly into each tenant's
+/// guaranteed part, and what a tenant holds beyond its guaranteed part comes from the
+/// rest, which all tenants share. The guaranteed parts and the shared rest add up to the
+/// bound, so everything held stays within it, and whatever the others hold, a tenant can
+/// always take its guaranteed part. Used for the admission bound's bytes and for the
+/// listen streams.
+#[derive(Debug)]
+pub struct TenantPool {
+    share: usize,
+    guaranteed: usize,
+    shared: usize,
+    /// What tenants hold beyond their guaranteed parts, in all.
+    beyond: AtomicUsize,
+}
+
+impl TenantPool {
+    /// The pool of `limit` among `tenants`, when there are two or more.
+    pub fn new(limit: usize, tenants: usize) -> Option<Self> {
+        (tenants > 1).then(|| {
+            let guaranteed = limit / (2 * tenants);
+            let share = (limit / 2).max(1);
+            Self { share, guaranteed, shared: limit - guaranteed * tenants, beyond: AtomicUsize::new(0) }
+        })
+    }
+
+    /// The most one tenant may hold.
+    pub fn share(&self) -> usize {
+        self.share
+    }
+
+    /// The part of the bound each tenant can always take.
+    pub fn guaranteed(&self) -> usize {
+        self.guaranteed
+    }
+
+    fn beyond_guaranteed(&self, held: usize) -> usize {
+        held.saturating_sub(self.guaranteed)
+    }
+
+    /// Count `more` in a tenant's `held`, unless that passes its share or needs more of
+    /// the shared rest than is left; false (and nothing counted) then.
+    ///
+    /// Each change of `held` moves `beyond` by exactly what it changed the tenant's
+    /// excess over its guaranteed part, computed from that change's own before and after,
+    /// so the two always agree, however changes interleave; a take that finds the rest
+    /// overdrawn (perhaps only for a moment, by another take about to be undone) undoes
+    /// itself the same way.
+    pub fn take(&self, held: &AtomicUsize, more: usize) -> bool {
+        let Some(before) = add_within(held, more, self.share) else { return false };
+        let grown = self.beyond_guaranteed(before + more) - self.beyond_guaranteed(before);
+        if self.beyond.fetch_add(grown, Ordering::AcqRel) + grown <= self.shared {
+            return true;
+        }
+        self.give_back(held, more);
+        false
+    }
+
+    /// Count `more` in `held` whatever the bound (what is already made cannot be refused).
+    pub fn hold(&self, held: &AtomicUsize, more: usize) {
+        let before = held.fetch_add(more, Ordering::AcqRel);
+        let grown = self.beyond_guaranteed(before + more) - self.beyond_guaranteed(before);
+        self.beyond.fetch_add(grown, Ordering::AcqRel);
+    }
+
+    /// Take `less` out of `held`.
+    pub fn give_back(&self, held: &AtomicUsize, less: usize) {
+        let before = held.fetch_sub(less, Ordering::AcqRel);
+        let shrunk = self.beyond_guaranteed(before) - self.beyond_guaranteed(before - less);
+        self.beyond.fetch_sub(shrunk, Ordering::AcqRel);
+    }
+
+    /// Whether `more` would pass the share of a tenant holding `held`.
+    pub fn share_full(&self, held: &AtomicUsize, more: usize) -> bool {
+        held.load(Ordering::Acquire).saturating_add(more) > self.share
+    }
+}
+
 /// The server-wide ledger of bytes held by requests, against one limit, with its tenants'
 /// and clients' shares (see the module's docs).
 pub struct Admission {
     limit: usize,
     tenant_limit: usize,
+    /// The tenants' shares, with two tenants or more.
+    tenants: Option<Arc<TenantPool>>,
     /// What one client may hold, when clients have shares.
     client_limit: Option<usize>,
     used: Arc<AtomicUsize>,
@@ -70,11 +153,13 @@ const CLIENT_SWEEP_FLOOR: usize = 512;
 
 impl Admission {
     pub(super) fn new(limit: usize, tenants: usize) -> Self {
-        let tenant_limit = if tenants > 1 { limit / 2 } else { limit };
+        let pool = TenantPool::new(limit, tenants).map(Arc::new);
+        let tenant_limit = pool.as_ref().map_or(limit, |pool| pool.share());
         let client_limit = (tenants < 2).then_some(limit / 2);
         Self {
             limit,
             tenant_limit,
+            tenants: pool,
             client_limit,
             used: Arc::default(),
             peak: Arc::default(),
@@ -126,8 +211,8 @@ impl Admission {
     pub fn client_share(&self, client: Client) -> ClientShare {
         let mut clients = self.clients.lock().unwrap();
         if clients.counts.len() >= (clients.kept * 2).max(CLIENT_SWEEP_FLOOR) {
-            // Counts are cloned only under this lock, so one held here alone is held by
-            // no charge and no share, and none can take it meanwhile.
+            // A count held by the map alone is held by no charge and no share, so none can
+            // clone it meanwhile: only this lock hands it out.
             clients.counts.retain(|_, count| Arc::strong_count(count) > 1);
             clients.kept = clients.counts.len();
         }
@@ -145,11 +230,13 @@ impl Admission {
             held: tenant.holds.request_bytes.clone(),
             limit: self.tenant_limit,
             whose: Whose::Tenant,
+            pool: self.tenants.clone(),
         });
         let client_share = client.zip(self.client_limit).map(|(client, limit)| Share {
             held: client.0.clone(),
             limit,
             whose: Whose::Client,
+            pool: None,
         });
         Charge {
             bytes: 0,
@@ -179,11 +266,36 @@ pub enum Whose {
     Client,
 }
 
-/// A share a charge counts in: the count, its limit, and whose it is.
+/// A share a charge counts in: the count, its limit, whose it is, and the pool it is
+/// part of (a tenant's).
 struct Share {
     held: Arc<AtomicUsize>,
     limit: usize,
     whose: Whose,
+    pool: Option<Arc<TenantPool>>,
+}
+
+impl Share {
+    fn take(&self, more: usize) -> bool {
+        match &self.pool {
+            Some(pool) => pool.take(&self.held, more),
+            None => add_within(&self.held, more, self.limit).is_some(),
+        }
+    }
+
+    fn hold(&self, more: usize) {
+        match &self.pool {
+            Some(pool) => pool.hold(&self.held, more),
+            None => _ = self.held.fetch_add(more, Ordering::AcqRel),
+        }
+    }
+
+    fn give_back(&self, less: usize) {
+        match &self.pool {
+            Some(pool) => pool.give_back(&self.held, less),
+            None => _ = self.held.fetch_sub(less, Ordering::AcqRel),
+        }
+    }
 }
 
 /// Bytes charged to the ledger (and to the shares it counts in), given back when dropped.
@@ -213,7 +325,7 @@ impl Charge {
         let shares = || self.shares.iter().flatten();
         let mut added = 0;
         for share in shares() {
-            if add_within(&share.held, more, share.limit).is_none() {
+            if !share.take(more) {
                 break;
             }
             added += 1;
@@ -224,7 +336,7 @@ impl Charge {
         };
         let Some(before) = before else {
             for share in shares().take(added) {
-                share.held.fetch_sub(more, Ordering::AcqRel);
+                share.give_back(more);
             }
             return false;
         };
@@ -248,11 +360,21 @@ impl Charge {
         self.bytes
     }
 
+    /// Give back all but `bytes` of what this charge holds.
+    pub fn shrink_to(&mut self, bytes: usize) {
+        let less = self.bytes.saturating_sub(bytes);
+        self.used.fetch_sub(less, Ordering::AcqRel);
+        for share in self.shares.iter().flatten() {
+            share.give_back(less);
+        }
+        self.bytes -= less;
+    }
+
     /// Hold `more` bytes whatever the bound: what is already made (an answer on its way to
     /// a client) cannot be refused, only counted, so that new requests wait for it.
     pub fn hold(&mut self, more: usize) {
         for share in self.shares.iter().flatten() {
-            share.held.fetch_add(more, Ordering::AcqRel);
+            share.hold(more);
         }
         let before = self.used.fetch_add(more, Ordering::AcqRel);
         self.peak.fetch_max(before + more, Ordering::AcqRel);
@@ -264,7 +386,7 @@ impl Drop for Charge {
     fn drop(&mut self) {
         self.used.fetch_sub(self.bytes, Ordering::AcqRel);
         for share in self.shares.iter().flatten() {
-            share.held.fetch_sub(self.bytes, Ordering::AcqRel);
+            share.give_back(self.bytes);
         }
     }
 }
@@ -295,6 +417,11 @@ mod tests {
         assert_eq!(third.full_share(1), None);
         drop((held, more));
         assert_eq!((admission.used(), greedy.held()), (500, 0));
+        // Shrunk, a charge gives back the difference, in its share too.
+        theirs.shrink_to(100);
+        assert_eq!((admission.used(), other.held(), theirs.bytes()), (100, 100, 100));
+        theirs.shrink_to(200);
+        assert_eq!(theirs.bytes(), 100, "shrinking never grows");
     }
 
     #[test]
@@ -305,6 +432,53 @@ mod tests {
         let mut charge = admission.empty_for(None, Some(&client));
         assert!(charge.grow(1000));
         assert_eq!(client.held(), 0);
+    }
+
+    #[test]
+    fn two_tenants_flooding_leave_a_third_its_guaranteed_part() {
+        let pool = TenantPool::new(1200, 3).unwrap();
+        assert_eq!((pool.share(), pool.guaranteed()), (600, 200));
+        let [a, b, c] = [0, 0, 0].map(AtomicUsize::new);
+        // a takes its whole share; b gets its guaranteed part and what is left of the rest.
+        assert!(pool.take(&a, 600));
+        assert!(!pool.take(&a, 1), "past its share");
+        assert!(pool.take(&b, 400));
+        assert!(!pool.take(&b, 1), "the shared rest is spent");
+        assert_eq!(b.load(Ordering::Acquire), 400, "a refusal counts nothing");
+        // c still finds its guaranteed part, and no more.
+        assert!(pool.take(&c, 200));
+        assert!(!pool.take(&c, 1));
+        assert_eq!(a.load(Ordering::Acquire) + b.load(Ordering::Acquire) + c.load(Ordering::Acquire), 1200);
+        // What a gives back beyond its part is the others' to take.
+        pool.give_back(&a, 100);
+        assert!(pool.take(&c, 100));
+        // Held whatever the bound, then given back: the shared rest comes back whole.
+        pool.hold(&b, 50);
+        pool.give_back(&b, 450);
+        pool.give_back(&a, 500);
+        pool.give_back(&c, 300);
+        assert_eq!(pool.beyond.load(Ordering::Acquire), 0);
+        assert!(pool.take(&b, 600));
+        assert!(TenantPool::new(1200, 1).is_none());
+    }
+
+    #[test]
+    fn a_tenants_charge_counts_in_its_pool() {
+        let admission = Admission::new(1200, 3);
+        let tenants = ["a", "b", "c"].map(|name| {
+            let id = crate::auth::TenantId::new(name);
+            Tenant::new(id, crate::runtime::TenantView::new(name, [], None), None)
+        });
+        let mut charges = tenants.each_ref().map(|tenant| admission.empty_for(Some(tenant), None));
+        assert!(charges[0].grow(600) && charges[1].grow(400));
+        assert!(!charges[1].grow(1) && !charges[2].grow(201));
+        assert!(charges[2].grow(200));
+        assert_eq!(admission.used(), 1200);
+        drop(charges);
+        assert_eq!(
+            (admission.used(), admission.tenants.as_ref().unwrap().beyond.load(Ordering::Acquire)),
+            (0, 0)
+        );
     }
 
     #[test]

@@ -268,10 +268,9 @@ impl<S, O: Clone + Eq + std::hash::Hash> SessionTable<S, O> {
     }
 
     fn insert(&mut self, id: String, session: S, owner: Option<O>, now: std::time::Instant) {
+        self.remove(&id);
         self.by_owner.entry(owner.clone()).or_default().insert((now, id.clone()));
-        if let Some((_, used, owner)) = self.by_id.insert(id.clone(), (session, now, owner)) {
-            self.forget_use(&owner, used, &id);
-        }
+        self.by_id.insert(id, (session, now, owner));
     }
 
     fn remove(&mut self, id: &str) -> Option<S> {
@@ -1287,7 +1286,14 @@ async fn read_body(
         Ok(Err(BodyError::Broken(error))) => {
             Err(plain(StatusCode::BAD_REQUEST, &format!("Bad Request: {error}")))
         }
-        Ok(Ok(buffer)) => Ok((Bytes::from(buffer), charge)),
+        Ok(Ok(mut buffer)) => {
+            // Grown by doubling (a body of no announced length), the buffer may hold twice
+            // its length, where admission counts the body at its length: a body near the
+            // ceiling would otherwise be refused as busy on an idle server, again and again.
+            buffer.shrink_to_fit();
+            charge.shrink_to(buffer.capacity());
+            Ok((Bytes::from(buffer), charge))
+        }
     }
 }
 
