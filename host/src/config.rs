@@ -48,6 +48,9 @@
 //! write_timeout_ms = 30000       # a connection whose client takes less than 64 KiB of
 //!                                # an answer in this long, writes waiting, is closed
 //! allowed_hosts = ["mcp.internal"]   # besides localhost, 127.0.0.1 and [::1]
+//! trusted_proxies = ["10.0.0.0/8"]   # reverse proxies (addresses, CIDR blocks) whose
+//!                                # X-Forwarded-For names the client for its shares of
+//!                                # sessions, listen streams and queued bytes (none)
 //!
 //! [auth.oauth]                  # HTTP requests need a JWT access token from this issuer
 //! issuer = "https://idp.example.com"            # tokens' `iss`; http:// only on loopback
@@ -141,6 +144,7 @@ use crate::runtime::{
     RuntimeSettings, TenantView, ToolLimits,
 };
 use crate::transport::http::HttpSettings;
+use crate::transport::proxies::TrustedProxies;
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -266,6 +270,8 @@ pub struct HttpConfig {
     pub write_timeout_ms: Option<u64>,
     #[serde(default)]
     pub allowed_hosts: Vec<String>,
+    #[serde(default)]
+    pub trusted_proxies: Vec<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -610,6 +616,8 @@ impl Config {
             http.write_timeout = Duration::from_millis(ms.max(1));
         }
         http.allowed_hosts.extend(self.http.allowed_hosts.iter().map(|host| host.to_ascii_lowercase()));
+        http.trusted_proxies = TrustedProxies::parse(&self.http.trusted_proxies)
+            .map_err(|why| anyhow::anyhow!("[http] trusted_proxies: {why}"))?;
 
         let oauth = self.auth.oauth.map(|oauth| oauth.plan(base)).transpose()?;
         let mut components: Vec<ComponentPlan> = Vec::new();
@@ -1174,5 +1182,18 @@ mod tests {
         assert_eq!((http.max_connections_per_ip, http.max_header_connections_per_ip), (8, 2));
         assert_eq!(http.header_timeout, Duration::from_millis(1500));
         assert_eq!((http.linger_timeout, http.linger_bytes), (Duration::from_millis(200), 64 << 10));
+    }
+
+    #[test]
+    fn trusted_proxies_are_addresses_or_blocks() {
+        let plan = |proxies: &str| {
+            let text = format!("[http]\ntrusted_proxies = {proxies}\n[[components]]\npath = \"a.wasm\"\n");
+            toml::from_str::<Config>(&text).unwrap().plan(Path::new("/etc/cordon"))
+        };
+        let trusted = plan(r#"["10.0.0.0/8", "::1"]"#).unwrap().http.trusted_proxies;
+        assert!(trusted.contains("10.1.2.3".parse().unwrap()) && trusted.contains("::1".parse().unwrap()));
+        assert!(!trusted.contains("11.0.0.1".parse().unwrap()));
+        let error = plan(r#"["10.0.0.0/8", "proxy.internal"]"#).unwrap_err().to_string();
+        assert!(error.contains(r#"[http] trusted_proxies: "proxy.internal" is not an address"#), "{error}");
     }
 }

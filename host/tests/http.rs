@@ -765,14 +765,7 @@ fn one_address_cannot_close_another_clients_sessions() {
     let ours = answer.header("mcp-session-id").expect("a session id").to_owned();
 
     // Another address, one kept-alive connection, as many initializes as the server keeps.
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    let theirs = runtime.block_on(async {
-        let socket = tokio::net::TcpSocket::new_v4().unwrap();
-        socket.bind(std::net::SocketAddr::from(([127, 0, 0, 2], 0))).unwrap();
-        socket.connect(([127, 0, 0, 1], server.port).into()).await.unwrap().into_std().unwrap()
-    });
-    theirs.set_nonblocking(false).unwrap();
-    theirs.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let theirs = connect_from([127, 0, 0, 2], server.port);
     let mut writer = theirs.try_clone().unwrap();
     let mut reader = BufReader::new(theirs);
     let head = format!(
@@ -795,4 +788,72 @@ fn one_address_cannot_close_another_clients_sessions() {
     };
     assert_eq!(still(&ours), 200, "another address's initializes closed our session");
     assert_eq!(still(first_of_theirs.as_deref().unwrap()), 404, "that address's own oldest was closed");
+}
+
+/// A plain TCP connection to `port` from `source`, an address of the loopback.
+fn connect_from(source: [u8; 4], port: u16) -> TcpStream {
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let stream = runtime.block_on(async {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.bind(std::net::SocketAddr::from((source, 0))).unwrap();
+        socket.connect(([127, 0, 0, 1], port).into()).await.unwrap().into_std().unwrap()
+    });
+    stream.set_nonblocking(false).unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    stream
+}
+
+/// Behind a trusted proxy, clients without credentials are told apart by the address the
+/// proxy appends to `X-Forwarded-For`: each keeps its own share of the listen streams
+/// (half of the 8 here), a client cannot pose as another by writing an address on the
+/// left, and a connection from elsewhere is its own address whatever it claims.
+#[test]
+fn behind_a_trusted_proxy_each_forwarded_client_keeps_its_own_share() {
+    let config = examples_config(
+        "http-trusted-proxy",
+        "max_listen_streams = 8\n[http]\nkeep_alive_ms = 100\ntrusted_proxies = [\"127.0.0.1/32\"]\n",
+    );
+    let (child, port) = spawn_http_server(env!("CARGO_BIN_EXE_cordon").as_ref(), &config);
+    let server = Server { child, port, schema: Arc::new(Schema::new()) };
+    let mut id = 0;
+    // A listen stream opened from `source` with `forwarded`: kept open, or the refusal.
+    let mut listen = |source: [u8; 4], forwarded: &str| -> Result<TcpStream, String> {
+        id += 1;
+        let body = json!({"jsonrpc": "2.0", "id": id, "method": "subscriptions/listen",
+            "params": {"notifications": {"toolsListChanged": true}, "_meta": meta()}})
+        .to_string();
+        let mut headers = modern_headers("subscriptions/listen", None);
+        headers.push(("X-Forwarded-For", forwarded));
+        let mut stream = connect_from(source, server.port);
+        write_request(&mut stream, server.port, "POST", &headers, body.as_bytes());
+        let mut head = Vec::new();
+        let mut byte = [0u8; 1];
+        while !head.ends_with(b"\r\n\r\n") {
+            assert_eq!(stream.read(&mut byte).unwrap(), 1, "the head ended early: {head:?}");
+            head.push(byte[0]);
+        }
+        let head = String::from_utf8(head).unwrap();
+        if head.to_ascii_lowercase().contains("content-type: text/event-stream") {
+            return Ok(stream);
+        }
+        let mut rest = String::new();
+        stream.read_to_string(&mut rest).unwrap();
+        let answer = parse_answer(&format!("{head}{rest}"), &server.schema);
+        Err(answer.messages[0]["error"]["message"].as_str().unwrap().to_owned())
+    };
+    let proxy = [127, 0, 0, 1];
+    let mut open = Vec::new();
+    for _ in 0..4 {
+        open.push(listen(proxy, "203.0.113.7").expect("within the client's share"));
+    }
+    let refused = listen(proxy, "203.0.113.7").unwrap_err();
+    assert!(refused.contains("this client has 4 subscriptions/listen streams open"), "{refused}");
+    // Whatever the client wrote on the left, the proxy appended its address on the right.
+    let refused = listen(proxy, "198.51.100.1, 203.0.113.7").unwrap_err();
+    assert!(refused.contains("this client has 4"), "{refused}");
+    // Another client behind the same proxy has a share of its own.
+    open.push(listen(proxy, "198.51.100.1, 203.0.113.8").expect("another client"));
+    // Not from the proxy: the header is ignored, and 127.0.0.2 has a share of its own.
+    open.push(listen([127, 0, 0, 2], "203.0.113.7").expect("the connection's own address"));
+    drop(open);
 }

@@ -64,6 +64,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 
+use super::proxies::TrustedProxies;
 use super::tls::Tls;
 use crate::auth::oauth::{Claims, TokenError, Validator};
 use crate::auth::{self, AuthError, Caller, Tenant, TenantId};
@@ -119,6 +120,8 @@ pub struct HttpSettings {
     pub oauth: Option<Arc<Validator>>,
     /// Serve HTTPS with this certificate (`--tls-cert`, `--tls-key`).
     pub tls: Option<Tls>,
+    /// Proxies whose `X-Forwarded-For` names the client, for its shares.
+    pub trusted_proxies: TrustedProxies,
 }
 
 /// What an HTTP listener holds open right now: counted here, read by the metrics.
@@ -179,6 +182,7 @@ impl Default for HttpSettings {
             stats: Arc::default(),
             oauth: None,
             tls: None,
+            trusted_proxies: TrustedProxies::default(),
             allowed_hosts: ["localhost", "127.0.0.1", "[::1]", "::1"]
                 .iter()
                 .map(|host| host.to_string())
@@ -672,7 +676,8 @@ pub async fn serve(
             let service = hyper::service::service_fn(move |mut request: Request<IncomingBody>| {
                 // The head is read: the address's header slot is free again.
                 half_open.end();
-                request.extensions_mut().insert(Peer(client_address(peer.ip())));
+                let client = shared.settings.trusted_proxies.client(peer.ip(), request.headers());
+                request.extensions_mut().insert(Peer(client_address(client)));
                 let (shared, unread_body) = (shared.clone(), unread_body.clone());
                 async move { Ok::<_, Infallible>(handle(request, &shared, &unread_body).await) }
             });
@@ -762,8 +767,9 @@ pub async fn bind_and_serve(
     serve(server, listener, settings, shutdown, drain).await
 }
 
-/// The address a request's connection comes from, as its shares count it
-/// ([`client_address`]: an IPv6 client by its /64, which one host can fill with addresses).
+/// The address a request comes from, as its shares count it: its connection's, or behind
+/// a trusted proxy the client's it names ([`TrustedProxies::client`]); an IPv6 client by
+/// its /64, which one host can fill with addresses ([`client_address`]).
 #[derive(Clone, Copy)]
 struct Peer(std::net::IpAddr);
 
