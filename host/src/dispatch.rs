@@ -368,7 +368,7 @@ pub enum Refusal {
     #[error("the server is busy: requests waiting or running hold its limit of {limit} bytes")]
     Busy { id: Option<RequestId>, limit: usize },
     #[error(
-        "the server is busy for this tenant: its requests waiting or running hold {limit} bytes, its share of the server's limit"
+        "the server is busy for this tenant: its requests waiting or running and its answers not yet read fill what it may hold now (at most {limit} bytes, its share of the server's limit, and less while the other tenants hold what tenants share)"
     )]
     TenantBusy { id: Option<RequestId>, limit: usize },
     #[error(
@@ -426,8 +426,8 @@ fn holder_share(holder: &Client, limit: usize) -> usize {
 
 /// One open `subscriptions/listen` stream, counted against the server's bound
 /// ([`ServerLimits::max_listen_streams`]), its holder's share of it ([`holder_share`]) and,
-/// when the server has more than one tenant, its tenant's share (half): each given back
-/// when dropped.
+/// when the server has more than one tenant, its tenant's share ([`TenantPool`]): each
+/// given back when dropped.
 struct ListenSlot {
     server: Arc<Server>,
     holder: Option<Client>,
@@ -469,7 +469,7 @@ impl ListenSlot {
         if let Some(tenant) = &tenant {
             let held = &tenant.holds.listen_streams;
             if let Some(pool) = &server.listen_pool
-                && !pool.take(held, 1)
+                && pool.take(held, 1).is_none()
             {
                 return Err(busy(match pool.share_full(held, 1) {
                     true => format!(

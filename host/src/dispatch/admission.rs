@@ -21,7 +21,7 @@
 //! ([`Admission::client_share`], one lock) and lives while any charge holds it.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicIsize, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::auth::{Caller, Tenant};
@@ -58,8 +58,18 @@ pub struct TenantPool {
     share: usize,
     guaranteed: usize,
     shared: usize,
-    /// What tenants hold beyond their guaranteed parts, in all.
-    beyond: AtomicUsize,
+    /// What tenants hold beyond their guaranteed parts, in all. Signed: a tenant's give
+    /// back may land here before the take it undoes, and the sum dips below zero a moment.
+    beyond: AtomicIsize,
+}
+
+/// What a take from a [`TenantPool`] drew on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Taken {
+    /// The tenant's guaranteed part alone: always there, whatever else is held.
+    Guaranteed,
+    /// The shared rest too.
+    Shared,
 }
 
 impl TenantPool {
@@ -68,7 +78,7 @@ impl TenantPool {
         (tenants > 1).then(|| {
             let guaranteed = limit / (2 * tenants);
             let share = (limit / 2).max(1);
-            Self { share, guaranteed, shared: limit - guaranteed * tenants, beyond: AtomicUsize::new(0) }
+            Self { share, guaranteed, shared: limit - guaranteed * tenants, beyond: AtomicIsize::new(0) }
         })
     }
 
@@ -82,45 +92,64 @@ impl TenantPool {
         self.guaranteed
     }
 
-    fn beyond_guaranteed(&self, held: usize) -> usize {
-        held.saturating_sub(self.guaranteed)
+    /// How much moving a tenant's count from `before` to `after` moves what it holds
+    /// beyond its guaranteed part.
+    fn excess_change(&self, before: usize, after: usize) -> isize {
+        let excess = |held: usize| held.saturating_sub(self.guaranteed) as isize;
+        excess(after) - excess(before)
     }
 
     /// Count `more` in a tenant's `held`, unless that passes its share or needs more of
-    /// the shared rest than is left; false (and nothing counted) then.
+    /// the shared rest than is left (`None`, and nothing counted, then). Within its
+    /// guaranteed part a take always succeeds, however much the others hold (answers held
+    /// past every bound included).
     ///
     /// Each change of `held` moves `beyond` by exactly what it changed the tenant's
     /// excess over its guaranteed part, computed from that change's own before and after,
-    /// so the two always agree, however changes interleave; a take that finds the rest
-    /// overdrawn (perhaps only for a moment, by another take about to be undone) undoes
-    /// itself the same way.
-    pub fn take(&self, held: &AtomicUsize, more: usize) -> bool {
-        let Some(before) = add_within(held, more, self.share) else { return false };
-        let grown = self.beyond_guaranteed(before + more) - self.beyond_guaranteed(before);
-        if self.beyond.fetch_add(grown, Ordering::AcqRel) + grown <= self.shared {
-            return true;
+    /// so the two always agree once every change has landed, however they interleave; a
+    /// take that finds the rest overdrawn (perhaps only for a moment, by another take
+    /// about to be undone) undoes itself the same way.
+    pub fn take(&self, held: &AtomicUsize, more: usize) -> Option<Taken> {
+        let before = add_within(held, more, self.share)?;
+        let grown = self.excess_change(before, before + more);
+        if grown == 0 {
+            return Some(Taken::Guaranteed);
+        }
+        if self.beyond.fetch_add(grown, Ordering::AcqRel) + grown <= self.shared as isize {
+            return Some(Taken::Shared);
         }
         self.give_back(held, more);
-        false
+        None
     }
 
     /// Count `more` in `held` whatever the bound (what is already made cannot be refused).
     pub fn hold(&self, held: &AtomicUsize, more: usize) {
         let before = held.fetch_add(more, Ordering::AcqRel);
-        let grown = self.beyond_guaranteed(before + more) - self.beyond_guaranteed(before);
-        self.beyond.fetch_add(grown, Ordering::AcqRel);
+        self.beyond.fetch_add(self.excess_change(before, before + more), Ordering::AcqRel);
     }
 
     /// Take `less` out of `held`.
     pub fn give_back(&self, held: &AtomicUsize, less: usize) {
         let before = held.fetch_sub(less, Ordering::AcqRel);
-        let shrunk = self.beyond_guaranteed(before) - self.beyond_guaranteed(before - less);
-        self.beyond.fetch_sub(shrunk, Ordering::AcqRel);
+        self.beyond.fetch_add(self.excess_change(before, before - less), Ordering::AcqRel);
     }
 
     /// Whether `more` would pass the share of a tenant holding `held`.
     pub fn share_full(&self, held: &AtomicUsize, more: usize) -> bool {
-        held.load(Ordering::Acquire).saturating_add(more) > self.share
+        self.share_full_at(held.load(Ordering::Acquire), more)
+    }
+
+    /// Whether a take of `more` by a tenant holding `held` would be refused now: past its
+    /// share, or beyond its guaranteed part with the shared rest spent.
+    pub fn refuses(&self, held: &AtomicUsize, more: usize) -> bool {
+        let held = held.load(Ordering::Acquire);
+        let grown = self.excess_change(held, held.saturating_add(more));
+        self.share_full_at(held, more)
+            || (grown > 0 && self.beyond.load(Ordering::Acquire) + grown > self.shared as isize)
+    }
+
+    fn share_full_at(&self, held: usize, more: usize) -> bool {
+        held.saturating_add(more) > self.share
     }
 }
 
@@ -276,10 +305,19 @@ struct Share {
 }
 
 impl Share {
-    fn take(&self, more: usize) -> bool {
+    /// Count `more`; `None` when it does not fit.
+    fn take(&self, more: usize) -> Option<Taken> {
         match &self.pool {
             Some(pool) => pool.take(&self.held, more),
-            None => add_within(&self.held, more, self.limit).is_some(),
+            None => add_within(&self.held, more, self.limit).map(|_| Taken::Shared),
+        }
+    }
+
+    /// Whether `more` would not fit now.
+    fn full(&self, more: usize) -> bool {
+        match &self.pool {
+            Some(pool) => pool.refuses(&self.held, more),
+            None => self.held.load(Ordering::Acquire).saturating_add(more) > self.limit,
         }
     }
 
@@ -323,16 +361,21 @@ impl Charge {
     #[must_use]
     pub fn grow(&mut self, more: usize) -> bool {
         let shares = || self.shares.iter().flatten();
-        let mut added = 0;
+        let (mut added, mut guaranteed) = (0, false);
         for share in shares() {
-            if !share.take(more) {
-                break;
+            match share.take(more) {
+                Some(taken) => guaranteed |= taken == Taken::Guaranteed,
+                None => break,
             }
             added += 1;
         }
-        let before = match added == shares().count() {
-            true => add_within(&self.used, more, self.limit),
-            false => None,
+        let before = match (added == shares().count(), guaranteed) {
+            // A tenant's guaranteed part is there whatever the server holds: the pool's
+            // parts add up to the bound, and only what is held past it (answers) can
+            // have filled it.
+            (true, true) => Some(self.used.fetch_add(more, Ordering::AcqRel)),
+            (true, false) => add_within(&self.used, more, self.limit),
+            (false, _) => None,
         };
         let Some(before) = before else {
             for share in shares().take(added) {
@@ -348,11 +391,7 @@ impl Charge {
     /// Whose share `more` bytes would pass, if a share's rather than the server's limit:
     /// what to tell a refused client.
     pub fn full_share(&self, more: usize) -> Option<Whose> {
-        self.shares
-            .iter()
-            .flatten()
-            .find(|share| share.held.load(Ordering::Acquire).saturating_add(more) > share.limit)
-            .map(|share| share.whose)
+        self.shares.iter().flatten().find(|share| share.full(more)).map(|share| share.whose)
     }
 
     /// Bytes this charge holds.
@@ -440,35 +479,62 @@ mod tests {
         assert_eq!((pool.share(), pool.guaranteed()), (600, 200));
         let [a, b, c] = [0, 0, 0].map(AtomicUsize::new);
         // a takes its whole share; b gets its guaranteed part and what is left of the rest.
-        assert!(pool.take(&a, 600));
-        assert!(!pool.take(&a, 1), "past its share");
-        assert!(pool.take(&b, 400));
-        assert!(!pool.take(&b, 1), "the shared rest is spent");
+        assert_eq!(pool.take(&a, 600), Some(Taken::Shared));
+        assert_eq!(pool.take(&a, 1), None, "past its share");
+        assert_eq!(pool.take(&b, 200), Some(Taken::Guaranteed));
+        assert_eq!(pool.take(&b, 200), Some(Taken::Shared));
+        assert_eq!(pool.take(&b, 1), None, "the shared rest is spent");
+        assert!(pool.refuses(&b, 1) && !pool.share_full(&b, 1));
         assert_eq!(b.load(Ordering::Acquire), 400, "a refusal counts nothing");
         // c still finds its guaranteed part, and no more.
-        assert!(pool.take(&c, 200));
-        assert!(!pool.take(&c, 1));
+        assert_eq!(pool.take(&c, 200), Some(Taken::Guaranteed));
+        assert_eq!(pool.take(&c, 1), None);
         assert_eq!(a.load(Ordering::Acquire) + b.load(Ordering::Acquire) + c.load(Ordering::Acquire), 1200);
         // What a gives back beyond its part is the others' to take.
         pool.give_back(&a, 100);
-        assert!(pool.take(&c, 100));
+        assert_eq!(pool.take(&c, 100), Some(Taken::Shared));
         // Held whatever the bound, then given back: the shared rest comes back whole.
         pool.hold(&b, 50);
         pool.give_back(&b, 450);
         pool.give_back(&a, 500);
         pool.give_back(&c, 300);
         assert_eq!(pool.beyond.load(Ordering::Acquire), 0);
-        assert!(pool.take(&b, 600));
+        assert_eq!(pool.take(&b, 600), Some(Taken::Shared));
         assert!(TenantPool::new(1200, 1).is_none());
+    }
+
+    fn three_tenants() -> [Tenant; 3] {
+        ["a", "b", "c"].map(|name| {
+            let id = crate::auth::TenantId::new(name);
+            Tenant::new(id, crate::runtime::TenantView::new(name, [], None), None)
+        })
+    }
+
+    #[test]
+    fn answers_held_past_the_bound_never_take_a_tenants_guaranteed_part() {
+        let admission = Admission::new(1200, 3);
+        let tenants = three_tenants();
+        // a and b hold answers (whatever the bound) far past it.
+        let mut answers =
+            tenants[..2].iter().map(|tenant| admission.empty_for(Some(tenant), None)).collect::<Vec<_>>();
+        for answer in &mut answers {
+            answer.hold(2000);
+        }
+        assert!(admission.used() > admission.limit());
+        let mut theirs = admission.empty_for(Some(&tenants[0]), None);
+        assert!(!theirs.grow(1));
+        assert_eq!(theirs.full_share(1), Some(Whose::Tenant));
+        // c's guaranteed part is still there; past it, nothing is.
+        let mut ours = admission.empty_for(Some(&tenants[2]), None);
+        assert!(ours.grow(200));
+        assert!(!ours.grow(1));
+        assert_eq!(ours.full_share(1), Some(Whose::Tenant), "named as the tenant's, not the server's");
     }
 
     #[test]
     fn a_tenants_charge_counts_in_its_pool() {
         let admission = Admission::new(1200, 3);
-        let tenants = ["a", "b", "c"].map(|name| {
-            let id = crate::auth::TenantId::new(name);
-            Tenant::new(id, crate::runtime::TenantView::new(name, [], None), None)
-        });
+        let tenants = three_tenants();
         let mut charges = tenants.each_ref().map(|tenant| admission.empty_for(Some(tenant), None));
         assert!(charges[0].grow(600) && charges[1].grow(400));
         assert!(!charges[1].grow(1) && !charges[2].grow(201));

@@ -108,9 +108,23 @@ impl Runtime {
             let (fresh, name) = (fresh.clone(), name.to_owned());
             tokio::task::spawn_blocking(move || others.clash(&name, &fresh))
         };
-        if let Some(clash) = check.await.expect("the check does not panic") {
-            tracing::error!(component = name, "listing again after lists-changed: {clash}; its lists stay");
-            return;
+        match check.await {
+            Ok(None) => {}
+            Ok(Some(clash)) => {
+                tracing::error!(
+                    component = name,
+                    "listing again after lists-changed: {clash}; its lists stay"
+                );
+                return;
+            }
+            // Cancelled at shutdown, or a bug: this listing is given up, the loop goes on.
+            Err(error) => {
+                tracing::error!(
+                    component = name,
+                    "listing again after lists-changed: the check failed: {error}"
+                );
+                return;
+            }
         }
         let order = current
             .components
