@@ -46,6 +46,9 @@ impl TrustedProxies {
                     None => Some(bits),
                 }
                 .ok_or_else(|| bad(&format!("the prefix length must be 0 to {bits}")))?;
+                if prefix == 0 {
+                    return Err(bad("it would trust every client to name any address it likes"));
+                }
                 Ok((masked(address, prefix), prefix))
             })
             .collect::<Result<_, String>>()?;
@@ -65,32 +68,44 @@ impl TrustedProxies {
 
     /// The address a request from `peer` with these `headers` counts as: `peer`, unless it
     /// is a trusted proxy; then the last address of `X-Forwarded-For` (all its fields, in
-    /// order) that is not one, or its first when all are. An entry that is not an address
-    /// (`unknown`, garbage) ends the walk at the hop that sent it.
+    /// order) that is not one, or the last one looked at when all are. An entry that is
+    /// not an address (`unknown`, garbage, a field that is not text) ends the walk at the
+    /// hop that sent it, and so does the [`MAX_HOPS`]th.
+    ///
+    /// A client whose own address is in a trusted block is believed too, so name the
+    /// proxies' addresses, never a block the clients share.
     pub fn client(&self, peer: IpAddr, headers: &HeaderMap) -> IpAddr {
         let mut client = peer.to_canonical();
         if !self.contains(client) {
             return client;
         }
-        let fields = headers.get_all("x-forwarded-for").iter().filter_map(|value| value.to_str().ok());
-        let hops: Vec<&str> = fields.flat_map(|field| field.split(',')).collect();
-        for hop in hops.iter().rev() {
-            let Some(address) = parse_hop(hop) else { break };
-            client = address;
-            if !self.contains(address) {
-                break;
+        let mut looked = 0;
+        'fields: for field in headers.get_all("x-forwarded-for").iter().rev() {
+            let Ok(text) = field.to_str() else { break };
+            for hop in text.rsplit(',') {
+                looked += 1;
+                let Some(address) = parse_hop(hop).filter(|_| looked <= MAX_HOPS) else { break 'fields };
+                client = address;
+                if !self.contains(address) {
+                    break 'fields;
+                }
             }
         }
         client
     }
 }
 
-/// One `X-Forwarded-For` entry: an address, perhaps with a port (`1.2.3.4:80`,
-/// `[2001:db8::1]:80`), as some proxies write it.
+/// The most `X-Forwarded-For` entries looked at: real chains are a few proxies long, and a
+/// client could send thousands of entries naming a trusted proxy.
+pub const MAX_HOPS: usize = 16;
+
+/// One `X-Forwarded-For` entry: an address, perhaps with a port or in brackets
+/// (`1.2.3.4:80`, `[2001:db8::1]:80`, `[2001:db8::1]`), as some proxies write it.
 fn parse_hop(hop: &str) -> Option<IpAddr> {
     let hop = hop.trim();
-    let address =
-        hop.parse::<IpAddr>().ok().or_else(|| Some(hop.parse::<std::net::SocketAddr>().ok()?.ip()))?;
+    let unbracketed = hop.strip_prefix('[').and_then(|rest| rest.strip_suffix(']')).unwrap_or(hop);
+    let address = (unbracketed.parse::<IpAddr>().ok())
+        .or_else(|| Some(hop.parse::<std::net::SocketAddr>().ok()?.ip()))?;
     Some(address.to_canonical())
 }
 
@@ -135,8 +150,8 @@ mod tests {
         for outside in ["11.0.0.1", "192.0.2.8", "fe80::1", "::1"] {
             assert!(!trusted.contains(ip(outside)), "{outside}");
         }
-        assert!(TrustedProxies::parse(&["0.0.0.0/0"]).unwrap().contains(ip("203.0.113.1")));
-        for bad in ["10.0.0.0/33", "fd00::/129", "proxy.internal", "10.0.0.0/", ""] {
+        assert!(TrustedProxies::parse(&["128.0.0.0/1"]).unwrap().contains(ip("203.0.113.1")));
+        for bad in ["10.0.0.0/33", "fd00::/129", "proxy.internal", "10.0.0.0/", "", "0.0.0.0/0", "::/0"] {
             assert!(TrustedProxies::parse(&[bad]).is_err(), "{bad}");
         }
     }
@@ -152,12 +167,22 @@ mod tests {
         // Through two proxies, in two fields, with ports.
         assert_eq!(client(&["203.0.113.7:5000", "10.1.1.1"]), ip("203.0.113.7"));
         assert_eq!(client(&["[2001:db8::7]:443, 10.1.1.1"]), ip("2001:db8::7"));
+        assert_eq!(client(&["[2001:db8::7]"]), ip("2001:db8::7"));
         // Every hop a proxy: the first of them.
         assert_eq!(client(&["10.9.9.9, 10.1.1.1"]), ip("10.9.9.9"));
         // Garbage stops the walk at the hop that sent it.
         assert_eq!(client(&["203.0.113.7, unknown, 10.1.1.1"]), ip("10.1.1.1"));
         assert_eq!(client(&["unknown"]), proxy);
         assert_eq!(client(&[]), proxy);
+        // A field that is not text ends the walk too.
+        let mut headers = forwarded(&["203.0.113.7"]);
+        headers.append("x-forwarded-for", HeaderValue::from_bytes(b"\xff").unwrap());
+        assert_eq!(trusted.client(proxy, &headers), proxy);
+        // Past MAX_HOPS trusted entries, the walk stops at the last one looked at.
+        let mut headers = HeaderMap::new();
+        let many = format!("203.0.113.7{}", ", 10.0.0.1".repeat(MAX_HOPS));
+        headers.insert("x-forwarded-for", HeaderValue::from_str(&many).unwrap());
+        assert_eq!(trusted.client(proxy, &headers), ip("10.0.0.1"));
         // From anywhere else the header is ignored.
         let stranger = ip("203.0.113.50");
         assert_eq!(trusted.client(stranger, &forwarded(&["10.0.0.9"])), stranger);
