@@ -65,7 +65,7 @@ mod input;
 pub mod sealed;
 
 use admission::add_within;
-pub use admission::{Admission, Charge, Client, ClientShare, TenantPool, Whose};
+pub use admission::{Admission, Charge, Client, ClientShare, Taken, TenantPool, Whose};
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -460,34 +460,42 @@ impl ListenSlot {
             *count += 1;
             slot.holder = Some(holder);
         }
-        if add_within(&server.listens, 1, limit).is_none() {
+        // The tenant's pool before the server's count: the pool's parts add up to the
+        // server's bound, so a stream within the tenant's guaranteed part is there
+        // whatever the count says (another tenant's attempt, about to be refused by the
+        // pool, may hold a unit of it for a moment).
+        let mut guaranteed = false;
+        if let Some(tenant) = tenant {
+            let held = &tenant.holds.listen_streams;
+            match &server.listen_pool {
+                Some(pool) => match pool.take(held, 1) {
+                    Some(taken) => guaranteed = taken == Taken::Guaranteed,
+                    None => {
+                        return Err(busy(match pool.share_full(held, 1) {
+                            true => format!(
+                                "this tenant has {} subscriptions/listen streams open, its share of the server's {limit}",
+                                pool.share()
+                            ),
+                            false => format!(
+                                "the subscriptions/listen streams tenants share are all open, and this tenant has \
+                                 its own {} open",
+                                pool.guaranteed()
+                            ),
+                        }));
+                    }
+                },
+                None => _ = held.fetch_add(1, Ordering::AcqRel),
+            }
+            slot.tenant = Some(tenant);
+        }
+        if guaranteed {
+            server.listens.fetch_add(1, Ordering::AcqRel);
+        } else if add_within(&server.listens, 1, limit).is_none() {
             return Err(busy(format!(
                 "{limit} subscriptions/listen streams are open, the most this server keeps"
             )));
         }
         slot.counted = true;
-        if let Some(tenant) = &tenant {
-            let held = &tenant.holds.listen_streams;
-            if let Some(pool) = &server.listen_pool
-                && pool.take(held, 1).is_none()
-            {
-                return Err(busy(match pool.share_full(held, 1) {
-                    true => format!(
-                        "this tenant has {} subscriptions/listen streams open, its share of the server's {limit}",
-                        pool.share()
-                    ),
-                    false => format!(
-                        "the subscriptions/listen streams tenants share are all open, and this tenant has \
-                         its own {} open",
-                        pool.guaranteed()
-                    ),
-                }));
-            }
-            if server.listen_pool.is_none() {
-                held.fetch_add(1, Ordering::AcqRel);
-            }
-        }
-        slot.tenant = tenant;
         Ok(slot)
     }
 }

@@ -69,8 +69,8 @@ impl TrustedProxies {
     /// The address a request from `peer` with these `headers` counts as: `peer`, unless it
     /// is a trusted proxy; then the last address of `X-Forwarded-For` (all its fields, in
     /// order) that is not one, or the last one looked at when all are. An entry that is
-    /// not an address (`unknown`, garbage, a field that is not text) ends the walk at the
-    /// hop that sent it, and so does the [`MAX_HOPS`]th.
+    /// not an address (`unknown`, garbage, bytes that are not text) ends the walk at the
+    /// hop that sent it; at most [`MAX_HOPS`] entries are read.
     ///
     /// A client whose own address is in a trusted block is believed too, so name the
     /// proxies' addresses, never a block the clients share.
@@ -80,11 +80,15 @@ impl TrustedProxies {
             return client;
         }
         let mut looked = 0;
+        // Entry by entry, each read as text alone: a proxy that merges the client's field
+        // with its own must not let a byte the client wrote hide the address it appended.
         'fields: for field in headers.get_all("x-forwarded-for").iter().rev() {
-            let Ok(text) = field.to_str() else { break };
-            for hop in text.rsplit(',') {
+            for hop in field.as_bytes().rsplit(|&byte| byte == b',') {
+                if looked == MAX_HOPS {
+                    break 'fields;
+                }
                 looked += 1;
-                let Some(address) = parse_hop(hop).filter(|_| looked <= MAX_HOPS) else { break 'fields };
+                let Some(address) = std::str::from_utf8(hop).ok().and_then(parse_hop) else { break 'fields };
                 client = address;
                 if !self.contains(address) {
                     break 'fields;
@@ -174,10 +178,14 @@ mod tests {
         assert_eq!(client(&["203.0.113.7, unknown, 10.1.1.1"]), ip("10.1.1.1"));
         assert_eq!(client(&["unknown"]), proxy);
         assert_eq!(client(&[]), proxy);
-        // A field that is not text ends the walk too.
+        // An entry that is not text ends the walk too, where it sits: merged into one
+        // field before the address the proxy appended, it hides nothing.
         let mut headers = forwarded(&["203.0.113.7"]);
         headers.append("x-forwarded-for", HeaderValue::from_bytes(b"\xff").unwrap());
         assert_eq!(trusted.client(proxy, &headers), proxy);
+        let mut headers = HeaderMap::new();
+        headers.insert("x-forwarded-for", HeaderValue::from_bytes(b"\xff, 203.0.113.7").unwrap());
+        assert_eq!(trusted.client(proxy, &headers), ip("203.0.113.7"));
         // Past MAX_HOPS trusted entries, the walk stops at the last one looked at.
         let mut headers = HeaderMap::new();
         let many = format!("203.0.113.7{}", ", 10.0.0.1".repeat(MAX_HOPS));
