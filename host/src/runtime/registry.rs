@@ -27,6 +27,13 @@ use super::limits::ToolLimits;
 /// other components' ([`ToolSet::overlap_clash`]): about 0.1 s. Real sets take thousands.
 pub const OVERLAP_BUDGET: u64 = 20_000_000;
 
+/// Whether `template` matches `uri`, the work charged to `budget` (about a step per byte);
+/// `None` when the budget has too little left.
+fn matches_within(template: &super::features::Template, uri: &str, budget: &mut u64) -> Option<bool> {
+    *budget = budget.checked_sub(uri.len() as u64 + 1)?;
+    Some(template.matches(uri))
+}
+
 /// How many `/`-separated segments `uri` has.
 fn uri_segments(uri: &str) -> usize {
     uri.matches('/').count() + 1
@@ -184,9 +191,10 @@ impl ToolSet {
             }
             for (other, at) in others(&self.resource_shapes, template.segments()) {
                 let uri = &other.offered.resources[at].uri;
-                let Some(left) = budget.checked_sub(uri.len() as u64 + 1) else { return Some(too_costly()) };
-                budget = left;
-                if template.matches(uri) {
+                let Some(matched) = matches_within(template, uri, &mut budget) else {
+                    return Some(too_costly());
+                };
+                if matched {
                     return Some(format!(
                         "resource template {ours:?} matches resource {uri:?} of component {}",
                         other.name
@@ -197,10 +205,11 @@ impl ToolSet {
         for resource in &offered.resources {
             let uri = &resource.uri;
             for (other, at) in others(&self.template_shapes, uri_segments(uri)) {
-                let Some(left) = budget.checked_sub(uri.len() as u64 + 1) else { return Some(too_costly()) };
-                budget = left;
                 let theirs = &other.offered.templates[at];
-                if theirs.matches(uri) {
+                let Some(matched) = matches_within(theirs, uri, &mut budget) else {
+                    return Some(too_costly());
+                };
+                if matched {
                     return Some(format!(
                         "resource {uri:?} matches resource template {:?} of component {}",
                         theirs.info.uri_template, other.name
