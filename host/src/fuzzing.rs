@@ -21,7 +21,7 @@ use tokio::io::AsyncWrite;
 use tokio::sync::mpsc;
 
 use crate::config::Config;
-use crate::dispatch::{self, Admitted, Connection, Outbox, Server};
+use crate::dispatch::{self, Connection, Outbox, Server};
 use crate::protocol::jsonrpc::{self, Incoming};
 use crate::runtime::{EngineSettings, Runtime, RuntimeSettings, ToolSpec};
 use crate::transport::{http, stdio};
@@ -68,18 +68,10 @@ impl Dispatcher {
         let connection = Connection::new(self.server.clone());
         let reader = std::io::BufReader::with_capacity(buffer.max(1), input);
         // As `stdio::serve`'s reader thread does: admit, then handle or refuse.
-        stdio::read_messages(reader, |message| {
-            let admitted = match message {
-                stdio::Message::Text(text) => connection.server().admit(text),
-                stdio::Message::TooLong(error) => {
-                    Ok(Admitted { message: error, charge: connection.server().admission().empty() })
-                }
-            };
-            match admitted {
-                Ok(admitted) => self.tokio.block_on(connection.handle_admitted(admitted, &out)),
-                Err(refusal) => {
-                    self.tokio.block_on(out.send(jsonrpc::failure(refusal.id(), &refusal.rpc_error())))
-                }
+        stdio::read_messages(reader, |message| match stdio::admit(&connection, message) {
+            Ok(admitted) => self.tokio.block_on(connection.handle_admitted(admitted, &out)),
+            Err(refusal) => {
+                self.tokio.block_on(out.send(jsonrpc::failure(refusal.id(), &refusal.rpc_error())))
             }
         })
         .expect("reading from a slice never fails");

@@ -659,6 +659,49 @@ async fn queued_requests_over_the_bound_are_refused_with_an_error_on_stdio() {
     assert_eq!(admission.used(), 0, "every charge is given back once answered");
 }
 
+/// `serve --stdio --tenant NAME` charges what it reads to that tenant's share, as HTTP
+/// does a tenant's requests: with two tenants, a request past the share (half the bound)
+/// is too costly, with its limit named, though the server's bound would hold it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stdio_with_a_tenant_charges_what_it_reads_to_the_tenants_share() {
+    // Shares of 20 MiB: one large request (about 22 MB with its text) fits the bound, not
+    // a share.
+    let limits = ServerLimits { max_queued_request_bytes: 40 << 20, ..LIMITS };
+    let server = server_of_two_tenants("stdio-tenant", limits).await;
+    let tenant = server.tenants().get("a").cloned();
+    let input = format!("{}\n{}\n", many_keys(5, KEYS), many_keys(6, 10));
+    let (output, mut answers) = tokio::io::duplex(64 << 10);
+    let reading = tokio::spawn(async move {
+        let mut text = String::new();
+        answers.read_to_string(&mut text).await.unwrap();
+        text
+    });
+    cordon::transport::stdio::serve_as(
+        server.clone(),
+        tenant,
+        std::io::Cursor::new(input.into_bytes()),
+        output,
+        std::future::pending(),
+        Duration::from_secs(5),
+    )
+    .await
+    .unwrap();
+    let text = reading.await.unwrap();
+    let answers: Vec<Value> = text.lines().map(|line| serde_json::from_str(line).unwrap()).collect();
+    let schema = Schema::new();
+    for answer in &answers {
+        schema.check_sent(answer, Some("tools/call").filter(|_| answer.pointer("/result/content").is_some()));
+    }
+    assert_eq!(answers.len(), 2, "{text}");
+    let error = &answers[0]["error"];
+    assert_eq!((&answers[0]["id"], &error["code"]), (&json!(5), &json!(-32600)), "{text}");
+    let share = server.admission().tenant_limit();
+    assert_eq!(share, 20 << 20);
+    assert!(error["message"].as_str().unwrap().contains(&format!("the limit is {share}")), "{error}");
+    assert_eq!(answers[1]["result"]["content"][0]["text"], "x", "{text}");
+    assert_eq!(server.admission().used(), 0, "every charge is given back once answered");
+}
+
 /// A bound spent to its last bytes (by a spinning call, sized to leave less room than a
 /// cancel costs) still lets a small notification in: the cancel stops the call (refused,
 /// it would have left the call running for its minute), and nothing answers it.

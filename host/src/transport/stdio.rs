@@ -16,7 +16,7 @@ use std::io::BufRead;
 use tokio::io::AsyncWrite;
 
 use crate::auth::Tenant;
-use crate::dispatch::{Admitted, Connection, Outbox, RateCheck, Server};
+use crate::dispatch::{Admitted, Connection, Outbox, RateCheck, Refusal, Server};
 use crate::protocol::jsonrpc::{self, INVALID_REQUEST, Incoming, RpcError};
 
 /// The largest message accepted on stdin.
@@ -69,13 +69,7 @@ where
             // Each message is handled in place here: wake as promptly as a worker does.
             crate::dispatch::shorten_thread_slice();
             let _ = finished.send(read_messages(input, |message| {
-                let admitted = match message {
-                    Message::Text(text) => connection.server().admit(text),
-                    Message::TooLong(error) => {
-                        Ok(Admitted { message: error, charge: connection.server().admission().empty() })
-                    }
-                };
-                match admitted {
+                match admit(&connection, message) {
                     Ok(admitted) => runtime.block_on(connection.handle_admitted(admitted, &out)),
                     // Refused before it was built: answered here, nothing queued; a message
                     // without an id (a notification) is never answered, only logged.
@@ -109,6 +103,17 @@ where
 pub(crate) enum Message<'a> {
     Text(&'a [u8]),
     TooLong(Incoming),
+}
+
+/// Admit one line read, charged to the connection's tenant's share of the bound (with
+/// `--tenant`) as an HTTP request of that tenant's is: what the reader does with each
+/// line before it handles or refuses it.
+pub(crate) fn admit(connection: &Connection, message: Message<'_>) -> Result<Admitted, Refusal> {
+    let server = connection.server();
+    match message {
+        Message::Text(text) => server.admit_for(text, connection.tenant().map(Arc::as_ref), None),
+        Message::TooLong(error) => Ok(Admitted { message: error, charge: server.admission().empty() }),
+    }
 }
 
 /// Read messages from `input` until EOF, handing each to `handle`.
