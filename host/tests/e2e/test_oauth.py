@@ -139,11 +139,13 @@ async def test_a_bearer_token_over_http(issuer, tmp_path, mode):
         await list_and_call(url, log, mode, issuer.token())
         # Without a token, or with one lacking the scope, the server answers 401 and 403
         # with the challenge that points to its metadata.
-        async with httpx2.AsyncClient() as plain:
+        # A long timeout, as every other plain client here has: httpx's default 5 s is
+        # the only clock this step depends on, on a loaded machine.
+        async with httpx2.AsyncClient(timeout=30) as plain:
             body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
             headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
             answer = await plain.post(url, json=body, headers=headers)
-            assert answer.status_code == 401
+            assert answer.status_code == 401, (answer.status_code, dict(answer.headers), answer.text)
             metadata_url = "https://mcp.example.com/.well-known/oauth-protected-resource/mcp"
             assert answer.headers["www-authenticate"] == f'Bearer resource_metadata="{metadata_url}"'
             narrow = {**headers, "Authorization": f"Bearer {issuer.token(scope='other')}"}
