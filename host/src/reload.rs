@@ -11,6 +11,10 @@
 //! `[[tenants]]`, `[auth.oauth]`, ...) is read at start, and a reload that finds one
 //! changed says so in a warning naming it, so that an operator who revoked a key or
 //! changed a limit knows a restart is needed (rather than trusting a reload that took).
+//! So a reloaded component keeps the tenants it was loaded for, and each of them its
+//! own data directory: taken from new `[[tenants]]`, a component they no longer named
+//! would grant its whole data directory, every tenant's in it, to the tenants still
+//! served.
 //!
 //! [`check`] is the same work without serving: `cordon check --config FILE` in a CI
 //! pipeline.

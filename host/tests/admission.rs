@@ -45,16 +45,22 @@ async fn server_of_tenants(name: &str, limits: ServerLimits, names: &[&str]) -> 
     });
     let tenants = tenants.collect();
     let tenants = Arc::new(Tenants::new(tenants, keys));
-    Server::with_tenants(runtime(name).await, Duration::from_millis(10), limits, tenants)
+    Server::with_tenants(runtime_for(name, names).await, Duration::from_millis(10), limits, tenants)
 }
 
 async fn runtime(name: &str) -> Arc<Runtime> {
+    runtime_for(name, &[]).await
+}
+
+/// The example tools, loaded for `tenants` (each with a data directory of its own).
+async fn runtime_for(name: &str, tenants: &[&str]) -> Arc<Runtime> {
     let mut runtime = Runtime::new(common::settings(1)).unwrap();
     let data = common::scratch(&format!("admission-{name}"));
     std::fs::create_dir_all(&data).unwrap();
     let options = ComponentOptions {
         limits: common::quick_limits(),
         data_dir: Some(data),
+        tenants: tenants.iter().map(|tenant| (*tenant).to_owned()).collect(),
         ..ComponentOptions::default()
     };
     runtime.load_file(&cordon::paths::example_tools(), options).await.unwrap();

@@ -11,7 +11,9 @@ use common::{answer, call, fresh_dir, hostile};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use cordon::runtime::{CallReport, ComponentOptions, Mount, Outcome, Runtime, TenantView};
+use cordon::runtime::{
+    CallError, CallReport, ComponentOptions, ComponentSource, Mount, Outcome, Runtime, TenantView,
+};
 use serde_json::json;
 
 fn mount(host: &Path, guest: &str, writable: bool, quota_bytes: Option<u64>) -> Mount {
@@ -610,6 +612,42 @@ async fn a_components_tenants_share_each_mounts_quota_and_their_data_directories
         ComponentOptions { data_dir: Some(layout.data.join("a").join("inner")), ..Default::default() },
     ];
     refused_as_overlapping_hostile(&mut runtime, refused).await;
+}
+
+/// A reload reads `[[tenants]]` no more than a restart would: a component whose new
+/// config names no tenant keeps those it was loaded for, each in its own data directory,
+/// never the whole one (every tenant's); and one loaded anew for no tenant is not theirs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_that_drops_a_components_tenants_never_opens_one_tenants_data_to_another() {
+    let layout = Layout::new("tenant-reload");
+    let options = ComponentOptions { tenants: vec!["a".into(), "b".into()], ..layout.options(None) };
+    let runtime = runtime_with(options).await.unwrap();
+    let write = json!({ "path": "/data/mine.txt", "text": "a's" });
+    assert!(!failed(&call_as(&runtime, Some("a"), "write_text", write).await));
+    std::fs::write(layout.data.join("b/secret.txt"), "b's").unwrap();
+    let untenanted = || ComponentSource {
+        name: "hostile".into(),
+        path: hostile(),
+        embedded: None,
+        options: ComponentOptions { limits: common::quick_limits(), ..layout.options(None) },
+    };
+    let report = runtime.reload(vec![untenanted()]).await;
+    assert!(report.failed.is_empty() && report.loaded.is_empty(), "{report:?}");
+    let read = |path: &str| json!({ "path": path });
+    let report = call_as(&runtime, Some("a"), "read_text", read("/data/b/secret.txt")).await;
+    assert!(failed(&report), "tenant a read b's file: {}", answer(&report));
+    let report = call_as(&runtime, Some("a"), "read_text", read("/data/mine.txt")).await;
+    assert_eq!(answer(&report), "a's");
+
+    // Removed, then loaded again for no tenant: tenant a no longer sees it at all.
+    assert_eq!(runtime.reload(Vec::new()).await.removed, ["hostile"]);
+    assert_eq!(runtime.reload(vec![untenanted()]).await.loaded, ["hostile"]);
+    let view = TenantView::new("a", ["hostile".to_owned()], None);
+    let tools = runtime.snapshot();
+    let arguments = read("/data/b/secret.txt");
+    let call = runtime.call_in(&tools, Some(&view), "read_text", &arguments, Default::default());
+    assert!(matches!(call.await.err(), Some(CallError::UnknownTool(_))));
+    assert!(tools.tool_for(Some(&view), "read_text").is_none(), "listed to a tenant it is not for");
 }
 
 /// Run `cordon` with `args` to its end (stdin closed), within `deadline`: its stdout,

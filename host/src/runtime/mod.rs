@@ -591,9 +591,14 @@ impl Runtime {
         // First what stays as it is, then what must be loaded, checked against it all.
         let mut steps = Vec::new();
         let mut staying = ToolSet::default();
-        for source in sources {
+        for mut source in sources {
             let origin = source.origin();
             let old = current.component(&source.name).cloned();
+            // The tenants served are those read at start, so each keeps the data directory
+            // it had, whatever the new `[[tenants]]` say (reload.rs).
+            if let Some(old) = &old {
+                source.options.tenants.clone_from(&old.options.tenants);
+            }
             let read_bytes = source.reader();
             let read = tokio::task::spawn_blocking(move || {
                 use sha2::Digest;
@@ -979,10 +984,9 @@ impl Runtime {
         if *self.shutdown.borrow() {
             return Err(CallError::ShuttingDown);
         }
-        let files = match view {
-            Some(view) => component.tenant_files.get(&*view.tenant).cloned(),
-            None => None,
-        };
+        // A tenant's own grants; none when the component has no data directory (the view
+        // sees it only then, `LoadedComponent::seen_by`): its mounts are every tenant's.
+        let files = view.and_then(|view| component.tenant_files.get(&*view.tenant).cloned());
         let component = component.clone();
         Ok(Call {
             id: self.next_call_id.fetch_add(1, Ordering::Relaxed),

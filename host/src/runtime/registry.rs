@@ -238,9 +238,7 @@ impl ToolSet {
     /// The components `view` sees, in load order.
     fn visible<'a>(&'a self, view: Option<&TenantView>) -> impl Iterator<Item = &'a Arc<LoadedComponent>> {
         let view = view.cloned();
-        self.components
-            .iter()
-            .filter(move |component| view.as_ref().is_none_or(|view| view.sees(&component.name)))
+        self.components.iter().filter(move |component| component.seen_by(view.as_ref()))
     }
 
     /// Every resource `view` sees, in load order.
@@ -314,7 +312,7 @@ impl ToolSet {
 
     /// The component at `index`, if `view` sees it.
     fn seen(&self, view: Option<&TenantView>, index: Option<&usize>) -> Option<&Arc<LoadedComponent>> {
-        Some(&self.components[*index?]).filter(|component| view.is_none_or(|view| view.sees(&component.name)))
+        Some(&self.components[*index?]).filter(|component| component.seen_by(view))
     }
 
     /// Every tool, in load order (component by component, each in its own order).
@@ -356,7 +354,7 @@ impl ToolSet {
     pub fn tools_for<'a>(&'a self, view: Option<&'a TenantView>) -> impl Iterator<Item = &'a ToolSpec> {
         self.components
             .iter()
-            .filter(move |component| view.is_none_or(|view| view.sees(&component.name)))
+            .filter(move |component| component.seen_by(view))
             .flat_map(|component| component.tools.iter())
     }
 
@@ -365,7 +363,7 @@ impl ToolSet {
         view: Option<&TenantView>,
         tool: &str,
     ) -> Option<&Arc<LoadedComponent>> {
-        self.component_of(tool).filter(|component| view.is_none_or(|view| view.sees(&component.name)))
+        self.component_of(tool).filter(|component| component.seen_by(view))
     }
 
     pub(crate) fn component(&self, name: &str) -> Option<&Arc<LoadedComponent>> {
@@ -383,6 +381,21 @@ pub struct TenantView {
     /// Calls of this tenant holding a slot at once; more wait in the queue (fairly, see
     /// `fair.rs`).
     pub max_concurrent_calls: Option<usize>,
+}
+
+impl LoadedComponent {
+    /// Whether `view` sees the component: without a view, always; a tenant's, when the
+    /// tenant may use it and, should it have a data directory, the tenant has its own
+    /// there. The component's own grants (`files`) hold the whole data directory, every
+    /// tenant's in it, so a tenant it was loaded without must never fall back to them (a
+    /// component removed by a reload, then loaded again from a config whose `[[tenants]]`
+    /// no longer name it: the tenants served are still those read at start).
+    pub(crate) fn seen_by(&self, view: Option<&TenantView>) -> bool {
+        view.is_none_or(|view| {
+            view.sees(&self.name)
+                && (self.options.data_dir.is_none() || self.tenant_files.contains_key(&*view.tenant))
+        })
+    }
 }
 
 impl TenantView {
