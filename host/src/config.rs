@@ -533,6 +533,25 @@ pub struct Plan {
 }
 
 impl Config {
+    /// What the server reads besides the config itself, with paths resolved against
+    /// `base`: the files no guest may write (the components' files, the issuer's key set)
+    /// and the secret files no guest may read or write (`secrets`, `api_keys`).
+    pub fn files_read(&self, base: &Path) -> (Vec<PathBuf>, Vec<PathBuf>) {
+        let secret_file = |source: &SecretSource| match source {
+            SecretSource::File { file } => Some(base.join(file)),
+            SecretSource::Env { .. } => None,
+        };
+        let secrets = (self.components.iter().flat_map(|component| component.secrets.values()))
+            .chain(self.tenants.iter().filter_map(|tenant| tenant.api_keys.as_ref()))
+            .filter_map(secret_file);
+        let jwks = self.auth.oauth.as_ref().and_then(|oauth| match &oauth.jwks {
+            JwksConfig::File { file } => Some(base.join(file)),
+            JwksConfig::Url { .. } => None,
+        });
+        let files = self.components.iter().map(|component| base.join(&component.path)).chain(jwks);
+        (files.collect(), secrets.collect())
+    }
+
     pub fn load(path: &Path) -> Result<Self> {
         let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
         toml::from_str(&text).with_context(|| format!("{} is not a valid Cordon config", path.display()))

@@ -52,7 +52,13 @@ pub fn read_plan(path: Option<&Path>) -> Result<Plan, ReloadError> {
     let plan = match path {
         Some(path) => {
             let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
-            Config::load(path).and_then(|config| config.plan(&base))
+            Config::load(path).and_then(|config| {
+                let (mut files, secrets) = config.files_read(&base);
+                files.push(path.to_owned());
+                let mut plan = config.plan(&base)?;
+                (plan.runtime.server_files, plan.runtime.secret_files) = (files, secrets);
+                Ok(plan)
+            })
         }
         None => Config::default().plan(Path::new(".")),
     };
@@ -65,6 +71,7 @@ pub async fn reload(runtime: &Runtime, path: Option<&Path>) -> Result<ReloadRepo
     let plan = read_plan(path).inspect_err(|error| {
         tracing::error!("reload: the config was not applied, nothing changed: {error}");
     })?;
+    runtime.protect_files(&plan.runtime.server_files, &plan.runtime.secret_files);
     let report = runtime.reload(plan.components).await;
     for error in &report.failed {
         tracing::error!("reload: {error} (the component keeps its old version, if it had one)");

@@ -289,6 +289,66 @@ async fn a_writable_grant_inside_or_around_the_compile_cache_is_refused() {
     load(layout.options(None)).await.unwrap();
 }
 
+/// What the server reads is no guest's to change: `cordon check` refuses a writable grant
+/// around the config file (a guest could grant itself anything at the next reload) and
+/// any grant, even read-only, around a secret file; a read-only one around the config
+/// loads.
+#[test]
+fn a_grant_around_the_config_to_write_or_around_a_secret_file_is_refused() {
+    let layout = Layout::new("server-files");
+    let secrets = fresh_dir("server-files-secrets");
+    std::fs::write(secrets.join("token"), "s3cr3t\n").unwrap();
+    let (secrets, token) = (secrets.display().to_string(), secrets.join("token").display().to_string());
+    let hostile = hostile().display().to_string();
+    let check = |mount: &str| {
+        let config = write_config(
+            &layout.root,
+            &format!(
+                "[[components]]\npath = {hostile:?}\nsecrets = {{ TOKEN = {{ file = {token:?} }} }}\n\
+                 [[components.mounts]]\n{mount}\nguest = \"/m\"\n"
+            ),
+        );
+        run_cordon(&["check", "--config", config.to_str().unwrap()], Duration::from_secs(60))
+    };
+    let (_, err, ok) = check("host = \".\"\nmode = \"rw\"");
+    assert!(!ok && err.contains("cordon.toml, which the server reads"), "{err}");
+    let (_, err, ok) = check(&format!("host = {secrets:?}\nmode = \"ro\""));
+    assert!(!ok && err.contains("a secret file"), "{err}");
+    assert!(!err.contains("s3cr3t"), "{err}");
+    let (out, err, ok) = check("host = \"ro\"\nmode = \"rw\"");
+    assert!(ok, "{out}\n{err}");
+    let (out, err, ok) = check("host = \"ro\"\nmode = \"ro\"");
+    assert!(ok, "{out}\n{err}");
+}
+
+/// A component whose file lies inside another's writable grant is refused, at a reload
+/// too (where the component with the grant stays and is not checked again): its guests
+/// could replace the code the new one runs, with the new one's grants.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_component_whose_file_another_may_write_is_refused_at_reload() {
+    let layout = Layout::new("file-in-grant");
+    let planted = layout.rw.join("tools.wasm");
+    std::fs::copy(cordon::paths::example_tools(), &planted).unwrap();
+    let source = |name: &str, path: PathBuf, options: ComponentOptions| ComponentSource {
+        name: name.into(),
+        path,
+        embedded: None,
+        options: ComponentOptions { limits: common::quick_limits(), ..options },
+    };
+    let writer = || source("hostile", hostile(), layout.options(None));
+    let runtime = Runtime::new(common::settings(4)).unwrap();
+    assert!(runtime.reload(vec![writer()]).await.failed.is_empty());
+    runtime.protect_files(&[hostile(), planted.clone()], &[]);
+    let report = runtime.reload(vec![writer(), source("tools", planted, ComponentOptions::default())]).await;
+    let problems: Vec<&str> = report.failed.iter().map(|error| error.problem.as_str()).collect();
+    assert!(
+        matches!(problems[..], [problem] if problem.contains("the file of component tools is inside")
+            && problem.contains("of component hostile")),
+        "{problems:?}"
+    );
+    assert_eq!(report.unchanged, ["hostile"]);
+}
+
 /// Sum of the sizes of the regular files under `dir`.
 fn bytes_under(dir: &Path) -> u64 {
     std::fs::read_dir(dir)

@@ -39,6 +39,11 @@ pub struct ComponentSource {
 }
 
 impl ComponentSource {
+    /// The file it is read from; none for a component built into the binary.
+    pub(crate) fn file(&self) -> Option<PathBuf> {
+        self.embedded.is_none().then(|| self.path.clone())
+    }
+
     /// What a load error names: the file, or the name of a component built into the binary.
     pub fn origin(&self) -> String {
         match self.embedded {

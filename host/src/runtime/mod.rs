@@ -106,6 +106,12 @@ pub struct RuntimeSettings {
     /// and the compile cache keep these whatever calls open. Guests share the rest of
     /// the process's limit (`RLIMIT_NOFILE`), each call within its `open_files`.
     pub reserved_descriptors: usize,
+    /// Files the server reads that no guest may be granted to write (the config, its
+    /// secret and key files, the components' files): see [`Runtime::protect_files`].
+    pub server_files: Vec<PathBuf>,
+    /// Files holding secrets (`secrets`, `api_keys`), which no guest may be granted to
+    /// read either.
+    pub secret_files: Vec<PathBuf>,
 }
 
 impl Default for RuntimeSettings {
@@ -115,6 +121,8 @@ impl Default for RuntimeSettings {
             queue_timeout: Duration::from_secs(5),
             list_budget: Duration::from_secs(5),
             reserved_descriptors: 256,
+            server_files: Vec::new(),
+            secret_files: Vec::new(),
         }
     }
 }
@@ -164,6 +172,88 @@ fn files_conflict(
             ),
         ))
     })
+}
+
+/// Why `name`'s own `file` may not be loaded: it lies inside a writable grant of one of
+/// `others`, whose guests could replace the code it runs (with its grants).
+fn file_in_writable_grant(
+    name: &str,
+    origin: &str,
+    file: &Path,
+    others: &[Arc<LoadedComponent>],
+) -> Option<LoadError> {
+    let file = std::fs::canonicalize(file).unwrap_or_else(|_| file.to_owned());
+    others.iter().find_map(|other| {
+        let mut grants =
+            other.files.iter().chain(other.tenant_files.values()).flat_map(|files| &files.grants);
+        let grant = grants.find(|grant| grant.writable && file.starts_with(&grant.path))?;
+        Some(LoadError::new(
+            origin,
+            format!(
+                "the file of component {name} is inside {} of component {}: its guests could replace \
+                 the code this component runs, with this component's grants; move the file or the grant",
+                grant.describe(),
+                other.name
+            ),
+        ))
+    })
+}
+
+/// What the server itself reads, as the file system resolves it.
+#[derive(Clone)]
+struct ServerPaths {
+    /// The compile cache holds native code the server runs: a guest that could write it
+    /// could plant its own (the entries' digests stop corruption, not a writer).
+    cache: Option<PathBuf>,
+    /// The config, the components' files, the issuer's key set.
+    files: Arc<[PathBuf]>,
+    /// The files that hold secrets and API keys.
+    secrets: Arc<[PathBuf]>,
+}
+
+impl ServerPaths {
+    /// Why one of `grants` may not be granted: any one around a secret file, a writable
+    /// one inside or around the cache or around a server file.
+    fn problem_with(&self, grants: &files::FileGrants) -> Option<String> {
+        let around_secret = |grant: &files::Grant| {
+            let secret = self.secrets.iter().find(|secret| secret.starts_with(&grant.path))?;
+            Some(format!(
+                "{} holds {}, a secret file: every guest given the grant could read each secret and key \
+                 in it; move the file or the grant",
+                grant.describe(),
+                secret.display()
+            ))
+        };
+        if let Some(problem) = grants.grants.iter().find_map(around_secret) {
+            return Some(problem);
+        }
+        grants.grants.iter().filter(|grant| grant.writable).find_map(|grant| {
+            if let Some(cache) = self
+                .cache
+                .as_ref()
+                .filter(|cache| grant.path.starts_with(cache) || cache.starts_with(&grant.path))
+            {
+                return Some(format!(
+                    "{} is inside or around the compile cache {}: a guest that may write there could \
+                     plant native code the server runs; move the cache (`[server] cache_dir`) or the grant",
+                    grant.describe(),
+                    cache.display()
+                ));
+            }
+            let file = self.files.iter().find(|file| file.starts_with(&grant.path))?;
+            Some(format!(
+                "{} holds {}, which the server reads: a guest that may write there could change what a \
+                 reload grants or runs; move the file or the grant",
+                grant.describe(),
+                file.display()
+            ))
+        })
+    }
+}
+
+/// `files` as the file system resolves them (as written, where one cannot be resolved).
+fn resolved(files: &[PathBuf]) -> Arc<[PathBuf]> {
+    files.iter().map(|file| std::fs::canonicalize(file).unwrap_or_else(|_| file.clone())).collect()
 }
 
 /// Why a call could not start.
@@ -265,9 +355,9 @@ pub struct Runtime {
     /// Who gets each call's [`CallEnded`].
     observers: events::Observers,
     compile_cache: Arc<CompileCache>,
-    /// The compile cache's directory as the file system resolves it: no guest may be
-    /// granted to write inside or around it.
-    compile_cache_dir: Option<PathBuf>,
+    /// The compile cache's directory and the server's files as the file system resolves
+    /// them: no guest may be granted to write around them (nor inside the cache).
+    server_paths: std::sync::RwLock<ServerPaths>,
     /// The threads every schema's costly checks share (`schema.rs`).
     check_threads: Arc<schema::CheckThreads>,
     /// Components to list again: a call of theirs said `lists-changed` (relist.rs).
@@ -316,11 +406,28 @@ impl Runtime {
             next_call_id: AtomicU64::new(1),
             observers: events::Observers::default(),
             compile_cache: Arc::default(),
-            compile_cache_dir: settings.engine.cache_dir.as_deref().map(engine::prepare_cache_dir),
+            server_paths: std::sync::RwLock::new(ServerPaths {
+                cache: settings.engine.cache_dir.as_deref().map(engine::prepare_cache_dir),
+                files: resolved(&settings.server_files),
+                secrets: resolved(&settings.secret_files),
+            }),
             check_threads: Arc::default(),
             relists: Arc::default(),
             settings,
         })
+    }
+
+    /// Refuse, from the next load or reload on, any writable grant around one of `files`
+    /// (the config, the components' files, the issuer's key set; a reload hands the new
+    /// config's), any grant at all around one of `secrets`, and any component whose own
+    /// file is inside another's writable grant. A guest that could rewrite a file the
+    /// server reads would, at the next reload (`serve --watch` reloads when one changes),
+    /// grant itself what it wrote there or run its code as another component, with that
+    /// component's grants; one that could read a secret file would hold every secret and
+    /// API key in it, its tenant's or not.
+    pub fn protect_files(&self, files: &[PathBuf], secrets: &[PathBuf]) {
+        let mut paths = self.server_paths.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+        (paths.files, paths.secrets) = (resolved(files), resolved(secrets));
     }
 
     /// Hand every call's end to `observer` too, from now on (set before serving).
@@ -371,7 +478,7 @@ impl Runtime {
         let source = ComponentSource { name: name.into(), path: path.into(), embedded: None, options };
         let origin = source.origin();
         let compiling = self.compile(&origin, source.reader(), CompilePriority::Startup);
-        self.add_compiled(name, &origin, compiling, source.options).await
+        self.add_compiled(name, &origin, Some(path), compiling, source.options).await
     }
 
     /// Load a component from bytes (binary, or component WAT text).
@@ -383,7 +490,7 @@ impl Runtime {
     ) -> Result<(), LoadError> {
         let bytes = bytes.to_vec();
         let compiling = self.compile(name, move || Ok(bytes), CompilePriority::Startup);
-        self.add_compiled(name, name, compiling, options).await
+        self.add_compiled(name, name, None, compiling, options).await
     }
 
     /// Load `sources` in order, as [`Self::load_named_file`] (or [`Self::load_bytes`], for
@@ -407,7 +514,10 @@ impl Runtime {
                 compiling.push_back((source, origin, started));
             }
             let Some((source, origin, started)) = compiling.pop_front() else { break };
-            if let Err(error) = self.add_compiled(&source.name, &origin, started, source.options).await {
+            if let Err(error) = self
+                .add_compiled(&source.name, &origin, source.file().as_deref(), started, source.options)
+                .await
+            {
                 failed.push(error);
             }
         }
@@ -419,12 +529,13 @@ impl Runtime {
         &mut self,
         name: &str,
         origin: &str,
+        file: Option<&Path>,
         compiling: Compiling,
         options: ComponentOptions,
     ) -> Result<(), LoadError> {
         let current = self.snapshot();
         // `&mut self`: nothing is served yet.
-        let loaded = self.build(name, origin, compiling, options, &current.components).await?;
+        let loaded = self.build(name, origin, file, compiling, options, &current.components).await?;
         if let Some(clash) = current.clash(origin, &loaded) {
             return Err(clash);
         }
@@ -458,12 +569,13 @@ impl Runtime {
         })
     }
 
-    /// Open the component's files, check them against `others`, take what `compiling`
-    /// made, and read its tools.
+    /// Open the component's files, check them (and its own `file`, when it was read from
+    /// one) against `others`, take what `compiling` made, and read its tools.
     async fn build(
         &self,
         name: &str,
         origin: &str,
+        file: Option<&Path>,
         compiling: Compiling,
         options: ComponentOptions,
         others: &[Arc<LoadedComponent>],
@@ -473,10 +585,15 @@ impl Runtime {
         // not hold up a thread that serves calls (a reload runs beside them).
         let opening = {
             let (name, origin, options) = (name.to_owned(), origin.to_owned(), options.clone());
-            let others = others.to_vec();
-            let cache = self.compile_cache_dir.clone();
+            let (others, file) = (others.to_vec(), file.map(Path::to_path_buf));
+            let paths = self.server_paths.read().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
             tokio::task::spawn_blocking(move || {
-                Self::open_tenant_files(&name, &origin, &options, &others, cache.as_deref())
+                if let Some(error) =
+                    file.and_then(|file| file_in_writable_grant(&name, &origin, &file, &others))
+                {
+                    return Err(error);
+                }
+                Self::open_tenant_files(&name, &origin, &options, &others, &paths)
             })
         };
         let (files, tenant_files) = opening
@@ -642,7 +759,14 @@ impl Runtime {
             };
             let compiling = self.compile(&origin, move || Ok(bytes), CompilePriority::Background);
             let built = self
-                .build(&source.name, &origin, compiling, source.options, &staying.components)
+                .build(
+                    &source.name,
+                    &origin,
+                    source.file().as_deref(),
+                    compiling,
+                    source.options,
+                    &staying.components,
+                )
                 .await
                 .and_then(|loaded| match staying.clash(&origin, &loaded) {
                     Some(clash) => Err(clash),
@@ -703,10 +827,10 @@ impl Runtime {
         origin: &str,
         options: &ComponentOptions,
         others: &[Arc<LoadedComponent>],
-        cache: Option<&Path>,
+        paths: &ServerPaths,
     ) -> Result<(Option<Arc<files::FileGrants>>, HashMap<String, Arc<files::FileGrants>>), LoadError> {
         let open = |options: &ComponentOptions, quotas_from, of_tenant| {
-            Self::open_files(name, origin, options, others, quotas_from, of_tenant, cache)
+            Self::open_files(name, origin, options, others, quotas_from, of_tenant, paths)
         };
         let Some(data_dir) = options.data_dir.as_ref().filter(|_| !options.tenants.is_empty()) else {
             return Ok((open(options, None, false)?, HashMap::new()));
@@ -732,7 +856,8 @@ impl Runtime {
 
     /// Open `name`'s data directory and mounts once, refusing any that overlaps one of
     /// `others` where either may be written, and any writable one inside or around the
-    /// compile `cache`; a mount's quota is `quotas_from`'s when it has one.
+    /// compile cache or around a server file (`paths`); a mount's quota is `quotas_from`'s
+    /// when it has one.
     fn open_files(
         name: &str,
         origin: &str,
@@ -740,7 +865,7 @@ impl Runtime {
         others: &[Arc<LoadedComponent>],
         quotas_from: Option<&files::FileGrants>,
         of_tenant: bool,
-        cache: Option<&Path>,
+        paths: &ServerPaths,
     ) -> Result<Option<Arc<files::FileGrants>>, LoadError> {
         let data_dir = options.data_dir.as_deref();
         let Some(grants) = files::FileGrants::open(
@@ -757,24 +882,8 @@ impl Runtime {
         if let Some(conflict) = files_conflict(name, origin, &grants, others) {
             return Err(conflict);
         }
-        // The cache holds native code the server runs: a guest that could write it could
-        // plant its own (the entries' digests stop corruption, not a writer).
-        let around_cache = |grant: &&files::Grant| {
-            cache.is_some_and(|cache| {
-                grant.writable && (grant.path.starts_with(cache) || cache.starts_with(&grant.path))
-            })
-        };
-        if let (Some(grant), Some(cache)) = (grants.grants.iter().find(around_cache), cache) {
-            return Err(LoadError::new(
-                origin,
-                format!(
-                    "component {name}: {} is inside or around the compile cache {}: a guest that may write \
-                     there could plant native code the server runs; move the cache (`[server] cache_dir`) \
-                     or the grant",
-                    grant.describe(),
-                    cache.display()
-                ),
-            ));
+        if let Some(problem) = paths.problem_with(&grants) {
+            return Err(LoadError::new(origin, format!("component {name}: {problem}")));
         }
         // Told once, with the grants the quotas were measured for (a tenant's data directory
         // has a quota of its own; its mounts share the component's).
