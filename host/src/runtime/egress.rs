@@ -467,7 +467,15 @@ impl Rule {
                 Some((host, port)) => (host, Some(port)),
                 None => (authority, None),
             };
-            (HostRule::parse(host).ok_or_else(|| problem("not a host name, *.name or IP address"))?, port)
+            let host =
+                HostRule::parse(host).ok_or_else(|| problem("not a host name, *.name or IP address"))?;
+            if matches!(&host, HostRule::Subdomains(name) if !name.contains('.')) {
+                // `*.com` grants every host anyone can register under it.
+                return Err(problem(
+                    "a wildcard must stand under a name of two labels or more (*.example.com)",
+                ));
+            }
+            (host, port)
         };
         let port = match port {
             None if authority.ends_with(']') || !authority.contains(':') => {
@@ -527,23 +535,10 @@ pub(crate) fn is_inside(address: IpAddr) -> bool {
     match address {
         IpAddr::V4(v4) => is_inside_v4(v4),
         IpAddr::V6(v6) => {
-            let segments = v6.segments();
-            // IPv4 carried inside IPv6: mapped (::ffff:0:0/96), compatible (::/96),
-            // translated (SIIT, ::ffff:0:0:0/96), NAT64 (64:ff9b::/96) and 6to4 (2002::/16)
-            // lead wherever their IPv4 address does.
-            let embedded = |high: u16, low: u16| Ipv4Addr::from(((high as u32) << 16) | low as u32);
-            if let Some(v4) = v6.to_ipv4_mapped() {
+            if let Some(v4) = embedded_v4(v6) {
                 return is_inside_v4(v4);
             }
-            if segments[..6] == [0; 6] && !v6.is_loopback() && !v6.is_unspecified() {
-                return is_inside_v4(embedded(segments[6], segments[7]));
-            }
-            if segments[..6] == [0x64, 0xff9b, 0, 0, 0, 0] || segments[..6] == [0, 0, 0, 0, 0xffff, 0] {
-                return is_inside_v4(embedded(segments[6], segments[7]));
-            }
-            if segments[0] == 0x2002 {
-                return is_inside_v4(embedded(segments[1], segments[2]));
-            }
+            let segments = v6.segments();
             v6.is_unspecified()
                 || v6.is_loopback()
                 || v6.is_multicast()
@@ -558,11 +553,34 @@ pub(crate) fn is_inside(address: IpAddr) -> bool {
     }
 }
 
+/// The IPv4 address an IPv6 one carries, which it leads to: mapped (::ffff:0:0/96),
+/// compatible (::/96, but `::` and `::1`), translated (SIIT, ::ffff:0:0:0/96), NAT64
+/// (64:ff9b::/96) and 6to4 (2002::/16).
+fn embedded_v4(v6: Ipv6Addr) -> Option<Ipv4Addr> {
+    let segments = v6.segments();
+    let embedded = |high: u16, low: u16| Ipv4Addr::from(((high as u32) << 16) | low as u32);
+    if let Some(v4) = v6.to_ipv4_mapped() {
+        return Some(v4);
+    }
+    if (segments[..6] == [0; 6] && !v6.is_loopback() && !v6.is_unspecified())
+        || segments[..6] == [0x64, 0xff9b, 0, 0, 0, 0]
+        || segments[..6] == [0, 0, 0, 0, 0xffff, 0]
+    {
+        return Some(embedded(segments[6], segments[7]));
+    }
+    (segments[0] == 0x2002).then(|| embedded(segments[1], segments[2]))
+}
+
 /// The first of `addresses` that leads outside: not inside ([`is_inside`]) and not one of
-/// this machine's `own` addresses; none when `own` could not be read.
+/// this machine's `own` addresses, however written (an IPv6 address that carries one of
+/// its IPv4 addresses leads back to it through a NAT64 or 6to4 relay that hairpins); none
+/// when `own` could not be read.
 fn outside_address(addresses: &[SocketAddr], own: Option<&[IpAddr]>) -> Option<SocketAddr> {
     let own = own?;
-    let canonical = |address: IpAddr| address.to_canonical();
+    let canonical = |address: IpAddr| match address {
+        IpAddr::V6(v6) => embedded_v4(v6).map_or(address, IpAddr::V4),
+        IpAddr::V4(_) => address,
+    };
     addresses.iter().copied().find(|address| {
         let ip = canonical(address.ip());
         !is_inside(ip) && !own.iter().any(|&mine| canonical(mine) == ip)
@@ -1188,6 +1206,8 @@ mod tests {
             "https://example.com:99999",
             "https://*",
             "https://a.*.com",
+            "https://*.com",
+            "http://*.localhost:8080",
             "https://[::1",
             "https://exa mple.com",
             "https://",
@@ -1213,6 +1233,12 @@ mod tests {
         let mine: Vec<IpAddr> = vec!["203.0.114.7".parse().unwrap()];
         assert_eq!(outside_address(&[at("203.0.114.7")], Some(&mine)), None);
         assert_eq!(outside_address(&[at("::ffff:203.0.114.7")], Some(&mine)), None);
+        // Carried by NAT64, 6to4, SIIT or the compatible form, it still leads back here
+        // (a relay that hairpins).
+        for carried in ["64:ff9b::cb00:7207", "2002:cb00:7207::1", "::ffff:0:cb00:7207", "::cb00:7207"] {
+            assert_eq!(outside_address(&[at(carried)], Some(&mine)), None, "{carried}");
+        }
+        assert_eq!(outside_address(&[at("64:ff9b::cb00:7208")], Some(&mine)), Some(at("64:ff9b::cb00:7208")));
         assert_eq!(outside_address(&[at("10.0.0.1"), at("203.0.114.7")], Some(&mine)), None);
         let others = [at("203.0.114.7"), at("203.0.114.8")];
         assert_eq!(outside_address(&others, Some(&mine)), Some(at("203.0.114.8")));
