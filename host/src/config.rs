@@ -333,7 +333,9 @@ fn data_dir_of(
 ) -> Result<(Option<PathBuf>, u64)> {
     let data_dir = match data_dir {
         Some(DataDirConfig::Path(dir)) => Some(base.join(dir)),
-        Some(DataDirConfig::Default(true)) => Some(paths::default_data_dir(name)),
+        Some(DataDirConfig::Default(true)) => Some(
+            paths::default_data_dir(name).with_context(|| format!("component {name}: data_dir = true"))?,
+        ),
         Some(DataDirConfig::Default(false)) | None => None,
     };
     let quota = match data_quota_mb {
@@ -861,7 +863,7 @@ fn default_components() -> Result<Vec<ComponentPlan>> {
         }
     };
     let name = component_name(&path);
-    let data_dir = Some(paths::default_data_dir(&name));
+    let data_dir = Some(paths::default_data_dir(&name).context("the example tools' data directory")?);
     Ok(vec![ComponentPlan {
         name,
         path,
@@ -969,7 +971,7 @@ mod tests {
         let plan = config.plan(Path::new("/etc/cordon")).unwrap();
         let dirs: Vec<_> =
             plan.components.iter().map(|component| component.options.data_dir.clone()).collect();
-        assert_eq!(dirs, [None, Some(paths::default_data_dir("b")), None]);
+        assert_eq!(dirs, [None, Some(paths::default_data_dir("b").unwrap()), None]);
     }
 
     #[test]
@@ -1007,7 +1009,7 @@ mod tests {
         )
         .unwrap();
         let dirs: Vec<_> = plan.components.iter().map(|c| c.options.data_dir.clone().unwrap()).collect();
-        assert_eq!(dirs, [paths::default_data_dir("first"), paths::default_data_dir("x")]);
+        assert_eq!(dirs, [paths::default_data_dir("first").unwrap(), paths::default_data_dir("x").unwrap()]);
     }
 
     #[test]

@@ -63,13 +63,40 @@ fn pick_example_tools(
 }
 
 /// Where a component's data directory lives unless configured: under
-/// `$XDG_DATA_HOME/cordon` (else `~/.local/share/cordon`, else the temp dir).
-pub fn default_data_dir(component: &str) -> PathBuf {
+/// `$XDG_DATA_HOME/cordon` (else `~/.local/share/cordon`); with neither variable set, in
+/// a directory of the server's user alone in the temp dir ([`private_temp_dir`]).
+pub fn default_data_dir(component: &str) -> std::io::Result<PathBuf> {
     let base = std::env::var_os("XDG_DATA_HOME")
         .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".local/share")))
-        .unwrap_or_else(std::env::temp_dir);
-    base.join("cordon").join(component)
+        .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".local/share")));
+    let base = match base {
+        Some(base) => base.join("cordon"),
+        None => private_temp_dir(&std::env::temp_dir())?,
+    };
+    Ok(base.join(component))
+}
+
+/// `cordon-<uid>` in `temp` (made 0700 when missing), refused unless it is a directory of
+/// this user's that no one else may enter, and not a symlink: in a shared temp dir, anyone
+/// could have made it first, with symlinks inside that lead the data elsewhere.
+fn private_temp_dir(temp: &std::path::Path) -> std::io::Result<PathBuf> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+    // SAFETY: `geteuid` only reads the process's effective user id; it cannot fail.
+    let uid = unsafe { libc::geteuid() };
+    let dir = temp.join(format!("cordon-{uid}"));
+    match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
+        Err(error) if error.kind() != std::io::ErrorKind::AlreadyExists => return Err(error),
+        _ => {}
+    }
+    let metadata = std::fs::symlink_metadata(&dir)?;
+    if !metadata.is_dir() || metadata.uid() != uid || metadata.mode() & 0o077 != 0 {
+        return Err(std::io::Error::other(format!(
+            "{} is not a directory of this user's alone (mode 0700, not a symlink); set data_dir, \
+             XDG_DATA_HOME or HOME",
+            dir.display()
+        )));
+    }
+    Ok(dir)
 }
 
 /// Whether `name` may name a directory of ours (a component's, a tenant's): 1 to 64
@@ -83,6 +110,26 @@ pub fn is_safe_name(name: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_temp_fallback_is_a_directory_of_this_users_alone() {
+        use std::os::unix::fs::PermissionsExt;
+        let temp = std::env::temp_dir().join(format!("cordon-paths-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&temp);
+        std::fs::create_dir_all(&temp).unwrap();
+        let dir = private_temp_dir(&temp).unwrap();
+        assert_eq!(std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777, 0o700);
+        assert_eq!(private_temp_dir(&temp).unwrap(), dir, "found again");
+        // Opened to others, or planted as a symlink by someone else first: refused.
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+        assert!(private_temp_dir(&temp).is_err());
+        std::fs::remove_dir(&dir).unwrap();
+        std::fs::create_dir(temp.join("elsewhere")).unwrap();
+        std::os::unix::fs::symlink(temp.join("elsewhere"), &dir).unwrap();
+        let error = private_temp_dir(&temp).unwrap_err().to_string();
+        assert!(error.contains("not a symlink"), "{error}");
+        std::fs::remove_dir_all(&temp).unwrap();
+    }
 
     static BYTES: &[u8] = b"(component)";
 
