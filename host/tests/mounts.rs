@@ -157,6 +157,29 @@ async fn no_symlink_and_no_dot_dot_leads_out_of_any_mount() {
     }
 }
 
+/// A symlink the host left in a writable mount that climbs (`a/b/l -> ../../inside.txt`,
+/// as in a git checkout) leads out of the mount once moved up: a guest may neither rename
+/// it nor link it elsewhere. Links that point down move freely.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_climbing_symlink_the_host_left_cannot_be_moved_or_linked_elsewhere() {
+    let layout = Layout::new("climbing-link");
+    std::fs::create_dir_all(layout.rw.join("a/b")).unwrap();
+    std::fs::write(layout.rw.join("inside.txt"), "inside").unwrap();
+    std::os::unix::fs::symlink("../../inside.txt", layout.rw.join("a/b/climbing")).unwrap();
+    std::os::unix::fs::symlink("inside.txt", layout.rw.join("down")).unwrap();
+    let runtime = runtime_with(layout.options(None)).await.unwrap();
+    for tool in ["hard_link", "rename"] {
+        let moved = json!({ "from": "/mnt/rw/a/b/climbing", "to": "/mnt/rw/moved" });
+        let report = call(&runtime, tool, moved).await;
+        assert!(failed(&report), "{tool}: {}", answer(&report));
+        assert!(std::fs::symlink_metadata(layout.rw.join("moved")).is_err(), "{tool} moved it up");
+    }
+    assert_eq!(std::fs::read_link(layout.rw.join("a/b/climbing")).unwrap(), Path::new("../../inside.txt"));
+    let report = call(&runtime, "rename", json!({ "from": "/mnt/rw/down", "to": "/mnt/rw/a/down" })).await;
+    assert!(!failed(&report), "{}", answer(&report));
+    assert_eq!(std::fs::read_link(layout.rw.join("a/down")).unwrap(), Path::new("inside.txt"));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_mount_is_opened_once_so_a_swapped_path_leads_nowhere() {
     let layout = Layout::new("swap");

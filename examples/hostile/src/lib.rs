@@ -16,7 +16,8 @@
 //!   read it, or write `text` at its start with `descriptor.write`.
 //! - `stream_write(dir, path, bytes)` writes `bytes` bytes to `path` under the preopen `dir`
 //!   in one `output-stream.write`, asking `check-write` nothing first.
-//! - `remove(path)` removes a file; `rename(from, to)` renames one; `set_size(path, size)`
+//! - `remove(path)` removes a file; `rename(from, to)` renames one (`hard_link(from, to)`
+//!   names it twice); `set_size(path, size)`
 //!   sets a file's length (creating it if missing); `hold_unlinked(dir, count, kib,
 //!   by_rename)` fills `count` files of `kib` KiB, each held open once its name is removed
 //!   (unlinked, or renamed over).
@@ -405,6 +406,12 @@ fn rename(args: Rename) -> Result<String, ToolError> {
     Ok(format!("renamed {} to {}", args.from, args.to))
 }
 
+/// A second name for what `from` names (a symlink itself, not its target).
+fn hard_link(args: Rename) -> Result<String, ToolError> {
+    std::fs::hard_link(&args.from, &args.to)?;
+    Ok(format!("linked {} as {}", args.from, args.to))
+}
+
 #[derive(Deserialize, JsonSchema)]
 struct SetSize {
     /// An absolute path in the guest.
@@ -544,6 +551,7 @@ impl Plugin for Hostile {
                 hold_unlinked,
             ),
             Tool::new(&named("rename"), "Renames a file.", rename),
+            Tool::new(&named("hard_link"), "Gives a file a second name.", hard_link),
             Tool::new(&named("set_size"), "Sets a file's length.", set_size),
             Tool::new(&named("park"), "Waits in a host call, never checking for cancellation.", park),
             Tool::new(&named("alloc_mb"), "Allocates and touches linear memory.", alloc_mb),

@@ -545,6 +545,16 @@ pub(crate) fn wasi_result<T>(result: FsResult<T>) -> Result<(Result<T, ErrorCode
     }
 }
 
+/// Whether the name `path` under `dir` is a symlink whose relative target climbs (`..`):
+/// one the host left there, since a guest's only point down. Given another place in the
+/// tree (`rename-at`, `link-at`, neither of which follows it), it may lead out of the grant
+/// from there, for whatever on the host follows it. (An absolute target leads where it
+/// did wherever the link is.)
+pub(crate) async fn is_climbing_link(state: &mut GuestState, dir: u32, path: &str) -> bool {
+    let target = state.filesystem_view().readlink_at(Resource::new_borrow(dir), path.to_owned()).await;
+    target.is_ok_and(|target| Path::new(&target).components().any(|part| part == PathPart::ParentDir))
+}
+
 /// Whether a symlink's target stays below the link: relative, and never climbing (`..`).
 fn points_down(target: &str) -> bool {
     Path::new(target).components().all(|part| matches!(part, PathPart::Normal(_) | PathPart::CurDir))

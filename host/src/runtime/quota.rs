@@ -496,6 +496,9 @@ pub(crate) fn shadow_quota(linker: &mut Linker<GuestState>) -> Result<()> {
                 if let Some(refusal) = crossing(state, dir.rep(), new_dir.rep()) {
                     return Ok((Err(refusal),));
                 }
+                if super::files::is_climbing_link(state, dir.rep(), &old_path).await {
+                    return Ok((Err(ErrorCode::NotPermitted),));
+                }
                 let Some(quota) = state.quota_of(dir.rep()) else {
                     let renamed = state.filesystem_view().rename_at(dir, old_path, new_dir, new_path).await;
                     return super::files::wasi_result(renamed);
@@ -527,6 +530,9 @@ pub(crate) fn shadow_quota(linker: &mut Linker<GuestState>) -> Result<()> {
                 let state = store.data_mut();
                 if let Some(refusal) = crossing(state, dir.rep(), new_dir.rep()) {
                     return Ok((Err(refusal),));
+                }
+                if super::files::is_climbing_link(state, dir.rep(), &old_path).await {
+                    return Ok((Err(ErrorCode::NotPermitted),));
                 }
                 let entry = match NewEntry::charge(state.quota_of(new_dir.rep())).await {
                     Ok(entry) => entry,
