@@ -115,6 +115,36 @@ async fn guests_share_the_server_s_descriptors_and_never_take_its_reserve() {
     assert_eq!(runtime.pool_usage().guest_descriptors, 0);
 }
 
+/// A file whose last name a guest removes while it holds it stays open in the host too
+/// (its quota counts it until nothing holds it): that descriptor is the server's, taken
+/// from what guests may hold in all, and given back once the file is let go.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn removed_files_the_host_keeps_open_are_counted_in_the_servers_descriptors() {
+    let dir = fresh_dir("orphan-descriptors");
+    let process_limit = cordon::runtime::raise_open_file_limit().unwrap();
+    let settings = RuntimeSettings { reserved_descriptors: process_limit - 300, ..common::settings(4) };
+    let runtime = hostile_runtime(settings, common::quick_limits(), &dir).await;
+    let arguments = json!({ "dir": "/data", "count": 30, "kib": 1, "hold_ms": 60_000 });
+    let holder = runtime.call("hold_unlinked", &arguments).await.unwrap();
+    let handle = holder.handle();
+    let holding = tokio::spawn(holder.run());
+    // 30 files the guest holds (16 of them within its store's guarantee) and the host's 30.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while runtime.pool_usage().guest_descriptors < 40 {
+        let held = runtime.pool_usage().guest_descriptors;
+        assert!(tokio::time::Instant::now() < deadline, "{held} of the shared descriptors in use");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    handle.cancel();
+    holding.await.unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while runtime.pool_usage().guest_descriptors != 0 {
+        let held = runtime.pool_usage().guest_descriptors;
+        assert!(tokio::time::Instant::now() < deadline, "{held} still held once the call ended");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_data_directory_is_opened_once_so_a_swapped_path_leads_nowhere() {
     let dir = fresh_dir("swap");

@@ -19,8 +19,8 @@
 //! - `remove(path)` removes a file; `rename(from, to)` renames one (`hard_link(from, to)`
 //!   names it twice); `set_size(path, size)`
 //!   sets a file's length (creating it if missing); `hold_unlinked(dir, count, kib,
-//!   by_rename)` fills `count` files of `kib` KiB, each held open once its name is removed
-//!   (unlinked, or renamed over).
+//!   by_rename, hold_ms)` fills `count` files of `kib` KiB, each held open once its name is
+//!   removed (unlinked, or renamed over), and holds them all `hold_ms` more.
 //! - `park(ms)` waits in a host call (a WASI sleep) and never checks for cancellation.
 //! - `alloc_mb(mb)` allocates and touches `mb` MiB of linear memory.
 //! - `log_flood(count, bytes)` writes `count` warning lines of `bytes` bytes each to its log
@@ -321,6 +321,9 @@ struct HoldUnlinked {
     /// Whether to remove each by renaming another file over it, not by unlinking it.
     #[serde(default)]
     by_rename: bool,
+    /// How long to keep holding them all once done, in milliseconds.
+    #[serde(default)]
+    hold_ms: u64,
 }
 
 /// Fill a file, keep it open, remove its name, and again: each file's blocks stay on disk
@@ -356,6 +359,7 @@ fn hold_unlinked(args: HoldUnlinked) -> Result<String, ToolError> {
         removed.map_err(|code| ToolError::new(format!("remove refused: {code:?}")))?;
         held.push(file);
     }
+    hold(args.hold_ms);
     Ok(format!("filled {}", held.len()))
 }
 

@@ -78,6 +78,25 @@ impl DescriptorBudget {
     }
 }
 
+/// One descriptor the host holds for guests beyond any store's life (a removed file kept
+/// open to learn when nothing holds it, quota.rs), taken from the shared part of the
+/// server's budget and given back when dropped.
+#[derive(Debug)]
+pub(crate) struct HeldDescriptor(Arc<DescriptorBudget>);
+
+impl HeldDescriptor {
+    /// One descriptor from `budget`'s shared part, if it has one left.
+    pub(crate) fn take(budget: &Arc<DescriptorBudget>) -> Option<Self> {
+        budget.try_take(1).then(|| Self(budget.clone()))
+    }
+}
+
+impl Drop for HeldDescriptor {
+    fn drop(&mut self) {
+        self.0.give_back(1);
+    }
+}
+
 /// The descriptors a store holds: open descriptors (as last counted) and file streams.
 #[derive(Debug, Default)]
 struct Held {
@@ -110,6 +129,11 @@ impl Ledger {
             held: Mutex::default(),
             server,
         }
+    }
+
+    /// The server's budget this store's descriptors come from.
+    pub(crate) fn server_descriptors(&self) -> &Arc<DescriptorBudget> {
+        &self.server
     }
 
     /// Host memory charged now.

@@ -47,7 +47,9 @@
 //! kernel later whether anything else holds it (a write lease is granted only when
 //! nothing does). Without that, a guest could fill the quota, hold the file, remove it
 //! and do it again, a quota's worth per descriptor it may hold. Writes to it after the
-//! removal are charged as any, and given back with it.
+//! removal are charged as any, and given back with it. The host's descriptor for such a
+//! file is taken from the server's budget for guests (ledger.rs): with none left, the
+//! file is not kept open and its bytes stay counted until the next load.
 
 use std::os::unix::fs::FileExt;
 use std::sync::Arc;
@@ -63,6 +65,7 @@ use wasmtime_wasi::p2::bindings::filesystem::types::{
 use wasmtime_wasi::p2::{OutputStream, StreamError, StreamResult};
 
 use super::guest::GuestState;
+use super::ledger::HeldDescriptor;
 
 /// The most a quota stream accepts in one write, like wasmtime-wasi's file streams.
 const STREAM_WRITE_BYTES: usize = 64 << 10;
@@ -93,7 +96,7 @@ pub(crate) struct Quota {
 /// closed), or when more than [`ORPHANS_UNSWEPT`] wait. By then an `open` that found the
 /// name just before it was removed has finished, and counts as holding the file.
 struct Orphans {
-    files: Vec<Arc<std::fs::File>>,
+    files: Vec<Orphan>,
     /// How many there may be before the next sweep ([`Quota::sweep`]).
     sweep_at: usize,
 }
@@ -102,6 +105,14 @@ impl Default for Orphans {
     fn default() -> Self {
         Self { files: Vec::new(), sweep_at: ORPHANS_UNSWEPT }
     }
+}
+
+/// A removed file the host keeps open, and the descriptor that is, counted in the server's
+/// budget: however many files guests remove while they hold them, the host's descriptors
+/// for them stay within what guests may hold in all.
+struct Orphan {
+    file: Arc<std::fs::File>,
+    _descriptor: HeldDescriptor,
 }
 
 /// Orphans kept unswept, beyond those that were still held at the last sweep.
@@ -140,16 +151,16 @@ impl Quota {
             && let Ok(used) = usage(root)
         {
             let orphans = self.orphans.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            let held: u64 = orphans.files.iter().map(|file| size_of(file) + ENTRY_BYTES).sum();
+            let held: u64 = orphans.files.iter().map(|orphan| size_of(&orphan.file) + ENTRY_BYTES).sum();
             self.used.store(used.saturating_add(held), Ordering::Relaxed);
         }
     }
 
-    /// The last name of `file` (opened by the host, read only) was removed: its bytes are
-    /// given back once nothing else holds it open.
-    fn orphaned(&self, file: Arc<std::fs::File>) {
+    /// The last name of `file` (opened by the host, read only, on `descriptor`) was
+    /// removed: its bytes are given back once nothing else holds it open.
+    fn orphaned(&self, file: Arc<std::fs::File>, descriptor: HeldDescriptor) {
         let mut orphans = self.orphans.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        orphans.files.push(file);
+        orphans.files.push(Orphan { file, _descriptor: descriptor });
         if orphans.files.len() > orphans.sweep_at {
             self.sweep(&mut orphans);
         }
@@ -166,11 +177,11 @@ impl Quota {
 
     /// Give back what the orphans nothing else holds open took, and close them.
     fn sweep(&self, orphans: &mut Orphans) {
-        orphans.files.retain(|file| {
-            if held_elsewhere(file) {
+        orphans.files.retain(|orphan| {
+            if held_elsewhere(&orphan.file) {
                 return true;
             }
-            self.release(size_of(file) + ENTRY_BYTES);
+            self.release(size_of(&orphan.file) + ENTRY_BYTES);
             false
         });
         orphans.sweep_at = orphans.files.len() * 2 + ORPHANS_UNSWEPT;
@@ -570,12 +581,13 @@ enum Removal {
     Nothing,
     /// A name and these bytes: a directory entry, a symlink, a hard link of a file with
     /// others; or the name only of a file's last name that the host could not open (its
-    /// table full, say): its bytes then stay counted until the next load measures again,
-    /// since the host cannot tell when nothing holds the file any more.
+    /// table full, or the server's descriptors for guests all in use): its bytes then stay
+    /// counted until the next load measures again, since the host cannot tell when nothing
+    /// holds the file any more.
     Freed(u64),
-    /// A regular file's last name: the file, opened by the host, whose bytes are freed
-    /// only once nothing holds it open ([`Orphans`]).
-    LastLink(Arc<std::fs::File>),
+    /// A regular file's last name: the file, opened by the host on a descriptor of the
+    /// server's budget, whose bytes are freed only once nothing holds it open ([`Orphans`]).
+    LastLink(Arc<std::fs::File>, HeldDescriptor),
 }
 
 impl Removal {
@@ -590,6 +602,9 @@ impl Removal {
         if stat.type_ != DescriptorType::RegularFile || stat.link_count != 1 {
             return Self::Freed(ENTRY_BYTES);
         }
+        let Some(descriptor) = HeldDescriptor::take(state.ledger().server_descriptors()) else {
+            return Self::Freed(ENTRY_BYTES);
+        };
         let opened = state
             .filesystem_view()
             .open_at(
@@ -606,7 +621,7 @@ impl Removal {
         let file = file_of(state, &fd).ok().flatten();
         // Only the host keeps it: the guest never saw this descriptor.
         let _ = state.table().delete(fd);
-        file.map_or(Self::Freed(ENTRY_BYTES), Self::LastLink)
+        file.map_or(Self::Freed(ENTRY_BYTES), |file| Self::LastLink(file, descriptor))
     }
 
     /// The name was removed: count what that freed.
@@ -614,7 +629,7 @@ impl Removal {
         match self {
             Self::Nothing => {}
             Self::Freed(bytes) => quota.release(bytes),
-            Self::LastLink(file) => quota.orphaned(file),
+            Self::LastLink(file, descriptor) => quota.orphaned(file, descriptor),
         }
     }
 }
