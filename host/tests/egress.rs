@@ -18,6 +18,7 @@ use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 
 /// A local HTTP/1.1 server: `/ok` answers `hello`, `/big/N` N bytes, `/hang` never answers,
+/// `/fat` a head of about 50 KiB and no body,
 /// `/sink` reads a request body (by `content-length`, or chunked to its last chunk) and
 /// answers `ok`. It counts the connections it accepts, reports each `/hang` connection's
 /// close, and the bytes after the head each `/sink` connection read before it answered or
@@ -104,6 +105,15 @@ impl Upstream {
                         said.as_bytes().to_vec()
                     } else if let Some(size) = path.strip_prefix("/big/") {
                         vec![b'x'; size.parse().unwrap()]
+                    } else if path == "/fat" {
+                        // A head of about 50 KiB (60 fields of 800 bytes), no body.
+                        let fields: String =
+                            (0..60).map(|index| format!("x-fat-{index}: {}\r\n", "f".repeat(800))).collect();
+                        let head = format!(
+                            "HTTP/1.1 200 OK\r\ncontent-length: 0\r\nconnection: close\r\n{fields}\r\n"
+                        );
+                        let _ = socket.write_all(head.as_bytes()).await;
+                        return;
                     } else {
                         // /hang: read until the client goes away, then say so.
                         hanging.fetch_add(1, Ordering::SeqCst);
@@ -467,6 +477,36 @@ async fn unsent_requests_bodies_and_header_fields_are_charged_to_the_call() {
     assert_eq!(answer(&report), "bodies 0 fields 200 of 200");
     let report = call(&runtime, "http_hoard", json!({ "count": 1000 })).await;
     assert_eq!(answer(&report), "bodies 45 of 1000");
+}
+
+/// A response's head stays in host memory while the guest keeps the response, after its
+/// connection closed and gave its charge back: it counts against `host_memory_bytes` by
+/// its size. Kept without bound, 200 heads of 50 KiB were 10 MiB of host memory.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_heads_of_responses_a_guest_keeps_are_charged_to_the_call() {
+    let upstream = Upstream::start().await;
+    let limits = ToolLimits { host_memory_bytes: 2 << 20, http_requests: 200, ..common::quick_limits() };
+    let runtime = runtime(&[format!("http://127.0.0.1:{}", upstream.port)], limits).await;
+    // 2 MiB hold about 40 heads: then the next connection's buffer finds no room (or, had
+    // it found some, keeping the next head would trap).
+    let report = call(&runtime, "http_keep", json!({ "url": upstream.url("/fat"), "count": 200 })).await;
+    match &report.outcome {
+        Outcome::Trapped(message) => assert!(message.contains("responses"), "{message}"),
+        _ => {
+            let text = answer(&report);
+            let kept: usize =
+                text.strip_prefix("kept ").and_then(|rest| rest.split(',').next()).unwrap().parse().unwrap();
+            assert!(
+                (30..=41).contains(&kept) && text.ends_with("then ErrorCode::ConnectionLimitReached"),
+                "{text}"
+            );
+        }
+    }
+    // Within the budget, kept and given back with the store: again, as many.
+    let report = call(&runtime, "http_keep", json!({ "url": upstream.url("/fat"), "count": 20 })).await;
+    assert_eq!(answer(&report), "kept 20");
+    let report = call(&runtime, "http_keep", json!({ "url": upstream.url("/fat"), "count": 20 })).await;
+    assert_eq!(answer(&report), "kept 20");
 }
 
 /// wasmtime-wasi-http keeps a request's method, authority and path as long as the guest

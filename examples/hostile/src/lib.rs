@@ -35,6 +35,8 @@
 //! - `http_post(url, kib, times, declare_length)` POSTs a body of `kib` KiB to `url` `times`
 //!   times, chunked unless `declare_length`, writing until the host stops taking it, and
 //!   says, a line per request, the status and the bytes written, or the error code.
+//! - `http_keep(url, count)` GETs `url` `count` times, one after another, and keeps every
+//!   response (its head; the body never read).
 //! - `http_hoard(count, fields_only)` builds `count` outgoing requests, each with a body
 //!   filled with 64 KiB, and sends none (with `fields_only`, only header fields); the host
 //!   holds every one of them until the call ends.
@@ -568,6 +570,7 @@ impl Plugin for Hostile {
                 "Builds HTTP requests with full bodies and sends none.",
                 http_hoard,
             ),
+            Tool::new(&named("http_keep"), "GETs a URL many times and keeps every response.", http_keep),
             Tool::new(&named("http_post"), "POSTs large bodies and says how each went.", http_post),
             Tool::new(
                 &named("http_target"),
@@ -870,6 +873,33 @@ fn http_hoard(args: Hoard) -> Result<String, ToolError> {
         held.push((stream, body, request));
     }
     Ok(format!("bodies {} fields {} of {}", held.len(), fields.len(), args.count))
+}
+
+#[derive(Deserialize, JsonSchema)]
+struct HttpKeep {
+    /// `http://` or `https://` URL.
+    url: String,
+    /// How many requests, one after the other.
+    count: u32,
+}
+
+fn http_keep(args: HttpKeep) -> Result<String, ToolError> {
+    use wasi::http::types::{Fields, Method};
+    let mut kept = Vec::new();
+    for _ in 0..args.count {
+        let request = request_to(&args.url, &Method::Get, Fields::new()).map_err(ToolError::new)?;
+        let future = match wasi::http::outgoing_handler::handle(request, None) {
+            Ok(future) => future,
+            Err(error) => return Ok(format!("kept {}, then {}", kept.len(), code(error))),
+        };
+        future.subscribe().block();
+        match future.get() {
+            Some(Ok(Ok(response))) => kept.push(response),
+            Some(Ok(Err(error))) => return Ok(format!("kept {}, then {}", kept.len(), code(error))),
+            _ => return Ok(format!("kept {}, then no response", kept.len())),
+        }
+    }
+    Ok(format!("kept {}", kept.len()))
 }
 
 /// A request for `url` with `method` and `headers`, over raw `wasi:http`.

@@ -33,7 +33,9 @@
 //!   and its buffers (hyper's, capped at [`CONNECTION_BUFFER_BYTES`], and TLS's) are host
 //!   memory against `host_memory_bytes`, until the connection closes. A refused charge is
 //!   `connection-limit-reached`. The body a guest sends is buffered a chunk at a time,
-//!   capped at the same size.
+//!   capped at the same size. A response's head is charged by its size from when the
+//!   guest takes the response until it drops it (a head outlives its connection); refused,
+//!   the guest traps.
 //! - **What a guest builds before it sends is charged too**: every set of header fields
 //!   (`fields`, and the outgoing requests and responses that carry one) counts its most,
 //!   [`FIELDS_BYTES`], against `host_memory_bytes` while it lives, an outgoing request its
@@ -81,11 +83,13 @@ use wasmtime::StoreContextMut;
 use wasmtime::component::{Linker, Resource};
 use wasmtime_wasi_http::FieldMap;
 use wasmtime_wasi_http::p2::bindings::http::types::{
-    HostFields, HostOutgoingRequest as OutgoingRequestHost, HostOutgoingResponse as OutgoingResponseHost,
-    Method,
+    HostFields, HostFutureIncomingResponse as FutureIncomingResponseHost,
+    HostOutgoingRequest as OutgoingRequestHost, HostOutgoingResponse as OutgoingResponseHost, Method,
 };
 use wasmtime_wasi_http::p2::body::{HostOutgoingBody, HyperOutgoingBody};
-use wasmtime_wasi_http::p2::types::{HostOutgoingRequest, HostOutgoingResponse};
+use wasmtime_wasi_http::p2::types::{
+    HostFutureIncomingResponse, HostIncomingResponse, HostOutgoingRequest, HostOutgoingResponse,
+};
 
 use super::guest::GuestState;
 use super::ledger::{Ledger, MemoryCharge, StreamCharge};
@@ -100,6 +104,10 @@ const TLS_BUFFER_BYTES: usize = 64 << 10;
 /// Host memory a set of header fields may take (wasmtime-wasi-http's `field_size_limit`,
 /// which counts its in-memory size), charged whole to every fields set a guest holds.
 pub(crate) const FIELDS_BYTES: usize = 16 << 10;
+
+/// What one header field of a response is charged beside its name and value: the header
+/// map's entry and index.
+const HEADER_ENTRY_BYTES: usize = 64;
 
 /// The longest method (an extension token; the standard ones are a few bytes) a guest may
 /// give a request...
@@ -210,6 +218,26 @@ pub(crate) fn shadow_http_types(linker: &mut Linker<GuestState>) -> wasmtime::Re
             let state = store.data_mut();
             let message = OutgoingResponseHost::new(&mut state.http(), headers)?;
             Ok((carrying_fields(state, message, FIELDS_BYTES)?,))
+        },
+    )?;
+    // A response's head stays in host memory for as long as the guest keeps the response,
+    // past the close of its connection (which gives the connection's charge back): charged
+    // to the call, by its size, until the guest drops it.
+    types.func_wrap(
+        "[method]future-incoming-response.get",
+        |mut store: StoreContextMut<'_, GuestState>, (future,): (Resource<HostFutureIncomingResponse>,)| {
+            let state = store.data_mut();
+            let got = FutureIncomingResponseHost::get(&mut state.http(), future)?;
+            if let Some(Ok(Ok(response))) = &got {
+                let headers = &state.table().get(response)?.headers;
+                let bytes = headers
+                    .iter()
+                    .map(|(name, value)| name.as_str().len() + value.len() + HEADER_ENTRY_BYTES)
+                    .sum::<usize>();
+                charge_held(state, bytes)?;
+                state.track_charge::<HostIncomingResponse>(response.rep(), bytes);
+            }
+            Ok((got,))
         },
     )?;
     types.func_wrap(
