@@ -37,6 +37,7 @@ fuzz_target!(|input: &[u8]| {
             env: Default::default(),
             secrets: Default::default(),
             allow_http: Vec::new(),
+            secret_headers: Vec::new(),
             limits: LimitsConfig::default(),
             tools: Default::default(),
         });
@@ -45,7 +46,8 @@ fuzz_target!(|input: &[u8]| {
     // A secret file named anywhere (`/dev/zero`, a FIFO) is read from BASE instead: the
     // target fuzzes the loader, not the file system.
     for component in &mut config.components {
-        for source in component.secrets.values_mut() {
+        let headers = component.secret_headers.iter_mut().map(|header| &mut header.secret);
+        for source in component.secrets.values_mut().chain(headers) {
             if let SecretSource::File { file } = source {
                 *file = file.file_name().map_or_else(|| "missing".into(), PathBuf::from);
             }
@@ -61,10 +63,19 @@ fuzz_target!(|input: &[u8]| {
         check_limits(&component.limits, &planned.options.limits);
         for (mount, resolved) in component.mounts.iter().zip(&planned.options.mounts) {
             let quota = resolved.quota_bytes.map(u128::from);
-            assert_eq!(quota, mount.quota_mb.map(|mb| u128::from(mb) << 20), "quota_mb was not resolved exactly");
+            assert_eq!(
+                quota,
+                mount.quota_mb.map(|mb| u128::from(mb) << 20),
+                "quota_mb was not resolved exactly"
+            );
         }
-        let data_quota = component.data_quota_mb.map_or(u128::from(DEFAULT_DATA_QUOTA_BYTES), |mb| u128::from(mb) << 20);
-        assert_eq!(u128::from(planned.options.data_quota_bytes), data_quota, "data_quota_mb was not resolved exactly");
+        let data_quota =
+            component.data_quota_mb.map_or(u128::from(DEFAULT_DATA_QUOTA_BYTES), |mb| u128::from(mb) << 20);
+        assert_eq!(
+            u128::from(planned.options.data_quota_bytes),
+            data_quota,
+            "data_quota_mb was not resolved exactly"
+        );
         for (tool, limits) in &component.tools {
             check_limits(limits, planned.options.limits_for(tool));
         }

@@ -99,6 +99,11 @@
 //!                                # subdomains) and port (the scheme's by default); nothing
 //!                                # else, and no inside address (loopback, private,
 //!                                # link-local, metadata) unless a rule names it literally
+//! [[components.secret_headers]]  # a credential the host adds, the guest never sees:
+//! header = "authorization"       # set (replacing the guest's) on every request to the
+//! secret = { env = "GITHUB_TOKEN" }   # hosts `to` grants (allow_http rules), read as
+//! prefix = "Bearer "             # `secrets` are; a guest can use it with those hosts
+//! to = ["https://api.github.com"]     # only, and never read it or send it elsewhere
 //! limits = { memory_mb = 64, idle_timeout_ms = 60000, max_duration_ms = 300000 }
 //! # memory_mb counts all of the component's linear memories together. Also:
 //! # table_elements, instances, tables, memories, hostcall_kb, result_kb, note_kb,
@@ -317,6 +322,10 @@ pub struct ComponentConfig {
     /// Where the component may send HTTP requests; nowhere unless given.
     #[serde(default)]
     pub allow_http: Vec<String>,
+    /// Headers the host sets on requests to some of the `allow_http` hosts, with secret
+    /// values the guest never sees.
+    #[serde(default)]
+    pub secret_headers: Vec<SecretHeaderConfig>,
     #[serde(default)]
     pub limits: LimitsConfig,
     #[serde(default)]
@@ -354,6 +363,45 @@ fn mebibytes(mb: u64, key: &str) -> Result<u64> {
 }
 
 /// Where a secret's value comes from.
+/// `[[components.secret_headers]]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SecretHeaderConfig {
+    /// The header's name, e.g. `authorization`.
+    pub header: String,
+    /// Its value, read as `secrets` are.
+    pub secret: SecretSource,
+    /// Put before the value, e.g. `"Bearer "`.
+    #[serde(default)]
+    pub prefix: String,
+    /// The `allow_http` rules whose requests carry it.
+    pub to: Vec<String>,
+}
+
+impl ComponentConfig {
+    /// `allow_http` with the `secret_headers`, their values read relative to `base`
+    /// (`None`: left empty, for showing what is granted without reading a secret).
+    fn http_grants(
+        allow_http: &[String],
+        secret_headers: &[SecretHeaderConfig],
+        name: &str,
+        base: Option<&Path>,
+    ) -> Result<HttpGrants> {
+        let mut grants = HttpGrants::parse(allow_http)
+            .map_err(|problem| anyhow::anyhow!("component {name}: {problem}"))?;
+        for header in secret_headers {
+            let value = match base {
+                Some(base) => format!("{}{}", header.prefix, header.secret.read(&header.header, base)?),
+                None => String::new(),
+            };
+            grants
+                .add_secret_header(&header.header, &value, &header.to)
+                .map_err(|problem| anyhow::anyhow!("component {name}: {problem}"))?;
+        }
+        Ok(grants)
+    }
+}
+
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, untagged)]
 pub enum SecretSource {
@@ -543,7 +591,9 @@ impl Config {
             SecretSource::File { file } => Some(base.join(file)),
             SecretSource::Env { .. } => None,
         };
+        let headers = self.components.iter().flat_map(|component| &component.secret_headers);
         let secrets = (self.components.iter().flat_map(|component| component.secrets.values()))
+            .chain(headers.map(|header| &header.secret))
             .chain(self.tenants.iter().filter_map(|tenant| tenant.api_keys.as_ref()))
             .filter_map(secret_file);
         let jwks = self.auth.oauth.as_ref().and_then(|oauth| match &oauth.jwks {
@@ -673,6 +723,12 @@ impl Config {
                 .map(|mount| mount.resolve(base))
                 .collect::<Result<Vec<_>>>()
                 .with_context(|| format!("component {name}"))?;
+            let allow_http = ComponentConfig::http_grants(
+                &component.allow_http,
+                &component.secret_headers,
+                &name,
+                Some(base),
+            )?;
             let mut variables: Vec<(String, String)> = component.env.into_iter().collect();
             for (variable, source) in &component.secrets {
                 if variables.iter().any(|(name, _)| name == variable) {
@@ -681,8 +737,6 @@ impl Config {
                 variables.push((variable.clone(), source.read(variable, base)?));
             }
             let environment = Environment::new(variables)
-                .map_err(|problem| anyhow::anyhow!("component {name}: {problem}"))?;
-            let allow_http = HttpGrants::parse(&component.allow_http)
                 .map_err(|problem| anyhow::anyhow!("component {name}: {problem}"))?;
             components.push(ComponentPlan {
                 name,
@@ -816,8 +870,8 @@ impl Config {
             let (data_dir, data_quota_bytes) =
                 data_dir_of(entry.data_dir.as_ref(), entry.data_quota_mb, &name, base)?;
             let mounts = entry.mounts.iter().map(|mount| mount.resolve(base)).collect::<Result<_>>()?;
-            let allow_http = HttpGrants::parse(&entry.allow_http)
-                .map_err(|problem| anyhow::anyhow!("component {name}: {problem}"))?;
+            let allow_http =
+                ComponentConfig::http_grants(&entry.allow_http, &entry.secret_headers, &name, None)?;
             return Ok(Some(Grants {
                 name,
                 data_dir,
@@ -1010,6 +1064,33 @@ mod tests {
         .unwrap();
         let dirs: Vec<_> = plan.components.iter().map(|c| c.options.data_dir.clone().unwrap()).collect();
         assert_eq!(dirs, [paths::default_data_dir("first").unwrap(), paths::default_data_dir("x").unwrap()]);
+    }
+
+    #[test]
+    fn secret_headers_are_read_bound_to_allow_http_rules_and_never_shown() {
+        let dir = std::env::temp_dir().join(format!("cordon-config-headers-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("token"), "s3cr3t-header\n").unwrap();
+        let text = |to: &str| {
+            format!(
+                "[[components]]\npath = \"a.wasm\"\nallow_http = [\"https://api.example.com\"]\n\
+                 [[components.secret_headers]]\nheader = \"authorization\"\n\
+                 secret = {{ file = \"token\" }}\nprefix = \"Bearer \"\nto = [{to:?}]\n"
+            )
+        };
+        let config: Config = toml::from_str(&text("https://api.example.com")).unwrap();
+        assert!(config.files_read(&dir).1.contains(&dir.join("token")), "a secret file the server reads");
+        let plan = config.plan(&dir).unwrap();
+        let grants = &plan.components[0].options.allow_http;
+        assert_eq!(grants.describe_secret_headers(), ["authorization -> https://api.example.com:443"]);
+        assert!(!format!("{plan:?}").contains("s3cr3t"));
+        let config: Config = toml::from_str(&text("https://elsewhere.example.com")).unwrap();
+        let error = format!("{:#}", config.plan(&dir).unwrap_err());
+        assert!(
+            error.contains("component a: secret header \"authorization\"")
+                && error.contains("not one of allow_http")
+        );
+        assert!(!error.contains("s3cr3t"), "{error}");
     }
 
     #[test]

@@ -263,6 +263,11 @@ fn write_grants(
     writeln!(out, "  env: {}", list(&grants.env))?;
     writeln!(out, "  secrets: {} (values never shown)", list(&grants.secrets))?;
     writeln!(out, "  allow_http: {}", list(&grants.allow_http.describe()))?;
+    writeln!(
+        out,
+        "  secret_headers: {} (values never shown)",
+        list(&grants.allow_http.describe_secret_headers())
+    )?;
     for warning in grant_warnings(imports, &grants.options_without_values()) {
         writeln!(out, "warning: {warning}")?;
     }

@@ -18,7 +18,8 @@ use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 
 /// A local HTTP/1.1 server: `/ok` answers `hello`, `/big/N` N bytes, `/hang` never answers,
-/// `/fat` a head of about 50 KiB and no body,
+/// `/fat` a head of about 50 KiB and no body, `/authorization` the `authorization` header
+/// it was sent (lower case; empty without one),
 /// `/sink` reads a request body (by `content-length`, or chunked to its last chunk) and
 /// answers `ok`. It counts the connections it accepts, reports each `/hang` connection's
 /// close, and the bytes after the head each `/sink` connection read before it answered or
@@ -95,6 +96,9 @@ impl Upstream {
                         b"ok".to_vec()
                     } else if path == "/ok" {
                         b"hello".to_vec()
+                    } else if path == "/authorization" {
+                        let value = head.lines().find_map(|line| line.strip_prefix("authorization:"));
+                        value.unwrap_or("").trim().as_bytes().to_vec()
                     } else if path == "/closed" {
                         let deadline = Instant::now() + Duration::from_secs(1);
                         while hanging.load(Ordering::SeqCst) > 0 && Instant::now() < deadline {
@@ -507,6 +511,28 @@ async fn the_heads_of_responses_a_guest_keeps_are_charged_to_the_call() {
     assert_eq!(answer(&report), "kept 20");
     let report = call(&runtime, "http_keep", json!({ "url": upstream.url("/fat"), "count": 20 })).await;
     assert_eq!(answer(&report), "kept 20");
+}
+
+/// A secret header is set by the host on requests to the hosts its `to` names, and only
+/// those: the guest, which never sees the value, cannot send it anywhere else.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_secret_header_reaches_the_hosts_it_is_bound_to_and_no_other() {
+    let (bound, other) = (Upstream::start().await, Upstream::start().await);
+    let rules = [format!("http://127.0.0.1:{}", bound.port), format!("http://127.0.0.1:{}", other.port)];
+    let mut grants = HttpGrants::parse(&rules).unwrap();
+    grants.add_secret_header("authorization", "Bearer s3cr3t", &rules[..1]).unwrap();
+    let mut runtime = Runtime::new(common::settings(4)).unwrap();
+    let options = ComponentOptions {
+        limits: common::quick_limits(),
+        allow_http: grants,
+        ..ComponentOptions::default()
+    };
+    runtime.load_file(&hostile(), options).await.unwrap();
+    // `/authorization` answers with the header's value: 13 bytes, or nothing.
+    assert_eq!(get(&runtime, &bound.url("/authorization"), 1).await, ["200 13"]);
+    assert_eq!(get(&runtime, &other.url("/authorization"), 1).await, ["200 0"]);
+    let environment = answer(&call(&runtime, "env_names", json!({})).await);
+    assert!(!environment.contains("s3cr3t"), "{environment}");
 }
 
 /// wasmtime-wasi-http keeps a request's method, authority and path as long as the guest

@@ -410,11 +410,49 @@ async fn lookup_within<T: Send + 'static>(
     .map_err(std::io::Error::other)?
 }
 
-/// The hosts a component may reach over HTTP: its `allow_http` rules. Empty (the default)
-/// grants nothing.
+/// The hosts a component may reach over HTTP: its `allow_http` rules, and the secret
+/// headers the host sets on requests to some of them. Empty (the default) grants nothing.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct HttpGrants {
     rules: Vec<Rule>,
+    secret_headers: Vec<SecretHeader>,
+}
+
+/// A header the host sets on every request to the hosts `to` grants (`secret_headers`),
+/// replacing any the guest set, with a value the guest never sees: a credential kept on
+/// the host, which the guest can use with those hosts only.
+#[derive(Clone, PartialEq, Eq)]
+struct SecretHeader {
+    name: http::HeaderName,
+    /// Marked sensitive (never indexed by an HPACK encoder, never shown).
+    value: http::HeaderValue,
+    to: Vec<Rule>,
+}
+
+impl std::fmt::Debug for SecretHeader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let to: Vec<String> = self.to.iter().map(Rule::to_string).collect();
+        f.debug_struct("SecretHeader").field("name", &self.name).field("to", &to).finish_non_exhaustive()
+    }
+}
+
+/// Headers a secret header may not be: the ones that frame the message or route it.
+const FRAMING_HEADERS: [http::HeaderName; 7] = [
+    http::header::HOST,
+    http::header::CONTENT_LENGTH,
+    http::header::TRANSFER_ENCODING,
+    http::header::CONNECTION,
+    http::header::TE,
+    http::header::UPGRADE,
+    http::header::TRAILER,
+];
+
+/// A `secret_headers` entry that cannot be used; never names the value.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("secret header {header:?}: {problem}")]
+pub struct SecretHeaderError {
+    header: String,
+    problem: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -440,7 +478,63 @@ impl HttpGrants {
     /// and nothing follows but an optional `/`.
     pub fn parse(rules: &[String]) -> Result<Self, GrantError> {
         let rules = rules.iter().map(|rule| Rule::parse(rule)).collect::<Result<_, _>>()?;
-        Ok(Self { rules })
+        Ok(Self { rules, secret_headers: Vec::new() })
+    }
+
+    /// Set the header `name` to `value` on every request to the hosts the rules `to` grant,
+    /// each of which must be one of the `allow_http` rules.
+    pub fn add_secret_header(
+        &mut self,
+        name: &str,
+        value: &str,
+        to: &[String],
+    ) -> Result<(), SecretHeaderError> {
+        let problem = |problem: String| SecretHeaderError { header: name.to_owned(), problem };
+        let header = http::HeaderName::from_bytes(name.as_bytes())
+            .map_err(|_| problem("not a header name".to_owned()))?;
+        if FRAMING_HEADERS.contains(&header) {
+            return Err(problem("frames or routes the message; it cannot carry a secret".to_owned()));
+        }
+        if self.secret_headers.iter().any(|secret| secret.name == header) {
+            return Err(problem("is set twice".to_owned()));
+        }
+        let mut value = http::HeaderValue::from_str(value).map_err(|_| {
+            problem("its value is not a valid header value (a control character?)".to_owned())
+        })?;
+        value.set_sensitive(true);
+        if to.is_empty() {
+            return Err(problem("`to` names no allow_http rule: it would be sent nowhere".to_owned()));
+        }
+        let to = to
+            .iter()
+            .map(|text| {
+                let rule = Rule::parse(text).map_err(|error| problem(error.to_string()))?;
+                match self.rules.contains(&rule) {
+                    true => Ok(rule),
+                    false => Err(problem(format!("`to` rule {text:?} is not one of allow_http"))),
+                }
+            })
+            .collect::<Result<_, _>>()?;
+        self.secret_headers.push(SecretHeader { name: header, value, to });
+        Ok(())
+    }
+
+    /// The secret headers, as `name -> scheme://host:port, ...`, for `cordon inspect`.
+    pub fn describe_secret_headers(&self) -> Vec<String> {
+        let describe = |secret: &SecretHeader| {
+            let to: Vec<String> = secret.to.iter().map(Rule::to_string).collect();
+            format!("{} -> {}", secret.name, to.join(", "))
+        };
+        self.secret_headers.iter().map(describe).collect()
+    }
+
+    /// Set on `headers` the secret headers of the hosts that include `target`.
+    fn set_secret_headers(&self, target: &Target, headers: &mut http::HeaderMap) {
+        for secret in &self.secret_headers {
+            if secret.to.iter().any(|rule| rule.grants(target.tls, &target.host, target.port)) {
+                headers.insert(secret.name.clone(), secret.value.clone());
+            }
+        }
     }
 
     /// Whether any host is granted at all.
@@ -455,24 +549,27 @@ impl HttpGrants {
 
     /// The rule that grants `host` (as in a URI: an IPv6 address in brackets) on `port`.
     fn grant(&self, tls: bool, host: &str, port: u16) -> Option<&Rule> {
-        let host = host.to_ascii_lowercase();
-        let address = host.trim_start_matches('[').trim_end_matches(']').parse::<IpAddr>().ok();
-        self.rules.iter().find(|rule| {
-            rule.tls == tls
-                && rule.port == port
-                && match (&rule.host, address) {
-                    (HostRule::Address(granted), Some(address)) => *granted == address,
-                    (HostRule::Name(name), None) => *name == host,
-                    (HostRule::Subdomains(parent), None) => host
-                        .strip_suffix(parent.as_str())
-                        .is_some_and(|sub| sub.len() > 1 && sub.ends_with('.')),
-                    _ => false,
-                }
-        })
+        self.rules.iter().find(|rule| rule.grants(tls, host, port))
     }
 }
 
 impl Rule {
+    /// Whether it grants `host` (as in a URI: an IPv6 address in brackets) on `port`.
+    fn grants(&self, tls: bool, host: &str, port: u16) -> bool {
+        let host = host.to_ascii_lowercase();
+        let address = host.trim_start_matches('[').trim_end_matches(']').parse::<IpAddr>().ok();
+        self.tls == tls
+            && self.port == port
+            && match (&self.host, address) {
+                (HostRule::Address(granted), Some(address)) => *granted == address,
+                (HostRule::Name(name), None) => *name == host,
+                (HostRule::Subdomains(parent), None) => {
+                    host.strip_suffix(parent.as_str()).is_some_and(|sub| sub.len() > 1 && sub.ends_with('.'))
+                }
+                _ => false,
+            }
+    }
+
     fn parse(text: &str) -> Result<Self, GrantError> {
         let problem = |problem| GrantError { rule: text.to_owned(), problem };
         let (scheme, rest) =
@@ -795,6 +892,10 @@ impl WasiHttpHooks for Egress {
     ) -> SendFuture {
         let call = self.call.clone();
         let target = self.check(&request);
+        let mut request = request;
+        if let Ok(target) = &target {
+            self.grants.rules.set_secret_headers(target, request.headers_mut());
+        }
         let (ledger, grants) = (self.ledger.clone(), self.grants.clone());
         let overflowed = Arc::new(AtomicBool::new(false));
         let request = request.map(|body| {
@@ -1221,6 +1322,51 @@ mod tests {
         );
         let v6 = self::grants(&["http://[::1]:8080"]);
         assert!(v6.grant(false, "[::1]", 8080).is_some());
+    }
+
+    #[test]
+    fn secret_headers_are_checked_set_for_their_hosts_only_and_never_shown() {
+        let rules = ["https://api.example.com".to_owned(), "https://*.example.org".to_owned()];
+        let mut grants = HttpGrants::parse(&rules).unwrap();
+        let to = |rule: &str| [rule.to_owned()];
+        for (name, value, to, problem) in [
+            ("host", "x", to("https://api.example.com"), "frames or routes"),
+            ("content-length", "1", to("https://api.example.com"), "frames or routes"),
+            ("bad name", "x", to("https://api.example.com"), "not a header name"),
+            ("authorization", "line\nbreak", to("https://api.example.com"), "not a valid header value"),
+            ("authorization", "x", to("https://other.example.com"), "is not one of allow_http"),
+            ("authorization", "x", to("http://api.example.com"), "is not one of allow_http"),
+            ("authorization", "x", to("not a rule"), "must start with"),
+        ] {
+            let error = grants.add_secret_header(name, value, &to).unwrap_err().to_string();
+            assert!(error.contains(problem) && !error.contains("break"), "{name}: {error}");
+        }
+        assert!(
+            grants.add_secret_header("authorization", "x", &[]).unwrap_err().to_string().contains("nowhere")
+        );
+        grants.add_secret_header("authorization", "Bearer s3cr3t", &to("https://*.example.org")).unwrap();
+        let twice = grants.add_secret_header("Authorization", "y", &to("https://api.example.com"));
+        assert!(twice.unwrap_err().to_string().contains("set twice"));
+        assert!(!format!("{grants:?}").contains("s3cr3t"), "{grants:?}");
+        assert_eq!(grants.describe_secret_headers(), ["authorization -> https://*.example.org:443"]);
+
+        let target = |host: &str, tls: bool| Target {
+            host: host.to_owned(),
+            port: 443,
+            tls,
+            literal: None,
+            authority: host.to_owned(),
+        };
+        let mut headers = http::HeaderMap::new();
+        headers.insert(http::header::AUTHORIZATION, http::HeaderValue::from_static("the guest's own"));
+        grants.set_secret_headers(&target("api.example.com", true), &mut headers);
+        assert_eq!(headers[http::header::AUTHORIZATION], "the guest's own", "not a host it is bound to");
+        grants.set_secret_headers(&target("a.example.org", false), &mut headers);
+        assert_eq!(headers[http::header::AUTHORIZATION], "the guest's own", "not over plain http");
+        grants.set_secret_headers(&target("a.example.org", true), &mut headers);
+        assert_eq!(headers.get_all(http::header::AUTHORIZATION).iter().count(), 1);
+        assert_eq!(headers[http::header::AUTHORIZATION], "Bearer s3cr3t");
+        assert!(headers[http::header::AUTHORIZATION].is_sensitive());
     }
 
     #[test]

@@ -70,7 +70,7 @@ pub use component::{
 };
 pub use control::{CLIENT_LOG_QUEUE, LogLevel, LogLine, MAX_CLIENT_LOG_LINE, MAX_PROGRESS_MESSAGE, Progress};
 pub(crate) use egress::tls_config as web_tls_client_config;
-pub use egress::{GrantError, HttpGrants};
+pub use egress::{GrantError, HttpGrants, SecretHeaderError};
 use engine::CompilePriority;
 pub use engine::{CompileCache, EngineSettings};
 pub use events::{
