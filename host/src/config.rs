@@ -1091,6 +1091,7 @@ mod tests {
                 && error.contains("not one of allow_http")
         );
         assert!(!error.contains("s3cr3t"), "{error}");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

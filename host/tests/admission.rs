@@ -603,6 +603,39 @@ async fn queued_requests_are_charged_their_parsed_size_and_refused_over_the_boun
     serving.await.unwrap().unwrap();
 }
 
+/// Serve `input` over stdio (as `tenant`) to its end: what was written, and each line's
+/// message, checked against the schema.
+async fn serve_stdio(
+    server: &Arc<Server>,
+    tenant: Option<Arc<Tenant>>,
+    input: String,
+    schema: &Schema,
+) -> (String, Vec<Value>) {
+    let (output, mut answers) = tokio::io::duplex(64 << 10);
+    let reading = tokio::spawn(async move {
+        let mut text = String::new();
+        answers.read_to_string(&mut text).await.unwrap();
+        text
+    });
+    let input = std::io::Cursor::new(input.into_bytes());
+    cordon::transport::stdio::serve_as(
+        server.clone(),
+        tenant,
+        input,
+        output,
+        std::future::pending(),
+        Duration::from_secs(5),
+    )
+    .await
+    .unwrap();
+    let text = reading.await.unwrap();
+    let answers: Vec<Value> = text.lines().map(|line| serde_json::from_str(line).unwrap()).collect();
+    for answer in &answers {
+        schema.check_sent(answer, Some("tools/call").filter(|_| answer.pointer("/result/content").is_some()));
+    }
+    (text, answers)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn queued_requests_over_the_bound_are_refused_with_an_error_on_stdio() {
     let server = server("stdio").await;
@@ -617,29 +650,9 @@ async fn queued_requests_over_the_bound_are_refused_with_an_error_on_stdio() {
     input.push('\n');
     input.push_str(&many_keys(7, 2 * KEYS));
     input.push('\n');
-    let (output, mut answers) = tokio::io::duplex(64 << 10);
-    let reading = tokio::spawn(async move {
-        let mut text = String::new();
-        answers.read_to_string(&mut text).await.unwrap();
-        text
-    });
     // The slot stays busy while the stdin thread reads on: calls 2 and 3 queue, holding
     // their charge; 4 to 6 find no room; 7 is too costly by itself.
-    let input = std::io::Cursor::new(input.into_bytes());
-    cordon::transport::stdio::serve(
-        server.clone(),
-        input,
-        output,
-        std::future::pending(),
-        Duration::from_secs(5),
-    )
-    .await
-    .unwrap();
-    let text = reading.await.unwrap();
-    let answers: Vec<Value> = text.lines().map(|line| serde_json::from_str(line).unwrap()).collect();
-    for answer in &answers {
-        schema.check_sent(answer, Some("tools/call").filter(|_| answer.pointer("/result/content").is_some()));
-    }
+    let (text, answers) = serve_stdio(&server, None, input, &schema).await;
     let find = |id: i64| {
         answers
             .iter()
@@ -676,28 +689,7 @@ async fn stdio_with_a_tenant_charges_what_it_reads_to_the_tenants_share() {
     let server = server_of_two_tenants("stdio-tenant", limits).await;
     let tenant = server.tenants().get("a").cloned();
     let input = format!("{}\n{}\n", many_keys(5, KEYS), many_keys(6, 10));
-    let (output, mut answers) = tokio::io::duplex(64 << 10);
-    let reading = tokio::spawn(async move {
-        let mut text = String::new();
-        answers.read_to_string(&mut text).await.unwrap();
-        text
-    });
-    cordon::transport::stdio::serve_as(
-        server.clone(),
-        tenant,
-        std::io::Cursor::new(input.into_bytes()),
-        output,
-        std::future::pending(),
-        Duration::from_secs(5),
-    )
-    .await
-    .unwrap();
-    let text = reading.await.unwrap();
-    let answers: Vec<Value> = text.lines().map(|line| serde_json::from_str(line).unwrap()).collect();
-    let schema = Schema::new();
-    for answer in &answers {
-        schema.check_sent(answer, Some("tools/call").filter(|_| answer.pointer("/result/content").is_some()));
-    }
+    let (text, answers) = serve_stdio(&server, tenant, input, &Schema::new()).await;
     assert_eq!(answers.len(), 2, "{text}");
     let error = &answers[0]["error"];
     assert_eq!((&answers[0]["id"], &error["code"]), (&json!(5), &json!(-32600)), "{text}");
