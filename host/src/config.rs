@@ -103,7 +103,7 @@
 //! header = "authorization"       # set (replacing the guest's) on every request to the
 //! secret = { env = "GITHUB_TOKEN" }   # hosts `to` grants (allow_http rules), read as
 //! prefix = "Bearer "             # `secrets` are; a guest can use it with those hosts
-//! to = ["https://api.github.com"]     # only, and never read it or send it elsewhere
+//! to = ["https://api.github.com"]     # only (never TRACE), and send it nowhere else
 //! limits = { memory_mb = 64, idle_timeout_ms = 60000, max_duration_ms = 300000 }
 //! # memory_mb counts all of the component's linear memories together. Also:
 //! # table_elements, instances, tables, memories, hostcall_kb, result_kb, note_kb,
@@ -362,7 +362,6 @@ fn mebibytes(mb: u64, key: &str) -> Result<u64> {
     mb.checked_mul(1 << 20).with_context(|| format!("{key} = {mb} is too large"))
 }
 
-/// Where a secret's value comes from.
 /// `[[components.secret_headers]]`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -402,6 +401,7 @@ impl ComponentConfig {
     }
 }
 
+/// Where a secret's value comes from.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, untagged)]
 pub enum SecretSource {
@@ -583,9 +583,10 @@ pub struct Plan {
 }
 
 impl Config {
-    /// What the server reads besides the config itself, with paths resolved against
-    /// `base`: the files no guest may write (the components' files, the issuer's key set)
-    /// and the secret files no guest may read or write (`secrets`, `api_keys`).
+    /// What the server reads besides the config itself and the components' files (which
+    /// each load protects), with paths resolved against `base`: the files no guest may
+    /// write (the issuer's key set) and the secret files no guest may read or write
+    /// (`secrets`, `secret_headers`, `api_keys`).
     pub fn files_read(&self, base: &Path) -> (Vec<PathBuf>, Vec<PathBuf>) {
         let secret_file = |source: &SecretSource| match source {
             SecretSource::File { file } => Some(base.join(file)),
@@ -600,8 +601,7 @@ impl Config {
             JwksConfig::File { file } => Some(base.join(file)),
             JwksConfig::Url { .. } => None,
         });
-        let files = self.components.iter().map(|component| base.join(&component.path)).chain(jwks);
-        (files.collect(), secrets.collect())
+        (jwks.into_iter().collect(), secrets.collect())
     }
 
     pub fn load(path: &Path) -> Result<Self> {

@@ -340,12 +340,64 @@ fn a_grant_around_the_config_to_write_or_around_a_secret_file_is_refused() {
     assert!(!err.contains("s3cr3t"), "{err}");
     let (out, err, ok) = check("host = \"ro\"\nmode = \"rw\"");
     assert!(ok, "{out}\n{err}");
-    let (out, err, ok) = check("host = \"ro\"\nmode = \"ro\"");
-    assert!(ok, "{out}\n{err}");
+    let (out, err, ok) = check("host = \".\"\nmode = \"ro\"");
+    assert!(ok, "read-only around the config: {out}\n{err}");
+
+    // A config holding its sealing key is a secret file: no grant may hold it.
+    let config = layout.root.join("cordon.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[server]\ncache = false\nrequest_state_key = \"{}\"\n\n[[components]]\npath = {hostile:?}\n\
+             [[components.mounts]]\nhost = \".\"\nmode = \"ro\"\nguest = \"/m\"\n",
+            "ab".repeat(32)
+        ),
+    )
+    .unwrap();
+    let (_, err, ok) = run_cordon(&["check", "--config", config.to_str().unwrap()], Duration::from_secs(60));
+    assert!(!ok && err.contains("cordon.toml, a secret file"), "{err}");
+
+    // The config reached through a symlink that lies in a writable grant: the guest could
+    // point the link at a config of its own.
+    let elsewhere = fresh_dir("server-files-real");
+    std::os::unix::fs::symlink(&elsewhere, layout.rw.join("link")).unwrap();
+    let rw = layout.rw.display().to_string();
+    let linked = write_config(
+        &elsewhere,
+        &format!(
+            "[[components]]\npath = {hostile:?}\n[[components.mounts]]\nhost = {rw:?}\nmode = \"rw\"\nguest = \"/m\"\n"
+        ),
+    );
+    let through_link = layout.rw.join("link").join(linked.file_name().unwrap());
+    let (_, err, ok) =
+        run_cordon(&["check", "--config", through_link.to_str().unwrap()], Duration::from_secs(60));
+    assert!(!ok && err.contains("which the server reads"), "{err}");
+}
+
+/// A reload's config may name a secret file inside a grant of a component it keeps as
+/// it was: that component is dropped (its guests could read the new secret), not kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_drops_a_component_whose_grant_now_holds_a_secret_file() {
+    let layout = Layout::new("secret-at-reload");
+    let source = || ComponentSource {
+        name: "hostile".into(),
+        path: hostile(),
+        embedded: None,
+        options: ComponentOptions { limits: common::quick_limits(), ..layout.options(None) },
+    };
+    let runtime = Runtime::new(common::settings(4)).unwrap();
+    assert!(runtime.reload(vec![source()]).await.failed.is_empty());
+    std::fs::write(layout.ro.join("token"), "s3cr3t").unwrap();
+    runtime.protect_files(&[], &[layout.ro.join("token")]);
+    let report = runtime.reload(vec![source()]).await;
+    let problems: Vec<&str> = report.failed.iter().map(|error| error.problem.as_str()).collect();
+    assert!(matches!(problems[..], [problem] if problem.contains("token, a secret file")), "{problems:?}");
+    assert_eq!(report.removed, ["hostile"]);
+    assert!(runtime.snapshot().tool_for(None, "read_text").is_none());
 }
 
 /// A component whose file lies inside another's writable grant is refused, at a reload
-/// too (where the component with the grant stays and is not checked again): its guests
+/// too (where the component with the grant stays, and wins: it is served): its guests
 /// could replace the code the new one runs, with the new one's grants.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_component_whose_file_another_may_write_is_refused_at_reload() {
@@ -361,7 +413,6 @@ async fn a_component_whose_file_another_may_write_is_refused_at_reload() {
     let writer = || source("hostile", hostile(), layout.options(None));
     let runtime = Runtime::new(common::settings(4)).unwrap();
     assert!(runtime.reload(vec![writer()]).await.failed.is_empty());
-    runtime.protect_files(&[hostile(), planted.clone()], &[]);
     let report = runtime.reload(vec![writer(), source("tools", planted, ComponentOptions::default())]).await;
     let problems: Vec<&str> = report.failed.iter().map(|error| error.problem.as_str()).collect();
     assert!(

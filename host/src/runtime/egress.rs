@@ -528,8 +528,13 @@ impl HttpGrants {
         self.secret_headers.iter().map(describe).collect()
     }
 
-    /// Set on `headers` the secret headers of the hosts that include `target`.
-    fn set_secret_headers(&self, target: &Target, headers: &mut http::HeaderMap) {
+    /// Set on `headers` the secret headers of the hosts that include `target`, unless the
+    /// `method` is one whose answer shows the request as the server saw it (`TRACE`) or
+    /// that opens a tunnel (`CONNECT`).
+    fn set_secret_headers(&self, target: &Target, method: &http::Method, headers: &mut http::HeaderMap) {
+        if [http::Method::TRACE, http::Method::CONNECT].contains(method) {
+            return;
+        }
         for secret in &self.secret_headers {
             if secret.to.iter().any(|rule| rule.grants(target.tls, &target.host, target.port)) {
                 headers.insert(secret.name.clone(), secret.value.clone());
@@ -894,7 +899,8 @@ impl WasiHttpHooks for Egress {
         let target = self.check(&request);
         let mut request = request;
         if let Ok(target) = &target {
-            self.grants.rules.set_secret_headers(target, request.headers_mut());
+            let method = request.method().clone();
+            self.grants.rules.set_secret_headers(target, &method, request.headers_mut());
         }
         let (ledger, grants) = (self.ledger.clone(), self.grants.clone());
         let overflowed = Arc::new(AtomicBool::new(false));
@@ -1359,11 +1365,16 @@ mod tests {
         };
         let mut headers = http::HeaderMap::new();
         headers.insert(http::header::AUTHORIZATION, http::HeaderValue::from_static("the guest's own"));
-        grants.set_secret_headers(&target("api.example.com", true), &mut headers);
+        let get = http::Method::GET;
+        grants.set_secret_headers(&target("api.example.com", true), &get, &mut headers);
         assert_eq!(headers[http::header::AUTHORIZATION], "the guest's own", "not a host it is bound to");
-        grants.set_secret_headers(&target("a.example.org", false), &mut headers);
+        grants.set_secret_headers(&target("a.example.org", false), &get, &mut headers);
         assert_eq!(headers[http::header::AUTHORIZATION], "the guest's own", "not over plain http");
-        grants.set_secret_headers(&target("a.example.org", true), &mut headers);
+        for reflecting in [http::Method::TRACE, http::Method::CONNECT] {
+            grants.set_secret_headers(&target("a.example.org", true), &reflecting, &mut headers);
+            assert_eq!(headers[http::header::AUTHORIZATION], "the guest's own", "{reflecting}");
+        }
+        grants.set_secret_headers(&target("a.example.org", true), &get, &mut headers);
         assert_eq!(headers.get_all(http::header::AUTHORIZATION).iter().count(), 1);
         assert_eq!(headers[http::header::AUTHORIZATION], "Bearer s3cr3t");
         assert!(headers[http::header::AUTHORIZATION].is_sensitive());

@@ -205,18 +205,23 @@ struct ServerPaths {
     /// The compile cache holds native code the server runs: a guest that could write it
     /// could plant its own (the entries' digests stop corruption, not a writer).
     cache: Option<PathBuf>,
-    /// The config, the components' files, the issuer's key set.
+    /// The config and the issuer's key set.
     files: Arc<[PathBuf]>,
     /// The files that hold secrets and API keys.
     secrets: Arc<[PathBuf]>,
+    /// The files of the components being loaded (set by each load and reload): no new
+    /// grant may be written around one. A component that stays is not refused for one (a
+    /// new component's file inside its grant refuses the new one: what is served wins).
+    components: Arc<[PathBuf]>,
 }
 
 impl ServerPaths {
     /// Why one of `grants` may not be granted: any one around a secret file, a writable
-    /// one inside or around the cache or around a server file.
-    fn problem_with(&self, grants: &files::FileGrants) -> Option<String> {
+    /// one inside or around the cache or around a server file (a component's too, with
+    /// `components`).
+    fn problem_with(&self, grants: &files::FileGrants, components: bool) -> Option<String> {
         let around_secret = |grant: &files::Grant| {
-            let secret = self.secrets.iter().find(|secret| secret.starts_with(&grant.path))?;
+            let secret = deepest_inside(self.secrets.iter(), grant)?;
             Some(format!(
                 "{} holds {}, a secret file: every guest given the grant could read each secret and key \
                  in it; move the file or the grant",
@@ -240,7 +245,8 @@ impl ServerPaths {
                     cache.display()
                 ));
             }
-            let file = self.files.iter().find(|file| file.starts_with(&grant.path))?;
+            let components = if components { &self.components[..] } else { &[] };
+            let file = deepest_inside(self.files.iter().chain(components), grant)?;
             Some(format!(
                 "{} holds {}, which the server reads: a guest that may write there could change what a \
                  reload grants or runs; move the file or the grant",
@@ -251,9 +257,30 @@ impl ServerPaths {
     }
 }
 
-/// `files` as the file system resolves them (as written, where one cannot be resolved).
-fn resolved(files: &[PathBuf]) -> Arc<[PathBuf]> {
-    files.iter().map(|file| std::fs::canonicalize(file).unwrap_or_else(|_| file.clone())).collect()
+/// The deepest of `paths` inside `grant` (a file rather than a directory on its way).
+fn deepest_inside<'a>(paths: impl Iterator<Item = &'a PathBuf>, grant: &files::Grant) -> Option<&'a PathBuf> {
+    paths.filter(|path| path.starts_with(&grant.path)).max_by_key(|path| path.as_os_str().len())
+}
+
+/// Where `files` are, as paths a grant (a real path) may hold: each file as the file
+/// system resolves it, and every directory entry on the way to it as written (a symlink
+/// on the way, replaced by a guest that may write where it lies, would lead the server's
+/// next read elsewhere). `before` are kept: a file the server read once may be read again
+/// (the issuer's key set, an `api_keys` file, read at start and kept) whatever a later
+/// config says.
+fn resolved(before: &[PathBuf], files: &[PathBuf]) -> Arc<[PathBuf]> {
+    let mut entries: Vec<PathBuf> = before.to_vec();
+    for file in files {
+        let file = std::path::absolute(file).unwrap_or_else(|_| file.clone());
+        entries.extend(std::fs::canonicalize(&file));
+        for entry in file.ancestors().filter(|entry| entry.parent().is_some()) {
+            let (Some(parent), Some(name)) = (entry.parent(), entry.file_name()) else { continue };
+            entries.push(std::fs::canonicalize(parent).unwrap_or_else(|_| parent.to_owned()).join(name));
+        }
+    }
+    entries.sort();
+    entries.dedup();
+    entries.into()
 }
 
 /// Why a call could not start.
@@ -408,8 +435,9 @@ impl Runtime {
             compile_cache: Arc::default(),
             server_paths: std::sync::RwLock::new(ServerPaths {
                 cache: settings.engine.cache_dir.as_deref().map(engine::prepare_cache_dir),
-                files: resolved(&settings.server_files),
-                secrets: resolved(&settings.secret_files),
+                files: resolved(&[], &settings.server_files),
+                secrets: resolved(&[], &settings.secret_files),
+                components: Arc::default(),
             }),
             check_threads: Arc::default(),
             relists: Arc::default(),
@@ -418,16 +446,18 @@ impl Runtime {
     }
 
     /// Refuse, from the next load or reload on, any writable grant around one of `files`
-    /// (the config, the components' files, the issuer's key set; a reload hands the new
-    /// config's), any grant at all around one of `secrets`, and any component whose own
-    /// file is inside another's writable grant. A guest that could rewrite a file the
+    /// (the config, the issuer's key set; a reload hands the new config's, added to those
+    /// before) or around a component's file (those of each load's sources), any grant at
+    /// all around one of `secrets`, and any component whose own file is inside another's
+    /// writable grant; a reload also drops a component it keeps whose grants now hold one
+    /// of `files` or `secrets`. A guest that could rewrite a file the
     /// server reads would, at the next reload (`serve --watch` reloads when one changes),
     /// grant itself what it wrote there or run its code as another component, with that
     /// component's grants; one that could read a secret file would hold every secret and
     /// API key in it, its tenant's or not.
     pub fn protect_files(&self, files: &[PathBuf], secrets: &[PathBuf]) {
         let mut paths = self.server_paths.write().unwrap_or_else(std::sync::PoisonError::into_inner);
-        (paths.files, paths.secrets) = (resolved(files), resolved(secrets));
+        (paths.files, paths.secrets) = (resolved(&paths.files, files), resolved(&paths.secrets, secrets));
     }
 
     /// Hand every call's end to `observer` too, from now on (set before serving).
@@ -501,6 +531,7 @@ impl Runtime {
     /// busy one at a time; BENCHMARKS.md, "Time to ready"). Every component is tried;
     /// those that fail are left out, and their errors returned in order.
     pub async fn load_all(&mut self, sources: Vec<ComponentSource>) -> Vec<LoadError> {
+        self.loading_files(&sources);
         let ahead = std::thread::available_parallelism().map_or(1, usize::from);
         let mut sources = sources.into_iter();
         let mut compiling = std::collections::VecDeque::new();
@@ -703,6 +734,7 @@ impl Runtime {
     /// clash with one carried over (or kept after a failure) is the one refused.
     pub async fn reload(&self, sources: Vec<ComponentSource>) -> ReloadReport {
         let _one_at_a_time = self.reloading.lock().await;
+        self.loading_files(&sources);
         let current = self.snapshot();
         let mut report = ReloadReport::default();
         // First what stays as it is, then what must be loaded, checked against it all.
@@ -728,14 +760,22 @@ impl Runtime {
                         .is_some_and(|old| old.digest == digest && old.options == source.options) =>
                 {
                     let old = old.expect("checked");
-                    staying.push(old.clone());
-                    report.unchanged.push(source.name.clone());
-                    Step::Stay(old)
+                    match self.grants_problem(&old) {
+                        Some(problem) => {
+                            report.failed.push(LoadError::new(&origin, problem));
+                            Step::Skip
+                        }
+                        None => {
+                            staying.push(old.clone());
+                            report.unchanged.push(source.name.clone());
+                            Step::Stay(old)
+                        }
+                    }
                 }
                 Ok((_, bytes)) => Step::Load(Box::new(source), origin, bytes, old),
                 Err(error) => {
                     report.failed.push(LoadError::new(&origin, format!("cannot read: {error}")));
-                    match old {
+                    match old.filter(|old| self.grants_problem(old).is_none()) {
                         Some(old) => {
                             staying.push(old.clone());
                             report.unchanged.push(source.name.clone());
@@ -782,6 +822,7 @@ impl Runtime {
                     // The old version stays, unless it no longer fits beside the others.
                     let fits = |old: &LoadedComponent| {
                         staying.clash(&origin, old).is_none()
+                            && self.grants_problem(old).is_none()
                             && (old.files.iter().chain(old.tenant_files.values())).all(|files| {
                                 files_conflict(&source.name, &origin, files, &staying.components).is_none()
                             })
@@ -816,6 +857,23 @@ impl Runtime {
         self.tool_set.send_replace(Arc::new(next));
         report.swapped = true;
         report
+    }
+
+    /// The files of `sources`, which the components loaded from now on may not be granted
+    /// to write around.
+    fn loading_files(&self, sources: &[ComponentSource]) {
+        let files: Vec<PathBuf> = sources.iter().filter_map(ComponentSource::file).collect();
+        self.server_paths.write().unwrap_or_else(std::sync::PoisonError::into_inner).components =
+            resolved(&[], &files);
+    }
+
+    /// Why a component already loaded may not stay: one of its grants holds a file the
+    /// server reads now (a reload's config named a new one there).
+    fn grants_problem(&self, component: &LoadedComponent) -> Option<String> {
+        let paths = self.server_paths.read().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut grants = component.files.iter().chain(component.tenant_files.values());
+        let problem = grants.find_map(|files| paths.problem_with(files, false))?;
+        Some(format!("component {}: {problem}", component.name))
     }
 
     /// Open `name`'s grants: with tenants, its mounts for calls of no tenant and, for each
@@ -882,7 +940,7 @@ impl Runtime {
         if let Some(conflict) = files_conflict(name, origin, &grants, others) {
             return Err(conflict);
         }
-        if let Some(problem) = paths.problem_with(&grants) {
+        if let Some(problem) = paths.problem_with(&grants, true) {
             return Err(LoadError::new(origin, format!("component {name}: {problem}")));
         }
         // Told once, with the grants the quotas were measured for (a tenant's data directory
