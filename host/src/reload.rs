@@ -78,7 +78,9 @@ pub async fn reload(runtime: &Runtime, path: Option<&Path>) -> Result<ReloadRepo
     runtime.protect_files(&plan.runtime.server_files, &plan.runtime.secret_files);
     let report = runtime.reload(plan.components).await;
     for error in &report.failed {
-        tracing::error!("reload: {error} (the component keeps its old version, if it had one)");
+        tracing::error!(
+            "reload: {error} (the component keeps its old version if it had one that still fits)"
+        );
     }
     if report.swapped {
         let tools = runtime.snapshot();

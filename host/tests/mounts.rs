@@ -342,6 +342,14 @@ fn a_grant_around_the_config_to_write_or_around_a_secret_file_is_refused() {
     assert!(ok, "{out}\n{err}");
     let (out, err, ok) = check("host = \".\"\nmode = \"ro\"");
     assert!(ok, "read-only around the config: {out}\n{err}");
+    // Named through the data directory (`data/../cordon.toml`): the directory is a step on
+    // the way, not where the config lies.
+    let config =
+        write_config(&layout.root, &format!("[[components]]\npath = {hostile:?}\ndata_dir = \"data\"\n"));
+    let through_data = layout.data.join("..").join(config.file_name().unwrap());
+    let (out, err, ok) =
+        run_cordon(&["check", "--config", through_data.to_str().unwrap()], Duration::from_secs(60));
+    assert!(ok, "{out}\n{err}");
 
     // A config holding its sealing key is a secret file: no grant may hold it.
     let config = layout.root.join("cordon.toml");
@@ -413,14 +421,24 @@ async fn a_component_whose_file_another_may_write_is_refused_at_reload() {
     let writer = || source("hostile", hostile(), layout.options(None));
     let runtime = Runtime::new(common::settings(4)).unwrap();
     assert!(runtime.reload(vec![writer()]).await.failed.is_empty());
-    let report = runtime.reload(vec![writer(), source("tools", planted, ComponentOptions::default())]).await;
-    let problems: Vec<&str> = report.failed.iter().map(|error| error.problem.as_str()).collect();
-    assert!(
-        matches!(problems[..], [problem] if problem.contains("the file of component tools is inside")
-            && problem.contains("of component hostile")),
-        "{problems:?}"
-    );
-    assert_eq!(report.unchanged, ["hostile"]);
+    let refused = |report: &cordon::runtime::ReloadReport| {
+        let problems: Vec<&str> = report.failed.iter().map(|error| error.problem.as_str()).collect();
+        assert!(
+            matches!(problems[..], [problem] if problem.contains("the file of component tools is inside")
+                && problem.contains("of component hostile")),
+            "{problems:?}"
+        );
+        assert_eq!(report.unchanged, ["hostile"]);
+    };
+    let tools = |path: &Path| source("tools", path.to_owned(), ComponentOptions::default());
+    refused(&runtime.reload(vec![writer(), tools(&planted)]).await);
+
+    // Served from elsewhere, then the same bytes moved there: no longer served.
+    let report = runtime.reload(vec![writer(), tools(&cordon::paths::example_tools())]).await;
+    assert_eq!(report.loaded, ["tools"]);
+    let report = runtime.reload(vec![writer(), tools(&planted)]).await;
+    refused(&report);
+    assert_eq!(report.removed, ["tools"]);
 }
 
 /// Sum of the sizes of the regular files under `dir`.

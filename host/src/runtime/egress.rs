@@ -532,7 +532,8 @@ impl HttpGrants {
     /// `method` is one whose answer shows the request as the server saw it (`TRACE`) or
     /// that opens a tunnel (`CONNECT`).
     fn set_secret_headers(&self, target: &Target, method: &http::Method, headers: &mut http::HeaderMap) {
-        if [http::Method::TRACE, http::Method::CONNECT].contains(method) {
+        // Any case: a lenient server may take `trace`, sent as an extension method, for TRACE.
+        if ["TRACE", "CONNECT"].iter().any(|reflecting| method.as_str().eq_ignore_ascii_case(reflecting)) {
             return;
         }
         for secret in &self.secret_headers {
@@ -1370,7 +1371,8 @@ mod tests {
         assert_eq!(headers[http::header::AUTHORIZATION], "the guest's own", "not a host it is bound to");
         grants.set_secret_headers(&target("a.example.org", false), &get, &mut headers);
         assert_eq!(headers[http::header::AUTHORIZATION], "the guest's own", "not over plain http");
-        for reflecting in [http::Method::TRACE, http::Method::CONNECT] {
+        let lower = http::Method::from_bytes(b"trace").unwrap();
+        for reflecting in [http::Method::TRACE, http::Method::CONNECT, lower] {
             grants.set_secret_headers(&target("a.example.org", true), &reflecting, &mut headers);
             assert_eq!(headers[http::header::AUTHORIZATION], "the guest's own", "{reflecting}");
         }

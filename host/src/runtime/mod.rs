@@ -257,9 +257,11 @@ impl ServerPaths {
     }
 }
 
-/// The deepest of `paths` inside `grant` (a file rather than a directory on its way).
+/// The deepest of `paths` inside `grant` (a file rather than a directory on its way); the
+/// grant's own root is not inside it (no guest can replace it).
 fn deepest_inside<'a>(paths: impl Iterator<Item = &'a PathBuf>, grant: &files::Grant) -> Option<&'a PathBuf> {
-    paths.filter(|path| path.starts_with(&grant.path)).max_by_key(|path| path.as_os_str().len())
+    let inside = |path: &&PathBuf| path.starts_with(&grant.path) && **path != grant.path;
+    paths.filter(inside).max_by_key(|path| path.as_os_str().len())
 }
 
 /// Where `files` are, as paths a grant (a real path) may hold: each file as the file
@@ -268,11 +270,15 @@ fn deepest_inside<'a>(paths: impl Iterator<Item = &'a PathBuf>, grant: &files::G
 /// next read elsewhere). `before` are kept: a file the server read once may be read again
 /// (the issuer's key set, an `api_keys` file, read at start and kept) whatever a later
 /// config says.
-fn resolved(before: &[PathBuf], files: &[PathBuf]) -> Arc<[PathBuf]> {
+/// With `on_the_way` false, the files alone (what a read-only grant could read).
+fn resolved(before: &[PathBuf], files: &[PathBuf], on_the_way: bool) -> Arc<[PathBuf]> {
     let mut entries: Vec<PathBuf> = before.to_vec();
     for file in files {
         let file = std::path::absolute(file).unwrap_or_else(|_| file.clone());
         entries.extend(std::fs::canonicalize(&file));
+        if !on_the_way {
+            continue;
+        }
         for entry in file.ancestors().filter(|entry| entry.parent().is_some()) {
             let (Some(parent), Some(name)) = (entry.parent(), entry.file_name()) else { continue };
             entries.push(std::fs::canonicalize(parent).unwrap_or_else(|_| parent.to_owned()).join(name));
@@ -435,8 +441,8 @@ impl Runtime {
             compile_cache: Arc::default(),
             server_paths: std::sync::RwLock::new(ServerPaths {
                 cache: settings.engine.cache_dir.as_deref().map(engine::prepare_cache_dir),
-                files: resolved(&[], &settings.server_files),
-                secrets: resolved(&[], &settings.secret_files),
+                files: resolved(&[], &[&settings.server_files[..], &settings.secret_files].concat(), true),
+                secrets: resolved(&[], &settings.secret_files, false),
                 components: Arc::default(),
             }),
             check_threads: Arc::default(),
@@ -457,7 +463,11 @@ impl Runtime {
     /// API key in it, its tenant's or not.
     pub fn protect_files(&self, files: &[PathBuf], secrets: &[PathBuf]) {
         let mut paths = self.server_paths.write().unwrap_or_else(std::sync::PoisonError::into_inner);
-        (paths.files, paths.secrets) = (resolved(&paths.files, files), resolved(&paths.secrets, secrets));
+        // A secret file is also a file the server reads: where a symlink on its way lies, a
+        // guest that may write could lead the next read of it elsewhere.
+        let read = [files, secrets].concat();
+        (paths.files, paths.secrets) =
+            (resolved(&paths.files, &read, true), resolved(&paths.secrets, secrets, false));
     }
 
     /// Hand every call's end to `observer` too, from now on (set before serving).
@@ -760,7 +770,13 @@ impl Runtime {
                         .is_some_and(|old| old.digest == digest && old.options == source.options) =>
                 {
                     let old = old.expect("checked");
-                    match self.grants_problem(&old) {
+                    // Its file may have moved (same bytes) into another's writable grant.
+                    let others: Vec<_> =
+                        current.components.iter().filter(|other| other.name != old.name).cloned().collect();
+                    let moved = source
+                        .file()
+                        .and_then(|file| file_in_writable_grant(&source.name, &origin, &file, &others));
+                    match moved.map(|error| error.problem).or_else(|| self.grants_problem(&old, false)) {
                         Some(problem) => {
                             report.failed.push(LoadError::new(&origin, problem));
                             Step::Skip
@@ -775,11 +791,15 @@ impl Runtime {
                 Ok((_, bytes)) => Step::Load(Box::new(source), origin, bytes, old),
                 Err(error) => {
                     report.failed.push(LoadError::new(&origin, format!("cannot read: {error}")));
-                    match old.filter(|old| self.grants_problem(old).is_none()) {
-                        Some(old) => {
+                    match old.map(|old| (self.grants_problem(&old, false), old)) {
+                        Some((None, old)) => {
                             staying.push(old.clone());
                             report.unchanged.push(source.name.clone());
                             Step::Stay(old)
+                        }
+                        Some((Some(problem), _)) => {
+                            report.failed.push(LoadError::new(&origin, problem));
+                            Step::Skip
                         }
                         None => Step::Skip,
                     }
@@ -819,10 +839,14 @@ impl Runtime {
                 }
                 Err(error) => {
                     report.failed.push(error);
-                    // The old version stays, unless it no longer fits beside the others.
-                    let fits = |old: &LoadedComponent| {
+                    // The old version stays, unless it no longer fits beside the others (nor
+                    // around a file the server reads now, the components' loaded here too).
+                    let mut fits = |old: &LoadedComponent| {
+                        if let Some(problem) = self.grants_problem(old, true) {
+                            report.failed.push(LoadError::new(&origin, problem));
+                            return false;
+                        }
                         staying.clash(&origin, old).is_none()
-                            && self.grants_problem(old).is_none()
                             && (old.files.iter().chain(old.tenant_files.values())).all(|files| {
                                 files_conflict(&source.name, &origin, files, &staying.components).is_none()
                             })
@@ -864,15 +888,16 @@ impl Runtime {
     fn loading_files(&self, sources: &[ComponentSource]) {
         let files: Vec<PathBuf> = sources.iter().filter_map(ComponentSource::file).collect();
         self.server_paths.write().unwrap_or_else(std::sync::PoisonError::into_inner).components =
-            resolved(&[], &files);
+            resolved(&[], &files, true);
     }
 
     /// Why a component already loaded may not stay: one of its grants holds a file the
-    /// server reads now (a reload's config named a new one there).
-    fn grants_problem(&self, component: &LoadedComponent) -> Option<String> {
+    /// server reads now (a reload's config named a new one there; with `components`, the
+    /// file of a component this load loads counts too).
+    fn grants_problem(&self, component: &LoadedComponent, components: bool) -> Option<String> {
         let paths = self.server_paths.read().unwrap_or_else(std::sync::PoisonError::into_inner);
         let mut grants = component.files.iter().chain(component.tenant_files.values());
-        let problem = grants.find_map(|files| paths.problem_with(files, false))?;
+        let problem = grants.find_map(|files| paths.problem_with(files, components))?;
         Some(format!("component {}: {problem}", component.name))
     }
 
