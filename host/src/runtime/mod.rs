@@ -175,7 +175,8 @@ fn files_conflict(
 }
 
 /// Why `name`'s own `file` may not be loaded: it lies inside a writable grant of one of
-/// `others`, whose guests could replace the code it runs (with its grants).
+/// `others` (another component: one of the same name is its older version), whose guests
+/// could replace the code it runs (with its grants).
 fn file_in_writable_grant(
     name: &str,
     origin: &str,
@@ -183,7 +184,7 @@ fn file_in_writable_grant(
     others: &[Arc<LoadedComponent>],
 ) -> Option<LoadError> {
     let file = std::fs::canonicalize(file).unwrap_or_else(|_| file.to_owned());
-    others.iter().find_map(|other| {
+    others.iter().filter(|other| *other.name != *name).find_map(|other| {
         let mut grants =
             other.files.iter().chain(other.tenant_files.values()).flat_map(|files| &files.grants);
         let grant = grants.find(|grant| grant.writable && file.starts_with(&grant.path))?;
@@ -420,7 +421,7 @@ impl Runtime {
                 settings.reserved_descriptors
             );
         }
-        Ok(Self {
+        let runtime = Self {
             engine,
             ticker,
             linker: Arc::new(linker),
@@ -441,14 +442,16 @@ impl Runtime {
             compile_cache: Arc::default(),
             server_paths: std::sync::RwLock::new(ServerPaths {
                 cache: settings.engine.cache_dir.as_deref().map(engine::prepare_cache_dir),
-                files: resolved(&[], &[&settings.server_files[..], &settings.secret_files].concat(), true),
-                secrets: resolved(&[], &settings.secret_files, false),
+                files: Arc::default(),
+                secrets: Arc::default(),
                 components: Arc::default(),
             }),
             check_threads: Arc::default(),
             relists: Arc::default(),
             settings,
-        })
+        };
+        runtime.protect_files(&runtime.settings.server_files, &runtime.settings.secret_files);
+        Ok(runtime)
     }
 
     /// Refuse, from the next load or reload on, any writable grant around one of `files`
@@ -771,11 +774,9 @@ impl Runtime {
                 {
                     let old = old.expect("checked");
                     // Its file may have moved (same bytes) into another's writable grant.
-                    let others: Vec<_> =
-                        current.components.iter().filter(|other| other.name != old.name).cloned().collect();
-                    let moved = source
-                        .file()
-                        .and_then(|file| file_in_writable_grant(&source.name, &origin, &file, &others));
+                    let moved = source.file().and_then(|file| {
+                        file_in_writable_grant(&source.name, &origin, &file, &current.components)
+                    });
                     match moved.map(|error| error.problem).or_else(|| self.grants_problem(&old, false)) {
                         Some(problem) => {
                             report.failed.push(LoadError::new(&origin, problem));
