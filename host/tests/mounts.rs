@@ -181,6 +181,43 @@ async fn a_climbing_symlink_the_host_left_cannot_be_moved_or_linked_elsewhere() 
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_directory_holding_a_climbing_symlink_is_not_moved_up_far_enough_to_lead_out() {
+    let layout = Layout::new("climbing-dir");
+    // `a/b/d/l` leads to `a/inside.txt`, two levels up from `a/b/d`; `p/q/r/s/l` to the
+    // top's `top.txt`, four levels up.
+    for directory in ["a/b/d", "a/e", "p/q/r/s", "x"] {
+        std::fs::create_dir_all(layout.rw.join(directory)).unwrap();
+    }
+    std::fs::write(layout.rw.join("a/inside.txt"), "inside").unwrap();
+    std::os::unix::fs::symlink("../../inside.txt", layout.rw.join("a/b/d/l")).unwrap();
+    std::os::unix::fs::symlink("../../../../top.txt", layout.rw.join("p/q/r/s/l")).unwrap();
+    let runtime = runtime_with(layout.options(None)).await.unwrap();
+    let moves = [
+        // At the top, `d/l` would lead above the mount.
+        ("a/b/d", "d", false),
+        // Beside where it was: not walked.
+        ("a/b/d", "a/e/d", true),
+        // One level up: `a/d/l` then leads to the top's `inside.txt`, still inside.
+        ("a/e/d", "a/d", true),
+        ("a/d", "d", false),
+        // A directory that holds one, further down: `q/r/s/l` would climb above the top.
+        ("p/q", "q", false),
+        ("p", "x/p", true),
+        ("x/p/q", "x/q", true),
+    ];
+    for (from, to, allowed) in moves {
+        let renamed = json!({ "from": format!("/mnt/rw/{from}"), "to": format!("/mnt/rw/{to}") });
+        let report = call(&runtime, "rename", renamed).await;
+        assert_eq!(!failed(&report), allowed, "{from} to {to}: {}", answer(&report));
+    }
+    assert_eq!(std::fs::read_link(layout.rw.join("a/d/l")).unwrap(), Path::new("../../inside.txt"));
+    assert!(layout.rw.join("x/q/r/s/l").symlink_metadata().is_ok());
+    for refused in ["d", "q"] {
+        assert!(layout.rw.join(refused).symlink_metadata().is_err(), "{refused} is there");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_mount_is_opened_once_so_a_swapped_path_leads_nowhere() {
     let layout = Layout::new("swap");
     let runtime = runtime_with(layout.options(None)).await.unwrap();

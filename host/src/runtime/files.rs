@@ -35,7 +35,8 @@
 //!   and a guest's link could otherwise point outside its directory for whoever follows
 //!   it on the host. Every link a guest makes points down, so no chain of them leads out;
 //!   this holds in the data directory and in every read-write mount alike (and the link
-//!   is charged to the grant's quota as a name);
+//!   is charged to the grant's quota as a name). Links the host left that climb are not
+//!   renamed or linked elsewhere, nor carried up inside a directory (moves.rs);
 //! - `open-at` also notes which grant each new descriptor lies under (as the preopens
 //!   shadowed in `quota.rs` do), for the quota, charges the name it creates and gives back
 //!   what a truncation frees; `write-via-stream` and `append-via-stream` hand out
@@ -60,6 +61,7 @@ use wasmtime_wasi::{FsPerms, WasiCtxBuilder};
 
 use super::guest::GuestState;
 use super::ledger::{Refusal, STREAM_BUFFER_BYTES, StreamCharge};
+use super::moves;
 use super::quota::{self, Quota};
 
 /// Where the tool's data directory appears inside the guest.
@@ -103,6 +105,8 @@ pub(crate) struct Grant {
     pub(crate) writable: bool,
     /// The mount's quota, shared by every call of the component.
     pub(crate) quota: Option<Arc<Quota>>,
+    /// What every rename in it waits on (moves.rs), shared by everything granted it.
+    pub(crate) moves: Arc<tokio::sync::Mutex<()>>,
 }
 
 impl Grant {
@@ -176,6 +180,7 @@ impl FileGrants {
                 guest: GUEST_DATA_DIR.into(),
                 writable: true,
                 quota: Some(quota),
+                moves: moves::move_lock(&dir),
             });
         }
         for mount in mounts {
@@ -206,7 +211,8 @@ impl FileGrants {
                 (Some(limit), None) => Some(measured(limit, &dir, &real)),
                 (None, _) => None,
             };
-            grants.push(Grant { path: real, guest, writable: mount.writable, quota });
+            let moves = moves::move_lock(&dir);
+            grants.push(Grant { path: real, guest, writable: mount.writable, quota, moves });
         }
         for (index, grant) in grants.iter().enumerate() {
             if let Some(other) = grants[index + 1..].iter().find(|other| grant.conflicts_with(other)) {

@@ -197,6 +197,19 @@ impl GuestState {
         self.descriptor_grants.get(&rep).copied()
     }
 
+    /// The move lock of the grant the descriptor `rep` lies under (moves.rs).
+    pub(crate) fn move_lock_of(&self, rep: u32) -> Option<Arc<tokio::sync::Mutex<()>>> {
+        let grants = self.grants.as_ref()?;
+        Some(grants.grants.get(self.grant_of(rep)?)?.moves.clone())
+    }
+
+    /// How many levels below the top of the grant the descriptor `rep` lies under the open
+    /// directory `directory` lies; `None` when that cannot be told.
+    pub(crate) fn depth_in_grant(&self, rep: u32, directory: &std::fs::File) -> Option<usize> {
+        let grants = self.grants.as_ref()?;
+        super::moves::depth_below(&grants.grants.get(self.grant_of(rep)?)?.path, directory)
+    }
+
     /// The quota of the mount the descriptor `rep` lies under, if it has one.
     pub(crate) fn quota_of(&self, rep: u32) -> Option<Arc<Quota>> {
         let grants = self.grants.as_ref()?;

@@ -40,6 +40,7 @@ mod guest;
 pub mod input;
 mod ledger;
 pub mod limits;
+mod moves;
 mod plain;
 mod quota;
 pub mod registry;

@@ -66,6 +66,7 @@ use wasmtime_wasi::p2::{OutputStream, StreamError, StreamResult};
 
 use super::guest::GuestState;
 use super::ledger::HeldDescriptor;
+use super::moves;
 
 /// The most a quota stream accepts in one write, like wasmtime-wasi's file streams.
 const STREAM_WRITE_BYTES: usize = 64 << 10;
@@ -509,6 +510,11 @@ pub(crate) fn shadow_quota(linker: &mut Linker<GuestState>) -> Result<()> {
                 }
                 if super::files::is_climbing_link(state, dir.rep(), &old_path).await {
                     return Ok((Err(ErrorCode::NotPermitted),));
+                }
+                // A directory moved up must not carry a link the host left out of the grant.
+                let _moving = moves::lock_moves(state, dir.rep(), new_dir.rep()).await;
+                if let Err(code) = moves::check_move(state, dir.rep(), &old_path, new_dir.rep(), &new_path).await? {
+                    return Ok((Err(code),));
                 }
                 let Some(quota) = state.quota_of(dir.rep()) else {
                     let renamed = state.filesystem_view().rename_at(dir, old_path, new_dir, new_path).await;
