@@ -24,7 +24,7 @@ use super::input::InputRound;
 use super::ledger::DescriptorBudget;
 use super::limits::ToolLimits;
 use super::plain::PlainFunctions;
-use super::schema::{CheckThreads, Schema};
+use super::schema::{CheckThreads, MAX_PATTERNS, Schema, pattern_count};
 use super::spare::SpareSlot;
 
 /// A component the operator asks for: its name, its file and how to run it.
@@ -496,6 +496,23 @@ pub(crate) fn compile_schemas(
     specs: &[ToolSpec],
     threads: &Arc<CheckThreads>,
 ) -> Result<HashMap<String, ToolSchemas>, LoadError> {
+    // Each pattern is compiled now and held while the component is: bounded in number here
+    // and in size by schema.rs.
+    let patterns: usize = specs
+        .iter()
+        .flat_map(|spec| std::iter::once(&spec.input_schema).chain(&spec.output_schema))
+        .map(pattern_count)
+        .sum();
+    if patterns > MAX_PATTERNS {
+        return Err(LoadError::new(
+            origin,
+            format!(
+                "its tools' schemas hold {patterns} patterns (`pattern`, `patternProperties`); at most {} \
+                 are compiled for one component",
+                MAX_PATTERNS
+            ),
+        ));
+    }
     specs
         .iter()
         .map(|spec| {
@@ -548,5 +565,35 @@ mod tests {
             ..ComponentOptions::default()
         };
         assert!(grant_warnings(&http, &allowed).is_empty());
+    }
+
+    #[test]
+    fn a_component_whose_schemas_hold_too_many_patterns_is_refused_naming_the_bound() {
+        let spec = |name: &str, patterns: usize| {
+            let properties: serde_json::Map<String, Value> = (0..patterns)
+                .map(|index| {
+                    (format!("p{index}"), serde_json::json!({ "type": "string", "pattern": "^a+$" }))
+                })
+                .collect();
+            ToolSpec {
+                name: name.into(),
+                title: None,
+                description: String::new(),
+                input_schema: serde_json::json!({ "type": "object", "properties": properties }),
+                output_schema: Some(
+                    serde_json::json!({ "type": "object", "patternProperties": { "^x": {} } }),
+                ),
+                annotations: None,
+                requires: Vec::new(),
+                param_headers: Vec::new(),
+            }
+        };
+        let threads = Arc::default();
+        let at_the_bound = [spec("a", MAX_PATTERNS / 2 - 1), spec("b", MAX_PATTERNS / 2 - 1)];
+        assert!(compile_schemas("c.wasm", &at_the_bound, &threads).is_ok());
+        let over = [spec("a", MAX_PATTERNS / 2 - 1), spec("b", MAX_PATTERNS / 2)];
+        let error = compile_schemas("c.wasm", &over, &threads).err().expect("loaded").to_string();
+        assert!(error.contains(&format!("hold {} patterns", MAX_PATTERNS + 1)), "{error}");
+        assert!(error.contains(&format!("at most {MAX_PATTERNS}")), "{error}");
     }
 }

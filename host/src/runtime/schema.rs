@@ -20,6 +20,11 @@
 //! schema of a runtime: at most [`MAX_CHECK_THREADS`] run at once, an abandoned one keeps
 //! its place for as long as it runs, and a schema that ran over is remembered by its
 //! digest, so listing it again does not buy another thread.
+//!
+//! Compiling is bounded too: a pattern of ten bytes (`[^a]{5000}`) compiles, under the
+//! regex crate's default limit, into about 6 MB in about 0.1 s, and a guest lists what it
+//! likes whenever it likes. So each pattern is held to [`PATTERN_BYTES`], and a
+//! component's schemas to [`MAX_PATTERNS`] (component.rs, `compile_schemas`).
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
@@ -63,6 +68,18 @@ const CHILD_APPLICATORS: [&str; 5] =
 
 /// The most schema nodes × instance nodes a check in place may take on.
 const IN_PLACE_WORK: usize = 1 << 20;
+
+/// The most host memory one compiled `pattern` (or `patternProperties` name) may take,
+/// and its lazy DFA's cache besides: a tenth of the regex crate's default. A guest lists
+/// its schemas at will (a relist), so what its patterns hold is bounded twice: by this,
+/// and by [`MAX_PATTERNS`] for all of a component's schemas.
+pub const PATTERN_BYTES: usize = 1 << 20;
+
+/// The most patterns (`pattern` values and `patternProperties` names) all of a component's
+/// tool schemas may hold together: with [`PATTERN_BYTES`], at most 256 MiB of compiled
+/// patterns, where ten thousand of them, each near the regex crate's default limit, would
+/// take the host's memory.
+pub const MAX_PATTERNS: usize = 128;
 
 /// The most checks that run on threads of their own at once, in a runtime (abandoned ones
 /// included: once this many ran over, no costly check runs until one of them ends).
@@ -142,7 +159,12 @@ impl Schema {
     /// Compile `schema` (JSON Schema 2020-12 unless `$schema` says otherwise; references to
     /// the network are never fetched).
     pub(crate) fn compile(schema: &Value, threads: &Arc<CheckThreads>) -> Result<Self, String> {
-        let validator = jsonschema::validator_for(schema).map_err(|error| error.to_string())?;
+        let patterns =
+            jsonschema::PatternOptions::fancy_regex().size_limit(PATTERN_BYTES).dfa_size_limit(PATTERN_BYTES);
+        let validator = jsonschema::options()
+            .with_pattern_options(patterns)
+            .build(schema)
+            .map_err(|error| error.to_string())?;
         let digest: [u8; 32] = Sha256::digest(serde_json::to_vec(schema).unwrap_or_default()).into();
         Ok(Self {
             validator: Arc::new(validator),
@@ -260,9 +282,11 @@ fn node_count(value: &Value) -> usize {
     }
 }
 
-/// Whether any object in `value` has one of [`COSTLY_KEYWORDS`], or a `$ref` beside one of
-/// [`CHILD_APPLICATORS`]. (Objects that are not schemas, such as `properties` maps or
-/// `const` values, are judged too: a false alarm only moves a check off the caller's thread.)
+/// Whether any object in `value` has one of [`COSTLY_KEYWORDS`], a `$ref` beside one of
+/// [`CHILD_APPLICATORS`], or `format: regex` (asserted by default in drafts 4 to 7, it
+/// compiles every string it checks as a pattern). (Objects that are not schemas, such as
+/// `properties` maps or `const` values, are judged too: a false alarm only moves a check
+/// off the caller's thread.)
 fn has_costly_keyword(value: &Value) -> bool {
     match value {
         Value::Array(items) => items.iter().any(has_costly_keyword),
@@ -270,11 +294,33 @@ fn has_costly_keyword(value: &Value) -> bool {
             let applied_beside_ref = fields.contains_key("$ref")
                 && CHILD_APPLICATORS.iter().any(|applicator| fields.contains_key(*applicator));
             applied_beside_ref
+                || fields.get("format").is_some_and(|format| format == "regex")
                 || fields
                     .iter()
                     .any(|(key, value)| COSTLY_KEYWORDS.contains(&key.as_str()) || has_costly_keyword(value))
         }
         _ => false,
+    }
+}
+
+/// The patterns `value` holds: each string `pattern` and each name of a
+/// `patternProperties` object, wherever they are (a false alarm in a `const` only counts
+/// against [`MAX_PATTERNS`]).
+pub(crate) fn pattern_count(value: &Value) -> usize {
+    match value {
+        Value::Array(items) => items.iter().map(pattern_count).sum(),
+        Value::Object(fields) => fields
+            .iter()
+            .map(|(key, value)| {
+                let own = match (key.as_str(), value) {
+                    ("pattern", Value::String(_)) => 1,
+                    ("patternProperties", Value::Object(names)) => names.len(),
+                    _ => 0,
+                };
+                own + pattern_count(value)
+            })
+            .sum(),
+        _ => 0,
     }
 }
 
@@ -293,6 +339,33 @@ mod tests {
         }
         defs.insert(format!("d{depth}"), json!({"type": "string"}));
         json!({"type": "object", "$defs": defs, "properties": {"a": {"$ref": "#/$defs/d0"}}})
+    }
+
+    #[test]
+    fn a_pattern_is_compiled_within_its_bound_and_everyday_ones_fit() {
+        let threads = Arc::default();
+        for everyday in
+            [r"^[a-zA-Z0-9._-]{1,64}$", r"^\w+@\w+\.\w+$", r"^\d{4}-\d{2}-\d{2}$", r"^[\w .-]{1,32}$"]
+        {
+            let schema = json!({ "type": "string", "pattern": everyday });
+            assert!(Schema::compile(&schema, &threads).is_ok(), "{everyday}");
+        }
+        // Ten bytes that the regex crate's default limit (10 MiB) compiles, into about 6 MB
+        // in 95 ms (measured, 2026-12-05).
+        let costly = json!({ "type": "string", "pattern": "[^a]{5000}" });
+        let refused = Schema::compile(&costly, &threads).err().expect("compiled");
+        assert!(refused.contains("pattern") || refused.contains("regex"), "{refused}");
+    }
+
+    #[test]
+    fn format_regex_and_patterns_are_found_wherever_they_are() {
+        assert!(has_costly_keyword(&json!({ "items": { "format": "regex" } })));
+        assert!(!has_costly_keyword(&json!({ "items": { "format": "email" } })));
+        let schema = json!({
+            "properties": { "a": { "pattern": "^a" }, "pattern": { "type": "string" } },
+            "patternProperties": { "^x": {}, "^y": { "pattern": "z" } }
+        });
+        assert_eq!(pattern_count(&schema), 4);
     }
 
     #[tokio::test]
