@@ -403,7 +403,7 @@ impl Refusal {
 /// How long a refused client is told to wait before trying again.
 pub const RETRY_AFTER_SECONDS: u64 = 1;
 
-fn retry_after_seconds() -> ErrorData {
+pub fn retry_after_seconds() -> ErrorData {
     ErrorData::RetryAfter { retry_after_ms: None, retry_after_seconds: RETRY_AFTER_SECONDS }
 }
 

@@ -201,6 +201,11 @@ async fn serve_http(server: &Arc<Server>) -> Serving {
 /// a socket whose receive buffer is 4 KiB, so that what it does not read waits in the
 /// server; the stream, nothing read.
 async fn post_echo_reading_little(source: [u8; 4], port: u16, body: &str) -> tokio::net::TcpStream {
+    post_reading_little(source, port, "echo", body).await
+}
+
+/// [`post_echo_reading_little`], of a `tools/call` of `tool`.
+async fn post_reading_little(source: [u8; 4], port: u16, tool: &str, body: &str) -> tokio::net::TcpStream {
     let socket = tokio::net::TcpSocket::new_v4().unwrap();
     socket.set_recv_buffer_size(4096).unwrap();
     socket.bind((source, 0).into()).unwrap();
@@ -208,7 +213,7 @@ async fn post_echo_reading_little(source: [u8; 4], port: u16, body: &str) -> tok
     let head = format!(
         "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAccept: application/json, text/event-stream\r\n\
          Connection: close\r\nContent-Type: application/json\r\nMCP-Protocol-Version: 2026-07-28\r\n\
-         Mcp-Method: tools/call\r\nMcp-Name: echo\r\nContent-Length: {}\r\n\r\n",
+         Mcp-Method: tools/call\r\nMcp-Name: {tool}\r\nContent-Length: {}\r\n\r\n",
         body.len()
     );
     stream.write_all(head.as_bytes()).await.unwrap();
@@ -244,20 +249,37 @@ async fn status_of(stream: &mut tokio::net::TcpStream) -> (u16, String) {
     (status, String::from_utf8_lossy(&rest).into_owned())
 }
 
+/// Calls ended: each after its answer was handed to its connection.
+#[derive(Default)]
+struct Ended(std::sync::atomic::AtomicUsize);
+
+impl cordon::runtime::CallObserver for Ended {
+    fn call_ended(&self, _: &cordon::runtime::CallEnded) {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+    }
+}
+
+impl Ended {
+    /// Wait until `calls` have ended.
+    async fn reach(&self, calls: usize) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while self.0.load(std::sync::atomic::Ordering::Acquire) < calls {
+            assert!(
+                Instant::now() < deadline,
+                "{} of {calls} calls ended",
+                self.0.load(std::sync::atomic::Ordering::Acquire)
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+}
+
 /// An answer waiting for a client that does not read it is held in this server's memory:
 /// it stays charged to the bound until written, so that thousands of such clients make new
 /// requests wait instead of holding gigabytes the bound never saw.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn answers_a_client_does_not_read_stay_charged_until_written() {
     const CLIENTS: usize = 4;
-    /// Calls ended: each after its answer was handed to its connection.
-    #[derive(Default)]
-    struct Ended(std::sync::atomic::AtomicUsize);
-    impl cordon::runtime::CallObserver for Ended {
-        fn call_ended(&self, _: &cordon::runtime::CallEnded) {
-            self.0.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
-        }
-    }
     let ended = Arc::new(Ended::default());
     let mut runtime = Runtime::new(common::settings(1)).unwrap();
     runtime.observe(ended.clone());
@@ -284,6 +306,66 @@ async fn answers_a_client_does_not_read_stay_charged_until_written() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     drop(unread);
+    all_released(&server).await;
+    let _ = stop.send(());
+    serving.await.unwrap().unwrap();
+}
+
+/// A small request may ask for a large answer, so requests let in at their own size could
+/// make the server hold far more than its bound in answers: one client with many calls in
+/// flight that reads slowly keeps at most its share of answers; the others' answers are
+/// errors that say why, and each call gets one of the two.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn answers_past_a_clients_share_are_not_kept_but_answered_with_an_error() {
+    const CALLS: usize = 8;
+    const ANSWER: usize = 3 << 20;
+    let ended = Arc::new(Ended::default());
+    let mut runtime = Runtime::new(common::settings(4)).unwrap();
+    runtime.observe(ended.clone());
+    let data = common::fresh_dir("admission-answers");
+    std::fs::write(data.join("big.txt"), "x".repeat(ANSWER)).unwrap();
+    let options = ComponentOptions {
+        limits: common::quick_limits(),
+        data_dir: Some(data),
+        ..ComponentOptions::default()
+    };
+    runtime.load_file(&common::hostile(), options).await.unwrap();
+    // A client's share is 8 MiB: room for two answers.
+    let limits = ServerLimits { max_queued_request_bytes: 16 << 20, ..LIMITS };
+    let server = Server::with_limits(Arc::new(runtime), Duration::from_millis(10), limits);
+    let Serving { port, stop, serving } = serve_http(&server).await;
+    let body = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+        "params": {"name": "read_text", "arguments": {"path": "/data/big.txt"}, "_meta": meta()}})
+    .to_string();
+    let mut streams = Vec::new();
+    for _ in 0..CALLS {
+        streams.push(post_reading_little([127, 0, 0, 5], port, "read_text", &body).await);
+    }
+    ended.reach(CALLS).await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while server.admission().used() < 2 * (2 << 20) {
+        assert!(Instant::now() < deadline, "{} bytes held", server.admission().used());
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let (mut kept, mut not_kept) = (0, 0);
+    for mut stream in streams {
+        let mut answer = Vec::new();
+        tokio::time::timeout(Duration::from_secs(30), stream.read_to_end(&mut answer))
+            .await
+            .unwrap()
+            .unwrap();
+        let answer = String::from_utf8_lossy(&answer);
+        let peak = server.admission().peak();
+        assert!(peak <= 8 << 20, "{peak} bytes held at most, the client's share is 8 MiB");
+        if answer.len() > ANSWER && answer.contains("\"result\"") {
+            kept += 1;
+        } else {
+            assert!(answer.contains("was not kept") && answer.contains("this client"), "{answer}");
+            assert!(answer.contains("\"id\":7"), "{answer}");
+            not_kept += 1;
+        }
+    }
+    assert!(kept >= 1 && not_kept >= 1 && kept + not_kept == CALLS, "{kept} kept, {not_kept} not");
     all_released(&server).await;
     let _ = stop.send(());
     serving.await.unwrap().unwrap();

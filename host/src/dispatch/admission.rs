@@ -360,6 +360,20 @@ impl Charge {
     /// or the server's limit.
     #[must_use]
     pub fn grow(&mut self, more: usize) -> bool {
+        self.grow_within(more, self.limit)
+    }
+
+    /// Charge `more` bytes of an answer already made: within the shares, as any charge, but
+    /// the server may go past its bound, to twice it (the request that made the answer was
+    /// let in when its small size fitted; refusing the answer too early would only lose
+    /// what a client that reads its answers asked for). False, and nothing charged, past
+    /// either.
+    #[must_use]
+    pub fn grow_answer(&mut self, more: usize) -> bool {
+        self.grow_within(more, self.limit.saturating_mul(2))
+    }
+
+    fn grow_within(&mut self, more: usize, server_limit: usize) -> bool {
         let shares = || self.shares.iter().flatten();
         let (mut added, mut guaranteed) = (0, false);
         for share in shares() {
@@ -374,7 +388,7 @@ impl Charge {
             // parts add up to the bound, and only what is held past it (answers) can
             // have filled it.
             (true, true) => Some(self.used.fetch_add(more, Ordering::AcqRel)),
-            (true, false) => add_within(&self.used, more, self.limit),
+            (true, false) => add_within(&self.used, more, server_limit),
             (false, _) => None,
         };
         let Some(before) = before else {
@@ -433,6 +447,23 @@ impl Drop for Charge {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_answer_may_take_the_server_to_twice_its_bound_never_a_client_past_its_share() {
+        let admission = Admission::new(1000, 1);
+        let clients: Vec<ClientShare> =
+            (1..=5).map(|last| admission.client_share(Client::Address([10, 0, 0, last].into()))).collect();
+        let mut charges: Vec<Charge> =
+            clients.iter().map(|client| admission.empty_for(None, Some(client))).collect();
+        assert!(charges[0].grow_answer(500));
+        assert!(!charges[0].grow_answer(1), "past its half");
+        assert_eq!(charges[0].full_share(1), Some(Whose::Client));
+        assert!(charges[1].grow_answer(500) && charges[2].grow_answer(500));
+        assert!(!charges[3].grow(1), "requests stay within the bound");
+        assert!(charges[3].grow_answer(500), "an answer may take it to twice the bound");
+        assert!(!charges[4].grow_answer(1) && charges[4].full_share(1).is_none(), "never past that");
+        assert_eq!(admission.used(), 2000);
+    }
 
     #[test]
     fn one_client_holds_at_most_half_and_others_keep_the_rest() {

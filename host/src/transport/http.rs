@@ -41,7 +41,10 @@
 //! took less than 64 KiB meanwhile fails ([`Socket`]), and hyper closes the connection. A client that reads a byte now and then
 //! makes progress, so an answer of 4 KiB or more stays charged to the admission ledger
 //! until its last byte is written ([`AnswerCharges`]): such clients make new requests
-//! wait, not the server's memory grow past its bound.
+//! wait, not the server's memory grow past its bound. A small request can ask for a large
+//! answer, so an answer that does not fit in its client's share (or its tenant's), or
+//! would take the server past twice its bound, is not kept: that request is answered with
+//! an error saying why.
 
 use std::collections::{HashMap, HashSet};
 use std::convert::Infallible;
@@ -1279,13 +1282,9 @@ async fn read_body(
         }
         Ok(Err(BodyError::TooLarge)) => Err(too_large()),
         Ok(Err(BodyError::Busy(share))) => {
-            let whose = match share {
-                Some(Whose::Tenant) => "this tenant's share of the server's limit",
-                Some(Whose::Client) => "this client's share of the server's limit",
-                None => "the server's limit",
-            };
             let text = format!(
-                "Service Unavailable: requests being read, queued or running hold {whose}; try again later"
+                "Service Unavailable: requests being read, queued or running hold {}; try again later",
+                whose_share(share)
             );
             Err(busy(plain(StatusCode::SERVICE_UNAVAILABLE, &text)))
         }
@@ -1300,6 +1299,15 @@ async fn read_body(
             charge.shrink_to(buffer.capacity());
             Ok((Bytes::from(buffer), charge))
         }
+    }
+}
+
+/// The share of the server's limit `share` names, for a refused client.
+fn whose_share(share: Option<Whose>) -> &'static str {
+    match share {
+        Some(Whose::Tenant) => "this tenant's share of the server's limit",
+        Some(Whose::Client) => "this client's share of the server's limit",
+        None => "the server's limit",
     }
 }
 
@@ -1533,8 +1541,8 @@ fn json_answer(
         Some(error) if !legacy => status_for(error),
         _ => StatusCode::OK,
     };
-    let bytes = serde_json::to_vec(message).expect("a message always serializes");
-    with_json_body(status, charges.charged(bytes))
+    let json = |message: &Outgoing| serde_json::to_vec(message).expect("a message always serializes");
+    with_json_body(status, charges.charged(message, json))
 }
 
 /// Answers at least this large are charged to the admission bound until written.
@@ -1552,14 +1560,38 @@ struct AnswerCharges {
 }
 
 impl AnswerCharges {
-    /// `bytes`, charged (when large) until the connection has written the last of them
-    /// and dropped them.
-    fn charged(&self, bytes: Vec<u8>) -> Bytes {
+    /// `message` as `frame` writes it, charged (when large) until the connection has
+    /// written the last of it and dropped it.
+    ///
+    /// An answer that fits neither in its client's (or tenant's) share nor within twice
+    /// the server's bound is not kept: the client gets an error for that request instead.
+    /// A request is let in at its own size, and a small one may ask for a large answer: a
+    /// client with a thousand such requests in flight that reads slowly would otherwise
+    /// make the server hold a thousand large answers. What answers no request (a
+    /// notification, a request to the client) is held whatever: its own queue bounds it.
+    fn charged(&self, message: &Outgoing, frame: impl Fn(&Outgoing) -> Vec<u8>) -> Bytes {
+        let bytes = frame(message);
         if bytes.len() < CHARGED_ANSWER_BYTES {
             return Bytes::from(bytes);
         }
         let mut charge = self.server.admission().empty_for(self.tenant.as_deref(), self.client.as_ref());
-        charge.hold(bytes.len());
+        match message.id() {
+            Some(id) if !charge.grow_answer(bytes.len()) => {
+                let error = RpcError::new(
+                    jsonrpc::INTERNAL_ERROR,
+                    format!(
+                        "Server busy: the answer ({} bytes) was not kept, as answers not read yet hold {}; \
+                         read them, then ask again",
+                        bytes.len(),
+                        whose_share(charge.full_share(bytes.len()))
+                    ),
+                )
+                .with_data(crate::dispatch::retry_after_seconds());
+                return Bytes::from(frame(&Outgoing::Error { id: Some(id.clone()), error }));
+            }
+            Some(_) => {}
+            None => charge.hold(bytes.len()),
+        }
         Bytes::from_owner(ChargedAnswer { bytes, _charge: charge })
     }
 }
@@ -1593,10 +1625,13 @@ fn sse_answer(
         let mut guard = guard;
         let _open = HttpStats::hold(&stats.streams);
         let event = |message: &Outgoing| {
-            let mut bytes = b"data: ".to_vec();
-            serde_json::to_writer(&mut bytes, message).expect("a message always serializes");
-            bytes.extend_from_slice(b"\n\n");
-            charges.charged(bytes)
+            let frame = |message: &Outgoing| {
+                let mut bytes = b"data: ".to_vec();
+                serde_json::to_writer(&mut bytes, message).expect("a message always serializes");
+                bytes.extend_from_slice(b"\n\n");
+                bytes
+            };
+            charges.charged(message, frame)
         };
         let send = |bytes: Bytes| {
             let events = events.clone();
