@@ -108,7 +108,7 @@
 //! # memory_mb counts all of the component's linear memories together. Also:
 //! # table_elements, instances, tables, memories, hostcall_kb, result_kb, note_kb,
 //! # host_resources (10000), host_memory_kb (16384: file stream buffers and directory
-//! # listings the host holds for a call), open_files (256: files, directories and
+//! # listings the host holds for a call; the parsed structured output apart), open_files (256: files, directories and
 //! # file streams a call holds open), stderr_kb (64: stderr and the log import
 //! # together), grace_ms (250), cleanup_ms (1000), http_requests (32 per call),
 //! # http_response_kb (8192: response bodies of a call, all together),

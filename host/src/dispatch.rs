@@ -50,7 +50,7 @@
 //!
 //! **Admission.** Every request is charged what it holds in memory, from its first byte
 //! read to its last byte answered, against one server-wide bound ([`Admission`]): a parsed
-//! message is charged its estimated size as a [`Value`] ([`crate::protocol::cost`]), not its
+//! message is charged its estimated size as a [`Value`] ([`crate::cost`]), not its
 //! length, since 4 MiB of small keys is ten times that once parsed; with more than one
 //! tenant, each one's requests hold at most half the bound; with fewer, each client (over
 //! HTTP) half of it ([`admission`]). Over the bound a request
@@ -84,10 +84,10 @@ use crate::protocol::asking::{ClientCapabilities, ServerRequest};
 use crate::protocol::jsonrpc::{
     self, INTERNAL_ERROR, INVALID_REQUEST, Incoming, Outgoing, RequestId, RpcError,
 };
+use crate::protocol::mcp;
 use crate::protocol::types::{
     CallToolResult, ErrorData, ListKind, LoggingLevel, Revision, ServerResult, SubscriptionFilter, Tool,
 };
-use crate::protocol::{cost, mcp};
 use crate::runtime::input::{ClientAbilities, InputRequired, InputRound};
 use crate::runtime::{
     Call, CallEnded, CallHandle, CallOutcome, CallTags, Outcome, RefusalReason, Runtime, Teardown,
@@ -311,9 +311,12 @@ impl Server {
         client: Option<&ClientShare>,
     ) -> Result<Admitted, Refusal> {
         let mut charge = self.admission.empty_for(tenant, client);
-        let estimate = match cost::estimate_or_refuse(text) {
+        // Not JSON: the answer that says so comes from the estimate's own failure (parsing
+        // into a `Value` would build everything before the first bad byte, uncharged, only
+        // to fail the same way).
+        let estimate = match crate::cost::estimate(text) {
             Ok(estimate) => estimate,
-            Err(not_json) => return Ok(Admitted { message: not_json, charge }),
+            Err(error) => return Ok(Admitted { message: jsonrpc::parse_error(&error), charge }),
         };
         let id = estimate.id.as_ref().and_then(RequestId::parse);
         if estimate.bytes > self.max_request_cost {

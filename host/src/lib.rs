@@ -22,6 +22,7 @@ pub mod auth;
 pub mod author;
 pub mod cli;
 pub mod config;
+pub mod cost;
 pub mod dispatch;
 // Entry points for the fuzz targets in fuzz/, compiled always so that they never rot.
 #[doc(hidden)]

@@ -424,7 +424,7 @@ async fn a_client_that_never_reads_holds_at_most_half_the_bound() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_chunked_body_that_fits_its_share_is_not_refused_for_its_buffers_slack() {
     let body = large_echo((3 << 20) + (100 << 10));
-    let estimate = cordon::protocol::cost::estimate(body.as_bytes()).unwrap().bytes;
+    let estimate = cordon::cost::estimate(body.as_bytes()).unwrap().bytes;
     // What admission checks against the client's share (half the bound): the parse, the
     // arguments' text and the body.
     let needed = estimate + 2 * body.len();
@@ -482,7 +482,7 @@ async fn a_clients_answers_stay_charged_while_the_call_waits_for_the_rest() {
     // The first question answered with many roots: about 8 MB parsed.
     let roots: Vec<Value> = (0..40_000).map(|n| json!({"uri": format!("file:///r/{n}")})).collect();
     let answer = json!({"jsonrpc": "2.0", "id": first["id"], "result": {"roots": roots}}).to_string();
-    let cost = cordon::protocol::cost::estimate(answer.as_bytes()).unwrap().bytes;
+    let cost = cordon::cost::estimate(answer.as_bytes()).unwrap().bytes;
     let admitted = server.admit(answer.as_bytes()).unwrap();
     drop(answer);
     connection.handle_admitted(admitted, &out).await;
@@ -789,7 +789,7 @@ async fn stdio_with_a_tenant_charges_what_it_reads_to_the_tenants_share() {
 async fn a_cancel_gets_in_when_the_bound_is_spent_and_is_never_answered() {
     let spinning = spin(1, 60.0);
     let cancel = r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1}}"#;
-    let cost = |text: &str| cordon::protocol::cost::estimate(text.as_bytes()).unwrap().bytes + text.len();
+    let cost = |text: &str| cordon::cost::estimate(text.as_bytes()).unwrap().bytes + text.len();
     // What the spin is charged, plus its length again: the least a bound may be for the
     // spin to get in. The room it leaves is less than the cancel costs.
     let bound = cost(&spinning) + spinning.len();

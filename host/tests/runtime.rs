@@ -174,6 +174,54 @@ async fn a_huge_result_is_refused() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn structured_output_that_would_take_more_host_memory_parsed_than_the_call_may_hold_is_refused() {
+    // ok(call-result) with structured = `{"a":[0,0,…,0]}`: 2 MB of text, within the result
+    // limit, and about 32 MB once parsed.
+    const ZEROS: i32 = 1 << 20;
+    let body = format!(
+        "(local $p i32)
+        (local.set $p (i32.const 60006))
+        (block $done (loop $fill
+            (br_if $done (i32.ge_u (local.get $p) (i32.const {end})))
+            (i32.store16 (local.get $p) (i32.const 0x2c30))
+            (local.set $p (i32.add (local.get $p) (i32.const 2)))
+            (br $fill)))
+        (i32.store8 (local.get $p) (i32.const 48))
+        (i32.store8 (i32.add (local.get $p) (i32.const 1)) (i32.const 93))
+        (i32.store8 (i32.add (local.get $p) (i32.const 2)) (i32.const 125))
+        (drop (call $ok_text (i32.const 2000) (i32.const 4)))
+        (i32.store8 (i32.const 3012) (i32.const 1))
+        (i32.store (i32.const 3016) (i32.const 60000))
+        (i32.store (i32.const 3020) (i32.sub (i32.add (local.get $p) (i32.const 3)) (i32.const 60000)))
+        (i32.const 3000)",
+        end = 60006 + 2 * (ZEROS - 1)
+    );
+    let guest =
+        WatGuest::new("zeros", &body).extra(r#"(data (i32.const 60000) "{\"a\":[")"#).memory_pages(40);
+    let runtime = runtime_with(&[guest], quick_limits()).await;
+    let report = run(&runtime, "zeros").await;
+    match &report.outcome {
+        Outcome::InvalidResult(message) => {
+            assert!(message.contains("host memory") && message.contains("may hold 16777216"), "{message}")
+        }
+        other => panic!("expected the output to be refused, got {other:?}"),
+    }
+    // With room for it in the call's host memory, the same output is the call's.
+    let guest =
+        WatGuest::new("zeros", &body).extra(r#"(data (i32.const 60000) "{\"a\":[")"#).memory_pages(40);
+    let mut limits = quick_limits();
+    limits.host_memory_bytes = 256 << 20;
+    let runtime = runtime_with(&[guest], limits).await;
+    match run(&runtime, "zeros").await.outcome {
+        Outcome::Completed(result) => {
+            let structured = result.structured.expect("structured output");
+            assert_eq!(structured["a"].as_array().map(Vec::len), Some(ZEROS as usize));
+        }
+        other => panic!("expected the output, got {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_huge_tool_error_is_refused_like_a_huge_result() {
     let body = "(drop (memory.grow (i32.const 256))) (call $err_text (i32.const 65536) (i32.const 8388608))";
     let guest = WatGuest::new("huge_error", body);

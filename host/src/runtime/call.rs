@@ -694,6 +694,25 @@ impl Call {
         if bytes > limit {
             return Outcome::ResultTooLarge { bytes, limit };
         }
+        // Parsed, a small text of many values takes many times its length (4 MiB of
+        // `[0,0,…]` is 64 MiB as a `Value`), and a check on a thread of its own takes a copy:
+        // the parse is held to the call's host memory before it is built.
+        if let Some(text) = result.structured.as_deref() {
+            let limit = self.limits.host_memory_bytes;
+            match crate::cost::estimate(text.as_bytes()) {
+                Ok(estimate) if estimate.bytes > limit => {
+                    return Outcome::InvalidResult(format!(
+                        "structured output would take about {} bytes of host memory parsed; the call may \
+                         hold {limit} (host_memory_kb)",
+                        estimate.bytes
+                    ));
+                }
+                Ok(_) => {}
+                Err(error) => {
+                    return Outcome::InvalidResult(format!("structured output is not JSON: {error}"));
+                }
+            }
+        }
         let structured = match result.structured.as_deref().map(serde_json::from_str::<serde_json::Value>) {
             None => None,
             Some(Ok(value @ serde_json::Value::Object(_))) => Some(value),

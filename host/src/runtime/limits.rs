@@ -40,7 +40,8 @@ pub struct ToolLimits {
     /// Host memory a call may make the host hold for it outside its linear memory: the
     /// read and write buffers of its file streams (64 KiB each, wasmtime-wasi's buffer) and
     /// the directory listings it has not dropped. What would pass it is refused with
-    /// `insufficient-memory`.
+    /// `insufficient-memory`. Its structured output, parsed, is held to it on its own (an
+    /// output that would take more is an invalid result).
     pub host_memory_bytes: usize,
     /// Files and directories a call may hold open at once (each is a host descriptor,
     /// and each of its file streams may keep one open too, so both count). One more is
