@@ -208,6 +208,15 @@ fn the_validation_ladder_answers_each_refusal_with_its_status() {
         answer.messages[0]["error"]["data"],
         json!({"supported": ["2026-07-28"], "requested": "v999.0.0"})
     );
+    // What the answer quotes of a version is cut.
+    let long = "v".repeat(8 << 10);
+    let mut long_headers = headers.clone();
+    long_headers[2] = ("MCP-Protocol-Version", &long);
+    let long_meta = json!({"io.modelcontextprotocol/protocolVersion": long, "io.modelcontextprotocol/clientCapabilities": {}});
+    let answer = server.post(&long_headers, &list(11, long_meta));
+    assert_eq!((answer.status, answer.error_code()), (400, Some(-32022)));
+    let quoted = answer.messages[0]["error"]["data"]["requested"].as_str().unwrap();
+    assert!(quoted.len() < 100 && quoted.ends_with('…'), "{} bytes quoted", quoted.len());
     for method in ["initialize", "ping", "logging/setLevel", "resources/subscribe", "unknown/method"] {
         let body =
             json!({"jsonrpc": "2.0", "id": 12, "method": method, "params": {"_meta": meta()}}).to_string();
@@ -466,6 +475,20 @@ fn a_legacy_client_gets_a_session_whose_cancellations_reach_its_calls() {
     let unknown = json!({"jsonrpc": "2.0", "id": 9, "method": "tasks/list"});
     let answer = post_legacy(&legacy, &unknown.to_string());
     assert_eq!((answer.status, answer.error_code()), (200, Some(-32601)));
+    // The era has no routing headers, but what a client sends must agree with the body: a
+    // gateway in front may route or authorize on it.
+    let spin = json!({"jsonrpc": "2.0", "id": 10, "method": "tools/call", "params": {"name": "spin", "arguments": {"seconds": 0}}});
+    for extra in [
+        vec![("Mcp-Name", "echo")],
+        vec![("Mcp-Method", "tools/list")],
+        vec![("Mcp-Name", "spin"), ("Mcp-Name", "spin")],
+    ] {
+        let headers: Vec<_> = legacy.iter().copied().chain(extra.iter().copied()).collect();
+        let answer = post_legacy(&headers, &spin.to_string());
+        assert_eq!((answer.status, answer.error_code()), (400, Some(-32020)), "{extra:?}: {}", answer.body);
+    }
+    let headers: Vec<_> = legacy.iter().copied().chain([("Mcp-Name", "echo")]).collect();
+    assert_eq!(post_legacy(&headers, &call.to_string()).messages[0]["result"]["content"][0]["text"], "old");
 
     // A long call, then its cancellation as a POST of its own: the call stops, its answer
     // stream ends with nothing, and cleanup releases the lock.

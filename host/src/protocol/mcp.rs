@@ -164,12 +164,17 @@ pub fn check_capabilities(envelope: Option<&Envelope>, required: &[String]) -> R
     .with_data(ErrorData::MissingCapabilities { required_capabilities: missing }))
 }
 
+/// The most of a requested version an answer quotes: versions are dates; a client that
+/// sends a header's worth of text gets back no more than this.
+const MAX_QUOTED_VERSION: usize = 64;
+
 pub fn unsupported_version(requested: &str) -> RpcError {
+    let requested = match requested.len() > MAX_QUOTED_VERSION {
+        true => format!("{}…", &requested[..requested.floor_char_boundary(MAX_QUOTED_VERSION)]),
+        false => requested.to_owned(),
+    };
     RpcError::new(UNSUPPORTED_PROTOCOL_VERSION, "Unsupported protocol version").with_data(
-        ErrorData::UnsupportedVersion {
-            supported: vec![Cow::Borrowed(PROTOCOL_VERSION)],
-            requested: requested.to_owned(),
-        },
+        ErrorData::UnsupportedVersion { supported: vec![Cow::Borrowed(PROTOCOL_VERSION)], requested },
     )
 }
 

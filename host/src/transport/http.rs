@@ -932,14 +932,16 @@ async fn serve_request(
         response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(seconds));
         return Err(response);
     }
+    let check_params = || {
+        let header = |name: &str| headers.get(name).map(HeaderValue::as_bytes);
+        server.check_param_headers(&tools, tenant.as_deref(), &method, params.as_ref(), header)
+    };
     if !legacy {
-        let check_params = || {
-            let header = |name: &str| headers.get(name).map(HeaderValue::as_bytes);
-            server.check_param_headers(&tools, tenant.as_deref(), &method, params.as_ref(), header)
-        };
         check_modern(&headers, &id, &method, params.as_ref(), check_params)?;
     } else if session_id.is_some() && session.is_none() && method != "initialize" {
         return Err(plain(StatusCode::NOT_FOUND, "Not Found: unknown or expired session; initialize again"));
+    } else {
+        check_legacy_routing(&headers, &id, &method, params.as_ref(), check_params)?;
     }
 
     let (sender, mut outbox) = mpsc::channel(64);
@@ -1118,14 +1120,8 @@ pub(crate) fn check_modern(
     let refuse = |error: RpcError| rpc_error(StatusCode::BAD_REQUEST, Some(id), &error);
     let envelope = mcp::parse_envelope(params).map_err(refuse)?;
     let mismatch = |what: String| refuse(RpcError::new(HEADER_MISMATCH, format!("Header mismatch: {what}")));
-    // Intermediaries route and authorize on these headers: sent twice, the server and a
-    // proxy may each read a different one (the first, the last, or both joined).
-    if let Some(twice) = headers
-        .keys()
-        .filter(|name| name.as_str().starts_with("mcp-"))
-        .find(|name| headers.get_all(*name).iter().nth(1).is_some())
-    {
-        return Err(mismatch(format!("{twice} is sent more than once")));
+    if let Some(twice) = sent_twice(headers) {
+        return Err(mismatch(twice));
     }
     match header_text(headers, "mcp-protocol-version") {
         None => return Err(mismatch("MCP-Protocol-Version is required".into())),
@@ -1137,12 +1133,36 @@ pub(crate) fn check_modern(
         }
         Some(_) => {}
     }
+    check_routing(headers, method, params, true).map_err(mismatch)?;
+    check_params().map_err(mismatch)?;
+    mcp::check_version(&envelope).map_err(refuse)
+}
+
+/// The first `Mcp-*` header sent more than once, as a refusal's words. Intermediaries
+/// route and authorize on these headers: sent twice, the server and a proxy may each read
+/// a different one (the first, the last, or both joined).
+fn sent_twice(headers: &HeaderMap) -> Option<String> {
+    let twice = headers
+        .keys()
+        .filter(|name| name.as_str().starts_with("mcp-"))
+        .find(|name| headers.get_all(*name).iter().nth(1).is_some())?;
+    Some(format!("{twice} is sent more than once"))
+}
+
+/// Whether `Mcp-Method` and `Mcp-Name` agree with the body; `required`: whether they must
+/// be there (2026-07-28 requests), or may be left out (2025-era ones).
+fn check_routing(
+    headers: &HeaderMap,
+    method: &str,
+    params: Option<&Value>,
+    required: bool,
+) -> Result<(), String> {
     match header_text(headers, "mcp-method") {
-        None => return Err(mismatch("Mcp-Method is required".into())),
+        None if required => return Err("Mcp-Method is required".into()),
         Some(value) if value != method => {
-            return Err(mismatch(format!("Mcp-Method is {value:?} but the body's method is {method:?}")));
+            return Err(format!("Mcp-Method is {value:?} but the body's method is {method:?}"));
         }
-        Some(_) => {}
+        _ => {}
     }
     let named = match method {
         "tools/call" | "prompts/get" => params.and_then(|params| params.get("name")),
@@ -1151,15 +1171,40 @@ pub(crate) fn check_modern(
     };
     if let Some(name) = named.and_then(Value::as_str) {
         match header_text(headers, "mcp-name").map(|value| decode_header(&value)) {
-            None => return Err(mismatch("Mcp-Name is required".into())),
+            None if required => return Err("Mcp-Name is required".into()),
             Some(value) if value != name => {
-                return Err(mismatch(format!("Mcp-Name is {value:?} but the body names {name:?}")));
+                return Err(format!("Mcp-Name is {value:?} but the body names {name:?}"));
             }
-            Some(_) => {}
+            _ => {}
         }
     }
-    check_params().map_err(mismatch)?;
-    mcp::check_version(&envelope).map_err(refuse)
+    Ok(())
+}
+
+/// A 2025-era request's `Mcp-*` headers: that era has no routing headers, but a gateway in
+/// front may still route or authorize on what a client sends, so what is sent must agree
+/// with the body as a 2026-07-28 request's must (sent once, the same method, name and
+/// arguments); what is left out is not asked for.
+#[allow(clippy::result_large_err)]
+fn check_legacy_routing(
+    headers: &HeaderMap,
+    id: &RequestId,
+    method: &str,
+    params: Option<&Value>,
+    check_params: impl FnOnce() -> Result<(), String>,
+) -> Result<(), HttpResponse> {
+    let mismatch = |what: String| {
+        let error = RpcError::new(HEADER_MISMATCH, format!("Header mismatch: {what}"));
+        rpc_error(StatusCode::BAD_REQUEST, Some(id), &error)
+    };
+    if let Some(twice) = sent_twice(headers) {
+        return Err(mismatch(twice));
+    }
+    check_routing(headers, method, params, false).map_err(mismatch)?;
+    if headers.keys().any(|name| name.as_str().starts_with("mcp-param-")) {
+        check_params().map_err(mismatch)?;
+    }
+    Ok(())
 }
 
 /// Whether a notification carries the 2026-07-28 envelope (a response never does).
