@@ -272,7 +272,7 @@ impl Connection {
                 Outcome::Answered(FeatureAnswer::Read(result)) => {
                     Ok(FeatureResult::ReadResource(wire::ReadResourceResult {
                         contents: result.contents.into_iter().map(contents).collect(),
-                        caching: Caching::new(revision, result.ttl_ms.unwrap_or(0), scope),
+                        caching: Caching::new(revision, resource_ttl_ms(result.ttl_ms), scope),
                         completion,
                     }))
                 }
@@ -516,4 +516,27 @@ fn prompt_result(
 
 fn completion_result(completion: Completion) -> wire::Completion {
     wire::Completion { values: completion.values, total: completion.total, has_more: completion.has_more }
+}
+
+/// The longest a client is told it may keep a resource it read: a day.
+pub const MAX_RESOURCE_TTL_MS: u64 = 24 * 60 * 60 * 1000;
+
+/// The `ttlMs` a client is told for a resource whose guest asked for `asked`: none (0) when
+/// it asked for none, and never more than [`MAX_RESOURCE_TTL_MS`]. A guest's word reaches
+/// caches the server does not control (shared ones, when the server has no tenants), and
+/// past 2^53 a JavaScript client cannot even read it exactly.
+fn resource_ttl_ms(asked: Option<u64>) -> u64 {
+    asked.unwrap_or(0).min(MAX_RESOURCE_TTL_MS)
+}
+
+#[cfg(test)]
+mod ttl_tests {
+    use super::*;
+
+    #[test]
+    fn a_guests_ttl_is_kept_up_to_a_day() {
+        assert_eq!(resource_ttl_ms(None), 0);
+        assert_eq!(resource_ttl_ms(Some(60_000)), 60_000);
+        assert_eq!(resource_ttl_ms(Some(u64::MAX)), MAX_RESOURCE_TTL_MS);
+    }
 }

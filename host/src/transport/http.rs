@@ -338,18 +338,13 @@ impl<S, O: Clone + Eq + std::hash::Hash> SessionTable<S, O> {
 
 impl Sessions {
     fn open(&self, connection: Arc<Connection>) -> String {
-        use std::hash::{BuildHasher, Hasher};
-        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-        // Two SipHash outputs under the process's random keys: 128 unguessable bits.
-        let counter = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let random = std::collections::hash_map::RandomState::new();
-        let word = |salt: u64| {
-            let mut hasher = random.build_hasher();
-            hasher.write_u64(counter);
-            hasher.write_u64(salt);
-            hasher.finish()
-        };
-        let id = format!("{:016x}{:016x}", word(1), word(2));
+        // 128 bits from the system's CSPRNG: a session id is the only credential of a
+        // 2025-era session without an API key. (Keyed hashes of a counter, as std's
+        // `RandomState` gives, were never meant to make secrets.)
+        use chacha20poly1305::aead::rand_core::RngCore;
+        let mut bytes = [0_u8; 16];
+        chacha20poly1305::aead::OsRng.fill_bytes(&mut bytes);
+        let id = format!("{:032x}", u128::from_be_bytes(bytes));
         let now = std::time::Instant::now();
         let sweep = {
             let mut swept = self.swept.lock().unwrap();
