@@ -688,7 +688,7 @@ impl Runtime {
         // takes time in proportion to what it listed (up to the host-call allowance), and
         // a relist runs beside calls.
         let checking = {
-            let (origin, threads) = (origin.to_owned(), self.check_threads.clone());
+            let (origin, threads) = (origin.to_owned(), self.check_threads.for_component(&name));
             tokio::task::spawn_blocking(move || {
                 let tools = match infos {
                     Some(infos) => component::tool_specs(&origin, infos)?,

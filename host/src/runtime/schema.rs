@@ -19,14 +19,16 @@
 //! with one word changed), so what bounds the threads is [`CheckThreads`], shared by every
 //! schema of a runtime: at most [`MAX_CHECK_THREADS`] run at once, an abandoned one keeps
 //! its place for as long as it runs, and a schema that ran over is remembered by its
-//! digest, so listing it again does not buy another thread.
+//! digest, so listing it again does not buy another thread. One component's checks that
+//! ran over hold at most [`MAX_ABANDONED_PER_COMPONENT`] of them: its further costly
+//! checks are refused, and the other components keep the rest.
 //!
 //! Compiling is bounded too: a pattern of ten bytes (`[^a]{5000}`) compiles, under the
 //! regex crate's default limit, into about 6 MB in about 0.1 s, and a guest lists what it
 //! likes whenever it likes. So each pattern is held to [`PATTERN_BYTES`], and a
 //! component's schemas to [`MAX_PATTERNS`] (component.rs, `compile_schemas`).
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -85,26 +87,70 @@ pub const MAX_PATTERNS: usize = 128;
 /// included: once this many ran over, no costly check runs until one of them ends).
 pub const MAX_CHECK_THREADS: usize = 4;
 
-/// The threads a runtime's costly checks run on, and the schemas that ran over.
+/// The most checks of one component that may run over and keep their threads: one. A
+/// guest lists what schemas it likes, so without a share of its own one component's
+/// schemas could take every thread for good and leave no costly check to any other
+/// component, or tenant.
+pub const MAX_ABANDONED_PER_COMPONENT: usize = 1;
+
+/// The threads a runtime's costly checks run on, and the schemas that ran over; as one
+/// component sees them ([`CheckThreads::for_component`]), with its own count of checks that
+/// ran over too.
 pub(crate) struct CheckThreads {
     threads: Arc<tokio::sync::Semaphore>,
     /// Checks that ran past their budget and whose threads still run.
-    abandoned: Arc<AtomicUsize>,
+    abandoned: Abandoned,
     /// The digests of the schemas whose check ran past its budget.
-    overran: Mutex<HashSet<[u8; 32]>>,
+    overran: Arc<Mutex<HashSet<[u8; 32]>>>,
+    /// Each component's count of abandoned checks, by its name: kept across its reloads
+    /// and relists, which list new schemas but are the same guest.
+    components: Arc<Mutex<HashMap<String, Arc<AtomicUsize>>>>,
 }
 
 impl Default for CheckThreads {
     fn default() -> Self {
         Self {
             threads: Arc::new(tokio::sync::Semaphore::new(MAX_CHECK_THREADS)),
-            abandoned: Arc::default(),
-            overran: Mutex::default(),
+            abandoned: Abandoned::default(),
+            overran: Arc::default(),
+            components: Arc::default(),
         }
     }
 }
 
+/// Checks that ran over and whose threads still run: the runtime's, and one component's.
+#[derive(Clone, Default)]
+struct Abandoned {
+    runtime: Arc<AtomicUsize>,
+    component: Arc<AtomicUsize>,
+}
+
+impl Abandoned {
+    fn add(&self) {
+        self.runtime.fetch_add(1, Ordering::AcqRel);
+        self.component.fetch_add(1, Ordering::AcqRel);
+    }
+
+    fn take_back(&self) {
+        self.runtime.fetch_sub(1, Ordering::AcqRel);
+        self.component.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
 impl CheckThreads {
+    /// The same threads, as the component `name` sees them: its checks that run over are
+    /// counted against its own share ([`MAX_ABANDONED_PER_COMPONENT`]) too.
+    pub(crate) fn for_component(&self, name: &str) -> Arc<Self> {
+        let mut components = self.components.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let component = components.entry(name.to_owned()).or_default().clone();
+        Arc::new(Self {
+            threads: self.threads.clone(),
+            abandoned: Abandoned { runtime: self.abandoned.runtime.clone(), component },
+            overran: self.overran.clone(),
+            components: self.components.clone(),
+        })
+    }
+
     fn ran_over(&self, digest: &[u8; 32]) -> bool {
         self.overran.lock().unwrap_or_else(std::sync::PoisonError::into_inner).contains(digest)
     }
@@ -113,10 +159,10 @@ impl CheckThreads {
         self.overran.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(digest);
     }
 
-    /// Checker threads abandoned and still running.
+    /// Checker threads abandoned and still running, in the runtime.
     #[cfg(test)]
     pub(crate) fn abandoned(&self) -> usize {
-        self.abandoned.load(Ordering::Relaxed)
+        self.abandoned.runtime.load(Ordering::Relaxed)
     }
 }
 
@@ -192,7 +238,14 @@ impl Schema {
             return check(&self.validator, instance);
         }
         let threads = &self.threads;
-        if threads.abandoned.load(Ordering::Relaxed) >= MAX_CHECK_THREADS {
+        if threads.abandoned.component.load(Ordering::Relaxed) >= MAX_ABANDONED_PER_COMPONENT {
+            return Check::Unchecked(
+                "a costly check of this component ran over and its thread still runs: the component's \
+                 costly checks are refused until the server restarts"
+                    .into(),
+            );
+        }
+        if threads.abandoned.runtime.load(Ordering::Relaxed) >= MAX_CHECK_THREADS {
             return Check::Unchecked("every thread for costly checks is held by checks that ran over".into());
         }
         // Waiting for a thread is bounded apart from the check's own budget, and running
@@ -220,7 +273,7 @@ impl Schema {
             let check = check(&validator, &owned);
             if thread_state.compare_exchange(RUNNING, FINISHED, Ordering::AcqRel, Ordering::Acquire).is_err()
             {
-                abandoned.fetch_sub(1, Ordering::AcqRel);
+                abandoned.take_back();
             }
             drop(permits);
             let _ = answer.send(check);
@@ -239,12 +292,12 @@ impl Schema {
                     threads.remember_overrun(digest);
                     // Counted before it is marked, so that a thread finishing in between
                     // (which then takes one off) never takes the count below zero.
-                    threads.abandoned.fetch_add(1, Ordering::AcqRel);
+                    threads.abandoned.add();
                     if state
                         .compare_exchange(RUNNING, ABANDONED, Ordering::AcqRel, Ordering::Acquire)
                         .is_err()
                     {
-                        threads.abandoned.fetch_sub(1, Ordering::AcqRel);
+                        threads.abandoned.take_back();
                     }
                     tracing::warn!(
                         "a schema check ran past {budget:?}: its thread is abandoned, and the schema refuses every further check"
@@ -422,23 +475,38 @@ mod tests {
     /// refused at once however often it is compiled again.
     #[tokio::test]
     async fn checks_that_run_over_hold_a_bounded_number_of_threads_whatever_is_listed() {
-        let threads = Arc::new(CheckThreads::default());
+        let runtime = CheckThreads::default();
+        let threads = runtime.for_component("first");
         let budget = Duration::from_millis(30);
         let same = Schema::compile(&doubling(60), &threads).unwrap();
         assert!(is_unchecked(&same.check_within(&json!({"a": 1}), budget).await));
         assert_eq!(threads.abandoned(), 1);
-        let listed_again = Schema::compile(&doubling(60), &threads).unwrap();
+        let listed_again = Schema::compile(&doubling(60), &runtime.for_component("second")).unwrap();
         assert!(is_unchecked(&listed_again.check_within(&json!({"a": 1}), budget).await));
         assert_eq!(threads.abandoned(), 1, "the same schema listed again got a thread");
+        // One component's copies get no second thread, listed however often, relisted or
+        // reloaded (the same name).
         for copy in 0..MAX_CHECK_THREADS * 2 {
             let mut schema = doubling(60);
             schema["title"] = json!(format!("copy {copy}"));
-            let schema = Schema::compile(&schema, &threads).unwrap();
+            let schema = Schema::compile(&schema, &runtime.for_component("first")).unwrap();
+            let Check::Unchecked(why) = schema.check_within(&json!({"a": 1}), budget).await else {
+                panic!("checked")
+            };
+            assert!(why.contains("this component"), "{why}");
+        }
+        assert_eq!(threads.abandoned(), 1);
+        // Other components each take one, up to the runtime's bound.
+        for component in 0..MAX_CHECK_THREADS * 2 {
+            let mut schema = doubling(60);
+            schema["title"] = json!(format!("component {component}"));
+            let schema = Schema::compile(&schema, &runtime.for_component(&format!("c{component}"))).unwrap();
             let check = schema.check_within(&json!({"a": 1}), budget).await;
             assert!(matches!(check, Check::Unchecked(_)), "{check:?}");
             assert!(threads.abandoned() <= MAX_CHECK_THREADS);
         }
         assert_eq!(threads.abandoned(), MAX_CHECK_THREADS);
+        let threads = runtime.for_component("cheap");
         // A cheap schema is still checked in place.
         let cheap = Schema::compile(&json!({"type": "string"}), &threads).unwrap();
         assert_eq!(cheap.check(&json!("x")).await, Check::Valid);
