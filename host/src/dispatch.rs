@@ -1672,10 +1672,17 @@ fn spawn_unless_ready(task: impl Future<Output = ()> + Send + 'static) {
     let mut task = Box::pin(task);
     let mut first_slice = std::task::Context::from_waker(std::task::Waker::noop());
     if task.as_mut().poll(&mut first_slice).is_pending() {
-        match waiting_calls() {
-            Some(runtime) => drop(runtime.spawn(task)),
-            None => drop(tokio::spawn(task)),
-        }
+        spawn_behind_the_transports(task);
+    }
+}
+
+/// Run `task` on the runtime of calls that wait ([`waiting_calls`]), at its lower
+/// priority: for work a guest can cause outside any call (listing a component again), which
+/// must not take the threads that serve the transports.
+pub fn spawn_behind_the_transports(task: impl Future<Output = ()> + Send + 'static) {
+    match waiting_calls() {
+        Some(runtime) => drop(runtime.spawn(task)),
+        None => drop(tokio::spawn(task)),
     }
 }
 

@@ -394,8 +394,9 @@ async fn serve(
     let tools: Vec<&str> = tools.tools().map(|tool| tool.name.as_str()).collect();
     tracing::info!("loaded {} tools: {}", tools.len(), tools.join(", "));
     tokio::spawn(async move { reloader.run().await.inspect_err(|error| tracing::error!("{error}")) });
-    // A component whose call says its lists changed is listed again (runtime/relist.rs).
-    tokio::spawn({
+    // A component whose call says its lists changed is listed again (runtime/relist.rs),
+    // behind the transports: its guest's `list` runs in no call of a client's.
+    cordon::dispatch::spawn_behind_the_transports({
         let runtime = runtime.clone();
         async move { runtime.relist_when_asked().await }
     });

@@ -15,16 +15,23 @@
 //! like any load's `list`, and one at a time with reloads (the reload lock), so that
 //! neither undoes the other. A listing that fails, or a new list that would be refused at
 //! load (a tool another component offers, limits configured for a tool that is gone),
-//! is logged and changes nothing.
+//! is logged and changes nothing, and the component is not listed again before a pause
+//! ([`RELIST_BACKOFF`], doubling at each failure in a row up to [`RELIST_BACKOFF_MAX`]):
+//! a listing may run for the load's whole time budget, and one cheap call asks for one,
+//! so a guest whose `list` spins would otherwise turn each of its calls into seconds of
+//! work. The server runs the loop on the runtime of calls that wait, at the lower
+//! priority (`main.rs`), not on the threads that serve the transports.
 //!
 //! A listing reads the component's state while other calls may be writing it, so it may
 //! see a mix; the call that wrote last asks again when it ends, and the listing after it
 //! sees the state as it was left: the lists converge.
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::Notify;
+use tokio::time::Instant;
 
 use super::Runtime;
 use super::component::LoadedComponent;
@@ -34,34 +41,87 @@ use super::registry::ToolSet;
 /// is listed at most four times a second.
 pub const RELIST_INTERVAL: Duration = Duration::from_millis(250);
 
+/// The pause after a failed listing before the component is listed again.
+pub const RELIST_BACKOFF: Duration = Duration::from_secs(5);
+/// The longest pause, after failures in a row.
+pub const RELIST_BACKOFF_MAX: Duration = Duration::from_secs(300);
+
 /// The components whose calls asked to be listed again, each once.
 #[derive(Default)]
 pub(crate) struct Relists {
-    pending: Mutex<Vec<Arc<str>>>,
+    pending: Mutex<Pending>,
     wake: Notify,
+}
+
+#[derive(Default)]
+struct Pending {
+    queued: Vec<Arc<str>>,
+    /// Components whose last listing failed: not listed again before `until`.
+    held_back: HashMap<Arc<str>, Backoff>,
+}
+
+struct Backoff {
+    until: Instant,
+    pause: Duration,
 }
 
 impl Relists {
     /// Queue `component` to be listed again (once, however often it is asked).
     pub(crate) fn request(&self, component: &Arc<str>) {
         let mut pending = self.pending.lock().unwrap();
-        if !pending.contains(component) {
-            pending.push(component.clone());
+        if !pending.queued.contains(component) {
+            pending.queued.push(component.clone());
         }
         drop(pending);
         self.wake.notify_one();
     }
 
-    /// The queued components, once there is at least one.
+    /// The queued components that are due, once there is at least one; those held back
+    /// after a failure stay queued until their pause is over.
     async fn next(&self) -> Vec<Arc<str>> {
         loop {
-            let pending = std::mem::take(&mut *self.pending.lock().unwrap());
-            if !pending.is_empty() {
-                return pending;
-            }
+            let earliest = {
+                let mut pending = self.pending.lock().unwrap();
+                let now = Instant::now();
+                let Pending { queued, held_back } = &mut *pending;
+                let held =
+                    |component: &Arc<str>| held_back.get(component).filter(|backoff| backoff.until > now);
+                let (later, due): (Vec<_>, Vec<_>) =
+                    std::mem::take(queued).into_iter().partition(|component| held(component).is_some());
+                let earliest = later.iter().filter_map(held).map(|held| held.until).min();
+                *queued = later;
+                if !due.is_empty() {
+                    return due;
+                }
+                earliest
+            };
             // A request between the check and this wait leaves a permit: not missed.
-            self.wake.notified().await;
+            match earliest {
+                Some(until) => {
+                    tokio::select! {
+                        () = tokio::time::sleep_until(until) => {}
+                        () = self.wake.notified() => {}
+                    }
+                }
+                None => self.wake.notified().await,
+            }
         }
+    }
+
+    /// Note how listing `component` went: after a failure it waits a pause before the next
+    /// listing, twice as long as the last after failures in a row; a listing that went
+    /// through ends that.
+    fn listed(&self, component: &Arc<str>, failed: bool) {
+        let mut pending = self.pending.lock().unwrap();
+        if !failed {
+            pending.held_back.remove(component);
+            return;
+        }
+        let pause = match pending.held_back.get(component) {
+            Some(backoff) => (backoff.pause * 2).min(RELIST_BACKOFF_MAX),
+            None => RELIST_BACKOFF,
+        };
+        pending.held_back.insert(component.clone(), Backoff { until: Instant::now() + pause, pause });
     }
 }
 
@@ -76,26 +136,28 @@ impl Runtime {
                 _ = shutdown.wait_for(|stopping| *stopping) => return,
             };
             for component in components {
-                self.relist(&component).await;
+                let failed = !self.relist(&component).await;
+                self.relists.listed(&component, failed);
             }
             tokio::time::sleep(RELIST_INTERVAL).await;
         }
     }
 
-    /// List `name` again, and swap a set with its new lists in when one differs.
-    async fn relist(&self, name: &str) {
+    /// List `name` again, and swap a set with its new lists in when one differs. False
+    /// when the listing failed or its lists were refused.
+    async fn relist(&self, name: &str) -> bool {
         let _one_at_a_time = self.reloading.lock().await;
         let current = self.snapshot();
         // Removed or replaced by a reload since: the new version was listed at its load.
-        let Some(old) = current.component(name).cloned() else { return };
+        let Some(old) = current.component(name).cloned() else { return true };
         let mut fresh = old.relisted();
         if let Err(error) = self.list_into(&mut fresh, name, old.tools.clone()).await {
             tracing::error!(component = name, "listing again after lists-changed: {error}; its lists stay");
-            return;
+            return false;
         }
         if fresh.same_lists(&old) {
             tracing::debug!(component = name, "listed again after lists-changed: nothing changed");
-            return;
+            return true;
         }
         let fresh = Arc::new(fresh);
         let mut others = ToolSet::default();
@@ -115,7 +177,7 @@ impl Runtime {
                     component = name,
                     "listing again after lists-changed: {clash}; its lists stay"
                 );
-                return;
+                return false;
             }
             // Cancelled at shutdown, or a bug: this listing is given up, the loop goes on.
             Err(error) => {
@@ -123,7 +185,7 @@ impl Runtime {
                     component = name,
                     "listing again after lists-changed: the check failed: {error}"
                 );
-                return;
+                return false;
             }
         }
         let order = current
@@ -142,6 +204,7 @@ impl Runtime {
             fresh.offered.prompts.len()
         );
         self.tool_set.send_replace(Arc::new(next));
+        true
     }
 }
 
@@ -175,5 +238,37 @@ impl LoadedComponent {
             format!("{:?}{:?}{:?}{:?}", component.tools, offered.resources, templates, offered.prompts)
         };
         lists(self) == lists(other)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_component_whose_listing_failed_waits_a_pause_that_doubles_and_then_is_listed() {
+        let relists = Relists::default();
+        let (spinner, other): (Arc<str>, Arc<str>) = ("spinner".into(), "other".into());
+        relists.request(&spinner);
+        assert_eq!(relists.next().await, std::slice::from_ref(&spinner));
+        relists.listed(&spinner, true);
+        // Asked again at once: held back, while another component is listed meanwhile.
+        let start = Instant::now();
+        relists.request(&spinner);
+        relists.request(&other);
+        assert_eq!(relists.next().await, std::slice::from_ref(&other));
+        assert_eq!(relists.next().await, std::slice::from_ref(&spinner));
+        assert_eq!(start.elapsed(), RELIST_BACKOFF);
+        // Failed again: twice the pause; then listed, it is free again.
+        relists.listed(&spinner, true);
+        let start = Instant::now();
+        relists.request(&spinner);
+        assert_eq!(relists.next().await, std::slice::from_ref(&spinner));
+        assert_eq!(start.elapsed(), 2 * RELIST_BACKOFF);
+        relists.listed(&spinner, false);
+        let start = Instant::now();
+        relists.request(&spinner);
+        assert_eq!(relists.next().await, [spinner]);
+        assert_eq!(start.elapsed(), Duration::ZERO);
     }
 }
