@@ -216,30 +216,40 @@ const SESSION_SWEEP_EVERY: Duration = Duration::from_secs(1);
 
 const SESSION_IDLE: Duration = Duration::from_secs(3600);
 const MAX_SESSIONS: usize = 10_000;
-/// Sessions one owner (a tenant; without tenants, a caller) may hold: one more closes its
-/// own oldest, never another's.
-const MAX_SESSIONS_PER_TENANT: usize = 1_000;
+/// Sessions one owner (a caller, of its tenant when there are tenants) may hold: one more
+/// closes its own oldest, never another's.
+const MAX_SESSIONS_PER_CALLER: usize = 1_000;
 /// Sessions opened without credentials from one address may hold: half the table (behind
 /// a proxy, every such client has the proxy's address), so that one address's
 /// initializes can never close the other half.
 const MAX_SESSIONS_PER_ADDRESS: usize = MAX_SESSIONS / 2;
 
-/// Whose sessions count together against [`MAX_SESSIONS_PER_TENANT`]: a tenant's or,
-/// without tenants (OAuth's one implicit tenant), a caller's (a token's subject), or with
-/// no credentials at all (an open server) the client's address, so that one client's
-/// initializes close its own sessions, not everyone's.
+/// Whose sessions count together against [`MAX_SESSIONS_PER_CALLER`]: a caller's (an API
+/// key's holder, a token's subject), of its tenant when there are tenants, or with no
+/// credentials at all (an open server) the client's address, so that one client's
+/// initializes close its own sessions, not everyone's; not even those of another caller of
+/// its tenant (two people's keys, one organisation).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 enum SessionOwner {
+    Caller(Option<TenantId>, Caller),
+    /// A tenant's request without a caller (not made over HTTP today).
     Tenant(TenantId),
-    Caller(Caller),
     Address(IpAddr),
 }
 
 impl SessionOwner {
     fn of(session: &Connection) -> Option<Self> {
-        match (session.tenant(), session.caller(), session.peer()) {
-            (Some(tenant), ..) => Some(Self::Tenant(tenant.id.clone())),
-            (None, Some(caller), _) => Some(Self::Caller(caller.clone())),
+        Self::from_parts(session.tenant().map(|tenant| &tenant.id), session.caller(), session.peer())
+    }
+
+    fn from_parts(
+        tenant: Option<&TenantId>,
+        caller: Option<&Caller>,
+        address: Option<IpAddr>,
+    ) -> Option<Self> {
+        match (tenant, caller, address) {
+            (tenant, Some(caller), _) => Some(Self::Caller(tenant.cloned(), caller.clone())),
+            (Some(tenant), None, _) => Some(Self::Tenant(tenant.clone())),
             (None, None, Some(address)) => Some(Self::Address(address)),
             (None, None, None) => None,
         }
@@ -249,7 +259,7 @@ impl SessionOwner {
     fn cap(owner: Option<&Self>) -> usize {
         match owner {
             Some(Self::Address(_)) => MAX_SESSIONS_PER_ADDRESS,
-            _ => MAX_SESSIONS_PER_TENANT,
+            _ => MAX_SESSIONS_PER_CALLER,
         }
     }
 }
@@ -1806,6 +1816,16 @@ impl Body for ResponseBody {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn two_callers_of_one_tenant_own_their_sessions_apart() {
+        let tenant = TenantId::new("org");
+        let (alice, bob) = (Caller::of_subject("alice"), Caller::of_subject("bob"));
+        let owner = |caller: &Caller| SessionOwner::from_parts(Some(&tenant), Some(caller), None);
+        assert_ne!(owner(&alice), owner(&bob));
+        let elsewhere = SessionOwner::from_parts(Some(&TenantId::new("other")), Some(&alice), None);
+        assert_ne!(owner(&alice), elsewhere, "one subject in two tenants is two owners");
+    }
 
     #[test]
     fn hosts_and_origins_are_checked_without_ports() {
