@@ -218,6 +218,30 @@ async fn a_directory_holding_a_climbing_symlink_is_not_moved_up_far_enough_to_le
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_directory_moved_into_another_grant_carries_no_link_that_climbs_out_of_it() {
+    let layout = Layout::new("climbing-across");
+    let other = layout.root.join("rw2");
+    for directory in [layout.rw.join("a/d"), layout.rw.join("a/e"), other.join("sub")] {
+        std::fs::create_dir_all(directory).unwrap();
+    }
+    // `a/d/l` leads to `a/x`, out of `d`; `a/e/l` leads down, into `e`.
+    std::os::unix::fs::symlink("../x", layout.rw.join("a/d/l")).unwrap();
+    std::os::unix::fs::symlink("inside", layout.rw.join("a/e/l")).unwrap();
+    let mut options = layout.options(None);
+    options.mounts.push(mount(&other, "/mnt/rw2", true, None));
+    let runtime = runtime_with(options).await.unwrap();
+    let moved =
+        |from: &str, to: &str| json!({ "from": format!("/mnt/rw/{from}"), "to": format!("/mnt/rw2/{to}") });
+    // At the same depth in the other grant, `../x` would lead to what that grant holds.
+    let report = call(&runtime, "rename", moved("a/d", "sub/d")).await;
+    assert!(failed(&report), "moved across: {}", answer(&report));
+    assert!(layout.rw.join("a/d/l").symlink_metadata().is_ok());
+    let report = call(&runtime, "rename", moved("a/e", "sub/e")).await;
+    assert!(!failed(&report), "{}", answer(&report));
+    assert_eq!(std::fs::read_link(other.join("sub/e/l")).unwrap(), Path::new("inside"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_mount_is_opened_once_so_a_swapped_path_leads_nowhere() {
     let layout = Layout::new("swap");
     let runtime = runtime_with(layout.options(None)).await.unwrap();
@@ -746,6 +770,33 @@ async fn a_fifo_in_a_mount_is_refused_not_opened() {
     assert!(failed(&report), "{}", answer(&report));
     let report = call(&runtime, "read_at", json!({ "dir": "/ro", "path": "readme.txt" })).await;
     assert_eq!(answer(&report), "read me");
+}
+
+/// A FIFO a host process left in a writable mount is refused, never opened; a guest that
+/// keeps turning a file into a link to it, beside a call that keeps opening the name, must
+/// not slip the FIFO in between the host's look at the name and its open (which would
+/// block a host thread for good, and the opening call with it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_name_swapped_for_a_link_to_a_fifo_is_never_opened_between_look_and_open() {
+    let layout = Layout::new("fifo-swap");
+    let made = std::process::Command::new("mkfifo").arg(layout.rw.join("pipe")).status().unwrap();
+    assert!(made.success(), "mkfifo failed");
+    let runtime = runtime_with(layout.options(None)).await.unwrap();
+    let ms = 1500;
+    let swapping =
+        call(&runtime, "swap_loop", json!({ "dir": "/mnt/rw", "name": "p", "target": "pipe", "ms": ms }));
+    let opening = call(&runtime, "open_loop", json!({ "dir": "/mnt/rw", "name": "p", "ms": ms }));
+    let (swapped, opened) =
+        tokio::time::timeout(Duration::from_secs(15), async { tokio::join!(swapping, opening) })
+            .await
+            .unwrap_or_else(|_| {
+                // A reader left blocked in `open` is released by a writer.
+                let _ = std::fs::OpenOptions::new().write(true).open(layout.rw.join("pipe"));
+                panic!("a call never ended: an open blocked on the FIFO")
+            });
+    let (swapped, opened) = (answer(&swapped), answer(&opened));
+    assert!(swapped.ends_with(" swaps") && !swapped.starts_with("0 "), "{swapped}");
+    assert!(opened.contains(" opened, ") && !opened.contains(", 0 refused"), "{opened}");
 }
 
 /// A call of the hostile component as `tenant` (none: a call of no tenant).

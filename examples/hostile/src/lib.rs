@@ -21,6 +21,10 @@
 //!   sets a file's length (creating it if missing); `hold_unlinked(dir, count, kib,
 //!   by_rename, hold_ms)` fills `count` files of `kib` KiB, each held open once its name is
 //!   removed (unlinked, or renamed over), and holds them all `hold_ms` more.
+//! - `swap_loop(dir, name, target, ms)` keeps turning `name` under the preopen `dir` from
+//!   a regular file into a symlink to `target` and back, for `ms`; `open_loop(dir, name,
+//!   ms)` keeps opening `name` (following links) meanwhile: between the host's look at
+//!   what a name is and its open, the name must not change.
 //! - `park(ms)` waits in a host call (a WASI sleep) and never checks for cancellation.
 //! - `alloc_mb(mb)` allocates and touches `mb` MiB of linear memory.
 //! - `log_flood(count, bytes)` writes `count` warning lines of `bytes` bytes each to its log
@@ -419,6 +423,58 @@ fn hard_link(args: Rename) -> Result<String, ToolError> {
 }
 
 #[derive(Deserialize, JsonSchema)]
+struct SwapLoop {
+    /// The preopen to work in.
+    dir: String,
+    /// The name that keeps changing.
+    name: String,
+    /// What it points to while it is a symlink.
+    target: String,
+    /// How long to keep at it, in milliseconds.
+    ms: u64,
+}
+
+fn swap_loop(args: SwapLoop) -> Result<String, ToolError> {
+    let dir = preopen(&args.dir)?;
+    let link = format!("{}.link", args.name);
+    let deadline = std::time::Instant::now() + Duration::from_millis(args.ms);
+    let mut swaps = 0;
+    while std::time::Instant::now() < deadline {
+        let _ = dir.unlink_file_at(&args.name);
+        let _ = dir.open_at(PathFlags::empty(), &args.name, OpenFlags::CREATE, DescriptorFlags::WRITE);
+        let _ = dir.symlink_at(&args.target, &link);
+        // Atomically: a regular file one moment, a symlink the next.
+        if dir.rename_at(&link, &dir, &args.name).is_ok() {
+            swaps += 1;
+        }
+    }
+    Ok(format!("{swaps} swaps"))
+}
+
+#[derive(Deserialize, JsonSchema)]
+struct OpenLoop {
+    /// The preopen to work in.
+    dir: String,
+    /// The name to open.
+    name: String,
+    /// How long to keep at it, in milliseconds.
+    ms: u64,
+}
+
+fn open_loop(args: OpenLoop) -> Result<String, ToolError> {
+    let dir = preopen(&args.dir)?;
+    let deadline = std::time::Instant::now() + Duration::from_millis(args.ms);
+    let (mut opened, mut refused) = (0, 0);
+    while std::time::Instant::now() < deadline {
+        match dir.open_at(PathFlags::SYMLINK_FOLLOW, &args.name, OpenFlags::empty(), DescriptorFlags::READ) {
+            Ok(_) => opened += 1,
+            Err(_) => refused += 1,
+        }
+    }
+    Ok(format!("{opened} opened, {refused} refused"))
+}
+
+#[derive(Deserialize, JsonSchema)]
 struct SetSize {
     /// An absolute path in the guest.
     path: String,
@@ -558,6 +614,8 @@ impl Plugin for Hostile {
             ),
             Tool::new(&named("rename"), "Renames a file.", rename),
             Tool::new(&named("hard_link"), "Gives a file a second name.", hard_link),
+            Tool::new(&named("swap_loop"), "Keeps turning a file into a symlink and back.", swap_loop),
+            Tool::new(&named("open_loop"), "Keeps opening a name.", open_loop),
             Tool::new(&named("set_size"), "Sets a file's length.", set_size),
             Tool::new(&named("park"), "Waits in a host call, never checking for cancellation.", park),
             Tool::new(&named("alloc_mb"), "Allocates and touches linear memory.", alloc_mb),

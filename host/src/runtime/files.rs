@@ -25,7 +25,9 @@
 //!   descriptor budget (ledger.rs) before it opens another, and opens files, directories
 //!   and links only: a FIFO, a device or a socket that sits in a mount (a guest cannot
 //!   make one, a host process can) would block a host thread in `open` (a FIFO with no
-//!   writer) or in its reads, where no stop reaches it (`access`);
+//!   writer) or in its reads, where no stop reaches it (`access`). What it looks at is what
+//!   it opens: it holds the grant's names shared meanwhile, and no other call can rename,
+//!   link or symlink a FIFO in under the name between the look and the open (moves.rs);
 //! - `read-via-stream`, `write-via-stream` and `append-via-stream` charge each stream's
 //!   64 KiB buffer to `host_memory_bytes` and its descriptor to `open_files`, until the
 //!   stream drops;
@@ -105,8 +107,8 @@ pub(crate) struct Grant {
     pub(crate) writable: bool,
     /// The mount's quota, shared by every call of the component.
     pub(crate) quota: Option<Arc<Quota>>,
-    /// What every rename in it waits on (moves.rs), shared by everything granted it.
-    pub(crate) moves: Arc<tokio::sync::Mutex<()>>,
+    /// The locks its changes take (moves.rs), shared by everything granted it.
+    pub(crate) locks: moves::GrantLocks,
 }
 
 impl Grant {
@@ -180,7 +182,7 @@ impl FileGrants {
                 guest: GUEST_DATA_DIR.into(),
                 writable: true,
                 quota: Some(quota),
-                moves: moves::move_lock(&dir),
+                locks: moves::GrantLocks::of(&dir),
             });
         }
         for mount in mounts {
@@ -211,8 +213,8 @@ impl FileGrants {
                 (Some(limit), None) => Some(measured(limit, &dir, &real)),
                 (None, _) => None,
             };
-            let moves = moves::move_lock(&dir);
-            grants.push(Grant { path: real, guest, writable: mount.writable, quota, moves });
+            let locks = moves::GrantLocks::of(&dir);
+            grants.push(Grant { path: real, guest, writable: mount.writable, quota, locks });
         }
         for (index, grant) in grants.iter().enumerate() {
             if let Some(other) = grants[index + 1..].iter().find(|other| grant.conflicts_with(other)) {
@@ -357,6 +359,9 @@ pub(crate) fn shadow_filesystem(linker: &mut Linker<GuestState>) -> Result<()> {
         )| {
             Box::new(async move {
                 let state = store.data_mut();
+                // What the name is now is what is opened: no rename, link or symlink in the
+                // grant until then (moves.rs).
+                let _names = moves::share_names(state, dir.rep()).await;
                 let at = Resource::<Descriptor>::new_borrow(dir.rep());
                 if let Ok(stat) = state.filesystem_view().stat_at(at, path_flags, path.clone()).await
                     && !matches!(
@@ -511,6 +516,8 @@ pub(crate) fn shadow_filesystem(linker: &mut Linker<GuestState>) -> Result<()> {
                     return Ok((Err(ErrorCode::NotPermitted),));
                 }
                 let state = store.data_mut();
+                let _moves = moves::lock_moves(state, dir.rep(), dir.rep()).await;
+                let _names = moves::lock_names(state, dir.rep(), dir.rep()).await;
                 let entry = match quota::NewEntry::charge(state.quota_of(dir.rep())).await {
                     Ok(entry) => entry,
                     Err(code) => return Ok((Err(code),)),

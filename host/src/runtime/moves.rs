@@ -13,19 +13,32 @@
 //!
 //! - A target is read lexically: each `..` one level up, each name one down. An absolute
 //!   target leads where it did wherever the link is, and is left alone.
+//! - Into another grant, depths do not compare: such a move is always walked, and refused
+//!   when any link inside climbs out of the directory that moves.
+//! - A directory that cannot be opened to be walked (unreadable to the server's user) is
+//!   not moved up.
 //! - The walk is bounded by [`MOVE_WALK_ENTRIES`]: a tree larger than that is not moved up
 //!   (refused as above), so no move makes the host walk without end. It runs on a blocking
 //!   thread, as wasmtime-wasi's own file-system calls do.
-//! - What is walked is what moves: every rename in a grant waits on the grant's one move
-//!   lock ([`lock_moves`]), which all versions and tenants of every component granted the
-//!   directory share, so no other call can swap another directory in under the same name
-//!   between the walk and the rename. The host's own processes are not held by it.
+//! - What is walked is what moves: every rename, link and symlink in a grant holds the
+//!   grant's move lock ([`lock_moves`]), which all versions and tenants of every component
+//!   granted the directory share, so no other call can swap another directory in under
+//!   the same name (nor make a path on the way lead elsewhere) between the walk and the
+//!   rename. The host's own processes are not held by it.
+//!
+//! A second lock keeps `open-at`'s look at what a name is (files.rs: files, directories
+//! and links only, never a FIFO a host process left, whose `open` would block a host
+//! thread for good) true until the open: an open holds its file system's names lock
+//! shared, and whatever could put another file under a name (`rename-at`, `link-at`,
+//! `symlink-at`) holds it alone, for its own system call only: a walk never holds up an
+//! open. It is one per device, as a read-only grant of one component may lie inside
+//! another's writable one.
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::{Component as PathPart, Path, PathBuf};
 use std::sync::{Arc, Weak};
 
-use tokio::sync::{Mutex, OwnedMutexGuard};
+use tokio::sync::{Mutex, OwnedMutexGuard, OwnedRwLockReadGuard, OwnedRwLockWriteGuard, RwLock};
 use wasmtime::Result;
 use wasmtime::component::Resource;
 use wasmtime_wasi::filesystem::Descriptor;
@@ -40,47 +53,109 @@ use super::guest::GuestState;
 /// most a move makes the host read).
 pub(crate) const MOVE_WALK_ENTRIES: usize = 100_000;
 
-/// The lock every rename in one granted directory takes, by the directory's device and
-/// inode: one per directory, however many loaded versions and tenants grant it.
-pub(crate) fn move_lock(directory: &std::fs::File) -> Arc<Mutex<()>> {
-    use std::os::unix::fs::MetadataExt;
-    let Ok(metadata) = directory.metadata() else {
-        return Arc::default();
-    };
-    let key = (metadata.dev(), metadata.ino());
-    let mut live = LIVE_MOVE_LOCKS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+/// The locks a granted directory's changes take, shared by whatever grants the same
+/// directory (every loaded version and tenant of a component) while anything holds them.
+#[derive(Clone)]
+pub(crate) struct GrantLocks {
+    /// Every rename, link and symlink in the grant, one at a time (by the directory's
+    /// device and inode): what a move walks stays as it was until it moves.
+    moves: Arc<Mutex<()>>,
+    /// Held shared by every open-at on the directory's file system and alone by whatever
+    /// could put another file under a name (by the device: a read-only grant of one
+    /// component may lie inside another's writable one).
+    names: Arc<RwLock<()>>,
+}
+
+impl GrantLocks {
+    /// The locks of the directory `directory` holds.
+    pub(crate) fn of(directory: &std::fs::File) -> Self {
+        use std::os::unix::fs::MetadataExt;
+        let Ok(metadata) = directory.metadata() else {
+            return Self { moves: Arc::default(), names: Arc::default() };
+        };
+        Self {
+            moves: shared(&LIVE_MOVE_LOCKS, (metadata.dev(), metadata.ino())),
+            names: shared(&LIVE_NAMES_LOCKS, (metadata.dev(), 0)),
+        }
+    }
+}
+
+/// Locks by a directory's device and inode (or a device's, inode 0), kept while held.
+type Live<L> = std::sync::LazyLock<std::sync::Mutex<std::collections::HashMap<(u64, u64), Weak<L>>>>;
+
+static LIVE_MOVE_LOCKS: Live<Mutex<()>> = std::sync::LazyLock::new(Default::default);
+static LIVE_NAMES_LOCKS: Live<RwLock<()>> = std::sync::LazyLock::new(Default::default);
+
+/// The lock `live` keeps for `key`, made if none is held.
+fn shared<L: Default>(live: &Live<L>, key: (u64, u64)) -> Arc<L> {
+    let mut live = live.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     live.retain(|_, lock| lock.strong_count() > 0);
     if let Some(lock) = live.get(&key).and_then(Weak::upgrade) {
         return lock;
     }
-    let lock = Arc::new(Mutex::new(()));
+    let lock = Arc::new(L::default());
     live.insert(key, Arc::downgrade(&lock));
     lock
 }
 
-type MoveLocks = std::collections::HashMap<(u64, u64), Weak<Mutex<()>>>;
+/// `locks`, deduplicated and in one order (by address), so that two changes between the
+/// same two grants cannot each hold one and wait for the other.
+fn ordered<L>(mut locks: Vec<Arc<L>>) -> Vec<Arc<L>> {
+    locks.sort_by_key(|lock| Arc::as_ptr(lock) as usize);
+    locks.dedup_by(|a, b| Arc::ptr_eq(a, b));
+    locks
+}
 
-static LIVE_MOVE_LOCKS: std::sync::LazyLock<std::sync::Mutex<MoveLocks>> =
-    std::sync::LazyLock::new(Default::default);
-
-/// Take the move locks of the grants `dir` and `new_dir` lie under (one when it is the
-/// same grant), always in the same order, so two renames between the same two grants
-/// cannot each hold one and wait for the other.
+/// Hold the move locks of the grants `dir` and `new_dir` lie under (taken before
+/// [`lock_names`]).
 pub(crate) fn lock_moves(
     state: &GuestState,
     dir: u32,
     new_dir: u32,
 ) -> impl Future<Output = Vec<OwnedMutexGuard<()>>> + Send + use<> {
-    let mut locks: Vec<Arc<Mutex<()>>> =
-        [dir, new_dir].into_iter().filter_map(|rep| state.move_lock_of(rep)).collect();
-    locks.sort_by_key(|lock| Arc::as_ptr(lock) as usize);
-    locks.dedup_by(|a, b| Arc::ptr_eq(a, b));
+    let locks = ordered(
+        [dir, new_dir].into_iter().filter_map(|rep| Some(state.grant_locks_of(rep)?.moves)).collect(),
+    );
     async move {
         let mut guards = Vec::with_capacity(locks.len());
         for lock in locks {
             guards.push(lock.lock_owned().await);
         }
         guards
+    }
+}
+
+/// Hold the names of the file systems `dir` and `new_dir` lie on alone: no open-at there
+/// looks at a name until the guards drop.
+pub(crate) fn lock_names(
+    state: &GuestState,
+    dir: u32,
+    new_dir: u32,
+) -> impl Future<Output = Vec<OwnedRwLockWriteGuard<()>>> + Send + use<> {
+    let locks = ordered(
+        [dir, new_dir].into_iter().filter_map(|rep| Some(state.grant_locks_of(rep)?.names)).collect(),
+    );
+    async move {
+        let mut guards = Vec::with_capacity(locks.len());
+        for lock in locks {
+            guards.push(lock.write_owned().await);
+        }
+        guards
+    }
+}
+
+/// Hold the names of the file system `dir` lies on shared: what a name is stays as it was
+/// seen until the guard drops.
+pub(crate) fn share_names(
+    state: &GuestState,
+    dir: u32,
+) -> impl Future<Output = Option<OwnedRwLockReadGuard<()>>> + Send + use<> {
+    let lock = state.grant_locks_of(dir).map(|locks| locks.names);
+    async move {
+        match lock {
+            Some(lock) => Some(lock.read_owned().await),
+            None => None,
+        }
     }
 }
 
@@ -104,21 +179,31 @@ pub(crate) async fn check_move(
         // The rename fails the same way.
         Err(_) => return Ok(Ok(())),
     };
-    let Some(moved) = open_directory_no_follow(&from, &old_name) else {
-        // Not a directory (a file; a link, files.rs): nothing under it moves.
-        return Ok(Ok(()));
+    let moved = match open_directory_no_follow(&from, &old_name) {
+        Ok(moved) => moved,
+        // Not a directory (a file; a link, files.rs), or nothing: nothing under it moves.
+        Err(error) if matches!(error.raw_os_error(), Some(libc::ENOTDIR | libc::ELOOP | libc::ENOENT)) => {
+            return Ok(Ok(()));
+        }
+        // A directory the host cannot read (or no descriptor left): it cannot be told.
+        Err(_) => return Ok(Err(ErrorCode::NotPermitted)),
     };
     let to = match open_parent(state, new_dir, new_parent).await? {
         Ok(to) => to,
         Err(code) => return Ok(Err(code)),
     };
-    let from_depth = state.depth_in_grant(dir, &from);
-    let to_depth = state.depth_in_grant(new_dir, &to);
-    if to_depth.is_some_and(|to| from_depth.is_some_and(|from| to >= from)) {
-        return Ok(Ok(()));
-    }
-    // Unknown depths (a grant renamed on the host since load) count as the top.
-    let top = to_depth.unwrap_or(0) + 1;
+    let top = if state.grant_of(dir) == state.grant_of(new_dir) {
+        let from_depth = state.depth_in_grant(dir, &from);
+        let to_depth = state.depth_in_grant(new_dir, &to);
+        if to_depth.is_some_and(|to| from_depth.is_some_and(|from| to >= from)) {
+            return Ok(Ok(()));
+        }
+        // Unknown depths (a grant renamed on the host since load) count as the top.
+        to_depth.unwrap_or(0) + 1
+    } else {
+        // Into another grant, depths do not compare: no link may climb out of what moves.
+        0
+    };
     let walked =
         tokio::task::spawn_blocking(move || carries_link_above(&moved, top, MOVE_WALK_ENTRIES)).await;
     Ok(match walked {
@@ -164,10 +249,11 @@ async fn open_parent(
     }))
 }
 
-/// `name` in `parent`, opened as a directory when it is one (never through a symlink).
-fn open_directory_no_follow(parent: &std::fs::File, name: &std::ffi::OsStr) -> Option<OwnedFd> {
+/// `name` in `parent`, opened as a directory when it is one (never through a symlink:
+/// `ELOOP` for a link, `ENOTDIR` for a file).
+fn open_directory_no_follow(parent: &std::fs::File, name: &std::ffi::OsStr) -> std::io::Result<OwnedFd> {
     use std::os::unix::ffi::OsStrExt;
-    let name = std::ffi::CString::new(name.as_bytes()).ok()?;
+    let name = std::ffi::CString::new(name.as_bytes()).map_err(std::io::Error::other)?;
     // SAFETY: `openat` on a descriptor `parent` keeps open; the new one is owned below.
     let fd = unsafe {
         libc::openat(
@@ -176,8 +262,11 @@ fn open_directory_no_follow(parent: &std::fs::File, name: &std::ffi::OsStr) -> O
             libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
         )
     };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
     // SAFETY: a descriptor just opened, owned by nothing else.
-    (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd) })
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
 /// How many levels below its grant's top the directory `directory` lies, where `top` is

@@ -508,14 +508,17 @@ pub(crate) fn shadow_quota(linker: &mut Linker<GuestState>) -> Result<()> {
                 if let Some(refusal) = crossing(state, dir.rep(), new_dir.rep()) {
                     return Ok((Err(refusal),));
                 }
+                // No other rename, link or symlink in the grant until this one is done.
+                let _moves = moves::lock_moves(state, dir.rep(), new_dir.rep()).await;
                 if super::files::is_climbing_link(state, dir.rep(), &old_path).await {
                     return Ok((Err(ErrorCode::NotPermitted),));
                 }
                 // A directory moved up must not carry a link the host left out of the grant.
-                let _moving = moves::lock_moves(state, dir.rep(), new_dir.rep()).await;
                 if let Err(code) = moves::check_move(state, dir.rep(), &old_path, new_dir.rep(), &new_path).await? {
                     return Ok((Err(code),));
                 }
+                // Nor may the name become a FIFO under an open's feet (files.rs).
+                let _names = moves::lock_names(state, dir.rep(), new_dir.rep()).await;
                 let Some(quota) = state.quota_of(dir.rep()) else {
                     let renamed = state.filesystem_view().rename_at(dir, old_path, new_dir, new_path).await;
                     return super::files::wasi_result(renamed);
@@ -548,6 +551,9 @@ pub(crate) fn shadow_quota(linker: &mut Linker<GuestState>) -> Result<()> {
                 if let Some(refusal) = crossing(state, dir.rep(), new_dir.rep()) {
                     return Ok((Err(refusal),));
                 }
+                // A new name for a file: no open looks at names meanwhile.
+                let _moves = moves::lock_moves(state, dir.rep(), new_dir.rep()).await;
+                let _names = moves::lock_names(state, dir.rep(), new_dir.rep()).await;
                 if super::files::is_climbing_link(state, dir.rep(), &old_path).await {
                     return Ok((Err(ErrorCode::NotPermitted),));
                 }

@@ -11,9 +11,9 @@
 //! the guest SDK's schemas for nested types have it, only names the schema to use, and so
 //! does one beside assertions like `type`.)
 //!
-//! Any other check runs on a thread of its own, one at a time per schema, for at most
+//! Any other check runs on a thread of its own, one at a time per component, for at most
 //! [`CHECK_BUDGET`], at the lowest priority. A check that runs over cannot be stopped: its
-//! thread is abandoned, keeping the schema's one permit, and a watchdog (which runs whether
+//! thread is abandoned, keeping the component's one permit, and a watchdog (which runs whether
 //! or not anyone still waits for the answer) marks the schema so that it refuses every
 //! later check. A guest can list a schema anew at will (a relist, another tool, a copy
 //! with one word changed), so what bounds the threads is [`CheckThreads`], shared by every
@@ -102,9 +102,27 @@ pub(crate) struct CheckThreads {
     abandoned: Abandoned,
     /// The digests of the schemas whose check ran past its budget.
     overran: Arc<Mutex<HashSet<[u8; 32]>>>,
-    /// Each component's count of abandoned checks, by its name: kept across its reloads
-    /// and relists, which list new schemas but are the same guest.
-    components: Arc<Mutex<HashMap<String, Arc<AtomicUsize>>>>,
+    /// Each component's share, by its name: kept across its reloads and relists, which
+    /// list new schemas but are the same guest.
+    components: Arc<Mutex<HashMap<String, ComponentShare>>>,
+    /// One costly check of the component at a time: the thread holds the permit until it
+    /// ends, so a check that never ends holds it for good, and a component's checks that
+    /// run over can never hold more than one thread, however many run at once.
+    checker: Arc<Semaphore>,
+}
+
+/// What one component's checks hold of the runtime's: its abandoned checks, and its one
+/// permit to run a check off the caller's thread.
+#[derive(Clone)]
+struct ComponentShare {
+    abandoned: Arc<AtomicUsize>,
+    checker: Arc<Semaphore>,
+}
+
+impl Default for ComponentShare {
+    fn default() -> Self {
+        Self { abandoned: Arc::default(), checker: Arc::new(Semaphore::new(1)) }
+    }
 }
 
 impl Default for CheckThreads {
@@ -114,6 +132,7 @@ impl Default for CheckThreads {
             abandoned: Abandoned::default(),
             overran: Arc::default(),
             components: Arc::default(),
+            checker: Arc::new(Semaphore::new(1)),
         }
     }
 }
@@ -142,12 +161,13 @@ impl CheckThreads {
     /// counted against its own share ([`MAX_ABANDONED_PER_COMPONENT`]) too.
     pub(crate) fn for_component(&self, name: &str) -> Arc<Self> {
         let mut components = self.components.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let component = components.entry(name.to_owned()).or_default().clone();
+        let share = components.entry(name.to_owned()).or_default().clone();
         Arc::new(Self {
             threads: self.threads.clone(),
-            abandoned: Abandoned { runtime: self.abandoned.runtime.clone(), component },
+            abandoned: Abandoned { runtime: self.abandoned.runtime.clone(), component: share.abandoned },
             overran: self.overran.clone(),
             components: self.components.clone(),
+            checker: share.checker,
         })
     }
 
@@ -180,8 +200,7 @@ pub(crate) struct Schema {
     /// Whether the schema has one of [`COSTLY_KEYWORDS`] (anywhere: a false alarm only
     /// moves a check off this thread).
     costly: bool,
-    /// One check off the caller's thread at a time; that thread holds the permit until it
-    /// ends, so a check that never ends holds it for good.
+    /// The component's one permit to check off the caller's thread ([`CheckThreads`]).
     checker: Arc<Semaphore>,
     /// Set once a check ran past its budget.
     overran: Arc<AtomicBool>,
@@ -216,7 +235,7 @@ impl Schema {
             validator: Arc::new(validator),
             nodes: node_count(schema),
             costly: has_costly_keyword(schema),
-            checker: Arc::new(Semaphore::new(1)),
+            checker: threads.checker.clone(),
             overran: Arc::new(AtomicBool::new(threads.ran_over(&digest))),
             digest,
             threads: threads.clone(),
@@ -241,7 +260,7 @@ impl Schema {
         if threads.abandoned.component.load(Ordering::Relaxed) >= MAX_ABANDONED_PER_COMPONENT {
             return Check::Unchecked(
                 "a costly check of this component ran over and its thread still runs: the component's \
-                 costly checks are refused until the server restarts"
+                 costly checks are refused while it does"
                     .into(),
             );
         }
@@ -517,6 +536,27 @@ mod tests {
             panic!("checked")
         };
         assert!(why.contains("held by checks that ran over"), "{why}");
+    }
+
+    #[tokio::test]
+    async fn checks_of_one_component_at_once_still_hold_at_most_one_thread() {
+        let runtime = CheckThreads::default();
+        let threads = runtime.for_component("greedy");
+        let budget = Duration::from_millis(30);
+        let schemas: Vec<Schema> = (0..4)
+            .map(|copy| {
+                let mut schema = doubling(60);
+                schema["title"] = json!(format!("copy {copy}"));
+                Schema::compile(&schema, &threads).unwrap()
+            })
+            .collect();
+        let instance = json!({"a": 1});
+        let check = |index: usize| schemas[index].check_within(&instance, budget);
+        let (a, b, c, d) = tokio::join!(check(0), check(1), check(2), check(3));
+        for check in [a, b, c, d] {
+            assert!(matches!(check, Check::Unchecked(_)), "{check:?}");
+        }
+        assert_eq!(runtime.abandoned(), 1, "one component's checks at once took more than one thread");
     }
 
     #[test]
