@@ -245,13 +245,14 @@ impl Server {
         method: &str,
         params: Option<&Value>,
         header: impl Fn(&str) -> Option<&'h [u8]>,
+        required: bool,
     ) -> Result<(), String> {
         let name = params.and_then(|params| params.get("name")).and_then(Value::as_str);
         let tool = name
             .filter(|_| method == "tools/call")
             .and_then(|name| tools.tool_for(tenant.map(|tenant| &tenant.view), name));
         match tool {
-            Some(tool) => check_param_headers(tool, params, header),
+            Some(tool) => check_param_headers(tool, params, header, required),
             None => Ok(()),
         }
     }
@@ -406,7 +407,7 @@ impl Refusal {
 /// How long a refused client is told to wait before trying again.
 pub const RETRY_AFTER_SECONDS: u64 = 1;
 
-pub fn retry_after_seconds() -> ErrorData {
+fn retry_after_seconds() -> ErrorData {
     ErrorData::RetryAfter { retry_after_ms: None, retry_after_seconds: RETRY_AFTER_SECONDS }
 }
 

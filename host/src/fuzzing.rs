@@ -215,7 +215,7 @@ pub fn check_param_headers(
     tool: &ToolSpec,
     params: Option<&Value>,
 ) -> Result<(), String> {
-    dispatch::check_param_headers(tool, params, |name| headers.get(name).map(|value| value.as_bytes()))
+    dispatch::check_param_headers(tool, params, |name| headers.get(name).map(|value| value.as_bytes()), true)
 }
 
 /// An `Mcp-Param-*` value decoded (`None`: invalid base64 or UTF-8).

@@ -711,6 +711,23 @@ fn mcp_param_headers_mirror_the_arguments_their_schema_marks() {
     refused(server.post(&headers, &body.to_string()), "Mcp-Param-Region is required");
     headers.push(("Mcp-Param-Region", "eu"));
     assert_eq!(server.post(&headers, &body.to_string()).error_code(), Some(-32022));
+    // A 2025-era request needs none of them, but those it sends must agree.
+    let legacy = |id: i64, arguments: Value, params: &[(&str, &str)]| {
+        let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": {"name": "headed", "arguments": arguments}});
+        let mut headers = vec![
+            ("Accept", "application/json, text/event-stream"),
+            ("Content-Type", "application/json"),
+            ("MCP-Protocol-Version", "2025-11-25"),
+        ];
+        headers.extend_from_slice(params);
+        post(server.port, &headers, body.to_string().as_bytes(), &Schema::legacy())
+    };
+    let both = json!({"region": "eu", "count": 42});
+    accepted(legacy(30, both.clone(), &[]));
+    accepted(legacy(31, both.clone(), &[("Mcp-Param-Region", "eu")]));
+    refused(legacy(32, both, &[("Mcp-Param-Region", "us")]), "Mcp-Param-Region is \"us\"");
+    refused(legacy(33, json!({}), &[("Mcp-Param-Region", "eu")]), "Mcp-Param-Region is sent but");
     let _ = std::fs::remove_file(path);
 }
 

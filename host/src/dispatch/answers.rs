@@ -188,13 +188,15 @@ pub fn dropped_logs_notification(
 }
 
 /// The `Mcp-Param-*` headers of a `tools/call` (read with `header`, by name) against the
-/// arguments they mirror: each is required when its argument has a value and refused when
-/// it has none, must be visible ASCII (or valid `=?base64?…?=`), and must equal the
-/// argument (integers compared as numbers). The error says which header is wrong and why.
+/// arguments they mirror: each is required when its argument has a value (unless not
+/// `required`: a 2025-era request need send none) and refused when it has none, must be
+/// visible ASCII (or valid `=?base64?…?=`), and must equal the argument (integers compared
+/// as numbers). The error says which header is wrong and why.
 pub fn check_param_headers<'h>(
     tool: &ToolSpec,
     params: Option<&Value>,
     header: impl Fn(&str) -> Option<&'h [u8]>,
+    required: bool,
 ) -> Result<(), String> {
     let Some(arguments) = params.and_then(|params| params.get("arguments")) else { return Ok(()) };
     for param in &tool.param_headers {
@@ -212,6 +214,9 @@ pub fn check_param_headers<'h>(
             continue;
         };
         let Some(raw) = header(&name) else {
+            if !required {
+                continue;
+            }
             return Err(format!("{name} is required: the arguments have `{}`", param.path.join(".")));
         };
         let text = std::str::from_utf8(raw)

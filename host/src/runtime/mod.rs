@@ -881,6 +881,11 @@ impl Runtime {
         }
         let next = next.with_generation(current.generation() + 1);
         self.tool_set.send_replace(Arc::new(next));
+        // A new version was listed at its load: an old one's failed listings hold it back
+        // no longer.
+        for name in report.loaded.iter().chain(&report.removed) {
+            self.relists.forget_failures(name);
+        }
         report.swapped = true;
         report
     }

@@ -108,6 +108,11 @@ impl Relists {
         }
     }
 
+    /// Forget `component`'s failed listings (a reload loaded another version, or none).
+    pub(crate) fn forget_failures(&self, component: &str) {
+        self.pending.lock().unwrap().held_back.remove(component);
+    }
+
     /// Note how listing `component` went: after a failure it waits a pause before the next
     /// listing, twice as long as the last after failures in a row; a listing that went
     /// through ends that.
@@ -267,6 +272,12 @@ mod tests {
         assert_eq!(start.elapsed(), 2 * RELIST_BACKOFF);
         relists.listed(&spinner, false);
         let start = Instant::now();
+        relists.request(&spinner);
+        assert_eq!(relists.next().await, std::slice::from_ref(&spinner));
+        assert_eq!(start.elapsed(), Duration::ZERO);
+        // A reload's new version starts afresh.
+        relists.listed(&spinner, true);
+        relists.forget_failures("spinner");
         relists.request(&spinner);
         assert_eq!(relists.next().await, [spinner]);
         assert_eq!(start.elapsed(), Duration::ZERO);

@@ -937,16 +937,16 @@ async fn serve_request(
         response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(seconds));
         return Err(response);
     }
-    let check_params = || {
+    let check_params = |required: bool| {
         let header = |name: &str| headers.get(name).map(HeaderValue::as_bytes);
-        server.check_param_headers(&tools, tenant.as_deref(), &method, params.as_ref(), header)
+        server.check_param_headers(&tools, tenant.as_deref(), &method, params.as_ref(), header, required)
     };
     if !legacy {
-        check_modern(&headers, &id, &method, params.as_ref(), check_params)?;
+        check_modern(&headers, &id, &method, params.as_ref(), || check_params(true))?;
     } else if session_id.is_some() && session.is_none() && method != "initialize" {
         return Err(plain(StatusCode::NOT_FOUND, "Not Found: unknown or expired session; initialize again"));
     } else {
-        check_legacy_routing(&headers, &id, &method, params.as_ref(), check_params)?;
+        check_legacy_routing(&headers, &id, &method, params.as_ref(), || check_params(false))?;
     }
 
     let (sender, mut outbox) = mpsc::channel(64);
@@ -1206,10 +1206,7 @@ fn check_legacy_routing(
         return Err(mismatch(twice));
     }
     check_routing(headers, method, params, false).map_err(mismatch)?;
-    if headers.keys().any(|name| name.as_str().starts_with("mcp-param-")) {
-        check_params().map_err(mismatch)?;
-    }
-    Ok(())
+    check_params().map_err(mismatch)
 }
 
 /// Whether a notification carries the 2026-07-28 envelope (a response never does).
@@ -1627,16 +1624,16 @@ impl AnswerCharges {
         let mut charge = self.server.admission().empty_for(self.tenant.as_deref(), self.client.as_ref());
         match message.id() {
             Some(id) if !charge.grow_answer(bytes.len()) => {
+                // The request was handled (a tool may have acted): no retry is suggested.
                 let error = RpcError::new(
                     jsonrpc::INTERNAL_ERROR,
                     format!(
-                        "Server busy: the answer ({} bytes) was not kept, as answers not read yet hold {}; \
-                         read them, then ask again",
+                        "Server busy: the request was handled, but its answer ({} bytes) was not kept, as \
+                         answers not read yet hold {}; read those before asking for more",
                         bytes.len(),
                         whose_share(charge.full_share(bytes.len()))
                     ),
-                )
-                .with_data(crate::dispatch::retry_after_seconds());
+                );
                 return Bytes::from(frame(&Outgoing::Error { id: Some(id.clone()), error }));
             }
             Some(_) => {}
