@@ -106,6 +106,18 @@ fn ordered<L>(mut locks: Vec<Arc<L>>) -> Vec<Arc<L>> {
     locks
 }
 
+/// Take each of `locks` with `take`, in order; the guards.
+async fn hold_all<L, G, Taking: Future<Output = G>>(
+    locks: Vec<Arc<L>>,
+    take: impl Fn(Arc<L>) -> Taking,
+) -> Vec<G> {
+    let mut guards = Vec::with_capacity(locks.len());
+    for lock in locks {
+        guards.push(take(lock).await);
+    }
+    guards
+}
+
 /// Hold the move locks of the grants `dir` and `new_dir` lie under (taken before
 /// [`lock_names`]).
 pub(crate) fn lock_moves(
@@ -116,13 +128,7 @@ pub(crate) fn lock_moves(
     let locks = ordered(
         [dir, new_dir].into_iter().filter_map(|rep| Some(state.grant_locks_of(rep)?.moves)).collect(),
     );
-    async move {
-        let mut guards = Vec::with_capacity(locks.len());
-        for lock in locks {
-            guards.push(lock.lock_owned().await);
-        }
-        guards
-    }
+    hold_all(locks, Mutex::lock_owned)
 }
 
 /// Hold the names of the file systems `dir` and `new_dir` lie on alone: no open-at there
@@ -135,13 +141,7 @@ pub(crate) fn lock_names(
     let locks = ordered(
         [dir, new_dir].into_iter().filter_map(|rep| Some(state.grant_locks_of(rep)?.names)).collect(),
     );
-    async move {
-        let mut guards = Vec::with_capacity(locks.len());
-        for lock in locks {
-            guards.push(lock.write_owned().await);
-        }
-        guards
-    }
+    hold_all(locks, RwLock::write_owned)
 }
 
 /// Hold the names of the file system `dir` lies on shared: what a name is stays as it was

@@ -946,7 +946,8 @@ async fn serve_request(
     } else if session_id.is_some() && session.is_none() && method != "initialize" {
         return Err(plain(StatusCode::NOT_FOUND, "Not Found: unknown or expired session; initialize again"));
     } else {
-        check_legacy_routing(&headers, &id, &method, params.as_ref(), || check_params(false))?;
+        legacy_routing_problem(&headers, &method, params.as_ref(), || check_params(false))
+            .map_err(|what| header_mismatch(&id, what))?;
     }
 
     let (sender, mut outbox) = mpsc::channel(64);
@@ -1124,7 +1125,7 @@ pub(crate) fn check_modern(
 ) -> Result<(), HttpResponse> {
     let refuse = |error: RpcError| rpc_error(StatusCode::BAD_REQUEST, Some(id), &error);
     let envelope = mcp::parse_envelope(params).map_err(refuse)?;
-    let mismatch = |what: String| refuse(RpcError::new(HEADER_MISMATCH, format!("Header mismatch: {what}")));
+    let mismatch = |what: String| header_mismatch(id, what);
     if let Some(twice) = sent_twice(headers) {
         return Err(mismatch(twice));
     }
@@ -1186,27 +1187,27 @@ fn check_routing(
     Ok(())
 }
 
-/// A 2025-era request's `Mcp-*` headers: that era has no routing headers, but a gateway in
-/// front may still route or authorize on what a client sends, so what is sent must agree
-/// with the body as a 2026-07-28 request's must (sent once, the same method, name and
-/// arguments); what is left out is not asked for.
-#[allow(clippy::result_large_err)]
-fn check_legacy_routing(
+/// The refusal of request `id` whose headers say `what` other than its body.
+fn header_mismatch(id: &RequestId, what: String) -> HttpResponse {
+    let error = RpcError::new(HEADER_MISMATCH, format!("Header mismatch: {what}"));
+    rpc_error(StatusCode::BAD_REQUEST, Some(id), &error)
+}
+
+/// What is wrong with a 2025-era request's `Mcp-*` headers, if anything: that era has no
+/// routing headers, but a gateway in front may still route or authorize on what a client
+/// sends, so what is sent must agree with the body as a 2026-07-28 request's must (sent
+/// once, the same method, name and arguments); what is left out is not asked for.
+fn legacy_routing_problem(
     headers: &HeaderMap,
-    id: &RequestId,
     method: &str,
     params: Option<&Value>,
     check_params: impl FnOnce() -> Result<(), String>,
-) -> Result<(), HttpResponse> {
-    let mismatch = |what: String| {
-        let error = RpcError::new(HEADER_MISMATCH, format!("Header mismatch: {what}"));
-        rpc_error(StatusCode::BAD_REQUEST, Some(id), &error)
-    };
+) -> Result<(), String> {
     if let Some(twice) = sent_twice(headers) {
-        return Err(mismatch(twice));
+        return Err(twice);
     }
-    check_routing(headers, method, params, false).map_err(mismatch)?;
-    check_params().map_err(mismatch)
+    check_routing(headers, method, params, false)?;
+    check_params()
 }
 
 /// Whether a notification carries the 2026-07-28 envelope (a response never does).
