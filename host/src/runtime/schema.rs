@@ -71,16 +71,21 @@ const CHILD_APPLICATORS: [&str; 5] =
 /// The most schema nodes × instance nodes a check in place may take on.
 const IN_PLACE_WORK: usize = 1 << 20;
 
-/// The most host memory one compiled `pattern` (or `patternProperties` name) may take,
-/// and its lazy DFA's cache besides: a tenth of the regex crate's default. A guest lists
-/// its schemas at will (a relist), so what its patterns hold is bounded twice: by this,
-/// and by [`MAX_PATTERNS`] for all of a component's schemas.
+/// The most host memory one compiled `pattern` (or `patternProperties` name) may take: a
+/// tenth of the regex crate's default. A guest lists its schemas at will (a relist), so
+/// what its patterns hold is bounded twice: by this, and by [`MAX_PATTERNS`] for all of a
+/// component's schemas.
 pub const PATTERN_BYTES: usize = 1 << 20;
 
+/// The most one pattern's lazy DFA may cache, in each thread that matches with it (a
+/// check thread, or a thread that checks in place): an eighth of the regex crate's
+/// default.
+pub const PATTERN_CACHE_BYTES: usize = 256 << 10;
+
 /// The most patterns (`pattern` values and `patternProperties` names) all of a component's
-/// tool schemas may hold together: with [`PATTERN_BYTES`], at most 256 MiB of compiled
-/// patterns, where ten thousand of them, each near the regex crate's default limit, would
-/// take the host's memory.
+/// tool schemas may hold together: with [`PATTERN_BYTES`], at most 128 MiB of compiled
+/// patterns (and 32 MiB of caches per thread that checks), where ten thousand of them,
+/// each near the regex crate's default limit, would take the host's memory.
 pub const MAX_PATTERNS: usize = 128;
 
 /// The most checks that run on threads of their own at once, in a runtime (abandoned ones
@@ -224,8 +229,9 @@ impl Schema {
     /// Compile `schema` (JSON Schema 2020-12 unless `$schema` says otherwise; references to
     /// the network are never fetched).
     pub(crate) fn compile(schema: &Value, threads: &Arc<CheckThreads>) -> Result<Self, String> {
-        let patterns =
-            jsonschema::PatternOptions::fancy_regex().size_limit(PATTERN_BYTES).dfa_size_limit(PATTERN_BYTES);
+        let patterns = jsonschema::PatternOptions::fancy_regex()
+            .size_limit(PATTERN_BYTES)
+            .dfa_size_limit(PATTERN_CACHE_BYTES);
         let validator = jsonschema::options()
             .with_pattern_options(patterns)
             .build(schema)
