@@ -778,9 +778,12 @@ async fn a_fifo_in_a_mount_is_refused_not_opened() {
 /// block a host thread for good, and the opening call with it).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_name_swapped_for_a_link_to_a_fifo_is_never_opened_between_look_and_open() {
+    use std::os::unix::fs::OpenOptionsExt;
     let layout = Layout::new("fifo-swap");
-    let made = std::process::Command::new("mkfifo").arg(layout.rw.join("pipe")).status().unwrap();
-    assert!(made.success(), "mkfifo failed");
+    for pipe in [layout.rw.join("pipe"), layout.ro.join("pipe")] {
+        let made = std::process::Command::new("mkfifo").arg(pipe).status().unwrap();
+        assert!(made.success(), "mkfifo failed");
+    }
     let runtime = runtime_with(layout.options(None)).await.unwrap();
     let ms = 1500;
     let swapping =
@@ -791,12 +794,28 @@ async fn a_name_swapped_for_a_link_to_a_fifo_is_never_opened_between_look_and_op
             .await
             .unwrap_or_else(|_| {
                 // A reader left blocked in `open` is released by a writer.
-                let _ = std::fs::OpenOptions::new().write(true).open(layout.rw.join("pipe"));
+                let release = std::fs::OpenOptions::new()
+                    .write(true)
+                    .custom_flags(libc::O_NONBLOCK)
+                    .open(layout.rw.join("pipe"));
+                drop(release);
                 panic!("a call never ended: an open blocked on the FIFO")
             });
     let (swapped, opened) = (answer(&swapped), answer(&opened));
     assert!(swapped.ends_with(" swaps") && !swapped.starts_with("0 "), "{swapped}");
     assert!(opened.contains(" opened, ") && !opened.contains(", 0 refused"), "{opened}");
+    // A move whose path runs through the FIFO is refused, not opened on the way (the
+    // check of a move opens the parents it names).
+    for from in ["/mnt/rw/pipe/x", "/ro/pipe/x"] {
+        let moved = call(&runtime, "rename", json!({ "from": from, "to": "/mnt/rw/y" }));
+        let report = tokio::time::timeout(Duration::from_secs(15), moved).await.unwrap_or_else(|_| {
+            for pipe in [layout.rw.join("pipe"), layout.ro.join("pipe")] {
+                let _ = std::fs::OpenOptions::new().write(true).custom_flags(libc::O_NONBLOCK).open(pipe);
+            }
+            panic!("renaming {from} blocked on the FIFO")
+        });
+        assert!(failed(&report), "{}", answer(&report));
+    }
 }
 
 /// A call of the hostile component as `tenant` (none: a call of no tenant).

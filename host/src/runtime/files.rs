@@ -359,23 +359,10 @@ pub(crate) fn shadow_filesystem(linker: &mut Linker<GuestState>) -> Result<()> {
         )| {
             Box::new(async move {
                 let state = store.data_mut();
-                // What the name is now is what is opened: no rename, link or symlink in the
-                // grant until then (moves.rs).
-                let _names = moves::share_names(state, dir.rep()).await;
-                let at = Resource::<Descriptor>::new_borrow(dir.rep());
-                if let Ok(stat) = state.filesystem_view().stat_at(at, path_flags, path.clone()).await
-                    && !matches!(
-                        stat.type_,
-                        DescriptorType::RegularFile
-                            | DescriptorType::Directory
-                            | DescriptorType::SymbolicLink
-                    )
-                {
-                    return Ok((Err(ErrorCode::Access),));
-                }
                 let parent = dir.rep();
                 // Under a grant with a quota, a new name is charged and a truncation gives
-                // the file's bytes back (quota.rs).
+                // the file's bytes back (quota.rs). (The quota's lock before the names':
+                // one order everywhere, moves.rs.)
                 let change = match state.quota_of(parent) {
                     Some(quota) if open_flags.intersects(OpenFlags::TRUNCATE | OpenFlags::CREATE) => {
                         let create = open_flags.contains(OpenFlags::CREATE);
@@ -386,12 +373,31 @@ pub(crate) fn shadow_filesystem(linker: &mut Linker<GuestState>) -> Result<()> {
                     }
                     _ => None,
                 };
+                // What the name is now is what is opened: no rename, link or symlink in the
+                // grant until then (moves.rs).
+                let _names = moves::share_names(state, parent).await;
+                let at = Resource::<Descriptor>::new_borrow(parent);
+                let refusal = match state.filesystem_view().stat_at(at, path_flags, path.clone()).await {
+                    Ok(stat) => (!matches!(
+                        stat.type_,
+                        DescriptorType::RegularFile
+                            | DescriptorType::Directory
+                            | DescriptorType::SymbolicLink
+                    ))
+                    .then_some(ErrorCode::Access),
+                    // Nothing there yet (to create): nothing to look at.
+                    Err(error) => Some(FsError::downcast(error)?).filter(|code| *code != ErrorCode::NoEntry),
+                };
                 let open = count_descriptors(state.table());
-                if let Err(refusal) = state.ledger().charge_descriptors(open + 1) {
+                let refusal = match refusal {
+                    Some(code) => Some(code),
+                    None => state.ledger().charge_descriptors(open + 1).err().map(refused),
+                };
+                if let Some(code) = refusal {
                     if let Some(change) = change {
                         change.settle(state, None);
                     }
-                    return Ok((Err(refused(refusal)),));
+                    return Ok((Err(code),));
                 }
                 let opened = state.filesystem_view().open_at(dir, path_flags, path, open_flags, flags).await;
                 match &opened {
@@ -517,11 +523,11 @@ pub(crate) fn shadow_filesystem(linker: &mut Linker<GuestState>) -> Result<()> {
                 }
                 let state = store.data_mut();
                 let _moves = moves::lock_moves(state, dir.rep(), dir.rep()).await;
-                let _names = moves::lock_names(state, dir.rep(), dir.rep()).await;
                 let entry = match quota::NewEntry::charge(state.quota_of(dir.rep())).await {
                     Ok(entry) => entry,
                     Err(code) => return Ok((Err(code),)),
                 };
+                let _names = moves::lock_names(state, dir.rep(), dir.rep()).await;
                 let linked = state.filesystem_view().symlink_at(dir, target, link).await;
                 quota::NewEntry::settle(entry, linked.is_ok());
                 wasi_result(linked)

@@ -31,8 +31,13 @@
 //! thread for good) true until the open: an open holds its file system's names lock
 //! shared, and whatever could put another file under a name (`rename-at`, `link-at`,
 //! `symlink-at`) holds it alone, for its own system call only: a walk never holds up an
-//! open. It is one per device, as a read-only grant of one component may lie inside
-//! another's writable one.
+//! open. It is one for the process, as a read-only grant of one component may lie inside
+//! another's writable one, and a path may cross into a file system mounted inside a grant. The locks are always taken in one order: a grant's move lock,
+//! then its quota's (quota.rs), then the names lock.
+//!
+//! The paths a move names are looked at (`stat`) before they are opened to be walked:
+//! wasmtime-wasi opens a directory without `O_DIRECTORY`, and a FIFO on the way would
+//! block that open for good.
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::{Component as PathPart, Path, PathBuf};
@@ -44,7 +49,7 @@ use wasmtime::component::Resource;
 use wasmtime_wasi::filesystem::Descriptor;
 use wasmtime_wasi::p2::FsError;
 use wasmtime_wasi::p2::bindings::filesystem::types::{
-    DescriptorFlags, ErrorCode, HostDescriptor, OpenFlags, PathFlags,
+    DescriptorFlags, DescriptorType, ErrorCode, HostDescriptor, OpenFlags, PathFlags,
 };
 
 use super::guest::GuestState;
@@ -60,9 +65,10 @@ pub(crate) struct GrantLocks {
     /// Every rename, link and symlink in the grant, one at a time (by the directory's
     /// device and inode): what a move walks stays as it was until it moves.
     moves: Arc<Mutex<()>>,
-    /// Held shared by every open-at on the directory's file system and alone by whatever
-    /// could put another file under a name (by the device: a read-only grant of one
-    /// component may lie inside another's writable one).
+    /// Held shared by every open-at and alone by whatever could put another file under a
+    /// name: one for the process, as a read-only grant of one component may lie inside
+    /// another's writable one, and a path may cross into another file system mounted
+    /// inside a grant.
     names: Arc<RwLock<()>>,
 }
 
@@ -70,21 +76,21 @@ impl GrantLocks {
     /// The locks of the directory `directory` holds.
     pub(crate) fn of(directory: &std::fs::File) -> Self {
         use std::os::unix::fs::MetadataExt;
+        let names = NAMES.clone();
         let Ok(metadata) = directory.metadata() else {
-            return Self { moves: Arc::default(), names: Arc::default() };
+            return Self { moves: Arc::default(), names };
         };
-        Self {
-            moves: shared(&LIVE_MOVE_LOCKS, (metadata.dev(), metadata.ino())),
-            names: shared(&LIVE_NAMES_LOCKS, (metadata.dev(), 0)),
-        }
+        Self { moves: shared(&LIVE_MOVE_LOCKS, (metadata.dev(), metadata.ino())), names }
     }
 }
 
-/// Locks by a directory's device and inode (or a device's, inode 0), kept while held.
+/// Locks by a directory's device and inode, kept while held.
 type Live<L> = std::sync::LazyLock<std::sync::Mutex<std::collections::HashMap<(u64, u64), Weak<L>>>>;
 
 static LIVE_MOVE_LOCKS: Live<Mutex<()>> = std::sync::LazyLock::new(Default::default);
-static LIVE_NAMES_LOCKS: Live<RwLock<()>> = std::sync::LazyLock::new(Default::default);
+
+/// The names lock ([`GrantLocks::names`]).
+static NAMES: std::sync::LazyLock<Arc<RwLock<()>>> = std::sync::LazyLock::new(Arc::default);
 
 /// The lock `live` keeps for `key`, made if none is held.
 fn shared<L: Default>(live: &Live<L>, key: (u64, u64)) -> Arc<L> {
@@ -131,8 +137,8 @@ pub(crate) fn lock_moves(
     hold_all(locks, Mutex::lock_owned)
 }
 
-/// Hold the names of the file systems `dir` and `new_dir` lie on alone: no open-at there
-/// looks at a name until the guards drop.
+/// Hold the names lock alone (`dir` and `new_dir` name the grants; one lock serves
+/// both): no open-at looks at a name until the guards drop.
 pub(crate) fn lock_names(
     state: &GuestState,
     dir: u32,
@@ -144,7 +150,7 @@ pub(crate) fn lock_names(
     hold_all(locks, RwLock::write_owned)
 }
 
-/// Hold the names of the file system `dir` lies on shared: what a name is stays as it was
+/// Hold the names lock shared, for an open under `dir`: what a name is stays as it was
 /// seen until the guard drops.
 pub(crate) fn share_names(
     state: &GuestState,
@@ -230,6 +236,14 @@ async fn open_parent(
     path: String,
 ) -> Result<Result<Arc<std::fs::File>, ErrorCode>> {
     let mut view = state.filesystem_view();
+    // Looked at before it is opened: wasmtime-wasi opens a directory without `O_DIRECTORY`,
+    // and a FIFO left by a host process would block the open for good. (Under the move
+    // lock no call can put another file under the name in between.)
+    match view.stat_at(Resource::new_borrow(dir), PathFlags::SYMLINK_FOLLOW, path.clone()).await {
+        Ok(stat) if stat.type_ == DescriptorType::Directory => {}
+        Ok(_) => return Ok(Err(ErrorCode::NotDirectory)),
+        Err(error) => return Ok(Err(FsError::downcast(error)?)),
+    }
     let opened = view
         .open_at(
             Resource::new_borrow(dir),

@@ -517,13 +517,15 @@ pub(crate) fn shadow_quota(linker: &mut Linker<GuestState>) -> Result<()> {
                 if let Err(code) = moves::check_move(state, dir.rep(), &old_path, new_dir.rep(), &new_path).await? {
                     return Ok((Err(code),));
                 }
-                // Nor may the name become a FIFO under an open's feet (files.rs).
-                let _names = moves::lock_names(state, dir.rep(), new_dir.rep()).await;
+                // Nor may the name become a FIFO under an open's feet (files.rs); the quota's
+                // lock first (one order everywhere, moves.rs).
                 let Some(quota) = state.quota_of(dir.rep()) else {
+                    let _names = moves::lock_names(state, dir.rep(), new_dir.rep()).await;
                     let renamed = state.filesystem_view().rename_at(dir, old_path, new_dir, new_path).await;
                     return super::files::wasi_result(renamed);
                 };
                 let _lock = quota.lock.clone().lock_owned().await;
+                let _names = moves::lock_names(state, dir.rep(), new_dir.rep()).await;
                 // The file a rename replaces is freed, unless it is the file renamed.
                 let same = same_file(state, (dir.rep(), &old_path), (new_dir.rep(), &new_path)).await;
                 let removal =
@@ -553,7 +555,6 @@ pub(crate) fn shadow_quota(linker: &mut Linker<GuestState>) -> Result<()> {
                 }
                 // A new name for a file: no open looks at names meanwhile.
                 let _moves = moves::lock_moves(state, dir.rep(), new_dir.rep()).await;
-                let _names = moves::lock_names(state, dir.rep(), new_dir.rep()).await;
                 if super::files::is_climbing_link(state, dir.rep(), &old_path).await {
                     return Ok((Err(ErrorCode::NotPermitted),));
                 }
@@ -561,6 +562,7 @@ pub(crate) fn shadow_quota(linker: &mut Linker<GuestState>) -> Result<()> {
                     Ok(entry) => entry,
                     Err(code) => return Ok((Err(code),)),
                 };
+                let _names = moves::lock_names(state, dir.rep(), new_dir.rep()).await;
                 let linked = state.filesystem_view().link_at(dir, flags, old_path, new_dir, new_path).await;
                 NewEntry::settle(entry, linked.is_ok());
                 super::files::wasi_result(linked)
