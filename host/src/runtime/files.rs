@@ -107,8 +107,9 @@ pub(crate) struct Grant {
     pub(crate) writable: bool,
     /// The mount's quota, shared by every call of the component.
     pub(crate) quota: Option<Arc<Quota>>,
-    /// The locks its changes take (moves.rs), shared by everything granted it.
-    pub(crate) locks: moves::GrantLocks,
+    /// What its renames, links and symlinks wait on (moves.rs), shared by everything
+    /// granted it.
+    pub(crate) moves: Arc<tokio::sync::Mutex<()>>,
 }
 
 impl Grant {
@@ -182,7 +183,7 @@ impl FileGrants {
                 guest: GUEST_DATA_DIR.into(),
                 writable: true,
                 quota: Some(quota),
-                locks: moves::GrantLocks::of(&dir),
+                moves: moves::move_lock(&dir),
             });
         }
         for mount in mounts {
@@ -213,8 +214,8 @@ impl FileGrants {
                 (Some(limit), None) => Some(measured(limit, &dir, &real)),
                 (None, _) => None,
             };
-            let locks = moves::GrantLocks::of(&dir);
-            grants.push(Grant { path: real, guest, writable: mount.writable, quota, locks });
+            let moves = moves::move_lock(&dir);
+            grants.push(Grant { path: real, guest, writable: mount.writable, quota, moves });
         }
         for (index, grant) in grants.iter().enumerate() {
             if let Some(other) = grants[index + 1..].iter().find(|other| grant.conflicts_with(other)) {
@@ -375,7 +376,7 @@ pub(crate) fn shadow_filesystem(linker: &mut Linker<GuestState>) -> Result<()> {
                 };
                 // What the name is now is what is opened: no rename, link or symlink in the
                 // grant until then (moves.rs).
-                let _names = moves::share_names(state, parent).await;
+                let _names = moves::share_names().await;
                 let at = Resource::<Descriptor>::new_borrow(parent);
                 let refusal = match state.filesystem_view().stat_at(at, path_flags, path.clone()).await {
                     Ok(stat) => (!matches!(
@@ -527,7 +528,7 @@ pub(crate) fn shadow_filesystem(linker: &mut Linker<GuestState>) -> Result<()> {
                     Ok(entry) => entry,
                     Err(code) => return Ok((Err(code),)),
                 };
-                let _names = moves::lock_names(state, dir.rep(), dir.rep()).await;
+                let _names = moves::lock_names().await;
                 let linked = state.filesystem_view().symlink_at(dir, target, link).await;
                 quota::NewEntry::settle(entry, linked.is_ok());
                 wasi_result(linked)

@@ -197,10 +197,10 @@ impl GuestState {
         self.descriptor_grants.get(&rep).copied()
     }
 
-    /// The locks of the grant the descriptor `rep` lies under (moves.rs).
-    pub(crate) fn grant_locks_of(&self, rep: u32) -> Option<super::moves::GrantLocks> {
+    /// The move lock of the grant the descriptor `rep` lies under (moves.rs).
+    pub(crate) fn move_lock_of(&self, rep: u32) -> Option<Arc<tokio::sync::Mutex<()>>> {
         let grants = self.grants.as_ref()?;
-        Some(grants.grants.get(self.grant_of(rep)?)?.locks.clone())
+        Some(grants.grants.get(self.grant_of(rep)?)?.moves.clone())
     }
 
     /// How many levels below the top of the grant the descriptor `rep` lies under the open

@@ -58,111 +58,68 @@ use super::guest::GuestState;
 /// most a move makes the host read).
 pub(crate) const MOVE_WALK_ENTRIES: usize = 100_000;
 
-/// The locks a granted directory's changes take, shared by whatever grants the same
-/// directory (every loaded version and tenant of a component) while anything holds them.
-#[derive(Clone)]
-pub(crate) struct GrantLocks {
-    /// Every rename, link and symlink in the grant, one at a time (by the directory's
-    /// device and inode): what a move walks stays as it was until it moves.
-    moves: Arc<Mutex<()>>,
-    /// Held shared by every open-at and alone by whatever could put another file under a
-    /// name: one for the process, as a read-only grant of one component may lie inside
-    /// another's writable one, and a path may cross into another file system mounted
-    /// inside a grant.
-    names: Arc<RwLock<()>>,
-}
-
-impl GrantLocks {
-    /// The locks of the directory `directory` holds.
-    pub(crate) fn of(directory: &std::fs::File) -> Self {
-        use std::os::unix::fs::MetadataExt;
-        let names = NAMES.clone();
-        let Ok(metadata) = directory.metadata() else {
-            return Self { moves: Arc::default(), names };
-        };
-        Self { moves: shared(&LIVE_MOVE_LOCKS, (metadata.dev(), metadata.ino())), names }
-    }
-}
-
-/// Locks by a directory's device and inode, kept while held.
-type Live<L> = std::sync::LazyLock<std::sync::Mutex<std::collections::HashMap<(u64, u64), Weak<L>>>>;
-
-static LIVE_MOVE_LOCKS: Live<Mutex<()>> = std::sync::LazyLock::new(Default::default);
-
-/// The names lock ([`GrantLocks::names`]).
-static NAMES: std::sync::LazyLock<Arc<RwLock<()>>> = std::sync::LazyLock::new(Arc::default);
-
-/// The lock `live` keeps for `key`, made if none is held.
-fn shared<L: Default>(live: &Live<L>, key: (u64, u64)) -> Arc<L> {
-    let mut live = live.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+/// The lock every rename, link and symlink in a granted directory takes, one at a time
+/// (what a move walks stays as it was until it moves): one per directory, by its device
+/// and inode, shared by whatever grants it (every loaded version and tenant of a
+/// component) while anything holds it.
+pub(crate) fn move_lock(directory: &std::fs::File) -> Arc<Mutex<()>> {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(metadata) = directory.metadata() else {
+        return Arc::default();
+    };
+    let key = (metadata.dev(), metadata.ino());
+    let mut live = LIVE_MOVE_LOCKS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     live.retain(|_, lock| lock.strong_count() > 0);
     if let Some(lock) = live.get(&key).and_then(Weak::upgrade) {
         return lock;
     }
-    let lock = Arc::new(L::default());
+    let lock = Arc::default();
     live.insert(key, Arc::downgrade(&lock));
     lock
 }
 
-/// `locks`, deduplicated and in one order (by address), so that two changes between the
-/// same two grants cannot each hold one and wait for the other.
-fn ordered<L>(mut locks: Vec<Arc<L>>) -> Vec<Arc<L>> {
-    locks.sort_by_key(|lock| Arc::as_ptr(lock) as usize);
-    locks.dedup_by(|a, b| Arc::ptr_eq(a, b));
-    locks
-}
+/// Move locks by their directory's device and inode.
+type MoveLocks = std::collections::HashMap<(u64, u64), Weak<Mutex<()>>>;
 
-/// Take each of `locks` with `take`, in order; the guards.
-async fn hold_all<L, G, Taking: Future<Output = G>>(
-    locks: Vec<Arc<L>>,
-    take: impl Fn(Arc<L>) -> Taking,
-) -> Vec<G> {
-    let mut guards = Vec::with_capacity(locks.len());
-    for lock in locks {
-        guards.push(take(lock).await);
-    }
-    guards
-}
+/// The move locks held now.
+static LIVE_MOVE_LOCKS: std::sync::LazyLock<std::sync::Mutex<MoveLocks>> =
+    std::sync::LazyLock::new(Default::default);
 
-/// Hold the move locks of the grants `dir` and `new_dir` lie under (taken before
-/// [`lock_names`]).
+/// Held shared by every open-at and alone by whatever could put another file under a name:
+/// one for the process, as a read-only grant of one component may lie inside another's
+/// writable one, and a path may cross into another file system mounted inside a grant.
+static NAMES: std::sync::LazyLock<Arc<RwLock<()>>> = std::sync::LazyLock::new(Arc::default);
+
+/// Hold the move locks of the grants `dir` and `new_dir` lie under (one when it is the
+/// same grant), taken in one order (by address), so that two changes between the same two
+/// grants cannot each hold one and wait for the other; taken before [`lock_names`].
 pub(crate) fn lock_moves(
     state: &GuestState,
     dir: u32,
     new_dir: u32,
 ) -> impl Future<Output = Vec<OwnedMutexGuard<()>>> + Send + use<> {
-    let locks = ordered(
-        [dir, new_dir].into_iter().filter_map(|rep| Some(state.grant_locks_of(rep)?.moves)).collect(),
-    );
-    hold_all(locks, Mutex::lock_owned)
-}
-
-/// Hold the names lock alone (`dir` and `new_dir` name the grants; one lock serves
-/// both): no open-at looks at a name until the guards drop.
-pub(crate) fn lock_names(
-    state: &GuestState,
-    dir: u32,
-    new_dir: u32,
-) -> impl Future<Output = Vec<OwnedRwLockWriteGuard<()>>> + Send + use<> {
-    let locks = ordered(
-        [dir, new_dir].into_iter().filter_map(|rep| Some(state.grant_locks_of(rep)?.names)).collect(),
-    );
-    hold_all(locks, RwLock::write_owned)
-}
-
-/// Hold the names lock shared, for an open under `dir`: what a name is stays as it was
-/// seen until the guard drops.
-pub(crate) fn share_names(
-    state: &GuestState,
-    dir: u32,
-) -> impl Future<Output = Option<OwnedRwLockReadGuard<()>>> + Send + use<> {
-    let lock = state.grant_locks_of(dir).map(|locks| locks.names);
+    let mut locks: Vec<Arc<Mutex<()>>> =
+        [dir, new_dir].into_iter().filter_map(|rep| state.move_lock_of(rep)).collect();
+    locks.sort_by_key(|lock| Arc::as_ptr(lock) as usize);
+    locks.dedup_by(|a, b| Arc::ptr_eq(a, b));
     async move {
-        match lock {
-            Some(lock) => Some(lock.read_owned().await),
-            None => None,
+        let mut guards = Vec::with_capacity(locks.len());
+        for lock in locks {
+            guards.push(lock.lock_owned().await);
         }
+        guards
     }
+}
+
+/// Hold the names lock alone: no open-at looks at a name until the guard drops.
+pub(crate) async fn lock_names() -> OwnedRwLockWriteGuard<()> {
+    NAMES.clone().write_owned().await
+}
+
+/// Hold the names lock shared, for an open: what a name is stays as it was seen until the
+/// guard drops.
+pub(crate) async fn share_names() -> OwnedRwLockReadGuard<()> {
+    NAMES.clone().read_owned().await
 }
 
 /// Whether renaming `old_path` under `dir` to `new_path` under `new_dir` may go ahead:

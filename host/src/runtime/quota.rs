@@ -520,12 +520,12 @@ pub(crate) fn shadow_quota(linker: &mut Linker<GuestState>) -> Result<()> {
                 // Nor may the name become a FIFO under an open's feet (files.rs); the quota's
                 // lock first (one order everywhere, moves.rs).
                 let Some(quota) = state.quota_of(dir.rep()) else {
-                    let _names = moves::lock_names(state, dir.rep(), new_dir.rep()).await;
+                    let _names = moves::lock_names().await;
                     let renamed = state.filesystem_view().rename_at(dir, old_path, new_dir, new_path).await;
                     return super::files::wasi_result(renamed);
                 };
                 let _lock = quota.lock.clone().lock_owned().await;
-                let _names = moves::lock_names(state, dir.rep(), new_dir.rep()).await;
+                let _names = moves::lock_names().await;
                 // The file a rename replaces is freed, unless it is the file renamed.
                 let same = same_file(state, (dir.rep(), &old_path), (new_dir.rep(), &new_path)).await;
                 let removal =
@@ -562,7 +562,7 @@ pub(crate) fn shadow_quota(linker: &mut Linker<GuestState>) -> Result<()> {
                     Ok(entry) => entry,
                     Err(code) => return Ok((Err(code),)),
                 };
-                let _names = moves::lock_names(state, dir.rep(), new_dir.rep()).await;
+                let _names = moves::lock_names().await;
                 let linked = state.filesystem_view().link_at(dir, flags, old_path, new_dir, new_path).await;
                 NewEntry::settle(entry, linked.is_ok());
                 super::files::wasi_result(linked)
