@@ -47,6 +47,11 @@
 //! linger_kb = 16384              # discard at most this much before closing
 //! write_timeout_ms = 30000       # a connection whose client takes less than 64 KiB of
 //!                                # an answer in this long, writes waiting, is closed
+//! close_delay_ms = 1000          # on SIGTERM, the listener and open connections stay at
+//!                                # least this long (and while calls drain), answering
+//!                                # each request 503 + Connection: close, so a load
+//!                                # balancer that has not yet probed /readyz retries it
+//!                                # elsewhere instead of seeing a reset; 0: close at once
 //! allowed_hosts = ["mcp.internal"]   # besides localhost, 127.0.0.1 and [::1]
 //! trusted_proxies = ["10.0.0.0/8"]   # reverse proxies (addresses, CIDR blocks) whose
 //!                                # X-Forwarded-For names the client for its shares of
@@ -273,6 +278,7 @@ pub struct HttpConfig {
     pub linger_ms: Option<u64>,
     pub linger_kb: Option<usize>,
     pub write_timeout_ms: Option<u64>,
+    pub close_delay_ms: Option<u64>,
     #[serde(default)]
     pub allowed_hosts: Vec<String>,
     #[serde(default)]
@@ -685,6 +691,9 @@ impl Config {
         }
         if let Some(ms) = self.http.write_timeout_ms {
             http.write_timeout = Duration::from_millis(ms.max(1));
+        }
+        if let Some(ms) = self.http.close_delay_ms {
+            http.close_delay = Duration::from_millis(ms);
         }
         http.allowed_hosts.extend(self.http.allowed_hosts.iter().map(|host| host.to_ascii_lowercase()));
         http.trusted_proxies = TrustedProxies::parse(&self.http.trusted_proxies)
@@ -1268,7 +1277,7 @@ mod tests {
         let config: Config = toml::from_str(
             "[server]\nmax_queued_request_kb = 1024\nmax_request_cost_kb = 512\n\
              [http]\nmax_connections_per_ip = 8\nmax_header_connections_per_ip = 2\n\
-             header_timeout_ms = 1500\nlinger_ms = 200\nlinger_kb = 64\n\
+             header_timeout_ms = 1500\nlinger_ms = 200\nlinger_kb = 64\nclose_delay_ms = 2500\n\
              [[components]]\npath = \"a.wasm\"\n",
         )
         .unwrap();
@@ -1285,6 +1294,7 @@ mod tests {
         assert_eq!((http.max_connections_per_ip, http.max_header_connections_per_ip), (8, 2));
         assert_eq!(http.header_timeout, Duration::from_millis(1500));
         assert_eq!((http.linger_timeout, http.linger_bytes), (Duration::from_millis(200), 64 << 10));
+        assert_eq!(http.close_delay, Duration::from_millis(2500));
     }
 
     #[test]

@@ -594,53 +594,110 @@ fn sigterm_stops_calls_in_flight_answers_them_and_exits() {
     }
 }
 
-/// What a load balancer needs from a replica that is stopping: while a call drains (spin,
-/// with a 3 s grace), idle connections close at once, a request arriving on an open
-/// connection is refused with 503 (it never reached a handler, so it may go elsewhere), and
-/// new connections are refused; the call in flight still gets its answer.
-#[test]
-fn shutdown_closes_idle_connections_and_refuses_new_requests_while_calls_drain() {
-    let mut server =
-        Server::start_with_tail("http-shutdown-drain", "", "[components.tools.spin]\ngrace_ms = 3000\n");
-    let port = server.port;
-    let caller = spin_in_flight(&server);
-    let mut idle = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    let mut late = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    // SAFETY: signalling our own child process.
-    unsafe { libc::kill(server.child.id() as i32, libc::SIGTERM) };
-    let signalled = Instant::now();
-    // The idle connection is closed long before the spin call's grace runs out: with a FIN
-    // once accepted, with a reset if it was still in the listen backlog.
-    idle.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
-    let mut byte = [0u8; 1];
-    match idle.read(&mut byte) {
-        Ok(read) => assert_eq!(read, 0),
-        Err(error) => assert_eq!(error.kind(), std::io::ErrorKind::ConnectionReset, "closed, not {error}"),
-    }
-    assert!(signalled.elapsed() < Duration::from_secs(2));
-    // A request on a connection opened before the signal is refused, never run.
-    let body = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
-        "params": {"name": "echo", "arguments": {"text": "late"}, "_meta": meta()}});
+/// An echo `tools/call` as raw HTTP/1.1 on a kept-alive connection.
+fn echo_request(port: u16, id: i64, text: &str) -> String {
+    let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+        "params": {"name": "echo", "arguments": {"text": text}, "_meta": meta()}})
+    .to_string();
     let mut request = format!("POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n");
     for (name, value) in modern_headers("tools/call", Some("echo")) {
         request.push_str(&format!("{name}: {value}\r\n"));
     }
-    request.push_str(&format!("Content-Length: {}\r\n\r\n{body}", body.to_string().len()));
-    let _ = late.write_all(request.as_bytes()); // the server may have closed it already
-    late.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
-    let mut raw = Vec::new();
-    let _ = BufReader::new(late).read_to_end(&mut raw);
-    let raw = String::from_utf8_lossy(&raw);
-    assert!(raw.is_empty() || raw.starts_with("HTTP/1.1 503"), "{raw}");
-    assert!(!raw.contains("late"), "{raw}");
-    // New connections are refused.
-    assert!(TcpStream::connect(("127.0.0.1", port)).is_err());
-    // The call in flight still ends with its answer.
+    request.push_str(&format!("Content-Length: {}\r\n\r\n{body}", body.len()));
+    request
+}
+
+/// One answer with a `Content-Length` read off `connection`: its head (names lower-cased)
+/// and body; the connection stays open.
+fn read_sized_answer(connection: &mut BufReader<TcpStream>) -> (String, String) {
+    use std::io::BufRead;
+    let mut head = String::new();
+    loop {
+        let mut line = String::new();
+        assert!(connection.read_line(&mut line).unwrap() > 0, "closed after {head:?}");
+        if line == "\r\n" {
+            break;
+        }
+        head.push_str(&line.to_ascii_lowercase());
+    }
+    let length = head.lines().find_map(|line| line.strip_prefix("content-length:")).expect("a sized answer");
+    let mut body = vec![0; length.trim().parse().unwrap()];
+    connection.read_exact(&mut body).unwrap();
+    (head, String::from_utf8(body).unwrap())
+}
+
+/// The connection's peer has closed it (EOF, or a reset) within `wait`.
+fn closed_within(connection: &mut BufReader<TcpStream>, wait: Duration) -> bool {
+    connection.get_ref().set_read_timeout(Some(wait)).unwrap();
+    let mut rest = Vec::new();
+    match connection.read_to_end(&mut rest) {
+        Ok(_) => true,
+        Err(error) => error.kind() == std::io::ErrorKind::ConnectionReset,
+    }
+}
+
+/// What a load balancer needs from a replica that is stopping (spin draining with a 3 s
+/// grace): its listener and connections stay, so that a request sent before the balancer's
+/// next probe is never reset; each such request, on a connection the balancer held idle or
+/// on a new one, is answered 503 with `Connection: close` (it never reached a handler, so
+/// it may go elsewhere) and never run; the call in flight still gets its answer. Closing
+/// idle connections at SIGTERM (as before) failed the first step: the kept-alive
+/// connection closed at once, and a request racing that close got a reset.
+#[test]
+fn a_stopping_server_answers_503_on_every_connection_until_its_calls_drain() {
+    let mut server =
+        Server::start_with_tail("http-shutdown-drain", "", "[components.tools.spin]\ngrace_ms = 3000\n");
+    let port = server.port;
+    let caller = spin_in_flight(&server);
+    // A connection a balancer keeps alive between requests.
+    let mut kept = BufReader::new(TcpStream::connect(("127.0.0.1", port)).unwrap());
+    kept.get_ref().set_read_timeout(Some(common::server::WAIT)).unwrap();
+    kept.get_mut().write_all(echo_request(port, 2, "before").as_bytes()).unwrap();
+    let (head, body) = read_sized_answer(&mut kept);
+    assert!(head.starts_with("http/1.1 200") && body.contains("before"), "{head}{body}");
+    // SAFETY: signalling our own child process.
+    unsafe { libc::kill(server.child.id() as i32, libc::SIGTERM) };
+    // The idle connection stays open while the spin call drains.
+    assert!(!closed_within(&mut kept, Duration::from_millis(500)), "the idle connection was closed");
+    kept.get_ref().set_read_timeout(Some(common::server::WAIT)).unwrap();
+    kept.get_mut().write_all(echo_request(port, 3, "late").as_bytes()).unwrap();
+    let (head, body) = read_sized_answer(&mut kept);
+    assert!(head.starts_with("http/1.1 503"), "{head}{body}");
+    assert!(head.contains("connection: close") && head.contains("retry-after:"), "{head}");
+    assert!(body.contains("shutting down") && !body.contains("late"), "{body}");
+    assert!(closed_within(&mut kept, common::server::WAIT), "closed after the 503");
+    // So does a new connection, still accepted.
+    let mut fresh = BufReader::new(TcpStream::connect(("127.0.0.1", port)).unwrap());
+    fresh.get_ref().set_read_timeout(Some(common::server::WAIT)).unwrap();
+    fresh.get_mut().write_all(echo_request(port, 4, "new").as_bytes()).unwrap();
+    let (head, body) = read_sized_answer(&mut fresh);
+    assert!(head.starts_with("http/1.1 503") && !body.contains("new"), "{head}{body}");
+    // The call in flight still ends with its answer; then the server closes and exits.
     let answer = caller.join().unwrap();
     let text = answer.messages.last().unwrap()["result"]["content"][0]["text"].as_str().unwrap().to_owned();
     assert!(text.contains("shutting down"), "{text}");
     let status = server.child.wait().unwrap();
     assert!(status.success());
+    assert!(TcpStream::connect(("127.0.0.1", port)).is_err(), "the listener is closed");
+}
+
+/// With nothing in flight, a stopping server holds its idle connections `close_delay_ms`,
+/// then closes them and exits.
+#[test]
+fn a_stopping_server_with_nothing_to_drain_closes_idle_connections_after_its_close_delay() {
+    let mut server = Server::start_with("http-close-delay", "close_delay_ms = 1500\n");
+    let port = server.port;
+    let mut kept = BufReader::new(TcpStream::connect(("127.0.0.1", port)).unwrap());
+    kept.get_ref().set_read_timeout(Some(common::server::WAIT)).unwrap();
+    kept.get_mut().write_all(echo_request(port, 1, "once").as_bytes()).unwrap();
+    assert!(read_sized_answer(&mut kept).0.starts_with("http/1.1 200"));
+    // SAFETY: signalling our own child process.
+    unsafe { libc::kill(server.child.id() as i32, libc::SIGTERM) };
+    let signalled = Instant::now();
+    assert!(!closed_within(&mut kept, Duration::from_millis(700)), "closed before its delay");
+    assert!(closed_within(&mut kept, common::server::WAIT), "closed after its delay");
+    assert!(signalled.elapsed() >= Duration::from_millis(1500), "{:?}", signalled.elapsed());
+    assert!(server.child.wait().unwrap().success());
 }
 
 #[test]

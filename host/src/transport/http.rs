@@ -116,6 +116,9 @@ pub struct HttpSettings {
     /// How long a write to a client may wait for the client to take any of it: past it
     /// the connection is closed, with whatever it held.
     pub write_timeout: Duration,
+    /// After shutdown begins, how long at least the listener and open connections stay,
+    /// answering every request 503 (see [`serve`]), for load balancers still sending here.
+    pub close_delay: Duration,
     /// What the listener holds open now, for the metrics (shared with whoever reads them).
     pub stats: Arc<HttpStats>,
     /// `[auth.oauth]`: requests to the endpoint need a valid access token, and the
@@ -146,7 +149,7 @@ impl HttpStats {
         self.streams.load(Ordering::Relaxed)
     }
 
-    /// Whether the listener accepts connections (from its first accept until shutdown).
+    /// Whether the listener serves requests (from its first accept until shutdown begins).
     pub fn accepting(&self) -> bool {
         self.accepting.load(Ordering::Acquire)
     }
@@ -182,6 +185,8 @@ impl Default for HttpSettings {
             linger_timeout: Duration::from_secs(5),
             linger_bytes: 16 << 20,
             write_timeout: Duration::from_secs(30),
+            // Two probe intervals of the shipped HAProxy config (deploy/haproxy).
+            close_delay: Duration::from_secs(1),
             stats: Arc::default(),
             oauth: None,
             tls: None,
@@ -412,7 +417,7 @@ struct Shared {
     sessions: Sessions,
     clients: Arc<Clients>,
     /// Turns true when shutdown begins: from then on requests are refused with 503.
-    closing: tokio::sync::watch::Receiver<bool>,
+    refusing: tokio::sync::watch::Receiver<bool>,
     protection: Option<Protection>,
 }
 
@@ -603,8 +608,19 @@ const TOO_MANY_CONNECTIONS: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\nRetry-
 Content-Type: application/json\r\nConnection: close\r\nContent-Length: 71\r\n\r\n\
 {\"error\":\"Service Unavailable: too many connections from this address\"}";
 
-/// Serve MCP over HTTP on `listener` until `shutdown` resolves; then stop accepting, stop
-/// every call in flight (grace, hard stop, cleanup) and wait at most `drain` for them.
+/// Serve MCP over HTTP on `listener` until `shutdown` resolves; then stop every call in
+/// flight (grace, hard stop, cleanup) and wait at most `drain` for them.
+///
+/// **Stopping behind a load balancer.** From the signal on the replica is no longer ready
+/// (`/readyz`), but a balancer learns that only at its next probe, and until then it may
+/// send requests on a connection it holds or open a new one. Closing the listener or an
+/// idle connection at once would reset those requests (a request in the listen queue or
+/// racing the close gets no answer, and a balancer cannot tell whether it ran). So the
+/// listener and every connection stay open while calls drain, and for at least
+/// `close_delay` from the signal: each request that arrives meanwhile is answered 503
+/// with `Connection: close` and `Retry-After`, which says it never reached a handler and
+/// may safely go to another replica. Then the listener closes, idle connections close,
+/// and busy ones close after their answer.
 pub async fn serve(
     server: Arc<Server>,
     listener: TcpListener,
@@ -613,109 +629,40 @@ pub async fn serve(
     drain: Duration,
 ) -> std::io::Result<()> {
     let protection = settings.oauth.clone().map(|validator| Protection::new(validator, &settings.path));
-    let (closing, closing_signal) = tokio::sync::watch::channel(false);
+    let (refuse_requests, refusing) = tokio::sync::watch::channel(false);
+    let (close_connections, closing) = tokio::sync::watch::channel(false);
     let shared = Arc::new(Shared {
         server: server.clone(),
         scheme: if settings.tls.is_some() { "https" } else { "http" },
         settings,
         sessions: Sessions::default(),
         clients: Arc::default(),
-        closing: closing_signal.clone(),
+        refusing,
         protection,
     });
-    let mut shutdown = std::pin::pin!(shutdown);
+    let listening = Listening {
+        listener,
+        open_slots: Arc::new(tokio::sync::Semaphore::new(shared.settings.max_connections)),
+        shared: shared.clone(),
+        closing,
+    };
     let mut connections = tokio::task::JoinSet::new();
-    let open_slots = Arc::new(tokio::sync::Semaphore::new(shared.settings.max_connections));
     let stats = shared.settings.stats.clone();
     stats.accepting.store(true, Ordering::Release);
-    loop {
-        let (slot, (stream, peer)) = tokio::select! {
-            accepted = async {
-                let slot = open_slots.clone().acquire_owned().await.expect("never closed");
-                (slot, listener.accept().await)
-            } => match accepted {
-                (slot, Ok(accepted)) => (slot, accepted),
-                (_, Err(error)) => {
-                    // Out of descriptors and the like: back off instead of spinning.
-                    tracing::warn!("accept failed: {error}");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
-            Some(_) = connections.join_next(), if !connections.is_empty() => continue,
-            () = &mut shutdown => break,
-        };
-        let settings = &shared.settings;
-        let Some(ticket) = shared.clients.enter(
-            peer.ip(),
-            settings.max_connections_per_ip,
-            settings.max_header_connections_per_ip,
-        ) else {
-            // Best effort, never waiting: the client learns why if it reads before it writes.
-            tracing::debug!(%peer, "refusing a connection: too many from this address");
-            let _ = stream.try_write(TOO_MANY_CONNECTIONS);
-            continue;
-        };
-        let _ = stream.set_nodelay(true);
-        let shared = shared.clone();
-        let mut closing = closing_signal.clone();
-        connections.spawn(async move {
-            let _slot = slot; // held while the connection is open
-            let stats = shared.settings.stats.clone();
-            let _open = HttpStats::hold(&stats.connections);
-            let header_timeout = shared.settings.header_timeout;
-            // Wait, unread, for the address's turn to send a request head.
-            let permit = tokio::select! {
-                permit = tokio::time::timeout(header_timeout, ticket.header_slots.clone().acquire_owned()) => {
-                    match permit {
-                        Ok(permit) => permit.expect("never closed"),
-                        Err(_) => {
-                            tracing::debug!(%peer, "closing a connection: its address kept every header slot");
-                            return;
-                        }
-                    }
-                }
-                _ = closing.wait_for(|closing| *closing) => return,
-            };
-            let half_open = HalfOpen(std::sync::Mutex::new(Some(permit)));
-            let tls = shared.settings.tls.clone();
-            let unread_body = Arc::new(AtomicBool::new(false));
-            let socket = Socket::new(stream, unread_body.clone(), &shared.settings);
-            let service = hyper::service::service_fn(move |mut request: Request<IncomingBody>| {
-                // The head is read: the address's header slot is free again.
-                half_open.end();
-                let client = shared.settings.trusted_proxies.client(peer.ip(), request.headers());
-                request.extensions_mut().insert(Peer(client_address(client)));
-                let (shared, unread_body) = (shared.clone(), unread_body.clone());
-                async move { Ok::<_, Infallible>(handle(request, &shared, &unread_body).await) }
-            });
-            let _ticket = ticket; // counted against the address while open
-            match tls {
-                None => serve_connection(socket, service, header_timeout, closing).await,
-                Some(tls) => {
-                    // The handshake is part of the head: the same deadline, under the same slot.
-                    let accepted = tokio::select! {
-                        accepted = tokio::time::timeout(header_timeout, tls.acceptor().accept(socket)) => accepted,
-                        _ = closing.wait_for(|closing| *closing) => return,
-                    };
-                    match accepted {
-                        Ok(Ok(stream)) => serve_connection(stream, service, header_timeout, closing).await,
-                        Ok(Err(error)) => tracing::debug!(%peer, "TLS handshake failed: {error}"),
-                        Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
-                    }
-                }
-            }
-        });
-    }
-    drop(listener);
+    listening.serve_until(&mut connections, shutdown).await;
     stats.accepting.store(false, Ordering::Release);
-    // Idle connections close now and a request arriving on a busy one is refused with 503,
-    // so that a load balancer sends it to another replica; the answers in flight finish.
-    closing.send_replace(true);
+    refuse_requests.send_replace(true);
+    let close_at = tokio::time::Instant::now() + shared.settings.close_delay;
     server.shutdown();
-    if !server.drain(drain).await {
-        tracing::warn!("calls still running after {drain:?}; exiting anyway");
-    }
+    let drained = async {
+        if !server.drain(drain).await {
+            tracing::warn!("calls still running after {drain:?}; exiting anyway");
+        }
+        tokio::time::sleep_until(close_at).await;
+    };
+    listening.serve_until(&mut connections, drained).await;
+    drop(listening);
+    close_connections.send_replace(true);
     let flushed = tokio::time::timeout(Duration::from_secs(2), async {
         while connections.join_next().await.is_some() {}
     });
@@ -723,6 +670,122 @@ pub async fn serve(
         tracing::warn!("some HTTP connections did not close in time");
     }
     Ok(())
+}
+
+/// The listener and what each connection it accepts shares.
+struct Listening {
+    listener: TcpListener,
+    /// `max_connections`: a permit per open connection.
+    open_slots: Arc<tokio::sync::Semaphore>,
+    shared: Arc<Shared>,
+    /// Turns true when connections are to close (idle ones at once, busy ones after
+    /// their answer) and connections still waiting to be read give up.
+    closing: tokio::sync::watch::Receiver<bool>,
+}
+
+impl Listening {
+    /// Accept connections, each served on a task of `connections`, until `until` resolves.
+    async fn serve_until(
+        &self,
+        connections: &mut tokio::task::JoinSet<()>,
+        until: impl std::future::Future<Output = ()>,
+    ) {
+        let mut until = std::pin::pin!(until);
+        loop {
+            let (slot, (stream, peer)) = tokio::select! {
+                accepted = async {
+                    let slot = self.open_slots.clone().acquire_owned().await.expect("never closed");
+                    (slot, self.listener.accept().await)
+                } => match accepted {
+                    (slot, Ok(accepted)) => (slot, accepted),
+                    (_, Err(error)) => {
+                        // Out of descriptors and the like: back off instead of spinning.
+                        tracing::warn!("accept failed: {error}");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                },
+                Some(_) = connections.join_next(), if !connections.is_empty() => continue,
+                () = &mut until => return,
+            };
+            let settings = &self.shared.settings;
+            let Some(ticket) = self.shared.clients.enter(
+                peer.ip(),
+                settings.max_connections_per_ip,
+                settings.max_header_connections_per_ip,
+            ) else {
+                // Best effort, never waiting: the client learns why if it reads before it writes.
+                tracing::debug!(%peer, "refusing a connection: too many from this address");
+                let _ = stream.try_write(TOO_MANY_CONNECTIONS);
+                continue;
+            };
+            let _ = stream.set_nodelay(true);
+            connections.spawn(serve_accepted(
+                self.shared.clone(),
+                stream,
+                peer,
+                slot,
+                ticket,
+                self.closing.clone(),
+            ));
+        }
+    }
+}
+
+/// One accepted connection, from its address's turn to send a head until it closes.
+async fn serve_accepted(
+    shared: Arc<Shared>,
+    stream: TcpStream,
+    peer: SocketAddr,
+    slot: OwnedSemaphorePermit,
+    ticket: ClientTicket,
+    mut closing: tokio::sync::watch::Receiver<bool>,
+) {
+    let _slot = slot; // held while the connection is open
+    let stats = shared.settings.stats.clone();
+    let _open = HttpStats::hold(&stats.connections);
+    let header_timeout = shared.settings.header_timeout;
+    // Wait, unread, for the address's turn to send a request head.
+    let permit = tokio::select! {
+        permit = tokio::time::timeout(header_timeout, ticket.header_slots.clone().acquire_owned()) => {
+            match permit {
+                Ok(permit) => permit.expect("never closed"),
+                Err(_) => {
+                    tracing::debug!(%peer, "closing a connection: its address kept every header slot");
+                    return;
+                }
+            }
+        }
+        _ = closing.wait_for(|closing| *closing) => return,
+    };
+    let half_open = HalfOpen(std::sync::Mutex::new(Some(permit)));
+    let tls = shared.settings.tls.clone();
+    let unread_body = Arc::new(AtomicBool::new(false));
+    let socket = Socket::new(stream, unread_body.clone(), &shared.settings);
+    let service = hyper::service::service_fn(move |mut request: Request<IncomingBody>| {
+        // The head is read: the address's header slot is free again.
+        half_open.end();
+        let client = shared.settings.trusted_proxies.client(peer.ip(), request.headers());
+        request.extensions_mut().insert(Peer(client_address(client)));
+        let (shared, unread_body) = (shared.clone(), unread_body.clone());
+        async move { Ok::<_, Infallible>(handle(request, &shared, &unread_body).await) }
+    });
+    let _ticket = ticket; // counted against the address while open
+    match tls {
+        None => serve_connection(socket, service, header_timeout, closing).await,
+        Some(tls) => {
+            // The handshake is part of the head: the same deadline, under the same slot.
+            let accepted = tokio::select! {
+                accepted = tokio::time::timeout(header_timeout, tls.acceptor().accept(socket)) => accepted,
+                _ = closing.wait_for(|closing| *closing) => return,
+            };
+            match accepted {
+                Ok(Ok(stream)) => serve_connection(stream, service, header_timeout, closing).await,
+                Ok(Err(error)) => tracing::debug!(%peer, "TLS handshake failed: {error}"),
+                Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
+            }
+        }
+    }
 }
 
 /// Serve HTTP/1.1 on one connection (plain or TLS) until it ends or the server closes.
@@ -813,7 +876,7 @@ async fn serve_request(
     body_read: &mut bool,
 ) -> Result<HttpResponse, HttpResponse> {
     let (server, settings) = (&shared.server, &shared.settings);
-    if *shared.closing.borrow() {
+    if *shared.refusing.borrow() {
         return Err(shutting_down());
     }
     let headers = request.headers();

@@ -156,15 +156,18 @@ def anyio_backend():
     return "asyncio"
 
 
-def write_config(tmp_path: Path, component_keys: str = "") -> Path:
+def write_config(tmp_path: Path, component_keys: str = "", behind_a_balancer: bool = False) -> Path:
     """A config serving the example tools; `component_keys` are TOML lines added to their
-    `[[components]]` table (e.g. `allow_http = [...]`)."""
+    `[[components]]` table (e.g. `allow_http = [...]`). A server with no balancer in front
+    exits at once on SIGTERM (`close_delay_ms = 0`); one behind a balancer keeps the
+    default delay, as shipped."""
     assert CORDON.is_file(), f"{CORDON} is missing: build it (cargo xtask test does)"
     assert TOOLS.is_file(), f"{TOOLS} is missing: run `cargo xtask guests`"
     config = tmp_path / "cordon.toml"
     config.write_text(
         "[server]\ncache = false\nmax_concurrent_calls = 256\nprogress_interval_ms = 10\n\n"
-        "[http]\nsse_after_ms = 200\n\n"
+        "[http]\nsse_after_ms = 200\n"
+        f"{'' if behind_a_balancer else 'close_delay_ms = 0'}\n\n"
         f"[[components]]\npath = {json.dumps(str(TOOLS))}\ndata_dir = \"data\"\n"
         f"{component_keys}"
         "limits = { grace_ms = 250, idle_timeout_ms = 0, max_duration_ms = 120000 }\n"

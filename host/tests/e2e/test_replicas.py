@@ -92,7 +92,7 @@ def replica(name: str, tmp_path: Path):
     """`cordon serve --http` with its metrics listener, each with its own data directory."""
     home = tmp_path / name
     home.mkdir()
-    config = write_config(home)
+    config = write_config(home, behind_a_balancer=True)
     process = subprocess.Popen(
         [str(CORDON), "serve", "--http", "127.0.0.1:0", "--metrics", "127.0.0.1:0",
          "--log-format", "json", "--config", str(config)],
