@@ -269,6 +269,30 @@ impl SessionOwner {
     }
 }
 
+/// The network blocks an owner is in, widest first, for a full table to find whose
+/// session to close ([`SessionTable::to_close`]); `None` where the owner is a block of its
+/// own (a caller, a tenant).
+trait NetworkBlocks {
+    fn blocks(&self) -> [Option<(u8, IpAddr)>; 2];
+}
+
+impl NetworkBlocks for SessionOwner {
+    /// An address's /16 and /24 (IPv4), or /32 and /48 (IPv6, whose owner is already a
+    /// /64): a site is given a /48 and a provider a /32, so one holder of many /64s (or
+    /// IPv4 addresses) is one block here, however many owners it spreads over.
+    fn blocks(&self) -> [Option<(u8, IpAddr)>; 2] {
+        let Self::Address(address) = self else { return [None, None] };
+        let within = |bits: u8| match address {
+            IpAddr::V4(v4) => IpAddr::V4((v4.to_bits() & (u32::MAX << (32 - bits))).into()),
+            IpAddr::V6(v6) => IpAddr::V6((v6.to_bits() & (u128::MAX << (128 - bits))).into()),
+        };
+        match address {
+            IpAddr::V4(_) => [Some((16, within(16))), Some((24, within(24)))],
+            IpAddr::V6(_) => [Some((32, within(32))), Some((48, within(48)))],
+        }
+    }
+}
+
 /// Sessions by id, each with its owner and last use, and each owner's sessions ordered by
 /// last use: which session to close when an owner's cap or the table is full is found
 /// without walking the table ([`Self::to_close`]), and a request's use of its session is
@@ -284,7 +308,7 @@ impl<S, O> Default for SessionTable<S, O> {
     }
 }
 
-impl<S, O: Clone + Eq + std::hash::Hash> SessionTable<S, O> {
+impl<S, O: Clone + Eq + std::hash::Hash + NetworkBlocks> SessionTable<S, O> {
     fn len(&self) -> usize {
         self.by_id.len()
     }
@@ -333,20 +357,49 @@ impl<S, O: Clone + Eq + std::hash::Hash> SessionTable<S, O> {
     }
 
     /// The session to close so that one more of `owner`'s fits: an owner's own least
-    /// recently used once it holds `per_owner`; when `total` are open, that of whoever
-    /// holds the most, so that an owner's initializes never close another's sessions below
-    /// its share. (Sessions of no owner are capped by `total` only.) Walks the owners
+    /// recently used once it holds `per_owner`; when `total` are open, one of the biggest
+    /// holder's, so that an owner's initializes never close another's sessions below its
+    /// share. The biggest holder is found from the widest network block down: the block
+    /// holding the most sessions, in it the narrower block holding the most, in that the
+    /// owner holding the most ([`NetworkBlocks`]), so that a client spreading its sessions
+    /// over many addresses of its network closes its own, not those of a client elsewhere
+    /// that holds one. (Sessions of no owner are capped by `total` only.) Walks the owners
     /// only when the table is full.
     fn to_close(&self, owner: &Option<O>, total: usize, per_owner: usize) -> Option<&String> {
         let oldest_of = |owner: &Option<O>| self.by_owner.get(owner)?.first().map(|(_, id)| id);
-        let held = self.by_owner.get(owner).map_or(0, std::collections::BTreeSet::len);
-        if owner.is_some() && held >= per_owner {
+        let held = |owner: &Option<O>| self.by_owner.get(owner).map_or(0, std::collections::BTreeSet::len);
+        if owner.is_some() && held(owner) >= per_owner {
             return oldest_of(owner);
         }
         if self.len() < total {
             return None;
         }
-        let (most, _) = self.by_owner.iter().max_by_key(|(_, uses)| uses.len())?;
+        #[derive(PartialEq, Eq, Hash)]
+        enum Group<'a, O> {
+            Block(u8, IpAddr),
+            Alone(&'a Option<O>),
+        }
+        fn group<O: NetworkBlocks>(owner: &Option<O>, level: usize) -> Group<'_, O> {
+            match owner.as_ref().and_then(|owner| owner.blocks()[level]) {
+                Some((bits, block)) => Group::Block(bits, block),
+                None => Group::Alone(owner),
+            }
+        }
+        let mut candidates: Vec<&Option<O>> = self.by_owner.keys().collect();
+        for level in 0..2 {
+            let mut sizes: HashMap<Group<'_, O>, usize> = HashMap::with_capacity(candidates.len());
+            for &candidate in &candidates {
+                *sizes.entry(group(candidate, level)).or_default() += held(candidate);
+            }
+            let (biggest, _) = sizes.into_iter().max_by_key(|(_, size)| *size)?;
+            candidates.retain(|&candidate| group(candidate, level) == biggest);
+        }
+        // Among owners holding as many, the one whose session has waited longest.
+        let last_used =
+            |owner: &Option<O>| self.by_owner.get(owner).and_then(|uses| uses.first()).map(|(used, _)| *used);
+        let most = candidates
+            .into_iter()
+            .max_by_key(|&candidate| (held(candidate), std::cmp::Reverse(last_used(candidate))))?;
         oldest_of(most)
     }
 }
@@ -864,6 +917,11 @@ async fn handle(request: Request<IncomingBody>, shared: &Shared, unread_body: &A
     if has_body && !body_read {
         unread_body.store(true, Ordering::Release);
     }
+    // Once shutdown has begun, no connection is left idle for a balancer to reuse just as
+    // the server closes it: each answer closes its connection.
+    if *shared.refusing.borrow() {
+        return closing(response);
+    }
     response
 }
 
@@ -945,6 +1003,11 @@ async fn serve_request(
     let body_charge = server.admission().empty_for(tenant.as_deref(), client.as_ref());
     let (body, body_charge) = read_body(request.into_body(), settings, body_charge).await?;
     *body_read = true;
+    // Its body may have taken a while: a request not begun when shutdown began gets the
+    // 503 a balancer retries elsewhere, not the error of a call refused at its start.
+    if *shared.refusing.borrow() {
+        return Err(shutting_down());
+    }
     let Admitted { message, charge } =
         server.admit_for(&body, tenant.as_deref(), client.as_ref()).map_err(|refusal| refused(&refusal))?;
     // From here on the parsed message is what is held.
@@ -1897,6 +1960,54 @@ mod tests {
         let origin = |value: &'static str| origin_allowed(&HeaderValue::from_static(value), &allowed);
         assert!(origin("http://localhost:3000") && origin("https://127.0.0.1"));
         assert!(!origin("http://evil.example") && !origin("null") && !origin("file://localhost"));
+    }
+
+    /// Test owners by name: each a block of its own.
+    impl NetworkBlocks for &str {
+        fn blocks(&self) -> [Option<(u8, IpAddr)>; 2] {
+            [None, None]
+        }
+    }
+
+    /// A full table closes a session of the network block holding the most, not one of
+    /// the single session of a client elsewhere, however many addresses (/64s here) the
+    /// block's sessions are spread over. By owner alone (as before), every owner held one
+    /// and the one closed was any of them: as likely the lone client's.
+    #[test]
+    fn a_full_table_closes_a_session_of_the_block_that_holds_the_most_not_of_a_lone_client() {
+        let start = std::time::Instant::now();
+        let address = |text: &str| Some(SessionOwner::Address(client_address(text.parse().unwrap())));
+        let mut table = SessionTable::<(), SessionOwner>::default();
+        // The lone client's is the oldest session of all.
+        table.insert("lone".into(), (), address("2001:db8:aaaa::1"), start);
+        for i in 0..40_u64 {
+            let owner = address(&format!("2001:db8:bbbb:{i:x}::1"));
+            table.insert(format!("spread{i}"), (), owner, start + Duration::from_secs(1 + i));
+        }
+        let newcomer = address("2001:db8:bbbb:ffff::1");
+        let closed = table.to_close(&newcomer, table.len(), MAX_SESSIONS_PER_ADDRESS).unwrap();
+        assert_eq!(closed, "spread0", "the oldest of the biggest /64 of the biggest /48");
+        // The same with IPv4: many addresses of one /24 against one elsewhere.
+        let mut table = SessionTable::<(), SessionOwner>::default();
+        table.insert("lone".into(), (), address("198.51.100.7"), start);
+        for i in 0..40_u64 {
+            table.insert(
+                format!("spread{i}"),
+                (),
+                address(&format!("203.0.113.{i}")),
+                start + Duration::from_secs(1),
+            );
+        }
+        let closed =
+            table.to_close(&address("203.0.113.200"), table.len(), MAX_SESSIONS_PER_ADDRESS).unwrap();
+        assert!(closed.starts_with("spread"), "{closed}");
+        // Blocks count what their owners hold: a caller holding more than a block is the one.
+        let caller = Some(SessionOwner::Tenant(crate::auth::TenantId::new("acme")));
+        for i in 0..50 {
+            table.insert(format!("acme{i}"), (), caller.clone(), start + Duration::from_secs(2 + i));
+        }
+        let closed = table.to_close(&address("198.51.100.7"), table.len(), MAX_SESSIONS_PER_ADDRESS).unwrap();
+        assert_eq!(closed, "acme0");
     }
 
     #[test]
