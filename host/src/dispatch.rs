@@ -113,6 +113,9 @@ pub struct Server {
     /// The same per tenant: each tenant's view, made once per set (bounded by the tenants
     /// configured).
     tenant_tool_lists: Mutex<HashMap<Arc<str>, ToolList>>,
+    /// The digests of what each tenant (or, without tenants, everyone) lists, for the
+    /// streams that tell clients of list changes: made once per set and tenant.
+    list_digests: Mutex<HashMap<Option<Arc<str>>, ListDigests>>,
     /// The tenants configured (none: one implicit tenant, every tool).
     tenants: Arc<Tenants>,
     /// The shortest gap between two progress notifications of one call.
@@ -140,6 +143,8 @@ pub struct Server {
 
 /// A tool list as MCP describes it, and the generation of the set it was made from.
 type ToolList = (u64, Arc<Vec<Tool>>);
+/// A set's generation, and the digests of a tenant's lists in it.
+type ListDigests = (u64, features::Lists);
 
 /// Bounds on what requests may hold in memory, on every transport.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -204,6 +209,7 @@ impl Server {
             runtime,
             tool_list,
             tenant_tool_lists: Mutex::default(),
+            list_digests: Mutex::default(),
             tenants,
             progress_interval,
             calls: AtomicUsize::new(0),
@@ -276,6 +282,29 @@ impl Server {
             *cached = (tools.generation(), Arc::new(list));
         }
         cached.1.clone()
+    }
+
+    /// The digests of `tenant`'s lists in `tools`, made by `make` once per set and tenant:
+    /// when a set is swapped in, every stream asks at once, and one makes them under the
+    /// lock while the others wait for them.
+    fn list_digests_for(
+        &self,
+        tools: &ToolSet,
+        tenant: Option<&Arc<str>>,
+        make: impl FnOnce() -> features::Lists,
+    ) -> features::Lists {
+        let mut digests = self.list_digests.lock().unwrap();
+        match digests.get(&tenant.cloned()) {
+            Some((generation, lists)) if *generation == tools.generation() => *lists,
+            // A stream still on an older set (a newer one swapped in meanwhile) gets its
+            // own, uncached: the cache keeps the newest.
+            Some((generation, _)) if *generation > tools.generation() => make(),
+            _ => {
+                let lists = make();
+                digests.insert(tenant.cloned(), (tools.generation(), lists));
+                lists
+            }
+        }
     }
 
     /// The tenants configured.
@@ -1750,5 +1779,32 @@ mod tests {
         let passed: Vec<f64> =
             first_round.into_iter().chain(second_round).filter(|done| sent.advance(*done)).collect();
         assert_eq!(passed, [0.2, 0.5, 1.0, 1.5]);
+    }
+
+    /// When a set is swapped in, every listen stream asks for its lists at once: they are
+    /// made once per set and tenant, not once per stream; a stream still on an older set
+    /// gets its own without undoing the cache of the newer.
+    #[tokio::test]
+    async fn list_digests_are_made_once_per_set_and_tenant() {
+        let runtime = Arc::new(Runtime::new(crate::runtime::RuntimeSettings::default()).unwrap());
+        let server = Server::with_limits(runtime, Duration::from_millis(10), ServerLimits::default());
+        let made = std::sync::atomic::AtomicUsize::new(0);
+        let digests_of = |set: &ToolSet, tenant: Option<&Arc<str>>| {
+            server.list_digests_for(set, tenant, || {
+                made.fetch_add(1, Ordering::Relaxed);
+                features::Lists::default()
+            })
+        };
+        let (older, newer) = (ToolSet::new(Vec::new(), 1), ToolSet::new(Vec::new(), 2));
+        let acme: Arc<str> = Arc::from("acme");
+        for _ in 0..100 {
+            digests_of(&older, None);
+            digests_of(&older, Some(&acme));
+        }
+        assert_eq!(made.load(Ordering::Relaxed), 2, "once for everyone, once for acme");
+        digests_of(&newer, None);
+        digests_of(&older, None);
+        digests_of(&newer, None);
+        assert_eq!(made.load(Ordering::Relaxed), 4, "the newer set made once, the older again");
     }
 }

@@ -980,3 +980,47 @@ fn behind_a_trusted_proxy_each_forwarded_client_keeps_its_own_share() {
     open.push(listen([127, 0, 0, 2], "203.0.113.7").expect("the connection's own address"));
     drop(open);
 }
+
+/// A `subscriptions/listen` stream keeps digests of the lists it tells changes of, not a
+/// copy of them: a guest may list megabytes (here 150 resources described in 64 KiB each,
+/// about 10 MB), and each stream a client opens (from one address, up to half the server's
+/// 1,024) held its own copy, uncharged: 60 streams took the server up by about 600 MB.
+#[test]
+fn listen_streams_hold_no_copy_of_the_lists_however_large_a_guest_makes_them() {
+    let server = Server::start_with(
+        "http-listen-lists",
+        &format!(
+            "\n[[components]]\npath = {:?}\nenv = {{ HOSTILE_DESCRIPTION_BYTES = \"65536\" }}\n",
+            common::hostile()
+        ),
+    );
+    let rss = || {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", server.child.id())).unwrap();
+        let line = status.lines().find(|line| line.starts_with("VmRSS:")).unwrap();
+        line.split_whitespace().nth(1).unwrap().parse::<usize>().unwrap() << 10
+    };
+    let listen = |id: usize| {
+        let body = json!({"jsonrpc": "2.0", "id": id, "method": "subscriptions/listen",
+            "params": {"notifications": {"resourcesListChanged": true}, "_meta": meta()}})
+        .to_string();
+        let mut stream = TcpStream::connect(("127.0.0.1", server.port)).unwrap();
+        let headers = modern_headers("subscriptions/listen", None);
+        write_request(&mut stream, server.port, "POST", &headers, body.as_bytes());
+        let mut head = Vec::new();
+        let mut byte = [0u8; 1];
+        while !head.ends_with(b"\r\n\r\n") {
+            assert_eq!(stream.read(&mut byte).unwrap(), 1, "the head ended early: {head:?}");
+            head.push(byte[0]);
+        }
+        let head = String::from_utf8(head).unwrap().to_ascii_lowercase();
+        assert!(head.contains("content-type: text/event-stream"), "{head}");
+        stream
+    };
+    // The first stream makes the digests, once for everyone.
+    let first = listen(0);
+    let before = rss();
+    let open: Vec<TcpStream> = (1..=60).map(listen).collect();
+    let grown = rss().saturating_sub(before);
+    assert!(grown < 64 << 20, "60 listen streams took {} MiB", grown >> 20);
+    drop((first, open));
+}

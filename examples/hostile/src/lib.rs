@@ -668,12 +668,18 @@ impl Plugin for Hostile {
 
     /// Writes why the call stopped to `/data/cleanup-reason`, for the tests to read.
     fn resources() -> Vec<Resource> {
+        // HOSTILE_DESCRIPTION_BYTES: each item described at that length, to make the list large.
+        let padding = std::env::var("HOSTILE_DESCRIPTION_BYTES").ok().and_then(|bytes| bytes.parse().ok());
         let mut resources: Vec<Resource> = (0..150)
             .map(|item| {
                 let uri = format!("hostile://{}item/{item}", prefix_of("resources"));
-                Resource::new(&uri, &format!("item-{item}"), move || {
+                let resource = Resource::new(&uri, &format!("item-{item}"), move || {
                     Ok(ResourceBody::text(format!("item {item}")))
-                })
+                });
+                match padding {
+                    Some(bytes) => resource.description(&format!("{item:x}").repeat(bytes).split_at(bytes).0),
+                    None => resource,
+                }
             })
             .collect();
         let extra = std::fs::read_to_string(format!("{DATA}/extra")).unwrap_or_default();

@@ -18,7 +18,6 @@
 //! ([`Connection::resources_updated`]).
 
 use std::collections::HashMap;
-use std::sync::Arc;
 
 use serde_json::Value;
 use tokio::sync::oneshot;
@@ -225,13 +224,8 @@ impl Connection {
     /// The subscribed URIs whose serving component differs between `before` and `after`
     /// (reloaded, added or gone), each as its `notifications/resources/updated`.
     pub(super) fn resources_updated(&self, before: &ToolSet, after: &ToolSet) -> Vec<Outgoing> {
-        let view = self.view();
         let subscriptions = self.subscriptions.lock().unwrap();
-        (subscriptions.uris.keys())
-            .filter(|uri| {
-                let owner = |tools: &ToolSet| tools.resource_owner(view, uri).map(Arc::as_ptr);
-                owner(before) != owner(after)
-            })
+        (before.owners_changed(after, self.view(), subscriptions.uris.keys()).into_iter())
             .map(|uri| {
                 let uri = uri.clone();
                 Outgoing::Notification(ServerNotification::ResourceUpdated(ResourceUpdatedParams { uri }))

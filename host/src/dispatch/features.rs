@@ -49,15 +49,18 @@ impl Connection {
         wire::Offered { resources, prompts, completions }
     }
 
-    /// The lists whose changes this connection's client hears of, as its view sees `tools`.
+    /// The lists whose changes this connection's client hears of, as its view sees
+    /// `tools`, as digests: made once per set and tenant, however many streams ask.
     pub(super) fn lists_of(&self, tools: &ToolSet) -> Lists {
         let view = self.view();
-        Lists {
-            tools: self.server.tool_list_for(tools, view),
-            prompts: tools.prompts_for(view).map(prompt).collect(),
-            resources: tools.resources_for(view).map(resource).collect(),
-            templates: tools.templates_for(view).map(template).collect(),
-        }
+        self.server.list_digests_for(tools, view.map(|view| &view.tenant), || Lists {
+            tools: Lists::digest(&*self.server.tool_list_for(tools, view)),
+            prompts: Lists::digest(&tools.prompts_for(view).map(prompt).collect::<Vec<_>>()),
+            resources: Lists::digest(&(
+                tools.resources_for(view).map(resource).collect::<Vec<_>>(),
+                tools.templates_for(view).map(template).collect::<Vec<_>>(),
+            )),
+        })
     }
 
     /// Answer one of [`METHODS`].
@@ -88,12 +91,13 @@ impl Connection {
         let caching = wire::list_caching(revision, self.tenant.is_some());
         let completion = wire::completion(revision);
         let cursor = params.as_ref().and_then(|params| params.get("cursor"));
+        // Paged over references: only the page is copied (a component may list megabytes).
         let listed = match method {
             "resources/list" => {
-                let items: Vec<wire::Resource> = tools.resources_for(self.view()).map(resource).collect();
+                let items: Vec<_> = tools.resources_for(self.view()).collect();
                 wire::page(&items, cursor).map(|(resources, next_cursor)| {
                     FeatureResult::ListResources(wire::ListResourcesResult {
-                        resources: resources.to_vec(),
+                        resources: resources.iter().copied().map(resource).collect(),
                         next_cursor,
                         caching,
                         completion,
@@ -101,11 +105,10 @@ impl Connection {
                 })
             }
             "resources/templates/list" => {
-                let items: Vec<wire::ResourceTemplate> =
-                    tools.templates_for(self.view()).map(template).collect();
+                let items: Vec<_> = tools.templates_for(self.view()).collect();
                 wire::page(&items, cursor).map(|(templates, next_cursor)| {
                     FeatureResult::ListResourceTemplates(wire::ListResourceTemplatesResult {
-                        resource_templates: templates.to_vec(),
+                        resource_templates: templates.iter().copied().map(template).collect(),
                         next_cursor,
                         caching,
                         completion,
@@ -113,10 +116,10 @@ impl Connection {
                 })
             }
             "prompts/list" => {
-                let items: Vec<wire::Prompt> = tools.prompts_for(self.view()).map(prompt).collect();
+                let items: Vec<_> = tools.prompts_for(self.view()).collect();
                 wire::page(&items, cursor).map(|(prompts, next_cursor)| {
                     FeatureResult::ListPrompts(wire::ListPromptsResult {
-                        prompts: prompts.to_vec(),
+                        prompts: prompts.iter().copied().map(prompt).collect(),
                         next_cursor,
                         caching,
                         completion,
@@ -347,24 +350,43 @@ impl Connection {
     }
 }
 
-/// What a client lists, as it saw it last: to tell which lists a new tool set changed.
-#[derive(PartialEq)]
+/// What a client lists, as it saw it last: to tell which lists a new tool set changed. A
+/// digest of each list as it is sent, keyed by the process (so a guest cannot make two of
+/// its lists collide): a stream keeps these few bytes, not a copy of every list (which a
+/// guest may make megabytes), and each set's are made once per tenant.
+#[derive(Clone, Copy, Default, PartialEq, Eq)]
 pub(super) struct Lists {
-    tools: Arc<Vec<crate::protocol::types::Tool>>,
-    prompts: Vec<wire::Prompt>,
-    resources: Vec<wire::Resource>,
-    templates: Vec<wire::ResourceTemplate>,
+    tools: u64,
+    prompts: u64,
+    /// Resources and templates: one list for their notification.
+    resources: u64,
 }
 
 impl Lists {
     /// The kinds of list that differ in `next`.
     pub(super) fn changed_in(&self, next: &Lists) -> impl Iterator<Item = ListKind> + use<> {
-        let changed = [
-            self.tools != next.tools,
-            self.prompts != next.prompts,
-            self.resources != next.resources || self.templates != next.templates,
-        ];
+        let changed =
+            [self.tools != next.tools, self.prompts != next.prompts, self.resources != next.resources];
         ListKind::ALL.into_iter().zip(changed).filter_map(|(kind, changed)| changed.then_some(kind))
+    }
+
+    /// The keyed digest of `list` as JSON.
+    fn digest(list: &impl serde::Serialize) -> u64 {
+        use std::hash::{BuildHasher, Hasher};
+        static KEY: std::sync::OnceLock<std::hash::RandomState> = std::sync::OnceLock::new();
+        struct Digest(std::hash::DefaultHasher);
+        impl std::io::Write for Digest {
+            fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+                self.0.write(bytes);
+                Ok(bytes.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let mut digest = Digest(KEY.get_or_init(std::hash::RandomState::new).build_hasher());
+        serde_json::to_writer(&mut digest, list).expect("lists serialize");
+        digest.0.finish()
     }
 }
 

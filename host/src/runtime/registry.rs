@@ -15,7 +15,7 @@
 //! Tenants (per-tenant views) belong here too: a view is a filter over one set, taken
 //! with it, so that a tenant's list and calls come from the same snapshot.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
 use cordon_rules::Overlap;
@@ -26,6 +26,10 @@ use super::limits::ToolLimits;
 /// The most steps one component's resources and templates may take to compare with the
 /// other components' ([`ToolSet::overlap_clash`]): about 0.1 s. Real sets take thousands.
 pub const OVERLAP_BUDGET: u64 = 20_000_000;
+
+/// The most resources and templates a swap matches one stream's subscriptions against
+/// ([`ToolSet::owners_changed`]), counted once per subscription.
+pub const OWNER_MATCH_BUDGET: usize = 1 << 16;
 
 /// Whether `template` matches `uri`, the work charged to `budget` (about a step per byte);
 /// `None` when the budget has too little left.
@@ -290,6 +294,43 @@ impl ToolSet {
     ) -> Option<&Arc<LoadedComponent>> {
         self.seen(view, self.resources.get(uri))
             .or_else(|| self.visible(view).find(|component| component.offered.serves_uri(uri)))
+    }
+
+    /// Those of `uris` whose serving component ([`Self::resource_owner`]) differs in
+    /// `after`, as `view` sees both. Only a component swapped in or out can change which
+    /// one serves a URI, so only those are matched, and at most [`OWNER_MATCH_BUDGET`]
+    /// resources and templates in all: a guest that relists many templates, and a client
+    /// holding many subscriptions on many streams, would otherwise make each swap a
+    /// matching of every subscription against every template, on every stream. Past the
+    /// budget, a URI no component lists by name in either set is counted as changed (the
+    /// client reads it again: no harm).
+    pub(crate) fn owners_changed<'u>(
+        &self,
+        after: &ToolSet,
+        view: Option<&TenantView>,
+        uris: impl ExactSizeIterator<Item = &'u String>,
+    ) -> Vec<&'u String> {
+        let pointers = |set: &ToolSet| -> HashSet<*const LoadedComponent> {
+            set.visible(view).map(Arc::as_ptr).collect()
+        };
+        let (were, are) = (pointers(self), pointers(after));
+        let swapped: Vec<&Arc<LoadedComponent>> =
+            (self.visible(view).filter(|c| !are.contains(&Arc::as_ptr(c))))
+                .chain(after.visible(view).filter(|c| !were.contains(&Arc::as_ptr(c))))
+                .collect();
+        if swapped.is_empty() {
+            return Vec::new();
+        }
+        let per_uri: usize =
+            swapped.iter().map(|c| c.offered.resources.len() + c.offered.templates.len()).sum();
+        let matched = per_uri.saturating_mul(uris.len()) <= OWNER_MATCH_BUDGET;
+        let listed = |set: &ToolSet, uri: &str| set.seen(view, set.resources.get(uri)).map(Arc::as_ptr);
+        uris.filter(|uri| match (listed(self, uri), listed(after, uri)) {
+            (Some(was), Some(is)) => was != is,
+            (None, None) if matched => swapped.iter().any(|c| c.offered.serves_uri(uri)),
+            _ => true,
+        })
+        .collect()
     }
 
     /// The component offering the prompt `name`.
