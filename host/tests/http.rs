@@ -842,13 +842,7 @@ fn a_legacy_get_stream_holds_a_listen_slot_and_ends_with_its_session() {
         ];
         write_request(&mut stream, server.port, "GET", &headers, b"");
         stream.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-        let mut head = Vec::new();
-        let mut byte = [0u8; 1];
-        while !head.ends_with(b"\r\n\r\n") {
-            assert_eq!(stream.read(&mut byte).unwrap(), 1, "the head ended early: {head:?}");
-            head.push(byte[0]);
-        }
-        let status: u16 = String::from_utf8_lossy(&head).split(' ').nth(1).unwrap().parse().unwrap();
+        let status: u16 = read_head(&mut stream).split(' ').nth(1).unwrap().parse().unwrap();
         (status, stream)
     };
     let (status, mut following) = open(&first);
@@ -914,6 +908,17 @@ fn one_address_cannot_close_another_clients_sessions() {
 }
 
 /// A plain TCP connection to `port` from `source`, an address of the loopback.
+/// A response's head, read a byte at a time so that nothing after it is taken.
+fn read_head(stream: &mut TcpStream) -> String {
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        assert_eq!(stream.read(&mut byte).unwrap(), 1, "the head ended early: {head:?}");
+        head.push(byte[0]);
+    }
+    String::from_utf8(head).unwrap()
+}
+
 fn connect_from(source: [u8; 4], port: u16) -> TcpStream {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let stream = runtime.block_on(async {
@@ -949,13 +954,7 @@ fn behind_a_trusted_proxy_each_forwarded_client_keeps_its_own_share() {
         headers.push(("X-Forwarded-For", forwarded));
         let mut stream = connect_from(source, server.port);
         write_request(&mut stream, server.port, "POST", &headers, body.as_bytes());
-        let mut head = Vec::new();
-        let mut byte = [0u8; 1];
-        while !head.ends_with(b"\r\n\r\n") {
-            assert_eq!(stream.read(&mut byte).unwrap(), 1, "the head ended early: {head:?}");
-            head.push(byte[0]);
-        }
-        let head = String::from_utf8(head).unwrap();
+        let head = read_head(&mut stream);
         if head.to_ascii_lowercase().contains("content-type: text/event-stream") {
             return Ok(stream);
         }
@@ -1006,13 +1005,7 @@ fn listen_streams_hold_no_copy_of_the_lists_however_large_a_guest_makes_them() {
         let mut stream = TcpStream::connect(("127.0.0.1", server.port)).unwrap();
         let headers = modern_headers("subscriptions/listen", None);
         write_request(&mut stream, server.port, "POST", &headers, body.as_bytes());
-        let mut head = Vec::new();
-        let mut byte = [0u8; 1];
-        while !head.ends_with(b"\r\n\r\n") {
-            assert_eq!(stream.read(&mut byte).unwrap(), 1, "the head ended early: {head:?}");
-            head.push(byte[0]);
-        }
-        let head = String::from_utf8(head).unwrap().to_ascii_lowercase();
+        let head = read_head(&mut stream).to_ascii_lowercase();
         assert!(head.contains("content-type: text/event-stream"), "{head}");
         stream
     };
