@@ -417,7 +417,9 @@ impl<'a> Line<'a> {
     }
 
     /// A string, quoted and escaped as JSON in both shapes: a tool name or a request id
-    /// can never break the line.
+    /// can never break the line; and its controls (DEL, C1 such as CSI, bidirectional
+    /// overrides), which JSON leaves as they are, escaped first, as a guest's log lines
+    /// are: a client's request id reaches the operator's terminal.
     fn text(&mut self, key: &str, value: &str) {
         self.key(key);
         // Names and ids are almost always printable ASCII with nothing to escape.
@@ -426,7 +428,8 @@ impl<'a> Line<'a> {
             self.bytes.extend_from_slice(value.as_bytes());
             self.bytes.push(b'"');
         } else {
-            serde_json::to_writer(&mut *self.bytes, value).expect("writing to a Vec never fails");
+            serde_json::to_writer(&mut *self.bytes, &*crate::text::printable(value))
+                .expect("writing to a Vec never fails");
         }
     }
 
@@ -644,13 +647,15 @@ mod line_tests {
         let mut bytes = Vec::new();
         let mut line = Line::start(&mut bytes, LogFormat::Text);
         line.text("tool", "echo");
-        line.text("request_id", "\"x\u{7f}\"");
+        line.text("request_id", "\"x\u{7f}\u{9b}\u{202e}\"");
         line.millis("duration_ms", Duration::from_micros(7));
         line.number("result_bytes", 1234);
         line.finish();
         let text = String::from_utf8(bytes).unwrap();
+        // DEL, CSI and a right-to-left override, which JSON escaping leaves raw: escaped.
         assert!(text.ends_with(
-            "  INFO cordon::call: call ended tool=\"echo\" request_id=\"\\\"x\u{7f}\\\"\" duration_ms=0.007 result_bytes=1234\n"
+            "  INFO cordon::call: call ended tool=\"echo\" request_id=\"\\\"x\\\\u{7f}\\\\u{9b}\\\\u{202e}\\\"\" duration_ms=0.007 result_bytes=1234\n"
         ), "{text}");
+        assert!(!text.chars().any(|c| c.is_control() && c != '\n'), "{text:?}");
     }
 }
