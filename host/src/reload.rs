@@ -31,6 +31,9 @@ use crate::runtime::{LoadError, ReloadReport, Runtime};
 
 /// How long the watched files must stay quiet before a reload starts.
 pub const DEBOUNCE: Duration = Duration::from_millis(300);
+/// The longest a reload waits for quiet: changes that never stop (a guest touching its
+/// directory beside a watched file without pause) cannot hold reloads off for good.
+pub const MAX_DEBOUNCE: Duration = Duration::from_secs(5);
 
 /// Why a config could not be used.
 #[derive(Debug, thiserror::Error)]
@@ -133,15 +136,35 @@ fn changed_settings(before: &toml::Table, now: &toml::Table) -> Vec<String> {
 /// and the directories in which any change does: those of files that are symlinks, which
 /// change when a link on the way is swapped (a Kubernetes ConfigMap volume swaps its
 /// `..data` link and never touches the file's own path).
+///
+/// A component's granted directories (its data directory, a tenant's in it, its mounts)
+/// are no change, even in such a directory: a guest may touch its own directory (`set-times`
+/// on its root), and would otherwise make the server reload at will.
 #[derive(Default)]
 struct Watched {
     files: HashSet<PathBuf>,
     any_in: HashSet<PathBuf>,
+    grants: HashSet<PathBuf>,
 }
 
 impl Watched {
     fn touched_by(&self, path: &Path) -> bool {
+        if self.grants.contains(path) || path.parent().is_some_and(|parent| self.grants.contains(parent)) {
+            return false;
+        }
         self.files.contains(path) || path.parent().is_some_and(|directory| self.any_in.contains(directory))
+    }
+}
+
+/// Wait for `changed` to stay quiet for [`DEBOUNCE`] (a burst of events is one change),
+/// or [`MAX_DEBOUNCE`] in all.
+async fn settle(changed: &Notify) {
+    let deadline = tokio::time::Instant::now() + MAX_DEBOUNCE;
+    loop {
+        let quiet_at = (tokio::time::Instant::now() + DEBOUNCE).min(deadline);
+        if tokio::time::timeout_at(quiet_at, changed.notified()).await.is_err() || quiet_at == deadline {
+            return;
+        }
     }
 }
 
@@ -193,14 +216,22 @@ impl Reloader {
     fn watch_files(&mut self) -> Result<(), ReloadError> {
         let Some(watcher) = &mut self.watcher else { return Ok(()) };
         let mut files: HashSet<PathBuf> = HashSet::new();
+        let mut grants: HashSet<PathBuf> = HashSet::new();
         if let Some(config) = &self.config {
             files.insert(config.clone());
         }
         if let Ok(plan) = read_plan(self.config.as_deref()) {
+            for component in &plan.components {
+                let options = &component.options;
+                grants.extend(options.data_dir.iter().cloned());
+                grants.extend(options.mounts.iter().map(|mount| mount.host.clone()));
+            }
             // Components built into the binary have no file to watch.
             let on_disk = plan.components.into_iter().filter(|component| component.embedded.is_none());
             files.extend(on_disk.map(|component| component.path));
         }
+        let grants =
+            grants.iter().map(|grant| std::path::absolute(grant).unwrap_or_else(|_| grant.clone())).collect();
         let files: HashSet<PathBuf> =
             files.iter().map(|file| std::path::absolute(file).unwrap_or_else(|_| file.clone())).collect();
         let directories: HashSet<PathBuf> =
@@ -220,7 +251,7 @@ impl Reloader {
                 .map_err(|source| ReloadError::Watch { path: new.clone(), source })?;
         }
         self.directories = directories;
-        *self.watched.lock().unwrap() = Watched { files, any_in };
+        *self.watched.lock().unwrap() = Watched { files, any_in, grants };
         Ok(())
     }
 
@@ -231,8 +262,7 @@ impl Reloader {
             tokio::select! {
                 _ = self.hangup.recv() => tracing::info!("SIGHUP: reloading the config"),
                 () = self.changed.notified() => {
-                    // A burst of events is one change: wait for quiet.
-                    while tokio::time::timeout(DEBOUNCE, self.changed.notified()).await.is_ok() {}
+                    settle(&self.changed).await;
                     tracing::info!("a watched file changed: reloading the config");
                 }
                 () = async { let _ = shutdown.wait_for(|stopping| *stopping).await; } => return Ok(()),
@@ -301,4 +331,48 @@ pub async fn check(path: &Path) -> Result<CheckSummary, CheckError> {
     }
     let tools = runtime.snapshot().tools().map(|tool| tool.name.clone()).collect();
     Ok(CheckSummary { components: total, tools })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Changes that never stop hold a reload off [`MAX_DEBOUNCE`] at most; a burst is
+    /// waited out. (Before, a change every 200 ms held reloads off for as long as it went on.)
+    #[tokio::test(start_paused = true)]
+    async fn a_reload_waits_for_quiet_but_not_for_ever() {
+        let changed = Arc::new(Notify::new());
+        let touching = tokio::spawn({
+            let changed = changed.clone();
+            async move {
+                loop {
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    changed.notify_one();
+                }
+            }
+        });
+        let started = tokio::time::Instant::now();
+        settle(&changed).await;
+        assert_eq!(started.elapsed(), MAX_DEBOUNCE);
+        touching.abort();
+        let started = tokio::time::Instant::now();
+        settle(&changed).await;
+        assert_eq!(started.elapsed(), DEBOUNCE, "quiet: one debounce");
+    }
+
+    /// A guest touching its own directory (or a tenant's in it) beside a watched symlinked
+    /// file is no change; the file's directory's other entries (a ConfigMap's `..data`) are.
+    #[test]
+    fn a_granted_directory_beside_a_watched_file_is_no_change() {
+        let watched = Watched {
+            files: HashSet::from([PathBuf::from("/srv/cordon/cordon.toml")]),
+            any_in: HashSet::from([PathBuf::from("/srv/cordon")]),
+            grants: HashSet::from([PathBuf::from("/srv/cordon/data")]),
+        };
+        assert!(watched.touched_by(Path::new("/srv/cordon/cordon.toml")));
+        assert!(watched.touched_by(Path::new("/srv/cordon/..data")));
+        assert!(!watched.touched_by(Path::new("/srv/cordon/data")));
+        assert!(!watched.touched_by(Path::new("/srv/cordon/data/acme")));
+        assert!(!watched.touched_by(Path::new("/srv/elsewhere/file")));
+    }
 }
