@@ -4,8 +4,8 @@
 //!
 //! Whoever reaches it may try to keep the probes from being answered (a pod restarted for
 //! failing its liveness probe is the prize), so it serves at most [`MAX_CONNECTIONS`]
-//! connections at once and [`MAX_CONNECTIONS_PER_ADDRESS`] from one address (more are
-//! closed at once, unread), one request each, each connection done within
+//! connections at once and [`MAX_CONNECTIONS_PER_ADDRESS`] from one address (IPv6: one
+//! /64; more are closed at once, unread), one request each, each connection done within
 //! [`CONNECTION_DEADLINE`] (a client that never reads its answer included); a request head
 //! must fit in hyper's smallest read buffer (8 KiB) and arrive within [`HEADER_TIMEOUT`];
 //! no request body is ever read; only `GET` and `HEAD` are answered (405 otherwise) and
@@ -137,7 +137,10 @@ struct AddressSlot {
 }
 
 impl AddressSlot {
+    /// A slot for a connection from `address`, counted with the others of its client
+    /// address (an IPv6 client by its /64, which one host can fill with addresses).
     fn take(counts: &Arc<Mutex<HashMap<IpAddr, usize>>>, address: IpAddr) -> Option<Self> {
+        let address = crate::transport::http::client_address(address);
         let mut held = counts.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let count = held.entry(address).or_default();
         if *count >= MAX_CONNECTIONS_PER_ADDRESS {
@@ -187,4 +190,24 @@ fn text(status: StatusCode, body: &'static str) -> Response<Full<Bytes>> {
         .headers_mut()
         .insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
     response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One host's /64 is one address here too: its addresses share one share.
+    #[test]
+    fn an_ipv6_client_holds_one_share_however_many_addresses_of_its_64_it_uses() {
+        let counts = Arc::default();
+        let address = |last: u16| IpAddr::from([0x2001, 0xdb8, 0, 1, 0, 0, 0, last]);
+        let held: Vec<AddressSlot> = (0..MAX_CONNECTIONS_PER_ADDRESS as u16)
+            .map(|i| AddressSlot::take(&counts, address(i)).unwrap())
+            .collect();
+        assert!(AddressSlot::take(&counts, address(999)).is_none(), "the /64's share is taken");
+        let elsewhere = IpAddr::from([0x2001, 0xdb8, 0, 2, 0, 0, 0, 1]);
+        assert!(AddressSlot::take(&counts, elsewhere).is_some(), "another /64 has its own");
+        drop(held);
+        assert!(AddressSlot::take(&counts, address(999)).is_some());
+    }
 }

@@ -604,7 +604,7 @@ struct AddressConnections {
 
 /// The address an IP counts as: IPv4 as is (also when mapped into IPv6), IPv6 by its /64,
 /// the smallest block a single host is usually given.
-fn client_address(ip: IpAddr) -> IpAddr {
+pub fn client_address(ip: IpAddr) -> IpAddr {
     match ip {
         IpAddr::V4(_) => ip,
         IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
