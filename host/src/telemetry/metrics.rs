@@ -13,6 +13,10 @@
 //! or a new listing dropped it; a component may rename its tools at every listing). `tenant` (on
 //! `cordon_tenant_calls_total`, counted only for calls made for a tenant) is a configured
 //! tenant's name: a request that names no configured tenant never reaches a call.
+//! A guest names its tools, up to thousands of them, and may rename them at every listing:
+//! each component has at most [`MAX_TOOL_LABELS`] tool names as labels in the life of the
+//! process, and its other tools are counted together under `tool="_other"`, so that
+//! neither the exposition nor the series a scraper keeps grow with what a guest lists.
 //!
 //! **Per-tool handles.** Looking a series up in a [`Family`] hashes its labels' strings
 //! under a lock, five times per call. A tool's series (its calls by outcome, its duration
@@ -95,10 +99,17 @@ struct Sources {
 /// [`CleanupResult::ALL`]).
 #[derive(Default)]
 struct ToolSeries {
+    /// Its `tool` label: its name, or [`OTHER_TOOLS`] past its component's budget.
+    tool: Option<Arc<str>>,
     calls: [OnceLock<Counter>; CallOutcome::ALL.len()],
     duration: OnceLock<Histogram>,
     cleanups: [OnceLock<Counter>; CleanupResult::ALL.len()],
 }
+
+/// The most tool names one component gets as `tool` labels in the life of the process.
+pub const MAX_TOOL_LABELS: usize = 128;
+/// The `tool` label of a component's tools past [`MAX_TOOL_LABELS`].
+pub const OTHER_TOOLS: &str = "_other";
 
 /// A loaded tool by the identity of its names (see the module docs): equal when both
 /// `Arc`s are the same allocations. `None` is the unknown tool.
@@ -188,6 +199,8 @@ pub struct Metrics {
     sources: OnceLock<Sources>,
     /// Each loaded tool's series, looked up once (see the module docs).
     tool_series: RwLock<ToolSeriesMap>,
+    /// The tool names each component has had as labels, [`MAX_TOOL_LABELS`] at most.
+    tool_labels: std::sync::Mutex<HashMap<Arc<str>, std::collections::HashSet<Arc<str>>>>,
 }
 
 impl Metrics {
@@ -286,6 +299,7 @@ impl Metrics {
             log_source: log,
             sources: OnceLock::new(),
             tool_series: RwLock::default(),
+            tool_labels: std::sync::Mutex::default(),
         })
     }
 
@@ -329,15 +343,32 @@ impl Metrics {
         let mut map = self.tool_series.write().unwrap();
         // A reload's old names go once no tool set holds them.
         let mut gone = Vec::new();
-        map.retain(|key, _| {
+        map.retain(|key, series| {
             let loaded = key.is_loaded();
-            if !loaded {
+            // Tools counted together keep their series: others still count there.
+            if !loaded && series.tool.as_deref() != Some(OTHER_TOOLS) {
                 gone.push(key.clone());
             }
             loaded
         });
         self.forget(&gone);
-        map.entry(key.clone()).or_default().clone()
+        let tool = self.tool_label(key);
+        map.entry(key.clone())
+            .or_insert_with(|| Arc::new(ToolSeries { tool, ..ToolSeries::default() }))
+            .clone()
+    }
+
+    /// The `tool` label of `key`: its name while its component has labels left (or the
+    /// name already has one), else [`OTHER_TOOLS`].
+    fn tool_label(&self, key: &ToolKey) -> Option<Arc<str>> {
+        let (Some(component), Some(tool)) = (&key.component, &key.tool) else { return label(&key.tool) };
+        let mut labels = self.tool_labels.lock().unwrap();
+        let named = labels.entry(Arc::from(&**component)).or_default();
+        if named.contains(&**tool) || named.len() < MAX_TOOL_LABELS {
+            named.insert(Arc::from(&**tool));
+            return label(&key.tool);
+        }
+        Some(Arc::from(OTHER_TOOLS))
     }
 
     /// Drop the labelled series of tools no longer loaded under these names: a component
@@ -378,7 +409,7 @@ impl CallObserver for Metrics {
         let calls = series.calls[outcome.index()].get_or_init(|| {
             let labels = CallLabels {
                 component: label(&key.component),
-                tool: label(&key.tool),
+                tool: series.tool.clone(),
                 outcome: outcome.as_str(),
             };
             self.calls.get_or_create(&labels).clone()
@@ -397,7 +428,7 @@ impl CallObserver for Metrics {
         let Some(stop) = event.stop_path else { return }; // it never ran
         self.queue_wait.observe(event.queue_wait.as_secs_f64());
         let duration = series.duration.get_or_init(|| {
-            let labels = ToolLabels { component: label(&key.component), tool: label(&key.tool) };
+            let labels = ToolLabels { component: label(&key.component), tool: series.tool.clone() };
             self.call_duration.get_or_create(&labels).clone()
         });
         duration.observe(event.duration.as_secs_f64());
@@ -458,5 +489,38 @@ mod tests {
             "{text}"
         );
         assert_eq!(metrics.tool_series.read().unwrap().len(), 1, "the old names' handles were dropped");
+    }
+
+    /// A guest that lists thousands of tools, or renames them at every listing, gets
+    /// [`MAX_TOOL_LABELS`] tool names as labels in all; its other calls count under
+    /// `_other`, whose series stay when those names go. (Before, each name called was ~30
+    /// series of its own, and each rename 30 more for a scraper to keep.)
+    #[test]
+    fn a_component_has_a_bounded_number_of_tool_labels_for_life() {
+        let metrics = Metrics::new(None);
+        let component: Arc<str> = Arc::from("hostile");
+        for round in 0..3 {
+            // Every round renames all 100 tools (a relist), the old names dropped.
+            let tools: Vec<Arc<str>> = (0..100).map(|i| Arc::from(format!("t{round}_{i}"))).collect();
+            for tool in &tools {
+                metrics.call_ended(&ran(&component, tool, CallOutcome::Ok));
+            }
+        }
+        let text = metrics.scrape();
+        let labelled: std::collections::HashSet<&str> = (text.lines())
+            .filter(|line| line.starts_with("cordon_calls_total{"))
+            .filter_map(|line| line.split("tool=\"").nth(1)?.split('"').next())
+            .collect();
+        assert!(labelled.contains(OTHER_TOOLS), "{text}");
+        assert!(labelled.len() <= MAX_TOOL_LABELS + 1, "{} tool labels", labelled.len());
+        // 300 calls: the first 128 names called under their own, the rest under `_other`.
+        let other =
+            format!("cordon_calls_total{{component=\"hostile\",tool=\"{OTHER_TOOLS}\",outcome=\"ok\"}} ");
+        let counted: u64 = text.lines().find_map(|line| line.strip_prefix(&other)).unwrap().parse().unwrap();
+        assert_eq!(counted, 300 - MAX_TOOL_LABELS as u64, "{text}");
+        // A name already labelled keeps its label.
+        let again: Arc<str> = Arc::from("t0_0");
+        metrics.call_ended(&ran(&component, &again, CallOutcome::Ok));
+        assert!(metrics.scrape().contains(r#"tool="t0_0""#));
     }
 }
