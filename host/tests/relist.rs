@@ -182,6 +182,71 @@ async fn a_new_list_that_would_not_load_changes_nothing() {
     }
 }
 
+/// A listing waits for a call slot no longer than a call would (the queue timeout): it
+/// holds the reload lock meanwhile, and a server whose slots are all taken by long calls
+/// would otherwise hold every reload off until one ends. Here the hostile component is
+/// held back after a failed listing (5 s), asks again, and its next listing finds every
+/// slot parked for 15 s: each reload of the same sources meanwhile ends within the queue
+/// timeout (1 s) and a margin. Before, one waited for a park to end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listing_waits_for_a_slot_no_longer_than_a_call_would_and_holds_no_reload_off() {
+    let mut settings = common::settings(3);
+    settings.queue_timeout = Duration::from_secs(1);
+    let mut runtime = Runtime::new(settings).unwrap();
+    let tools = cordon::paths::default_tools_dir();
+    let sources: Vec<cordon::runtime::ComponentSource> = ["conformance-fixture", "hostile"]
+        .into_iter()
+        .map(|name| cordon::runtime::ComponentSource {
+            name: name.to_owned(),
+            path: tools.join(format!("{name}.wasm")),
+            embedded: None,
+            options: ComponentOptions {
+                limits: common::quick_limits(),
+                data_dir: Some(common::fresh_dir(&format!("relist-slot-{name}"))),
+                ..ComponentOptions::default()
+            },
+        })
+        .collect();
+    assert!(runtime.load_all(sources.clone()).await.is_empty());
+    let runtime = Arc::new(runtime);
+    tokio::spawn({
+        let runtime = runtime.clone();
+        async move { runtime.relist_when_asked().await }
+    });
+    // A refused listing (a tool the fixture offers): the hostile component is held back.
+    // The fixture's change, asked after it, is listed after it: once its set is in, the
+    // failure is counted.
+    let generation = runtime.snapshot().generation();
+    common::call(&runtime, "relist", json!({"extra": "test_simple_text", "times": 1})).await;
+    common::call(&runtime, "test_trigger_tool_change", json!({})).await;
+    next_set(&runtime, generation).await;
+    let held_back = Instant::now();
+    // It asks again, then every slot is taken for 15 s.
+    common::call(&runtime, "relist", json!({"extra": "slot_wait", "times": 1})).await;
+    let parks: Vec<_> = (0..3)
+        .map(|_| {
+            let runtime = runtime.clone();
+            tokio::spawn(async move { common::call(&runtime, "park", json!({"ms": 15_000})).await })
+        })
+        .collect();
+    while runtime.pool_usage().calls < 3 {
+        assert!(held_back.elapsed() < WAIT, "the parks never all started");
+        tokio::task::yield_now().await;
+    }
+    // Reloads until well past the hold-back and one queue timeout: none waits long.
+    while held_back.elapsed() < Duration::from_secs(8) {
+        let reloading = runtime.reload(sources.clone());
+        let report = tokio::time::timeout(Duration::from_secs(3), reloading).await.unwrap_or_else(|_| {
+            panic!("a reload waited past 3 s, {:?} after the hold-back", held_back.elapsed())
+        });
+        assert!(report.failed.is_empty(), "{report:?}");
+    }
+    assert!(!lists(&runtime.snapshot(), "slot_wait"), "the listing that found no slot was given up");
+    for park in parks {
+        park.abort();
+    }
+}
+
 /// `cordon serve --stdio` on the fixture and the hostile component, each with a data
 /// directory of its own.
 struct Served {

@@ -12,8 +12,9 @@
 //!
 //! Bounds: a component waits in the queue once however many calls ask; the queue is
 //! worked through at most once every [`RELIST_INTERVAL`]; a listing takes a call slot
-//! like any load's `list`, and one at a time with reloads (the reload lock), so that
-//! neither undoes the other. A listing that fails, or a new list that would be refused at
+//! like any load's `list` (waiting for one at most the queue timeout, as a call would:
+//! it holds the reload lock meanwhile, and a saturated server must not hold reloads off),
+//! and one at a time with reloads (the reload lock), so that neither undoes the other. A listing that fails, or a new list that would be refused at
 //! load (a tool another component offers, limits configured for a tool that is gone),
 //! is logged and changes nothing, and the component is not listed again before a pause
 //! ([`RELIST_BACKOFF`], doubling at each failure in a row up to [`RELIST_BACKOFF_MAX`]):
@@ -156,7 +157,9 @@ impl Runtime {
         // Removed or replaced by a reload since: the new version was listed at its load.
         let Some(old) = current.component(name).cloned() else { return true };
         let mut fresh = old.relisted();
-        if let Err(error) = self.list_into(&mut fresh, name, old.tools.clone()).await {
+        // Waiting for a slot as a call would: the reload lock is held meanwhile.
+        let slot_wait = Some(self.settings.queue_timeout);
+        if let Err(error) = self.list_into(&mut fresh, name, old.tools.clone(), slot_wait).await {
             tracing::error!(component = name, "listing again after lists-changed: {error}; its lists stay");
             return false;
         }
