@@ -450,16 +450,26 @@ async fn serve(
 }
 
 /// Resolves on SIGINT or SIGTERM. The handlers are installed at once, not at the first
-/// poll, so a signal that arrives while components load is not lost.
+/// poll, so a signal that arrives while components load is not lost. A second signal
+/// exits at once, without waiting for calls to drain or cleanups to run (a person pressing
+/// Ctrl-C again, an orchestrator that will not wait).
 fn shutdown_signal() -> Result<impl std::future::Future<Output = ()>> {
     use tokio::signal::unix::{SignalKind, signal};
     let mut interrupt = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
     let mut terminate = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
     Ok(async move {
         tokio::select! {
-            _ = interrupt.recv() => tracing::info!("SIGINT: stopping calls in flight"),
-            _ = terminate.recv() => tracing::info!("SIGTERM: stopping calls in flight"),
+            _ = interrupt.recv() => tracing::info!("SIGINT: stopping calls in flight (again: exit at once)"),
+            _ = terminate.recv() => tracing::info!("SIGTERM: stopping calls in flight (again: exit at once)"),
         }
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = interrupt.recv() => {}
+                _ = terminate.recv() => {}
+            }
+            eprintln!("a second signal: exiting without waiting for calls to stop");
+            std::process::exit(130);
+        });
     })
 }
 

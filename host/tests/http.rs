@@ -705,6 +705,33 @@ fn a_stopping_server_answers_503_on_every_connection_until_its_calls_drain() {
     assert!(status.success());
 }
 
+/// A second signal exits at once: a person pressing Ctrl-C again, or an orchestrator that
+/// will not wait, does not wait out the calls' grace (a spin call here, with 20 s).
+#[test]
+fn a_second_signal_exits_at_once_without_waiting_for_calls_to_stop() {
+    let mut server =
+        Server::start_with_tail("http-second-signal", "", "[components.tools.spin]\ngrace_ms = 20000\n");
+    let _caller = spin_in_flight(&server);
+    // SAFETY: signalling our own child process.
+    unsafe { libc::kill(server.child.id() as i32, libc::SIGTERM) };
+    // The first is taken (the server turns to refusing requests) before the second.
+    let mut refused = BufReader::new(TcpStream::connect(("127.0.0.1", server.port)).unwrap());
+    refused.get_ref().set_read_timeout(Some(common::server::WAIT)).unwrap();
+    refused.get_mut().write_all(echo_request(server.port, 2, "late").as_bytes()).unwrap();
+    assert!(read_sized_answer(&mut refused).0.starts_with("http/1.1 503"));
+    let signalled = Instant::now();
+    // SAFETY: as above.
+    unsafe { libc::kill(server.child.id() as i32, libc::SIGINT) };
+    loop {
+        if let Some(status) = server.child.try_wait().unwrap() {
+            assert_eq!(status.code(), Some(130));
+            break;
+        }
+        assert!(signalled.elapsed() < Duration::from_secs(10), "the server waited out the grace");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// With nothing in flight, a stopping server holds its idle connections `close_delay_ms`,
 /// then closes them and exits.
 #[test]
