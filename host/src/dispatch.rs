@@ -115,7 +115,7 @@ pub struct Server {
     tenant_tool_lists: Mutex<HashMap<Arc<str>, ToolList>>,
     /// The digests of what each tenant (or, without tenants, everyone) lists, for the
     /// streams that tell clients of list changes: made once per set and tenant.
-    list_digests: Mutex<HashMap<Option<Arc<str>>, ListDigests>>,
+    list_digests: Mutex<HashMap<Option<Arc<str>>, DigestSlot>>,
     /// The tenants configured (none: one implicit tenant, every tool).
     tenants: Arc<Tenants>,
     /// The shortest gap between two progress notifications of one call.
@@ -145,6 +145,8 @@ pub struct Server {
 type ToolList = (u64, Arc<Vec<Tool>>);
 /// A set's generation, and the digests of a tenant's lists in it.
 type ListDigests = (u64, features::Lists);
+/// A tenant's newest [`ListDigests`], locked while they are made.
+type DigestSlot = Arc<Mutex<Option<ListDigests>>>;
 
 /// Bounds on what requests may hold in memory, on every transport.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -285,23 +287,28 @@ impl Server {
     }
 
     /// The digests of `tenant`'s lists in `tools`, made by `make` once per set and tenant:
-    /// when a set is swapped in, every stream asks at once, and one makes them under the
-    /// lock while the others wait for them.
+    /// when a set is swapped in, every stream asks at once, and one makes them under its
+    /// tenant's lock while that tenant's other streams wait for them (other tenants' do
+    /// not).
     fn list_digests_for(
         &self,
         tools: &ToolSet,
         tenant: Option<&Arc<str>>,
         make: impl FnOnce() -> features::Lists,
     ) -> features::Lists {
-        let mut digests = self.list_digests.lock().unwrap();
-        match digests.get(&tenant.cloned()) {
-            Some((generation, lists)) if *generation == tools.generation() => *lists,
+        let slot = self.list_digests.lock().unwrap().entry(tenant.cloned()).or_default().clone();
+        let mut slot = slot.lock().unwrap();
+        match *slot {
+            Some((generation, lists)) if generation == tools.generation() => lists,
             // A stream still on an older set (a newer one swapped in meanwhile) gets its
             // own, uncached: the cache keeps the newest.
-            Some((generation, _)) if *generation > tools.generation() => make(),
+            Some((generation, _)) if generation > tools.generation() => {
+                drop(slot);
+                make()
+            }
             _ => {
                 let lists = make();
-                digests.insert(tenant.cloned(), (tools.generation(), lists));
+                *slot = Some((tools.generation(), lists));
                 lists
             }
         }
@@ -1421,7 +1428,9 @@ impl Connection {
         };
         // Watched from before the acknowledgement: a change right after it is not missed.
         let mut tools = server.runtime.watch_tools();
-        let mut last = self.lists_of(&tools.borrow_and_update());
+        // Out of the watch before the lists are made: a swap never waits on them.
+        let set = tools.borrow_and_update().clone();
+        let mut last = self.lists_of(&set);
         let mut shutdown = server.runtime.shutting_down();
         let (connection, id) = (self.clone(), id.clone());
         tokio::spawn(async move {
@@ -1436,7 +1445,8 @@ impl Connection {
                         if changed.is_err() {
                             break;
                         }
-                        let lists = connection.lists_of(&tools.borrow_and_update());
+                        let set = tools.borrow_and_update().clone();
+                        let lists = connection.lists_of(&set);
                         for kind in last.changed_in(&lists).filter(|kind| kind.wanted_by(&honoured)) {
                             out.send(Outgoing::Notification(mcp::list_changed(kind, Some(&id)))).await;
                         }

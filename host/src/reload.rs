@@ -149,10 +149,12 @@ struct Watched {
 
 impl Watched {
     fn touched_by(&self, path: &Path) -> bool {
-        if self.grants.contains(path) || path.parent().is_some_and(|parent| self.grants.contains(parent)) {
-            return false;
+        if self.files.contains(path) {
+            return true;
         }
-        self.files.contains(path) || path.parent().is_some_and(|directory| self.any_in.contains(directory))
+        let granted =
+            self.grants.contains(path) || path.parent().is_some_and(|parent| self.grants.contains(parent));
+        !granted && path.parent().is_some_and(|directory| self.any_in.contains(directory))
     }
 }
 
@@ -374,5 +376,13 @@ mod tests {
         assert!(!watched.touched_by(Path::new("/srv/cordon/data")));
         assert!(!watched.touched_by(Path::new("/srv/cordon/data/acme")));
         assert!(!watched.touched_by(Path::new("/srv/elsewhere/file")));
+        // A watched file in a granted directory (a mount of the tools, `data_dir = "."`)
+        // is still watched.
+        let watched = Watched {
+            files: HashSet::from([PathBuf::from("/srv/tools/tools.wasm")]),
+            any_in: HashSet::new(),
+            grants: HashSet::from([PathBuf::from("/srv/tools")]),
+        };
+        assert!(watched.touched_by(Path::new("/srv/tools/tools.wasm")));
     }
 }

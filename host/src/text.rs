@@ -37,7 +37,7 @@ fn escaped(text: &str, keep: impl Fn(char) -> bool) -> Cow<'_, str> {
 /// Characters that are not `Cc` controls yet change how the text around them is laid
 /// out: line and paragraph separators, and the bidirectional marks, embeddings,
 /// overrides and isolates.
-fn is_layout_control(c: char) -> bool {
+pub(crate) fn is_layout_control(c: char) -> bool {
     matches!(c, '\u{2028}' | '\u{2029}' | '\u{061C}' | '\u{200E}' | '\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}')
 }
 

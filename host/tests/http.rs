@@ -934,7 +934,6 @@ fn one_address_cannot_close_another_clients_sessions() {
     assert_eq!(still(first_of_theirs.as_deref().unwrap()), 404, "that address's own oldest was closed");
 }
 
-/// A plain TCP connection to `port` from `source`, an address of the loopback.
 /// A response's head, read a byte at a time so that nothing after it is taken.
 fn read_head(stream: &mut TcpStream) -> String {
     let mut head = Vec::new();
@@ -946,6 +945,7 @@ fn read_head(stream: &mut TcpStream) -> String {
     String::from_utf8(head).unwrap()
 }
 
+/// A plain TCP connection to `port` from `source`, an address of the loopback.
 fn connect_from(source: [u8; 4], port: u16) -> TcpStream {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let stream = runtime.block_on(async {

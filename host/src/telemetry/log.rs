@@ -417,9 +417,9 @@ impl<'a> Line<'a> {
     }
 
     /// A string, quoted and escaped as JSON in both shapes: a tool name or a request id
-    /// can never break the line; and its controls (DEL, C1 such as CSI, bidirectional
-    /// overrides), which JSON leaves as they are, escaped first, as a guest's log lines
-    /// are: a client's request id reaches the operator's terminal.
+    /// can never break the line; and its controls that JSON leaves as they are (DEL, C1
+    /// such as CSI, bidirectional overrides) escaped the same way: a client's request id
+    /// reaches the operator's terminal, and is read back exactly.
     fn text(&mut self, key: &str, value: &str) {
         self.key(key);
         // Names and ids are almost always printable ASCII with nothing to escape.
@@ -428,8 +428,20 @@ impl<'a> Line<'a> {
             self.bytes.extend_from_slice(value.as_bytes());
             self.bytes.push(b'"');
         } else {
-            serde_json::to_writer(&mut *self.bytes, &*crate::text::printable(value))
-                .expect("writing to a Vec never fails");
+            let start = self.bytes.len();
+            serde_json::to_writer(&mut *self.bytes, value).expect("writing to a Vec never fails");
+            // JSON leaves DEL, C1 and layout controls raw: escape them as JSON does the
+            // rest (`\u007f`), so that the value read back is the id itself.
+            let quoted = std::str::from_utf8(&self.bytes[start..]).expect("serde_json writes UTF-8");
+            let raw = |c: char| c.is_control() || crate::text::is_layout_control(c);
+            if quoted.chars().any(raw) {
+                let escaped: String = quoted
+                    .chars()
+                    .map(|c| if raw(c) { format!("\\u{:04x}", u32::from(c)) } else { c.to_string() })
+                    .collect();
+                self.bytes.truncate(start);
+                self.bytes.extend_from_slice(escaped.as_bytes());
+            }
         }
     }
 
@@ -654,8 +666,11 @@ mod line_tests {
         let text = String::from_utf8(bytes).unwrap();
         // DEL, CSI and a right-to-left override, which JSON escaping leaves raw: escaped.
         assert!(text.ends_with(
-            "  INFO cordon::call: call ended tool=\"echo\" request_id=\"\\\"x\\\\u{7f}\\\\u{9b}\\\\u{202e}\\\"\" duration_ms=0.007 result_bytes=1234\n"
+            "  INFO cordon::call: call ended tool=\"echo\" request_id=\"\\\"x\\u007f\\u009b\\u202e\\\"\" duration_ms=0.007 result_bytes=1234\n"
         ), "{text}");
         assert!(!text.chars().any(|c| c.is_control() && c != '\n'), "{text:?}");
+        // Read back as JSON, the value is the id itself.
+        let quoted = text.split("request_id=").nth(1).unwrap().split(" duration_ms").next().unwrap();
+        assert_eq!(serde_json::from_str::<String>(quoted).unwrap(), "\"x\u{7f}\u{9b}\u{202e}\"");
     }
 }

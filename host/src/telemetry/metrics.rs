@@ -15,7 +15,7 @@
 //! tenant's name: a request that names no configured tenant never reaches a call.
 //! A guest names its tools, up to thousands of them, and may rename them at every listing:
 //! each component has at most [`MAX_TOOL_LABELS`] tool names as labels in the life of the
-//! process, and its other tools are counted together under `tool="_other"`, so that
+//! process, and its other tools are counted together under `tool="<other>"`, so that
 //! neither the exposition nor the series a scraper keeps grow with what a guest lists.
 //!
 //! **Per-tool handles.** Looking a series up in a [`Family`] hashes its labels' strings
@@ -109,7 +109,8 @@ struct ToolSeries {
 /// The most tool names one component gets as `tool` labels in the life of the process.
 pub const MAX_TOOL_LABELS: usize = 128;
 /// The `tool` label of a component's tools past [`MAX_TOOL_LABELS`].
-pub const OTHER_TOOLS: &str = "_other";
+/// Outside the alphabet of tool names (`rules`), so that no tool shares it.
+pub const OTHER_TOOLS: &str = "<other>";
 
 /// A loaded tool by the identity of its names (see the module docs): equal when both
 /// `Arc`s are the same allocations. `None` is the unknown tool.
@@ -493,7 +494,7 @@ mod tests {
 
     /// A guest that lists thousands of tools, or renames them at every listing, gets
     /// [`MAX_TOOL_LABELS`] tool names as labels in all; its other calls count under
-    /// `_other`, whose series stay when those names go. (Before, each name called was ~30
+    /// `<other>`, whose series stay when those names go. (Before, each name called was ~30
     /// series of its own, and each rename 30 more for a scraper to keep.)
     #[test]
     fn a_component_has_a_bounded_number_of_tool_labels_for_life() {
@@ -513,7 +514,7 @@ mod tests {
             .collect();
         assert!(labelled.contains(OTHER_TOOLS), "{text}");
         assert!(labelled.len() <= MAX_TOOL_LABELS + 1, "{} tool labels", labelled.len());
-        // 300 calls: the first 128 names called under their own, the rest under `_other`.
+        // 300 calls: the first 128 names called under their own, the rest under `<other>`.
         let other =
             format!("cordon_calls_total{{component=\"hostile\",tool=\"{OTHER_TOOLS}\",outcome=\"ok\"}} ");
         let counted: u64 = text.lines().find_map(|line| line.strip_prefix(&other)).unwrap().parse().unwrap();
