@@ -108,6 +108,14 @@ fn build_engine(settings: &EngineSettings) {
     if !TRIED.lock().unwrap().insert(key) {
         return;
     }
+    // The cache folder is made where the config says: kept inside BASE (an absolute
+    // `cache_dir` in an input made folders all over the system's temporary folder).
+    let mut settings = settings.clone();
+    if settings.cache_dir.as_ref().is_some_and(|dir| {
+        !dir.starts_with(&*BASE) || dir.components().any(|c| c == std::path::Component::ParentDir)
+    }) {
+        settings.cache_dir = Some(BASE.join("cache"));
+    }
     // An error is a fine answer to an impossible engine; a panic is not.
-    let _ = Runtime::new(RuntimeSettings { engine: settings.clone(), ..RuntimeSettings::default() });
+    let _ = Runtime::new(RuntimeSettings { engine: settings, ..RuntimeSettings::default() });
 }

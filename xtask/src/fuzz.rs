@@ -332,6 +332,9 @@ pub fn run_built(seconds: u64) -> Result<()> {
     let target_dir = root.join("target/fuzz");
     let host = host_tuple();
     let binaries = target_dir.join(&host).join("release");
+    let scratch = target_dir.join("tmp");
+    let _ = fs::remove_dir_all(&scratch);
+    fs::create_dir_all(&scratch)?;
     // Each fuzzer runs on one core: two at a time take the 2 cores CI has, so the four
     // targets run their full time each in half the wall time.
     for pair in TARGETS.chunks(2) {
@@ -346,6 +349,8 @@ pub fn run_built(seconds: u64) -> Result<()> {
                 let output = fs::File::create(&log)?;
                 eprintln!("fuzzing {target} for {seconds} s (its output in {})", log.display());
                 let child = Command::new(binaries.join(target))
+                    // What a target writes (the config target's folder) stays under target/.
+                    .env("TMPDIR", &scratch)
                     .arg(format!("-max_total_time={seconds}"))
                     .arg(format!("-max_len={max_len}"))
                     // An input that needs more than this in one allocation, or in all, is a

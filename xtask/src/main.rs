@@ -235,9 +235,12 @@ fn run_rust_tests() -> Result<()> {
 fn run_peer_tests() -> Result<()> {
     let root = repo_root();
     let python = python_env(&root)?;
+    // pytest makes `--basetemp` itself, not its parents.
+    fs::create_dir_all(root.join("target/pytest"))?;
     run(Command::new(&python)
         .current_dir(&root)
-        .args(["-m", "pytest", "host/tests/e2e", "-q", "-p", "no:cacheprovider"])
+        .args(["-m", "pytest", "host/tests/e2e", "-q", "-p", "no:cacheprovider", "--basetemp"])
+        .arg(root.join("target/pytest/e2e"))
         .env("CORDON_BIN", root.join("target/debug/cordon")))?;
     python::run_sdk_tests(&root, &python)?;
     js::run_sdk_tests(&root)

@@ -78,20 +78,20 @@ pub fn build_guests(root: &Path, out_dir: &Path) -> Result<Vec<PathBuf>> {
 /// pytest). A run each: the template's and the example's tools are defined at import, the
 /// SDK's tests define and clear their own.
 pub fn run_sdk_tests(root: &Path, python: &Path) -> Result<()> {
-    run(Command::new(python).current_dir(root).args([
-        "-m",
-        "pytest",
-        "guest-sdk/python/tests",
-        "-q",
-        "-p",
-        "no:cacheprovider",
-    ]))?;
+    // Each run's temporary folders under target/, not the system's (pytest keeps three).
+    let basetemp = |name: &str| root.join("target/pytest").join(name);
+    fs::create_dir_all(root.join("target/pytest"))?;
+    run(Command::new(python)
+        .current_dir(root)
+        .args(["-m", "pytest", "guest-sdk/python/tests", "-q", "-p", "no:cacheprovider", "--basetemp"])
+        .arg(basetemp("python-sdk")))?;
     for app in ["guest-sdk/python/template", "examples/python"] {
         run(Command::new(python)
             .current_dir(root.join(app))
             .env("PYTHONPATH", root.join(SDK))
             .env("PYTHONDONTWRITEBYTECODE", "1")
-            .args(["-m", "pytest", "-q", "-p", "no:cacheprovider"]))?;
+            .args(["-m", "pytest", "-q", "-p", "no:cacheprovider", "--basetemp"])
+            .arg(basetemp(app.rsplit('/').next().unwrap_or(app))))?;
     }
     Ok(())
 }

@@ -438,11 +438,27 @@ mod tests {
 
     use super::*;
 
-    fn data_dir(test: &str) -> PathBuf {
+    /// A test's data directory, removed when the test ends.
+    struct DataDir(PathBuf);
+
+    impl std::ops::Deref for DataDir {
+        type Target = PathBuf;
+        fn deref(&self) -> &PathBuf {
+            &self.0
+        }
+    }
+
+    impl Drop for DataDir {
+        fn drop(&mut self) {
+            let _ = fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn data_dir(test: &str) -> DataDir {
         let dir = std::env::temp_dir().join(format!("example-tools-{test}-{}", std::process::id()));
         let _ = fs::remove_dir_all(&dir);
         fs::create_dir_all(&dir).unwrap();
-        dir
+        DataDir(dir)
     }
 
     #[test]
@@ -453,7 +469,7 @@ mod tests {
     #[test]
     fn delete_collection_asks_and_acts_only_on_an_accept() {
         let dir = data_dir("delete");
-        let host = TestHost::new().data_dir(&dir);
+        let host = TestHost::new().data_dir(&*dir);
         let arguments = json!({"collection": "books"});
         let round = Round::new().with_elicitation();
         let ask = host.call_round::<ExampleTools>("delete_collection", arguments.clone(), &round).unwrap();
@@ -484,7 +500,7 @@ mod tests {
     #[test]
     fn reindex_reports_each_step_and_releases_its_lock() {
         let dir = data_dir("reindex");
-        let host = TestHost::new().data_dir(&dir);
+        let host = TestHost::new().data_dir(&*dir);
         let result =
             host.call::<ExampleTools>("reindex", json!({"collection": "c", "total": 100, "step_ms": 0}));
         assert_eq!(result.unwrap().joined_text(), "Reindexed 100 documents in c");
@@ -497,7 +513,7 @@ mod tests {
     #[test]
     fn a_cancelled_reindex_releases_its_lock_and_cleanup_releases_a_stopped_one() {
         let dir = data_dir("cancelled");
-        let host = TestHost::new().data_dir(&dir).cancel_after_checks(3);
+        let host = TestHost::new().data_dir(&*dir).cancel_after_checks(3);
         let error = host
             .call::<ExampleTools>("reindex", json!({"collection": "books", "total": 400, "step_ms": 0}))
             .unwrap_err();
@@ -530,7 +546,7 @@ mod tests {
     #[test]
     fn cleanup_undoes_a_stop_anywhere_in_taking_a_lock_and_never_releases_another_call_s() {
         let dir = data_dir("stops");
-        let host = TestHost::new().data_dir(&dir);
+        let host = TestHost::new().data_dir(&*dir);
         let locks = || host.call::<ExampleTools>("locks", json!({})).unwrap().joined_text();
         let files_left = || fs::read_dir(lock_dir()).unwrap().count();
         let stopped = |taken: Result<Lock, ToolError>| {
