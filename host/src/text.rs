@@ -19,7 +19,7 @@ pub fn printable_lines(text: &str) -> Cow<'_, str> {
 }
 
 fn escaped(text: &str, keep: impl Fn(char) -> bool) -> Cow<'_, str> {
-    let escape = |c: char| (c.is_control() || is_layout_control(c)) && !keep(c);
+    let escape = |c: char| is_unprintable(c) && !keep(c);
     if !text.chars().any(escape) {
         return text.into();
     }
@@ -34,10 +34,16 @@ fn escaped(text: &str, keep: impl Fn(char) -> bool) -> Cow<'_, str> {
     out.into()
 }
 
+/// A control character, or one that changes how the text around it is laid out: what
+/// must never reach a terminal raw.
+pub(crate) fn is_unprintable(c: char) -> bool {
+    c.is_control() || is_layout_control(c)
+}
+
 /// Characters that are not `Cc` controls yet change how the text around them is laid
 /// out: line and paragraph separators, and the bidirectional marks, embeddings,
 /// overrides and isolates.
-pub(crate) fn is_layout_control(c: char) -> bool {
+fn is_layout_control(c: char) -> bool {
     matches!(c, '\u{2028}' | '\u{2029}' | '\u{061C}' | '\u{200E}' | '\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}')
 }
 

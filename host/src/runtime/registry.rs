@@ -292,8 +292,13 @@ impl ToolSet {
         view: Option<&TenantView>,
         uri: &str,
     ) -> Option<&Arc<LoadedComponent>> {
-        self.seen(view, self.resources.get(uri))
+        self.listed_owner(view, uri)
             .or_else(|| self.visible(view).find(|component| component.offered.serves_uri(uri)))
+    }
+
+    /// The component that lists `uri` by name, if `view` sees it.
+    fn listed_owner(&self, view: Option<&TenantView>, uri: &str) -> Option<&Arc<LoadedComponent>> {
+        self.seen(view, self.resources.get(uri))
     }
 
     /// Those of `uris` whose serving component ([`Self::resource_owner`]) differs in
@@ -324,7 +329,7 @@ impl ToolSet {
         let per_uri: usize =
             swapped.iter().map(|c| c.offered.resources.len() + c.offered.templates.len()).sum();
         let matched = per_uri.saturating_mul(uris.len()) <= OWNER_MATCH_BUDGET;
-        let listed = |set: &ToolSet, uri: &str| set.seen(view, set.resources.get(uri)).map(Arc::as_ptr);
+        let listed = |set: &ToolSet, uri: &str| set.listed_owner(view, uri).map(Arc::as_ptr);
         uris.filter(|uri| match (listed(self, uri), listed(after, uri)) {
             (Some(was), Some(is)) => was != is,
             (None, None) if matched => swapped.iter().any(|c| c.offered.serves_uri(uri)),

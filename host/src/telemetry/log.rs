@@ -433,7 +433,7 @@ impl<'a> Line<'a> {
             // JSON leaves DEL, C1 and layout controls raw: escape them as JSON does the
             // rest (`\u007f`), so that the value read back is the id itself.
             let quoted = std::str::from_utf8(&self.bytes[start..]).expect("serde_json writes UTF-8");
-            let raw = |c: char| c.is_control() || crate::text::is_layout_control(c);
+            let raw = crate::text::is_unprintable;
             if quoted.chars().any(raw) {
                 let escaped: String = quoted
                     .chars()
