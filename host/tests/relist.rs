@@ -190,25 +190,7 @@ async fn a_new_list_that_would_not_load_changes_nothing() {
 /// timeout (1 s) and a margin. Before, one waited for a park to end.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_listing_waits_for_a_slot_no_longer_than_a_call_would_and_holds_no_reload_off() {
-    let mut settings = common::settings(3);
-    settings.queue_timeout = Duration::from_secs(1);
-    let mut runtime = Runtime::new(settings).unwrap();
-    let tools = cordon::paths::default_tools_dir();
-    let sources: Vec<cordon::runtime::ComponentSource> = ["conformance-fixture", "hostile"]
-        .into_iter()
-        .map(|name| cordon::runtime::ComponentSource {
-            name: name.to_owned(),
-            path: tools.join(format!("{name}.wasm")),
-            embedded: None,
-            options: ComponentOptions {
-                limits: common::quick_limits(),
-                data_dir: Some(common::fresh_dir(&format!("relist-slot-{name}"))),
-                ..ComponentOptions::default()
-            },
-        })
-        .collect();
-    assert!(runtime.load_all(sources.clone()).await.is_empty());
-    let runtime = Arc::new(runtime);
+    let (runtime, sources) = three_slots("relist-slot").await;
     tokio::spawn({
         let runtime = runtime.clone();
         async move { runtime.relist_when_asked().await }
@@ -223,16 +205,7 @@ async fn a_listing_waits_for_a_slot_no_longer_than_a_call_would_and_holds_no_rel
     let held_back = Instant::now();
     // It asks again, then every slot is taken for 15 s.
     common::call(&runtime, "relist", json!({"extra": "slot_wait", "times": 1})).await;
-    let parks: Vec<_> = (0..3)
-        .map(|_| {
-            let runtime = runtime.clone();
-            tokio::spawn(async move { common::call(&runtime, "park", json!({"ms": 15_000})).await })
-        })
-        .collect();
-    while runtime.pool_usage().calls < 3 {
-        assert!(held_back.elapsed() < WAIT, "the parks never all started");
-        tokio::task::yield_now().await;
-    }
+    let parks = park_every_slot(&runtime).await;
     // Reloads until well past the hold-back and one queue timeout: none waits long.
     while held_back.elapsed() < Duration::from_secs(8) {
         let reloading = runtime.reload(sources.clone());
@@ -242,6 +215,72 @@ async fn a_listing_waits_for_a_slot_no_longer_than_a_call_would_and_holds_no_rel
         assert!(report.failed.is_empty(), "{report:?}");
     }
     assert!(!lists(&runtime.snapshot(), "slot_wait"), "the listing that found no slot was given up");
+    for park in parks {
+        park.abort();
+    }
+}
+
+/// A runtime of three call slots and a queue timeout of 1 s serving the fixture and the
+/// hostile component, each with a data directory of its own, and the sources it loaded.
+async fn three_slots(what: &str) -> (Arc<Runtime>, Vec<cordon::runtime::ComponentSource>) {
+    let mut settings = common::settings(3);
+    settings.queue_timeout = Duration::from_secs(1);
+    let mut runtime = Runtime::new(settings).unwrap();
+    let tools = cordon::paths::default_tools_dir();
+    let sources: Vec<cordon::runtime::ComponentSource> = ["conformance-fixture", "hostile"]
+        .into_iter()
+        .map(|name| cordon::runtime::ComponentSource {
+            name: name.to_owned(),
+            path: tools.join(format!("{name}.wasm")),
+            embedded: None,
+            options: ComponentOptions {
+                limits: common::quick_limits(),
+                data_dir: Some(common::fresh_dir(&format!("{what}-{name}"))),
+                ..ComponentOptions::default()
+            },
+        })
+        .collect();
+    assert!(runtime.load_all(sources.clone()).await.is_empty());
+    (Arc::new(runtime), sources)
+}
+
+/// Take each of `runtime`'s three slots with a call parked for 15 s; abort them to end.
+async fn park_every_slot(
+    runtime: &Arc<Runtime>,
+) -> Vec<tokio::task::JoinHandle<cordon::runtime::CallReport>> {
+    let parks: Vec<_> = (0..3)
+        .map(|_| {
+            let runtime = runtime.clone();
+            tokio::spawn(async move { common::call(&runtime, "park", json!({"ms": 15_000})).await })
+        })
+        .collect();
+    let started = Instant::now();
+    while runtime.pool_usage().calls < 3 {
+        assert!(started.elapsed() < WAIT, "the parks never all started");
+        tokio::task::yield_now().await;
+    }
+    parks
+}
+
+/// A reload that loads a changed component lists it in a call slot, under the reload lock,
+/// and waits for that slot no longer than a call would: on a server whose every slot is
+/// held by long calls, the changed component is refused within the queue timeout (1 s) and
+/// its old version stays. Before, the reload waited for one of the calls to end (15 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_that_loads_a_changed_component_waits_for_a_slot_no_longer_than_a_call_would() {
+    let (runtime, sources) = three_slots("reload-slot").await;
+    let parks = park_every_slot(&runtime).await;
+    let mut changed = sources.clone();
+    changed[1].options.limits.grace += Duration::from_millis(1);
+    let reloading = runtime.reload(changed);
+    let report = tokio::time::timeout(Duration::from_secs(5), reloading)
+        .await
+        .expect("a reload waited for a slot past 5 s, with a queue timeout of 1 s");
+    assert_eq!(report.unchanged, ["conformance-fixture", "hostile"], "{report:?}");
+    assert!(report.loaded.is_empty(), "{report:?}");
+    let [refused] = &report.failed[..] else { panic!("{report:?}") };
+    assert!(refused.to_string().contains("no call slot came free within 1s"), "{refused}");
+    assert!(lists(&runtime.snapshot(), "park"), "the old version stays");
     for park in parks {
         park.abort();
     }

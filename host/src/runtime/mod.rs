@@ -667,25 +667,27 @@ impl Runtime {
             growth_hinted: Default::default(),
             offered: Default::default(),
         };
-        self.list_into(&mut loaded, origin, plain_tools, None).await?;
+        self.list_into(&mut loaded, origin, plain_tools).await?;
         Ok(loaded)
     }
 
     /// Run `loaded`'s `list` (and a 0.2.0 component's resource and prompt lists) and keep
     /// what it lists, checked as at load: valid tools, every tool with configured limits
     /// still there, schemas that compile. A plain component lists nothing: it keeps
-    /// `plain_tools`. The listing takes a call slot: waiting for one at most `slot_wait`
-    /// (none: as long as it takes).
+    /// `plain_tools`. The listing takes a call slot, waiting for one no longer than a call
+    /// would (the queue timeout): a reload or relist lists under the reload lock, and on a
+    /// server whose every slot is held by long calls an unbounded wait would hold every
+    /// later reload off until one of them ended. At start nothing is served, so a slot is
+    /// always free.
     async fn list_into(
         &self,
         loaded: &mut LoadedComponent,
         origin: &str,
         plain_tools: Vec<ToolSpec>,
-        slot_wait: Option<Duration>,
     ) -> Result<(), LoadError> {
         let name = loaded.name.clone();
         let (infos, features) =
-            self.list_tools(loaded, slot_wait).await.map_err(|problem| LoadError::new(origin, problem))?;
+            self.list_tools(loaded).await.map_err(|problem| LoadError::new(origin, problem))?;
         // On the blocking pool: checking what a guest listed and compiling its schemas
         // takes time in proportion to what it listed (up to the host-call allowance), and
         // a relist runs beside calls.
@@ -1037,20 +1039,16 @@ impl Runtime {
     async fn list_tools(
         &self,
         component: &LoadedComponent,
-        slot_wait: Option<Duration>,
     ) -> Result<
         (Option<Vec<bindings::ToolInfo>>, Option<(bindings::v2::Catalog, Vec<bindings::v2::PromptInfo>)>),
         String,
     > {
         let budget = self.settings.list_budget;
-        let permit = self.call_permits.acquire();
-        let _permit = match slot_wait {
-            None => permit.await,
-            Some(wait) => tokio::time::timeout(wait, permit)
-                .await
-                .map_err(|_| format!("no call slot came free within {wait:?} to list it"))?,
-        }
-        .expect("the call semaphore is never closed");
+        let wait = self.settings.queue_timeout;
+        let _permit = tokio::time::timeout(wait, self.call_permits.acquire())
+            .await
+            .map_err(|_| format!("no call slot came free within {wait:?} to list it"))?
+            .expect("the call semaphore is never closed");
         let _ticking = self.ticker.running();
         let (mut store, deadline) =
             call::bounded_store(&self.engine, component, &component.options.limits, budget);

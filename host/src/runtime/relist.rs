@@ -158,8 +158,7 @@ impl Runtime {
         let Some(old) = current.component(name).cloned() else { return true };
         let mut fresh = old.relisted();
         // Waiting for a slot as a call would: the reload lock is held meanwhile.
-        let slot_wait = Some(self.settings.queue_timeout);
-        if let Err(error) = self.list_into(&mut fresh, name, old.tools.clone(), slot_wait).await {
+        if let Err(error) = self.list_into(&mut fresh, name, old.tools.clone()).await {
             tracing::error!(component = name, "listing again after lists-changed: {error}; its lists stay");
             return false;
         }
