@@ -421,6 +421,33 @@ async fn idle_connections_from_one_address_cannot_starve_the_probes() {
     assert_eq!(get_async(metrics, "/healthz").await.0, 200);
 }
 
+/// Nor can idle connections from many addresses, however they spread: with every place
+/// taken by sixteen addresses holding their whole share, or by 64 holding one each, the
+/// probe from an address of its own is answered (in the place of the oldest connection of
+/// an address holding the most). Before, it was closed unread until one of them left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_connections_from_many_addresses_cannot_starve_the_probes() {
+    use cordon::telemetry::listener::{MAX_CONNECTIONS, MAX_CONNECTIONS_PER_ADDRESS};
+    let telemetry =
+        cordon::telemetry::Telemetry::start(Some("127.0.0.1:0".parse().unwrap()), None).await.unwrap();
+    let metrics = telemetry.metrics_address().unwrap();
+    for per_address in [MAX_CONNECTIONS_PER_ADDRESS, 1] {
+        let mut idle = Vec::new();
+        for i in 0..MAX_CONNECTIONS {
+            let socket = tokio::net::TcpSocket::new_v4().unwrap();
+            let from = u8::try_from(2 + i / per_address).unwrap();
+            socket.bind(SocketAddr::from(([127, 0, 0, from], 0))).unwrap();
+            idle.push(socket.connect(metrics).await.unwrap());
+        }
+        // They are silent: every place stays taken until the head timeout (2 s).
+        let probe =
+            tokio::time::timeout(cordon::telemetry::listener::HEADER_TIMEOUT, get_async(metrics, "/healthz"));
+        let answered = probe.await.expect("the probe was answered within the head timeout");
+        assert_eq!(answered.0, 200, "{per_address} connections from each address starved the probe");
+        drop(idle);
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn readyz_follows_loading_listening_and_shutdown_and_the_gauges_follow_connections_and_streams() {
     use cordon::transport::http::{HttpSettings, serve};

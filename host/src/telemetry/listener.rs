@@ -10,12 +10,18 @@
 //! must fit in hyper's smallest read buffer (8 KiB) and arrive within [`HEADER_TIMEOUT`];
 //! no request body is ever read; only `GET` and `HEAD` are answered (405 otherwise) and
 //! any other path is 404.
+//!
+//! When every connection is taken, a newcomer from an address holding fewer than some
+//! other address closes the oldest connection of the address holding the most
+//! ([`Served::admit`]): sixteen addresses filling the 64 places, or 64 addresses one each,
+//! cannot keep out a probe from an address of its own, which holds none. A newcomer from
+//! an address holding as many as any other is closed unread.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -25,7 +31,7 @@ use hyper::header::{self, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
+use tokio::sync::Notify;
 
 use super::metrics::Metrics;
 use crate::transport::http::HttpStats;
@@ -89,8 +95,7 @@ impl MetricsListener {
 
     /// Serve until the process ends (the probes must answer through shutdown).
     pub async fn serve(self, metrics: Arc<Metrics>, health: Arc<Health>) {
-        let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
-        let per_address = Arc::new(Mutex::new(HashMap::<IpAddr, usize>::new()));
+        let served = Arc::new(Mutex::new(Served::default()));
         loop {
             let (stream, peer) = match self.listener.accept().await {
                 Ok(accepted) => accepted,
@@ -101,15 +106,11 @@ impl MetricsListener {
                     continue;
                 }
             };
-            let Ok(slot) = slots.clone().try_acquire_owned() else {
-                continue; // over the limit: closed unread
-            };
-            let Some(address_slot) = AddressSlot::take(&per_address, peer.ip()) else {
-                continue; // over its address's share: closed unread
+            let Some(place) = Served::admit(&served, peer.ip()) else {
+                continue; // its address holds as many as any: closed unread
             };
             let (metrics, health) = (metrics.clone(), health.clone());
             tokio::spawn(async move {
-                let _slots = (slot, address_slot);
                 let service = hyper::service::service_fn(move |request| {
                     let answer = answer(&request, &metrics, &health);
                     async move { Ok::<_, Infallible>(answer) }
@@ -120,46 +121,90 @@ impl MetricsListener {
                     .timer(TokioTimer::new())
                     .header_read_timeout(HEADER_TIMEOUT)
                     .serve_connection(TokioIo::new(stream), service);
-                match tokio::time::timeout(CONNECTION_DEADLINE, serving).await {
-                    Ok(Ok(())) => {}
-                    Ok(Err(error)) => tracing::debug!("metrics connection ended: {error}"),
-                    Err(_) => tracing::debug!("metrics connection closed after {CONNECTION_DEADLINE:?}"),
+                tokio::select! {
+                    served = tokio::time::timeout(CONNECTION_DEADLINE, serving) => match served {
+                        Ok(Ok(())) => {}
+                        Ok(Err(error)) => tracing::debug!("metrics connection ended: {error}"),
+                        Err(_) => tracing::debug!("metrics connection closed after {CONNECTION_DEADLINE:?}"),
+                    },
+                    () = place.closing.notified() => {
+                        tracing::debug!("metrics connection closed for a client holding fewer");
+                    }
                 }
             });
         }
     }
 }
 
-/// A connection's place in its address's share, given back when dropped.
-struct AddressSlot {
-    counts: Arc<Mutex<HashMap<IpAddr, usize>>>,
-    address: IpAddr,
+/// The connections being served: each one's client address (an IPv6 client by its /64,
+/// which one host can fill with addresses) and how to close it, by the order they came in.
+#[derive(Default)]
+struct Served {
+    next_id: u64,
+    /// By id, so the smallest id is the oldest.
+    open: std::collections::BTreeMap<u64, (IpAddr, Arc<Notify>)>,
+    per_address: HashMap<IpAddr, usize>,
 }
 
-impl AddressSlot {
-    /// A slot for a connection from `address`, counted with the others of its client
-    /// address (an IPv6 client by its /64, which one host can fill with addresses).
-    fn take(counts: &Arc<Mutex<HashMap<IpAddr, usize>>>, address: IpAddr) -> Option<Self> {
-        let address = crate::transport::http::client_address(address);
-        let mut held = counts.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let count = held.entry(address).or_default();
-        if *count >= MAX_CONNECTIONS_PER_ADDRESS {
+/// A connection's place among those served, given back when dropped.
+struct Place {
+    served: Arc<Mutex<Served>>,
+    id: u64,
+    /// Notified when a newcomer takes the place.
+    closing: Arc<Notify>,
+}
+
+impl Served {
+    /// A place for a connection from `ip`: none if its address holds its share, or if
+    /// every place is taken and no address holds more than it; otherwise, when every place
+    /// is taken, the oldest connection of the address holding the most is told to close,
+    /// and its place is the newcomer's.
+    fn admit(served: &Arc<Mutex<Self>>, ip: IpAddr) -> Option<Place> {
+        let address = crate::transport::http::client_address(ip);
+        let mut this = served.lock().unwrap_or_else(PoisonError::into_inner);
+        let held = this.per_address.get(&address).copied().unwrap_or(0);
+        if held >= MAX_CONNECTIONS_PER_ADDRESS {
             return None;
         }
-        *count += 1;
-        Some(Self { counts: counts.clone(), address })
+        if this.open.len() >= MAX_CONNECTIONS {
+            let most = this.per_address.values().copied().max().unwrap_or(0);
+            if most <= held {
+                return None;
+            }
+            let victim = this
+                .open
+                .iter()
+                .find(|(_, (address, _))| this.per_address.get(address) == Some(&most))
+                .map(|(id, _)| *id)
+                .expect("an address holding connections has one open");
+            if let Some(closing) = this.release(victim) {
+                // Stored if the connection is not waiting yet: it closes when it does.
+                closing.notify_one();
+            }
+        }
+        let (id, closing) = (this.next_id, Arc::new(Notify::new()));
+        this.next_id += 1;
+        this.open.insert(id, (address, closing.clone()));
+        *this.per_address.entry(address).or_default() += 1;
+        Some(Place { served: served.clone(), id, closing })
+    }
+
+    /// Forget connection `id`, if it is still counted: how to tell it to close.
+    fn release(&mut self, id: u64) -> Option<Arc<Notify>> {
+        let (address, closing) = self.open.remove(&id)?;
+        if let Some(count) = self.per_address.get_mut(&address) {
+            *count -= 1;
+            if *count == 0 {
+                self.per_address.remove(&address);
+            }
+        }
+        Some(closing)
     }
 }
 
-impl Drop for AddressSlot {
+impl Drop for Place {
     fn drop(&mut self) {
-        let mut held = self.counts.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some(count) = held.get_mut(&self.address) {
-            *count -= 1;
-            if *count == 0 {
-                held.remove(&self.address);
-            }
-        }
+        self.served.lock().unwrap_or_else(PoisonError::into_inner).release(self.id);
     }
 }
 
@@ -199,15 +244,66 @@ mod tests {
     /// One host's /64 is one address here too: its addresses share one share.
     #[test]
     fn an_ipv6_client_holds_one_share_however_many_addresses_of_its_64_it_uses() {
-        let counts = Arc::default();
+        let served = Arc::default();
         let address = |last: u16| IpAddr::from([0x2001, 0xdb8, 0, 1, 0, 0, 0, last]);
-        let held: Vec<AddressSlot> = (0..MAX_CONNECTIONS_PER_ADDRESS as u16)
-            .map(|i| AddressSlot::take(&counts, address(i)).unwrap())
+        let held: Vec<Place> = (0..MAX_CONNECTIONS_PER_ADDRESS as u16)
+            .map(|i| Served::admit(&served, address(i)).unwrap())
             .collect();
-        assert!(AddressSlot::take(&counts, address(999)).is_none(), "the /64's share is taken");
+        assert!(Served::admit(&served, address(999)).is_none(), "the /64's share is taken");
         let elsewhere = IpAddr::from([0x2001, 0xdb8, 0, 2, 0, 0, 0, 1]);
-        assert!(AddressSlot::take(&counts, elsewhere).is_some(), "another /64 has its own");
+        assert!(Served::admit(&served, elsewhere).is_some(), "another /64 has its own");
         drop(held);
-        assert!(AddressSlot::take(&counts, address(999)).is_some());
+        assert!(Served::admit(&served, address(999)).is_some());
+    }
+
+    fn v4(third: u8, fourth: u8) -> IpAddr {
+        IpAddr::from([10, 0, third, fourth])
+    }
+
+    /// Every place taken: a newcomer from an address holding fewer than the most closes
+    /// the oldest connection of the address holding the most; one from an address holding
+    /// as many as any is refused.
+    #[test]
+    fn a_full_listener_closes_the_oldest_connection_of_the_address_holding_the_most() {
+        let served = Arc::default();
+        // Three addresses: the first holds one connection, the second its whole share, the
+        // rest one each until every place is taken.
+        let mut places = vec![Served::admit(&served, v4(0, 1)).unwrap()];
+        places.extend((0..MAX_CONNECTIONS_PER_ADDRESS).map(|_| Served::admit(&served, v4(0, 2)).unwrap()));
+        let mut fourth = 3;
+        while places.len() < MAX_CONNECTIONS {
+            places.push(Served::admit(&served, v4(1, fourth)).unwrap());
+            fourth += 1;
+        }
+        let told = |place: &Place| {
+            // A stored notification completes `notified` at once.
+            let notified = place.closing.notified();
+            futures_now(notified)
+        };
+        let probe = Served::admit(&served, v4(9, 9)).expect("a newcomer holding none comes in");
+        let closed: Vec<usize> = (0..places.len()).filter(|&i| told(&places[i])).collect();
+        assert_eq!(closed, [1], "the oldest of the address holding the most");
+        assert!(!told(&probe));
+        // Again: the next oldest of that address.
+        let _second = Served::admit(&served, v4(9, 10)).unwrap();
+        assert!(told(&places[2]));
+        // 10.0.0.2 holds two, 10.0.9.9 one: 10.0.9.9 comes in again, in the place of
+        // 10.0.0.2's next oldest; now it holds as many as any other, and is refused.
+        let _third = Served::admit(&served, v4(9, 9)).unwrap();
+        assert!(told(&places[3]));
+        assert!(Served::admit(&served, v4(9, 9)).is_none(), "it holds as many as any other");
+        assert_eq!(served.lock().unwrap().open.len(), MAX_CONNECTIONS);
+        // A place closed by the newcomer is not given back twice when its task ends.
+        drop(places.remove(1));
+        assert_eq!(served.lock().unwrap().open.len(), MAX_CONNECTIONS);
+        drop(places);
+        assert_eq!(served.lock().unwrap().open.len(), 3, "the newcomers' places");
+    }
+
+    /// Whether `future` is ready at its first poll.
+    fn futures_now(future: impl std::future::Future<Output = ()>) -> bool {
+        let mut future = std::pin::pin!(future);
+        let mut context = std::task::Context::from_waker(std::task::Waker::noop());
+        future.as_mut().poll(&mut context).is_ready()
     }
 }
