@@ -225,7 +225,9 @@ pub fn classify(value: Value) -> Incoming {
         return if notification { unanswered(problem) } else { invalid(id, problem) };
     }
     let params = message.remove("params");
-    if params.as_ref().is_some_and(|params| !params.is_object() && !params.is_array()) {
+    // JSON-RPC allows positional `params`; MCP's schema does not, and a method's fields
+    // must be found by name (an HTTP request's `Mcp-Name` is checked against `name`).
+    if params.as_ref().is_some_and(|params| !params.is_object()) {
         let problem = "`params` must be an object";
         return if notification { unanswered(problem) } else { invalid(id, problem) };
     }
@@ -385,13 +387,15 @@ mod tests {
 
     #[test]
     fn shapes_are_checked() {
-        let cases: [(&str, i64); 6] = [
+        let cases: [(&str, i64); 7] = [
             (r#"[]"#, INVALID_REQUEST),
             (r#"5"#, INVALID_REQUEST),
             (r#"{"jsonrpc":"2.0","id":null,"method":"x"}"#, INVALID_REQUEST),
             (r#"{"jsonrpc":"2.0","id":1.5,"method":"x"}"#, INVALID_REQUEST),
             (r#"{"jsonrpc":"1.0","id":1,"method":"x"}"#, INVALID_REQUEST),
             (r#"{"jsonrpc":"2.0","id":1,"method":"x","params":3}"#, INVALID_REQUEST),
+            // Positional: a legacy `prompts/get` of `["other", {}]` passed its `Mcp-Name` check.
+            (r#"{"jsonrpc":"2.0","id":1,"method":"prompts/get","params":["other",{}]}"#, INVALID_REQUEST),
         ];
         for (text, code) in cases {
             match parse(text.as_bytes()) {
@@ -421,6 +425,7 @@ mod tests {
             // A peer's parse error comes back with a null id.
             r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"x"}}"#,
             r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":"x"}"#,
+            r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":[1]}"#,
             r#"{"jsonrpc":"1.0","method":"notifications/cancelled","params":{"requestId":1}}"#,
         ];
         for text in cases {
