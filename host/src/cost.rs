@@ -32,6 +32,10 @@ pub struct Estimate {
     pub bytes: usize,
     /// The message's top-level `id`, when it has one (so a refusal can answer it).
     pub id: Option<Value>,
+    /// It is shaped as a response (a `result` or an `error`, no `method`): the client's
+    /// answer to a request of the server's, whose `id` is the server's own, never to be
+    /// answered.
+    pub is_response: bool,
 }
 
 /// Estimate the memory `text` takes once parsed into a [`Value`]. Fails only when `text`
@@ -64,7 +68,7 @@ impl<'de> DeserializeSeed<'de> for Counter {
 }
 
 fn scalar(bytes: usize) -> Estimate {
-    Estimate { bytes, id: None }
+    Estimate { bytes, id: None, is_response: false }
 }
 
 impl<'de> Visitor<'de> for Counter {
@@ -111,9 +115,12 @@ impl<'de> Visitor<'de> for Counter {
 
     fn visit_map<A: MapAccess<'de>>(self, mut entries: A) -> Result<Estimate, A::Error> {
         let (mut bytes, mut count, mut id) = (0usize, 0usize, None);
+        let (mut method, mut answer) = (false, false);
         while let Some(key) = entries.next_key::<KeyLength>()? {
             count += 1;
-            let value = if self.top && key.is_id {
+            method |= key.role == KeyRole::Method;
+            answer |= key.role == KeyRole::Answer;
+            let value = if self.top && key.role == KeyRole::Id {
                 let found = entries.next_value_seed(IdCounter)?;
                 id = found.id;
                 found.bytes
@@ -123,7 +130,8 @@ impl<'de> Visitor<'de> for Counter {
             bytes = bytes.saturating_add(block(key.length)).saturating_add(value);
         }
         let nodes = if count == 0 { 0 } else { (count * (VALUE_SLOT + ENTRY_OVERHEAD)).max(MAP_NODE) };
-        Ok(Estimate { bytes: bytes.saturating_add(nodes), id })
+        let is_response = self.top && answer && !method;
+        Ok(Estimate { bytes: bytes.saturating_add(nodes), id, is_response })
     }
 }
 
@@ -147,27 +155,31 @@ impl<'de> Visitor<'de> for IdCounter {
     }
 
     fn visit_bool<E>(self, flag: bool) -> Result<Estimate, E> {
-        Ok(Estimate { bytes: 0, id: Some(Value::Bool(flag)) })
+        Ok(Estimate { bytes: 0, id: Some(Value::Bool(flag)), is_response: false })
     }
 
     fn visit_i64<E>(self, number: i64) -> Result<Estimate, E> {
-        Ok(Estimate { bytes: 0, id: Some(number.into()) })
+        Ok(Estimate { bytes: 0, id: Some(number.into()), is_response: false })
     }
 
     fn visit_u64<E>(self, number: u64) -> Result<Estimate, E> {
-        Ok(Estimate { bytes: 0, id: Some(number.into()) })
+        Ok(Estimate { bytes: 0, id: Some(number.into()), is_response: false })
     }
 
     fn visit_f64<E>(self, number: f64) -> Result<Estimate, E> {
-        Ok(Estimate { bytes: 0, id: Some(number.into()) })
+        Ok(Estimate { bytes: 0, id: Some(number.into()), is_response: false })
     }
 
     fn visit_unit<E>(self) -> Result<Estimate, E> {
-        Ok(Estimate { bytes: 0, id: Some(Value::Null) })
+        Ok(Estimate { bytes: 0, id: Some(Value::Null), is_response: false })
     }
 
     fn visit_str<E>(self, text: &str) -> Result<Estimate, E> {
-        Ok(Estimate { bytes: block(text.len()), id: Some(Value::String(text.to_owned())) })
+        Ok(Estimate {
+            bytes: block(text.len()),
+            id: Some(Value::String(text.to_owned())),
+            is_response: false,
+        })
     }
 
     fn visit_seq<A: SeqAccess<'de>>(self, items: A) -> Result<Estimate, A::Error> {
@@ -182,7 +194,17 @@ impl<'de> Visitor<'de> for IdCounter {
 /// An object key, counted but not kept.
 struct KeyLength {
     length: usize,
-    is_id: bool,
+    role: KeyRole,
+}
+
+/// What a key says of the message it is a top-level key of.
+#[derive(PartialEq, Eq)]
+enum KeyRole {
+    Id,
+    Method,
+    /// `result` or `error`.
+    Answer,
+    Other,
 }
 
 impl<'de> de::Deserialize<'de> for KeyLength {
@@ -196,7 +218,13 @@ impl<'de> de::Deserialize<'de> for KeyLength {
             }
 
             fn visit_str<E>(self, key: &str) -> Result<KeyLength, E> {
-                Ok(KeyLength { length: key.len(), is_id: key == "id" })
+                let role = match key {
+                    "id" => KeyRole::Id,
+                    "method" => KeyRole::Method,
+                    "result" | "error" => KeyRole::Answer,
+                    _ => KeyRole::Other,
+                };
+                Ok(KeyLength { length: key.len(), role })
             }
         }
         deserializer.deserialize_str(Key)
@@ -311,6 +339,18 @@ mod tests {
         assert!(found.bytes > 10 << 20, "counted: {} bytes", found.bytes);
         assert!(estimate(b"{nope").is_err());
         assert!(estimate(b"{} {}").is_err());
+    }
+
+    /// A response is a top-level `result` or `error` without a `method`: a request whose
+    /// params hold those keys is not one.
+    #[test]
+    fn responses_are_told_from_requests() {
+        let is_response = |text: &str| estimate(text.as_bytes()).unwrap().is_response;
+        assert!(is_response(r#"{"jsonrpc":"2.0","id":1,"result":{}}"#));
+        assert!(is_response(r#"{"error":{"code":1,"message":"x"},"id":"s"}"#));
+        assert!(!is_response(r#"{"jsonrpc":"2.0","id":1,"method":"x","result":{}}"#));
+        assert!(!is_response(r#"{"jsonrpc":"2.0","id":1,"method":"x","params":{"result":1,"error":2}}"#));
+        assert!(!is_response(r#"[{"id":1,"result":{}}]"#));
     }
 
     /// Text that turns out not to be JSON only at its end (a cut-off array, trailing

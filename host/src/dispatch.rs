@@ -356,8 +356,29 @@ impl Server {
             Err(error) => return Ok(Admitted { message: jsonrpc::parse_error(&error), charge }),
         };
         let id = estimate.id.as_ref().and_then(RequestId::parse);
+        // A client's response refused is never answered: its id is the server's own (one
+        // of the ids the server numbers its requests with, which the client's own requests
+        // may share), so the refusal would read as the answer to the client's request of
+        // that id. The request it answers gets the refusal as its answer instead, so the
+        // call that asked ends now rather than at its deadline.
+        let refuse = |refusal: Refusal| {
+            if !estimate.is_response {
+                return Err(refusal);
+            }
+            let message = match refusal.id() {
+                Some(id) => Incoming::Response {
+                    id: id.clone(),
+                    answer: Err(jsonrpc::PeerError {
+                        code: INTERNAL_ERROR,
+                        message: format!("the client's answer was refused: {refusal}"),
+                    }),
+                },
+                None => Incoming::Unanswered { problem: format!("a response refused: {refusal}") },
+            };
+            Ok(Admitted { message, charge: self.admission.empty() })
+        };
         if estimate.bytes > self.max_request_cost {
-            return Err(Refusal::TooCostly { id, cost: estimate.bytes, limit: self.max_request_cost });
+            return refuse(Refusal::TooCostly { id, cost: estimate.bytes, limit: self.max_request_cost });
         }
         // The runtime keeps the arguments as text too while the call runs: about the
         // message's length again.
@@ -367,7 +388,7 @@ impl Server {
         // to try again later.
         let ceiling = self.admission.ceiling(tenant, client);
         if bytes.saturating_add(text.len()) > ceiling {
-            return Err(Refusal::TooCostly { id, cost: bytes, limit: ceiling });
+            return refuse(Refusal::TooCostly { id, cost: bytes, limit: ceiling });
         }
         if !charge.grow(bytes) {
             // A small notification or response is let in uncharged even so: refusing a
@@ -381,7 +402,7 @@ impl Server {
                     return Ok(Admitted { message, charge: self.admission.empty() });
                 }
             }
-            return Err(match charge.full_share(bytes) {
+            return refuse(match charge.full_share(bytes) {
                 Some(Whose::Tenant) => Refusal::TenantBusy { id, limit: self.admission.tenant_limit() },
                 Some(Whose::Client) => Refusal::ClientBusy { id, limit: ceiling },
                 None => Refusal::Busy { id, limit: self.admission.limit() },

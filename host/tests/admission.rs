@@ -504,6 +504,54 @@ async fn a_clients_answers_stay_charged_while_the_call_waits_for_the_rest() {
     server.shutdown();
 }
 
+/// A client's answer too costly to admit is never answered: its id is the server's own
+/// request's, which the client's own requests may share, so a refusal would read as the
+/// answer to one of them. The call that asked gets the refusal as its answer, and ends now
+/// (before, it waited for its deadline while the client got an error for the wrong id).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clients_answer_refused_is_never_answered_and_ends_the_call_that_asked() {
+    let mut runtime = Runtime::new(common::settings(2)).unwrap();
+    let options = ComponentOptions { limits: common::quick_limits(), ..ComponentOptions::default() };
+    runtime.load_file(&common::hostile(), options).await.unwrap();
+    let limits = ServerLimits {
+        max_queued_request_bytes: 4 << 20,
+        max_request_cost: 64 << 10,
+        max_listen_streams: 1024,
+    };
+    let server = Server::with_limits(Arc::new(runtime), Duration::from_millis(10), limits);
+    let connection = Connection::new(server.clone());
+    let (out, mut sent) = tokio::sync::mpsc::channel(64);
+    let out = Outbox::Channel(out);
+    let mut next = async || {
+        let message = tokio::time::timeout(Duration::from_secs(10), sent.recv()).await.unwrap().unwrap();
+        serde_json::to_value(&message).unwrap()
+    };
+    let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": "2025-11-25", "capabilities": {"roots": {}},
+                   "clientInfo": {"name": "t", "version": "1"}}});
+    connection.handle(jsonrpc::classify(initialize), &out).await;
+    assert_eq!(next().await["result"]["protocolVersion"], "2025-11-25");
+    let call = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+        "params": {"name": "ask", "arguments": {"count": 1, "key_len": 4, "state_bytes": 0}}});
+    connection.handle(jsonrpc::classify(call), &out).await;
+    let asked = next().await;
+    assert_eq!(asked["method"], "roots/list", "{asked}");
+    // About 8 MB parsed, past the 64 KiB a message may cost.
+    let roots: Vec<Value> = (0..40_000).map(|n| json!({"uri": format!("file:///r/{n}")})).collect();
+    let answer = json!({"jsonrpc": "2.0", "id": asked["id"], "result": {"roots": roots}}).to_string();
+    let admitted = server.admit(answer.as_bytes()).expect("a client's answer is never refused with its id");
+    let jsonrpc::Incoming::Response { id, answer: Err(refused) } = &admitted.message else {
+        panic!("the refusal stands in for the answer: {:?}", admitted.message)
+    };
+    assert_eq!(id.to_json(), asked["id"]);
+    assert!(refused.message.contains("refused"), "{refused:?}");
+    connection.handle_admitted(admitted, &out).await;
+    let answered = next().await;
+    assert_eq!(answered["id"], 2, "the call ends now, and nothing else is sent: {answered}");
+    all_released(&server).await;
+    server.shutdown();
+}
+
 /// A client that reads its answer a few bytes at a time would hold the connection, and
 /// the answer charged while it waits, for as long as it likes. Once a write has waited
 /// `write_timeout` (here 1 s) the connection is reset, not closed: on loopback the kernel
