@@ -873,6 +873,34 @@ async fn a_components_tenants_share_each_mounts_quota_and_their_data_directories
     refused_as_overlapping_hostile(&mut runtime, refused).await;
 }
 
+/// A component without a data directory, removed by a reload and added again by the next
+/// from a config whose `[[tenants]]` name another tenant, is that tenant's only: the
+/// tenant it was started for no longer sees it (its view, read at start, still names it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_component_added_again_by_a_reload_is_seen_only_by_the_tenants_its_new_config_names() {
+    let source = |tenants: &[&str]| ComponentSource {
+        name: "hostile".into(),
+        path: hostile(),
+        embedded: None,
+        options: ComponentOptions {
+            limits: common::quick_limits(),
+            tenants: tenants.iter().map(|tenant| (*tenant).to_owned()).collect(),
+            ..ComponentOptions::default()
+        },
+    };
+    let mut runtime = Runtime::new(common::settings(2)).unwrap();
+    assert!(runtime.load_all(vec![source(&["a"])]).await.is_empty());
+    let view = TenantView::new("a", ["hostile".to_owned()], None);
+    assert!(runtime.snapshot().tool_for(Some(&view), "read_text").is_some());
+    assert_eq!(runtime.reload(Vec::new()).await.removed, ["hostile"]);
+    assert_eq!(runtime.reload(vec![source(&["b"])]).await.loaded, ["hostile"]);
+    let tools = runtime.snapshot();
+    assert!(tools.tool_for(Some(&view), "read_text").is_none(), "listed to a tenant it is not for");
+    let arguments = json!({ "path": "/etc/hostname" });
+    let call = runtime.call_in(&tools, Some(&view), "read_text", &arguments, Default::default());
+    assert!(matches!(call.await.err(), Some(CallError::UnknownTool(_))));
+}
+
 /// A reload reads `[[tenants]]` no more than a restart would: a component whose new
 /// config names no tenant keeps those it was loaded for, each in its own data directory,
 /// never the whole one (every tenant's); and one loaded anew for no tenant is not theirs.

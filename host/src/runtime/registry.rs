@@ -431,14 +431,16 @@ pub struct TenantView {
 
 impl LoadedComponent {
     /// Whether `view` sees the component: without a view, always; a tenant's, when the
-    /// tenant may use it and, should it have a data directory, the tenant has its own
-    /// there. The component's own grants (`files`) hold the whole data directory, every
-    /// tenant's in it, so a tenant it was loaded without must never fall back to them (a
-    /// component removed by a reload, then loaded again from a config whose `[[tenants]]`
-    /// no longer name it: the tenants served are still those read at start).
+    /// tenant may use it (its view, read at start, names the component, and so does the
+    /// config the component was loaded from) and, should it have a data directory, the
+    /// tenant has its own there. A component removed by a reload, then loaded again from a
+    /// config whose `[[tenants]]` no longer name a tenant, is not that tenant's: the views
+    /// served are still those read at start. Its own grants (`files`) hold the whole data
+    /// directory, every tenant's in it, so such a tenant must never fall back to them.
     pub(crate) fn seen_by(&self, view: Option<&TenantView>) -> bool {
         view.is_none_or(|view| {
             view.sees(&self.name)
+                && self.options.tenants.iter().any(|tenant| **tenant == *view.tenant)
                 && (self.options.data_dir.is_none() || self.tenant_files.contains_key(&*view.tenant))
         })
     }
