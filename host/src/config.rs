@@ -708,11 +708,18 @@ impl Config {
                 None => component_name(&path),
             };
             check_component_name(&name, &path)?;
-            if let Some(other) = components.iter().find(|other| other.name == name) {
+            // Alike but for case: a file system that ignores case (macOS, ext4's casefold)
+            // would give both the same default data directory.
+            if let Some(other) = components.iter().find(|other| other.name.eq_ignore_ascii_case(&name)) {
                 bail!(
-                    "components {} and {} are both named {name:?}: give one a `name` of its own",
+                    "components {} and {} are both named {name:?}{}: give one a `name` of its own",
                     other.path.display(),
-                    path.display()
+                    path.display(),
+                    if other.name == name {
+                        String::new()
+                    } else {
+                        format!(" (or {:?}, alike but for case)", other.name)
+                    },
                 );
             }
             let in_limits = || format!("in the limits of {}", path.display());
@@ -805,8 +812,18 @@ fn plan_tenants(
                  it names the tenant's data directories"
             );
         }
-        if tenants.iter().any(|tenant: &Tenant| tenant.id.as_str() == name) {
-            bail!("two tenants are named {name:?}");
+        // Alike but for case: on a file system that ignores case the two would share
+        // their data directories (and each count the other's files in its quota).
+        if let Some(other) =
+            tenants.iter().find(|tenant: &&Tenant| tenant.id.as_str().eq_ignore_ascii_case(name))
+        {
+            bail!(
+                "two tenants are named {name:?}{}",
+                match other.id.as_str() {
+                    same if same == name => String::new(),
+                    other => format!(" and {other:?}, alike but for case: each names a data directory"),
+                }
+            );
         }
         for component in &entry.components {
             let Some(plan) = components.iter_mut().find(|plan| &plan.name == component) else {
@@ -1060,6 +1077,9 @@ mod tests {
         let error =
             plan("[[components]]\npath = \"a/x.wasm\"\n[[components]]\npath = \"b/x.wasm\"\n").unwrap_err();
         assert!(format!("{error:#}").contains("both named \"x\""), "{error:#}");
+        let error =
+            plan("[[components]]\npath = \"a/x.wasm\"\n[[components]]\npath = \"b/X.wasm\"\n").unwrap_err();
+        assert!(format!("{error:#}").contains("alike but for case"), "{error:#}");
         let error = plan("[[components]]\npath = \"...wasm\"\ndata_dir = true\n").unwrap_err();
         assert!(format!("{error:#}").contains("has the name \"..\""), "{error:#}");
         for bad in ["../up", "a/b", ".hidden", "", "sp ace"] {
@@ -1236,6 +1256,12 @@ mod tests {
                 plan(&format!("[[tenants]]\nname = {bad:?}\ncomponents = [\"tools\"]\n")).unwrap_err();
             assert!(format!("{error:#}").contains("a tenant's name is"), "{bad:?}: {error:#}");
         }
+        let alike = plan(
+            "[[tenants]]\nname = \"acme\"\ncomponents = [\"tools\"]\n\
+             [[tenants]]\nname = \"Acme\"\ncomponents = [\"tools\"]\n",
+        )
+        .unwrap_err();
+        assert!(format!("{alike:#}").contains("\"Acme\" and \"acme\", alike but for case"), "{alike:#}");
         let unknown = plan("[[tenants]]\nname = \"acme\"\ncomponents = [\"../tools\"]\n").unwrap_err();
         assert!(format!("{unknown:#}").contains("no component is named \"../tools\""), "{unknown:#}");
         assert!(plan("[[tenants]]\nname = \"acme\"\ncomponents = []\napi_key = \"x\"\n").is_err());
