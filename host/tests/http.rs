@@ -496,6 +496,24 @@ fn a_legacy_client_gets_a_session_whose_cancellations_reach_its_calls() {
     }
     let headers: Vec<_> = legacy.iter().copied().chain([("Mcp-Name", "echo")]).collect();
     assert_eq!(post_legacy(&headers, &call.to_string()).messages[0]["result"]["content"][0]["text"], "old");
+    // A version header sent must be one of the era's (2025-06-18 and 2025-11-25 transports:
+    // 400 for "an invalid or unsupported" one); one left out is served.
+    let unsupported =
+        [base[0], base[1], ("MCP-Protocol-Version", "1999-01-01"), ("Mcp-Session-Id", &session)];
+    let answer = post_legacy(&unsupported, &call.to_string());
+    assert_eq!((answer.status, answer.error_code()), (400, Some(-32600)), "{}", answer.body);
+    assert!(answer.body.contains("unsupported MCP-Protocol-Version"), "{}", answer.body);
+    let cancel_nothing =
+        json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 99}});
+    assert_eq!(post_legacy(&unsupported, &cancel_nothing.to_string()).status, 400);
+    let mut stream = TcpStream::connect(("127.0.0.1", server.port)).unwrap();
+    write_request(&mut stream, server.port, "GET", &unsupported[2..], b"");
+    assert_eq!(read_answer(stream, &schema).status, 400);
+    let unversioned = [base[0], base[1], ("Mcp-Session-Id", &session)];
+    assert_eq!(
+        post_legacy(&unversioned, &call.to_string()).messages[0]["result"]["content"][0]["text"],
+        "old"
+    );
 
     // A long call, then its cancellation as a POST of its own: the call stops, its answer
     // stream ends with nothing, and cleanup releases the lock.

@@ -958,6 +958,13 @@ async fn serve_request(
     // Who is asking, before anything else of the request is read.
     let (tenant, caller) = authenticate(shared, &request).await.map_err(closing)?;
     let session_id = header_text(headers, "mcp-session-id");
+    // GET and DELETE name a session: only 2025-era clients send them.
+    if session_id.is_some()
+        && matches!(*request.method(), Method::GET | Method::DELETE)
+        && let Some(problem) = unsupported_legacy_version(headers)
+    {
+        return Err(plain(StatusCode::BAD_REQUEST, &problem));
+    }
     if request.method() == Method::DELETE
         && let Some(id) = &session_id
     {
@@ -1026,6 +1033,9 @@ async fn serve_request(
             // closed stream, and nothing is asked. A response to nothing waiting is
             // dropped by the session, and still accepted.
             match session {
+                Some(_) if let Some(problem) = unsupported_legacy_version(&headers) => {
+                    return Err(plain(StatusCode::BAD_REQUEST, &problem));
+                }
                 Some(connection) => {
                     let admitted = Admitted { message: notification, charge };
                     connection.handle_admitted(admitted, &Outbox::Channel(mpsc::channel(1).0)).await
@@ -1072,6 +1082,15 @@ async fn serve_request(
     } else if session_id.is_some() && session.is_none() && method != "initialize" {
         return Err(plain(StatusCode::NOT_FOUND, "Not Found: unknown or expired session; initialize again"));
     } else {
+        if method != "initialize"
+            && let Some(problem) = unsupported_legacy_version(&headers)
+        {
+            return Err(rpc_error(
+                StatusCode::BAD_REQUEST,
+                Some(&id),
+                &RpcError::new(INVALID_REQUEST, problem),
+            ));
+        }
         legacy_routing_problem(&headers, &method, params.as_ref(), || check_params(false))
             .map_err(|what| header_mismatch(&id, what))?;
     }
@@ -1334,6 +1353,23 @@ fn legacy_routing_problem(
     }
     check_routing(headers, method, params, false)?;
     check_params()
+}
+
+/// What is wrong with a 2025-era request's `MCP-Protocol-Version`, if it is sent and is
+/// not one of that era's versions: the 2025-06-18 and 2025-11-25 transports answer "an
+/// invalid or unsupported" one with 400 (one left out means the oldest, and is served).
+fn unsupported_legacy_version(headers: &HeaderMap) -> Option<String> {
+    let sent = headers.get("mcp-protocol-version")?;
+    let version = sent.to_str().map(str::trim).unwrap_or_default();
+    if mcp::LEGACY_VERSIONS.contains(&version) {
+        return None;
+    }
+    // Quoted only when short: a header may be kilobytes long.
+    let quoted = if version.len() <= 32 { format!(" {version:?}") } else { String::new() };
+    Some(format!(
+        "Bad Request: unsupported MCP-Protocol-Version{quoted}; this server's 2025-era versions are {}",
+        mcp::LEGACY_VERSIONS.join(" and ")
+    ))
 }
 
 /// Whether a notification carries the 2026-07-28 envelope (a response never does).
