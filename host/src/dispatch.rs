@@ -1375,12 +1375,18 @@ impl Connection {
         }
         // The lines still held (at most the queue's) go out ahead of the answer, then what
         // was dropped, said once.
+        // Each send may wait on a client that reads slowly, and a cancel read meanwhile
+        // means no further message for the request (not only no answer): checked before
+        // each.
         if let Some(requested) = log_level.filter(|_| log_threshold.is_some()) {
             while let Some(line) = handle.next_log() {
+                if self.is_cancelled(id) {
+                    return Ran::Answered(None, Some(teardown));
+                }
                 out.send(Outgoing::Notification(log_notification(name, line))).await;
             }
             let dropped = handle.dropped_logs();
-            if dropped > 0 {
+            if dropped > 0 && !self.is_cancelled(id) {
                 let notice = dropped_logs_notification(name, dropped, requested, CLIENT_LOGS_PER_SECOND);
                 out.send(Outgoing::Notification(notice)).await;
             }
@@ -1390,9 +1396,13 @@ impl Connection {
             .then(|| progress.borrow_and_update().clone())
             .flatten();
         if let (Some(token), Some(latest)) = (&token, unsent)
+            && !self.is_cancelled(id)
             && progress_sent.advance(latest.done)
         {
             out.send(Outgoing::Notification(progress_notification(token, latest))).await;
+        }
+        if self.is_cancelled(id) {
+            return Ran::Answered(None, Some(teardown));
         }
         if revision == Revision::R2025_11_25
             && let Outcome::InputRequired(input) = report.outcome

@@ -11,7 +11,7 @@ use crate::common;
 use std::io::{BufReader, Read, Write};
 use std::net::TcpStream;
 use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::mpsc;
+use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
 use common::wire::{Answer, Schema, line_channel, meta, parse_answer, spawn_http_server};
@@ -324,4 +324,70 @@ fn http_sends_a_tools_log_on_the_calls_sse_stream_in_both_revisions() {
     let bad =
         json!({"jsonrpc": "2.0", "id": 4, "method": "logging/setLevel", "params": {"level": "verbose"}});
     assert_eq!(post(server.port, &headers, &bad, &legacy).messages[0]["error"]["code"], -32602);
+}
+
+/// A cancel read while a finished call's held log lines go out ahead of its answer (its
+/// client reads slowly) means no further message for the request, as the spec says: at
+/// most the line already on its way. Before, every line held (up to `CLIENT_LOG_QUEUE`),
+/// the dropped-lines notice and the last progress still went out; only the answer did not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_read_while_held_log_lines_go_out_stops_them() {
+    use cordon::dispatch::{Connection, Outbox, Server};
+    use cordon::protocol::jsonrpc;
+    use cordon::runtime::{ComponentOptions, Runtime};
+    let dir = common::fresh_dir("client-log-cancel");
+    let mut runtime = Runtime::new(common::settings(2)).unwrap();
+    let options = ComponentOptions {
+        limits: common::quick_limits(),
+        data_dir: Some(dir.clone()),
+        ..Default::default()
+    };
+    runtime.load_file(&common::hostile(), options).await.unwrap();
+    let server = Server::new(Arc::new(runtime), Duration::from_millis(10));
+    let connection = Connection::new(server.clone());
+    // Room for one message: the client reads nothing until the tool is done.
+    let (out, mut sent) = tokio::sync::mpsc::channel(1);
+    let out = Outbox::Channel(out);
+    let mut envelope = envelope(Some("warning"));
+    envelope["progressToken"] = json!("p");
+    let call = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+        "name": "log_flood", "arguments": {"count": 200, "bytes": 8, "then_create": "/data/flooded"},
+        "_meta": envelope}});
+    connection.handle(jsonrpc::classify(call), &out).await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !dir.join("flooded").exists() {
+        assert!(Instant::now() < deadline, "the tool never finished its lines");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // One message read: the one waiting goes in, and the next waits again.
+    let mut received = vec![sent.recv().await.unwrap()];
+    while sent.len() < sent.max_capacity() {
+        assert!(Instant::now() < deadline, "nothing more was sent");
+        tokio::task::yield_now().await;
+    }
+    let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 2}});
+    connection.handle(jsonrpc::classify(cancel), &out).await;
+    let after_cancel = received.len();
+    while server.runtime().pool_usage().calls != 0 {
+        assert!(Instant::now() < deadline, "the call never ended");
+        while let Ok(message) = sent.try_recv() {
+            received.push(message);
+        }
+        tokio::task::yield_now().await;
+    }
+    while let Ok(message) = sent.try_recv() {
+        received.push(message);
+    }
+    let received: Vec<Value> =
+        received.iter().map(|message| serde_json::to_value(message).unwrap()).collect();
+    let schema = Schema::new();
+    for message in &received {
+        schema.check_sent(message, None);
+        assert_ne!(message.get("id"), Some(&json!(2)), "the cancelled call was answered: {message}");
+    }
+    // The one in the channel and the one waiting to go in when the cancel was read.
+    let late = received.len() - after_cancel;
+    assert!(late <= 2, "{late} messages after the cancel: {:?}", &received[after_cancel..]);
+    server.shutdown();
+    std::fs::remove_dir_all(&dir).unwrap();
 }

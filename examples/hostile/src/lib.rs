@@ -27,8 +27,9 @@
 //!   what a name is and its open, the name must not change.
 //! - `park(ms)` waits in a host call (a WASI sleep) and never checks for cancellation.
 //! - `alloc_mb(mb)` allocates and touches `mb` MiB of linear memory.
-//! - `log_flood(count, bytes)` writes `count` warning lines of `bytes` bytes each to its log
-//!   as fast as it can (which a client that asked for logs would receive).
+//! - `log_flood(count, bytes, then_create?)` writes `count` warning lines of `bytes` bytes
+//!   each to its log as fast as it can (which a client that asked for logs would receive),
+//!   then creates the file `then_create`, if named.
 //! - `env_names()` lists the environment variables it sees; `env_var(name)` reads one.
 //! - `http_get(url, times)` GETs `url` `times` times over `wasi:http` and says, a line per
 //!   request, the status and body size or the error code; `http_hang(url)` sends one
@@ -524,12 +525,18 @@ struct LogFlood {
     count: u32,
     /// Bytes per line.
     bytes: u32,
+    /// A file to create once every line is written: a test's sign that the tool returns.
+    #[serde(default)]
+    then_create: Option<String>,
 }
 
 fn log_flood(args: LogFlood) -> Result<String, ToolError> {
     let line = "x".repeat(args.bytes as usize);
     for _ in 0..args.count {
         cordon_guest::log(cordon_guest::LogLevel::Warn, &line);
+    }
+    if let Some(path) = &args.then_create {
+        std::fs::write(path, b"").map_err(|error| ToolError::new(format!("{path}: {error}")))?;
     }
     Ok(format!("logged {} lines", args.count))
 }
