@@ -164,9 +164,10 @@ pub fn check_capabilities(envelope: Option<&Envelope>, required: &[String]) -> R
     .with_data(ErrorData::MissingCapabilities { required_capabilities: missing }))
 }
 
-/// The most of a requested version an answer quotes: versions are dates; a client that
-/// sends a header's worth of text gets back no more than this.
-const MAX_QUOTED_VERSION: usize = 64;
+/// The most of a requested version an answer quotes. `requested` must echo the version
+/// exactly (the conformance suite checks it), so any plausible one is quoted whole; a
+/// client that sends a header's worth of text gets back no more than this.
+const MAX_QUOTED_VERSION: usize = 1024;
 
 pub fn unsupported_version(requested: &str) -> RpcError {
     let requested = match requested.len() > MAX_QUOTED_VERSION {
@@ -328,6 +329,20 @@ pub fn listen_cancelled(subscription: &RequestId, reason: &str) -> ServerNotific
 
 #[cfg(test)]
 mod tests {
+
+    /// `requested` echoes any plausible version exactly; only a header's worth is cut.
+    #[test]
+    fn an_unsupported_version_is_echoed_exactly_unless_it_is_huge() {
+        let requested = |version: &str| match unsupported_version(version).data {
+            Some(data) => serde_json::to_value(data).unwrap()["requested"].as_str().unwrap().to_owned(),
+            None => panic!("no data"),
+        };
+        let long = format!("2026-07-28-{}", "x".repeat(100));
+        assert_eq!(requested(&long), long);
+        let huge = "y".repeat(64 << 10);
+        assert_eq!(requested(&huge), format!("{}…", &huge[..MAX_QUOTED_VERSION]));
+    }
+
     use serde_json::json;
 
     use super::*;
