@@ -774,6 +774,7 @@ impl Config {
             components = default_components()?;
         }
         let tenants = plan_tenants(self.tenants, &mut components, base)?;
+        runtime.tenants = tenants.len();
         let reserved_descriptors = server.reserved_descriptors;
         let request_state_key = self.server.request_state_key.clone();
         let request_state_ttl = self
@@ -1241,6 +1242,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(planned.tenants.names(), ["acme", "beta"]);
+        assert_eq!(planned.runtime.tenants, 2, "the call slots are split among them");
         assert_eq!(planned.components[0].options.tenants, ["acme", "beta"]);
         assert_eq!(planned.components[1].options.tenants, ["beta"]);
         let acme = planned.tenants.get("acme").unwrap();

@@ -107,7 +107,10 @@ impl CallSetupError {
         match self {
             Self::Runtime(_) | Self::Signal(_) => Exit::Failed,
             Self::Refused(
-                CallError::Busy { .. } | CallError::TenantBusy { .. } | CallError::ShuttingDown,
+                CallError::Busy { .. }
+                | CallError::TenantBusy { .. }
+                | CallError::TenantShareBusy { .. }
+                | CallError::ShuttingDown,
             ) => Exit::Failed,
             _ => Exit::Usage,
         }

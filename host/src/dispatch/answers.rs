@@ -49,6 +49,7 @@ pub fn call_error(error: &CallError, revision: Revision) -> Result<CallToolResul
         // The tool's own schema is at fault, not the client.
         | CallError::Busy { .. }
         | CallError::TenantBusy { .. }
+        | CallError::TenantShareBusy { .. }
         | CallError::ShuttingDown
         | CallError::ArgumentsUnchecked { .. } => {
             Ok(CallToolResult::error(capitalized(&error.to_string()), revision))

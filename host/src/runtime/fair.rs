@@ -6,6 +6,14 @@
 //! its whole queue. A tenant's `max_concurrent_calls` caps the slots it holds at once;
 //! its calls over the cap wait in its queue (the queue timeout bounds every wait).
 //! Calls without a tenant (no `[[tenants]]` configured) share one queue.
+//!
+//! Turns alone only share the slots that come free: a tenant that took every slot with
+//! calls that run for minutes would keep the others out for as long. So with two or more
+//! tenants the slots are split as the admission bound is (`dispatch/admission.rs`): half
+//! into a guaranteed part per tenant, the other half shared, and a tenant holds slots
+//! beyond its part only from the shared half. However the others flood, each tenant can
+//! always take its own part at once (with two tenants and 64 slots, 16 each); one without
+//! a `max_concurrent_calls` of its own holds at most half the slots.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -22,6 +30,30 @@ struct State {
     tenants: HashMap<Arc<str>, TenantQueue>,
     /// Tenants with waiters, in turn order: the front is served next.
     turns: VecDeque<Arc<str>>,
+    parts: Parts,
+    /// Slots tenants hold beyond their guaranteed parts, in all (at most `parts.shared`).
+    beyond: usize,
+}
+
+/// How the slots are split among two or more tenants (all zero: not split).
+#[derive(Clone, Copy, Default)]
+struct Parts {
+    /// Slots each tenant can always take.
+    guaranteed: usize,
+    /// Slots held beyond the guaranteed parts, by all tenants together.
+    shared: usize,
+    /// The most a tenant without a cap of its own holds.
+    default_cap: Option<usize>,
+}
+
+impl Parts {
+    fn of(slots: usize, tenants: usize) -> Self {
+        if tenants < 2 {
+            return Self { guaranteed: 0, shared: slots, default_cap: None };
+        }
+        let guaranteed = slots / (2 * tenants);
+        Self { guaranteed, shared: slots - guaranteed * tenants, default_cap: Some((slots / 2).max(1)) }
+    }
 }
 
 #[derive(Default)]
@@ -42,6 +74,29 @@ impl TenantQueue {
     fn under_cap(&self) -> bool {
         self.cap.is_none_or(|cap| self.holding < cap)
     }
+
+    /// Whether the tenant may take one more slot, should one be free: under its cap, and
+    /// within its guaranteed part or with room left in the shared rest.
+    fn may_take(&self, parts: &Parts, beyond: usize) -> bool {
+        self.under_cap() && (self.holding < parts.guaranteed || beyond < parts.shared)
+    }
+
+    /// Count a slot taken: how much it adds to what tenants hold beyond their parts.
+    fn take(&mut self, parts: &Parts) -> usize {
+        self.holding += 1;
+        usize::from(self.holding > parts.guaranteed)
+    }
+}
+
+/// Why a call found no slot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Full {
+    /// Its tenant holds as many as it may: its `max_concurrent_calls`, or half the slots.
+    TenantCap(usize),
+    /// Its tenant holds its guaranteed part, and the others hold the whole shared rest.
+    Shared,
+    /// Every slot is in use.
+    Pool,
 }
 
 /// A slot held; given back (to the next tenant in turn) when dropped.
@@ -74,9 +129,17 @@ impl Drop for Waiting {
 }
 
 impl FairSlots {
-    pub(crate) fn new(slots: usize) -> Arc<Self> {
+    /// The gate in front of `slots` slots, shared by `tenants` tenants (fewer than two:
+    /// not split into parts).
+    pub(crate) fn new(slots: usize, tenants: usize) -> Arc<Self> {
         Arc::new(Self {
-            state: Mutex::new(State { free: slots, tenants: HashMap::new(), turns: VecDeque::new() }),
+            state: Mutex::new(State {
+                free: slots,
+                tenants: HashMap::new(),
+                turns: VecDeque::new(),
+                parts: Parts::of(slots, tenants),
+                beyond: 0,
+            }),
         })
     }
 
@@ -95,12 +158,13 @@ impl FairSlots {
         queued: impl FnOnce(),
     ) -> FairPermit {
         let receiver = {
-            let mut state = self.state.lock().unwrap();
-            let free = state.free;
+            let mut guard = self.state.lock().unwrap();
+            let state = &mut *guard;
+            let (free, parts, beyond) = (state.free, state.parts, state.beyond);
             let queue = state.tenants.entry(tenant.clone()).or_default();
-            queue.cap = cap;
-            if free > 0 && queue.waiters.is_empty() && queue.under_cap() {
-                queue.holding += 1;
+            queue.cap = cap.or(parts.default_cap);
+            if free > 0 && queue.waiters.is_empty() && queue.may_take(&parts, beyond) {
+                state.beyond += queue.take(&parts);
                 state.free -= 1;
                 return FairPermit { slots: self.clone(), tenant: tenant.clone() };
             }
@@ -123,14 +187,29 @@ impl FairSlots {
         FairPermit { slots: self.clone(), tenant: tenant.clone() }
     }
 
+    /// Why a call of `tenant` (capped at `cap`) found no slot it could take.
+    pub(crate) fn why_full(&self, tenant: &Arc<str>, cap: Option<usize>) -> Full {
+        let state = self.state.lock().unwrap();
+        let holding = state.tenants.get(tenant).map_or(0, |queue| queue.holding);
+        match cap.or(state.parts.default_cap) {
+            Some(cap) if holding >= cap => Full::TenantCap(cap),
+            _ if state.parts.default_cap.is_some() && holding >= state.parts.guaranteed => Full::Shared,
+            _ => Full::Pool,
+        }
+    }
+
     /// A slot of `tenant`'s is free: hand it to the next tenant in turn that may take it.
     fn release(&self, tenant: &Arc<str>) {
-        let mut state = self.state.lock().unwrap();
+        let mut guard = self.state.lock().unwrap();
+        let state = &mut *guard;
+        let guaranteed = state.parts.guaranteed;
         if let Some(queue) = state.tenants.get_mut(tenant) {
+            let was_beyond = queue.holding > guaranteed;
             queue.holding -= 1;
+            state.beyond -= usize::from(was_beyond);
         }
         state.free += 1;
-        Self::hand_out(&mut state);
+        Self::hand_out(state);
         // Forget tenants with nothing held or queued: their entries stay bounded by
         // the calls in flight.
         if let Some(queue) = state.tenants.get(tenant)
@@ -141,15 +220,17 @@ impl FairSlots {
         }
     }
 
-    /// While slots are free, give one to each tenant in turn that has a live waiter and is
-    /// under its cap.
+    /// While slots are free, give one to each tenant in turn that has a live waiter and may
+    /// take one (under its cap, within its part or the shared rest).
     fn hand_out(state: &mut State) {
         let mut passes = state.turns.len();
+        let parts = state.parts;
         while state.free > 0 && passes > 0 {
             let Some(next) = state.turns.pop_front() else { break };
             passes -= 1;
+            let beyond = state.beyond;
             let queue = state.tenants.get_mut(&next).expect("a tenant in turn has a queue");
-            if !queue.under_cap() {
+            if !queue.may_take(&parts, beyond) {
                 state.turns.push_back(next);
                 continue;
             }
@@ -161,7 +242,7 @@ impl FairSlots {
                 }
             }
             if handed {
-                queue.holding += 1;
+                state.beyond += queue.take(&parts);
                 state.free -= 1;
                 passes = state.turns.len() + 1;
             }
@@ -181,7 +262,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_freed_slot_goes_to_the_next_tenant_in_turn() {
-        let slots = FairSlots::new(1);
+        let slots = FairSlots::new(1, 0);
         let (a, b): (Arc<str>, Arc<str>) = ("a".into(), "b".into());
         let first = slots.acquire(&a, None).await;
         // Tenant a queues three calls, then b one: b is served right after a's first.
@@ -209,9 +290,54 @@ mod tests {
         assert_eq!(*order.lock().unwrap(), ["a0", "b3", "a1", "a2"]);
     }
 
+    /// Every slot a tenant can take at once, without waiting.
+    async fn take_all(slots: &Arc<FairSlots>, tenant: &Arc<str>, cap: Option<usize>) -> Vec<FairPermit> {
+        let mut held = Vec::new();
+        while let Ok(permit) = tokio::time::timeout(Duration::ZERO, slots.acquire(tenant, cap)).await {
+            held.push(permit);
+        }
+        held
+    }
+
+    /// Three tenants of twelve slots: a guaranteed part of two each, six shared. However
+    /// the first two flood (with calls that would run for minutes), the third takes its
+    /// part at once; a tenant without a cap of its own holds at most half.
+    #[tokio::test]
+    async fn each_tenant_can_always_take_its_guaranteed_part_however_the_others_flood() {
+        let slots = FairSlots::new(12, 3);
+        let (a, b, c): (Arc<str>, Arc<str>, Arc<str>) = ("a".into(), "b".into(), "c".into());
+        let held_a = take_all(&slots, &a, None).await;
+        assert_eq!(held_a.len(), 6, "half the slots: its part and four shared");
+        assert_eq!(slots.why_full(&a, None), Full::TenantCap(6));
+        let held_b = take_all(&slots, &b, None).await;
+        assert_eq!(held_b.len(), 4, "its part and the two shared slots left");
+        assert_eq!(slots.why_full(&b, None), Full::Shared);
+        let held_c = take_all(&slots, &c, Some(10)).await;
+        assert_eq!(held_c.len(), 2, "its part, however the others flood (and whatever its cap)");
+        assert_eq!(slots.why_full(&c, Some(10)), Full::Shared);
+        // A's calls end: the shared slots they held go to whoever is under its cap, and
+        // a's part stays free for a.
+        drop(held_a);
+        let more_c = take_all(&slots, &c, Some(10)).await;
+        assert_eq!(more_c.len(), 4, "the shared rest but the two b holds");
+        let again_a = take_all(&slots, &a, None).await;
+        assert_eq!(again_a.len(), 2, "its part");
+        drop((held_b, held_c, more_c, again_a));
+        let state = slots.state.lock().unwrap();
+        assert_eq!((state.free, state.beyond), (12, 0), "every slot given back, nothing held beyond");
+    }
+
+    /// With one tenant (or none) the slots are not split: one may take them all.
+    #[tokio::test]
+    async fn one_tenant_takes_every_slot() {
+        let slots = FairSlots::new(8, 1);
+        assert_eq!(take_all(&slots, &"a".into(), None).await.len(), 8);
+        assert_eq!(slots.why_full(&"a".into(), None), Full::Pool);
+    }
+
     #[tokio::test]
     async fn a_tenant_cap_holds_its_calls_in_its_queue() {
-        let slots = FairSlots::new(4);
+        let slots = FairSlots::new(4, 0);
         let a: Arc<str> = "a".into();
         let held = slots.acquire(&a, Some(1)).await;
         let waiting = tokio::time::timeout(Duration::from_millis(50), slots.acquire(&a, Some(1))).await;
@@ -226,7 +352,7 @@ mod tests {
 
     #[tokio::test]
     async fn waiters_that_gave_up_are_not_kept_while_their_tenant_stays_at_its_cap() {
-        let slots = FairSlots::new(4);
+        let slots = FairSlots::new(4, 0);
         let a: Arc<str> = "a".into();
         let _held = slots.acquire(&a, Some(1)).await;
         for _ in 0..1_000 {

@@ -113,6 +113,9 @@ pub struct RuntimeSettings {
     /// Files holding secrets (`secrets`, `api_keys`), which no guest may be granted to
     /// read either.
     pub secret_files: Vec<PathBuf>,
+    /// How many tenants share the call slots (`[[tenants]]`): with two or more, each has
+    /// a guaranteed part of them (runtime/fair.rs).
+    pub tenants: usize,
 }
 
 impl Default for RuntimeSettings {
@@ -124,6 +127,7 @@ impl Default for RuntimeSettings {
             reserved_descriptors: 256,
             server_files: Vec::new(),
             secret_files: Vec::new(),
+            tenants: 0,
         }
     }
 }
@@ -311,6 +315,10 @@ pub enum CallError {
         "the tenant's call limit is reached: its {slots} concurrent calls stayed in use for {waited:?}; try again later"
     )]
     TenantBusy { slots: usize, waited: Duration },
+    #[error(
+        "the tenant's share of the call slots stayed in use for {waited:?}: it holds its guaranteed part, and the other tenants hold the shared rest; try again later"
+    )]
+    TenantShareBusy { waited: Duration },
     #[error("the server is shutting down; the call did not start")]
     ShuttingDown,
 }
@@ -323,7 +331,7 @@ impl CallError {
             Self::ArgumentsNotObject | Self::InvalidArguments { .. } | Self::ArgumentsUnchecked { .. } => {
                 RefusalReason::InvalidArguments
             }
-            Self::Busy { .. } | Self::TenantBusy { .. } => RefusalReason::Busy,
+            Self::Busy { .. } | Self::TenantBusy { .. } | Self::TenantShareBusy { .. } => RefusalReason::Busy,
             Self::ShuttingDown => RefusalReason::ShuttingDown,
         }
     }
@@ -429,7 +437,7 @@ impl Runtime {
             tool_set: watch::Sender::new(Arc::default()),
             reloading: tokio::sync::Mutex::new(()),
             call_permits: Arc::new(Semaphore::new(slots)),
-            fair_slots: fair::FairSlots::new(slots),
+            fair_slots: fair::FairSlots::new(slots, settings.tenants),
             cleanup_permits: Arc::new(Semaphore::new(slots)),
             spares: Arc::new(spare::SpareBudget::new()),
             // Every store the pool can hold at once is guaranteed a few descriptors.
@@ -1104,7 +1112,10 @@ impl Runtime {
                 event.tool = Some(tool);
             }
             event.argument_bytes = if arguments.is_object() { arguments.to_string().len() } else { 0 };
-            if let CallError::Busy { waited, .. } | CallError::TenantBusy { waited, .. } = error {
+            if let CallError::Busy { waited, .. }
+            | CallError::TenantBusy { waited, .. }
+            | CallError::TenantShareBusy { waited } = error
+            {
                 event.queue_wait = *waited;
             }
             self.observers.emit(&event);
@@ -1170,9 +1181,10 @@ impl Runtime {
         let tenant = view.map_or_else(|| Arc::<str>::from(""), |view| view.tenant.clone());
         let cap = view.and_then(|view| view.max_concurrent_calls);
         let deadline = tokio::time::Instant::now() + waited;
-        let busy = || match cap {
-            Some(cap) => CallError::TenantBusy { slots: cap, waited },
-            None => CallError::Busy { slots: self.settings.engine.max_concurrent_calls, waited },
+        let busy = || match self.fair_slots.why_full(&tenant, cap) {
+            fair::Full::TenantCap(slots) => CallError::TenantBusy { slots, waited },
+            fair::Full::Shared => CallError::TenantShareBusy { waited },
+            fair::Full::Pool => CallError::Busy { slots: self.settings.engine.max_concurrent_calls, waited },
         };
         let note_queued = || {
             tracing::debug!(component = %component.name, tool = %tool, "queued: no slot is free for the call");
