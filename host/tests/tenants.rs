@@ -1,5 +1,5 @@
 //! Tenants over a real `cordon serve`, seen by a raw HTTP/1.1 client (and stdio): API keys
-//! (no key, a wrong one, a key in the query string: 401 with the challenge), one tenant's
+//! (no key, a wrong one: 401 with the challenge; a key in the query string: 400), one tenant's
 //! key against another's tool (answered exactly as an unknown tool), private caching of
 //! lists and discovery, a data directory per tenant, the per-tenant rate (429 with
 //! `Retry-After`; over stdio a JSON-RPC error with a retry hint) and concurrency cap, fair
@@ -222,10 +222,8 @@ fn names(answer: &Answer) -> Vec<String> {
 #[test]
 fn requests_without_a_valid_key_get_401_with_the_challenge_and_no_key_is_logged() {
     let server = Server::start("keys", "");
-    let metadata = format!(
-        "Bearer resource_metadata=\"http://127.0.0.1:{}/.well-known/oauth-protected-resource/mcp\"",
-        server.port
-    );
+    // API keys alone publish no protected resource metadata: nothing to point a client at.
+    let metadata = "Bearer realm=\"mcp\"".to_owned();
     let list = |key: Option<&str>| server.request(key, "tools/list", None, json!({}));
     let missing = list(None);
     assert_eq!(missing.status, 401, "{}", missing.body);
@@ -258,8 +256,18 @@ fn requests_without_a_valid_key_get_401_with_the_challenge_and_no_key_is_logged(
     headers.push(("Authorization", &bearer));
     let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"_meta": meta()}});
     let in_query = server.post(&format!("/mcp?api_key={ACME_KEY}"), &headers, &body);
-    assert_eq!(in_query.status, 401, "{}", in_query.body);
+    // RFC 6750 §3.1: a request made wrongly (not a credential that failed) is 400.
+    assert_eq!(in_query.status, 400, "{}", in_query.body);
     assert!(in_query.body.contains("query string"), "{}", in_query.body);
+    assert_eq!(in_query.header("www-authenticate"), Some(&*format!("{metadata}, error=\"invalid_request\"")));
+    // The challenge never quotes what the client chose: a Host header that would have
+    // ended the quoted URL early (before, the URL was made from it).
+    let mut odd_host = TcpStream::connect(("127.0.0.1", server.port)).unwrap();
+    let head = "POST /mcp HTTP/1.1\r\nHost: localhost:1@evil.example\"x\r\nContent-Length: 2\r\n\r\n{}";
+    odd_host.write_all(head.as_bytes()).unwrap();
+    let mut raw = String::new();
+    odd_host.read_to_string(&mut raw).unwrap();
+    assert!(!raw.contains("evil.example"), "{raw}");
     // Both of acme's keys work; the second from the comma-separated variable.
     assert_eq!(list(Some(ACME_KEY)).status, 200);
     assert_eq!(list(Some("acme-second-key")).status, 200);

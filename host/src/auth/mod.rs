@@ -109,33 +109,34 @@ pub enum AuthError {
 }
 
 impl AuthError {
-    /// The HTTP status: 401 for credentials missing or wrong, 403 for a missing scope.
+    /// The HTTP status: 401 for credentials missing or wrong, 400 for credentials in the
+    /// query (RFC 6750 §3.1, `invalid_request`), 403 for a missing scope.
     pub fn status(&self) -> u16 {
         match self {
             Self::InsufficientScope { .. } => 403,
+            Self::InQuery => 400,
             _ => 401,
         }
     }
 
-    /// The `WWW-Authenticate` challenge, pointing at `resource_metadata` (the URL of the
-    /// protected resource metadata, see [`resource_metadata_url`]).
-    pub fn challenge(&self, resource_metadata: &str) -> String {
-        let base = format!("Bearer resource_metadata=\"{resource_metadata}\"");
+    /// The `WWW-Authenticate` challenge (RFC 6750 §3): with OAuth, pointing at the
+    /// protected resource metadata published at `resource_metadata` (RFC 9728 §5.1);
+    /// with API keys alone there is none to point at (a client sent to look would find a
+    /// 404, and start an OAuth flow that cannot succeed), so a realm.
+    pub fn challenge(&self, resource_metadata: Option<&str>) -> String {
+        let base = match resource_metadata {
+            Some(url) => format!("Bearer resource_metadata=\"{url}\""),
+            None => "Bearer realm=\"mcp\"".to_owned(),
+        };
         match self {
             Self::Missing => base,
-            Self::Invalid | Self::InQuery => format!("{base}, error=\"invalid_token\""),
+            Self::Invalid => format!("{base}, error=\"invalid_token\""),
+            Self::InQuery => format!("{base}, error=\"invalid_request\""),
             Self::InsufficientScope { scope } => {
                 format!("{base}, error=\"insufficient_scope\", scope=\"{scope}\"")
             }
         }
     }
-}
-
-/// Where the protected resource metadata of the endpoint at `path` is published (RFC 9728
-/// section 3.1: the well-known prefix inserted before the path).
-pub fn resource_metadata_url(scheme: &str, host: &str, path: &str) -> String {
-    let path = if path == "/" { "" } else { path };
-    format!("{scheme}://{host}/.well-known/oauth-protected-resource{path}")
 }
 
 /// The token of an `Authorization: Bearer <token>` header value (the scheme is
@@ -294,14 +295,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn challenges_point_at_the_metadata() {
-        let url = resource_metadata_url("https", "mcp.example.com", "/mcp");
-        assert_eq!(url, "https://mcp.example.com/.well-known/oauth-protected-resource/mcp");
-        assert_eq!(AuthError::Missing.challenge(&url), format!("Bearer resource_metadata=\"{url}\""));
+    fn challenges_point_at_the_metadata_when_there_is_some() {
+        let url = "https://mcp.example.com/.well-known/oauth-protected-resource/mcp";
+        assert_eq!(AuthError::Missing.challenge(Some(url)), format!("Bearer resource_metadata=\"{url}\""));
+        assert_eq!(AuthError::Missing.challenge(None), "Bearer realm=\"mcp\"");
         assert_eq!(AuthError::Missing.status(), 401);
+        assert_eq!(AuthError::InQuery.status(), 400);
+        assert!(AuthError::InQuery.challenge(None).ends_with("error=\"invalid_request\""));
         let scope = AuthError::InsufficientScope { scope: "tools".into() };
         assert_eq!(scope.status(), 403);
-        assert!(scope.challenge(&url).ends_with("error=\"insufficient_scope\", scope=\"tools\""));
+        assert!(scope.challenge(Some(url)).ends_with("error=\"insufficient_scope\", scope=\"tools\""));
     }
 
     #[test]

@@ -70,7 +70,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 use super::proxies::TrustedProxies;
 use super::tls::Tls;
 use crate::auth::oauth::{Claims, TokenError, Validator};
-use crate::auth::{self, AuthError, Caller, Tenant, TenantId};
+use crate::auth::{AuthError, Caller, Tenant, TenantId};
 use crate::dispatch::{
     Admitted, Charge, Client, ClientShare, Connection, NotFollowed, Outbox, RETRY_AFTER_SECONDS, RateCheck,
     Refusal, SMALL_UNCHARGED_BYTES, Server, Whose, rate_limited,
@@ -464,8 +464,6 @@ impl Sessions {
 /// What every HTTP request shares.
 struct Shared {
     server: Arc<Server>,
-    /// How clients reach us, for the resource metadata URL in a 401's challenge.
-    scheme: &'static str,
     settings: HttpSettings,
     sessions: Sessions,
     clients: Arc<Clients>,
@@ -482,6 +480,8 @@ struct Protection {
     /// followed by the resource's path (RFC 9728 §3.1) and by the endpoint's.
     metadata_paths: Vec<String>,
     metadata: Bytes,
+    /// Where the metadata is published, from the configured audience.
+    metadata_url: String,
     /// `Bearer resource_metadata="<url>"`, as a 401 without a token carries it.
     challenge: String,
 }
@@ -511,6 +511,7 @@ impl Protection {
             metadata_paths,
             metadata,
             challenge: format!("Bearer resource_metadata=\"{metadata_url}\""),
+            metadata_url,
         }
     }
 
@@ -686,7 +687,6 @@ pub async fn serve(
     let (close_connections, closing) = tokio::sync::watch::channel(false);
     let shared = Arc::new(Shared {
         server: server.clone(),
-        scheme: if settings.tls.is_some() { "https" } else { "http" },
         settings,
         sessions: Sessions::default(),
         clients: Arc::default(),
@@ -1153,11 +1153,11 @@ async fn authenticate(
         match tenants.authenticate(authorization, request.uri().query()) {
             Ok(principal) => match tenants.of(&principal) {
                 Some(tenant) => return Ok((Some(tenant.clone()), Some(principal.caller))),
-                None => return Err(unauthorized(shared, headers, &AuthError::Invalid)),
+                None => return Err(unauthorized(shared, &AuthError::Invalid)),
             },
             // Not an API key: with OAuth configured it may be an access token.
             Err(AuthError::Invalid | AuthError::Missing) if shared.protection.is_some() => {}
-            Err(error) => return Err(unauthorized(shared, headers, &error)),
+            Err(error) => return Err(unauthorized(shared, &error)),
         }
     }
     let Some(protection) = &shared.protection else {
@@ -1180,13 +1180,15 @@ async fn authenticate(
     }
 }
 
-fn unauthorized(shared: &Shared, headers: &HeaderMap, error: &AuthError) -> HttpResponse {
-    let host = headers.get(header::HOST).and_then(|host| host.to_str().ok()).unwrap_or("localhost");
-    let metadata = auth::resource_metadata_url(shared.scheme, host, &shared.settings.path);
-    let status = StatusCode::from_u16(error.status()).expect("401 or 403");
+/// A refusal of an API key (or of credentials in the query): the challenge names the
+/// metadata only when OAuth publishes some, at the URL made from the configured audience
+/// (never from the request's `Host`, which the client chooses).
+fn unauthorized(shared: &Shared, error: &AuthError) -> HttpResponse {
+    let metadata = shared.protection.as_ref().map(|protection| protection.metadata_url.as_str());
+    let status = StatusCode::from_u16(error.status()).expect("400, 401 or 403");
     let mut response =
         plain(status, &format!("{}: {error}", status.canonical_reason().unwrap_or("Unauthorized")));
-    if let Ok(challenge) = HeaderValue::from_str(&error.challenge(&metadata)) {
+    if let Ok(challenge) = HeaderValue::from_str(&error.challenge(metadata)) {
         response.headers_mut().insert(header::WWW_AUTHENTICATE, challenge);
     }
     response
