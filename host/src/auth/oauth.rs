@@ -256,6 +256,11 @@ impl Validator {
         let data = jsonwebtoken::decode::<Map<String, Value>>(token, &key.decoding, validation)
             .map_err(|error| TokenError::Invalid(reason(error.kind())))?;
         let claims = data.claims;
+        // jsonwebtoken checks an `nbf` it can read as a number and takes any other as
+        // absent: a token post-dated with `"nbf": "2000000000"` would be good at once.
+        if claims.get("nbf").is_some_and(|nbf| !nbf.is_number()) {
+            return Err(TokenError::Invalid("nbf is not a NumericDate"));
+        }
         let tenant = match claims.get(&self.settings.tenant_claim) {
             Some(Value::String(tenant)) if !tenant.is_empty() => tenant.clone(),
             _ => return Err(TokenError::Invalid("no tenant claim")),
