@@ -132,11 +132,10 @@ fn tool_lists_match_their_revision() {
     for revision in REVISIONS {
         for private in [false, true] {
             let first = mcp::list_result(&tools, None, private, revision).unwrap();
-            assert_eq!(first.next_cursor.as_deref(), Some("100"));
+            let cursor = json!(first.next_cursor.clone().expect("a second page"));
             check_result::<ListToolsResult>(revision, "tools/list", first);
-            let cursor = json!("100");
             let last = mcp::list_result(&tools, Some(&cursor), private, revision).unwrap();
-            assert_eq!(last.next_cursor, None);
+            assert_eq!((last.tools[0].name.as_str(), last.next_cursor.as_ref()), ("t100", None));
             check_result::<ListToolsResult>(revision, "tools/list", last);
             check_result::<ListToolsResult>(
                 revision,

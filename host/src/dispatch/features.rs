@@ -95,7 +95,7 @@ impl Connection {
         let listed = match method {
             "resources/list" => {
                 let items: Vec<_> = tools.resources_for(self.view()).collect();
-                wire::page(&items, cursor).map(|(resources, next_cursor)| {
+                wire::page(&items, |item| &item.uri, cursor).map(|(resources, next_cursor)| {
                     FeatureResult::ListResources(wire::ListResourcesResult {
                         resources: resources.iter().copied().map(resource).collect(),
                         next_cursor,
@@ -106,7 +106,7 @@ impl Connection {
             }
             "resources/templates/list" => {
                 let items: Vec<_> = tools.templates_for(self.view()).collect();
-                wire::page(&items, cursor).map(|(templates, next_cursor)| {
+                wire::page(&items, |item| &item.uri_template, cursor).map(|(templates, next_cursor)| {
                     FeatureResult::ListResourceTemplates(wire::ListResourceTemplatesResult {
                         resource_templates: templates.iter().copied().map(template).collect(),
                         next_cursor,
@@ -117,7 +117,7 @@ impl Connection {
             }
             "prompts/list" => {
                 let items: Vec<_> = tools.prompts_for(self.view()).collect();
-                wire::page(&items, cursor).map(|(prompts, next_cursor)| {
+                wire::page(&items, |item| &item.name, cursor).map(|(prompts, next_cursor)| {
                     FeatureResult::ListPrompts(wire::ListPromptsResult {
                         prompts: prompts.iter().copied().map(prompt).collect(),
                         next_cursor,

@@ -260,21 +260,50 @@ pub fn params<T: serde::de::DeserializeOwned>(method: &str, params: Option<&Valu
         .map_err(|error| RpcError::invalid_params(format!("Invalid params for {method}: {error}")))
 }
 
-/// The page of `items` at `cursor` (the page's offset, as text; none or empty: the first)
-/// and the cursor of the next page, if any; `-32602` for a cursor this server never gave.
-pub fn page<'a, T>(items: &'a [T], cursor: Option<&Value>) -> Result<(&'a [T], Option<String>), RpcError> {
+/// The page of `items` at `cursor` and the cursor of the next page, if any; `-32602` for
+/// a cursor this server never gave, or one whose page no longer starts where it did.
+///
+/// A cursor names the last item of the page before it (a hash of its `key`: the tool's or
+/// prompt's name, the resource's URI), not an offset, so that a list changed between
+/// pages (a reload, a relist) neither skips nor repeats an item after it: the next page
+/// starts after that item wherever it now is, and if it is gone the client is told to
+/// list again (the spec: cursors SHOULD be stable). Replicas serving the same config
+/// list in the same order, so a cursor from one is good on another.
+pub fn page<'a, T>(
+    items: &'a [T],
+    key: impl Fn(&T) -> &str,
+    cursor: Option<&Value>,
+) -> Result<(&'a [T], Option<String>), RpcError> {
     let start = match cursor {
         None | Some(Value::Null) => 0,
         Some(Value::String(cursor)) if cursor.is_empty() => 0,
-        Some(Value::String(cursor)) => cursor
-            .parse::<usize>()
-            .ok()
-            .filter(|start| *start <= items.len())
-            .ok_or_else(|| RpcError::invalid_params("Invalid cursor"))?,
+        Some(Value::String(cursor)) => {
+            let after = cursor
+                .strip_prefix(CURSOR_PREFIX)
+                .and_then(|hex| u64::from_str_radix(hex, 16).ok())
+                .ok_or_else(|| RpcError::invalid_params("Invalid cursor"))?;
+            let at = items.iter().position(|item| key_hash(key(item)) == after).ok_or_else(|| {
+                RpcError::invalid_params(
+                    "Invalid cursor: the list changed since it was given; list again from the start",
+                )
+            })?;
+            at + 1
+        }
         Some(_) => return Err(RpcError::invalid_params("Invalid cursor: it must be a string")),
     };
     let end = (start + PAGE_SIZE).min(items.len());
-    Ok((&items[start..end], (end < items.len()).then(|| end.to_string())))
+    let next = (end < items.len()).then(|| format!("{CURSOR_PREFIX}{:016x}", key_hash(key(&items[end - 1]))));
+    Ok((&items[start..end], next))
+}
+
+/// What every cursor this server gives starts with.
+const CURSOR_PREFIX: &str = "after-";
+
+/// FNV-1a of `key`: the same in every process and version of the server (a cursor may be
+/// used on another replica), and cheap enough to hash a whole list per page.
+fn key_hash(key: &str) -> u64 {
+    key.bytes()
+        .fold(0xcbf2_9ce4_8422_2325, |hash, byte| (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3))
 }
 
 /// "Resource not found" (SEP-2164): `-32602`, with the URI in `data`.
@@ -308,16 +337,41 @@ mod tests {
 
     use super::*;
 
+    fn key(item: &String) -> &str {
+        item
+    }
+
     #[test]
     fn pages_follow_an_opaque_cursor() {
-        let items: Vec<u32> = (0..250).collect();
-        let (first, next) = page(&items, None).unwrap();
-        assert_eq!((first.len(), next.as_deref()), (PAGE_SIZE, Some("100")));
-        let (last, none) = page(&items, Some(&json!("200"))).unwrap();
+        let items: Vec<String> = (0..250).map(|n| format!("item-{n}")).collect();
+        let (first, next) = page(&items, key, None).unwrap();
+        assert_eq!(first.len(), PAGE_SIZE);
+        let (second, next) = page(&items, key, Some(&json!(next.unwrap()))).unwrap();
+        assert_eq!(second[0], "item-100");
+        let (last, none) = page(&items, key, Some(&json!(next.unwrap()))).unwrap();
         assert_eq!((last.len(), none), (50, None));
-        assert_eq!(page(&items, Some(&json!(""))).unwrap().0[0], 0);
-        assert_eq!(page(&items, Some(&json!("x"))).unwrap_err().code, -32602);
-        assert_eq!(page(&items, Some(&json!(7))).unwrap_err().code, -32602);
+        assert_eq!(page(&items, key, Some(&json!(""))).unwrap().0[0], "item-0");
+        for bad in [json!("x"), json!("100"), json!("after-zz"), json!(7)] {
+            assert_eq!(page(&items, key, Some(&bad)).unwrap_err().code, -32602, "{bad}");
+        }
+    }
+
+    /// A list that changes between pages: items removed or added before the page's start
+    /// neither skip nor repeat one after it (an offset did: ten removed skipped ten); the
+    /// item a cursor names gone, the client is told to list again.
+    #[test]
+    fn a_cursor_holds_its_place_in_a_list_that_changed() {
+        let items: Vec<String> = (0..250).map(|n| format!("item-{n}")).collect();
+        let (_, next) = page(&items, key, None).unwrap();
+        let cursor = json!(next.unwrap());
+        let fewer: Vec<String> = items.iter().skip(10).cloned().collect();
+        assert_eq!(page(&fewer, key, Some(&cursor)).unwrap().0[0], "item-100");
+        let more: Vec<String> = ["new".to_owned()].into_iter().chain(items.iter().cloned()).collect();
+        assert_eq!(page(&more, key, Some(&cursor)).unwrap().0[0], "item-100");
+        let without_it: Vec<String> = items.iter().filter(|item| *item != "item-99").cloned().collect();
+        let error = page(&without_it, key, Some(&cursor)).unwrap_err();
+        assert_eq!(error.code, -32602);
+        assert!(error.message.contains("list again"), "{}", error.message);
     }
 
     #[test]

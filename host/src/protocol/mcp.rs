@@ -27,8 +27,7 @@ pub const META_LOG_LEVEL: &str = "io.modelcontextprotocol/logLevel";
 /// How long clients may cache discovery and tool lists. A reload may change the tools
 /// sooner: clients that listen are told at once (`notifications/tools/list_changed`).
 const TTL: Duration = Duration::from_secs(300);
-/// Tools per `tools/list` page.
-pub const PAGE_SIZE: usize = 100;
+pub use super::features::PAGE_SIZE;
 
 /// What a request's `params._meta` declares.
 #[derive(Debug, Clone, PartialEq)]
@@ -224,28 +223,18 @@ pub fn empty_result(revision: Revision) -> EmptyResult {
     EmptyResult { completion: Completion::new(revision) }
 }
 
-/// One page of `tools/list`. The cursor is the offset of the page, as text; the empty
-/// string means the first page. `private` when the list is a tenant's view.
+/// One page of `tools/list` ([`super::features::page`]: a cursor names the tool the page
+/// before it ended with). `private` when the list is a tenant's view.
 pub fn list_result(
     tools: &[Tool],
     cursor: Option<&Value>,
     private: bool,
     revision: Revision,
 ) -> Result<ListToolsResult, RpcError> {
-    let start = match cursor {
-        None | Some(Value::Null) => 0,
-        Some(Value::String(cursor)) if cursor.is_empty() => 0,
-        Some(Value::String(cursor)) => cursor
-            .parse::<usize>()
-            .ok()
-            .filter(|start| *start <= tools.len())
-            .ok_or_else(|| RpcError::invalid_params("Invalid cursor"))?,
-        Some(_) => return Err(RpcError::invalid_params("Invalid cursor: it must be a string")),
-    };
-    let end = (start + PAGE_SIZE).min(tools.len());
+    let (page, next_cursor) = super::features::page(tools, |tool| &tool.name, cursor)?;
     Ok(ListToolsResult {
-        tools: tools[start..end].to_vec(),
-        next_cursor: (end < tools.len()).then(|| end.to_string()),
+        tools: page.to_vec(),
+        next_cursor,
         caching: Caching::new(revision, TTL.as_millis() as u64, cache_scope(private)),
         completion: Completion::new(revision),
     })
@@ -394,6 +383,6 @@ mod tests {
         assert!(last.next_cursor.is_none());
         assert_eq!(list(Some(&json!(""))).unwrap().tools[0].name, "t0");
         assert_eq!(list(Some(&json!("bogus"))).unwrap_err().code, -32602);
-        assert_eq!(list(Some(&json!("999"))).unwrap_err().code, -32602);
+        assert_eq!(list(Some(&json!("100"))).unwrap_err().code, -32602, "an offset is no cursor");
     }
 }
