@@ -130,6 +130,8 @@
 //! api_keys = { env = "ACME_API_KEYS" }   # comma-separated; or { file = "..." }: one a
 //!                                # line. Hashed (SHA-256) when read; never shown
 //! max_concurrent_calls = 8       # its calls holding a slot at once; more wait in the queue
+//!                                # (unset, with two or more tenants: half the slots; set or
+//!                                # not, within its guaranteed part and the shared half)
 //! calls_per_second = 50          # more are refused at once (HTTP 429 + Retry-After)
 //! ```
 //!

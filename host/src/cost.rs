@@ -115,11 +115,11 @@ impl<'de> Visitor<'de> for Counter {
 
     fn visit_map<A: MapAccess<'de>>(self, mut entries: A) -> Result<Estimate, A::Error> {
         let (mut bytes, mut count, mut id) = (0usize, 0usize, None);
-        let (mut method, mut answer) = (false, false);
+        let (mut method, mut answers) = (false, 0);
         while let Some(key) = entries.next_key::<KeyLength>()? {
             count += 1;
             method |= key.role == KeyRole::Method;
-            answer |= key.role == KeyRole::Answer;
+            answers += usize::from(key.role == KeyRole::Answer);
             let value = if self.top && key.role == KeyRole::Id {
                 let found = entries.next_value_seed(IdCounter)?;
                 id = found.id;
@@ -130,7 +130,9 @@ impl<'de> Visitor<'de> for Counter {
             bytes = bytes.saturating_add(block(key.length)).saturating_add(value);
         }
         let nodes = if count == 0 { 0 } else { (count * (VALUE_SLOT + ENTRY_OVERHEAD)).max(MAP_NODE) };
-        let is_response = self.top && answer && !method;
+        // Exactly one of `result` and `error`, as a response must have (one with both is
+        // malformed, and never answers anything).
+        let is_response = self.top && answers == 1 && !method;
         Ok(Estimate { bytes: bytes.saturating_add(nodes), id, is_response })
     }
 }
@@ -351,6 +353,7 @@ mod tests {
         assert!(!is_response(r#"{"jsonrpc":"2.0","id":1,"method":"x","result":{}}"#));
         assert!(!is_response(r#"{"jsonrpc":"2.0","id":1,"method":"x","params":{"result":1,"error":2}}"#));
         assert!(!is_response(r#"[{"id":1,"result":{}}]"#));
+        assert!(!is_response(r#"{"id":1,"result":{},"error":{"code":1,"message":"x"}}"#));
     }
 
     /// Text that turns out not to be JSON only at its end (a cut-off array, trailing

@@ -343,6 +343,10 @@ async fn serve(
         Transport::Http { .. } => settings.reserved_descriptors + plan.http.max_connections,
         Transport::Stdio { .. } => settings.reserved_descriptors,
     });
+    // Over stdio one tenant (or none) is served: its slots are not split among the others.
+    if let Transport::Stdio { .. } = transport {
+        settings.tenants = 1;
+    }
     let tenants = std::sync::Arc::new(plan.tenants);
     // Who may call, decided before anything is loaded.
     let stdio_tenant = match &transport {

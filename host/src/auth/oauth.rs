@@ -256,9 +256,15 @@ impl Validator {
         let data = jsonwebtoken::decode::<Map<String, Value>>(token, &key.decoding, validation)
             .map_err(|error| TokenError::Invalid(reason(error.kind())))?;
         let claims = data.claims;
-        // jsonwebtoken checks an `nbf` it can read as a number and takes any other as
-        // absent: a token post-dated with `"nbf": "2000000000"` would be good at once.
-        if claims.get("nbf").is_some_and(|nbf| !nbf.is_number()) {
+        // jsonwebtoken checks an `nbf` it can read as a u64 (a non-negative integer, or a
+        // float it rounds) and takes any other as absent: a token post-dated with
+        // `"nbf": "2000000000"`, or `1e20`, would be good at once. (A negative one is in
+        // the past, and refused too: a NumericDate here is never before 1970.)
+        let readable = |nbf: &Value| {
+            nbf.as_u64().is_some()
+                || nbf.as_f64().is_some_and(|nbf| nbf.is_finite() && (0.0..1e18).contains(&nbf))
+        };
+        if claims.get("nbf").is_some_and(|nbf| !readable(nbf)) {
             return Err(TokenError::Invalid("nbf is not a NumericDate"));
         }
         let tenant = match claims.get(&self.settings.tenant_claim) {

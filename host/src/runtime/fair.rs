@@ -122,7 +122,13 @@ struct Waiting {
 
 impl Drop for Waiting {
     fn drop(&mut self) {
-        if !self.granted && self.receiver.try_recv().is_ok() {
+        if self.granted {
+            return;
+        }
+        // Closed first: a slot handed over between the check and the receiver's drop
+        // would otherwise be counted as held and never given back.
+        self.receiver.close();
+        if self.receiver.try_recv().is_ok() {
             self.slots.release(&self.tenant);
         }
     }

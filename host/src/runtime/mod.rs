@@ -430,6 +430,14 @@ impl Runtime {
                 settings.reserved_descriptors
             );
         }
+        if settings.tenants >= 2 && slots < 2 * settings.tenants {
+            tracing::warn!(
+                "{} tenants share {slots} call slots: none has a guaranteed slot, only the shared \
+                 half; give the server at least {} (max_concurrent_calls)",
+                settings.tenants,
+                2 * settings.tenants
+            );
+        }
         let runtime = Self {
             engine,
             ticker,
@@ -1195,9 +1203,11 @@ impl Runtime {
                 .map_err(|_| busy())?;
         // The fair gate has as many slots as the pool: this waits only while a load's
         // `list` holds one.
+        // Timed out here, the pool is what was full (a listing held the slot the gate
+        // gave), whatever the tenant holds.
         let permit = tokio::time::timeout_at(deadline, self.call_permits.clone().acquire_owned())
             .await
-            .map_err(|_| busy())?
+            .map_err(|_| CallError::Busy { slots: self.settings.engine.max_concurrent_calls, waited })?
             .expect("the call semaphore is never closed");
         // Queued before a shutdown: refused now, not run only to be stopped again.
         if *self.shutdown.borrow() {

@@ -1033,7 +1033,11 @@ async fn serve_request(
             // closed stream, and nothing is asked. A response to nothing waiting is
             // dropped by the session, and still accepted.
             match session {
-                Some(_) if let Some(problem) = unsupported_legacy_version(&headers) => {
+                // A 2026-07-28 notification ignores a session id, as its requests do.
+                Some(_)
+                    if !notification_is_modern(&notification)
+                        && let Some(problem) = unsupported_legacy_version(&headers) =>
+                {
                     return Err(plain(StatusCode::BAD_REQUEST, &problem));
                 }
                 Some(connection) => {
@@ -1059,6 +1063,13 @@ async fn serve_request(
     };
 
     let legacy = is_legacy(&headers, &method, params.as_ref(), session_id.is_some());
+    // Before the rate limit: a request the era's transport refuses spends none of it.
+    if legacy
+        && method != "initialize"
+        && let Some(problem) = unsupported_legacy_version(&headers)
+    {
+        return Err(rpc_error(StatusCode::BAD_REQUEST, Some(&id), &RpcError::new(INVALID_REQUEST, problem)));
+    }
     // The request's one snapshot of the tools: its headers are checked and its call runs
     // against the same set, whatever a reload swaps in meanwhile.
     let tools = server.snapshot();
@@ -1082,15 +1093,6 @@ async fn serve_request(
     } else if session_id.is_some() && session.is_none() && method != "initialize" {
         return Err(plain(StatusCode::NOT_FOUND, "Not Found: unknown or expired session; initialize again"));
     } else {
-        if method != "initialize"
-            && let Some(problem) = unsupported_legacy_version(&headers)
-        {
-            return Err(rpc_error(
-                StatusCode::BAD_REQUEST,
-                Some(&id),
-                &RpcError::new(INVALID_REQUEST, problem),
-            ));
-        }
         legacy_routing_problem(&headers, &method, params.as_ref(), || check_params(false))
             .map_err(|what| header_mismatch(&id, what))?;
     }
@@ -1139,8 +1141,10 @@ async fn serve_request(
 
 /// The tenant of the request's credentials (`None` when no tenants are configured: every
 /// request is let in, as the one implicit tenant), and the caller within it (`None`: no
-/// credentials, or a token without a subject). A refusal is a 401 (or 403) with a
-/// `WWW-Authenticate` challenge naming the protected resource metadata.
+/// credentials, or a token without a subject). A refusal is a 401 (403 for a missing
+/// scope or a tenant not served, 400 for credentials in the query) with a
+/// `WWW-Authenticate` challenge: naming the protected resource metadata with OAuth, a
+/// realm with API keys alone.
 #[allow(clippy::result_large_err)]
 async fn authenticate(
     shared: &Shared,
