@@ -90,7 +90,7 @@ use crate::protocol::types::{
 };
 use crate::runtime::input::{ClientAbilities, InputRequired, InputRound};
 use crate::runtime::{
-    Call, CallEnded, CallHandle, CallOutcome, CallTags, Outcome, RefusalReason, Runtime, Teardown,
+    Call, CallEnded, CallError, CallHandle, CallOutcome, CallTags, Outcome, RefusalReason, Runtime, Teardown,
     TenantView, Timeout, ToolSet,
 };
 
@@ -1136,21 +1136,40 @@ impl Connection {
         let limits = tools.limits(name).cloned().unwrap_or_default();
         let deadline = limits.max_duration.map(|max| (Instant::now() + max, max));
         let mut round = InputRound::first(abilities);
+        // The last note the guest left for a cleanup, carried from round to round.
+        let mut note = None;
         for rounds in 1.. {
             let input = match self
                 .run_call(id, tools, name, arguments, feeds.clone(), revision, round, cancel_signal, out)
                 .await
             {
                 Ran::Answered(answer, teardown) => return (answer, teardown),
-                Ran::NeedsInput(input, teardown) => {
+                Ran::NeedsInput(input, note_left, teardown) => {
                     drop(teardown);
+                    note = note_left;
                     input
                 }
                 Ran::CancelledUnstarted(reserved) => {
-                    let teardown =
-                        self.cancelled_before_round(id, rounds > 1, reserved, tools, name, arguments).await;
+                    let teardown = match (rounds > 1, reserved) {
+                        (false, _) => self.cancelled_before_first_round(id, name),
+                        (true, reserved @ Some(_)) => {
+                            stop_between_rounds(reserved, Outcome::Cancelled, None, name).await
+                        }
+                        (true, None) => {
+                            self.clean_up_between_rounds(id, tools, name, arguments, Outcome::Cancelled, note)
+                                .await
+                        }
+                    };
                     return (None, teardown);
                 }
+                // A later round found no slot (the pool full, or shutdown begun): the guest
+                // ran before, so its cleanup runs as after any stop.
+                Ran::Refused(answer, outcome) if rounds > 1 => {
+                    let teardown =
+                        self.clean_up_between_rounds(id, tools, name, arguments, outcome, note).await;
+                    return (Some(answer), teardown);
+                }
+                Ran::Refused(answer, _) => return (Some(answer), None),
             };
             if rounds >= MAX_INPUT_ROUNDS {
                 let problem = format!(
@@ -1159,18 +1178,17 @@ impl Connection {
                 return (Some(jsonrpc::success(id, CallToolResult::error(problem, revision))), None);
             }
             match self.ask_between_rounds(input, deadline, cancel_signal, out).await {
-                Ok((responses, state)) => round = InputRound::retry(abilities, responses, state),
+                Ok((responses, state)) => {
+                    round = InputRound::retry(abilities, responses, state);
+                    round.cleanup_note = note.clone();
+                }
                 Err(Between::Failed(problem)) => {
                     return (Some(jsonrpc::success(id, CallToolResult::error(problem, revision))), None);
                 }
                 Err(Between::Stopped(outcome)) => {
                     // A cancelled call is answered nothing.
-                    let call = self
-                        .server
-                        .runtime
-                        .call_in(tools, self.view(), name, arguments, self.call_tags(id))
-                        .await;
-                    let teardown = stop_between_rounds(call, outcome.clone(), name).await;
+                    let teardown =
+                        self.clean_up_between_rounds(id, tools, name, arguments, outcome.clone(), note).await;
                     let answer = (outcome != Outcome::Cancelled)
                         .then(|| jsonrpc::success(id, call_result(outcome, &limits, revision)));
                     return (answer, teardown);
@@ -1180,30 +1198,30 @@ impl Connection {
         unreachable!("the rounds end at MAX_INPUT_ROUNDS")
     }
 
-    /// A tool call cancelled before a round's guest ran (`reserved`: its slot, if it had
-    /// one). Before the first round nothing ran, so the observers are told and that is
-    /// all; before a later one the guest has run, so its cleanup runs as after any stop,
-    /// in a slot waited for again if the call had none.
-    async fn cancelled_before_round(
+    /// A tool call cancelled before its first round's guest ran: nothing ran, so the
+    /// observers are told and that is all.
+    fn cancelled_before_first_round(&self, id: &RequestId, name: &str) -> Option<Teardown> {
+        let event = CallEnded::unstarted(self.call_tags(id), CallOutcome::Cancelled);
+        self.server.runtime.report_unstarted(event, self.view(), Some(name));
+        None
+    }
+
+    /// Stop a tool call whose guest ran a round, between rounds (`outcome`: why), and run
+    /// its cleanup with the last `note` it left: in no call slot, so that neither a full
+    /// pool nor shutdown keeps a guest that may hold a lock from being cleaned up
+    /// ([`crate::runtime::Runtime::call_to_clean_up`]).
+    async fn clean_up_between_rounds(
         &self,
         id: &RequestId,
-        guest_ran: bool,
-        reserved: Option<Call>,
         tools: &ToolSet,
         name: &str,
         arguments: &Value,
+        outcome: Outcome,
+        note: Option<Vec<u8>>,
     ) -> Option<Teardown> {
-        let runtime = &self.server.runtime;
-        if !guest_ran {
-            let event = CallEnded::unstarted(self.call_tags(id), CallOutcome::Cancelled);
-            runtime.report_unstarted(event, self.view(), Some(name));
-            return None;
-        }
-        let call = match reserved {
-            Some(call) => Ok(call),
-            None => runtime.call_in(tools, self.view(), name, arguments, self.call_tags(id)).await,
-        };
-        stop_between_rounds(call, Outcome::Cancelled, name).await
+        let call =
+            self.server.runtime.call_to_clean_up(tools, self.view(), name, arguments, self.call_tags(id));
+        stop_between_rounds(call, outcome, note, name).await
     }
 
     /// What a 2025-era client declared it can be asked, as a round tells the guest.
@@ -1245,9 +1263,13 @@ impl Connection {
                 None => std::future::pending().await,
             }
         };
+        // Shutdown stops a call waiting for its client as it stops one running (its answer
+        // could not get in over HTTP, where each request is refused from then on).
+        let mut shutdown = self.server.runtime.shutting_down();
         let answers = tokio::select! {
             biased;
             () = cancel_signal.notified() => return Err(Between::Stopped(Outcome::Cancelled)),
+            _ = shutdown.wait_for(|stopping| *stopping) => return Err(Between::Stopped(Outcome::Shutdown)),
             () = expired => {
                 let max = deadline.map(|(_, max)| max).unwrap_or_default();
                 return Err(Between::Stopped(Outcome::TimedOut(Timeout::MaxDuration(max))));
@@ -1290,7 +1312,13 @@ impl Connection {
                     Ok(result) => jsonrpc::success(id, result),
                     Err(error) => jsonrpc::failure(Some(id), &error),
                 };
-                return Ran::Answered(Some(answer), None);
+                // What a guest that ran a round before is told by its cleanup: shutdown,
+                // or (the pool full, its arguments refused) that the call is given up.
+                let outcome = match error {
+                    CallError::ShuttingDown => Outcome::Shutdown,
+                    _ => Outcome::Cancelled,
+                };
+                return Ran::Refused(answer, outcome);
             }
         };
         // A retry's state opens (or the call is refused) before the guest runs.
@@ -1407,7 +1435,7 @@ impl Connection {
         if revision == Revision::R2025_11_25
             && let Outcome::InputRequired(input) = report.outcome
         {
-            return Ran::NeedsInput(input, teardown);
+            return Ran::NeedsInput(input, report.cleanup_note, teardown);
         }
         let limits = tools.limits(name).cloned().unwrap_or_default();
         let answer = match (report.outcome, asking) {
@@ -1653,28 +1681,36 @@ impl Connection {
 enum Ran {
     /// Its answer (`None` when the client cancelled it) and its teardown.
     Answered(Option<Outgoing>, Option<Teardown>),
-    /// A 2025-era client's call whose guest needs input, and the round's teardown.
-    NeedsInput(InputRequired, Teardown),
+    /// A 2025-era client's call whose guest needs input, the last note it left for a
+    /// cleanup, and the round's teardown.
+    NeedsInput(InputRequired, Option<Vec<u8>>, Teardown),
+    /// No slot for the round (its answer says why), and what its cleanup is told, should
+    /// a round before have run.
+    Refused(Outgoing, Outcome),
     /// Cancelled before the round's guest ran: while it waited for a slot, or with the
     /// slot it was given (here).
     CancelledUnstarted(Option<Call>),
 }
 
-/// Stop a call (a tool call, a prompt) between two rounds, while the client was asked,
-/// as any call is stopped: `call` is a slot reserved for it, in which its cleanup runs
-/// (`what` names it when none could be had).
-async fn stop_between_rounds<E: std::fmt::Display>(
-    call: Result<Call, E>,
+/// Stop a call (a tool call, a prompt) between two rounds, as any call is stopped, and run
+/// its cleanup: `call` is one reserved for it, or one made only to run the cleanup (none:
+/// its tool or prompt is gone, `what` names it), and `note` the last note the guest left
+/// in a round before (none: the call already holds it).
+async fn stop_between_rounds(
+    call: Option<Call>,
     outcome: Outcome,
+    note: Option<Vec<u8>>,
     what: &str,
 ) -> Option<Teardown> {
-    match call {
-        Ok(call) => Some(call.stop_unstarted(outcome).await.1),
-        Err(error) => {
-            tracing::warn!("no cleanup after {what} was stopped between rounds: {error}");
-            None
-        }
-    }
+    let Some(call) = call else {
+        tracing::warn!("no cleanup after {what} was stopped between rounds: it is gone");
+        return None;
+    };
+    let call = match note {
+        Some(note) => call.with_input(InputRound { cleanup_note: Some(note), ..InputRound::default() }),
+        None => call,
+    };
+    Some(call.stop_unstarted(outcome).await.1)
 }
 
 /// Why a call ended between two rounds.

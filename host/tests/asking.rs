@@ -48,16 +48,23 @@ impl Setup {
         let dir = fresh_dir(what);
         let hostile = cordon::paths::default_tools_dir().join("hostile.wasm");
         assert!(hostile.is_file(), "{} is missing: run `cargo xtask guests` first", hostile.display());
+        // A data directory, where its cleanup writes why it ran and the note it was given.
+        std::fs::create_dir(dir.join("data")).unwrap();
         std::fs::write(
             dir.join("cordon.toml"),
             format!(
-                "[server]\ncache = false\n{server}\n[[components]]\npath = {:?}\n\
+                "[server]\ncache = false\n{server}\n[[components]]\npath = {:?}\ndata_dir = \"data\"\n\
                  limits = {{ grace_ms = 100, idle_timeout_ms = 0, max_duration_ms = 60000 }}\n",
                 hostile.display().to_string()
             ),
         )
         .unwrap();
         Self { dir }
+    }
+
+    /// What the hostile component's last cleanup wrote: its reason and note, debug-printed.
+    fn cleanup_reason(&self) -> String {
+        std::fs::read_to_string(self.dir.join("data/cleanup-reason")).unwrap_or_default()
     }
 
     fn config(&self) -> PathBuf {
@@ -618,6 +625,74 @@ fn a_cancel_while_a_later_round_waits_for_a_slot_still_runs_the_cleanup() {
     }
     // Nothing was answered to the cancelled calls; the server goes on serving.
     assert_eq!(client.request("ping", json!({}))["result"], json!({}));
+}
+
+/// A call stopped between rounds is cleaned up with the last note its guest left, in a
+/// round before (the WIT: "the last note the call left"). Before, its cleanup got none:
+/// each round's note went with the round.
+#[test]
+fn a_call_cancelled_between_rounds_is_cleaned_up_with_the_note_its_round_left() {
+    let setup = Setup::hostile("note-between-rounds", "");
+    let mut client = Stdio2025::start(&setup, ALL());
+    let (call, _request) = client.call_until_asked("note_then_ask", json!({}), "roots/list");
+    client
+        .send(json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": call}}));
+    let cleanup = client.process.wait_log("cleanup completed");
+    assert!(cleanup.contains("reason=cancelled") && cleanup.contains("note_then_ask"), "{cleanup}");
+    assert_eq!(setup.cleanup_reason(), "Cancelled Some(\"reserved 42\")");
+}
+
+/// Shutdown stops a call waiting for its client's answer between rounds, as it stops a
+/// running one, and its cleanup runs (in no call slot: shutdown refuses new calls).
+/// Before, the call waited out the drain and exited with "no cleanup".
+#[test]
+fn shutdown_stops_a_call_waiting_between_rounds_and_cleans_it_up() {
+    let setup = Setup::hostile("shutdown-between-rounds", "");
+    let mut client = Stdio2025::start(&setup, ALL());
+    let (_call, _request) = client.call_until_asked("note_then_ask", json!({}), "roots/list");
+    client.process.signal(libc::SIGTERM);
+    let cleanup = client.process.wait_log("cleanup completed");
+    assert!(cleanup.contains("reason=shutdown") && cleanup.contains("note_then_ask"), "{cleanup}");
+    assert_eq!(setup.cleanup_reason(), "Shutdown Some(\"reserved 42\")");
+}
+
+/// The same for a prompt that asks: shutdown stops it between rounds and cleans it up.
+#[test]
+fn shutdown_stops_a_prompt_waiting_between_rounds_and_cleans_it_up() {
+    let setup = Setup::new("shutdown-prompt-between-rounds");
+    let mut client = Stdio2025::start(&setup, ALL());
+    client.send_request("prompts/get", json!({"name": "test_input_required_result_prompt", "arguments": {}}));
+    let request = client.next();
+    assert_eq!(request["method"], "elicitation/create", "{request}");
+    client.process.signal(libc::SIGTERM);
+    let cleanup = client.process.wait_log("cleanup completed");
+    assert!(cleanup.contains("reason=shutdown") && cleanup.contains("prompts/get"), "{cleanup}");
+}
+
+/// A later round that finds no slot within the queue timeout is refused, and the guest,
+/// which ran a round before, is cleaned up. Before, the refusal was all: no cleanup.
+#[test]
+fn a_later_round_refused_for_want_of_a_slot_is_cleaned_up() {
+    let setup = Setup::hostile("busy-between-rounds", "max_concurrent_calls = 1\nqueue_timeout_ms = 300");
+    let mut client = Stdio2025::start_logging(&setup, ALL(), "info,cordon::runtime=debug");
+    let (call, request) = client.call_until_asked("note_then_ask", json!({}), "roots/list");
+    // The only slot, taken by a call parked in the host until cancelled: a probe queues
+    // behind it once it holds the slot.
+    let parked = client.send_request("tools/call", json!({"name": "park", "arguments": {"ms": 60000}}));
+    let probe = client.send_request("tools/call", json!({"name": "park", "arguments": {"ms": 1}}));
+    let queued = client.process.wait_log("queued: no slot is free");
+    assert!(queued.contains("park"), "{queued}");
+    client
+        .send(json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": probe}}));
+    let answer = client.answer_with(&request, json!({"roots": []}), &call);
+    assert_eq!(answer["result"]["isError"], true, "{answer}");
+    assert!(text(&answer).contains("busy"), "{answer}");
+    let cleanup = client.process.wait_log("cleanup completed");
+    assert!(cleanup.contains("reason=cancelled") && cleanup.contains("note_then_ask"), "{cleanup}");
+    assert_eq!(setup.cleanup_reason(), "Cancelled Some(\"reserved 42\")");
+    client.send(
+        json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": parked}}),
+    );
 }
 
 /// The rounds of a 2025-era call share its progress token, and each round's guest counts

@@ -52,6 +52,9 @@
 //! - `ask(count, key_len, state_bytes)` asks `count` roots requests with keys of
 //!   `key_len` characters and hands out `state_bytes` of state: over the host's bounds
 //!   when told.
+//! - `note_then_ask()` leaves the cleanup note `reserved 42` and asks once (`roots/list`);
+//!   answered, it returns `done`: a later round, or the cleanup of a call stopped between
+//!   rounds, must still see the note.
 //! - `ask_then_spin()` asks once, then spins forever (never checking for a stop) in the
 //!   round that brings the answer, leaving the note `asked`.
 //! - `progress_then_ask()` reports progress 0.5 of 1, asks for roots, and in the round
@@ -661,6 +664,11 @@ impl Plugin for Hostile {
             ),
             Tool::asking(&named("ask_then_spin"), "Asks once, then spins forever.", ask_then_spin),
             Tool::asking(
+                &named("note_then_ask"),
+                "Leaves the cleanup note `reserved 42`, then asks once; answered, returns `done`.",
+                note_then_ask,
+            ),
+            Tool::asking(
                 &named("progress_then_ask"),
                 "Reports progress, asks once, and counts again from nothing.",
                 progress_then_ask,
@@ -760,6 +768,14 @@ fn ask_then_spin(_: Nothing, round: &Round) -> Result<Reply<String>, ToolError> 
     }
     cordon_guest::set_cleanup_note(b"asked");
     spin()
+}
+
+fn note_then_ask(_: Nothing, round: &Round) -> Result<Reply<String>, ToolError> {
+    if round.response("roots").is_none() {
+        cordon_guest::set_cleanup_note(b"reserved 42");
+        return Ok(Ask::new().list_roots("roots").into());
+    }
+    Ok(Reply::Done("done".into()))
 }
 
 fn progress_then_ask(_: Nothing, round: &Round) -> Result<Reply<String>, ToolError> {

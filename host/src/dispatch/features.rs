@@ -211,16 +211,23 @@ impl Connection {
         let mut round = bridged.then(|| InputRound::first(abilities));
         // Every round and every wait for the client, within the prompt's maximum duration.
         let mut deadline = None;
+        // The last note the guest left for a cleanup, carried from round to round.
+        let mut note = None;
+        // The cleanup of a prompt whose guest ran a round, stopped before the next: in no
+        // call slot (`Runtime::feature_to_clean_up`).
+        let clean_up = |outcome: Outcome, note: Option<Vec<u8>>| {
+            let call = runtime.feature_to_clean_up(tools, self.view(), request.clone(), self.call_tags(id));
+            stop_between_rounds(call, outcome, note, method)
+        };
         for rounds in 1.. {
             let reserved = tokio::select! {
                 biased;
                 call = runtime.feature_in(tools, self.view(), request.clone(), self.call_tags(id)) => call,
                 () = cancel_signal.notified() => {
-                    // After a first round the guest has run: its cleanup runs, in a slot
-                    // waited for again.
+                    // After a first round the guest has run: its cleanup runs (in no
+                    // call slot).
                     if rounds > 1 {
-                        let call = runtime.feature_in(tools, self.view(), request.clone(), self.call_tags(id)).await;
-                        return (None, stop_between_rounds(call, Outcome::Cancelled, method).await);
+                        return (None, clean_up(Outcome::Cancelled, note).await);
                     }
                     runtime.report_unstarted(CallEnded::unstarted(self.call_tags(id), CallOutcome::Cancelled), self.view(), None);
                     return (None, None);
@@ -228,7 +235,18 @@ impl Connection {
             };
             let call = match reserved {
                 Ok(call) => call,
-                Err(error) => return (Some(jsonrpc::failure(Some(id), &refusal(&error))), None),
+                Err(error) => {
+                    let answer = Some(jsonrpc::failure(Some(id), &refusal(&error)));
+                    if rounds == 1 {
+                        return (answer, None);
+                    }
+                    // A later round found no slot: the guest ran before, so it is cleaned up.
+                    let outcome = match error {
+                        FeatureError::Refused(crate::runtime::CallError::ShuttingDown) => Outcome::Shutdown,
+                        _ => Outcome::Cancelled,
+                    };
+                    return (answer, clean_up(outcome, note).await);
+                }
             };
             let limits = call.limits().clone();
             let deadline = *deadline.get_or_insert_with(|| {
@@ -253,10 +271,7 @@ impl Connection {
             };
             if !self.attach_handle(id, call.handle()) {
                 if rounds > 1 {
-                    return (
-                        None,
-                        stop_between_rounds(Ok::<_, FeatureError>(call), Outcome::Cancelled, method).await,
-                    );
+                    return (None, stop_between_rounds(Some(call), Outcome::Cancelled, None, method).await);
                 }
                 runtime.report_unstarted(
                     CallEnded::unstarted(self.call_tags(id), CallOutcome::Cancelled),
@@ -293,6 +308,7 @@ impl Connection {
                 }
                 Outcome::InputRequired(input) if bridged => {
                     drop(teardown);
+                    note = report.cleanup_note;
                     if rounds >= MAX_INPUT_ROUNDS {
                         let problem = format!(
                             "The prompt asked for input {rounds} times; the limit is {MAX_INPUT_ROUNDS} rounds"
@@ -304,7 +320,9 @@ impl Connection {
                     }
                     match self.ask_between_rounds(input, deadline, cancel_signal, out).await {
                         Ok((responses, state)) => {
-                            round = Some(InputRound::retry(abilities, responses, state));
+                            let mut next = InputRound::retry(abilities, responses, state);
+                            next.cleanup_note = note.clone();
+                            round = Some(next);
                             continue;
                         }
                         Err(Between::Failed(problem)) => {
@@ -312,10 +330,7 @@ impl Connection {
                             return (Some(jsonrpc::failure(Some(id), &error)), None);
                         }
                         Err(Between::Stopped(outcome)) => {
-                            let call = runtime
-                                .feature_in(tools, self.view(), request.clone(), self.call_tags(id))
-                                .await;
-                            let teardown = stop_between_rounds(call, outcome.clone(), method).await;
+                            let teardown = clean_up(outcome.clone(), note).await;
                             let answer = (outcome != Outcome::Cancelled).then(|| {
                                 let error = RpcError::new(INTERNAL_ERROR, failure(method, &outcome, &limits));
                                 jsonrpc::failure(Some(id), &error)

@@ -153,6 +153,9 @@ pub struct CallReport {
     pub stop_path: StopPath,
     /// The cleanup that followed, if the outcome called for one.
     pub cleanup: Option<CleanupReport>,
+    /// The last note the call left for a cleanup, when it ended asking for input: the
+    /// next round starts with it (so does the cleanup of a call stopped before that round).
+    pub cleanup_note: Option<Vec<u8>>,
 }
 
 #[derive(Debug, Clone)]
@@ -233,7 +236,7 @@ pub struct Teardown {
     /// Makes the component's next spare instance; set when the guest returned normally.
     refill: Option<Refill>,
     ended: Option<(CallEnded, Observers)>,
-    _permit: (OwnedSemaphorePermit, super::fair::FairPermit),
+    _permit: Option<(OwnedSemaphorePermit, super::fair::FairPermit)>,
 }
 
 impl Drop for Teardown {
@@ -267,7 +270,8 @@ pub struct Call {
     pub(crate) arguments: String,
     pub(crate) control: Arc<CallControl>,
     pub(crate) shutdown: watch::Receiver<bool>,
-    pub(crate) permit: (OwnedSemaphorePermit, super::fair::FairPermit),
+    /// Its slot in the pool; none for a call made only to run a cleanup.
+    pub(crate) permit: Option<(OwnedSemaphorePermit, super::fair::FairPermit)>,
     /// The tenant's own file grants (its data directory), when the component has one per
     /// tenant; the component's otherwise.
     pub(crate) files: Option<Arc<super::files::FileGrants>>,
@@ -326,6 +330,10 @@ impl Call {
     /// a fresh instance, the tool's limits, the stop sequence and cleanup of this module.
     /// A 0.1.0 or plain component ignores it.
     pub fn with_input(mut self, input: InputRound) -> Self {
+        if let Some(note) = input.cleanup_note.clone() {
+            // The last note the call left, in a round before: until this round leaves one.
+            self.control.set_note(note);
+        }
         self.input = input;
         self
     }
@@ -373,7 +381,12 @@ impl Call {
         if self.control.lists_changed() {
             self.relists.request(&self.component.name);
         }
-        let (report, ended) = self.report(outcome, hard_stopped, stop_path, stopped_at, cleanup);
+        // A round that asks for input hands its note on to the next (or to the cleanup of
+        // a call stopped before it).
+        let note_left =
+            matches!(outcome, Outcome::InputRequired(_)).then(|| self.control.take_note()).flatten();
+        let (mut report, ended) = self.report(outcome, hard_stopped, stop_path, stopped_at, cleanup);
+        report.cleanup_note = note_left;
         // A spare is made with the component's own grants: never for a tenant's.
         let refill = (sound && self.files.is_none()).then(|| Refill {
             engine: self.engine.clone(),
@@ -420,6 +433,7 @@ impl Call {
             stopped_at,
             stop_path,
             cleanup,
+            cleanup_note: None,
         };
         (report, ended)
     }
@@ -634,6 +648,9 @@ impl Call {
         let stop_requested = self.control.stop_request().is_some();
         match result {
             Ok(Ok(Returned::Tool(result))) => self.check_result(result).await,
+            // Asking after a stop request (a cancel, a timeout in grace): stopped, so its
+            // cleanup runs, and no round follows.
+            Ok(Ok(Returned::InputRequired(_))) if stop_requested => self.stopped_outcome(),
             Ok(Ok(Returned::InputRequired(input))) => {
                 let (bytes, limit) =
                     (self.note_result_bytes(input_required_size(&input)), self.limits.result_bytes);

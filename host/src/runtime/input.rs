@@ -40,6 +40,9 @@ pub struct InputRound {
     pub responses: Vec<(String, String)>,
     /// The state the previous round handed out.
     pub state: Option<Vec<u8>>,
+    /// The last note a previous round left for a cleanup (the host's: the guest's round
+    /// does not see it, its cleanup does).
+    pub cleanup_note: Option<Vec<u8>>,
 }
 
 impl Default for InputRound {
@@ -51,12 +54,12 @@ impl Default for InputRound {
 impl InputRound {
     /// A first round, for a client that can be asked what `client` says.
     pub fn first(client: ClientAbilities) -> Self {
-        Self { client, responses: Vec::new(), state: None }
+        Self { client, responses: Vec::new(), state: None, cleanup_note: None }
     }
 
     /// A retry: the client's answers and the state the previous round handed out.
     pub fn retry(client: ClientAbilities, responses: Vec<(String, String)>, state: Option<Vec<u8>>) -> Self {
-        Self { client, responses, state }
+        Self { client, responses, state, cleanup_note: None }
     }
 
     /// The round as the 0.2.0 guest gets it.

@@ -1213,33 +1213,73 @@ impl Runtime {
         if *self.shutdown.borrow() {
             return Err(CallError::ShuttingDown);
         }
+        let mut call =
+            self.new_call(component, view, tool, limits, arguments, Some((permit, fair_permit)), tags);
+        call.feature = feature;
+        call.queue_wait = queued.elapsed();
+        Ok(call)
+    }
+
+    /// A call of `component`'s `tool` as `view` sees it, holding `permit` (none: a call
+    /// whose guest never runs, only its cleanup).
+    #[allow(clippy::too_many_arguments)]
+    fn new_call(
+        &self,
+        component: &Arc<LoadedComponent>,
+        view: Option<&TenantView>,
+        tool: Arc<str>,
+        limits: ToolLimits,
+        arguments: String,
+        permit: Option<(tokio::sync::OwnedSemaphorePermit, fair::FairPermit)>,
+        tags: CallTags,
+    ) -> Call {
         // A tenant's own grants; none when the component has no data directory (the view
         // sees it only then, `LoadedComponent::seen_by`): its mounts are every tenant's.
         let files = view.and_then(|view| component.tenant_files.get(&*view.tenant).cloned());
-        let component = component.clone();
-        Ok(Call {
+        Call {
             id: self.next_call_id.fetch_add(1, Ordering::Relaxed),
             engine: self.engine.clone(),
             ticker: self.ticker.clone(),
             control: CallControl::new(&limits),
             limits,
             tool,
-            component,
+            component: component.clone(),
             // Not `to_string`: `Display` goes through `fmt`, a call per token.
             arguments,
-            feature,
+            feature: None,
             input: InputRound::default(),
             shutdown: self.shutdown.subscribe(),
-            permit: (permit, fair_permit),
+            permit,
             files,
             cleanup_permits: self.cleanup_permits.clone(),
             spares: self.spares.clone(),
             tags,
-            queue_wait: queued.elapsed(),
+            queue_wait: Duration::ZERO,
             observers: self.observers.clone(),
             relists: self.relists.clone(),
             result_bytes: Default::default(),
-        })
+        }
+    }
+
+    /// The call of `tool` (in `tools`, as `view` sees it) whose guest ran a round and was
+    /// then stopped (a cancel, its deadline, shutdown, no slot for its next round): only
+    /// to run its cleanup, with [`Call::stop_unstarted`]. It takes no call slot and is
+    /// refused neither by a full pool nor by shutdown (a cleanup waits only for one of the
+    /// slots kept for cleanups): a guest that may have taken a lock in its round must be
+    /// cleaned up whatever else is going on. `None` when `tools` has no such tool.
+    pub fn call_to_clean_up(
+        &self,
+        tools: &ToolSet,
+        view: Option<&TenantView>,
+        tool: &str,
+        arguments: &Value,
+        tags: CallTags,
+    ) -> Option<Call> {
+        let component = tools.component_for(view, tool)?;
+        let name = component.schemas.get(tool)?.name.clone();
+        let limits = component.options.limits_for(tool).clone();
+        let arguments = serde_json::to_string(arguments).expect("a Value always serializes");
+        Some(self.new_call(component, view, name, limits, arguments, None, tags))
     }
 
     /// Reserve a slot to ask the component that serves `request` (as `view` sees the set
@@ -1253,7 +1293,46 @@ impl Runtime {
         request: FeatureRequest,
         tags: CallTags,
     ) -> Result<Call, FeatureError> {
-        let component = match &request {
+        let component = Self::feature_owner(tools, view, &request)?;
+        let method = component.offered.methods.of(&request).clone();
+        let limits = component.options.limits.clone();
+        let parameters = request.parameters();
+        let observed = if self.observers.is_empty() { None } else { Some(tags.clone()) };
+        let call =
+            self.take_slot(component, view, method.clone(), limits, parameters, Some(request), tags).await;
+        if let (Err(error), Some(tags)) = (&call, observed) {
+            let mut event = CallEnded::refused(tags, error.reason());
+            event.component = Some(component.name.clone());
+            event.tool = Some(method);
+            self.observers.emit(&event);
+        }
+        call.map_err(FeatureError::Refused)
+    }
+
+    /// [`Self::call_to_clean_up`] for a prompt (or any request `feature_in` serves) whose
+    /// guest ran a round and was then stopped: only to run its cleanup, in no call slot.
+    pub fn feature_to_clean_up(
+        &self,
+        tools: &ToolSet,
+        view: Option<&TenantView>,
+        request: FeatureRequest,
+        tags: CallTags,
+    ) -> Option<Call> {
+        let component = Self::feature_owner(tools, view, &request).ok()?;
+        let method = component.offered.methods.of(&request).clone();
+        let (limits, parameters) = (component.options.limits.clone(), request.parameters());
+        let mut call = self.new_call(component, view, method, limits, parameters, None, tags);
+        call.feature = Some(request);
+        Some(call)
+    }
+
+    /// The component that serves `request` as `view` sees `tools`, its arguments checked.
+    fn feature_owner<'a>(
+        tools: &'a ToolSet,
+        view: Option<&TenantView>,
+        request: &FeatureRequest,
+    ) -> Result<&'a Arc<LoadedComponent>, FeatureError> {
+        Ok(match request {
             FeatureRequest::ReadResource { uri } => {
                 tools.resource_owner(view, uri).ok_or_else(|| FeatureError::ResourceNotFound(uri.clone()))?
             }
@@ -1291,20 +1370,7 @@ impl Runtime {
                     }
                 }
             }
-        };
-        let method = component.offered.methods.of(&request).clone();
-        let limits = component.options.limits.clone();
-        let parameters = request.parameters();
-        let observed = if self.observers.is_empty() { None } else { Some(tags.clone()) };
-        let call =
-            self.take_slot(component, view, method.clone(), limits, parameters, Some(request), tags).await;
-        if let (Err(error), Some(tags)) = (&call, observed) {
-            let mut event = CallEnded::refused(tags, error.reason());
-            event.component = Some(component.name.clone());
-            event.tool = Some(method);
-            self.observers.emit(&event);
-        }
-        call.map_err(FeatureError::Refused)
+        })
     }
 
     /// Stop every call in flight (with the reason `shutdown`, grace, then the hard stop and
