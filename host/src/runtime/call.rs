@@ -28,7 +28,6 @@
 use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
@@ -572,23 +571,15 @@ impl Call {
             Some(result) => result,
             None => {
                 self.control.begin_hard_stop();
-                // A guest suspended at an epoch yield is computing, not in a host call
-                // (grace ended while it waited for its turn): resumed once with the epoch
-                // bumped, it traps at its next epoch check, within microseconds. Pending
-                // after that poll, it is parked in a host call.
-                let resumed = if self.control.is_at_epoch_yield() {
-                    self.engine.increment_epoch();
-                    std::future::poll_fn(|context| Poll::Ready(call.as_mut().poll(context))).await
-                } else {
-                    Poll::Pending
-                };
-                match resumed {
-                    Poll::Ready(result) => result,
-                    Poll::Pending => {
-                        drop(call);
-                        return (self.stopped_outcome(), true, StopPath::DroppedInHostCall, None);
-                    }
-                }
+                // Dropped where it is suspended: at an epoch yield (it was computing, and
+                // grace ended while it waited for its turn) or in a host call. Not resumed:
+                // wasmtime sets the next deadline only after the yield, a tick ahead, so a
+                // resumed guest would run on (host calls included) until the ticker's next
+                // increment before it trapped.
+                let stop_path =
+                    if self.control.is_at_epoch_yield() { StopPath::EpochTrap } else { StopPath::DroppedInHostCall };
+                drop(call);
+                return (self.stopped_outcome(), true, stop_path, None);
             }
         };
         drop(call);
