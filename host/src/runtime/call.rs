@@ -576,8 +576,11 @@ impl Call {
                 // wasmtime sets the next deadline only after the yield, a tick ahead, so a
                 // resumed guest would run on (host calls included) until the ticker's next
                 // increment before it trapped.
-                let stop_path =
-                    if self.control.is_at_epoch_yield() { StopPath::EpochTrap } else { StopPath::DroppedInHostCall };
+                let stop_path = if self.control.is_at_epoch_yield() {
+                    StopPath::EpochTrap
+                } else {
+                    StopPath::DroppedInHostCall
+                };
                 drop(call);
                 return (self.stopped_outcome(), true, stop_path, None);
             }

@@ -1063,7 +1063,7 @@ impl Runtime {
         let wait = self.settings.queue_timeout;
         let _permit = tokio::time::timeout(wait, self.call_permits.acquire())
             .await
-            .map_err(|_| format!("no call slot came free within {wait:?} to list it"))?
+            .map_err(|_| format!("no call slot came free within {wait:?} to list it: calls held every slot; try again once some end"))?
             .expect("the call semaphore is never closed");
         let _ticking = self.ticker.running();
         let (mut store, deadline) =
