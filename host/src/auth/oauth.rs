@@ -281,10 +281,11 @@ impl Validator {
     }
 }
 
-/// A token's subject: `sub`, when a non-empty string; without one, the client it was
-/// issued to (`client_id`, RFC 9068, or `azp`), as `client:<id>`: issuers of
-/// client-credentials tokens often leave `sub` out, and the clients of a tenant must not
-/// all be one caller (each may take back only the request states it was given).
+/// A token's subject: `sub:<sub>`, when `sub` is a non-empty string; without one, the
+/// client it was issued to (`client_id`, RFC 9068, or `azp`), as `client:<id>`: issuers
+/// of client-credentials tokens often leave `sub` out, and the clients of a tenant must
+/// not all be one caller (each may take back only the request states it was given). Each
+/// kind has its prefix, so a user whose `sub` is `client:app` is not the client `app`.
 /// Anything else names no one.
 fn subject(claims: &Map<String, Value>) -> Option<String> {
     let text = |name: &str| match claims.get(name) {
@@ -292,7 +293,7 @@ fn subject(claims: &Map<String, Value>) -> Option<String> {
         _ => None,
     };
     if let Some(subject) = text("sub") {
-        return Some(subject.to_owned());
+        return Some(format!("sub:{subject}"));
     }
     text("client_id").or_else(|| text("azp")).map(|client| format!("client:{client}"))
 }
@@ -341,9 +342,11 @@ mod tests {
     #[test]
     fn the_subject_is_a_non_empty_sub_string_or_else_the_client() {
         let claims = |value: Value| value.as_object().unwrap().clone();
-        assert_eq!(subject(&claims(json!({"sub": "user-1"}))).as_deref(), Some("user-1"));
+        assert_eq!(subject(&claims(json!({"sub": "user-1"}))).as_deref(), Some("sub:user-1"));
         let both = json!({"sub": "user-1", "client_id": "app"});
-        assert_eq!(subject(&claims(both)).as_deref(), Some("user-1"));
+        assert_eq!(subject(&claims(both)).as_deref(), Some("sub:user-1"));
+        // A user who picked the `sub` `client:app` is not the client `app`.
+        assert_eq!(subject(&claims(json!({"sub": "client:app"}))).as_deref(), Some("sub:client:app"));
         assert_eq!(subject(&claims(json!({"client_id": "app"}))).as_deref(), Some("client:app"));
         assert_eq!(subject(&claims(json!({"sub": "", "azp": "web"}))).as_deref(), Some("client:web"));
         for nobody in
