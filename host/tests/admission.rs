@@ -453,27 +453,43 @@ async fn a_chunked_body_that_fits_its_share_is_not_refused_for_its_buffers_slack
     serving.await.unwrap().unwrap();
 }
 
+/// A 2025-era client (declaring roots) of the hostile component, initialized, in process.
+struct Asked {
+    server: Arc<Server>,
+    connection: Arc<Connection>,
+    out: Outbox,
+    sent: tokio::sync::mpsc::Receiver<Outgoing>,
+}
+
+async fn asking_client(limits: ServerLimits) -> Asked {
+    let mut runtime = Runtime::new(common::settings(2)).unwrap();
+    let options = ComponentOptions { limits: common::quick_limits(), ..ComponentOptions::default() };
+    runtime.load_file(&common::hostile(), options).await.unwrap();
+    let server = Server::with_limits(Arc::new(runtime), Duration::from_millis(10), limits);
+    let connection = Connection::new(server.clone());
+    let (out, mut sent) = tokio::sync::mpsc::channel(64);
+    let out = Outbox::Channel(out);
+    let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": "2025-11-25", "capabilities": {"roots": {}},
+                   "clientInfo": {"name": "t", "version": "1"}}});
+    connection.handle(jsonrpc::classify(initialize), &out).await;
+    assert_eq!(next_sent(&mut sent).await["result"]["protocolVersion"], "2025-11-25");
+    Asked { server, connection, out, sent }
+}
+
+/// The next message the server sent, within 10 s.
+async fn next_sent(sent: &mut tokio::sync::mpsc::Receiver<Outgoing>) -> Value {
+    let message = tokio::time::timeout(Duration::from_secs(10), sent.recv()).await.unwrap().unwrap();
+    serde_json::to_value(&message).unwrap()
+}
+
 /// A 2025-era client's answer to what a call asked waits, parsed, until the call has
 /// every answer it asked for: charged all that while, so that a client answering all but
 /// one question with megabytes holds them against the bound, not beside it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_clients_answers_stay_charged_while_the_call_waits_for_the_rest() {
-    let mut runtime = Runtime::new(common::settings(2)).unwrap();
-    let options = ComponentOptions { limits: common::quick_limits(), ..ComponentOptions::default() };
-    runtime.load_file(&common::hostile(), options).await.unwrap();
-    let server = Server::with_limits(Arc::new(runtime), Duration::from_millis(10), LIMITS);
-    let connection = Connection::new(server.clone());
-    let (out, mut sent) = tokio::sync::mpsc::channel(64);
-    let out = Outbox::Channel(out);
-    let mut next = async || {
-        let message = tokio::time::timeout(Duration::from_secs(10), sent.recv()).await.unwrap().unwrap();
-        serde_json::to_value(&message).unwrap()
-    };
-    let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
-        "params": {"protocolVersion": "2025-11-25", "capabilities": {"roots": {}},
-                   "clientInfo": {"name": "t", "version": "1"}}});
-    connection.handle(jsonrpc::classify(initialize), &out).await;
-    assert_eq!(next().await["result"]["protocolVersion"], "2025-11-25");
+    let Asked { server, connection, out, mut sent } = asking_client(LIMITS).await;
+    let mut next = async || next_sent(&mut sent).await;
     let call = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
         "params": {"name": "ask", "arguments": {"count": 2, "key_len": 4, "state_bytes": 0}}});
     connection.handle(jsonrpc::classify(call), &out).await;
@@ -510,27 +526,13 @@ async fn a_clients_answers_stay_charged_while_the_call_waits_for_the_rest() {
 /// (before, it waited for its deadline while the client got an error for the wrong id).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_clients_answer_refused_is_never_answered_and_ends_the_call_that_asked() {
-    let mut runtime = Runtime::new(common::settings(2)).unwrap();
-    let options = ComponentOptions { limits: common::quick_limits(), ..ComponentOptions::default() };
-    runtime.load_file(&common::hostile(), options).await.unwrap();
     let limits = ServerLimits {
         max_queued_request_bytes: 4 << 20,
         max_request_cost: 64 << 10,
         max_listen_streams: 1024,
     };
-    let server = Server::with_limits(Arc::new(runtime), Duration::from_millis(10), limits);
-    let connection = Connection::new(server.clone());
-    let (out, mut sent) = tokio::sync::mpsc::channel(64);
-    let out = Outbox::Channel(out);
-    let mut next = async || {
-        let message = tokio::time::timeout(Duration::from_secs(10), sent.recv()).await.unwrap().unwrap();
-        serde_json::to_value(&message).unwrap()
-    };
-    let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
-        "params": {"protocolVersion": "2025-11-25", "capabilities": {"roots": {}},
-                   "clientInfo": {"name": "t", "version": "1"}}});
-    connection.handle(jsonrpc::classify(initialize), &out).await;
-    assert_eq!(next().await["result"]["protocolVersion"], "2025-11-25");
+    let Asked { server, connection, out, mut sent } = asking_client(limits).await;
+    let mut next = async || next_sent(&mut sent).await;
     let call = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
         "params": {"name": "ask", "arguments": {"count": 1, "key_len": 4, "state_bytes": 0}}});
     connection.handle(jsonrpc::classify(call), &out).await;
