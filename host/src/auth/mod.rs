@@ -49,7 +49,8 @@ impl std::fmt::Display for TenantId {
     }
 }
 
-/// Who within a tenant made a request: an OAuth token's subject (`sub`), or which API key.
+/// Who within a tenant made a request: an OAuth token's subject (`sub`), the client a
+/// token without one was issued to, or which API key.
 /// What a caller is handed to bring back (a sealed `requestState`) is bound to it, so that
 /// another caller of the same tenant who comes by it cannot use it. Never logged: an API
 /// key's is the first half of the key's digest. Made for every request, so it is written
@@ -58,6 +59,10 @@ impl std::fmt::Display for TenantId {
 pub enum Caller {
     Key([u8; 16]),
     Subject(Arc<str>),
+    /// A token's `client_id` (or `azp`), when it has no `sub`: issuers of
+    /// client-credentials tokens often leave `sub` out. Apart from every subject, so a
+    /// user whose `sub` reads `client:app` is not the client `app`.
+    Client(Arc<str>),
 }
 
 impl Caller {
@@ -71,7 +76,12 @@ impl Caller {
         Self::Subject(subject.into())
     }
 
-    /// `key:<hex>` or `sub:<subject>`: distinct for distinct callers.
+    /// The client a token without a subject was issued to.
+    pub fn of_client(client: &str) -> Self {
+        Self::Client(client.into())
+    }
+
+    /// `key:<hex>`, `sub:<subject>` or `client:<id>`: distinct for distinct callers.
     pub fn name(&self) -> String {
         match self {
             Self::Key(digest) => {
@@ -79,6 +89,7 @@ impl Caller {
                 format!("key:{hex}")
             }
             Self::Subject(subject) => format!("sub:{subject}"),
+            Self::Client(client) => format!("client:{client}"),
         }
     }
 }

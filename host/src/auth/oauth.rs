@@ -110,9 +110,9 @@ impl OAuthSettings {
 pub struct Claims {
     /// The tenant the request acts for (the `tenant_claim`'s value).
     pub tenant: String,
-    /// Who the token was issued to (`sub`, when a non-empty string): the caller within
-    /// the tenant ([`super::Caller`]).
-    pub subject: Option<String>,
+    /// Who the token was issued to (its `sub`, or without one its client): the caller
+    /// within the tenant.
+    pub caller: Option<super::Caller>,
     pub scopes: Vec<String>,
 }
 
@@ -274,28 +274,27 @@ impl Validator {
         // `exp` passed its check, so it is a number; a fractional one counts by its seconds.
         let expires = claims.get("exp").and_then(|exp| exp.as_u64().or(exp.as_f64().map(|exp| exp as u64)));
         let expires = expires.unwrap_or(0);
-        let checked = Claims { tenant, subject: subject(&claims), scopes: scopes(&claims) };
+        let checked = Claims { tenant, caller: caller(&claims), scopes: scopes(&claims) };
         let usable_until = expires.saturating_add(LEEWAY.as_secs());
         self.checked.remember(token, Remembered { claims: checked.clone(), usable_until, generation }, now);
         Ok(checked)
     }
 }
 
-/// A token's subject: `sub:<sub>`, when `sub` is a non-empty string; without one, the
-/// client it was issued to (`client_id`, RFC 9068, or `azp`), as `client:<id>`: issuers
-/// of client-credentials tokens often leave `sub` out, and the clients of a tenant must
-/// not all be one caller (each may take back only the request states it was given). Each
-/// kind has its prefix, so a user whose `sub` is `client:app` is not the client `app`.
-/// Anything else names no one.
-fn subject(claims: &Map<String, Value>) -> Option<String> {
+/// Who a token was issued to: its `sub`, when a non-empty string; without one, the client
+/// it was issued to (`client_id`, RFC 9068, or `azp`): issuers of client-credentials
+/// tokens often leave `sub` out, and the clients of a tenant must not all be one caller
+/// (each may take back only the request states it was given). The two are kept apart
+/// ([`super::Caller::Client`]). Anything else names no one.
+fn caller(claims: &Map<String, Value>) -> Option<super::Caller> {
     let text = |name: &str| match claims.get(name) {
         Some(Value::String(text)) if !text.is_empty() => Some(text.as_str()),
         _ => None,
     };
     if let Some(subject) = text("sub") {
-        return Some(format!("sub:{subject}"));
+        return Some(super::Caller::of_subject(subject));
     }
-    text("client_id").or_else(|| text("azp")).map(|client| format!("client:{client}"))
+    text("client_id").or_else(|| text("azp")).map(super::Caller::of_client)
 }
 
 /// A token's scopes: `scope` (RFC 9068, space-separated) or `scp` (a list, as some issuers
@@ -340,19 +339,23 @@ mod tests {
     }
 
     #[test]
-    fn the_subject_is_a_non_empty_sub_string_or_else_the_client() {
+    fn the_caller_is_a_non_empty_sub_string_or_else_the_client() {
+        use super::super::Caller;
         let claims = |value: Value| value.as_object().unwrap().clone();
-        assert_eq!(subject(&claims(json!({"sub": "user-1"}))).as_deref(), Some("sub:user-1"));
-        let both = json!({"sub": "user-1", "client_id": "app"});
-        assert_eq!(subject(&claims(both)).as_deref(), Some("sub:user-1"));
+        let name = |value: Value| caller(&claims(value)).map(|caller| caller.name());
+        assert_eq!(name(json!({"sub": "user-1"})).as_deref(), Some("sub:user-1"));
+        assert_eq!(name(json!({"sub": "user-1", "client_id": "app"})).as_deref(), Some("sub:user-1"));
+        assert_eq!(caller(&claims(json!({"client_id": "app"}))), Some(Caller::of_client("app")));
+        assert_eq!(name(json!({"sub": "", "azp": "web"})).as_deref(), Some("client:web"));
         // A user who picked the `sub` `client:app` is not the client `app`.
-        assert_eq!(subject(&claims(json!({"sub": "client:app"}))).as_deref(), Some("sub:client:app"));
-        assert_eq!(subject(&claims(json!({"client_id": "app"}))).as_deref(), Some("client:app"));
-        assert_eq!(subject(&claims(json!({"sub": "", "azp": "web"}))).as_deref(), Some("client:web"));
+        assert_ne!(
+            caller(&claims(json!({"sub": "client:app"}))),
+            caller(&claims(json!({"client_id": "app"})))
+        );
         for nobody in
             [json!({"sub": ""}), json!({"sub": 7}), json!({"sub": ["a"]}), json!({"client_id": 1}), json!({})]
         {
-            assert_eq!(subject(&claims(nobody.clone())), None, "{nobody}");
+            assert_eq!(caller(&claims(nobody.clone())), None, "{nobody}");
         }
     }
 

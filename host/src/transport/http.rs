@@ -1168,7 +1168,7 @@ async fn authenticate(
         return Ok((None, None));
     };
     let claims = protection.authenticate(request.uri(), headers).await?;
-    let caller = claims.subject.as_deref().map(Caller::of_subject);
+    let caller = claims.caller.clone();
     if tenants.is_empty() {
         // One implicit tenant: the token lets the request in, as its subject.
         return Ok((None, caller));
