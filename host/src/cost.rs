@@ -130,9 +130,9 @@ impl<'de> Visitor<'de> for Counter {
             bytes = bytes.saturating_add(block(key.length)).saturating_add(value);
         }
         let nodes = if count == 0 { 0 } else { (count * (VALUE_SLOT + ENTRY_OVERHEAD)).max(MAP_NODE) };
-        // Exactly one of `result` and `error`, as a response must have (one with both is
-        // malformed, and never answers anything).
-        let is_response = self.top && answers == 1 && !method;
+        // One with both `result` and `error` is malformed, but still the client's answer
+        // to a request of the server's, whose id must never be answered.
+        let is_response = self.top && answers >= 1 && !method;
         Ok(Estimate { bytes: bytes.saturating_add(nodes), id, is_response })
     }
 }
@@ -353,7 +353,7 @@ mod tests {
         assert!(!is_response(r#"{"jsonrpc":"2.0","id":1,"method":"x","result":{}}"#));
         assert!(!is_response(r#"{"jsonrpc":"2.0","id":1,"method":"x","params":{"result":1,"error":2}}"#));
         assert!(!is_response(r#"[{"id":1,"result":{}}]"#));
-        assert!(!is_response(r#"{"id":1,"result":{},"error":{"code":1,"message":"x"}}"#));
+        assert!(is_response(r#"{"id":1,"result":{},"error":{"code":1,"message":"x"}}"#));
     }
 
     /// Text that turns out not to be JSON only at its end (a cut-off array, trailing
