@@ -263,12 +263,13 @@ pub fn params<T: serde::de::DeserializeOwned>(method: &str, params: Option<&Valu
 /// The page of `items` at `cursor` and the cursor of the next page, if any; `-32602` for
 /// a cursor this server never gave, or one whose page no longer starts where it did.
 ///
-/// A cursor names the last item of the page before it (a hash of its `key`: the tool's or
-/// prompt's name, the resource's URI), not an offset, so that a list changed between
-/// pages (a reload, a relist) neither skips nor repeats an item after it: the next page
-/// starts after that item wherever it now is, and if it is gone the client is told to
-/// list again (the spec: cursors SHOULD be stable). Replicas serving the same config
-/// list in the same order, so a cursor from one is good on another.
+/// A cursor names the last item of the page before it (its index, and a hash of its `key`:
+/// the tool's or prompt's name, the resource's URI), not only an offset, so that a list
+/// changed between pages (a reload, a relist) neither skips nor repeats an item after it:
+/// the next page starts after that item wherever it now is (the one nearest its old index,
+/// should two keys share a hash: names come from guests), and if it is gone the client is
+/// told to list again (the spec: cursors SHOULD be stable). Replicas serving the same
+/// config list in the same order, so a cursor from one is good on another.
 pub fn page<'a, T>(
     items: &'a [T],
     key: impl Fn(&T) -> &str,
@@ -278,21 +279,31 @@ pub fn page<'a, T>(
         None | Some(Value::Null) => 0,
         Some(Value::String(cursor)) if cursor.is_empty() => 0,
         Some(Value::String(cursor)) => {
-            let after = cursor
+            let (index, hash) = cursor
                 .strip_prefix(CURSOR_PREFIX)
-                .and_then(|hex| u64::from_str_radix(hex, 16).ok())
+                .and_then(|rest| rest.split_once('-'))
+                .and_then(|(index, hash)| {
+                    Some((index.parse::<usize>().ok()?, u64::from_str_radix(hash, 16).ok()?))
+                })
                 .ok_or_else(|| RpcError::invalid_params("Invalid cursor"))?;
-            let at = items.iter().position(|item| key_hash(key(item)) == after).ok_or_else(|| {
-                RpcError::invalid_params(
-                    "Invalid cursor: the list changed since it was given; list again from the start",
-                )
-            })?;
+            let at = match items.get(index) {
+                Some(item) if key_hash(key(item)) == hash => index,
+                _ => (0..items.len())
+                    .filter(|&at| key_hash(key(&items[at])) == hash)
+                    .min_by_key(|&at| at.abs_diff(index))
+                    .ok_or_else(|| {
+                        RpcError::invalid_params(
+                            "Invalid cursor: the list changed since it was given; list again from the start",
+                        )
+                    })?,
+            };
             at + 1
         }
         Some(_) => return Err(RpcError::invalid_params("Invalid cursor: it must be a string")),
     };
     let end = (start + PAGE_SIZE).min(items.len());
-    let next = (end < items.len()).then(|| format!("{CURSOR_PREFIX}{:016x}", key_hash(key(&items[end - 1]))));
+    let next = (end < items.len())
+        .then(|| format!("{CURSOR_PREFIX}{}-{:016x}", end - 1, key_hash(key(&items[end - 1]))));
     Ok((&items[start..end], next))
 }
 
@@ -351,7 +362,9 @@ mod tests {
         let (last, none) = page(&items, key, Some(&json!(next.unwrap()))).unwrap();
         assert_eq!((last.len(), none), (50, None));
         assert_eq!(page(&items, key, Some(&json!(""))).unwrap().0[0], "item-0");
-        for bad in [json!("x"), json!("100"), json!("after-zz"), json!(7)] {
+        for bad in
+            [json!("x"), json!("100"), json!("after-zz"), json!("after-99"), json!("after-x-1"), json!(7)]
+        {
             assert_eq!(page(&items, key, Some(&bad)).unwrap_err().code, -32602, "{bad}");
         }
     }
@@ -368,6 +381,15 @@ mod tests {
         assert_eq!(page(&fewer, key, Some(&cursor)).unwrap().0[0], "item-100");
         let more: Vec<String> = ["new".to_owned()].into_iter().chain(items.iter().cloned()).collect();
         assert_eq!(page(&more, key, Some(&cursor)).unwrap().0[0], "item-100");
+        // Two keys of one hash (a guest may pick its names to collide): the cursor's own
+        // index settles it, and the pages neither repeat nor loop.
+        let colliding: Vec<String> =
+            (0..250).map(|n| if n % 100 == 99 { "same".to_owned() } else { format!("item-{n}") }).collect();
+        let (_, next) = page(&colliding, key, None).unwrap();
+        let (second, next) = page(&colliding, key, Some(&json!(next.unwrap()))).unwrap();
+        assert_eq!(second[0], "item-100");
+        let (last, none) = page(&colliding, key, Some(&json!(next.unwrap()))).unwrap();
+        assert_eq!((last[0].as_str(), last.len(), none), ("item-200", 50, None));
         let without_it: Vec<String> = items.iter().filter(|item| *item != "item-99").cloned().collect();
         let error = page(&without_it, key, Some(&cursor)).unwrap_err();
         assert_eq!(error.code, -32602);
