@@ -90,8 +90,8 @@ use crate::protocol::types::{
 };
 use crate::runtime::input::{ClientAbilities, InputRequired, InputRound};
 use crate::runtime::{
-    Call, CallEnded, CallError, CallHandle, CallOutcome, CallTags, Outcome, RefusalReason, Runtime, Teardown,
-    TenantView, Timeout, ToolSet,
+    Call, CallEnded, CallError, CallHandle, CallOutcome, CallReport, CallTags, Outcome, RefusalReason,
+    Runtime, Teardown, TenantView, Timeout, ToolSet,
 };
 
 pub use asking::{
@@ -1171,11 +1171,14 @@ impl Connection {
                 }
                 Ran::Refused(answer, _) => return (Some(answer), None),
             };
+            // Ended here with an error, the guest that asked is given up, and cleaned up.
             if rounds >= MAX_INPUT_ROUNDS {
                 let problem = format!(
                     "the tool asked for input {rounds} times; the limit is {MAX_INPUT_ROUNDS} rounds"
                 );
-                return (Some(jsonrpc::success(id, CallToolResult::error(problem, revision))), None);
+                let teardown =
+                    self.clean_up_between_rounds(id, tools, name, arguments, Outcome::Cancelled, note).await;
+                return (Some(jsonrpc::success(id, CallToolResult::error(problem, revision))), teardown);
             }
             match self.ask_between_rounds(input, deadline, cancel_signal, out).await {
                 Ok((responses, state)) => {
@@ -1183,7 +1186,10 @@ impl Connection {
                     round.cleanup_note = note.clone();
                 }
                 Err(Between::Failed(problem)) => {
-                    return (Some(jsonrpc::success(id, CallToolResult::error(problem, revision))), None);
+                    let teardown = self
+                        .clean_up_between_rounds(id, tools, name, arguments, Outcome::Cancelled, note)
+                        .await;
+                    return (Some(jsonrpc::success(id, CallToolResult::error(problem, revision))), teardown);
                 }
                 Err(Between::Stopped(outcome)) => {
                     // A cancelled call is answered nothing.
@@ -1399,7 +1405,7 @@ impl Connection {
             sending.await;
         }
         if report.outcome == Outcome::Cancelled || self.is_cancelled(id) {
-            return Ran::Answered(None, Some(teardown));
+            return cancelled_round(revision, report, teardown);
         }
         // The lines still held (at most the queue's) go out ahead of the answer, then what
         // was dropped, said once.
@@ -1409,7 +1415,7 @@ impl Connection {
         if let Some(requested) = log_level.filter(|_| log_threshold.is_some()) {
             while let Some(line) = handle.next_log() {
                 if self.is_cancelled(id) {
-                    return Ran::Answered(None, Some(teardown));
+                    return cancelled_round(revision, report, teardown);
                 }
                 out.send(Outgoing::Notification(log_notification(name, line))).await;
             }
@@ -1430,7 +1436,7 @@ impl Connection {
             out.send(Outgoing::Notification(progress_notification(token, latest))).await;
         }
         if self.is_cancelled(id) {
-            return Ran::Answered(None, Some(teardown));
+            return cancelled_round(revision, report, teardown);
         }
         if revision == Revision::R2025_11_25
             && let Outcome::InputRequired(input) = report.outcome
@@ -1674,6 +1680,19 @@ impl Connection {
     /// each request's headers, not from an earlier `initialize`).
     pub fn set_legacy(&self) {
         self.legacy.store(true, Ordering::Relaxed);
+    }
+}
+
+/// A round cancelled after its guest returned: nothing more is sent for it. A 2025-era
+/// guest that asked for input has run, though, so the round ends as asking (the cancel's
+/// stored signal then stops the call at once between rounds, and its cleanup runs with
+/// the note the guest left), not as answered.
+fn cancelled_round(revision: Revision, report: CallReport, teardown: Teardown) -> Ran {
+    match report.outcome {
+        Outcome::InputRequired(input) if revision == Revision::R2025_11_25 => {
+            Ran::NeedsInput(input, report.cleanup_note, teardown)
+        }
+        _ => Ran::Answered(None, Some(teardown)),
     }
 }
 

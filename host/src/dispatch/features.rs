@@ -282,6 +282,11 @@ impl Connection {
             }
             let (report, teardown) = call.run_deferring_teardown().await;
             if report.outcome == Outcome::Cancelled || self.is_cancelled(id) {
+                // A prompt that asked has run: cancelled now, it is cleaned up with its note.
+                if bridged && matches!(report.outcome, Outcome::InputRequired(_)) {
+                    drop(teardown);
+                    return (None, clean_up(Outcome::Cancelled, report.cleanup_note).await);
+                }
                 return (None, Some(teardown));
             }
             let scope = wire::cache_scope(self.tenant.is_some());
@@ -313,10 +318,8 @@ impl Connection {
                         let problem = format!(
                             "The prompt asked for input {rounds} times; the limit is {MAX_INPUT_ROUNDS} rounds"
                         );
-                        return (
-                            Some(jsonrpc::failure(Some(id), &RpcError::new(INTERNAL_ERROR, problem))),
-                            None,
-                        );
+                        let answer = jsonrpc::failure(Some(id), &RpcError::new(INTERNAL_ERROR, problem));
+                        return (Some(answer), clean_up(Outcome::Cancelled, note).await);
                     }
                     match self.ask_between_rounds(input, deadline, cancel_signal, out).await {
                         Ok((responses, state)) => {
@@ -327,7 +330,10 @@ impl Connection {
                         }
                         Err(Between::Failed(problem)) => {
                             let error = RpcError::new(INTERNAL_ERROR, format!("The prompt {problem}"));
-                            return (Some(jsonrpc::failure(Some(id), &error)), None);
+                            return (
+                                Some(jsonrpc::failure(Some(id), &error)),
+                                clean_up(Outcome::Cancelled, note).await,
+                            );
                         }
                         Err(Between::Stopped(outcome)) => {
                             let teardown = clean_up(outcome.clone(), note).await;

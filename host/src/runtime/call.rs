@@ -10,9 +10,10 @@
 //! 2. **Grace.** The stop is visible to the guest: `cancelled()` is true and `time-left()`
 //!    is zero. A cooperative guest returns within the tool's grace period.
 //! 3. **Hard stop.** Grace is over: the hard-stop flag is set and the epoch is bumped (the
-//!    "kick"), so a spinning guest traps at its next epoch check, within microseconds; the
-//!    driver, polling with `biased` priority for the stop, drops the call's future, which
-//!    unwinds a guest parked in a host call (a WASI sleep or poll).
+//!    "kick"), so a guest computing while grace ends traps at its next epoch check, within
+//!    microseconds; the driver, polling with `biased` priority for the stop, drops the
+//!    call's future, which unwinds a guest parked in a host call (a WASI sleep or poll) or
+//!    suspended at an epoch yield (never resumed: it would run on to the next tick).
 //!
 //! The store is never entered again after a trap or a drop (wasmtime poisons it). A
 //! stopped call's store is dropped before its cleanup runs, even when the guest returned
@@ -21,7 +22,9 @@
 //! call was stopped or trapped, `cleanup` then runs exactly once, in a fresh store and
 //! instance with the same capabilities and its own budget, bounded the same way. Its
 //! failures are logged and reported, never retried. The call's permit in the instance
-//! pool is released only after cleanup, so pool usage always returns to its baseline.
+//! pool is released only after cleanup, so pool usage always returns to its baseline. (A
+//! call stopped between two rounds, while its client was asked, holds no permit: it is
+//! made only to run its cleanup, [`Call::stop_unstarted`].)
 //! A call that returned may hand its instance's teardown to the caller ([`Teardown`]), to
 //! be done once the answer is out.
 
@@ -275,6 +278,9 @@ pub struct Call {
     /// tenant; the component's otherwise.
     pub(crate) files: Option<Arc<super::files::FileGrants>>,
     pub(crate) cleanup_permits: Arc<Semaphore>,
+    /// For a call that holds no slot (made only to run its cleanup): the share of the
+    /// cleanup capacity such calls may take.
+    pub(crate) unslotted_cleanups: Option<Arc<Semaphore>>,
     pub(crate) spares: Arc<super::spare::SpareBudget>,
     pub(crate) tags: CallTags,
     /// How long the call waited for its slot.
@@ -398,10 +404,10 @@ impl Call {
         (report, Teardown { store, refill, ended, _permit: self.permit })
     }
 
-    /// Stop this call before its guest runs, with `outcome` (a cancel or a timeout: its
-    /// caller gave up while the client was being asked for input between two rounds), and
-    /// run the tool's cleanup as after any stop, in a fresh instance. No instance is made
-    /// for the call itself.
+    /// Stop this call before its guest runs, with `outcome` (a cancel, a timeout, shutdown,
+    /// or no slot for its next round: its guest ran a round and asked the client for
+    /// input), and run the tool's cleanup as after any stop, in a fresh instance. No
+    /// instance is made for the call itself.
     pub async fn stop_unstarted(self, outcome: Outcome) -> (CallReport, Teardown) {
         let stopped_at = Instant::now();
         let cleanup = match outcome.stop_reason() {
@@ -764,7 +770,16 @@ impl Call {
         // Epochs must tick while it runs, whichever path stopped the call (one stopped
         // between rounds ran no guest code before): a cleanup that loops is stopped by them.
         let _ticking = self.ticker.running();
-        // Cleanup capacity is reserved apart from calls, one slot per call: never waits long.
+        // Cleanup capacity is reserved apart from calls, one slot per call. A call stopped
+        // between rounds holds no call slot, so any number of them may be cleaned up at
+        // once: they take at most half of it first (`unslotted_cleanups`), and the cleanup
+        // of a call that holds a slot never waits behind more than that.
+        let _unslotted = match &self.unslotted_cleanups {
+            Some(gate) => {
+                Some(gate.clone().acquire_owned().await.expect("the cleanup semaphore is never closed"))
+            }
+            None => None,
+        };
         let _permit = self
             .cleanup_permits
             .clone()

@@ -390,6 +390,9 @@ pub struct Runtime {
     /// Who gets the next free call slot: tenants take turns (fair.rs).
     fair_slots: Arc<fair::FairSlots>,
     cleanup_permits: Arc<Semaphore>,
+    /// Half of `cleanup_permits`' capacity: what the cleanups of calls that hold no call
+    /// slot (stopped between rounds) may take at once.
+    unslotted_cleanups: Arc<Semaphore>,
     spares: Arc<spare::SpareBudget>,
     /// Host descriptors guests may hold, across every call.
     descriptors: Arc<DescriptorBudget>,
@@ -447,6 +450,7 @@ impl Runtime {
             call_permits: Arc::new(Semaphore::new(slots)),
             fair_slots: fair::FairSlots::new(slots, settings.tenants),
             cleanup_permits: Arc::new(Semaphore::new(slots)),
+            unslotted_cleanups: Arc::new(Semaphore::new((slots / 2).max(1))),
             spares: Arc::new(spare::SpareBudget::new()),
             // Every store the pool can hold at once is guaranteed a few descriptors.
             descriptors: Arc::new(DescriptorBudget::new(
@@ -1236,6 +1240,7 @@ impl Runtime {
         // A tenant's own grants; none when the component has no data directory (the view
         // sees it only then, `LoadedComponent::seen_by`): its mounts are every tenant's.
         let files = view.and_then(|view| component.tenant_files.get(&*view.tenant).cloned());
+        let unslotted_cleanups = permit.is_none().then(|| self.unslotted_cleanups.clone());
         Call {
             id: self.next_call_id.fetch_add(1, Ordering::Relaxed),
             engine: self.engine.clone(),
@@ -1251,6 +1256,7 @@ impl Runtime {
             shutdown: self.shutdown.subscribe(),
             permit,
             files,
+            unslotted_cleanups,
             cleanup_permits: self.cleanup_permits.clone(),
             spares: self.spares.clone(),
             tags,
