@@ -549,6 +549,9 @@ fn stdio_a_prompt_that_asks_is_answered_through_the_client() {
     assert_eq!((&answer["id"], &answer["error"]["code"]), (&get, &json!(-32603)), "{answer}");
     let message = answer["error"]["message"].as_str().unwrap();
     assert!(message.starts_with("The prompt") && message.contains("user went away"), "{answer}");
+    // Its guest ran a round and is given up: it is cleaned up.
+    let cleanup = client.process.wait_log("cleanup completed");
+    assert!(cleanup.contains("reason=cancelled") && cleanup.contains("prompts/get"), "{cleanup}");
 
     // One that keeps declining is asked again, up to the round limit.
     let get = client.send_request("prompts/get", prompt);
@@ -561,6 +564,8 @@ fn stdio_a_prompt_that_asks_is_answered_through_the_client() {
     assert_eq!(answer["id"], get, "{answer}");
     let message = answer["error"]["message"].as_str().unwrap();
     assert!(message.contains("the limit is 8 rounds"), "{answer}");
+    let cleanup = client.process.wait_log("cleanup completed");
+    assert!(cleanup.contains("reason=cancelled") && cleanup.contains("prompts/get"), "{cleanup}");
     assert_eq!(client.request("ping", json!({}))["result"], json!({}));
 }
 
