@@ -23,8 +23,9 @@
 //! instance with the same capabilities and its own budget, bounded the same way. Its
 //! failures are logged and reported, never retried. The call's permit in the instance
 //! pool is released only after cleanup, so pool usage always returns to its baseline. (A
-//! call stopped between two rounds, while its client was asked, holds no permit: it is
-//! made only to run its cleanup, [`Call::stop_unstarted`].)
+//! call whose guest ran a round and asked its client for input, then was stopped before
+//! the next round, holds no permit: it is made only to run its cleanup,
+//! [`Call::stop_unstarted`].)
 //! A call that returned may hand its instance's teardown to the caller ([`Teardown`]), to
 //! be done once the answer is out.
 
@@ -771,9 +772,10 @@ impl Call {
         // between rounds ran no guest code before): a cleanup that loops is stopped by them.
         let _ticking = self.ticker.running();
         // Cleanup capacity is reserved apart from calls, one slot per call. A call stopped
-        // between rounds holds no call slot, so any number of them may be cleaned up at
-        // once: they take at most half of it first (`unslotted_cleanups`), and the cleanup
-        // of a call that holds a slot never waits behind more than that.
+        // between rounds holds no call slot, so without a bound any number of them could
+        // be cleaned up at once: they take a place of `unslotted_cleanups` first (half the
+        // capacity, at least one), and the cleanup of a call that holds a slot never waits
+        // behind more than that.
         let _unslotted = match &self.unslotted_cleanups {
             Some(gate) => {
                 Some(gate.clone().acquire_owned().await.expect("the cleanup semaphore is never closed"))

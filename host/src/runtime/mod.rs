@@ -390,8 +390,8 @@ pub struct Runtime {
     /// Who gets the next free call slot: tenants take turns (fair.rs).
     fair_slots: Arc<fair::FairSlots>,
     cleanup_permits: Arc<Semaphore>,
-    /// Half of `cleanup_permits`' capacity: what the cleanups of calls that hold no call
-    /// slot (stopped between rounds) may take at once.
+    /// Half of `cleanup_permits`' capacity (at least one): what the cleanups of calls that
+    /// hold no call slot (stopped between rounds) may take at once.
     unslotted_cleanups: Arc<Semaphore>,
     spares: Arc<spare::SpareBudget>,
     /// Host descriptors guests may hold, across every call.
@@ -1270,8 +1270,8 @@ impl Runtime {
     /// The call of `tool` (in `tools`, as `view` sees it) whose guest ran a round and was
     /// then stopped (a cancel, its deadline, shutdown, no slot for its next round): only
     /// to run its cleanup, with [`Call::stop_unstarted`]. It takes no call slot and is
-    /// refused neither by a full pool nor by shutdown (a cleanup waits only for one of the
-    /// slots kept for cleanups): a guest that may have taken a lock in its round must be
+    /// refused neither by a full pool nor by shutdown (its cleanup waits only for a share of
+    /// the capacity kept for cleanups): a guest that may have taken a lock in its round must be
     /// cleaned up whatever else is going on. `None` when `tools` has no such tool.
     pub fn call_to_clean_up(
         &self,
