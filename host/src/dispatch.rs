@@ -36,9 +36,12 @@
 //! the list it would get changed (a reload that changes nothing sends nothing). A
 //! 2026-07-28 client asks with `subscriptions/listen` ([`Connection`] keeps the stream:
 //! the acknowledgement first, every message tagged with the listen id, a final answer
-//! when the server ends it, bounded by [`ServerLimits::max_listen_streams`], of which a
-//! tenant of several holds at most half); a 2025-era
-//! client gets plain notifications on its stream ([`Connection::follow_tool_changes`]).
+//! when the server ends it, at shutdown or when the credentials it was opened with
+//! expire, so that an expired token keeps no stream). Listen streams are bounded by
+//! [`ServerLimits::max_listen_streams`], of which a tenant of several holds at most half.
+//! A 2025-era client gets plain notifications on its stream
+//! ([`Connection::follow_tool_changes`],
+//! which ends when the credentials of the `GET` that opened it expire).
 //!
 //! **Asking the client (MRTR).** A 2026-07-28 `tools/call` or `prompts/get` whose guest asks
 //! for input is answered with an `InputRequiredResult` whose `requestState` is sealed
@@ -464,6 +467,14 @@ impl Refusal {
 /// How long a refused client is told to wait before trying again.
 pub const RETRY_AFTER_SECONDS: u64 = 1;
 
+/// Resolves when credentials expiring at `at` have expired; never without an expiry.
+async fn credentials_expired(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
 fn retry_after_seconds() -> ErrorData {
     ErrorData::RetryAfter { retry_after_ms: None, retry_after_seconds: RETRY_AFTER_SECONDS }
 }
@@ -715,6 +726,10 @@ pub struct Connection {
     rate_check: RateCheck,
     /// The address the client connects from, over HTTP.
     peer: std::sync::OnceLock<std::net::IpAddr>,
+    /// When the credentials of the request this connection serves expire (an OAuth
+    /// token's `exp` with its leeway): a listen stream, which has no end of its own,
+    /// ends then, and the client listens again with a fresh token.
+    credentials_expire: std::sync::OnceLock<tokio::time::Instant>,
     /// The log level a 2025-era client set with `logging/setLevel` (none: no log).
     log_level: Mutex<Option<LoggingLevel>>,
     /// What a 2025-era client declared it serves at `initialize` ([`asking`]).
@@ -802,6 +817,7 @@ impl Connection {
             caller,
             rate_check,
             peer: std::sync::OnceLock::new(),
+            credentials_expire: std::sync::OnceLock::new(),
             log_level: Mutex::new(None),
             client: Mutex::default(),
             asked: Mutex::default(),
@@ -823,6 +839,12 @@ impl Connection {
     /// credentials, that is who holds its listen streams.
     pub fn set_peer(&self, address: std::net::IpAddr) {
         let _ = self.peer.set(address);
+    }
+
+    /// When the request's credentials expire; see [`Connection::follow_tool_changes`] and
+    /// `subscriptions/listen`, the streams that end then.
+    pub fn set_credentials_expire(&self, at: tokio::time::Instant) {
+        let _ = self.credentials_expire.set(at);
     }
 
     /// The address the client connects from, when known (HTTP).
@@ -925,7 +947,7 @@ impl Connection {
             // HTTP they go on the session's GET stream.
             if let Outbox::Lines(_) = out {
                 // The one stream a stdio client has: it never follows twice, nor takes a slot.
-                let _ = self.follow_tool_changes(out.clone());
+                let _ = self.follow_tool_changes(out.clone(), None);
             }
             let mut result = mcp::initialize_result(requested);
             crate::protocol::features::advertise(
@@ -1497,15 +1519,18 @@ impl Connection {
         let set = tools.borrow_and_update().clone();
         let mut last = self.lists_of(&set);
         let mut shutdown = server.runtime.shutting_down();
+        let expired = credentials_expired(self.credentials_expire.get().copied());
         let (connection, id) = (self.clone(), id.clone());
         tokio::spawn(async move {
             out.send(Outgoing::Notification(mcp::subscription_acknowledged(&id, honoured.clone()))).await;
             let wants_any = ListKind::ALL.iter().any(|kind| kind.wanted_by(&honoured));
+            let mut expired = std::pin::pin!(expired);
             loop {
                 tokio::select! {
                     biased;
                     () = cancel_signal.notified() => break,
                     () = async { let _ = shutdown.wait_for(|stopping| *stopping).await; } => break,
+                    () = &mut expired => break,
                     changed = tools.changed(), if wants_any => {
                         if changed.is_err() {
                             break;
@@ -1536,10 +1561,15 @@ impl Connection {
     /// each time the tool list changes (and `prompts/list_changed`, `resources/list_changed`
     /// for those lists), and `notifications/resources/updated` for each
     /// subscribed resource whose component a reload replaced, until the server shuts down,
-    /// `out` closes or the session ends ([`Connection::end_session`]). One stream per
+    /// `out` closes, the session ends ([`Connection::end_session`]) or the credentials the
+    /// stream was opened with expire (`credentials_expire`). One stream per
     /// connection. A stream to an HTTP client (a channel) holds a listen slot, as a
     /// `subscriptions/listen` stream does: the server's bound and its tenant's share.
-    pub fn follow_tool_changes(self: &Arc<Self>, out: Outbox) -> Result<(), NotFollowed> {
+    pub fn follow_tool_changes(
+        self: &Arc<Self>,
+        out: Outbox,
+        credentials_expire: Option<tokio::time::Instant>,
+    ) -> Result<(), NotFollowed> {
         if self.following.swap(true, Ordering::AcqRel) {
             return Err(NotFollowed::AlreadyOpen);
         }
@@ -1568,9 +1598,11 @@ impl Connection {
                 }
             };
             let mut closed = std::pin::pin!(closed);
+            let mut expired = std::pin::pin!(credentials_expired(credentials_expire));
             loop {
                 tokio::select! {
                     () = &mut closed => break,
+                    () = &mut expired => break,
                     () = async { let _ = shutdown.wait_for(|stopping| *stopping).await; } => break,
                     () = async { let _ = ended.wait_for(|ended| *ended).await; } => break,
                     changed = tools.changed() => {

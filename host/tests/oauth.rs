@@ -872,3 +872,145 @@ fn a_request_state_is_taken_back_only_from_the_subject_it_was_issued_to() {
     let own = delete(&user_1, retry);
     assert_eq!(own["result"]["content"][0]["text"], "Deleted books", "{own}");
 }
+
+/// The messages of an event stream read to its end (chunked, each event in one chunk).
+fn events(raw: &[u8]) -> Vec<Value> {
+    String::from_utf8_lossy(raw)
+        .lines()
+        .filter_map(|line| line.strip_prefix("data: "))
+        .map(|data| serde_json::from_str(data).unwrap_or_else(|_| panic!("not JSON: {data}")))
+        .collect()
+}
+
+/// Everything `stream` sends until it ends, which must be within `limit` (keep-alives
+/// do not stretch it, as they would a read timeout).
+fn read_to_end_within(stream: &mut TcpStream, limit: Duration) -> Vec<u8> {
+    let deadline = std::time::Instant::now() + limit;
+    let mut raw = Vec::new();
+    let mut buffer = [0u8; 4096];
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        assert!(
+            !left.is_zero(),
+            "the stream did not end within {limit:?}: {}",
+            String::from_utf8_lossy(&raw)
+        );
+        stream.set_read_timeout(Some(left)).unwrap();
+        match stream.read(&mut buffer) {
+            Ok(0) => return raw,
+            Ok(read) => raw.extend_from_slice(&buffer[..read]),
+            Err(error)
+                if matches!(error.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {}
+            Err(error) => panic!("the stream failed: {error}"),
+        }
+    }
+}
+
+/// Whether `stream` is still open: nothing but what it had sent (or keep-alives) within a
+/// second, no end.
+fn still_open(stream: &mut TcpStream) -> bool {
+    stream.set_read_timeout(Some(Duration::from_secs(1))).unwrap();
+    let mut buffer = [0u8; 4096];
+    loop {
+        match stream.read(&mut buffer) {
+            Ok(0) => return false,
+            Ok(_) => continue,
+            Err(error)
+                if matches!(error.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) =>
+            {
+                return true;
+            }
+            Err(_) => return false,
+        }
+    }
+}
+
+/// Streams that have no end of their own end when the token they were opened with
+/// expires (its `exp` and the leeway), so an expired token keeps no stream: a 2026-07-28
+/// `subscriptions/listen` stream with its final answer, a 2025-era session's GET stream.
+/// The same streams opened with a token good for longer stay open.
+#[test]
+fn listen_streams_end_when_the_token_they_were_opened_with_expires() {
+    let key = SigningKey::generate("key-1");
+    let issuer = Issuer::start(&key);
+    let server = Server::start(&issuer.config("oauth-stream-expiry"), &[]);
+    let schema = Schema::new();
+    // Past its `exp`, still within the 30 s leeway for 3 s more.
+    let mut ending = issuer.claims("acme");
+    ending["exp"] = json!(now() - 27);
+    let ending = key.sign(&ending);
+    let lasting = key.sign(&issuer.claims("acme"));
+    let open = |method: &str, headers: &[(&str, &str)], body: &str| {
+        let mut stream = TcpStream::connect(("127.0.0.1", server.port)).unwrap();
+        let mut head =
+            format!("{method} /mcp HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nConnection: close\r\n", server.port);
+        for (name, value) in headers {
+            head.push_str(&format!("{name}: {value}\r\n"));
+        }
+        head.push_str(&format!("Content-Length: {}\r\n\r\n{body}", body.len()));
+        stream.write_all(head.as_bytes()).unwrap();
+        stream.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        let mut head = Vec::new();
+        let mut byte = [0u8; 1];
+        while !head.ends_with(b"\r\n\r\n") {
+            assert_eq!(stream.read(&mut byte).unwrap(), 1, "the head ended early: {head:?}");
+            head.push(byte[0]);
+        }
+        let head = String::from_utf8(head).unwrap().to_ascii_lowercase();
+        assert!(head.starts_with("http/1.1 200") && head.contains("text/event-stream"), "{head}");
+        stream
+    };
+    let listen = |token: &str| {
+        let bearer = format!("Bearer {token}");
+        let mut headers: Vec<(&str, &str)> =
+            vec![("Accept", "application/json, text/event-stream"), ("Content-Type", "application/json")];
+        headers.extend([("MCP-Protocol-Version", "2026-07-28"), ("Mcp-Method", "subscriptions/listen")]);
+        headers.push(("Authorization", &bearer));
+        let body = json!({"jsonrpc": "2.0", "id": "watch", "method": "subscriptions/listen",
+            "params": {"notifications": {"toolsListChanged": true}, "_meta": meta()}});
+        open("POST", &headers, &body.to_string())
+    };
+    let (mut short, mut long) = (listen(&ending), listen(&lasting));
+    let raw = read_to_end_within(&mut short, Duration::from_secs(15));
+    let messages = events(&raw);
+    let last = messages.last().unwrap_or_else(|| panic!("no event: {}", String::from_utf8_lossy(&raw)));
+    assert_eq!(last["id"], "watch", "the stream ends with its final answer: {last}");
+    assert!(last.get("result").is_some(), "{last}");
+    for message in &messages {
+        schema.check_sent(message, Some("subscriptions/listen").filter(|_| message.get("id").is_some()));
+    }
+    assert!(still_open(&mut long), "a stream of a token good for 5 more minutes ended");
+
+    // A 2025-era session's GET stream, opened with each token (the same subject).
+    let legacy = Schema::legacy();
+    let session = || {
+        let bearer = format!("Bearer {lasting}");
+        let headers = [
+            ("Accept", "application/json, text/event-stream"),
+            ("Content-Type", "application/json"),
+            ("Authorization", bearer.as_str()),
+        ];
+        let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}});
+        let answer = server.request("POST", "/mcp", &headers, &init.to_string());
+        assert_eq!(answer.status, 200, "{}", answer.body);
+        legacy.check_sent(&answer.json(), Some("initialize"));
+        answer.header("mcp-session-id").expect("a session id").to_owned()
+    };
+    let follow = |token: &str, session: &str| {
+        let bearer = format!("Bearer {token}");
+        let headers = [
+            ("Accept", "text/event-stream"),
+            ("MCP-Protocol-Version", "2025-11-25"),
+            ("Mcp-Session-Id", session),
+            ("Authorization", bearer.as_str()),
+        ];
+        open("GET", &headers, "")
+    };
+    let mut ending = issuer.claims("acme");
+    ending["exp"] = json!(now() - 27);
+    let ending = key.sign(&ending);
+    let (mut short, mut long) = (follow(&ending, &session()), follow(&lasting, &session()));
+    read_to_end_within(&mut short, Duration::from_secs(15));
+    assert!(still_open(&mut long), "a GET stream of a token good for 5 more minutes ended");
+}

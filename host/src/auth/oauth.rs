@@ -114,6 +114,9 @@ pub struct Claims {
     /// within the tenant.
     pub caller: Option<super::Caller>,
     pub scopes: Vec<String>,
+    /// Unix seconds after which the token is expired even with the [`LEEWAY`]: what was
+    /// opened with it and has no end of its own (a listen stream) ends then.
+    pub usable_until: u64,
 }
 
 /// Why a token was not taken. Fixed words only: never the token or a claim's value.
@@ -141,8 +144,6 @@ struct Checked {
 
 struct Remembered {
     claims: Claims,
-    /// Unix seconds after which the token is expired even with the leeway.
-    usable_until: u64,
     /// The key set it was checked against ([`KeyCache::generation`]).
     generation: u64,
 }
@@ -151,7 +152,7 @@ impl Checked {
     fn get(&self, token: &str, generation: u64, now: u64) -> Option<Claims> {
         let tokens = self.tokens.read().unwrap();
         let remembered = tokens.get(token)?;
-        (remembered.generation == generation && now <= remembered.usable_until)
+        (remembered.generation == generation && now <= remembered.claims.usable_until)
             .then(|| remembered.claims.clone())
     }
 
@@ -161,7 +162,9 @@ impl Checked {
         }
         let mut tokens = self.tokens.write().unwrap();
         if tokens.len() >= MAX_CHECKED_TOKENS {
-            tokens.retain(|_, entry| now <= entry.usable_until && entry.generation == remembered.generation);
+            tokens.retain(|_, entry| {
+                now <= entry.claims.usable_until && entry.generation == remembered.generation
+            });
             if tokens.len() >= MAX_CHECKED_TOKENS {
                 // Many live tokens at once: start over rather than track their age.
                 tokens.clear();
@@ -274,9 +277,9 @@ impl Validator {
         // `exp` passed its check, so it is a number; a fractional one counts by its seconds.
         let expires = claims.get("exp").and_then(|exp| exp.as_u64().or(exp.as_f64().map(|exp| exp as u64)));
         let expires = expires.unwrap_or(0);
-        let checked = Claims { tenant, caller: caller(&claims), scopes: scopes(&claims) };
         let usable_until = expires.saturating_add(LEEWAY.as_secs());
-        self.checked.remember(token, Remembered { claims: checked.clone(), usable_until, generation }, now);
+        let checked = Claims { tenant, caller: caller(&claims), scopes: scopes(&claims), usable_until };
+        self.checked.remember(token, Remembered { claims: checked.clone(), generation }, now);
         Ok(checked)
     }
 }

@@ -293,7 +293,8 @@ pub fn list_changed(kind: ListKind, subscription: Option<&RequestId>) -> ServerN
     )
 }
 
-/// The answer that ends a listen stream the server closes (at shutdown). Listening is
+/// The answer that ends a listen stream the server closes (at shutdown, or when the
+/// credentials it was opened with expire). Listening is
 /// 2026-07-28 only.
 pub fn listen_ended(subscription: &RequestId) -> EmptyResult {
     EmptyResult {

@@ -956,7 +956,7 @@ async fn serve_request(
         return Err(plain(StatusCode::NOT_FOUND, "Not Found: the MCP endpoint is POST /mcp"));
     }
     // Who is asking, before anything else of the request is read.
-    let (tenant, caller) = authenticate(shared, &request).await.map_err(closing)?;
+    let Credentials { tenant, caller, expire } = authenticate(shared, &request).await.map_err(closing)?;
     let session_id = header_text(headers, "mcp-session-id");
     // GET and DELETE name a session: only 2025-era clients send them.
     if session_id.is_some()
@@ -984,7 +984,8 @@ async fn serve_request(
     if request.method() == Method::GET
         && let Some(id) = &session_id
     {
-        return Err(session_stream(shared, headers, id, tenant.as_ref(), caller.as_ref()));
+        let holder = Credentials { tenant, caller, expire };
+        return Err(session_stream(shared, headers, id, &holder));
     }
     if request.method() != Method::POST {
         let mut response = plain(StatusCode::METHOD_NOT_ALLOWED, "Method Not Allowed: use POST");
@@ -1106,6 +1107,9 @@ async fn serve_request(
             if let Some(peer) = peer {
                 connection.set_peer(peer);
             }
+            if let Some(expire) = expire {
+                connection.set_credentials_expire(expire);
+            }
             connection
         }
     };
@@ -1140,23 +1144,23 @@ async fn serve_request(
 }
 
 /// The tenant of the request's credentials (`None` when no tenants are configured: every
-/// request is let in, as the one implicit tenant), and the caller within it (`None`: no
-/// credentials, or a token without a subject). A refusal is a 401 (403 for a missing
+/// request is let in, as the one implicit tenant), the caller within it (`None`: no
+/// credentials, or a token without a subject) and when they expire ([`Credentials`]). A refusal is a 401 (403 for a missing
 /// scope or a tenant not served, 400 for credentials in the query) with a
 /// `WWW-Authenticate` challenge: naming the protected resource metadata with OAuth, a
 /// realm with API keys alone.
 #[allow(clippy::result_large_err)]
-async fn authenticate(
-    shared: &Shared,
-    request: &Request<IncomingBody>,
-) -> Result<(Option<Arc<Tenant>>, Option<Caller>), HttpResponse> {
+async fn authenticate(shared: &Shared, request: &Request<IncomingBody>) -> Result<Credentials, HttpResponse> {
     let tenants = shared.server.tenants();
     let headers = request.headers();
     if !tenants.is_empty() {
         let authorization = headers.get(header::AUTHORIZATION).map(HeaderValue::as_bytes);
         match tenants.authenticate(authorization, request.uri().query()) {
             Ok(principal) => match tenants.of(&principal) {
-                Some(tenant) => return Ok((Some(tenant.clone()), Some(principal.caller))),
+                Some(tenant) => {
+                    let (tenant, caller) = (Some(tenant.clone()), Some(principal.caller));
+                    return Ok(Credentials { tenant, caller, expire: None });
+                }
                 None => return Err(unauthorized(shared, &AuthError::Invalid)),
             },
             // Not an API key: with OAuth configured it may be an access token.
@@ -1165,16 +1169,16 @@ async fn authenticate(
         }
     }
     let Some(protection) = &shared.protection else {
-        return Ok((None, None));
+        return Ok(Credentials { tenant: None, caller: None, expire: None });
     };
     let claims = protection.authenticate(request.uri(), headers).await?;
-    let caller = claims.caller.clone();
+    let (caller, expire) = (claims.caller.clone(), Some(unix_instant(claims.usable_until)));
     if tenants.is_empty() {
         // One implicit tenant: the token lets the request in, as its subject.
-        return Ok((None, caller));
+        return Ok(Credentials { tenant: None, caller, expire });
     }
     match tenants.get(&claims.tenant) {
-        Some(tenant) => Ok((Some(tenant.clone()), caller)),
+        Some(tenant) => Ok(Credentials { tenant: Some(tenant.clone()), caller, expire }),
         // A valid token for a tenant this server does not know: authenticated, not allowed.
         None => Err(protection.refusal(
             StatusCode::FORBIDDEN,
@@ -1182,6 +1186,25 @@ async fn authenticate(
             "Forbidden: the token's tenant is not served here",
         )),
     }
+}
+
+/// Who a request's credentials name, and until when they hold.
+struct Credentials {
+    /// The tenant (`None` when no tenants are configured).
+    tenant: Option<Arc<Tenant>>,
+    /// The caller within it (`None`: no credentials, or a token naming no one).
+    caller: Option<Caller>,
+    /// When an OAuth token expires, its leeway included (`None`: API keys and no
+    /// credentials do not expire). Streams with no end of their own end then.
+    expire: Option<tokio::time::Instant>,
+}
+
+/// The instant of the Unix time `seconds` (now, for a time already past; a time too far
+/// ahead to represent, about a century on, is as good as never).
+fn unix_instant(seconds: u64) -> tokio::time::Instant {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    let left = Duration::from_secs(seconds).saturating_sub(now).min(Duration::from_secs(100 * 365 * 86_400));
+    tokio::time::Instant::now() + left
 }
 
 /// A refusal of an API key (or of credentials in the query): the challenge names the
@@ -1207,15 +1230,16 @@ fn same_holder(session: &Connection, tenant: Option<&Arc<Tenant>>, caller: Optio
 }
 
 /// `GET /mcp` with a 2025-era session's id: the session's stream of server messages (its
-/// tool list changes), one per session, open until the client closes it or the server
-/// shuts down. (Without a session id a GET is answered 405, as the 2026 protocol asks.)
+/// tool list changes), one per session, open until the client closes it, the server
+/// shuts down or the credentials of the `GET` expire (an OAuth token's `exp`: the client
+/// opens it again with a fresh one). (Without a session id a GET is answered 405, as the 2026 protocol asks.)
 fn session_stream(
     shared: &Shared,
     headers: &HeaderMap,
     session_id: &str,
-    tenant: Option<&Arc<Tenant>>,
-    caller: Option<&Caller>,
+    holder: &Credentials,
 ) -> HttpResponse {
+    let (tenant, caller) = (holder.tenant.as_ref(), holder.caller.as_ref());
     let accepts_sse = headers
         .get_all(header::ACCEPT)
         .iter()
@@ -1231,7 +1255,7 @@ fn session_stream(
         return plain(StatusCode::NOT_FOUND, "Not Found: unknown or expired session; initialize again");
     };
     let (sender, outbox) = mpsc::channel(16);
-    match connection.follow_tool_changes(Outbox::Channel(sender)) {
+    match connection.follow_tool_changes(Outbox::Channel(sender), holder.expire) {
         Ok(()) => {}
         Err(NotFollowed::AlreadyOpen) => {
             return plain(StatusCode::CONFLICT, "Conflict: this session already has a GET stream open");
