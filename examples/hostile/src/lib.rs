@@ -43,8 +43,9 @@
 //! - `http_keep(url, count)` GETs `url` `count` times, one after another, and keeps every
 //!   response (its head; the body never read).
 //! - `http_hoard(count, fields_only)` builds `count` outgoing requests, each with a body
-//!   filled with 64 KiB, and sends none (with `fields_only`, only header fields); the host
-//!   holds every one of them until the call ends.
+//!   written to until it takes no more, and sends none (with `fields_only`, only header
+//!   fields); the host holds every one of them until the call ends. Says how many bodies
+//!   it made and the bytes they buffer.
 //! - `http_target(part, bytes)` builds a request and sets its `part` (`method`,
 //!   `authority` or `path`) to a valid value `bytes` long; says `set` or `refused`.
 //!
@@ -940,8 +941,7 @@ struct Hoard {
 fn http_hoard(args: Hoard) -> Result<String, ToolError> {
     use wasi::http::types::{Fields, OutgoingRequest};
     let value = vec![b'v'; 1024];
-    let mut held = Vec::new();
-    let mut fields = Vec::new();
+    let (mut held, mut fields, mut buffered) = (Vec::new(), Vec::new(), 0usize);
     for index in 0..args.count {
         let headers = Fields::from_list(&[("x-hoard".to_owned(), value.clone())])
             .map_err(|error| ToolError::new(format!("{error:?}")))?;
@@ -951,15 +951,21 @@ fn http_hoard(args: Hoard) -> Result<String, ToolError> {
         }
         let request = OutgoingRequest::new(headers);
         let Ok(body) = request.body() else {
-            return Ok(format!("bodies {index} of {}", args.count));
+            return Ok(format!("bodies {index} of {} buffering {buffered}", args.count));
         };
         let stream = body.write().map_err(|()| ToolError::new("no stream"))?;
-        let chunk = vec![0u8; stream.check_write().unwrap_or(0).min(64 << 10) as usize];
-        let _ = stream.write(&chunk);
+        // As much as the body takes before it waits for the (never made) connection.
+        loop {
+            let room = stream.check_write().unwrap_or(0).min(1 << 20) as usize;
+            if room == 0 || stream.write(&vec![0u8; room]).is_err() {
+                break;
+            }
+            buffered += room;
+        }
         // Children first: the stream, then the body, then the request.
         held.push((stream, body, request));
     }
-    Ok(format!("bodies {} fields {} of {}", held.len(), fields.len(), args.count))
+    Ok(format!("bodies {} fields {} of {} buffering {buffered}", held.len(), fields.len(), args.count))
 }
 
 #[derive(Deserialize, JsonSchema)]

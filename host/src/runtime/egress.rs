@@ -32,8 +32,8 @@
 //!   connection is a descriptor against `open_files` and the server's descriptor budget,
 //!   and its buffers (hyper's, capped at [`CONNECTION_BUFFER_BYTES`], and TLS's) are host
 //!   memory against `host_memory_bytes`, until the connection closes. A refused charge is
-//!   `connection-limit-reached`. The body a guest sends is buffered a chunk at a time,
-//!   capped at the same size. A response's head is charged by its size from when the
+//!   `connection-limit-reached`. The body a guest sends is buffered two chunks at most,
+//!   half that size each. A response's head is charged by its size from when the
 //!   guest takes the response until it drops it (a head outlives its connection); refused,
 //!   the guest traps.
 //! - **What a guest builds before it sends is charged too**: every set of header fields
@@ -98,6 +98,11 @@ use super::limits::ToolLimits;
 /// The most hyper may buffer for one connection, each way; charged to the call with its
 /// descriptor while the connection is open.
 pub(crate) const CONNECTION_BUFFER_BYTES: usize = 64 << 10;
+
+/// Chunks an outgoing body buffers besides the one its channel keeps free (wasmtime-wasi-
+/// http's channel holds this many and one more); together they fill the body's charge,
+/// [`CONNECTION_BUFFER_BYTES`].
+const OUTGOING_BODY_CHUNKS: usize = 1;
 /// What TLS adds to a connection's buffers (rustls' record buffers and state).
 const TLS_BUFFER_BYTES: usize = 64 << 10;
 
@@ -941,10 +946,16 @@ impl WasiHttpHooks for Egress {
         })
     }
 
-    /// A guest's body is buffered a chunk at a time: cap the chunk like a connection's
-    /// buffer (wasmtime-wasi-http's default is 1 MiB).
+    /// A guest's body is buffered a chunk at a time, in a channel of one chunk more than
+    /// [`Self::p2_outgoing_body_buffer_chunks`]: two chunks of half the buffer a body is
+    /// charged (wasmtime-wasi-http's default chunk is 1 MiB; a whole buffer's chunk let a
+    /// body hold twice its charge).
     fn p2_outgoing_body_chunk_size(&mut self) -> usize {
-        CONNECTION_BUFFER_BYTES
+        CONNECTION_BUFFER_BYTES / (OUTGOING_BODY_CHUNKS + 1)
+    }
+
+    fn p2_outgoing_body_buffer_chunks(&mut self) -> usize {
+        OUTGOING_BODY_CHUNKS
     }
 }
 
