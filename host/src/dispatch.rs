@@ -467,6 +467,10 @@ impl Refusal {
 /// How long a refused client is told to wait before trying again.
 pub const RETRY_AFTER_SECONDS: u64 = 1;
 
+/// What an open listen stream stays charged in the admission bound: its id (at most
+/// [`jsonrpc::MAX_ID_BYTES`]), its filter and its lists' fingerprints, with room to spare.
+const LISTEN_HELD_BYTES: usize = 1024;
+
 /// Resolves when credentials expiring at `at` have expired; never without an expiry.
 async fn credentials_expired(at: Option<tokio::time::Instant>) {
     match at {
@@ -1491,7 +1495,7 @@ impl Connection {
         id: &RequestId,
         params: Option<&Value>,
         out: Outbox,
-        charge: Charge,
+        mut charge: Charge,
     ) -> Reply {
         let honoured = match mcp::listen_filter(params) {
             Ok(honoured) => honoured,
@@ -1520,6 +1524,10 @@ impl Connection {
         let mut last = self.lists_of(&set);
         let mut shutdown = server.runtime.shutting_down();
         let expired = credentials_expired(self.credentials_expire.get().copied());
+        // The stream outlives its request: it keeps what it holds (its id, its filter,
+        // fingerprints of the lists), not the request's whole charge, which a client
+        // padding `_meta` could make megabytes held as long as the stream stays open.
+        charge.shrink_to(LISTEN_HELD_BYTES);
         let (connection, id) = (self.clone(), id.clone());
         tokio::spawn(async move {
             out.send(Outgoing::Notification(mcp::subscription_acknowledged(&id, honoured.clone()))).await;

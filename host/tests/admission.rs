@@ -1094,3 +1094,33 @@ async fn a_request_past_a_tenants_share_on_an_idle_server_is_too_costly_not_busy
     stop.send(()).unwrap();
     serving.await.unwrap().unwrap();
 }
+
+/// A `subscriptions/listen` stream outlives its request: it stays charged what it keeps
+/// (about a kilobyte), not the request's whole charge. Before, a listen padded in `_meta`
+/// to a few megabytes held them for as long as the stream stayed open, and a handful of
+/// such streams filled the bound for every client.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_open_listen_stream_keeps_a_small_charge_not_its_requests() {
+    let server = server("listen-charge").await;
+    let padding: serde_json::Map<String, Value> = (0..100_000).map(|i| (format!("k{i}"), json!(0))).collect();
+    let mut meta = meta();
+    meta.as_object_mut().unwrap().extend(padding);
+    let body = json!({"jsonrpc": "2.0", "id": "watch", "method": "subscriptions/listen",
+        "params": {"notifications": {"toolsListChanged": true}, "_meta": meta}})
+    .to_string();
+    let admitted = server.admit(body.as_bytes()).unwrap();
+    let charged = server.admission().used();
+    assert!(charged > 4 << 20, "the padded request is charged its parsed size: {charged}");
+    let connection = Connection::new(server.clone());
+    let (out, mut sent) = tokio::sync::mpsc::channel(64);
+    connection.handle_admitted(admitted, &Outbox::Channel(out)).await;
+    let message = tokio::time::timeout(Duration::from_secs(10), sent.recv()).await.unwrap().unwrap();
+    let value = serde_json::to_value(&message).unwrap();
+    assert_eq!(value["method"], "notifications/subscriptions/acknowledged", "{value}");
+    let held = server.admission().used();
+    assert!(held <= 4 << 10, "an open listen stream holds {held} bytes of the bound");
+    server.shutdown();
+    let ended = tokio::time::timeout(Duration::from_secs(10), sent.recv()).await.unwrap().unwrap();
+    assert_eq!(serde_json::to_value(&ended).unwrap()["id"], "watch");
+    all_released(&server).await;
+}
