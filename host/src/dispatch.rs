@@ -68,7 +68,7 @@ mod input;
 pub mod sealed;
 
 use admission::add_within;
-pub use admission::{Admission, Charge, Client, ClientShare, Taken, TenantPool, Whose};
+pub use admission::{Admission, Charge, Client, ClientShare, SUBSCRIBED_PART, Taken, TenantPool, Whose};
 
 use std::collections::HashMap;
 use std::future::Future;

@@ -1124,3 +1124,61 @@ async fn an_open_listen_stream_keeps_a_small_charge_not_its_requests() {
     assert_eq!(serde_json::to_value(&ended).unwrap()["id"], "watch");
     all_released(&server).await;
 }
+
+/// The subscriptions of all of one client's 2025-era sessions keep at most a sixteenth of
+/// its share of the bound: a session keeps them while it lives (an hour idle, with no
+/// connection open), and before, one address's idle sessions pinned its whole share (two
+/// addresses the whole bound). Another client still subscribes, and ending a session
+/// gives its part back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_clients_sessions_keep_at_most_a_part_of_its_share_in_subscriptions() {
+    use cordon::dispatch::SUBSCRIBED_PART;
+    let server = server("subscribed-part").await;
+    let limit = server.admission().client_limit().unwrap() / SUBSCRIBED_PART;
+    let session = |address: [u8; 4]| {
+        let connection = Connection::for_caller(server.clone(), None, None, RateCheck::Here);
+        connection.set_peer(std::net::IpAddr::from(address));
+        connection.set_legacy();
+        connection
+    };
+    let (out, mut sent) = tokio::sync::mpsc::channel(64);
+    let out = Outbox::Channel(out);
+    let mut id = 0;
+    let mut subscribe = async |connection: &Arc<Connection>, uri: String| {
+        id += 1;
+        let request =
+            json!({"jsonrpc": "2.0", "id": id, "method": "resources/subscribe", "params": {"uri": uri}});
+        connection.handle(jsonrpc::classify(request), &out).await;
+        let answer = tokio::time::timeout(Duration::from_secs(10), sent.recv()).await.unwrap().unwrap();
+        serde_json::to_value(&answer).unwrap()
+    };
+    let uri = |session: usize, n: usize| format!("test://s{session}/{n:02}/{}", "x".repeat(4000));
+    let mut sessions = Vec::new();
+    let refused = 'filling: loop {
+        assert!(sessions.len() < 1000, "never refused");
+        sessions.push(session([192, 0, 2, 7]));
+        let connection = sessions.last().unwrap();
+        for n in 0..16 {
+            let answer = subscribe(connection, uri(sessions.len(), n)).await;
+            if answer.get("error").is_some() {
+                break 'filling answer;
+            }
+            assert_eq!(answer["result"], json!({}), "{answer}");
+        }
+    };
+    assert_eq!(refused["error"]["code"], -32602, "{refused}");
+    let message = refused["error"]["message"].as_str().unwrap();
+    assert!(message.contains("this client's sessions already keep the most subscriptions"), "{message}");
+    let held = server.admission().used();
+    assert!(held <= limit, "one client's subscriptions hold {held} bytes, past {limit}");
+    assert!(held > limit - (8 << 10), "refused at {held} bytes, short of {limit}");
+    // Another client is not held back by the first one's.
+    let elsewhere = session([192, 0, 2, 8]);
+    assert_eq!(subscribe(&elsewhere, uri(0, 0)).await["result"], json!({}));
+    // A session that ends gives its part back to its client.
+    let ended = sessions.pop().unwrap();
+    ended.end_session();
+    drop(ended);
+    let again = session([192, 0, 2, 7]);
+    assert_eq!(subscribe(&again, uri(9999, 0)).await["result"], json!({}));
+}

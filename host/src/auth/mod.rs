@@ -193,6 +193,8 @@ pub struct TenantHolds {
     pub request_bytes: Arc<AtomicUsize>,
     /// Its open `subscriptions/listen` streams.
     pub listen_streams: AtomicUsize,
+    /// Bytes its sessions' subscriptions keep (also counted in `request_bytes`).
+    pub subscribed_bytes: Arc<AtomicUsize>,
 }
 
 impl Tenant {

@@ -172,9 +172,16 @@ pub struct Admission {
 /// The clients' counts, and how many were kept at the last look for unused ones.
 #[derive(Default)]
 struct ClientCounts {
-    counts: HashMap<Client, Arc<AtomicUsize>>,
+    counts: HashMap<Client, ClientShare>,
     kept: usize,
 }
+
+/// What subscriptions (`resources/subscribe`) may hold of a share: one part in this many.
+/// A 2025-era session keeps its subscriptions while it lives, an hour idle, with no
+/// connection open and, without a `GET` stream, delivering nothing; within the whole
+/// share a client's idle sessions could hold it, and with a second client all of the
+/// bound, for that hour.
+pub const SUBSCRIBED_PART: usize = 16;
 
 /// Unused client counts are looked for once the map has grown to twice what the last
 /// look kept, and this many at least: amortized, a constant cost per new client.
@@ -242,10 +249,30 @@ impl Admission {
         if clients.counts.len() >= (clients.kept * 2).max(CLIENT_SWEEP_FLOOR) {
             // A count held by the map alone is held by no charge and no share, so none can
             // clone it meanwhile: only this lock hands it out.
-            clients.counts.retain(|_, count| Arc::strong_count(count) > 1);
+            clients.counts.retain(|_, count| count.in_use());
             clients.kept = clients.counts.len();
         }
-        ClientShare(clients.counts.entry(client).or_default().clone())
+        clients.counts.entry(client).or_default().clone()
+    }
+
+    /// The count `tenant`'s (by `client`) subscriptions are kept within, and its limit: a
+    /// [`SUBSCRIBED_PART`] of the client's share where clients have shares, else of the
+    /// tenant's where tenants do (`None`: a server of one client, stdio).
+    pub fn subscribed_count(
+        &self,
+        tenant: Option<&Tenant>,
+        client: Option<&ClientShare>,
+    ) -> Option<SubscribedCount> {
+        match (client.zip(self.client_limit), tenant.filter(|_| self.tenants.is_some())) {
+            (Some((client, limit)), _) => {
+                Some(SubscribedCount { count: client.subscribed.clone(), limit: limit / SUBSCRIBED_PART })
+            }
+            (None, Some(tenant)) => Some(SubscribedCount {
+                count: tenant.holds.subscribed_bytes.clone(),
+                limit: self.tenant_limit / SUBSCRIBED_PART,
+            }),
+            (None, None) => None,
+        }
     }
 
     /// A charge of nothing, to grow.
@@ -262,7 +289,7 @@ impl Admission {
             pool: self.tenants.clone(),
         });
         let client_share = client.zip(self.client_limit).map(|(client, limit)| Share {
-            held: client.0.clone(),
+            held: client.held.clone(),
             limit,
             whose: Whose::Client,
             pool: None,
@@ -277,14 +304,54 @@ impl Admission {
     }
 }
 
-/// One client's count of bytes held ([`Admission::client_share`]).
-#[derive(Clone)]
-pub struct ClientShare(Arc<AtomicUsize>);
+/// One client's counts of bytes held ([`Admission::client_share`]): by its requests and
+/// answers, and of that by its sessions' subscriptions.
+#[derive(Clone, Default)]
+pub struct ClientShare {
+    held: Arc<AtomicUsize>,
+    subscribed: Arc<AtomicUsize>,
+}
 
 impl ClientShare {
     /// Bytes the client's requests and answers hold now.
     pub fn held(&self) -> usize {
-        self.0.load(Ordering::Acquire)
+        self.held.load(Ordering::Acquire)
+    }
+
+    /// Whether anything but the map of counts holds this one.
+    fn in_use(&self) -> bool {
+        Arc::strong_count(&self.held) > 1 || Arc::strong_count(&self.subscribed) > 1
+    }
+}
+
+/// The count a holder's subscriptions are kept within ([`Admission::subscribed_count`]).
+pub struct SubscribedCount {
+    count: Arc<AtomicUsize>,
+    limit: usize,
+}
+
+impl SubscribedCount {
+    /// Count `bytes` more, given back when the guard is dropped; `None` past the limit.
+    pub fn take(&self, bytes: usize) -> Option<SubscribedBytes> {
+        add_within(&self.count, bytes, self.limit)?;
+        Some(SubscribedBytes { count: self.count.clone(), bytes })
+    }
+
+    /// The most the holder's subscriptions may keep.
+    pub fn limit(&self) -> usize {
+        self.limit
+    }
+}
+
+/// Bytes of one subscription in its holder's [`SubscribedCount`], while it is kept.
+pub struct SubscribedBytes {
+    count: Arc<AtomicUsize>,
+    bytes: usize,
+}
+
+impl Drop for SubscribedBytes {
+    fn drop(&mut self) {
+        self.count.fetch_sub(self.bytes, Ordering::AcqRel);
     }
 }
 

@@ -22,6 +22,7 @@ use std::collections::HashMap;
 use serde_json::Value;
 use tokio::sync::oneshot;
 
+use super::admission::SubscribedBytes;
 use super::{Charge, Connection, Outbox};
 use crate::protocol::asking::{AskKind, ClientCapabilities, ServerRequest};
 use crate::protocol::jsonrpc::{INTERNAL_ERROR, Outgoing, PeerError, RequestId, RpcError};
@@ -44,9 +45,12 @@ const SUBSCRIPTION_OVERHEAD: usize = 96;
 /// The URIs a 2025-era client subscribed to, and their bytes. Each is charged to the
 /// admission bound (the server's and its tenant's share, dispatch.rs) while it is kept:
 /// ten thousand sessions of 64 KiB each would otherwise hold more than any bound admits.
+/// And all the sessions of one client (of one tenant, where tenants have shares) keep at
+/// most a [`SUBSCRIBED_PART`](super::SUBSCRIBED_PART) of its share: idle sessions would otherwise pin the whole
+/// share, and two clients the whole bound, for their hour.
 #[derive(Default)]
 pub(super) struct Subscriptions {
-    uris: HashMap<String, super::Charge>,
+    uris: HashMap<String, (super::Charge, Option<SubscribedBytes>)>,
     bytes: usize,
 }
 
@@ -197,9 +201,25 @@ impl Connection {
                 subscriptions.bytes
             )));
         }
-        let client = self.client().map(|client| self.server.admission().client_share(client));
-        let mut charge = self.server.admission().empty_for(self.tenant.as_deref(), client.as_ref());
-        if !charge.grow(uri.len() + SUBSCRIPTION_OVERHEAD) {
+        let admission = self.server.admission();
+        let client = self.client().map(|client| admission.client_share(client));
+        let kept = uri.len() + SUBSCRIPTION_OVERHEAD;
+        let subscribed = match admission.subscribed_count(self.tenant.as_deref(), client.as_ref()) {
+            Some(count) => match count.take(kept) {
+                Some(taken) => Some(taken),
+                None => {
+                    let whose = if client.is_some() { "this client's" } else { "this tenant's" };
+                    return Err(RpcError::invalid_params(format!(
+                        "Invalid params: {whose} sessions already keep the most subscriptions they may \
+                         ({} bytes); unsubscribe, or end idle sessions, first",
+                        count.limit()
+                    )));
+                }
+            },
+            None => None,
+        };
+        let mut charge = admission.empty_for(self.tenant.as_deref(), client.as_ref());
+        if !charge.grow(kept) {
             return Err(RpcError::new(
                 INTERNAL_ERROR,
                 "Server busy: the requests and subscriptions held fill the server's (or this tenant's) \
@@ -207,7 +227,7 @@ impl Connection {
             ));
         }
         subscriptions.bytes += uri.len();
-        subscriptions.uris.insert(uri.to_owned(), charge);
+        subscriptions.uris.insert(uri.to_owned(), (charge, subscribed));
         Ok(())
     }
 
