@@ -132,8 +132,9 @@ pub struct Server {
     max_listen_streams: usize,
     /// The tenants' shares of the listen streams, with two tenants or more.
     listen_pool: Option<TenantPool>,
-    /// Listen streams open per holder (a caller, or without credentials an address).
-    listen_holders: Mutex<HashMap<Client, usize>>,
+    /// Listen streams open per holder (a caller, or without credentials an address) of
+    /// each tenant: one subject in two tenants is two holders.
+    listen_holders: Mutex<HashMap<ListenHolder, usize>>,
     /// Signalled whenever `calls` goes down.
     call_finished: Notify,
     /// The bytes requests hold, from their first byte read to their answer.
@@ -500,13 +501,16 @@ fn holder_share(holder: &Client, limit: usize) -> usize {
     }
 }
 
+/// Whose share of the listen streams a stream counts in: a client of a tenant.
+type ListenHolder = (Option<crate::auth::TenantId>, Client);
+
 /// One open `subscriptions/listen` stream, counted against the server's bound
 /// ([`ServerLimits::max_listen_streams`]), its holder's share of it ([`holder_share`]) and,
 /// when the server has more than one tenant, its tenant's share ([`TenantPool`]): each
 /// given back when dropped.
 struct ListenSlot {
     server: Arc<Server>,
-    holder: Option<Client>,
+    holder: Option<ListenHolder>,
     counted: bool,
     tenant: Option<Arc<Tenant>>,
 }
@@ -526,6 +530,7 @@ impl ListenSlot {
         let mut slot = Self { server: server.clone(), holder: None, counted: false, tenant: None };
         if let Some(holder) = holder {
             let share = holder_share(&holder, limit);
+            let holder = (tenant.as_ref().map(|tenant| tenant.id.clone()), holder);
             let mut held = server.listen_holders.lock().unwrap();
             let count = held.entry(holder.clone()).or_default();
             if *count >= share {

@@ -1182,3 +1182,29 @@ async fn one_clients_sessions_keep_at_most_a_part_of_its_share_in_subscriptions(
     let again = session([192, 0, 2, 7]);
     assert_eq!(subscribe(&again, uri(9999, 0)).await["result"], json!({}));
 }
+
+/// One subject in two tenants is two holders of listen streams: the share one keeps in
+/// tenant `a` leaves the other's in `b` whole (both counted under the subject alone,
+/// `a`'s streams used to refuse `b`'s first).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_subject_in_two_tenants_keeps_a_share_of_listen_streams_in_each() {
+    let limits = ServerLimits { max_listen_streams: 32, ..LIMITS };
+    let server = server_of_two_tenants("listen-subject", limits).await;
+    let tenants = server.tenants();
+    let of = |name: &str| {
+        let tenant = tenants.get(name).unwrap().clone();
+        let caller = Some(cordon::auth::Caller::of_subject("user-1"));
+        Connection::for_caller(server.clone(), Some(tenant), caller, RateCheck::Here)
+    };
+    let mut listens = Listens::new();
+    let (a, b) = (of("a"), of("b"));
+    for _ in 0..4 {
+        listens.open(&a).await.unwrap();
+    }
+    let refused = listens.open(&a).await.unwrap_err();
+    assert!(refused.contains("this client has 4 subscriptions/listen streams open"), "{refused}");
+    for _ in 0..4 {
+        listens.open(&b).await.expect("the same subject in another tenant is another holder");
+    }
+    server.shutdown();
+}
