@@ -515,6 +515,36 @@ async fn the_heads_of_responses_a_guest_keeps_are_charged_to_the_call() {
     assert_eq!(answer(&report), "kept 20");
 }
 
+/// A head that waits in its future, the response never taken, is host memory as much as
+/// a response kept: charged from its arrival. Before, 200 such heads (10 MiB) waited
+/// uncharged, and only taking them found the budget spent (a trap at the 41st).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_heads_of_responses_a_guest_never_takes_are_charged_from_their_arrival() {
+    let upstream = Upstream::start().await;
+    let limits = ToolLimits { host_memory_bytes: 2 << 20, http_requests: 200, ..common::quick_limits() };
+    let runtime = runtime(&[format!("http://127.0.0.1:{}", upstream.port)], limits).await;
+    let arguments = json!({ "url": upstream.url("/fat"), "count": 200, "untaken": true });
+    let report = call(&runtime, "http_keep", arguments).await;
+    // About 40 heads fill 2 MiB: the responses after them failed as they came (no room
+    // for the head, or for the next connection's buffer), and taking the first ones
+    // finds them charged already.
+    let text = answer(&report);
+    let (kept, then) = text.strip_prefix("kept ").and_then(|rest| rest.split_once(", then ")).unwrap();
+    let kept: usize = kept.parse().unwrap();
+    assert!((30..=41).contains(&kept), "{text}");
+    assert!(
+        matches!(
+            then,
+            "ErrorCode::ConnectionLimitReached" | "ErrorCode::HttpResponseHeaderSectionSize(None)"
+        ),
+        "{text}"
+    );
+    let report =
+        call(&runtime, "http_keep", json!({ "url": upstream.url("/fat"), "count": 20, "untaken": true }))
+            .await;
+    assert_eq!(answer(&report), "kept 20", "given back with the store");
+}
+
 /// A secret header is set by the host on requests to the hosts its `to` names, and only
 /// those: the guest, which never sees the value, cannot send it anywhere else.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

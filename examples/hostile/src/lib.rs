@@ -40,8 +40,9 @@
 //! - `http_post(url, kib, times, declare_length)` POSTs a body of `kib` KiB to `url` `times`
 //!   times, chunked unless `declare_length`, writing until the host stops taking it, and
 //!   says, a line per request, the status and the bytes written, or the error code.
-//! - `http_keep(url, count)` GETs `url` `count` times, one after another, and keeps every
-//!   response (its head; the body never read).
+//! - `http_keep(url, count, untaken)` GETs `url` `count` times, one after another, and
+//!   keeps every response (its head; the body never read); with `untaken`, takes none
+//!   (`future-incoming-response.get`) until all have come.
 //! - `http_hoard(count, fields_only)` builds `count` outgoing requests, each with a body
 //!   written to until it takes no more, and sends none (with `fields_only`, only header
 //!   fields); the host holds every one of them until the call ends. Says how many bodies
@@ -974,11 +975,14 @@ struct HttpKeep {
     url: String,
     /// How many requests, one after the other.
     count: u32,
+    /// Take no response until every one has come (each waits in its future).
+    #[serde(default)]
+    untaken: bool,
 }
 
 fn http_keep(args: HttpKeep) -> Result<String, ToolError> {
     use wasi::http::types::{Fields, Method};
-    let mut kept = Vec::new();
+    let (mut kept, mut waiting) = (Vec::new(), Vec::new());
     for _ in 0..args.count {
         let request = request_to(&args.url, &Method::Get, Fields::new()).map_err(ToolError::new)?;
         let future = match wasi::http::outgoing_handler::handle(request, None) {
@@ -986,6 +990,17 @@ fn http_keep(args: HttpKeep) -> Result<String, ToolError> {
             Err(error) => return Ok(format!("kept {}, then {}", kept.len(), code(error))),
         };
         future.subscribe().block();
+        if args.untaken {
+            waiting.push(future);
+            continue;
+        }
+        match future.get() {
+            Some(Ok(Ok(response))) => kept.push(response),
+            Some(Ok(Err(error))) => return Ok(format!("kept {}, then {}", kept.len(), code(error))),
+            _ => return Ok(format!("kept {}, then no response", kept.len())),
+        }
+    }
+    for future in waiting {
         match future.get() {
             Some(Ok(Ok(response))) => kept.push(response),
             Some(Ok(Err(error))) => return Ok(format!("kept {}, then {}", kept.len(), code(error))),

@@ -33,9 +33,10 @@
 //!   and its buffers (hyper's, capped at [`CONNECTION_BUFFER_BYTES`], and TLS's) are host
 //!   memory against `host_memory_bytes`, until the connection closes. A refused charge is
 //!   `connection-limit-reached`. The body a guest sends is buffered two chunks at most,
-//!   half that size each. A response's head is charged by its size from when the
-//!   guest takes the response until it drops it (a head outlives its connection); refused,
-//!   the guest traps.
+//!   half that size each. A response's head is charged by its size from its arrival
+//!   until the guest drops the response (a head outlives its connection), the future
+//!   holding it included: refused on arrival, the response is the error
+//!   `HTTP-response-header-section-size`; refused when the guest takes it, a trap.
 //! - **What a guest builds before it sends is charged too**: every set of header fields
 //!   (`fields`, and the outgoing requests and responses that carry one) counts its most,
 //!   [`FIELDS_BYTES`], against `host_memory_bytes` while it lives, an outgoing request its
@@ -227,18 +228,17 @@ pub(crate) fn shadow_http_types(linker: &mut Linker<GuestState>) -> wasmtime::Re
     )?;
     // A response's head stays in host memory for as long as the guest keeps the response,
     // past the close of its connection (which gives the connection's charge back): charged
-    // to the call, by its size, until the guest drops it.
+    // to the call, by its size, from its arrival (held by the future until taken here)
+    // until the guest drops it.
     types.func_wrap(
         "[method]future-incoming-response.get",
         |mut store: StoreContextMut<'_, GuestState>, (future,): (Resource<HostFutureIncomingResponse>,)| {
             let state = store.data_mut();
             let got = FutureIncomingResponseHost::get(&mut state.http(), future)?;
             if let Some(Ok(Ok(response))) = &got {
-                let headers = &state.table().get(response)?.headers;
-                let bytes = headers
-                    .iter()
-                    .map(|(name, value)| name.as_str().len() + value.len() + HEADER_ENTRY_BYTES)
-                    .sum::<usize>();
+                // Its charge from arrival ([`HeadCharge`]) went with the future: from here
+                // on the response carries it.
+                let bytes = head_bytes(&state.table().get(response)?.headers);
                 charge_held(state, bytes)?;
                 state.track_charge::<HostIncomingResponse>(response.rep(), bytes);
             }
@@ -319,6 +319,20 @@ impl OutgoingMessage for HostOutgoingResponse {
     ) -> wasmtime::Result<Result<Resource<HostOutgoingBody>, ()>> {
         OutgoingResponseHost::body(view, response)
     }
+}
+
+/// What a response head holds of host memory: its fields' bytes and an entry's overhead
+/// each.
+fn head_bytes(headers: &http::HeaderMap) -> usize {
+    headers.iter().map(|(name, value)| name.as_str().len() + value.len() + HEADER_ENTRY_BYTES).sum()
+}
+
+/// The charge of a response head from its arrival until the guest takes the response
+/// (`future-incoming-response.get`, which drops the head's extensions and charges it
+/// itself) or drops its future. In the response's extensions, which must be `Clone`.
+#[derive(Clone)]
+struct HeadCharge {
+    _charge: Arc<MemoryCharge>,
 }
 
 /// `body()` of a request or response, its buffer charged to the call until the body is
@@ -932,7 +946,17 @@ impl WasiHttpHooks for Egress {
                     error
                 }
             })?;
-            let (response, io) = response;
+            let (mut response, io) = response;
+            // The head waits with the future until the guest takes it (`get`, which
+            // charges it from then on) or drops the future, however long: charged now.
+            let Ok(charge) = ledger.hold_memory(head_bytes(response.headers())) else {
+                call.log_refusal(
+                    &target.authority,
+                    "the call's host memory budget cannot hold the response's head",
+                );
+                return Err(HttpError::HttpResponseHeaderSectionSize(None));
+            };
+            response.extensions_mut().insert(HeadCharge { _charge: Arc::new(charge) });
             let response = response.map(|incoming| {
                 ResponseBody {
                     incoming,
