@@ -468,6 +468,28 @@ impl Refusal {
 /// How long a refused client is told to wait before trying again.
 pub const RETRY_AFTER_SECONDS: u64 = 1;
 
+/// Requests charged more than this are measured again once their call has what it keeps
+/// ([`call_keeps`]); smaller ones keep their charge (measuring costs more than it frees).
+const CALL_MEASURED_PAST: usize = 64 << 10;
+
+/// What a call keeps of a request `charged` bytes for as long as it runs: its arguments
+/// (parsed, and their text for the guest), a retry's answers and state, and its name, id
+/// and bookkeeping. The rest of the request (`_meta`, unknown members) is gone once the
+/// call starts: a request padded there would otherwise hold its whole parsed size for
+/// the call's life (minutes, for a 2025-era call waiting on its client's answer).
+fn call_keeps(charged: usize, arguments: &Value, feeds: &Feeds) -> usize {
+    if charged <= CALL_MEASURED_PAST {
+        return charged;
+    }
+    let text = serde_json::to_vec(arguments).expect("a Value always serializes");
+    let parsed = crate::cost::estimate(&text).map_or(charged, |estimate| estimate.bytes);
+    let retry = feeds.retry.as_ref().map_or(0, input::Retry::held_bytes);
+    (parsed + text.len() + retry + CALL_HELD_BYTES).min(charged)
+}
+
+/// A call's name, id and bookkeeping, charged besides what [`call_keeps`] measures.
+const CALL_HELD_BYTES: usize = 4096;
+
 /// What an open listen stream stays charged in the admission bound: its id (at most
 /// [`jsonrpc::MAX_ID_BYTES`]), its filter and its lists' fingerprints, with room to spare.
 const LISTEN_HELD_BYTES: usize = 1024;
@@ -1090,7 +1112,7 @@ impl Connection {
         revision: Revision,
         feeds: Feeds,
         out: Outbox,
-        charge: Charge,
+        mut charge: Charge,
     ) -> Reply {
         let mut params = params.unwrap_or_default();
         let Some(name) = params.get("name").and_then(Value::as_str).map(str::to_owned) else {
@@ -1113,10 +1135,11 @@ impl Connection {
             Err(error) => return Reply::Error(error),
         };
         drop(params);
+        charge.shrink_to(call_keeps(charge.bytes(), &arguments, &feeds));
         let connection = self.clone();
         let id = id.clone();
         spawn_unless_ready(async move {
-            // The request's bytes count until its answer is out.
+            // What the call keeps of its request counts until its answer is out.
             let (answer, teardown) = connection
                 .run_rounds(&id, &tools, &name, &arguments, feeds, revision, &cancel_signal, &out)
                 .await;

@@ -1208,3 +1208,29 @@ async fn one_subject_in_two_tenants_keeps_a_share_of_listen_streams_in_each() {
     }
     server.shutdown();
 }
+
+/// A running call keeps what it uses of its request, its arguments, not the rest: a
+/// `tools/call` padded in `_meta` to 14 MB parsed holds a few kilobytes of the bound while
+/// it runs. Before, it held all of it until its answer, and a few such calls waiting on
+/// slow tools (or a 2025-era client's answers) refused everyone else's requests.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_running_call_keeps_the_charge_of_its_arguments_not_of_its_padding() {
+    let server = server("call-charge").await;
+    let mut request: Value = serde_json::from_str(&spin(1, 60.0)).unwrap();
+    let padding: serde_json::Map<String, Value> = (0..100_000).map(|i| (format!("k{i}"), json!(0))).collect();
+    request["params"]["_meta"].as_object_mut().unwrap().extend(padding);
+    let admitted = server.admit(request.to_string().as_bytes()).unwrap();
+    let charged = server.admission().used();
+    assert!(charged > 4 << 20, "the padded request is charged its parsed size: {charged}");
+    let connection = Connection::new(server.clone());
+    let (out, mut sent) = tokio::sync::mpsc::channel(64);
+    connection.handle_admitted(admitted, &Outbox::Channel(out)).await;
+    slot_taken(&server).await;
+    let held = server.admission().used();
+    assert!(held <= 8 << 10, "a running call holds {held} bytes of the bound");
+    let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 1}});
+    connection.handle(jsonrpc::classify(cancel), &Outbox::Channel(tokio::sync::mpsc::channel(1).0)).await;
+    drop(connection);
+    while tokio::time::timeout(Duration::from_secs(10), sent.recv()).await.unwrap().is_some() {}
+    all_released(&server).await;
+}

@@ -45,6 +45,12 @@ pub(crate) enum NotAsked {
 }
 
 impl Retry {
+    /// Bytes of text it keeps: the answers and the state.
+    pub(crate) fn held_bytes(&self) -> usize {
+        let answers: usize = self.responses.iter().map(|(key, answer)| key.len() + answer.len()).sum();
+        answers + self.request_state.as_ref().map_or(0, String::len)
+    }
+
     /// Read `inputResponses` and `requestState` from `params`, and what the client can be
     /// asked from its declared `capabilities` (2026-07-28: the request's own).
     pub(crate) fn parse(
