@@ -40,9 +40,10 @@
 //! - `http_post(url, kib, times, declare_length)` POSTs a body of `kib` KiB to `url` `times`
 //!   times, chunked unless `declare_length`, writing until the host stops taking it, and
 //!   says, a line per request, the status and the bytes written, or the error code.
-//! - `http_keep(url, count, untaken)` GETs `url` `count` times, one after another, and
-//!   keeps every response (its head; the body never read); with `untaken`, takes none
-//!   (`future-incoming-response.get`) until all have come.
+//! - `http_keep(url, count, untaken, fields_only)` GETs `url` `count` times, one after
+//!   another, and keeps every response (its head; the body never read); with `untaken`,
+//!   takes none (`future-incoming-response.get`) until all have come; with `fields_only`,
+//!   keeps each response's header fields and drops the response.
 //! - `http_hoard(count, fields_only)` builds `count` outgoing requests, each with a body
 //!   written to until it takes no more, and sends none (with `fields_only`, only header
 //!   fields); the host holds every one of them until the call ends. Says how many bodies
@@ -978,11 +979,14 @@ struct HttpKeep {
     /// Take no response until every one has come (each waits in its future).
     #[serde(default)]
     untaken: bool,
+    /// Keep each response's header fields, not the response.
+    #[serde(default)]
+    fields_only: bool,
 }
 
 fn http_keep(args: HttpKeep) -> Result<String, ToolError> {
     use wasi::http::types::{Fields, Method};
-    let (mut kept, mut waiting) = (Vec::new(), Vec::new());
+    let (mut kept, mut waiting, mut fields) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..args.count {
         let request = request_to(&args.url, &Method::Get, Fields::new()).map_err(ToolError::new)?;
         let future = match wasi::http::outgoing_handler::handle(request, None) {
@@ -995,9 +999,12 @@ fn http_keep(args: HttpKeep) -> Result<String, ToolError> {
             continue;
         }
         match future.get() {
+            Some(Ok(Ok(response))) if args.fields_only => fields.push(response.headers()),
             Some(Ok(Ok(response))) => kept.push(response),
-            Some(Ok(Err(error))) => return Ok(format!("kept {}, then {}", kept.len(), code(error))),
-            _ => return Ok(format!("kept {}, then no response", kept.len())),
+            Some(Ok(Err(error))) => {
+                return Ok(format!("kept {}, then {}", kept.len() + fields.len(), code(error)));
+            }
+            _ => return Ok(format!("kept {}, then no response", kept.len() + fields.len())),
         }
     }
     for future in waiting {
@@ -1007,7 +1014,7 @@ fn http_keep(args: HttpKeep) -> Result<String, ToolError> {
             _ => return Ok(format!("kept {}, then no response", kept.len())),
         }
     }
-    Ok(format!("kept {}", kept.len()))
+    Ok(format!("kept {}", kept.len() + fields.len()))
 }
 
 /// A request for `url` with `method` and `headers`, over raw `wasi:http`.

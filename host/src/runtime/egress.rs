@@ -85,7 +85,8 @@ use wasmtime::component::{Linker, Resource};
 use wasmtime_wasi_http::FieldMap;
 use wasmtime_wasi_http::p2::bindings::http::types::{
     HostFields, HostFutureIncomingResponse as FutureIncomingResponseHost,
-    HostOutgoingRequest as OutgoingRequestHost, HostOutgoingResponse as OutgoingResponseHost, Method,
+    HostIncomingResponse as IncomingResponseHost, HostOutgoingRequest as OutgoingRequestHost,
+    HostOutgoingResponse as OutgoingResponseHost, Method,
 };
 use wasmtime_wasi_http::p2::body::{HostOutgoingBody, HyperOutgoingBody};
 use wasmtime_wasi_http::p2::types::{
@@ -234,15 +235,45 @@ pub(crate) fn shadow_http_types(linker: &mut Linker<GuestState>) -> wasmtime::Re
         "[method]future-incoming-response.get",
         |mut store: StoreContextMut<'_, GuestState>, (future,): (Resource<HostFutureIncomingResponse>,)| {
             let state = store.data_mut();
+            // Its charge from arrival ([`HeadCharge`]) is handed to the response, not
+            // given back and taken again (meanwhile another request's task could take it).
+            let arrived = match state.table().get_mut(&future)? {
+                HostFutureIncomingResponse::Ready(Ok((response, _))) => response
+                    .extensions_mut()
+                    .remove::<HeadCharge>()
+                    .and_then(|head| Arc::into_inner(head._charge)),
+                _ => None,
+            };
             let got = FutureIncomingResponseHost::get(&mut state.http(), future)?;
             if let Some(Ok(Ok(response))) = &got {
-                // Its charge from arrival ([`HeadCharge`]) went with the future: from here
-                // on the response carries it.
+                // Its fields as the guest sees them (wasmtime-wasi-http may drop some).
                 let bytes = head_bytes(&state.table().get(response)?.headers);
-                charge_held(state, bytes)?;
+                let held = arrived.map_or(0, MemoryCharge::hand_over);
+                match bytes.checked_sub(held) {
+                    Some(more) => {
+                        if let Err(refused) = charge_held(state, more) {
+                            state.ledger().release_memory(held);
+                            return Err(refused);
+                        }
+                    }
+                    None => state.ledger().release_memory(held - bytes),
+                }
                 state.track_charge::<HostIncomingResponse>(response.rep(), bytes);
             }
             Ok((got,))
+        },
+    )?;
+    // The fields of a response's head share its map: kept after the response is dropped,
+    // they are charged as the head is, by its size, until the guest drops them.
+    types.func_wrap(
+        "[method]incoming-response.headers",
+        |mut store: StoreContextMut<'_, GuestState>, (response,): (Resource<HostIncomingResponse>,)| {
+            let state = store.data_mut();
+            let bytes = head_bytes(&state.table().get(&response)?.headers);
+            let fields = IncomingResponseHost::headers(&mut state.http(), response)?;
+            charge_held(state, bytes)?;
+            state.track_charge::<FieldMap>(fields.rep(), bytes);
+            Ok((fields,))
         },
     )?;
     types.func_wrap(

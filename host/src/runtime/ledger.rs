@@ -278,6 +278,14 @@ impl Ledger {
     }
 }
 
+impl MemoryCharge {
+    /// Hand what it holds to another owner that gives it back (a resource's tracked
+    /// charge, `GuestState::track_charge`): not given back here. The bytes.
+    pub(crate) fn hand_over(mut self) -> usize {
+        std::mem::take(&mut self.bytes)
+    }
+}
+
 impl Drop for MemoryCharge {
     fn drop(&mut self) {
         self.ledger.release_memory(self.bytes);
