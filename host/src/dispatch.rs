@@ -1516,8 +1516,9 @@ impl Connection {
     /// Open a `subscriptions/listen` stream: acknowledge what it will carry, then send
     /// `notifications/<list>/list_changed` (for the tools, prompts and resources lists it
     /// asked for, of those offered) each time such a list changes, until
-    /// the client ends it (a cancel, or a closed HTTP stream: nothing more is sent) or the
-    /// server shuts down (the final answer; on stdio then `notifications/cancelled`).
+    /// the client ends it (a cancel, or a closed HTTP stream: nothing more is sent), the
+    /// server shuts down or the credentials it was opened with expire (the final answer;
+    /// on stdio, at shutdown, then `notifications/cancelled`).
     fn start_listen(
         self: &Arc<Self>,
         id: &RequestId,

@@ -935,9 +935,9 @@ fn listen_streams_end_when_the_token_they_were_opened_with_expires() {
     let issuer = Issuer::start(&key);
     let server = Server::start(&issuer.config("oauth-stream-expiry"), &[]);
     let schema = Schema::new();
-    // Past its `exp`, still within the 30 s leeway for 3 s more.
+    // Past its `exp`, still within the 30 s leeway for 5 s more.
     let mut ending = issuer.claims("acme");
-    ending["exp"] = json!(now() - 27);
+    ending["exp"] = json!(now() - 25);
     let ending = key.sign(&ending);
     let lasting = key.sign(&issuer.claims("acme"));
     let open = |method: &str, headers: &[(&str, &str)], body: &str| {
@@ -1008,7 +1008,7 @@ fn listen_streams_end_when_the_token_they_were_opened_with_expires() {
         open("GET", &headers, "")
     };
     let mut ending = issuer.claims("acme");
-    ending["exp"] = json!(now() - 27);
+    ending["exp"] = json!(now() - 25);
     let ending = key.sign(&ending);
     let (mut short, mut long) = (follow(&ending, &session()), follow(&lasting, &session()));
     read_to_end_within(&mut short, Duration::from_secs(15));

@@ -255,17 +255,19 @@ impl Admission {
         clients.counts.entry(client).or_default().clone()
     }
 
-    /// The count `tenant`'s (by `client`) subscriptions are kept within, and its limit: a
-    /// [`SUBSCRIBED_PART`] of the client's share where clients have shares, else of the
-    /// tenant's where tenants do (`None`: a server of one client, stdio).
+    /// The count `client`'s subscriptions are kept within, and its limit: a
+    /// [`SUBSCRIBED_PART`] of the client's share where clients have shares, else of its
+    /// tenant's (one caller of a tenant does not lock the others out). Without a client
+    /// (stdio), the tenant's count where tenants have shares; else `None`.
     pub fn subscribed_count(
         &self,
         tenant: Option<&Tenant>,
         client: Option<&ClientShare>,
     ) -> Option<SubscribedCount> {
-        match (client.zip(self.client_limit), tenant.filter(|_| self.tenants.is_some())) {
-            (Some((client, limit)), _) => {
-                Some(SubscribedCount { count: client.subscribed.clone(), limit: limit / SUBSCRIBED_PART })
+        let share = self.client_limit.unwrap_or(self.tenant_limit);
+        match (client, tenant.filter(|_| self.tenants.is_some())) {
+            (Some(client), _) => {
+                Some(SubscribedCount { count: client.subscribed.clone(), limit: share / SUBSCRIBED_PART })
             }
             (None, Some(tenant)) => Some(SubscribedCount {
                 count: tenant.holds.subscribed_bytes.clone(),
