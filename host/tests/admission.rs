@@ -1234,3 +1234,50 @@ async fn a_running_call_keeps_the_charge_of_its_arguments_not_of_its_padding() {
     while tokio::time::timeout(Duration::from_secs(10), sent.recv()).await.unwrap().is_some() {}
     all_released(&server).await;
 }
+
+/// On a server of two tenants, subscriptions are still kept per client: one caller's
+/// sessions keep at most a sixteenth of its tenant's share, and another caller of the
+/// same tenant still subscribes (with one count for the tenant, the first locked it out).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_caller_cannot_take_its_tenants_subscriptions() {
+    use cordon::dispatch::SUBSCRIBED_PART;
+    let server = server_of_two_tenants("subscribed-tenant", LIMITS).await;
+    let limit = server.admission().tenant_limit() / SUBSCRIBED_PART;
+    let tenant = server.tenants().get("a").unwrap().clone();
+    let session = |caller: &str| {
+        let caller = Some(cordon::auth::Caller::of_subject(caller));
+        let connection =
+            Connection::for_caller(server.clone(), Some(tenant.clone()), caller, RateCheck::Here);
+        connection.set_legacy();
+        connection
+    };
+    let (out, mut sent) = tokio::sync::mpsc::channel(64);
+    let out = Outbox::Channel(out);
+    let mut id = 0;
+    let mut subscribe = async |connection: &Arc<Connection>, uri: String| {
+        id += 1;
+        let request =
+            json!({"jsonrpc": "2.0", "id": id, "method": "resources/subscribe", "params": {"uri": uri}});
+        connection.handle(jsonrpc::classify(request), &out).await;
+        let answer = tokio::time::timeout(Duration::from_secs(10), sent.recv()).await.unwrap().unwrap();
+        serde_json::to_value(&answer).unwrap()
+    };
+    let uri = |session: usize, n: usize| format!("test://s{session}/{n:02}/{}", "x".repeat(4000));
+    let mut sessions = Vec::new();
+    let refused = 'filling: loop {
+        assert!(sessions.len() < 1000, "never refused");
+        sessions.push(session("user-1"));
+        let connection = sessions.last().unwrap();
+        for n in 0..16 {
+            let answer = subscribe(connection, uri(sessions.len(), n)).await;
+            if answer.get("error").is_some() {
+                break 'filling answer;
+            }
+        }
+    };
+    assert_eq!(refused["error"]["code"], -32602, "{refused}");
+    let held = server.admission().used();
+    assert!(held <= limit, "one caller's subscriptions hold {held} bytes, past {limit}");
+    let other = session("user-2");
+    assert_eq!(subscribe(&other, uri(0, 0)).await["result"], json!({}), "another caller of the tenant");
+}
