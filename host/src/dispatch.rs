@@ -391,8 +391,10 @@ impl Server {
         // what it is charged against, even on an idle server, is too costly, not a reason
         // to try again later.
         let ceiling = self.admission.ceiling(tenant, client);
-        if bytes.saturating_add(text.len()) > ceiling {
-            return refuse(Refusal::TooCostly { id, cost: bytes, limit: ceiling });
+        let weight = bytes.saturating_add(text.len());
+        if weight > ceiling {
+            // The weight compared, so that the refusal's numbers add up.
+            return refuse(Refusal::TooCostly { id, cost: weight, limit: ceiling });
         }
         if !charge.grow(bytes) {
             // A small notification or response is let in uncharged even so: refusing a

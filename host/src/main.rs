@@ -347,7 +347,7 @@ async fn serve(
     if let Transport::Stdio { .. } = transport {
         settings.tenants = 1;
     }
-    let tenants = std::sync::Arc::new(plan.tenants);
+    let mut tenants = std::sync::Arc::new(plan.tenants);
     // Who may call, decided before anything is loaded.
     let stdio_tenant = match &transport {
         Transport::Http { address, allow_unauthenticated, .. } => {
@@ -367,8 +367,13 @@ async fn serve(
             tenants.names().join(", ")
         ),
         Transport::Stdio { tenant: None } => None,
-        Transport::Stdio { tenant: Some(name) } => match tenants.get(name) {
-            Some(tenant) => Some(tenant.clone()),
+        // That tenant alone: the request bytes and listen streams are not split with
+        // tenants this process never serves.
+        Transport::Stdio { tenant: Some(name) } => match tenants.only(name) {
+            Some(only) => {
+                tenants = std::sync::Arc::new(only);
+                tenants.get(name).cloned()
+            }
             None if tenants.is_empty() => anyhow::bail!("--tenant {name}: the config has no [[tenants]]"),
             None => anyhow::bail!(
                 "--tenant {name}: no such tenant in the config (it has: {})",

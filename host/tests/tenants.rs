@@ -648,3 +648,41 @@ fn a_request_state_is_taken_back_only_from_the_key_it_was_issued_to() {
     let own = delete(ACME_KEY, retry);
     assert_eq!(own["result"]["content"][0]["text"], "Deleted books", "{own}");
 }
+
+/// `serve --stdio --tenant` serves that tenant alone, so the request bytes are its own, not
+/// split with the config's other tenants: a request costing more than the half a tenant of
+/// several may hold is served (before, it was refused as too costly for its share).
+#[test]
+fn stdio_with_a_tenant_holds_the_whole_bound_not_a_share_of_it() {
+    let config = config("stdio-share", "max_queued_request_kb = 2048\nmax_request_cost_kb = 2048");
+    let mut child = cordon(&["serve", "--stdio", "--tenant", "acme", "--config"])
+        .arg(&config)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    // What admission weighs it at (parsed, and its text held twice meanwhile) is over
+    // the half of 2 MiB a tenant of several may hold, within all of it.
+    let text = "x".repeat(400 << 10);
+    let message = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": {"name": "echo", "arguments": {"text": text}, "_meta": meta()}});
+    let line = message.to_string();
+    let weight = cordon::cost::estimate(line.as_bytes()).unwrap().bytes + 2 * line.len();
+    assert!(weight > 1024 << 10 && weight < 2048 << 10, "{weight}");
+    writeln!(stdin, "{line}").unwrap();
+    let mut line = String::new();
+    stdout.read_line(&mut line).unwrap();
+    let answer: Value = serde_json::from_str(&line).unwrap();
+    Schema::new().check_sent(&answer, Some("tools/call"));
+    assert_eq!(
+        answer["result"]["content"][0]["text"].as_str().map(str::len),
+        Some(text.len()),
+        "{line:.300}"
+    );
+    drop(stdin);
+    assert!(child.wait().unwrap().success());
+    let _ = std::fs::remove_dir_all(config.parent().unwrap());
+}

@@ -260,6 +260,14 @@ impl Tenants {
         }
     }
 
+    /// Only the tenant called `name`, with no credentials: what a server of that one
+    /// tenant (stdio's `--tenant`) serves, its bounds its own and not split with tenants it
+    /// never serves.
+    pub fn only(&self, name: &str) -> Option<Self> {
+        let tenant = self.get(name)?.clone();
+        Some(Self { by_name: HashMap::from([(tenant.id.clone(), tenant)]), keys: ApiKeys::default() })
+    }
+
     /// Whether any tenant is configured: without, the server runs as one implicit tenant
     /// and asks for no credentials.
     pub fn is_empty(&self) -> bool {
