@@ -1502,7 +1502,7 @@ impl Connection {
         let limits = tools.limits(name).cloned().unwrap_or_default();
         let answer = match (report.outcome, asking) {
             (Outcome::InputRequired(input), Some((retry, binding, round))) => {
-                match retry.ask(input, round, &self.server.sealer, binding(), report.cleanup_note) {
+                match retry.ask(input, round, &self.server.sealer, binding()) {
                     Ok(result) => jsonrpc::success(id, result),
                     Err(input::NotAsked::Refused(error)) => jsonrpc::failure(Some(id), &error),
                     Err(input::NotAsked::Failed(message)) => {

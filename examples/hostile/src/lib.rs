@@ -55,10 +55,9 @@
 //! - `ask(count, key_len, state_bytes)` asks `count` roots requests with keys of
 //!   `key_len` characters and hands out `state_bytes` of state: over the host's bounds
 //!   when told.
-//! - `note_then_ask(spin_after)` leaves the cleanup note `reserved 42` and asks once
-//!   (`roots/list`); answered, it returns `done` (with `spin_after`, reports progress 0.5
-//!   and spins forever): a later round, or the cleanup of a call stopped between rounds
-//!   or in a later round, must still see the note.
+//! - `note_then_ask()` leaves the cleanup note `reserved 42` and asks once (`roots/list`);
+//!   answered, it returns `done`: a later round, or the cleanup of a call stopped between
+//!   rounds, must still see the note.
 //! - `ask_then_spin()` asks once, then spins forever (never checking for a stop) in the
 //!   round that brings the answer, leaving the note `asked`.
 //! - `progress_then_ask()` reports progress 0.5 of 1, asks for roots, and in the round
@@ -774,21 +773,10 @@ fn ask_then_spin(_: Nothing, round: &Round) -> Result<Reply<String>, ToolError> 
     spin()
 }
 
-#[derive(Deserialize, JsonSchema)]
-struct NoteThenAsk {
-    /// Answered, report progress and spin (leaving no note of its own) instead of `done`.
-    #[serde(default)]
-    spin_after: bool,
-}
-
-fn note_then_ask(args: NoteThenAsk, round: &Round) -> Result<Reply<String>, ToolError> {
+fn note_then_ask(_: Nothing, round: &Round) -> Result<Reply<String>, ToolError> {
     if round.response("roots").is_none() {
         cordon_guest::set_cleanup_note(b"reserved 42");
         return Ok(Ask::new().list_roots("roots").into());
-    }
-    if args.spin_after {
-        cordon_guest::progress(0.5, Some(1.0), "spinning");
-        spin();
     }
     Ok(Reply::Done("done".into()))
 }

@@ -347,7 +347,7 @@ impl Connection {
                 }
                 Outcome::InputRequired(input) if asking.is_some() => {
                     let (retry, binding, round) = asking.expect("guarded");
-                    match retry.ask(input, round, &self.server.sealer, binding(), report.cleanup_note) {
+                    match retry.ask(input, round, &self.server.sealer, binding()) {
                         Ok(result) => {
                             return (Some(jsonrpc::success(id, result)), Some(teardown));
                         }

@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use super::sealed::{Binding, Kept, MAX_SEALED_NOTE, Sealer};
+use super::sealed::{Binding, Sealer};
 use crate::protocol::jsonrpc::{MISSING_REQUIRED_CLIENT_CAPABILITY, RpcError};
 use crate::protocol::types::{Empty, ErrorData, InputRequestMessage, InputRequiredResult};
 use crate::runtime::{ClientAbilities, InputRequired, InputRound};
@@ -120,21 +120,17 @@ impl Retry {
             .open(sealed, &binding())
             .map_err(|refused| RpcError::invalid_params(format!("Invalid params: {refused}")))?;
         let responses = self.responses.iter().filter(|(key, _)| opened.keys.contains(key)).cloned().collect();
-        let mut round = InputRound::retry(self.client, responses, opened.state);
-        round.cleanup_note = opened.note;
-        Ok((round, opened.round.saturating_add(1)))
+        Ok((InputRound::retry(self.client, responses, opened.state), opened.round.saturating_add(1)))
     }
 
     /// The answer to a round (`round`) that asked for `input`: an `InputRequiredResult` with
-    /// the state sealed for `binding` (the guest's, and the cleanup `note` it left by then),
-    /// or why it cannot go out.
+    /// the state sealed for `binding`, or why it cannot go out.
     pub(crate) fn ask(
         &self,
         input: InputRequired,
         round: u32,
         sealer: &Sealer,
         binding: Binding,
-        note: Option<Vec<u8>>,
     ) -> Result<InputRequiredResult, NotAsked> {
         let missing: BTreeMap<String, Empty> = input
             .requests
@@ -167,14 +163,7 @@ impl Retry {
                 (key.clone(), message)
             })
             .collect();
-        let note = note.filter(|note| {
-            let fits = note.len() <= MAX_SEALED_NOTE;
-            if !fits {
-                tracing::debug!(bytes = note.len(), "a cleanup note too long to seal stays with its round");
-            }
-            fits
-        });
-        let state = sealer.seal(binding, round, keys, Kept { state: input.state, note });
+        let state = sealer.seal(binding, round, keys, input.state);
         Ok(InputRequiredResult::new(requests, Some(state)))
     }
 }

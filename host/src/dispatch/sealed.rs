@@ -32,12 +32,7 @@ pub const KEY_VARIABLE: &str = "CORDON_REQUEST_STATE_KEY";
 pub const DEFAULT_TTL: Duration = Duration::from_secs(600);
 /// The longest a sealed state may be (base64url of the sealed bytes): past it, a state is
 /// refused unread.
-/// (The largest a round seals, a state of `MAX_INPUT_STATE` and a note of
-/// [`MAX_SEALED_NOTE`] with every key at its longest, is about 59 KiB: see the test.)
-pub const MAX_SEALED_LEN: usize = 96 * 1024;
-/// The largest cleanup note a round seals for the next; a longer one stays with its
-/// round (the next round's cleanup gets none until that round leaves one).
-pub const MAX_SEALED_NOTE: usize = 16 * 1024;
+pub const MAX_SEALED_LEN: usize = 64 * 1024;
 
 /// Bound into every seal, so that a box sealed for one thing opens for nothing else.
 const ASSOCIATED_DATA: &[u8] = b"cordon requestState v1";
@@ -114,14 +109,6 @@ impl Binding {
     }
 }
 
-/// What a round leaves for the next, sealed in its state: the guest's state and its
-/// cleanup note.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct Kept {
-    pub state: Option<Vec<u8>>,
-    pub note: Option<Vec<u8>>,
-}
-
 /// What a sealed state holds.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Opened {
@@ -133,10 +120,6 @@ pub struct Opened {
     /// The guest's own state, base64url.
     #[serde(default, skip_serializing_if = "Option::is_none", with = "bytes")]
     pub state: Option<Vec<u8>>,
-    /// The cleanup note the guest left by then, base64url: the next round's cleanup gets
-    /// it, as a 2025-era call's does across its rounds, until that round leaves its own.
-    #[serde(default, skip_serializing_if = "Option::is_none", with = "bytes")]
-    pub note: Option<Vec<u8>>,
     /// Unix seconds after which it is refused.
     expires: u64,
 }
@@ -196,10 +179,9 @@ impl Sealer {
     }
 
     /// Seal `state` for `binding`, handed out by round `round` that asked `keys`.
-    pub fn seal(&self, binding: Binding, round: u32, keys: Vec<String>, kept: Kept) -> String {
+    pub fn seal(&self, binding: Binding, round: u32, keys: Vec<String>, state: Option<Vec<u8>>) -> String {
         let expires = unix_now().saturating_add(self.ttl.as_secs().max(1));
-        let Kept { state, note } = kept;
-        let opened = Opened { binding, round, keys, state, note, expires };
+        let opened = Opened { binding, round, keys, state, expires };
         let plaintext = serde_json::to_vec(&opened).expect("a state serializes");
         let nonce = XChaCha20Poly1305::generate_nonce(&mut OsRng);
         let sealed = self
@@ -310,32 +292,14 @@ mod tests {
     }
 
     #[test]
-    fn the_largest_round_seals_within_the_bound_and_opens() {
-        let sealer = Sealer::random();
-        let long = |n: usize| "x".repeat(n);
-        let bound =
-            binding(&format!("tools/call {}", long(256)), Some(&long(128)), serde_json::json!({"a": 1}));
-        let keys: Vec<String> = (0..16).map(|n| format!("{n:02}{}", long(62))).collect();
-        let kept = Kept {
-            state: Some(vec![0xff; crate::runtime::input::MAX_INPUT_STATE]),
-            note: Some(vec![0xff; MAX_SEALED_NOTE]),
-        };
-        let sealed = sealer.seal(bound.clone(), 8, keys, kept.clone());
-        assert!(sealed.len() <= MAX_SEALED_LEN, "{} bytes", sealed.len());
-        let opened = sealer.open(&sealed, &bound).unwrap();
-        assert_eq!((opened.state, opened.note), (kept.state, kept.note));
-    }
-
-    #[test]
     fn a_state_opens_only_as_sealed_and_for_what_it_was_sealed_for() {
         let sealer = Sealer::random();
         let bound = binding("tools/call delete", Some("acme"), serde_json::json!({"b": 1, "a": 2}));
-        let kept = Kept { state: Some(b"mine".to_vec()), note: Some(b"reserved 42".to_vec()) };
-        let sealed = sealer.seal(bound.clone(), 1, vec!["confirm".into()], kept);
+        let sealed = sealer.seal(bound.clone(), 1, vec!["confirm".into()], Some(b"mine".to_vec()));
         let opened = sealer.open(&sealed, &bound).unwrap();
         assert_eq!(
-            (opened.round, opened.keys, opened.state, opened.note),
-            (1, vec!["confirm".to_owned()], Some(b"mine".to_vec()), Some(b"reserved 42".to_vec()))
+            (opened.round, opened.keys, opened.state),
+            (1, vec!["confirm".to_owned()], Some(b"mine".to_vec()))
         );
         // The same arguments in another order are the same arguments.
         let reordered = binding("tools/call delete", Some("acme"), serde_json::json!({"a": 2, "b": 1}));
@@ -382,7 +346,7 @@ mod tests {
         );
         let text = serde_json::to_string(&unbound).unwrap();
         assert!(!text.contains("caller"), "no caller is written as none: {text}");
-        let sealed = sealer.seal(unbound.clone(), 1, Vec::new(), Kept::default());
+        let sealed = sealer.seal(unbound.clone(), 1, Vec::new(), None);
         assert!(sealer.open(&sealed, &unbound).is_ok());
         let known = Binding::new(
             "tools",
