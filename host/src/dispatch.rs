@@ -485,7 +485,8 @@ fn call_keeps(charged: usize, arguments: &Value, feeds: &Feeds) -> usize {
     }
     let text = serde_json::to_vec(arguments).expect("a Value always serializes");
     let parsed = crate::cost::estimate(&text).map_or(charged, |estimate| estimate.bytes);
-    let retry = feeds.retry.as_ref().map_or(0, input::Retry::held_bytes);
+    // The round copies the retry's answers, and opens its state, beside the retry itself.
+    let retry = 2 * feeds.retry.as_ref().map_or(0, input::Retry::held_bytes);
     (parsed + text.len() + retry + CALL_HELD_BYTES).min(charged)
 }
 

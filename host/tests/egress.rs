@@ -666,4 +666,14 @@ async fn the_header_fields_of_a_dropped_response_are_charged_as_its_head() {
     }
     let arguments = json!({ "url": upstream.url("/fat"), "count": 20, "fields_only": true });
     assert_eq!(answer(&call(&runtime, "http_keep", arguments).await), "kept 20", "given back with the store");
+    // A clone of a head's fields shares the head too: charged by its size, not as fields
+    // a guest builds (16 KiB, which let about 120 of these 50 KiB heads be kept). The call
+    // ends at the budget either way (a trap, or refusals): how far it got tells.
+    let upstream = Upstream::start().await;
+    let limits = ToolLimits { host_memory_bytes: 2 << 20, http_requests: 200, ..common::quick_limits() };
+    let fresh = self::runtime(&[format!("http://127.0.0.1:{}", upstream.port)], limits).await;
+    let arguments = json!({ "url": upstream.url("/fat"), "count": 200, "fields_only": true, "cloned": true });
+    let report = call(&fresh, "http_keep", arguments).await;
+    let served = upstream.connections.load(Ordering::SeqCst);
+    assert!(served <= 45, "{served} heads were taken within 2 MiB: {:?}", report.outcome);
 }

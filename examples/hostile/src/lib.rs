@@ -43,7 +43,8 @@
 //! - `http_keep(url, count, untaken, fields_only)` GETs `url` `count` times, one after
 //!   another, and keeps every response (its head; the body never read); with `untaken`,
 //!   takes none (`future-incoming-response.get`) until all have come; with `fields_only`,
-//!   keeps each response's header fields and drops the response.
+//!   keeps each response's header fields (with `cloned`, a clone of them) and drops the
+//!   response.
 //! - `http_hoard(count, fields_only)` builds `count` outgoing requests, each with a body
 //!   written to until it takes no more, and sends none (with `fields_only`, only header
 //!   fields); the host holds every one of them until the call ends. Says how many bodies
@@ -982,6 +983,9 @@ struct HttpKeep {
     /// Keep each response's header fields, not the response.
     #[serde(default)]
     fields_only: bool,
+    /// With `fields_only`, keep a clone of the fields (`fields.clone`), not the fields.
+    #[serde(default)]
+    cloned: bool,
 }
 
 fn http_keep(args: HttpKeep) -> Result<String, ToolError> {
@@ -999,6 +1003,9 @@ fn http_keep(args: HttpKeep) -> Result<String, ToolError> {
             continue;
         }
         match future.get() {
+            Some(Ok(Ok(response))) if args.fields_only && args.cloned => {
+                fields.push(response.headers().clone())
+            }
             Some(Ok(Ok(response))) if args.fields_only => fields.push(response.headers()),
             Some(Ok(Ok(response))) => kept.push(response),
             Some(Ok(Err(error))) => {

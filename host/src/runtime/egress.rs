@@ -165,9 +165,12 @@ pub(crate) fn shadow_http_types(linker: &mut Linker<GuestState>) -> wasmtime::Re
         "[method]fields.clone",
         |mut store: StoreContextMut<'_, GuestState>, (fields,): (Resource<FieldMap>,)| {
             let state = store.data_mut();
-            charge_fields(state)?;
+            // A response head's fields are shared, not copied: the clone keeps the whole
+            // head, which may be larger than fields a guest can build.
+            let bytes = head_bytes(state.table().get(&fields)?).max(FIELDS_BYTES);
+            charge_held(state, bytes)?;
             let copy = HostFields::clone(&mut state.http(), fields)?;
-            state.track_charge::<FieldMap>(copy.rep(), FIELDS_BYTES);
+            state.track_charge::<FieldMap>(copy.rep(), bytes);
             Ok((copy,))
         },
     )?;
