@@ -1125,6 +1125,52 @@ async fn an_open_listen_stream_keeps_a_small_charge_not_its_requests() {
     all_released(&server).await;
 }
 
+/// `resources/subscribe` sent in process, each on the session given, and its answer.
+struct Subscriber {
+    out: Outbox,
+    sent: tokio::sync::mpsc::Receiver<Outgoing>,
+    id: i64,
+}
+
+impl Subscriber {
+    fn new() -> Self {
+        let (out, sent) = tokio::sync::mpsc::channel(64);
+        Self { out: Outbox::Channel(out), sent, id: 0 }
+    }
+
+    async fn subscribe(&mut self, connection: &Arc<Connection>, uri: String) -> Value {
+        self.id += 1;
+        let request =
+            json!({"jsonrpc": "2.0", "id": self.id, "method": "resources/subscribe", "params": {"uri": uri}});
+        connection.handle(jsonrpc::classify(request), &self.out).await;
+        let answer = tokio::time::timeout(Duration::from_secs(10), self.sent.recv()).await.unwrap().unwrap();
+        serde_json::to_value(&answer).unwrap()
+    }
+
+    /// Subscribe sessions `open` makes, 16 URIs of about 4 KiB each, until one is refused:
+    /// the refusal, and the sessions (kept, with what they hold).
+    async fn fill(&mut self, open: impl Fn() -> Arc<Connection>) -> (Value, Vec<Arc<Connection>>) {
+        let mut sessions = Vec::new();
+        loop {
+            assert!(sessions.len() < 1000, "never refused");
+            sessions.push(open());
+            let connection = sessions.last().unwrap().clone();
+            for n in 0..16 {
+                let answer = self.subscribe(&connection, big_uri(sessions.len(), n)).await;
+                if answer.get("error").is_some() {
+                    return (answer, sessions);
+                }
+                assert_eq!(answer["result"], json!({}), "{answer}");
+            }
+        }
+    }
+}
+
+/// A URI of about 4 KiB, the `n`th of session `session`.
+fn big_uri(session: usize, n: usize) -> String {
+    format!("test://s{session}/{n:02}/{}", "x".repeat(4000))
+}
+
 /// The subscriptions of all of one client's 2025-era sessions keep at most a sixteenth of
 /// its share of the bound: a session keeps them while it lives (an hour idle, with no
 /// connection open), and before, one address's idle sessions pinned its whole share (two
@@ -1141,31 +1187,8 @@ async fn one_clients_sessions_keep_at_most_a_part_of_its_share_in_subscriptions(
         connection.set_legacy();
         connection
     };
-    let (out, mut sent) = tokio::sync::mpsc::channel(64);
-    let out = Outbox::Channel(out);
-    let mut id = 0;
-    let mut subscribe = async |connection: &Arc<Connection>, uri: String| {
-        id += 1;
-        let request =
-            json!({"jsonrpc": "2.0", "id": id, "method": "resources/subscribe", "params": {"uri": uri}});
-        connection.handle(jsonrpc::classify(request), &out).await;
-        let answer = tokio::time::timeout(Duration::from_secs(10), sent.recv()).await.unwrap().unwrap();
-        serde_json::to_value(&answer).unwrap()
-    };
-    let uri = |session: usize, n: usize| format!("test://s{session}/{n:02}/{}", "x".repeat(4000));
-    let mut sessions = Vec::new();
-    let refused = 'filling: loop {
-        assert!(sessions.len() < 1000, "never refused");
-        sessions.push(session([192, 0, 2, 7]));
-        let connection = sessions.last().unwrap();
-        for n in 0..16 {
-            let answer = subscribe(connection, uri(sessions.len(), n)).await;
-            if answer.get("error").is_some() {
-                break 'filling answer;
-            }
-            assert_eq!(answer["result"], json!({}), "{answer}");
-        }
-    };
+    let mut subscriber = Subscriber::new();
+    let (refused, mut sessions) = subscriber.fill(|| session([192, 0, 2, 7])).await;
     assert_eq!(refused["error"]["code"], -32602, "{refused}");
     let message = refused["error"]["message"].as_str().unwrap();
     assert!(message.contains("this client's sessions already keep the most subscriptions"), "{message}");
@@ -1174,13 +1197,13 @@ async fn one_clients_sessions_keep_at_most_a_part_of_its_share_in_subscriptions(
     assert!(held > limit - (8 << 10), "refused at {held} bytes, short of {limit}");
     // Another client is not held back by the first one's.
     let elsewhere = session([192, 0, 2, 8]);
-    assert_eq!(subscribe(&elsewhere, uri(0, 0)).await["result"], json!({}));
+    assert_eq!(subscriber.subscribe(&elsewhere, big_uri(0, 0)).await["result"], json!({}));
     // A session that ends gives its part back to its client.
     let ended = sessions.pop().unwrap();
     ended.end_session();
     drop(ended);
     let again = session([192, 0, 2, 7]);
-    assert_eq!(subscribe(&again, uri(9999, 0)).await["result"], json!({}));
+    assert_eq!(subscriber.subscribe(&again, big_uri(9999, 0)).await["result"], json!({}));
 }
 
 /// One subject in two tenants is two holders of listen streams: the share one keeps in
@@ -1251,33 +1274,15 @@ async fn one_caller_cannot_take_its_tenants_subscriptions() {
         connection.set_legacy();
         connection
     };
-    let (out, mut sent) = tokio::sync::mpsc::channel(64);
-    let out = Outbox::Channel(out);
-    let mut id = 0;
-    let mut subscribe = async |connection: &Arc<Connection>, uri: String| {
-        id += 1;
-        let request =
-            json!({"jsonrpc": "2.0", "id": id, "method": "resources/subscribe", "params": {"uri": uri}});
-        connection.handle(jsonrpc::classify(request), &out).await;
-        let answer = tokio::time::timeout(Duration::from_secs(10), sent.recv()).await.unwrap().unwrap();
-        serde_json::to_value(&answer).unwrap()
-    };
-    let uri = |session: usize, n: usize| format!("test://s{session}/{n:02}/{}", "x".repeat(4000));
-    let mut sessions = Vec::new();
-    let refused = 'filling: loop {
-        assert!(sessions.len() < 1000, "never refused");
-        sessions.push(session("user-1"));
-        let connection = sessions.last().unwrap();
-        for n in 0..16 {
-            let answer = subscribe(connection, uri(sessions.len(), n)).await;
-            if answer.get("error").is_some() {
-                break 'filling answer;
-            }
-        }
-    };
+    let mut subscriber = Subscriber::new();
+    let (refused, _sessions) = subscriber.fill(|| session("user-1")).await;
     assert_eq!(refused["error"]["code"], -32602, "{refused}");
     let held = server.admission().used();
     assert!(held <= limit, "one caller's subscriptions hold {held} bytes, past {limit}");
     let other = session("user-2");
-    assert_eq!(subscribe(&other, uri(0, 0)).await["result"], json!({}), "another caller of the tenant");
+    assert_eq!(
+        subscriber.subscribe(&other, big_uri(0, 0)).await["result"],
+        json!({}),
+        "another caller of the tenant"
+    );
 }
