@@ -810,9 +810,10 @@ async fn queued_requests_over_the_bound_are_refused_with_an_error_on_stdio() {
     assert_eq!(admission.used(), 0, "every charge is given back once answered");
 }
 
-/// `serve --stdio --tenant NAME` charges what it reads to that tenant's share, as HTTP
-/// does a tenant's requests: with two tenants, a request past the share (half the bound)
-/// is too costly, with its limit named, though the server's bound would hold it.
+/// A stdio connection of a tenant on a server of several (in process: the binary's
+/// `serve --stdio --tenant` serves its tenant alone, tenants.rs) charges what it reads to
+/// that tenant's share, as HTTP does a tenant's requests: with two tenants, a request past
+/// the share (half the bound) is too costly, with its limit named.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stdio_with_a_tenant_charges_what_it_reads_to_the_tenants_share() {
     // Shares of 20 MiB: one large request (about 22 MB with its text) fits the bound, not

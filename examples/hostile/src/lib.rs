@@ -47,7 +47,8 @@
 //!   response.
 //! - `http_hoard(count, fields_only)` builds `count` outgoing requests, each with a body
 //!   written to until it takes no more, and sends none (with `fields_only`, only header
-//!   fields); the host holds every one of them until the call ends. Says how many bodies
+//!   fields; with `request_fields`, each request's `headers()`, the request dropped); the
+//!   host holds every one of them until the call ends. Says how many bodies
 //!   it made and the bytes they buffer.
 //! - `http_target(part, bytes)` builds a request and sets its `part` (`method`,
 //!   `authority` or `path`) to a valid value `bytes` long; says `set` or `refused`.
@@ -939,6 +940,9 @@ struct Hoard {
     /// Build header field sets only.
     #[serde(default)]
     fields_only: bool,
+    /// Build requests and keep only their `headers()`, dropping each request.
+    #[serde(default)]
+    request_fields: bool,
 }
 
 fn http_hoard(args: Hoard) -> Result<String, ToolError> {
@@ -953,6 +957,10 @@ fn http_hoard(args: Hoard) -> Result<String, ToolError> {
             continue;
         }
         let request = OutgoingRequest::new(headers);
+        if args.request_fields {
+            fields.push(request.headers());
+            continue;
+        }
         let Ok(body) = request.body() else {
             return Ok(format!("bodies {index} of {} buffering {buffered}", args.count));
         };

@@ -38,8 +38,10 @@
 //!   holding it included: refused on arrival, the response is the error
 //!   `HTTP-response-header-section-size`; refused when the guest takes it, a trap.
 //! - **What a guest builds before it sends is charged too**: every set of header fields
-//!   (`fields`, and the outgoing requests and responses that carry one) counts its most,
-//!   [`FIELDS_BYTES`], against `host_memory_bytes` while it lives, an outgoing request its
+//!   (`fields`, the outgoing requests and responses that carry one, and the fields their
+//!   `headers` hand back, which share their map) counts its most, [`FIELDS_BYTES`] (a
+//!   clone of a response head's fields: the head's size, if larger), against
+//!   `host_memory_bytes` while it lives, an outgoing request its
 //!   target's most too ([`TARGET_BYTES`]: a method, authority and path longer than
 //!   [`MAX_METHOD_BYTES`], [`MAX_AUTHORITY_BYTES`] and [`MAX_PATH_BYTES`] are refused by
 //!   their setters, which wasmtime-wasi-http would keep whatever their length), and every outgoing
@@ -276,6 +278,29 @@ pub(crate) fn shadow_http_types(linker: &mut Linker<GuestState>) -> wasmtime::Re
             let fields = IncomingResponseHost::headers(&mut state.http(), response)?;
             charge_held(state, bytes)?;
             state.track_charge::<FieldMap>(fields.rep(), bytes);
+            Ok((fields,))
+        },
+    )?;
+    // The fields a request or response a guest builds hands back share its map: kept
+    // after the request (or response) is dropped, which gives its charge back, they keep
+    // the map, so they are charged as fields the guest builds are.
+    types.func_wrap(
+        "[method]outgoing-request.headers",
+        |mut store: StoreContextMut<'_, GuestState>, (request,): (Resource<HostOutgoingRequest>,)| {
+            let state = store.data_mut();
+            charge_fields(state)?;
+            let fields = OutgoingRequestHost::headers(&mut state.http(), request)?;
+            state.track_charge::<FieldMap>(fields.rep(), FIELDS_BYTES);
+            Ok((fields,))
+        },
+    )?;
+    types.func_wrap(
+        "[method]outgoing-response.headers",
+        |mut store: StoreContextMut<'_, GuestState>, (response,): (Resource<HostOutgoingResponse>,)| {
+            let state = store.data_mut();
+            charge_fields(state)?;
+            let fields = OutgoingResponseHost::headers(&mut state.http(), response)?;
+            state.track_charge::<FieldMap>(fields.rep(), FIELDS_BYTES);
             Ok((fields,))
         },
     )?;

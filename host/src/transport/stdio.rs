@@ -105,9 +105,10 @@ pub(crate) enum Message<'a> {
     TooLong(Incoming),
 }
 
-/// Admit one line read, charged to the connection's tenant's share of the bound (with
-/// `--tenant`) as an HTTP request of that tenant's is: what the reader does with each
-/// line before it handles or refuses it.
+/// Admit one line read, charged to the connection's tenant's share of the bound as an
+/// HTTP request of that tenant's is (on a server of several tenants; `cordon serve
+/// --stdio --tenant` builds its server with that tenant alone, whose share is the whole
+/// bound): what the reader does with each line before it handles or refuses it.
 pub(crate) fn admit(connection: &Connection, message: Message<'_>) -> Result<Admitted, Refusal> {
     let server = connection.server();
     match message {
