@@ -55,14 +55,19 @@
 //!
 //! Redirects are the guest's business: each hop is a new request, checked the same way.
 //!
-//! A name is resolved with the system resolver on tokio's blocking pool, which cannot be
-//! interrupted: a lookup outlives a stopped call by at most the resolver's own timeout.
-//! A tool's author may control the DNS of a name it is granted and make every lookup
-//! stall, so lookups hold a thread each within two bounds, released when the thread is
-//! done (not when the call stops waiting): [`LOOKUPS_PER_COMPONENT`] for each component
-//! (one that stalls its own waits behind itself) and [`LOOKUPS_PER_PROCESS`] in all, well
-//! under the blocking threads that the calls' file work shares (so stalled lookups never
-//! hold those up). A lookup waiting for its turn is bounded by the connect timeout.
+//! **Names are resolved asynchronously** (hickory-resolver), with the system's
+//! configuration (`/etc/resolv.conf`, read once; `/etc/hosts`, read when a component's
+//! resolver is made, at its first lookup) and each component's own resolver and cache,
+//! so one tool's lookups neither show in another's timings nor make its name servers
+//! look slow to it. A tool's author may control the DNS of a name it is granted and make
+//! every lookup stall. A stalled lookup holds no thread (the system resolver, on tokio's
+//! blocking pool, could not be interrupted and kept a thread per stall, so a few hostile
+//! components held every lookup of the process): it is a future of the request's task,
+//! dropped with it when the call stops, and bounded by the connect timeout. Each
+//! component has [`LOOKUPS_PER_COMPONENT`] under way at most (one that stalls waits
+//! behind itself), and each lookup is charged to its call like a connection: the
+//! sockets its queries may hold at once ([`LOOKUP_SOCKETS`]) against `open_files` and
+//! the server's descriptor budget, and their buffers against `host_memory_bytes`.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::pin::Pin;
@@ -451,41 +456,127 @@ pub struct GrantError {
     problem: &'static str,
 }
 
-/// Name lookups one component may have in flight at once, each holding a thread.
+/// Name lookups one component may have under way at once.
 pub(crate) const LOOKUPS_PER_COMPONENT: usize = 4;
-/// Name lookups the process may have in flight at once.
-pub(crate) const LOOKUPS_PER_PROCESS: usize = 16;
+/// Name servers a lookup asks at once (hickory's `num_concurrent_reqs`, at most)...
+const LOOKUP_SERVERS_AT_ONCE: usize = 2;
+/// ...each for both families at once: the sockets one lookup may hold, charged to its
+/// call as descriptors...
+const LOOKUP_SOCKETS: usize = 2 * LOOKUP_SERVERS_AT_ONCE;
+/// ...and their receive buffers (4 KiB at most each) and the answers, as host memory.
+const LOOKUP_BYTES: usize = 32 << 10;
 
-static PROCESS_LOOKUPS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(LOOKUPS_PER_PROCESS);
+type Resolver = hickory_resolver::TokioResolver;
 
-/// A loaded component's outbound HTTP: its rules, and its share of the name lookups.
-#[derive(Debug)]
+/// A loaded component's outbound HTTP: its rules, its resolver (made at its first
+/// lookup) and its share of the lookups.
 pub(crate) struct ComponentEgress {
     pub(crate) rules: HttpGrants,
     lookups: Arc<tokio::sync::Semaphore>,
+    /// Where names are resolved: the system's name servers, or (tests) given ones.
+    name_servers: Option<Vec<SocketAddr>>,
+    resolver: OnceLock<Result<Resolver, String>>,
+}
+
+impl std::fmt::Debug for ComponentEgress {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ComponentEgress").field("rules", &self.rules).finish_non_exhaustive()
+    }
 }
 
 impl ComponentEgress {
     pub(crate) fn new(rules: HttpGrants) -> Self {
-        Self { rules, lookups: Arc::new(tokio::sync::Semaphore::new(LOOKUPS_PER_COMPONENT)) }
+        Self::resolving_with(rules, None)
+    }
+
+    fn resolving_with(rules: HttpGrants, name_servers: Option<Vec<SocketAddr>>) -> Self {
+        Self {
+            rules,
+            lookups: Arc::new(tokio::sync::Semaphore::new(LOOKUPS_PER_COMPONENT)),
+            name_servers,
+            resolver: OnceLock::new(),
+        }
+    }
+
+    /// This component's resolver, made at the first lookup; or why there is none.
+    fn resolver(&self) -> Result<&Resolver, &str> {
+        use hickory_resolver::config::{
+            ConnectionConfig, LookupIpStrategy, NameServerConfig, ResolveHosts, ResolverConfig,
+        };
+        let made = self.resolver.get_or_init(|| {
+            let (config, mut options) = match &self.name_servers {
+                None => system_dns().clone()?,
+                Some(servers) => {
+                    let servers = servers.iter().map(|server| {
+                        let mut udp = ConnectionConfig::udp();
+                        udp.port = server.port();
+                        NameServerConfig::new(server.ip(), true, vec![udp])
+                    });
+                    let mut options = hickory_resolver::config::ResolverOpts::default();
+                    options.use_hosts_file = ResolveHosts::Never;
+                    (ResolverConfig::from_parts(None, Vec::new(), servers.collect()), options)
+                }
+            };
+            // IPv4 first, as the system resolver ranks them on a host without IPv6
+            // routes; the connection goes to the first outside address.
+            options.ip_strategy = LookupIpStrategy::Ipv4AndIpv6;
+            options.num_concurrent_reqs = options.num_concurrent_reqs.clamp(1, LOOKUP_SERVERS_AT_ONCE);
+            let provider = hickory_resolver::net::runtime::TokioRuntimeProvider::default();
+            Resolver::builder_with_config(config, provider)
+                .with_options(options)
+                .build()
+                .map_err(|error| format!("the resolver could not be made: {error}"))
+        });
+        made.as_ref().map_err(String::as_str)
     }
 }
 
-/// Run `resolve` (a blocking lookup) on the blocking pool once both `component` and
-/// `process` have room, holding their permits until it returns, whoever still waits.
-async fn lookup_within<T: Send + 'static>(
-    component: &Arc<tokio::sync::Semaphore>,
-    process: &'static tokio::sync::Semaphore,
-    resolve: impl FnOnce() -> std::io::Result<T> + Send + 'static,
-) -> std::io::Result<T> {
-    let own = component.clone().acquire_owned().await.map_err(std::io::Error::other)?;
-    let shared = process.acquire().await.map_err(std::io::Error::other)?;
-    tokio::task::spawn_blocking(move || {
-        let _held = (own, shared);
-        resolve()
+/// The system's resolver configuration (`/etc/resolv.conf`), read at the first lookup.
+fn system_dns()
+-> &'static Result<(hickory_resolver::config::ResolverConfig, hickory_resolver::config::ResolverOpts), String>
+{
+    static SYSTEM: OnceLock<
+        Result<(hickory_resolver::config::ResolverConfig, hickory_resolver::config::ResolverOpts), String>,
+    > = OnceLock::new();
+    SYSTEM.get_or_init(|| {
+        hickory_resolver::system_conf::read_system_conf()
+            .map_err(|error| format!("the system's resolver configuration could not be read: {error}"))
     })
-    .await
-    .map_err(std::io::Error::other)?
+}
+
+/// Why a name gave no address to connect to.
+#[derive(Debug)]
+enum LookupError {
+    /// The name does not exist (`NXDOMAIN`).
+    NoSuchName,
+    /// The name exists but has no address.
+    NoAddress,
+    /// No name server answered in time.
+    TimedOut,
+    /// The call's budget cannot hold the lookup.
+    Refused(super::ledger::Refusal),
+    /// Anything else: no resolver, no answer, a name that does not parse.
+    Failed(String),
+}
+
+/// Resolve `host` with `egress`'s resolver, within its share of lookups, charging the
+/// lookup to the call until it ends or whoever waits for it stops (the future is the
+/// lookup: dropped, its sockets close).
+async fn lookup(
+    egress: &ComponentEgress,
+    ledger: &Arc<Ledger>,
+    host: &str,
+) -> Result<Vec<IpAddr>, LookupError> {
+    let resolver = egress.resolver().map_err(|why| LookupError::Failed(why.to_string()))?;
+    let _turn = egress.lookups.acquire().await.map_err(|error| LookupError::Failed(error.to_string()))?;
+    let _charge = ledger.charge_lookup(LOOKUP_SOCKETS, LOOKUP_BYTES).map_err(LookupError::Refused)?;
+    match resolver.lookup_ip(host).await {
+        Ok(found) => Ok(found.iter().collect()),
+        Err(error) if error.is_nx_domain() => Err(LookupError::NoSuchName),
+        Err(error) if error.is_no_records_found() => Err(LookupError::NoAddress),
+        Err(hickory_resolver::net::NetError::Timeout) => Err(LookupError::TimedOut),
+        Err(error) => Err(LookupError::Failed(error.to_string())),
+    }
 }
 
 /// The hosts a component may reach over HTTP: its `allow_http` rules, and the secret
@@ -989,7 +1080,7 @@ impl WasiHttpHooks for Egress {
         Box::new(async move {
             let target = target?;
             let (connect_timeout, first_byte_timeout, between_bytes_timeout) = call.timeouts(options);
-            let connect = connect(&target, &call, &ledger, &grants.lookups);
+            let connect = connect(&target, &call, &ledger, &grants);
             let connection = tokio::time::timeout(connect_timeout, connect)
                 .await
                 .map_err(|_| HttpError::ConnectionTimeout)??;
@@ -1098,22 +1189,30 @@ async fn connect(
     target: &Target,
     call: &CallEgress,
     ledger: &Arc<Ledger>,
-    lookups: &Arc<tokio::sync::Semaphore>,
+    egress: &ComponentEgress,
 ) -> Result<Connection, HttpError> {
     let address = match target.literal {
         Some(address) => SocketAddr::new(address, target.port),
         None => {
-            let name = (target.host.clone(), target.port);
-            let resolve = move || {
-                let addresses: Vec<SocketAddr> = std::net::ToSocketAddrs::to_socket_addrs(&name)?.collect();
-                Ok((addresses, own_addresses()))
+            let addresses = match lookup(egress, ledger, &target.host).await {
+                Ok(addresses) if !addresses.is_empty() => addresses,
+                Ok(_) | Err(LookupError::NoAddress) => return Err(HttpError::DestinationNotFound),
+                Err(LookupError::NoSuchName) => {
+                    return Err(HttpError::DnsError { rcode: Some("NXDOMAIN".into()), info_code: None });
+                }
+                Err(LookupError::TimedOut) => return Err(HttpError::DnsTimeout),
+                Err(LookupError::Refused(refusal)) => {
+                    call.log_refusal(&target.authority, &refusal.to_string());
+                    return Err(HttpError::ConnectionLimitReached);
+                }
+                Err(LookupError::Failed(why)) => {
+                    tracing::debug!(authority = %target.authority, %why, "name lookup failed");
+                    return Err(HttpError::DnsError { rcode: None, info_code: None });
+                }
             };
-            let (addresses, own) = lookup_within(lookups, &PROCESS_LOOKUPS, resolve)
-                .await
-                .map_err(|_| HttpError::DnsError { rcode: None, info_code: None })?;
-            if addresses.is_empty() {
-                return Err(HttpError::DestinationNotFound);
-            }
+            let addresses: Vec<SocketAddr> =
+                addresses.into_iter().map(|address| SocketAddr::new(address, target.port)).collect();
+            let own = own_addresses();
             match outside_address(&addresses, own.as_deref()) {
                 Some(address) => address,
                 None => {
@@ -1336,70 +1435,112 @@ mod tests {
         HttpGrants::parse(&rules.iter().map(|rule| rule.to_string()).collect::<Vec<_>>()).unwrap()
     }
 
-    /// Lookups that stall (a name whose DNS its tool's author controls) hold a thread each
-    /// until the resolver gives up, whoever still waits for them: at most the component's
-    /// share, and the process's in all; another component's lookups still run.
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn stalled_lookups_hold_threads_within_the_component_and_process_bounds() {
-        use std::sync::{Condvar, Mutex};
-        use tokio::sync::Semaphore;
-        let process: &'static Semaphore = Box::leak(Box::new(Semaphore::new(6)));
-        let (stalling, other) = (Arc::new(Semaphore::new(4)), Arc::new(Semaphore::new(4)));
-        // The resolver's timeout, here a gate opened at the end; and the threads in it.
-        let gate = Arc::new((Mutex::new(false), Condvar::new()));
-        let in_resolver = Arc::new(AtomicUsize::new(0));
-        let stall = || {
-            let (gate, in_resolver) = (gate.clone(), in_resolver.clone());
-            move || {
-                in_resolver.fetch_add(1, Ordering::SeqCst);
-                let (open, opened) = &*gate;
-                let _open = opened.wait_while(open.lock().unwrap(), |open| !*open).unwrap();
-                in_resolver.fetch_sub(1, Ordering::SeqCst);
-                Ok(())
+    /// A name server on the loopback: `A` queries get 203.0.113.7, `AAAA` queries no
+    /// record, names under `gone.` `NXDOMAIN`, and names under `stall.` no answer ever (a
+    /// tool's author who controls its granted name's DNS).
+    async fn stub_name_server() -> SocketAddr {
+        use hickory_resolver::proto::op::{Message, ResponseCode};
+        use hickory_resolver::proto::rr::{RData, Record, RecordType, rdata::A};
+        let socket = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        let address = socket.local_addr().unwrap();
+        tokio::spawn(async move {
+            let mut buffer = vec![0; 4096];
+            while let Ok((length, from)) = socket.recv_from(&mut buffer).await {
+                let Ok(query) = Message::from_vec(&buffer[..length]) else { continue };
+                let Some(question) = query.queries.first().cloned() else { continue };
+                let name = question.name().to_ascii();
+                let mut reply = query.clone().into_response();
+                reply.metadata.recursion_available = true;
+                if name.starts_with("stall.") {
+                    continue;
+                } else if name.starts_with("gone.") {
+                    reply.metadata.response_code = ResponseCode::NXDomain;
+                } else if question.query_type() == RecordType::A {
+                    let answer = RData::A(A(Ipv4Addr::new(203, 0, 113, 7)));
+                    reply.add_answer(Record::from_rdata(question.name().clone(), 60, answer));
+                }
+                let _ = socket.send_to(&reply.to_vec().unwrap(), from).await;
             }
-        };
-        let wait_for = |what: &str, done: &dyn Fn() -> bool| {
-            let deadline = std::time::Instant::now() + Duration::from_secs(10);
-            while !done() {
-                assert!(std::time::Instant::now() < deadline, "{what}");
-                std::thread::yield_now();
-            }
-        };
-        // Six lookups of the stalling component, their calls then stopped: four threads
-        // stay in the resolver, and keep the component's whole share.
-        let calls: Vec<_> = (0..6)
-            .map(|_| {
-                let (component, resolve) = (stalling.clone(), stall());
-                tokio::spawn(async move { lookup_within(&component, process, resolve).await })
-            })
-            .collect();
-        wait_for("four lookups in the resolver", &|| in_resolver.load(Ordering::SeqCst) == 4);
-        calls.iter().for_each(tokio::task::JoinHandle::abort);
-        assert_eq!((stalling.available_permits(), process.available_permits()), (0, 2));
-        // Another component's lookup runs beside them.
-        let answer = lookup_within(&other, process, || Ok("resolved")).await.unwrap();
-        assert_eq!(answer, "resolved");
-        // Its stalls take the rest of the process's share, and no more threads.
-        let more: Vec<_> = (0..3)
-            .map(|_| {
-                let (component, resolve) = (other.clone(), stall());
-                tokio::spawn(async move { lookup_within(&component, process, resolve).await })
-            })
-            .collect();
-        wait_for("six lookups in the resolver", &|| in_resolver.load(Ordering::SeqCst) == 6);
-        assert_eq!(process.available_permits(), 0);
-        assert_eq!(in_resolver.load(Ordering::SeqCst), 6, "a seventh thread entered the resolver");
-        // The resolver gives up: every thread leaves and every share is whole again; the
-        // third stall of the other component then runs, and ends.
-        *gate.0.lock().unwrap() = true;
-        gate.1.notify_all();
-        for call in more {
-            call.await.unwrap().unwrap();
-        }
-        wait_for("every share given back", &|| {
-            (stalling.available_permits(), other.available_permits(), process.available_permits())
-                == (4, 4, 6)
         });
+        address
+    }
+
+    fn call_ledger(server: &Arc<super::super::ledger::DescriptorBudget>) -> Arc<Ledger> {
+        Arc::new(Ledger::new(&ToolLimits::default(), server.clone()))
+    }
+
+    /// Wait (polling, within a deadline) until `done`.
+    async fn wait_until(what: &str, done: impl Fn() -> bool) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while !done() {
+            assert!(tokio::time::Instant::now() < deadline, "{what}");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    /// Lookups that stall hold no thread and no shared slot: twenty components with four
+    /// stalled lookups each (the system resolver on the blocking pool held the process's
+    /// sixteen with four components) leave another component's lookups answering. A
+    /// stalled lookup is charged to its call, and a stopped call gives back its
+    /// component's turn and its charge at once, not when a name server gives up.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn stalled_lookups_hold_nothing_past_their_call_and_no_one_elses_turn() {
+        let name_server = stub_name_server().await;
+        let egress = || ComponentEgress::resolving_with(HttpGrants::default(), Some(vec![name_server]));
+        let descriptors = Arc::new(super::super::ledger::DescriptorBudget::new(100_000, 1));
+        let stalling: Vec<Arc<ComponentEgress>> = (0..20).map(|_| Arc::new(egress())).collect();
+        let ledgers: Vec<Arc<Ledger>> = stalling.iter().map(|_| call_ledger(&descriptors)).collect();
+        let calls: Vec<_> = stalling
+            .iter()
+            .zip(&ledgers)
+            .flat_map(|(component, ledger)| {
+                (0..LOOKUPS_PER_COMPONENT).map(move |_| {
+                    let (component, ledger) = (component.clone(), ledger.clone());
+                    tokio::spawn(async move { lookup(&component, &ledger, "stall.example").await })
+                })
+            })
+            .collect();
+        wait_until("every stalling component's turns taken", || {
+            stalling.iter().all(|component| component.lookups.available_permits() == 0)
+        })
+        .await;
+        let charged = LOOKUPS_PER_COMPONENT * LOOKUP_BYTES;
+        assert!(ledgers.iter().all(|ledger| ledger.host_memory() == charged), "each lookup is charged");
+        assert_eq!(descriptors.in_use(), 0, "within the guarantee");
+
+        // Another component resolves beside the eighty stalls; a name that does not exist
+        // and one that stalls are told apart from it.
+        let other = egress();
+        let ledger = call_ledger(&descriptors);
+        let answer = tokio::time::timeout(Duration::from_secs(10), lookup(&other, &ledger, "ok.example"))
+            .await
+            .expect("another component's lookup is not held up by the stalls");
+        assert_eq!(answer.unwrap(), vec![IpAddr::V4(Ipv4Addr::new(203, 0, 113, 7))]);
+        assert!(matches!(lookup(&other, &ledger, "gone.example").await, Err(LookupError::NoSuchName)));
+        assert_eq!(ledger.host_memory(), 0, "an ended lookup's charge is given back");
+
+        // The stalling calls stop: their turns and charges come back at once.
+        calls.iter().for_each(tokio::task::JoinHandle::abort);
+        wait_until("every turn and charge given back", || {
+            stalling.iter().all(|component| component.lookups.available_permits() == LOOKUPS_PER_COMPONENT)
+                && ledgers.iter().all(|ledger| ledger.host_memory() == 0)
+        })
+        .await;
+    }
+
+    /// A lookup past the call's descriptors is refused before any query goes out.
+    #[tokio::test]
+    async fn a_lookup_the_calls_descriptors_cannot_hold_is_refused() {
+        let egress =
+            ComponentEgress::resolving_with(HttpGrants::default(), Some(vec![stub_name_server().await]));
+        let descriptors = Arc::new(super::super::ledger::DescriptorBudget::new(100_000, 1));
+        let limits = ToolLimits { open_files: LOOKUP_SOCKETS - 1, ..ToolLimits::default() };
+        let ledger = Arc::new(Ledger::new(&limits, descriptors));
+        let refused = lookup(&egress, &ledger, "ok.example").await;
+        assert!(
+            matches!(refused, Err(LookupError::Refused(super::super::ledger::Refusal::OpenFiles))),
+            "{refused:?}"
+        );
     }
 
     #[test]

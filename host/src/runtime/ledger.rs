@@ -205,25 +205,36 @@ impl Ledger {
 
     /// Charge a new file stream: its buffer, and the descriptor it may keep open.
     pub(crate) fn charge_stream(self: &Arc<Self>, open_descriptors: usize) -> Result<StreamCharge, Refusal> {
-        self.charge_open(Some(open_descriptors), STREAM_BUFFER_BYTES)
+        self.charge_open(Some(open_descriptors), 1, STREAM_BUFFER_BYTES)
     }
 
     /// Charge an outbound connection like a stream: its descriptor, and its buffers
     /// (egress.rs caps hyper's at a stream's size) plus `extra_bytes` (TLS).
     pub(crate) fn charge_connection(self: &Arc<Self>, extra_bytes: usize) -> Result<StreamCharge, Refusal> {
-        self.charge_open(None, STREAM_BUFFER_BYTES + extra_bytes)
+        self.charge_open(None, 1, STREAM_BUFFER_BYTES + extra_bytes)
     }
 
-    /// Charge one more open stream or connection holding `bytes`, with the call's open
-    /// descriptors recounted as `open_descriptors` if given.
+    /// Charge a name lookup under way: the `sockets` its queries may hold at once, and
+    /// `bytes` of buffers.
+    pub(crate) fn charge_lookup(
+        self: &Arc<Self>,
+        sockets: usize,
+        bytes: usize,
+    ) -> Result<StreamCharge, Refusal> {
+        self.charge_open(None, sockets, bytes)
+    }
+
+    /// Charge `streams` more open streams, connections or sockets holding `bytes`, with
+    /// the call's open descriptors recounted as `open_descriptors` if given.
     fn charge_open(
         self: &Arc<Self>,
         open_descriptors: Option<usize>,
+        streams: usize,
         bytes: usize,
     ) -> Result<StreamCharge, Refusal> {
         let mut held = self.held.lock().unwrap();
         let descriptors = open_descriptors.unwrap_or(held.descriptors);
-        let next = Held { descriptors, streams: held.streams + 1 };
+        let next = Held { descriptors, streams: held.streams + streams };
         if next.total() > self.open_files_limit {
             return Err(Refusal::OpenFiles);
         }
@@ -232,7 +243,7 @@ impl Ledger {
             self.release_memory(bytes);
             return Err(refusal);
         }
-        Ok(StreamCharge { ledger: self.clone(), bytes })
+        Ok(StreamCharge { ledger: self.clone(), streams, bytes })
     }
 }
 
@@ -244,11 +255,12 @@ impl Drop for Ledger {
     }
 }
 
-/// A file stream's or a connection's charge (a descriptor and its buffers), given back
-/// when it drops.
+/// A file stream's, a connection's or a lookup's charge (its descriptors and buffers),
+/// given back when it drops.
 #[derive(Debug)]
 pub(crate) struct StreamCharge {
     ledger: Arc<Ledger>,
+    streams: usize,
     bytes: usize,
 }
 
@@ -256,7 +268,7 @@ impl Drop for StreamCharge {
     fn drop(&mut self) {
         let ledger = &self.ledger;
         let mut held = ledger.held.lock().unwrap();
-        let next = Held { descriptors: held.descriptors, streams: held.streams - 1 };
+        let next = Held { descriptors: held.descriptors, streams: held.streams - self.streams };
         let _ = ledger.hold(&mut held, next);
         ledger.release_memory(self.bytes);
     }
