@@ -1501,19 +1501,28 @@ impl Connection {
             return Ran::NeedsInput(input, report.cleanup_note, teardown);
         }
         let limits = tools.limits(name).cloned().unwrap_or_default();
-        let answer = match (report.outcome, asking) {
+        let given_up = match (report.outcome, asking) {
             (Outcome::InputRequired(input), Some((retry, binding, round))) => {
                 match retry.ask(input, round, &self.server.sealer, binding()) {
-                    Ok(result) => jsonrpc::success(id, result),
+                    Ok(result) => return Ran::Answered(Some(jsonrpc::success(id, result)), Some(teardown)),
                     Err(input::NotAsked::Refused(error)) => jsonrpc::failure(Some(id), &error),
                     Err(input::NotAsked::Failed(message)) => {
                         jsonrpc::success(id, CallToolResult::error(format!("The tool {message}"), revision))
                     }
                 }
             }
-            (outcome, _) => jsonrpc::success(id, call_result(outcome, &limits, revision)),
+            (outcome, _) => {
+                let answer = jsonrpc::success(id, call_result(outcome, &limits, revision));
+                return Ran::Answered(Some(answer), Some(teardown));
+            }
         };
-        Ran::Answered(Some(answer), Some(teardown))
+        // Asking failed: the call ends with an error, and the guest that asked is cleaned
+        // up as after any stop, with the note it left.
+        drop(teardown);
+        let cleanup = self
+            .clean_up_between_rounds(id, tools, name, arguments, Outcome::Cancelled, report.cleanup_note)
+            .await;
+        Ran::Answered(Some(given_up), cleanup)
     }
 
     /// Open a `subscriptions/listen` stream: acknowledge what it will carry, then send

@@ -3,7 +3,8 @@
 //! retry that lands on a second process with the same key (stateless continuation) and is
 //! refused by one with another key; tampered, expired, foreign-tool and foreign-argument
 //! states refused with -32602; a request the client cannot answer refused with -32021 and
-//! HTTP 400; a tool that asks forever stopped after 8 rounds; malformed answers refused,
+//! HTTP 400; a tool that asks forever stopped after 8 rounds (both given up, so cleaned
+//! up, with the note the round left); malformed answers refused,
 //! missing ones asked again, extra ones ignored; every message checked against the
 //! official schema.
 
@@ -12,10 +13,10 @@ use crate::common;
 use std::io::{BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::PathBuf;
-use std::process::Child;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::wire::{Schema, parse_answer, spawn_http_server};
+use common::wire::{Schema, parse_answer};
 use serde_json::{Value, json};
 
 const KEY: &str = "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f";
@@ -49,22 +50,36 @@ fn config(name: &str, key: &str, ttl_secs: u64) -> PathBuf {
 }
 
 struct Server {
-    child: Child,
+    process: common::server::Process,
     port: u16,
+    /// The hostile component's data directory, where its cleanup writes why it ran.
+    hostile_data: PathBuf,
 }
 
 impl Server {
     fn start(name: &str, key: &str, ttl_secs: u64) -> Self {
-        let (child, port) =
-            spawn_http_server(env!("CARGO_BIN_EXE_cordon").as_ref(), &config(name, key, ttl_secs));
-        Self { child, port }
+        let config = config(name, key, ttl_secs);
+        let mut command = Command::new(env!("CARGO_BIN_EXE_cordon"));
+        command.args(["serve", "--http", "127.0.0.1:0", "--config"]).arg(&config);
+        command.stdin(Stdio::null()).stdout(Stdio::null());
+        let mut process = common::server::Process::spawn(command);
+        let listening = process.wait_log("http://127.0.0.1:");
+        let port = listening.split("http://127.0.0.1:").nth(1).and_then(|rest| rest.split('/').next());
+        let port = port.and_then(|port| port.parse().ok()).expect("the address it listens on");
+        Self { process, port, hostile_data: config.parent().unwrap().join("hostile") }
     }
-}
 
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+    /// Wait (within a deadline) for the hostile component's cleanup to have written why it
+    /// ran and the note it was given, debug-printed.
+    fn hostile_cleanup(&self) -> String {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Ok(reason) = std::fs::read_to_string(self.hostile_data.join("cleanup-reason")) {
+                return reason;
+            }
+            assert!(Instant::now() < deadline, "the hostile component's cleanup never ran");
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 }
 
@@ -233,6 +248,13 @@ fn a_request_the_client_cannot_answer_is_refused_with_its_capability_and_400() {
     let (status, asked) = post(&server, "tools/call", asks_roots, r#"{"roots": {}}"#);
     assert_eq!((status, &asked["result"]["inputRequests"]["0kkk"]["method"]), (200, &json!("roots/list")));
 
+    // A guest that left a note and asked what the client cannot answer has run: given up,
+    // it is cleaned up with its note. Before, no cleanup ran.
+    let noted = json!({"name": "note_then_ask", "arguments": {}});
+    let refused = post(&server, "tools/call", noted, r#"{"elicitation": {}}"#);
+    assert!(error(&refused, -32021, 400).contains("roots"), "{refused:?}");
+    assert_eq!(server.hostile_cleanup(), "Cancelled Some(\"reserved 42\")");
+
     // The fixture asks only what the client declared (the conformance capability check).
     let sampling_only =
         call(&server, "test_input_required_result_capabilities", json!({}), r#"{"sampling": {}}"#);
@@ -255,12 +277,15 @@ fn a_tool_that_asks_forever_ends_after_eight_rounds_with_a_clear_error() {
         assert_eq!(status, 200);
         if round < 8 {
             assert_eq!(answer["result"]["resultType"], "input_required", "round {round}: {answer}");
+            assert!(!server.hostile_data.join("cleanup-reason").exists(), "round {round} cleaned up");
             asked = answer;
         } else {
             assert_eq!(answer["result"]["isError"], true, "{answer}");
             assert!(text(&answer).contains("8 rounds in a row; a call may ask at most 8"), "{answer}");
         }
     }
+    // The guest asked once more and was given up: it is cleaned up, as after a stop.
+    assert_eq!(server.hostile_cleanup(), "Cancelled None");
 }
 
 #[test]
@@ -286,7 +311,7 @@ fn answers_are_checked_missing_ones_asked_again_and_extra_ones_ignored() {
 
 #[test]
 fn a_prompt_asks_too_and_other_methods_never_do() {
-    let server = Server::start("mrtr-prompt", KEY, 600);
+    let mut server = Server::start("mrtr-prompt", KEY, 600);
     let name = "test_input_required_result_prompt";
     let (status, asked) = post(&server, "prompts/get", json!({"name": name}), EVERYTHING);
     assert_eq!((status, &asked["result"]["resultType"]), (200, &json!("input_required")), "{asked}");
@@ -295,6 +320,12 @@ fn a_prompt_asks_too_and_other_methods_never_do() {
         json!({"name": name, "inputResponses": answer, "requestState": asked["result"]["requestState"]});
     let (_, done) = post(&server, "prompts/get", params, EVERYTHING);
     assert_eq!(done["result"]["messages"][0]["content"]["text"], "Use this context: the changelog", "{done}");
+    // A prompt that asked what the client cannot answer has run: given up, it is cleaned
+    // up. Before, no cleanup ran.
+    let refused = post(&server, "prompts/get", json!({"name": name}), r#"{"roots": {}}"#);
+    assert!(error(&refused, -32021, 400).contains("elicitation"), "{refused:?}");
+    let ended = server.process.wait_log("outcome=\"cancelled\"");
+    assert!(ended.contains("tool=\"prompts/get\"") && ended.contains("cleanup=\"completed\""), "{ended}");
     // A prompt's state is no tool's.
     let params = json!({"name": "delete_collection", "arguments": {"collection": "x"}, "requestState": asked["result"]["requestState"]});
     let refused = post(&server, "tools/call", params, EVERYTHING);

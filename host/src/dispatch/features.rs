@@ -347,15 +347,20 @@ impl Connection {
                 }
                 Outcome::InputRequired(input) if asking.is_some() => {
                     let (retry, binding, round) = asking.expect("guarded");
-                    match retry.ask(input, round, &self.server.sealer, binding()) {
+                    let error = match retry.ask(input, round, &self.server.sealer, binding()) {
                         Ok(result) => {
                             return (Some(jsonrpc::success(id, result)), Some(teardown));
                         }
-                        Err(NotAsked::Refused(error)) => Err(error),
+                        Err(NotAsked::Refused(error)) => error,
                         Err(NotAsked::Failed(message)) => {
-                            Err(RpcError::new(INTERNAL_ERROR, format!("The prompt {message}")))
+                            RpcError::new(INTERNAL_ERROR, format!("The prompt {message}"))
                         }
-                    }
+                    };
+                    // Given up with an error, the prompt that asked is cleaned up as after
+                    // any stop, with the note it left.
+                    drop(teardown);
+                    let teardown = clean_up(Outcome::Cancelled, report.cleanup_note).await;
+                    return (Some(jsonrpc::failure(Some(id), &error)), teardown);
                 }
                 // A prompt's own refusal is about its arguments (its WIT contract).
                 Outcome::ToolError(message) if is_prompt => Err(RpcError::invalid_params(message)),
