@@ -24,7 +24,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicIsize, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use crate::auth::{Caller, Tenant};
+use crate::auth::{Caller, Tenant, TenantId};
 
 /// Who a request comes from, for the shares one client may hold (of the admission bound,
 /// of the listen streams): the caller its credentials name, or, without any, the address
@@ -172,7 +172,9 @@ pub struct Admission {
 /// The clients' counts, and how many were kept at the last look for unused ones.
 #[derive(Default)]
 struct ClientCounts {
-    counts: HashMap<Client, ClientShare>,
+    /// Keyed by tenant too: a caller is named by its tenant's credentials, and one name in
+    /// two tenants is two clients.
+    counts: HashMap<(Option<TenantId>, Client), ClientShare>,
     kept: usize,
 }
 
@@ -243,8 +245,9 @@ impl Admission {
         self.clients.lock().unwrap().counts.len()
     }
 
-    /// `client`'s count, to charge its requests and answers with ([`Self::empty_for`]).
-    pub fn client_share(&self, client: Client) -> ClientShare {
+    /// `client`'s count in `tenant`, to charge its requests and answers with
+    /// ([`Self::empty_for`]).
+    pub fn client_share(&self, tenant: Option<&Tenant>, client: Client) -> ClientShare {
         let mut clients = self.clients.lock().unwrap();
         if clients.counts.len() >= (clients.kept * 2).max(CLIENT_SWEEP_FLOOR) {
             // A count held by the map alone is held by no charge and no share, so none can
@@ -252,7 +255,7 @@ impl Admission {
             clients.counts.retain(|_, count| count.in_use());
             clients.kept = clients.counts.len();
         }
-        clients.counts.entry(client).or_default().clone()
+        clients.counts.entry((tenant.map(|tenant| tenant.id.clone()), client)).or_default().clone()
     }
 
     /// The count `client`'s subscriptions are kept within, and its limit: a
@@ -520,8 +523,9 @@ mod tests {
     #[test]
     fn an_answer_may_take_the_server_to_twice_its_bound_never_a_client_past_its_share() {
         let admission = Admission::new(1000, 1);
-        let clients: Vec<ClientShare> =
-            (1..=5).map(|last| admission.client_share(Client::Address([10, 0, 0, last].into()))).collect();
+        let clients: Vec<ClientShare> = (1..=5)
+            .map(|last| admission.client_share(None, Client::Address([10, 0, 0, last].into())))
+            .collect();
         let mut charges: Vec<Charge> =
             clients.iter().map(|client| admission.empty_for(None, Some(client))).collect();
         assert!(charges[0].grow_answer(500));
@@ -537,8 +541,8 @@ mod tests {
     #[test]
     fn one_client_holds_at_most_half_and_others_keep_the_rest() {
         let admission = Admission::new(1000, 1);
-        let greedy = admission.client_share(Client::Address([10, 0, 0, 1].into()));
-        let other = admission.client_share(Client::Address([10, 0, 0, 2].into()));
+        let greedy = admission.client_share(None, Client::Address([10, 0, 0, 1].into()));
+        let other = admission.client_share(None, Client::Address([10, 0, 0, 2].into()));
         let mut held = admission.empty_for(None, Some(&greedy));
         assert!(held.grow(500));
         assert!(!held.grow(1), "past its half");
@@ -567,7 +571,7 @@ mod tests {
     fn with_two_tenants_the_tenants_have_shares_and_their_clients_none() {
         let admission = Admission::new(1000, 2);
         assert_eq!((admission.tenant_limit(), admission.client_limit()), (500, None));
-        let client = admission.client_share(Client::Address([10, 0, 0, 1].into()));
+        let client = admission.client_share(None, Client::Address([10, 0, 0, 1].into()));
         let mut charge = admission.empty_for(None, Some(&client));
         assert!(charge.grow(1000));
         assert_eq!(client.held(), 0);
@@ -647,13 +651,31 @@ mod tests {
         );
     }
 
+    /// One caller's name in two tenants is two clients (a subject in one tenant's
+    /// identity provider is not the same one in another's): neither's subscriptions count
+    /// in the other's part.
+    #[test]
+    fn a_callers_name_in_two_tenants_is_two_clients() {
+        let admission = Admission::new(1 << 20, 3);
+        let [a, b, _] = three_tenants();
+        let alice = || Client::Caller(Caller::Subject("alice".into()));
+        let part = |tenant: &Tenant| {
+            let client = admission.client_share(Some(tenant), alice());
+            admission.subscribed_count(Some(tenant), Some(&client)).unwrap()
+        };
+        let limit = admission.tenant_limit() / SUBSCRIBED_PART;
+        let _all_of_a = part(&a).take(limit).expect("a's alice takes her whole part");
+        assert!(part(&a).take(1).is_none(), "the same tenant's alice is the same client");
+        assert!(part(&b).take(limit).is_some(), "b's alice has her own part");
+    }
+
     #[test]
     fn unused_client_counts_are_forgotten() {
         let admission = Admission::new(1000, 1);
-        let kept = admission.client_share(Client::Address([10, 0, 0, 1].into()));
+        let kept = admission.client_share(None, Client::Address([10, 0, 0, 1].into()));
         for n in 0..CLIENT_SWEEP_FLOOR as u32 * 4 {
             let share =
-                admission.client_share(Client::Address(std::net::Ipv6Addr::from_bits(n.into()).into()));
+                admission.client_share(None, Client::Address(std::net::Ipv6Addr::from_bits(n.into()).into()));
             let mut charge = admission.empty_for(None, Some(&share));
             assert!(charge.grow(1));
         }
@@ -661,7 +683,7 @@ mod tests {
         // The one still held is kept, with its count.
         let mut charge = admission.empty_for(None, Some(&kept));
         assert!(charge.grow(7));
-        let again = admission.client_share(Client::Address([10, 0, 0, 1].into()));
+        let again = admission.client_share(None, Client::Address([10, 0, 0, 1].into()));
         assert_eq!(again.held(), 7);
     }
 }

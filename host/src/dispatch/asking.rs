@@ -202,7 +202,7 @@ impl Connection {
             )));
         }
         let admission = self.server.admission();
-        let client = self.client().map(|client| admission.client_share(client));
+        let client = self.client().map(|client| admission.client_share(self.tenant.as_deref(), client));
         let kept = uri.len() + SUBSCRIPTION_OVERHEAD;
         let subscribed = match admission.subscribed_count(self.tenant.as_deref(), client.as_ref()) {
             Some(count) => match count.take(kept) {

@@ -1007,7 +1007,8 @@ async fn serve_request(
     let headers = headers.clone();
     let peer = request.extensions().get::<Peer>().map(|peer| peer.0);
     // Its bytes count in its client's share of the admission bound, its answers' too.
-    let client = Client::of(caller.as_ref(), peer).map(|client| server.admission().client_share(client));
+    let client = Client::of(caller.as_ref(), peer)
+        .map(|client| server.admission().client_share(tenant.as_deref(), client));
     let body_charge = server.admission().empty_for(tenant.as_deref(), client.as_ref());
     let (body, body_charge) = read_body(request.into_body(), settings, body_charge).await?;
     *body_read = true;
@@ -1266,7 +1267,9 @@ fn session_stream(
             return response;
         }
     }
-    let client = connection.client().map(|client| shared.server.admission().client_share(client));
+    let client = connection.client().map(|client| {
+        shared.server.admission().client_share(connection.tenant().map(|tenant| &**tenant), client)
+    });
     let charges =
         AnswerCharges { server: shared.server.clone(), tenant: connection.tenant().cloned(), client };
     sse_answer(None, None, outbox, shared.settings.keep_alive, shared.settings.stats.clone(), charges)
