@@ -1195,6 +1195,8 @@ impl Connection {
         let mut round = InputRound::first(abilities);
         // The last note the guest left for a cleanup, carried from round to round.
         let mut note = None;
+        // The charges of the answers the next round runs with.
+        let mut _answers_held = AnswersHeld::default();
         for rounds in 1.. {
             let input = match self
                 .run_call(id, tools, name, arguments, feeds.clone(), revision, round, cancel_signal, out)
@@ -1238,9 +1240,10 @@ impl Connection {
                 return (Some(jsonrpc::success(id, CallToolResult::error(problem, revision))), teardown);
             }
             match self.ask_between_rounds(input, deadline, cancel_signal, out).await {
-                Ok((responses, state)) => {
+                Ok((responses, state, held)) => {
                     round = InputRound::retry(abilities, responses, state);
                     round.cleanup_note = note.clone();
+                    _answers_held = held;
                 }
                 Err(Between::Failed(problem)) => {
                     let teardown = self
@@ -1311,7 +1314,7 @@ impl Connection {
         deadline: Option<(Instant, Duration)>,
         cancel_signal: &Notify,
         out: &Outbox,
-    ) -> Result<(Vec<(String, String)>, Option<Vec<u8>>), Between> {
+    ) -> Result<(Vec<(String, String)>, Option<Vec<u8>>, AnswersHeld), Between> {
         let InputRequired { requests, state } = input;
         let requests = requests
             .into_iter()
@@ -1341,8 +1344,18 @@ impl Connection {
         };
         let answers = answers
             .map_err(|error| Between::Failed(format!("the tool's request for input failed: {error}")))?;
-        let responses = answers.into_iter().map(|(key, answer)| (key, answer.to_string())).collect();
-        Ok((responses, state))
+        let mut held = AnswersHeld(Vec::with_capacity(answers.len()));
+        let responses = answers
+            .into_iter()
+            .map(|(key, answer, mut charge)| {
+                let text = answer.to_string();
+                // The round keeps the answer's text (twice: the round's copy for the guest).
+                charge.shrink_to(2 * (key.len() + text.len()) + ANSWER_HELD_BYTES);
+                held.0.push(charge);
+                (key, text)
+            })
+            .collect();
+        Ok((responses, state, held))
     }
 
     /// Run one round of a call to its answer (`None` when the client cancelled it) and the
@@ -1821,6 +1834,15 @@ enum Between {
     /// A cancel or the call's deadline stopped it while the client was asked.
     Stopped(Outcome),
 }
+
+/// The charges of a 2025-era client's answers, each shrunk to what the next round keeps of
+/// it, held until that round ends: a client's answers (up to a message's size each) are its
+/// requests' bytes in the admission bound for as long as the server holds them.
+#[derive(Default)]
+struct AnswersHeld(Vec<Charge>);
+
+/// What a kept answer costs besides its key and text: its place in the round's list.
+const ANSWER_HELD_BYTES: usize = 64;
 
 /// The most rounds of one 2025-era call: a guest that keeps asking is ended with an error.
 pub const MAX_INPUT_ROUNDS: usize = 8;

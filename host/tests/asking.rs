@@ -632,6 +632,47 @@ fn a_cancel_while_a_later_round_waits_for_a_slot_still_runs_the_cleanup() {
     assert_eq!(client.request("ping", json!({}))["result"], json!({}));
 }
 
+/// A client's answers are held by the round that runs with them, so they stay charged to
+/// the server's bound for requests (`max_queued_request_kb`) until that round ends. Before,
+/// their charge was given back once they arrived: a 1 MB answer to a round that then
+/// queued (or spun) for minutes held its memory outside every bound.
+#[test]
+fn a_clients_answers_stay_charged_while_the_round_that_gets_them_runs() {
+    let setup = Setup::hostile(
+        "answers-charged",
+        "max_concurrent_calls = 1\nqueue_timeout_ms = 60000\nmax_queued_request_kb = 4096",
+    );
+    let mut client = Stdio2025::start_logging(&setup, ALL(), "info,cordon::runtime=debug");
+    let (call, request) = client.call_until_asked("ask_then_spin", json!({}), "roots/list");
+    // The only slot, taken by a call parked in the host: the next round will queue.
+    let parked = client.send_request("tools/call", json!({"name": "park", "arguments": {"ms": 60000}}));
+    let large_root = json!({"roots": [{"uri": format!("file:///{}", "a".repeat(1_000_000))}]});
+    client.send(json!({"jsonrpc": "2.0", "id": request["id"], "result": large_root}));
+    let queued = client.process.wait_log("queued: no slot is free");
+    assert!(queued.contains("ask_then_spin"), "{queued}");
+    // The queued round holds twice the answer's 1 MB (its text, and the round's copy), and
+    // a request charged 2.5 MB (its parse and its text) does not fit beside that in 4 MiB.
+    let padded = || json!({"_meta": {"padding": "p".repeat(1_250_000)}});
+    let refused = client.request("ping", padded());
+    assert_eq!(refused["error"]["code"], -32603, "the answer's bytes are held: {refused}");
+    assert!(refused["error"]["message"].as_str().unwrap().contains("busy"), "{refused}");
+    // The round ends: its answers' bytes are given back.
+    for id in [&call, &parked] {
+        client.send(
+            json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": id}}),
+        );
+    }
+    let deadline = std::time::Instant::now() + WAIT;
+    loop {
+        let answer = client.request("ping", padded());
+        if answer.get("result").is_some() {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "the answer's bytes were never given back: {answer}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// A call stopped between rounds is cleaned up with the last note its guest left, in a
 /// round before (the WIT: "the last note the call left"). Before, its cleanup got none:
 /// each round's note went with the round.

@@ -112,13 +112,14 @@ impl Connection {
 
     /// Send each of `requests` to the client on `out`, all at once (the client may answer
     /// them in any order), and wait for every answer: each result, checked against its
-    /// request's result type, under the request's key. The first failure ends the wait.
+    /// request's result type, under the request's key, with the charge its message came
+    /// with (the round that gets the answers holds it). The first failure ends the wait.
     /// Dropping the future stops waiting (a late answer is then dropped).
     pub async fn ask_all(
         &self,
         requests: Vec<(String, ServerRequest)>,
         out: &Outbox,
-    ) -> Result<Vec<(String, Value)>, AskError> {
+    ) -> Result<Vec<(String, Value, Charge)>, AskError> {
         if let Some(kind) =
             requests.iter().map(|(_, request)| request.kind()).find(|kind| !self.serves(*kind))
         {
@@ -146,19 +147,17 @@ impl Connection {
             pending.push((key, kind, answer));
         }
         let mut answers = Vec::with_capacity(pending.len());
-        let mut charges = Vec::with_capacity(pending.len());
         for (key, kind, answer) in pending {
             let Ok((answer, charge)) = answer.await else { return Err(AskError::Gone) };
-            charges.push(charge);
             let result = match answer {
                 Ok(result) => kind.check_result(&result).map(|()| result).map_err(AskError::Malformed)?,
                 Err(PeerError { code, message }) => {
                     return Err(AskError::Refused { method: kind.method(), code, message });
                 }
             };
-            answers.push((key, result));
+            answers.push((key, result, charge));
         }
-        drop((waiting, charges));
+        drop(waiting);
         Ok(answers)
     }
 

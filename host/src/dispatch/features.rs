@@ -213,6 +213,8 @@ impl Connection {
         let mut deadline = None;
         // The last note the guest left for a cleanup, carried from round to round.
         let mut note = None;
+        // The charges of the answers the next round runs with.
+        let mut _answers_held = Default::default();
         // The cleanup of a prompt whose guest ran a round, stopped before the next: in no
         // call slot (`Runtime::feature_to_clean_up`).
         let clean_up = |outcome: Outcome, note: Option<Vec<u8>>| {
@@ -322,10 +324,11 @@ impl Connection {
                         return (Some(answer), clean_up(Outcome::Cancelled, note).await);
                     }
                     match self.ask_between_rounds(input, deadline, cancel_signal, out).await {
-                        Ok((responses, state)) => {
+                        Ok((responses, state, held)) => {
                             let mut next = InputRound::retry(abilities, responses, state);
                             next.cleanup_note = note.clone();
                             round = Some(next);
+                            _answers_held = held;
                             continue;
                         }
                         Err(Between::Failed(problem)) => {
