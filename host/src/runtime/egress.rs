@@ -119,9 +119,11 @@ const TLS_BUFFER_BYTES: usize = 64 << 10;
 /// which counts its in-memory size), charged whole to every fields set a guest holds.
 pub(crate) const FIELDS_BYTES: usize = 16 << 10;
 
-/// What one header field of a response is charged beside its name and value: the header
-/// map's entry and index.
+/// What one header name of a response is charged beside its bytes: the header map's
+/// entry and index...
 const HEADER_ENTRY_BYTES: usize = 64;
+/// ...and what each of its values is charged beside its bytes: the value and its link.
+const HEADER_VALUE_BYTES: usize = 48;
 
 /// The longest method (an extension token; the standard ones are a few bytes) a guest may
 /// give a request...
@@ -286,27 +288,17 @@ pub(crate) fn shadow_http_types(linker: &mut Linker<GuestState>) -> wasmtime::Re
             Ok((fields,))
         },
     )?;
-    // The fields a request or response a guest builds hands back share its map: kept
-    // after the request (or response) is dropped, which gives its charge back, they keep
-    // the map, so they are charged as fields the guest builds are.
+    // The fields a request or response a guest builds hands back: see `charged_headers`.
     types.func_wrap(
         "[method]outgoing-request.headers",
         |mut store: StoreContextMut<'_, GuestState>, (request,): (Resource<HostOutgoingRequest>,)| {
-            let state = store.data_mut();
-            charge_fields(state)?;
-            let fields = OutgoingRequestHost::headers(&mut state.http(), request)?;
-            state.track_charge::<FieldMap>(fields.rep(), FIELDS_BYTES);
-            Ok((fields,))
+            Ok((charged_headers(store.data_mut(), request)?,))
         },
     )?;
     types.func_wrap(
         "[method]outgoing-response.headers",
         |mut store: StoreContextMut<'_, GuestState>, (response,): (Resource<HostOutgoingResponse>,)| {
-            let state = store.data_mut();
-            charge_fields(state)?;
-            let fields = OutgoingResponseHost::headers(&mut state.http(), response)?;
-            state.track_charge::<FieldMap>(fields.rep(), FIELDS_BYTES);
-            Ok((fields,))
+            Ok((charged_headers(store.data_mut(), response)?,))
         },
     )?;
     types.func_wrap(
@@ -359,6 +351,11 @@ trait OutgoingMessage: Sized + Send + 'static {
         view: &mut WasiHttpCtxView<'_>,
         message: Resource<Self>,
     ) -> wasmtime::Result<Result<Resource<HostOutgoingBody>, ()>>;
+    /// wasmtime-wasi-http's `headers()` for it.
+    fn headers(
+        view: &mut WasiHttpCtxView<'_>,
+        message: Resource<Self>,
+    ) -> wasmtime::Result<Resource<FieldMap>>;
 }
 
 impl OutgoingMessage for HostOutgoingRequest {
@@ -370,6 +367,12 @@ impl OutgoingMessage for HostOutgoingRequest {
         request: Resource<Self>,
     ) -> wasmtime::Result<Result<Resource<HostOutgoingBody>, ()>> {
         OutgoingRequestHost::body(view, request)
+    }
+    fn headers(
+        view: &mut WasiHttpCtxView<'_>,
+        request: Resource<Self>,
+    ) -> wasmtime::Result<Resource<FieldMap>> {
+        OutgoingRequestHost::headers(view, request)
     }
 }
 
@@ -383,12 +386,34 @@ impl OutgoingMessage for HostOutgoingResponse {
     ) -> wasmtime::Result<Result<Resource<HostOutgoingBody>, ()>> {
         OutgoingResponseHost::body(view, response)
     }
+    fn headers(
+        view: &mut WasiHttpCtxView<'_>,
+        response: Resource<Self>,
+    ) -> wasmtime::Result<Resource<FieldMap>> {
+        OutgoingResponseHost::headers(view, response)
+    }
 }
 
-/// What a response head holds of host memory: its fields' bytes and an entry's overhead
-/// each.
+/// `headers()` of a request or response a guest builds: the fields share its map, and
+/// kept after it is dropped (which gives its charge back) they keep the map, so they are
+/// charged as fields the guest builds are; refused, the guest traps.
+fn charged_headers<M: OutgoingMessage>(
+    state: &mut GuestState,
+    message: Resource<M>,
+) -> wasmtime::Result<Resource<FieldMap>> {
+    charge_fields(state)?;
+    let fields = M::headers(&mut state.http(), message)?;
+    state.track_charge::<FieldMap>(fields.rep(), FIELDS_BYTES);
+    Ok(fields)
+}
+
+/// What a header map holds of host memory: each name once, with its entry's overhead,
+/// and each value, with its own (a name given many values is kept once, as
+/// wasmtime-wasi-http's `FieldMap` counts it).
 fn head_bytes(headers: &http::HeaderMap) -> usize {
-    headers.iter().map(|(name, value)| name.as_str().len() + value.len() + HEADER_ENTRY_BYTES).sum()
+    let names: usize = headers.keys().map(|name| name.as_str().len() + HEADER_ENTRY_BYTES).sum();
+    let values: usize = headers.values().map(|value| value.len() + HEADER_VALUE_BYTES).sum();
+    names + values
 }
 
 /// The charge of a response head from its arrival until the guest takes the response
@@ -1540,6 +1565,25 @@ mod tests {
         assert!(
             matches!(refused, Err(LookupError::Refused(super::super::ledger::Refusal::OpenFiles))),
             "{refused:?}"
+        );
+    }
+
+    /// A name given many values is kept once: measured once. Before, each value counted
+    /// the name again, so the clone of guest-built fields with one long name repeated (16
+    /// KiB as wasmtime-wasi-http counts them) was charged 50 times that, and trapped.
+    #[test]
+    fn a_head_is_measured_with_each_name_once() {
+        let mut headers = http::HeaderMap::new();
+        let name = http::HeaderName::from_bytes("n".repeat(8 << 10).as_bytes()).unwrap();
+        for _ in 0..100 {
+            headers.append(name.clone(), http::HeaderValue::from_static("v"));
+        }
+        headers.insert("content-type", http::HeaderValue::from_static("text/plain"));
+        let expected = (8 << 10) + 12 + 2 * HEADER_ENTRY_BYTES + 101 * HEADER_VALUE_BYTES + 100 + 10;
+        assert_eq!(head_bytes(&headers), expected);
+        assert!(
+            head_bytes(&headers) < FIELDS_BYTES,
+            "fields a guest may build are charged no more than that"
         );
     }
 
