@@ -38,7 +38,7 @@
 //! sse_after_ms = 1000            # a quiet call's answer becomes an SSE stream...
 //! keep_alive_ms = 15000          # ...with a comment keep-alive this often
 //! max_connections = 2048         # open connections at once; more wait to be accepted
-//! max_connections_per_ip = 1024  # from one address (IPv6: one /64); more get 503, closed
+//! max_connections_per_ip = 1024  # from one address (IPv6: one /48); more get 503, closed
 //! max_header_connections_per_ip = 64 # of those, still reading their first request's
 //!                                # head; more wait, unread, up to header_timeout_ms
 //! header_timeout_ms = 10000      # for a request's head to arrive; a kept-alive

@@ -5,7 +5,7 @@
 //! Whoever reaches it may try to keep the probes from being answered (a pod restarted for
 //! failing its liveness probe is the prize), so it serves at most [`MAX_CONNECTIONS`]
 //! connections at once and [`MAX_CONNECTIONS_PER_ADDRESS`] from one address (IPv6: one
-//! /64; more are closed at once, unread), one request each, each connection done within
+//! /48; more are closed at once, unread), one request each, each connection done within
 //! [`CONNECTION_DEADLINE`] (a client that never reads its answer included); a request head
 //! must fit in hyper's smallest read buffer (8 KiB) and arrive within [`HEADER_TIMEOUT`];
 //! no request body is ever read; only `GET` and `HEAD` are answered (405 otherwise) and
@@ -136,8 +136,8 @@ impl MetricsListener {
     }
 }
 
-/// The connections being served: each one's client address (an IPv6 client by its /64,
-/// which one host can fill with addresses) and how to close it, by the order they came in.
+/// The connections being served: each one's client address (an IPv6 client by its /48,
+/// which one holder can fill with addresses) and how to close it, by the order they came in.
 #[derive(Default)]
 struct Served {
     next_id: u64,
@@ -241,17 +241,17 @@ fn text(status: StatusCode, body: &'static str) -> Response<Full<Bytes>> {
 mod tests {
     use super::*;
 
-    /// One host's /64 is one address here too: its addresses share one share.
+    /// One site's /48 is one address here too: its addresses share one share.
     #[test]
-    fn an_ipv6_client_holds_one_share_however_many_addresses_of_its_64_it_uses() {
+    fn an_ipv6_client_holds_one_share_however_many_addresses_of_its_48_it_uses() {
         let served = Arc::default();
-        let address = |last: u16| IpAddr::from([0x2001, 0xdb8, 0, 1, 0, 0, 0, last]);
+        let address = |last: u16| IpAddr::from([0x2001, 0xdb8, 0, last, 0, 0, 0, last]);
         let held: Vec<Place> = (0..MAX_CONNECTIONS_PER_ADDRESS as u16)
             .map(|i| Served::admit(&served, address(i)).unwrap())
             .collect();
-        assert!(Served::admit(&served, address(999)).is_none(), "the /64's share is taken");
-        let elsewhere = IpAddr::from([0x2001, 0xdb8, 0, 2, 0, 0, 0, 1]);
-        assert!(Served::admit(&served, elsewhere).is_some(), "another /64 has its own");
+        assert!(Served::admit(&served, address(999)).is_none(), "the /48's share is taken");
+        let elsewhere = IpAddr::from([0x2001, 0xdb8, 1, 2, 0, 0, 0, 1]);
+        assert!(Served::admit(&served, elsewhere).is_some(), "another /48 has its own");
         drop(held);
         assert!(Served::admit(&served, address(999)).is_some());
     }

@@ -98,7 +98,7 @@ pub struct HttpSettings {
     /// Connections open at once; more wait in the listen queue until one closes, so that
     /// a flood of connections cannot take every descriptor (and every byte of memory).
     pub max_connections: usize,
-    /// Connections open at once from one client address (IPv6: one /64); more are
+    /// Connections open at once from one client address (IPv6: one /48); more are
     /// answered 503 and closed, so one address cannot take every slot.
     pub max_connections_per_ip: usize,
     /// Connections from one client address still reading their first request's head;
@@ -277,9 +277,9 @@ trait NetworkBlocks {
 }
 
 impl NetworkBlocks for SessionOwner {
-    /// An address's /16 and /24 (IPv4), or /32 and /48 (IPv6, whose owner is already a
-    /// /64): a site is given a /48 and a provider a /32, so one holder of many /64s (or
-    /// IPv4 addresses) is one block here, however many owners it spreads over.
+    /// An address's /16 and /24 (IPv4), or /24 and /32 (IPv6, whose owner is already a
+    /// /48): a provider is given a /32 and a registry's block is wider, so one holder of
+    /// many /48s (or IPv4 addresses) is one block here, however many owners it spreads over.
     fn blocks(&self) -> [Option<(u8, IpAddr)>; 2] {
         let Self::Address(address) = self else { return [None, None] };
         let within = |bits: u8| match address {
@@ -288,7 +288,7 @@ impl NetworkBlocks for SessionOwner {
         };
         match address {
             IpAddr::V4(_) => [Some((16, within(16))), Some((24, within(24)))],
-            IpAddr::V6(_) => [Some((32, within(32))), Some((48, within(48)))],
+            IpAddr::V6(_) => [Some((24, within(24))), Some((32, within(32)))],
         }
     }
 }
@@ -603,14 +603,17 @@ struct AddressConnections {
     header_slots: Arc<Semaphore>,
 }
 
-/// The address an IP counts as: IPv4 as is (also when mapped into IPv6), IPv6 by its /64,
-/// the smallest block a single host is usually given.
+/// The address an IP counts as: IPv4 as is (also when mapped into IPv6), IPv6 by its /48,
+/// the block a site is given. A host is given a /64 and a home a /56, but anyone may have
+/// a /48 for the asking (tunnel brokers hand them out free): counted by /64, one holder
+/// of a /48 was 65,536 clients, and two of its /64s filled every share of half a bound.
+/// So an IPv6 site is one client, as the hosts behind one IPv4 address are.
 pub fn client_address(ip: IpAddr) -> IpAddr {
     match ip {
         IpAddr::V4(_) => ip,
         IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
             Some(v4) => IpAddr::V4(v4),
-            None => IpAddr::V6(Ipv6Addr::from(v6.to_bits() & !u128::from(u64::MAX))),
+            None => IpAddr::V6(Ipv6Addr::from(v6.to_bits() & (u128::MAX << 80))),
         },
     }
 }
@@ -893,7 +896,7 @@ pub async fn bind_and_serve(
 
 /// The address a request comes from, as its shares count it: its connection's, or behind
 /// a trusted proxy the client's it names ([`TrustedProxies::client`]); an IPv6 client by
-/// its /64, which one host can fill with addresses ([`client_address`]).
+/// its /48, which one holder can fill with addresses ([`client_address`]).
 #[derive(Clone, Copy)]
 struct Peer(std::net::IpAddr);
 
@@ -2039,7 +2042,7 @@ mod tests {
     }
 
     /// A full table closes a session of the network block holding the most, not one of
-    /// the single session of a client elsewhere, however many addresses (/64s here) the
+    /// the single session of a client elsewhere, however many addresses (/48s here) the
     /// block's sessions are spread over. By owner alone (as before), every owner held one
     /// and the one closed was any of them: as likely the lone client's.
     #[test]
@@ -2050,12 +2053,12 @@ mod tests {
         // The lone client's is the oldest session of all.
         table.insert("lone".into(), (), address("2001:db8:aaaa::1"), start);
         for i in 0..40_u64 {
-            let owner = address(&format!("2001:db8:bbbb:{i:x}::1"));
+            let owner = address(&format!("2001:db9:{i:x}::1"));
             table.insert(format!("spread{i}"), (), owner, start + Duration::from_secs(1 + i));
         }
-        let newcomer = address("2001:db8:bbbb:ffff::1");
+        let newcomer = address("2001:db9:ffff::1");
         let closed = table.to_close(&newcomer, table.len(), MAX_SESSIONS_PER_ADDRESS).unwrap();
-        assert_eq!(closed, "spread0", "the oldest of the biggest /64 of the biggest /48");
+        assert_eq!(closed, "spread0", "the oldest of the biggest /48 of the biggest /32");
         // The same with IPv4: many addresses of one /24 against one elsewhere.
         let mut table = SessionTable::<(), SessionOwner>::default();
         table.insert("lone".into(), (), address("198.51.100.7"), start);
@@ -2125,10 +2128,11 @@ mod tests {
     }
 
     #[test]
-    fn addresses_count_per_ipv4_and_per_ipv6_64() {
+    fn addresses_count_per_ipv4_and_per_ipv6_48() {
         let address = |text: &str| client_address(text.parse().unwrap());
         assert_eq!(address("2001:db8:1:2::1"), address("2001:db8:1:2:ffff::9"));
-        assert_ne!(address("2001:db8:1:2::1"), address("2001:db8:1:3::1"));
+        assert_eq!(address("2001:db8:1:2::1"), address("2001:db8:1:ffff::1"), "one site's /64s are one");
+        assert_ne!(address("2001:db8:1:2::1"), address("2001:db8:2:2::1"));
         assert_eq!(address("::ffff:10.0.0.1"), address("10.0.0.1"));
         assert_ne!(address("10.0.0.1"), address("10.0.0.2"));
     }
