@@ -1195,13 +1195,14 @@ impl Connection {
         let mut round = InputRound::first(abilities);
         // The last note the guest left for a cleanup, carried from round to round.
         let mut note = None;
-        // The charges of the answers the next round runs with.
-        let mut _answers_held = AnswersHeld::default();
+        // The charges of the answers the next round runs with, until it ends.
+        let mut answers_held = AnswersHeld::default();
         for rounds in 1.. {
-            let input = match self
+            let ran = self
                 .run_call(id, tools, name, arguments, feeds.clone(), revision, round, cancel_signal, out)
-                .await
-            {
+                .await;
+            drop(std::mem::take(&mut answers_held));
+            let input = match ran {
                 Ran::Answered(answer, teardown) => return (answer, teardown),
                 Ran::NeedsInput(input, note_left, teardown) => {
                     drop(teardown);
@@ -1243,7 +1244,7 @@ impl Connection {
                 Ok((responses, state, held)) => {
                     round = InputRound::retry(abilities, responses, state);
                     round.cleanup_note = note.clone();
-                    _answers_held = held;
+                    answers_held = held;
                 }
                 Err(Between::Failed(problem)) => {
                     let teardown = self

@@ -47,7 +47,8 @@
 //!   response.
 //! - `http_hoard(count, fields_only)` builds `count` outgoing requests, each with a body
 //!   written to until it takes no more, and sends none (with `fields_only`, only header
-//!   fields; with `request_fields`, each request's `headers()`, the request dropped); the
+//!   fields; with `request_fields`, each request's `headers()`, the request dropped; with
+//!   `cloned_fields`, `count` clones of one fields set of a 4 KiB name given 100 values); the
 //!   host holds every one of them until the call ends. Says how many bodies
 //!   it made and the bytes they buffer.
 //! - `http_target(part, bytes)` builds a request and sets its `part` (`method`,
@@ -943,13 +944,22 @@ struct Hoard {
     /// Build requests and keep only their `headers()`, dropping each request.
     #[serde(default)]
     request_fields: bool,
+    /// Keep `count` clones of one fields set whose long name has many values.
+    #[serde(default)]
+    cloned_fields: bool,
 }
 
 fn http_hoard(args: Hoard) -> Result<String, ToolError> {
     use wasi::http::types::{Fields, OutgoingRequest};
     let value = vec![b'v'; 1024];
     let (mut held, mut fields, mut buffered) = (Vec::new(), Vec::new(), 0usize);
-    for index in 0..args.count {
+    if args.cloned_fields {
+        let name = format!("x-{}", "n".repeat(4094));
+        let entries: Vec<(String, Vec<u8>)> = (0..100).map(|_| (name.clone(), b"v".to_vec())).collect();
+        let source = Fields::from_list(&entries).map_err(|error| ToolError::new(format!("{error:?}")))?;
+        fields.extend((0..args.count).map(|_| source.clone()));
+    }
+    for index in 0..args.count * u32::from(!args.cloned_fields) {
         let headers = Fields::from_list(&[("x-hoard".to_owned(), value.clone())])
             .map_err(|error| ToolError::new(format!("{error:?}")))?;
         if args.fields_only {

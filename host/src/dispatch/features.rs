@@ -213,8 +213,8 @@ impl Connection {
         let mut deadline = None;
         // The last note the guest left for a cleanup, carried from round to round.
         let mut note = None;
-        // The charges of the answers the next round runs with.
-        let mut _answers_held = Default::default();
+        // The charges of the answers the next round runs with, until it ends.
+        let mut answers_held = super::AnswersHeld::default();
         // The cleanup of a prompt whose guest ran a round, stopped before the next: in no
         // call slot (`Runtime::feature_to_clean_up`).
         let clean_up = |outcome: Outcome, note: Option<Vec<u8>>| {
@@ -283,6 +283,7 @@ impl Connection {
                 return (None, None);
             }
             let (report, teardown) = call.run_deferring_teardown().await;
+            drop(std::mem::take(&mut answers_held));
             if report.outcome == Outcome::Cancelled || self.is_cancelled(id) {
                 // A prompt that asked has run: cancelled now, it is cleaned up with its note.
                 if bridged && matches!(report.outcome, Outcome::InputRequired(_)) {
@@ -328,7 +329,7 @@ impl Connection {
                             let mut next = InputRound::retry(abilities, responses, state);
                             next.cleanup_note = note.clone();
                             round = Some(next);
-                            _answers_held = held;
+                            answers_held = held;
                             continue;
                         }
                         Err(Between::Failed(problem)) => {

@@ -226,6 +226,12 @@ impl GuestState {
     pub(crate) fn settle_table_charges(&mut self) {
         self.table_charges.settle(&mut self.table, &self.ledger);
     }
+
+    /// What the live resource at `rep` was charged, if it is tracked (after
+    /// [`Self::settle_table_charges`], whose sweep leaves one charge per live handle).
+    pub(crate) fn tracked_charge(&self, rep: u32) -> Option<usize> {
+        self.table_charges.charged(rep)
+    }
 }
 
 impl WasiView for GuestState {

@@ -324,6 +324,12 @@ impl TableCharges {
         self.0.push(TableCharge { rep, bytes, alive: |entry| entry.is::<T>() });
     }
 
+    /// What the resource at `rep` was charged, if tracked (the latest: a handle reused
+    /// since its last settle may have an older entry too).
+    pub(crate) fn charged(&self, rep: u32) -> Option<usize> {
+        self.0.iter().rev().find(|charge| charge.rep == rep).map(|charge| charge.bytes)
+    }
+
     /// Give back to `ledger` the charge of every tracked resource the guest has dropped.
     pub(crate) fn settle(&mut self, table: &mut wasmtime::component::ResourceTable, ledger: &Ledger) {
         self.0.retain(|charge| {
