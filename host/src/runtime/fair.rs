@@ -46,6 +46,20 @@ struct Parts {
     default_cap: Option<usize>,
 }
 
+/// What the operator is told when the slots are too few to give each of the tenants a
+/// guaranteed part of one slot or more: they then only take turns, and one tenant's
+/// long calls may hold half the slots.
+pub(crate) fn too_few_slots(slots: usize, tenants: usize) -> Option<String> {
+    (tenants >= 2 && Parts::of(slots, tenants).guaranteed == 0).then(|| {
+        format!(
+            "{tenants} tenants share {slots} call slots, too few for each to be guaranteed one \
+             (half the slots are split into the tenants' parts): their calls only take turns. \
+             Set [server] max_concurrent_calls to {} or more",
+            2 * tenants
+        )
+    })
+}
+
 impl Parts {
     fn of(slots: usize, tenants: usize) -> Self {
         if tenants < 2 {
@@ -331,6 +345,20 @@ mod tests {
         drop((held_b, held_c, more_c, again_a));
         let state = slots.state.lock().unwrap();
         assert_eq!((state.free, state.beyond), (12, 0), "every slot given back, nothing held beyond");
+    }
+
+    /// With more tenants than half the slots, none has a guaranteed slot: the operator is
+    /// told, with the setting that gives each one.
+    #[test]
+    fn too_few_slots_for_a_part_each_are_reported() {
+        assert_eq!(too_few_slots(12, 3), None);
+        assert_eq!(too_few_slots(6, 3), None, "one each");
+        assert_eq!(too_few_slots(8, 1), None, "one tenant: nothing is split");
+        let told = too_few_slots(5, 3).expect("a part of 0 each");
+        assert!(
+            told.contains("3 tenants share 5 call slots") && told.contains("max_concurrent_calls to 6"),
+            "{told}"
+        );
     }
 
     /// With one tenant (or none) the slots are not split: one may take them all.

@@ -448,7 +448,12 @@ impl Runtime {
             tool_set: watch::Sender::new(Arc::default()),
             reloading: tokio::sync::Mutex::new(()),
             call_permits: Arc::new(Semaphore::new(slots)),
-            fair_slots: fair::FairSlots::new(slots, settings.tenants),
+            fair_slots: {
+                if let Some(warning) = fair::too_few_slots(slots, settings.tenants) {
+                    tracing::warn!("{warning}");
+                }
+                fair::FairSlots::new(slots, settings.tenants)
+            },
             cleanup_permits: Arc::new(Semaphore::new(slots)),
             unslotted_cleanups: Arc::new(Semaphore::new((slots / 2).max(1))),
             spares: Arc::new(spare::SpareBudget::new()),
