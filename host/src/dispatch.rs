@@ -1533,10 +1533,11 @@ impl Connection {
         // Asking failed: the call ends with an error, and the guest that asked is cleaned
         // up as after any stop, with the note it left.
         drop(teardown);
+        self.answer_before_cleanup(id, given_up, out).await;
         let cleanup = self
             .clean_up_between_rounds(id, tools, name, arguments, Outcome::Cancelled, report.cleanup_note)
             .await;
-        Ran::Answered(Some(given_up), cleanup)
+        Ran::Answered(None, cleanup)
     }
 
     /// Open a `subscriptions/listen` stream: acknowledge what it will carry, then send
@@ -1735,6 +1736,16 @@ impl Connection {
         }
         entry.handle = Some(handle);
         true
+    }
+
+    /// Send `answer` to request `id` now, unless it was cancelled, ahead of a cleanup that
+    /// may take a while: over HTTP an answer that waits past `sse_after` goes out in an
+    /// event stream with status 200, and a `-32021` must be a 400. The request leaves
+    /// flight here (its caller then has no answer to send).
+    async fn answer_before_cleanup(&self, id: &RequestId, answer: Outgoing, out: &Outbox) {
+        if !self.leave_in_flight(id) {
+            out.send(answer).await;
+        }
     }
 
     /// Take request `id` out of flight; true when it was cancelled (its answer is not sent).

@@ -109,6 +109,18 @@ impl Upstream {
                         said.as_bytes().to_vec()
                     } else if let Some(size) = path.strip_prefix("/big/") {
                         vec![b'x'; size.parse().unwrap()]
+                    } else if path == "/trailers" {
+                        // A short chunked body, then a trailer section of about 14 KiB (14
+                        // fields of 1,000 bytes: hyper takes up to 16 KiB).
+                        let fields: String = (0..14)
+                            .map(|index| format!("x-trailer-{index}: {}\r\n", "t".repeat(1000)))
+                            .collect();
+                        let response = format!(
+                            "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\nconnection: close\r\n\r\n\
+                             5\r\nhello\r\n0\r\n{fields}\r\n"
+                        );
+                        let _ = socket.write_all(response.as_bytes()).await;
+                        return;
                     } else if path == "/fat" {
                         // A head of about 50 KiB (60 fields of 800 bytes), no body.
                         let fields: String =
@@ -490,7 +502,7 @@ async fn unsent_requests_bodies_and_header_fields_are_charged_to_the_call() {
     assert_eq!(answer(&report), "bodies 0 fields 200 of 200 buffering 0");
     // A clone shares its source's map and is charged as its source is: fields a guest
     // built, their most. Before, each clone of a 4 KiB name given 100 values was charged
-    // per value, 416 KB, and the tenth trapped the guest.
+    // per value, 416 KB, and the guest trapped within a dozen.
     let report = call(&runtime, "http_hoard", json!({ "count": 200, "cloned_fields": true })).await;
     assert_eq!(answer(&report), "bodies 0 fields 200 of 200 buffering 0");
     let report = call(&runtime, "http_hoard", json!({ "count": 1000 })).await;
@@ -685,6 +697,30 @@ async fn the_header_fields_of_a_dropped_response_are_charged_as_its_head() {
     let limits = ToolLimits { host_memory_bytes: 2 << 20, http_requests: 200, ..common::quick_limits() };
     let fresh = self::runtime(&[format!("http://127.0.0.1:{}", upstream.port)], limits).await;
     let arguments = json!({ "url": upstream.url("/fat"), "count": 200, "fields_only": true, "cloned": true });
+    let report = call(&fresh, "http_keep", arguments).await;
+    let served = upstream.connections.load(Ordering::SeqCst);
+    assert!(served <= 45, "{served} heads were taken within 2 MiB: {:?}", report.outcome);
+    // A trailer section the guest takes is charged by its size while it keeps it. Before,
+    // it was free: 200 sections of 14 KiB kept past a 2 MiB budget.
+    let upstream = Upstream::start().await;
+    let limits = ToolLimits { host_memory_bytes: 2 << 20, http_requests: 200, ..common::quick_limits() };
+    let fresh = self::runtime(&[format!("http://127.0.0.1:{}", upstream.port)], limits).await;
+    let arguments = json!({ "url": upstream.url("/trailers"), "count": 200, "trailers": true });
+    let report = call(&fresh, "http_keep", arguments).await;
+    // The budget ends the call (a trap, or a connection refused for want of memory).
+    if let Outcome::Completed(_) = &report.outcome {
+        let text = answer(&report);
+        assert!(text.contains(", then ErrorCode::ConnectionLimitReached"), "{text}");
+    }
+    let served = upstream.connections.load(Ordering::SeqCst);
+    assert!((100..=150).contains(&served), "{served} trailer sections were taken within 2 MiB");
+    // So does a request made of them: charged by the head's size too, not as fields a
+    // guest builds (which let 80 of them be kept, 4 MB of heads against a 2 MiB budget).
+    let upstream = Upstream::start().await;
+    let limits = ToolLimits { host_memory_bytes: 2 << 20, http_requests: 200, ..common::quick_limits() };
+    let fresh = self::runtime(&[format!("http://127.0.0.1:{}", upstream.port)], limits).await;
+    let arguments =
+        json!({ "url": upstream.url("/fat"), "count": 200, "fields_only": true, "into_requests": true });
     let report = call(&fresh, "http_keep", arguments).await;
     let served = upstream.connections.load(Ordering::SeqCst);
     assert!(served <= 45, "{served} heads were taken within 2 MiB: {:?}", report.outcome);

@@ -69,15 +69,18 @@ impl Server {
         Self { process, port, hostile_data: config.parent().unwrap().join("hostile") }
     }
 
-    /// Wait (within a deadline) for the hostile component's cleanup to have written why it
-    /// ran and the note it was given, debug-printed.
-    fn hostile_cleanup(&self) -> String {
+    /// Wait (within a deadline) for the hostile component's cleanup to have written
+    /// `expected`: why it ran and the note it was given, debug-printed. (Other cleanups of
+    /// its calls may have written before, and the one awaited runs after its answer.)
+    fn wait_for_cleanup(&self, expected: &str) {
         let deadline = Instant::now() + Duration::from_secs(20);
+        let path = self.hostile_data.join("cleanup-reason");
         loop {
-            if let Ok(reason) = std::fs::read_to_string(self.hostile_data.join("cleanup-reason")) {
-                return reason;
+            let written = std::fs::read_to_string(&path).unwrap_or_default();
+            if written == expected {
+                return;
             }
-            assert!(Instant::now() < deadline, "the hostile component's cleanup never ran");
+            assert!(Instant::now() < deadline, "no cleanup wrote {expected:?}; the last wrote {written:?}");
             std::thread::sleep(Duration::from_millis(20));
         }
     }
@@ -253,7 +256,13 @@ fn a_request_the_client_cannot_answer_is_refused_with_its_capability_and_400() {
     let noted = json!({"name": "note_then_ask", "arguments": {}});
     let refused = post(&server, "tools/call", noted, r#"{"elicitation": {}}"#);
     assert!(error(&refused, -32021, 400).contains("roots"), "{refused:?}");
-    assert_eq!(server.hostile_cleanup(), "Cancelled Some(\"reserved 42\")");
+    server.wait_for_cleanup("Cancelled Some(\"reserved 42\")");
+    // The error goes out before the cleanup runs: one that waited for a slow cleanup
+    // (1.5 s here) went out past `sse_after` (1 s), in an event stream with status 200.
+    let slow = json!({"name": "note_then_ask", "arguments": {"note": "sleep 1500"}});
+    let refused = post(&server, "tools/call", slow, r#"{"elicitation": {}}"#);
+    assert!(error(&refused, -32021, 400).contains("roots"), "{refused:?}");
+    server.wait_for_cleanup("Cancelled Some(\"sleep 1500\")");
 
     // The fixture asks only what the client declared (the conformance capability check).
     let sampling_only =
@@ -285,7 +294,7 @@ fn a_tool_that_asks_forever_ends_after_eight_rounds_with_a_clear_error() {
         }
     }
     // The guest asked once more and was given up: it is cleaned up, as after a stop.
-    assert_eq!(server.hostile_cleanup(), "Cancelled None");
+    server.wait_for_cleanup("Cancelled None");
 }
 
 #[test]

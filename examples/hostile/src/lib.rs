@@ -43,8 +43,9 @@
 //! - `http_keep(url, count, untaken, fields_only)` GETs `url` `count` times, one after
 //!   another, and keeps every response (its head; the body never read); with `untaken`,
 //!   takes none (`future-incoming-response.get`) until all have come; with `fields_only`,
-//!   keeps each response's header fields (with `cloned`, a clone of them) and drops the
-//!   response.
+//!   keeps each response's header fields (with `cloned`, a clone of them; with
+//!   `into_requests`, an outgoing request made of them) and drops the response; with
+//!   `trailers`, reads each body to its end and keeps its trailers.
 //! - `http_hoard(count, fields_only)` builds `count` outgoing requests, each with a body
 //!   written to until it takes no more, and sends none (with `fields_only`, only header
 //!   fields; with `request_fields`, each request's `headers()`, the request dropped; with
@@ -58,7 +59,8 @@
 //! - `ask(count, key_len, state_bytes)` asks `count` roots requests with keys of
 //!   `key_len` characters and hands out `state_bytes` of state: over the host's bounds
 //!   when told.
-//! - `note_then_ask()` leaves the cleanup note `reserved 42` and asks once (`roots/list`);
+//! - `note_then_ask(note)` leaves the cleanup note `note` (`reserved 42` when absent; a
+//!   cleanup given `sleep <ms>` takes that long) and asks once (`roots/list`);
 //!   answered, it returns `done`: a later round, or the cleanup of a call stopped between
 //!   rounds, must still see the note.
 //! - `ask_then_spin()` asks once, then spins forever (never checking for a stop) in the
@@ -741,6 +743,10 @@ impl Plugin for Hostile {
         if let Some(url) = context.note_text().and_then(|note| note.strip_prefix("fetch ")) {
             let _ = fetch(url);
         }
+        // A slow cleanup: `sleep <ms>`, after the files above are written.
+        if let Some(ms) = context.note_text().and_then(|note| note.strip_prefix("sleep ")?.parse().ok()) {
+            std::thread::sleep(Duration::from_millis(ms));
+        }
     }
 }
 
@@ -776,9 +782,16 @@ fn ask_then_spin(_: Nothing, round: &Round) -> Result<Reply<String>, ToolError> 
     spin()
 }
 
-fn note_then_ask(_: Nothing, round: &Round) -> Result<Reply<String>, ToolError> {
+#[derive(Deserialize, JsonSchema)]
+struct NoteThenAsk {
+    /// The note to leave (`reserved 42` when absent).
+    #[serde(default)]
+    note: Option<String>,
+}
+
+fn note_then_ask(args: NoteThenAsk, round: &Round) -> Result<Reply<String>, ToolError> {
     if round.response("roots").is_none() {
-        cordon_guest::set_cleanup_note(b"reserved 42");
+        cordon_guest::set_cleanup_note(args.note.as_deref().unwrap_or("reserved 42").as_bytes());
         return Ok(Ask::new().list_roots("roots").into());
     }
     Ok(Reply::Done("done".into()))
@@ -1004,11 +1017,17 @@ struct HttpKeep {
     /// With `fields_only`, keep a clone of the fields (`fields.clone`), not the fields.
     #[serde(default)]
     cloned: bool,
+    /// With `fields_only`, keep an outgoing request made of the fields, not the fields.
+    #[serde(default)]
+    into_requests: bool,
+    /// Read each response's body to its end and keep its trailers, not the response.
+    #[serde(default)]
+    trailers: bool,
 }
 
 fn http_keep(args: HttpKeep) -> Result<String, ToolError> {
-    use wasi::http::types::{Fields, Method};
-    let (mut kept, mut waiting, mut fields) = (Vec::new(), Vec::new(), Vec::new());
+    use wasi::http::types::{Fields, Method, OutgoingRequest};
+    let (mut kept, mut waiting, mut fields, mut requests) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for _ in 0..args.count {
         let request = request_to(&args.url, &Method::Get, Fields::new()).map_err(ToolError::new)?;
         let future = match wasi::http::outgoing_handler::handle(request, None) {
@@ -1021,15 +1040,27 @@ fn http_keep(args: HttpKeep) -> Result<String, ToolError> {
             continue;
         }
         match future.get() {
+            Some(Ok(Ok(response))) if args.trailers => match trailers_of(response) {
+                Ok(Some(trailers)) => fields.push(trailers),
+                Ok(None) => return Ok(format!("kept {}, then no trailers", fields.len())),
+                Err(error) => return Ok(format!("kept {}, then {error}", fields.len())),
+            },
+            Some(Ok(Ok(response))) if args.fields_only && args.into_requests => {
+                requests.push(OutgoingRequest::new(response.headers()))
+            }
             Some(Ok(Ok(response))) if args.fields_only && args.cloned => {
                 fields.push(response.headers().clone())
             }
             Some(Ok(Ok(response))) if args.fields_only => fields.push(response.headers()),
             Some(Ok(Ok(response))) => kept.push(response),
             Some(Ok(Err(error))) => {
-                return Ok(format!("kept {}, then {}", kept.len() + fields.len(), code(error)));
+                return Ok(format!(
+                    "kept {}, then {}",
+                    kept.len() + fields.len() + requests.len(),
+                    code(error)
+                ));
             }
-            _ => return Ok(format!("kept {}, then no response", kept.len() + fields.len())),
+            _ => return Ok(format!("kept {}, then no response", kept.len() + fields.len() + requests.len())),
         }
     }
     for future in waiting {
@@ -1039,7 +1070,26 @@ fn http_keep(args: HttpKeep) -> Result<String, ToolError> {
             _ => return Ok(format!("kept {}, then no response", kept.len())),
         }
     }
-    Ok(format!("kept {}", kept.len() + fields.len()))
+    Ok(format!("kept {}", kept.len() + fields.len() + requests.len()))
+}
+
+/// Read `response`'s body to its end, then take its trailers.
+fn trailers_of(
+    response: wasi::http::types::IncomingResponse,
+) -> Result<Option<wasi::http::types::Fields>, String> {
+    use wasi::http::types::IncomingBody;
+    let body = response.consume().map_err(|()| "no body")?;
+    {
+        let stream = body.stream().map_err(|()| "no stream")?;
+        while stream.blocking_read(65536).is_ok() {}
+    }
+    let future = IncomingBody::finish(body);
+    future.subscribe().block();
+    match future.get() {
+        Some(Ok(Ok(trailers))) => Ok(trailers),
+        Some(Ok(Err(error))) => Err(code(error)),
+        _ => Err("no trailers to take".to_owned()),
+    }
 }
 
 /// A request for `url` with `method` and `headers`, over raw `wasi:http`.

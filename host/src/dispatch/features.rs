@@ -361,10 +361,10 @@ impl Connection {
                         }
                     };
                     // Given up with an error, the prompt that asked is cleaned up as after
-                    // any stop, with the note it left.
+                    // any stop, with the note it left: once the error is out.
                     drop(teardown);
-                    let teardown = clean_up(Outcome::Cancelled, report.cleanup_note).await;
-                    return (Some(jsonrpc::failure(Some(id), &error)), teardown);
+                    self.answer_before_cleanup(id, jsonrpc::failure(Some(id), &error), out).await;
+                    return (None, clean_up(Outcome::Cancelled, report.cleanup_note).await);
                 }
                 // A prompt's own refusal is about its arguments (its WIT contract).
                 Outcome::ToolError(message) if is_prompt => Err(RpcError::invalid_params(message)),

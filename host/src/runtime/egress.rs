@@ -55,6 +55,11 @@
 //!
 //! Redirects are the guest's business: each hop is a new request, checked the same way.
 //!
+//! A response's trailer section is charged once the guest takes it
+//! (`future-trailers.get`), by its size, as a head's fields are; until then it is not, and
+//! hyper keeps one to 16 KiB (its default `TRAILER_LIMIT`, which [`send`] leaves as it is),
+//! so a call's untaken trailers hold at most `http_requests` times that.
+//!
 //! **Names are resolved asynchronously** (hickory-resolver): from the hosts file first
 //! when it names the host in either family (as the system resolver's `files` source; read
 //! at a component's first lookup), else from the system's name servers
@@ -62,7 +67,8 @@
 //! component with a resolver of its own, so its name servers' standing is its own. Over
 //! UDP only and with no cache: a TCP connection or a cached answer would stay with the
 //! resolver, charged to no call (and a cache would show one tenant's lookups in
-//! another's timings). A tool's author may control the DNS of a name it is granted and
+//! another's timings for as long as an answer lives; a lookup still joins an identical
+//! one of the same component under way, so while it runs it shows). A tool's author may control the DNS of a name it is granted and
 //! make every lookup stall. A stalled lookup holds no thread (the system resolver, on
 //! tokio's blocking pool, could not be interrupted and kept a thread per stall, so a few
 //! hostile components held every lookup of the process): it is a future of the
@@ -96,10 +102,10 @@ use wasmtime::component::{Linker, Resource};
 use wasmtime_wasi_http::FieldMap;
 use wasmtime_wasi_http::p2::bindings::http::types::{
     HostFields, HostFutureIncomingResponse as FutureIncomingResponseHost,
-    HostIncomingResponse as IncomingResponseHost, HostOutgoingRequest as OutgoingRequestHost,
-    HostOutgoingResponse as OutgoingResponseHost, Method,
+    HostFutureTrailers as FutureTrailersHost, HostIncomingResponse as IncomingResponseHost,
+    HostOutgoingRequest as OutgoingRequestHost, HostOutgoingResponse as OutgoingResponseHost, Method,
 };
-use wasmtime_wasi_http::p2::body::{HostOutgoingBody, HyperOutgoingBody};
+use wasmtime_wasi_http::p2::body::{HostFutureTrailers, HostOutgoingBody, HyperOutgoingBody};
 use wasmtime_wasi_http::p2::types::{
     HostFutureIncomingResponse, HostIncomingResponse, HostOutgoingRequest, HostOutgoingResponse,
 };
@@ -176,16 +182,8 @@ pub(crate) fn shadow_http_types(linker: &mut Linker<GuestState>) -> wasmtime::Re
         "[method]fields.clone",
         |mut store: StoreContextMut<'_, GuestState>, (fields,): (Resource<FieldMap>,)| {
             let state = store.data_mut();
-            // Fields are shared, not copied: the clone keeps what its source keeps, and is
-            // charged as it is (a response head's size, which may pass what fields a guest
-            // builds may hold; fields the guest built, their most). Untracked (a trailer's),
-            // by their size.
-            state.settle_table_charges();
-            let bytes = match state.tracked_charge(fields.rep()) {
-                Some(bytes) => bytes,
-                None => head_bytes(state.table().get(&fields)?),
-            };
-            let bytes = bytes.max(FIELDS_BYTES);
+            // Fields are shared, not copied: the clone keeps what its source keeps.
+            let bytes = fields_charge(state, &fields)?;
             charge_held(state, bytes)?;
             let copy = HostFields::clone(&mut state.http(), fields)?;
             state.track_charge::<FieldMap>(copy.rep(), bytes);
@@ -199,8 +197,9 @@ pub(crate) fn shadow_http_types(linker: &mut Linker<GuestState>) -> wasmtime::Re
         "[constructor]outgoing-request",
         |mut store: StoreContextMut<'_, GuestState>, (headers,): (Resource<FieldMap>,)| {
             let state = store.data_mut();
+            let fields = fields_charge(state, &headers)?;
             let message = OutgoingRequestHost::new(&mut state.http(), headers)?;
-            Ok((carrying_fields(state, message, FIELDS_BYTES + TARGET_BYTES)?,))
+            Ok((carrying_fields(state, message, fields + TARGET_BYTES)?,))
         },
     )?;
     // What a request holds beside its fields, bounded: past a bound the setter fails, as
@@ -244,8 +243,9 @@ pub(crate) fn shadow_http_types(linker: &mut Linker<GuestState>) -> wasmtime::Re
         "[constructor]outgoing-response",
         |mut store: StoreContextMut<'_, GuestState>, (headers,): (Resource<FieldMap>,)| {
             let state = store.data_mut();
+            let fields = fields_charge(state, &headers)?;
             let message = OutgoingResponseHost::new(&mut state.http(), headers)?;
-            Ok((carrying_fields(state, message, FIELDS_BYTES)?,))
+            Ok((carrying_fields(state, message, fields)?,))
         },
     )?;
     // A response's head stays in host memory for as long as the guest keeps the response,
@@ -297,6 +297,21 @@ pub(crate) fn shadow_http_types(linker: &mut Linker<GuestState>) -> wasmtime::Re
             Ok((fields,))
         },
     )?;
+    // A response's trailer section, once the guest takes it, is charged by its size as a
+    // head's fields are (hyper keeps one to 16 KiB), until the guest drops it.
+    types.func_wrap(
+        "[method]future-trailers.get",
+        |mut store: StoreContextMut<'_, GuestState>, (future,): (Resource<HostFutureTrailers>,)| {
+            let state = store.data_mut();
+            let got = FutureTrailersHost::get(&mut state.http(), future)?;
+            if let Some(Ok(Ok(Some(trailers)))) = &got {
+                let bytes = head_bytes(state.table().get(trailers)?);
+                charge_held(state, bytes)?;
+                state.track_charge::<FieldMap>(trailers.rep(), bytes);
+            }
+            Ok((got,))
+        },
+    )?;
     // The fields a request or response a guest builds hands back: see `charged_headers`.
     types.func_wrap(
         "[method]outgoing-request.headers",
@@ -341,6 +356,19 @@ fn charge_held(state: &mut GuestState, bytes: usize) -> wasmtime::Result<()> {
     })
 }
 
+/// What a set of header fields keeps (their map is shared by clones, and by the request or
+/// response they are given to): what they were charged (a response head's size, which
+/// may pass what fields a guest builds may hold; fields the guest built, their most), or
+/// untracked, their size; [`FIELDS_BYTES`] at least.
+fn fields_charge(state: &mut GuestState, fields: &Resource<FieldMap>) -> wasmtime::Result<usize> {
+    state.settle_table_charges();
+    let bytes = match state.tracked_charge(fields.rep()) {
+        Some(bytes) => bytes,
+        None => head_bytes(state.table().get(fields)?),
+    };
+    Ok(bytes.max(FIELDS_BYTES))
+}
+
 /// Charge a request or response just made `bytes`: its fields, and a request's target.
 fn carrying_fields<M: 'static>(
     state: &mut GuestState,
@@ -365,9 +393,12 @@ trait OutgoingMessage: Sized + Send + 'static {
         view: &mut WasiHttpCtxView<'_>,
         message: Resource<Self>,
     ) -> wasmtime::Result<Resource<FieldMap>>;
+    /// What it is charged beside its fields (a request's target).
+    const BESIDE_FIELDS: usize;
 }
 
 impl OutgoingMessage for HostOutgoingRequest {
+    const BESIDE_FIELDS: usize = TARGET_BYTES;
     fn body_slot(&mut self) -> &mut Option<HyperOutgoingBody> {
         &mut self.body
     }
@@ -386,6 +417,7 @@ impl OutgoingMessage for HostOutgoingRequest {
 }
 
 impl OutgoingMessage for HostOutgoingResponse {
+    const BESIDE_FIELDS: usize = 0;
     fn body_slot(&mut self) -> &mut Option<HyperOutgoingBody> {
         &mut self.body
     }
@@ -405,14 +437,19 @@ impl OutgoingMessage for HostOutgoingResponse {
 
 /// `headers()` of a request or response a guest builds: the fields share its map, and
 /// kept after it is dropped (which gives its charge back) they keep the map, so they are
-/// charged as fields the guest builds are; refused, the guest traps.
+/// charged as the fields it was made with were; refused, the guest traps.
 fn charged_headers<M: OutgoingMessage>(
     state: &mut GuestState,
     message: Resource<M>,
 ) -> wasmtime::Result<Resource<FieldMap>> {
-    charge_fields(state)?;
+    state.settle_table_charges();
+    let bytes = state
+        .tracked_charge(message.rep())
+        .map_or(FIELDS_BYTES, |charged| charged.saturating_sub(M::BESIDE_FIELDS))
+        .max(FIELDS_BYTES);
+    charge_held(state, bytes)?;
     let fields = M::headers(&mut state.http(), message)?;
-    state.track_charge::<FieldMap>(fields.rep(), FIELDS_BYTES);
+    state.track_charge::<FieldMap>(fields.rep(), bytes);
     Ok(fields)
 }
 
@@ -497,8 +534,12 @@ const LOOKUP_SERVERS_AT_ONCE: usize = 2;
 const UDP_TRIES_AT_ONCE: usize = 3;
 /// ...so the sockets one lookup may hold at once, charged to its call as descriptors...
 const LOOKUP_SOCKETS: usize = 2 * LOOKUP_SERVERS_AT_ONCE * UDP_TRIES_AT_ONCE;
-/// ...and their receive buffers (4 KiB at most each) and the answers, as host memory.
+/// ...and their receive buffers (an answer's most each, [`LOOKUP_ANSWER_BYTES`]) and the
+/// answers, as host memory.
 const LOOKUP_BYTES: usize = 64 << 10;
+/// The longest answer a lookup takes (EDNS's payload size; a longer one is truncated, and
+/// with no TCP the lookup fails).
+const LOOKUP_ANSWER_BYTES: usize = 4096;
 
 type Resolver = hickory_resolver::TokioResolver;
 
@@ -572,8 +613,10 @@ impl ComponentEgress {
                 server.connections.retain(|connection| matches!(connection.protocol, ProtocolConfig::Udp));
             }
             let config = ResolverConfig::from_parts(domain, search, servers);
-            options.try_tcp_on_error = false;
+            // (The connection configs are what keep TCP out: hickory 0.26 does not read
+            // `try_tcp_on_error`.)
             options.edns0 = true;
+            options.edns_payload_len = LOOKUP_ANSWER_BYTES as u16;
             // No cache: it would keep answers (up to a day each) that no call is charged
             // for, and let one tenant of the component see another's lookups in its
             // timings. The hosts file is read here and answered from first, as the system
@@ -1156,8 +1199,9 @@ impl WasiHttpHooks for Egress {
         Box::new(async move {
             let target = target?;
             let (connect_timeout, first_byte_timeout, between_bytes_timeout) = call.timeouts(options);
-            let connect = connect(&target, &call, &ledger, &grants);
-            let connection = tokio::time::timeout(connect_timeout, connect)
+            let deadline = tokio::time::Instant::now() + connect_timeout;
+            let connect = connect(&target, &call, &ledger, &grants, deadline);
+            let connection = tokio::time::timeout_at(deadline, connect)
                 .await
                 .map_err(|_| HttpError::ConnectionTimeout)??;
             // hyper reports a body that failed as its own error: say which limit it was.
@@ -1260,12 +1304,13 @@ impl Egress {
 }
 
 /// Resolve the target (unless its rule named the address), refuse inside addresses,
-/// charge the connection to the call and open it, with TLS for `https`.
+/// charge the connection to the call and open it by `deadline`, with TLS for `https`.
 async fn connect(
     target: &Target,
     call: &CallEgress,
     ledger: &Arc<Ledger>,
     egress: &ComponentEgress,
+    deadline: tokio::time::Instant,
 ) -> Result<Connection, HttpError> {
     let addresses = match target.literal {
         Some(address) => vec![SocketAddr::new(address, target.port)],
@@ -1306,21 +1351,28 @@ async fn connect(
             call.log_refusal(&target.authority, &refusal.to_string());
             HttpError::ConnectionLimitReached
         })?;
-    // Each address in turn, as the system's connect does: on a host without an IPv4
-    // route the IPv4 addresses fail at once and an IPv6 one is tried next.
+    // Each address in turn, as the system's connect does (on a host without an IPv4
+    // route the IPv4 addresses fail at once and an IPv6 one is tried next), each within
+    // an even share of the time left, so that one whose packets are dropped does not
+    // take the time of those after it.
     let mut failed = None;
     let mut connected = None;
-    for address in addresses.into_iter().take(MAX_ADDRESSES_TRIED) {
-        match TcpStream::connect(address).await {
-            Ok(tcp) => {
+    let addresses: Vec<SocketAddr> = addresses.into_iter().take(MAX_ADDRESSES_TRIED).collect();
+    for (tried, &address) in addresses.iter().enumerate() {
+        let share = deadline.saturating_duration_since(tokio::time::Instant::now())
+            / (addresses.len() - tried) as u32;
+        match tokio::time::timeout(share, TcpStream::connect(address)).await {
+            Ok(Ok(tcp)) => {
                 connected = Some(tcp);
                 break;
             }
-            Err(error) => failed = Some(error),
+            Ok(Err(error)) => failed = Some(error),
+            Err(_timed_out) => failed = Some(std::io::ErrorKind::TimedOut.into()),
         }
     }
     let tcp = connected.ok_or_else(|| match failed {
         Some(error) if error.kind() == std::io::ErrorKind::ConnectionRefused => HttpError::ConnectionRefused,
+        Some(error) if error.kind() == std::io::ErrorKind::TimedOut => HttpError::ConnectionTimeout,
         Some(error) => HttpError::Connect(error),
         None => HttpError::DestinationNotFound,
     })?;
@@ -1631,7 +1683,7 @@ mod tests {
     /// waited for); others are asked, names with an underscore too.
     #[tokio::test]
     async fn the_hosts_file_answers_first_and_names_are_taken_as_the_system_takes_them() {
-        let hosts = "198.51.100.9 internal.stall.example\n".to_owned();
+        let hosts = "198.51.100.9 stall.internal.example\n".to_owned();
         let egress = ComponentEgress::resolving_with(
             HttpGrants::default(),
             Some((vec![stub_name_server().await], hosts)),
@@ -1640,7 +1692,7 @@ mod tests {
         let ledger = call_ledger(&descriptors);
         // Under `stall.`, the name server would never answer: the hosts file does.
         let found =
-            tokio::time::timeout(Duration::from_secs(10), lookup(&egress, &ledger, "internal.stall.example"))
+            tokio::time::timeout(Duration::from_secs(10), lookup(&egress, &ledger, "stall.internal.example"))
                 .await
                 .expect("answered from the hosts file, with no query");
         assert_eq!(found.unwrap(), vec![IpAddr::V4(Ipv4Addr::new(198, 51, 100, 9))]);

@@ -219,7 +219,7 @@ impl GuestState {
     /// Charge the resource of type `T` at `rep` `cost` bytes of host memory while it lives
     /// (the caller has charged the ledger already).
     pub(crate) fn track_charge<T: 'static>(&mut self, rep: u32, cost: usize) {
-        self.table_charges.track::<T>(rep, cost);
+        self.table_charges.track::<T>(rep, cost, &self.ledger);
     }
 
     /// Give back the charge of the tracked resources the guest dropped.

@@ -319,8 +319,18 @@ struct TableCharge {
 }
 
 impl TableCharges {
-    /// Remember that the resource of type `T` at `rep` was charged `bytes`.
-    pub(crate) fn track<T: 'static>(&mut self, rep: u32, bytes: usize) {
+    /// Remember that the resource of type `T` at `rep`, just made, was charged `bytes`. An
+    /// entry left at `rep` was a dropped resource's whose handle the table gave out again
+    /// before a settle saw it gone (to an untracked resource of its type, which a settle
+    /// takes for it): its charge is given back to `ledger` now.
+    pub(crate) fn track<T: 'static>(&mut self, rep: u32, bytes: usize, ledger: &Ledger) {
+        self.0.retain(|charge| {
+            let stale = charge.rep == rep;
+            if stale {
+                ledger.release_memory(charge.bytes);
+            }
+            !stale
+        });
         self.0.push(TableCharge { rep, bytes, alive: |entry| entry.is::<T>() });
     }
 
