@@ -1184,9 +1184,11 @@ async fn authenticate(shared: &Shared, request: &Request<IncomingBody>) -> Resul
     match tenants.get(&claims.tenant) {
         Some(tenant) => Ok(Credentials { tenant: Some(tenant.clone()), caller, expire }),
         // A valid token for a tenant this server does not know: authenticated, not allowed.
+        // A 403 with the plain challenge: `invalid_token` is a 401's (RFC 6750 3.1), and
+        // the token is valid; no other token of the same tenant would do better.
         None => Err(protection.refusal(
             StatusCode::FORBIDDEN,
-            format!("Bearer error=\"invalid_token\", {}", &protection.challenge["Bearer ".len()..]),
+            protection.challenge.clone(),
             "Forbidden: the token's tenant is not served here",
         )),
     }
