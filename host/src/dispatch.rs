@@ -1146,7 +1146,9 @@ impl Connection {
             let (answer, teardown) = connection
                 .run_rounds(&id, &tools, &name, &arguments, feeds, revision, &cancel_signal, &out)
                 .await;
-            if let Some(answer) = answer.filter(|_| !connection.leave_in_flight(&id)) {
+            // Left however it ended (a cancelled call has no answer, and must not stay).
+            let cancelled = connection.leave_in_flight(&id, &cancel_signal);
+            if let Some(answer) = answer.filter(|_| !cancelled) {
                 out.send(answer).await;
             }
             drop((charge, arguments));
@@ -1171,7 +1173,7 @@ impl Connection {
         Reply::Later
     }
 
-    /// Run a call to its answer (`None` when the client cancelled it), and the teardown of
+    /// Run a call to its answer (`None` when the client cancelled it, or it went out already), and the teardown of
     /// its last round, to drop once the answer is out. A 2025-era client is asked what the
     /// guest needs between rounds ([`Connection::ask_between_rounds`]); a 2026-07-28
     /// call's request for input is its answer.
@@ -1359,7 +1361,7 @@ impl Connection {
         Ok((responses, state, held))
     }
 
-    /// Run one round of a call to its answer (`None` when the client cancelled it) and the
+    /// Run one round of a call to its answer (`None` when the client cancelled it, or it went out already) and the
     /// round's teardown, to drop once the answer is out; or, for a 2025-era client, what
     /// the guest asks for.
     #[allow(clippy::too_many_arguments)]
@@ -1532,11 +1534,13 @@ impl Connection {
         };
         // Asking failed: the call ends with an error, and the guest that asked is cleaned
         // up as after any stop, with the note it left.
+        // Side by side: a client slow to read its answer holds the cleanup up no more than
+        // the cleanup holds the answer.
         drop(teardown);
-        self.answer_before_cleanup(id, given_up, out).await;
-        let cleanup = self
-            .clean_up_between_rounds(id, tools, name, arguments, Outcome::Cancelled, report.cleanup_note)
-            .await;
+        let clean_up =
+            self.clean_up_between_rounds(id, tools, name, arguments, Outcome::Cancelled, report.cleanup_note);
+        let ((), cleanup) =
+            tokio::join!(self.answer_before_cleanup(id, given_up, out, cancel_signal), clean_up);
         Ran::Answered(None, cleanup)
     }
 
@@ -1608,7 +1612,7 @@ impl Connection {
                     }
                 }
             }
-            if !connection.leave_in_flight(&id) {
+            if !connection.leave_in_flight(&id, &cancel_signal) {
                 out.send(jsonrpc::success(&id, mcp::listen_ended(&id))).await;
                 if let Outbox::Lines(_) = out {
                     let cancelled = mcp::listen_cancelled(&id, "the server is shutting down");
@@ -1738,22 +1742,29 @@ impl Connection {
         true
     }
 
-    /// Send `answer` to request `id` now, unless it was cancelled, ahead of a cleanup that
-    /// may take a while: over HTTP an answer that waits past `sse_after` goes out in an
-    /// event stream with status 200, and a `-32021` must be a 400. The request leaves
-    /// flight here (its caller then has no answer to send).
-    async fn answer_before_cleanup(&self, id: &RequestId, answer: Outgoing, out: &Outbox) {
-        if !self.leave_in_flight(id) {
+    /// Send `answer` to request `id` now, unless it was cancelled, beside a cleanup that
+    /// may take a while (not after it: over HTTP an answer that waits past `sse_after` goes
+    /// out in an event stream with status 200, and a `-32021` must be a 400). The request
+    /// leaves flight here (its caller then has no answer to send).
+    async fn answer_before_cleanup(&self, id: &RequestId, answer: Outgoing, out: &Outbox, signal: &Notify) {
+        if !self.leave_in_flight(id, signal) {
             out.send(answer).await;
         }
     }
 
-    /// Take request `id` out of flight; true when it was cancelled (its answer is not sent).
-    /// Deciding and leaving are one step: a cancel either lands before it (and nothing is
-    /// sent) or finds the request finished (and is ignored), and the id is free again once
-    /// the answer can be out.
-    fn leave_in_flight(&self, id: &RequestId) -> bool {
-        self.in_flight.lock().unwrap().remove(id).is_some_and(|entry| entry.cancelled)
+    /// Take request `id` out of flight, if its entry is still the one whose cancel signal
+    /// is `signal` (it may have left already, and the client used the id again since);
+    /// true when it was cancelled (its answer is not sent). Deciding and leaving are one
+    /// step: a cancel either lands before it (and nothing is sent) or finds the request
+    /// finished (and is ignored), and the id is free again once the answer can be out.
+    fn leave_in_flight(&self, id: &RequestId, signal: &Notify) -> bool {
+        let mut in_flight = self.in_flight.lock().unwrap();
+        match in_flight.get(id) {
+            Some(entry) if std::ptr::eq(&*entry.cancel_signal, signal) => {
+                in_flight.remove(id).is_some_and(|entry| entry.cancelled)
+            }
+            _ => false,
+        }
     }
 
     fn is_cancelled(&self, id: &RequestId) -> bool {
@@ -1804,7 +1815,7 @@ fn cancelled_round(revision: Revision, report: CallReport, teardown: Teardown) -
 
 /// How one round of a call ended.
 enum Ran {
-    /// Its answer (`None` when the client cancelled it) and its teardown.
+    /// Its answer (`None` when the client cancelled it, or it went out already) and its teardown.
     Answered(Option<Outgoing>, Option<Teardown>),
     /// A 2025-era client's call whose guest needs input, the last note it left for a
     /// cleanup, and the round's teardown.

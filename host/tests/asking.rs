@@ -632,6 +632,29 @@ fn a_cancel_while_a_later_round_waits_for_a_slot_still_runs_the_cleanup() {
     assert_eq!(client.request("ping", json!({}))["result"], json!({}));
 }
 
+/// A cancelled request leaves flight: nothing of it is kept, and its id is free again.
+/// Before, a cancelled call (which sends no answer) stayed in the connection's table with
+/// its handle for as long as the connection lived, uncharged, so a client that called and
+/// cancelled in a loop grew it without bound, and its ids were refused as in use.
+#[test]
+fn a_cancelled_requests_id_is_free_again() {
+    let setup = Setup::hostile("cancel-leaves", "");
+    let mut client = Stdio2025::start_logging(&setup, ALL(), "info");
+    for _ in 0..3 {
+        let params = json!({"name": "park", "arguments": {"ms": 60000}});
+        client.send(json!({"jsonrpc": "2.0", "id": "again", "method": "tools/call", "params": params}));
+        client.send(
+            json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": "again"}}),
+        );
+        let ended = client.process.wait_log("outcome=\"cancelled\"");
+        assert!(ended.contains("tool=\"park\""), "{ended}");
+    }
+    let params = json!({"name": "park", "arguments": {"ms": 1}});
+    client.send(json!({"jsonrpc": "2.0", "id": "again", "method": "tools/call", "params": params}));
+    let answer = client.next();
+    assert_eq!((&answer["id"], answer.get("error")), (&json!("again"), None), "{answer}");
+}
+
 /// A client's answers are held by the round that runs with them, so they stay charged to
 /// the server's bound for requests (`max_queued_request_kb`) until that round ends. Before,
 /// their charge was given back once they arrived: a 1 MB answer to a round that then

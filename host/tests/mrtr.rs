@@ -39,7 +39,7 @@ fn config(name: &str, key: &str, ttl_secs: u64) -> PathBuf {
             "[server]\ncache = false\nrequest_state_key = {key:?}\nrequest_state_ttl_secs = {ttl_secs}\n\n\
              [[components]]\npath = {:?}\ndata_dir = \"examples\"\n\n\
              [[components]]\npath = {:?}\n\n\
-             [[components]]\npath = {:?}\ndata_dir = \"hostile\"\n",
+             [[components]]\npath = {:?}\ndata_dir = \"hostile\"\nlimits = {{ cleanup_ms = 3000 }}\n",
             path("example-tools.wasm"),
             path("conformance-fixture.wasm"),
             path("hostile.wasm"),
@@ -257,8 +257,9 @@ fn a_request_the_client_cannot_answer_is_refused_with_its_capability_and_400() {
     let refused = post(&server, "tools/call", noted, r#"{"elicitation": {}}"#);
     assert!(error(&refused, -32021, 400).contains("roots"), "{refused:?}");
     server.wait_for_cleanup("Cancelled Some(\"reserved 42\")");
-    // The error goes out before the cleanup runs: one that waited for a slow cleanup
-    // (1.5 s here) went out past `sse_after` (1 s), in an event stream with status 200.
+    // The error goes out beside the cleanup: one that waited for a slow cleanup (1.5 s
+    // here, within its 3 s budget) went out past `sse_after` (1 s), in an event stream
+    // with status 200.
     let slow = json!({"name": "note_then_ask", "arguments": {"note": "sleep 1500"}});
     let refused = post(&server, "tools/call", slow, r#"{"elicitation": {}}"#);
     assert!(error(&refused, -32021, 400).contains("roots"), "{refused:?}");

@@ -60,7 +60,7 @@
 //!   `key_len` characters and hands out `state_bytes` of state: over the host's bounds
 //!   when told.
 //! - `note_then_ask(note)` leaves the cleanup note `note` (`reserved 42` when absent; a
-//!   cleanup given `sleep <ms>` takes that long) and asks once (`roots/list`);
+//!   cleanup given `sleep <ms>` takes that long, within its `cleanup_ms`) and asks once (`roots/list`);
 //!   answered, it returns `done`: a later round, or the cleanup of a call stopped between
 //!   rounds, must still see the note.
 //! - `ask_then_spin()` asks once, then spins forever (never checking for a stop) in the

@@ -163,7 +163,9 @@ impl Connection {
         spawn_unless_ready(async move {
             let (answer, teardown) =
                 connection.run_feature(&id, &tools, request, revision, retry, &cancel_signal, &out).await;
-            if let Some(answer) = answer.filter(|_| !connection.leave_in_flight(&id)) {
+            // Left however it ended (a cancelled request has no answer, and must not stay).
+            let cancelled = connection.leave_in_flight(&id, &cancel_signal);
+            if let Some(answer) = answer.filter(|_| !cancelled) {
                 out.send(answer).await;
             }
             drop(charge);
@@ -173,7 +175,7 @@ impl Connection {
         Reply::Later
     }
 
-    /// Run one request to its answer (`None` when the client cancelled it), and the
+    /// Run one request to its answer (`None` when the client cancelled it, or it went out already), and the
     /// instance's teardown, to drop once the answer is out. A prompt that asks for input
     /// answers a 2026-07-28 client with an `InputRequiredResult`; a 2025-era client is
     /// asked between rounds, as for a tool call ([`Connection::ask_between_rounds`]).
@@ -363,8 +365,11 @@ impl Connection {
                     // Given up with an error, the prompt that asked is cleaned up as after
                     // any stop, with the note it left: once the error is out.
                     drop(teardown);
-                    self.answer_before_cleanup(id, jsonrpc::failure(Some(id), &error), out).await;
-                    return (None, clean_up(Outcome::Cancelled, report.cleanup_note).await);
+                    let error = jsonrpc::failure(Some(id), &error);
+                    let answer = self.answer_before_cleanup(id, error, out, cancel_signal);
+                    let ((), teardown) =
+                        tokio::join!(answer, clean_up(Outcome::Cancelled, report.cleanup_note));
+                    return (None, teardown);
                 }
                 // A prompt's own refusal is about its arguments (its WIT contract).
                 Outcome::ToolError(message) if is_prompt => Err(RpcError::invalid_params(message)),

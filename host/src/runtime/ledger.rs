@@ -307,8 +307,10 @@ impl Drop for MemoryCharge {
 /// Resources in a call's table charged to its host memory while they live, for types
 /// that cannot carry their charge (wasmtime-wasi's and wasmtime-wasi-http's own): each is
 /// known by its slot and type, and the table is checked for the ones the guest dropped
-/// before the next charge. A slot reused by a new resource of the same type keeps the old
-/// charge too: the error is only ever on the side of charging more.
+/// before the next charge. A slot reused by a new resource of the same type, before a
+/// check saw the old one go, keeps the old charge until the new one is tracked (which
+/// gives it back); an untracked one keeps it until it goes: the error is only ever on the
+/// side of charging more.
 #[derive(Default)]
 pub(crate) struct TableCharges(Vec<TableCharge>);
 
@@ -334,8 +336,8 @@ impl TableCharges {
         self.0.push(TableCharge { rep, bytes, alive: |entry| entry.is::<T>() });
     }
 
-    /// What the resource at `rep` was charged, if tracked (the latest: a handle reused
-    /// since its last settle may have an older entry too).
+    /// What the resource at `rep` was charged, if tracked (an untracked resource at a
+    /// handle reused before a settle shows its dead predecessor's charge).
     pub(crate) fn charged(&self, rep: u32) -> Option<usize> {
         self.0.iter().rev().find(|charge| charge.rep == rep).map(|charge| charge.bytes)
     }

@@ -433,14 +433,6 @@ impl Runtime {
                 settings.reserved_descriptors
             );
         }
-        if settings.tenants >= 2 && slots < 2 * settings.tenants {
-            tracing::warn!(
-                "{} tenants share {slots} call slots: none has a guaranteed slot, only the shared \
-                 half; give the server at least {} (max_concurrent_calls)",
-                settings.tenants,
-                2 * settings.tenants
-            );
-        }
         let runtime = Self {
             engine,
             ticker,
