@@ -841,7 +841,8 @@ fn plan_tenants(
         if let Some(source) = &entry.api_keys {
             // The error names where the keys were looked for, never a key.
             let text = source.read(&format!("api_keys of tenant {name}"), base)?;
-            let added = keys.add(&id, &text).map_err(|held| anyhow::anyhow!("tenant {name}: {held}"))?;
+            let added =
+                keys.add(&id, &text).map_err(|refused| anyhow::anyhow!("tenant {name}: {refused}"))?;
             if added == 0 {
                 bail!("tenant {name}: its api_keys hold no key");
             }
@@ -1229,7 +1230,7 @@ mod tests {
     fn tenants_are_checked_and_their_keys_hashed() {
         let dir = std::env::temp_dir().join(format!("cordon-config-tenants-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        std::fs::write(dir.join("keys"), "key-one\nkey-two\n").unwrap();
+        std::fs::write(dir.join("keys"), "key-one-0123456789\nkey-two-0123456789\n").unwrap();
         let plan = |tenants: &str| {
             let text = format!(
                 "[[components]]\npath = \"a.wasm\"\nname = \"tools\"\ndata_dir = \"/srv/d\"\n\
@@ -1250,7 +1251,7 @@ mod tests {
         let acme = planned.tenants.get("acme").unwrap();
         assert_eq!(acme.view.max_concurrent_calls, Some(8));
         assert_eq!(acme.rate.as_ref().unwrap().per_second(), 50);
-        let principal = planned.tenants.authenticate(Some(b"Bearer key-two"), None).unwrap();
+        let principal = planned.tenants.authenticate(Some(b"Bearer key-two-0123456789"), None).unwrap();
         assert_eq!(principal.tenant.as_str(), "acme");
         assert!(!format!("{planned:?}").contains("key-one"), "a key shows in the plan's Debug");
 
@@ -1272,7 +1273,7 @@ mod tests {
         let empty = plan("[[tenants]]\nname = \"acme\"\ncomponents = []\napi_keys = { env = \"CORDON_NO_SUCH_VARIABLE\" }\n")
             .unwrap_err();
         assert!(format!("{empty:#}").contains("CORDON_NO_SUCH_VARIABLE"), "{empty:#}");
-        std::fs::write(dir.join("beta-keys"), "key-beta\nkey-two\n").unwrap();
+        std::fs::write(dir.join("beta-keys"), "key-beta-0123456789\nkey-two-0123456789\n").unwrap();
         let shared = plan(
             "[[tenants]]\nname = \"acme\"\ncomponents = []\napi_keys = { file = \"keys\" }\n\
              [[tenants]]\nname = \"beta\"\ncomponents = []\napi_keys = { file = \"beta-keys\" }\n",
@@ -1281,6 +1282,13 @@ mod tests {
         let shared = format!("{shared:#}");
         assert!(shared.contains("tenant beta: a key is also one of tenant acme's keys"), "{shared}");
         assert!(!shared.contains("key-two"), "{shared}");
+        std::fs::write(dir.join("short-keys"), "key-beta-0123456789\nsecret\n").unwrap();
+        let short =
+            plan("[[tenants]]\nname = \"beta\"\ncomponents = []\napi_keys = { file = \"short-keys\" }\n")
+                .unwrap_err();
+        let short = format!("{short:#}");
+        assert!(short.contains("tenant beta: key 2 is 6 bytes long; a key has 16 or more"), "{short}");
+        assert!(!short.contains("secret"), "{short}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -30,17 +30,17 @@ async fn server(name: &str) -> Arc<Server> {
     Server::with_limits(runtime(name).await, Duration::from_millis(10), LIMITS)
 }
 
-/// [`server`] for the tenants `a` and `b` (keys `key-a`, `key-b`), within `limits`.
+/// [`server`] for the tenants `a` and `b` (keys `key-a-0123456789ab`, `key-b-…`), within `limits`.
 async fn server_of_two_tenants(name: &str, limits: ServerLimits) -> Arc<Server> {
     server_of_tenants(name, limits, &["a", "b"]).await
 }
 
-/// [`server`] for the tenants `names` (each `n` with the key `key-n`), within `limits`.
+/// [`server`] for the tenants `names` (each `n` with the key `key-n-0123456789ab`), within `limits`.
 async fn server_of_tenants(name: &str, limits: ServerLimits, names: &[&str]) -> Arc<Server> {
     let mut keys = ApiKeys::default();
     let tenants = names.iter().map(|name| {
         let id = TenantId::new(name);
-        keys.add(&id, &format!("key-{name}")).unwrap();
+        keys.add(&id, &format!("key-{name}-0123456789ab")).unwrap();
         Tenant::new(id, TenantView::new(name, ["example-tools".to_owned()], None), None)
     });
     let tenants = tenants.collect();
@@ -889,7 +889,7 @@ async fn one_tenant_of_two_holds_at_most_half_the_bound() {
             post_as(Some(key), port, "tools/call", Some(spin_or_echo(&body)), &body, &schema).await
         })
     };
-    let spinning = spawn_post("key-a", spin(1, 60.0));
+    let spinning = spawn_post("key-a-0123456789ab", spin(1, 60.0));
     slot_taken(&server).await;
     let queued = |bytes: usize| {
         let server = server.clone();
@@ -901,10 +901,11 @@ async fn one_tenant_of_two_holds_at_most_half_the_bound() {
             }
         }
     };
-    let first_of_a = spawn_post("key-a", many_keys(2, KEYS));
+    let first_of_a = spawn_post("key-a-0123456789ab", many_keys(2, KEYS));
     queued(20 << 20).await;
     let second_of_a =
-        post_as(Some("key-a"), port, "tools/call", Some("echo"), &many_keys(3, KEYS), &schema).await;
+        post_as(Some("key-a-0123456789ab"), port, "tools/call", Some("echo"), &many_keys(3, KEYS), &schema)
+            .await;
     assert_eq!(second_of_a.status, 503);
     // Refused once parsed (a JSON-RPC error with its id), or while its body came in, when
     // `a`'s first body is still charged during that request's parse: which one is a race.
@@ -920,7 +921,7 @@ async fn one_tenant_of_two_holds_at_most_half_the_bound() {
             assert!(error.contains("this tenant's share"), "{error}");
         }
     }
-    let of_b = spawn_post("key-b", many_keys(4, KEYS));
+    let of_b = spawn_post("key-b-0123456789ab", many_keys(4, KEYS));
     queued(40 << 20).await;
     spinning.abort();
     for (answer, id) in [(first_of_a.await.unwrap(), 2), (of_b.await.unwrap(), 4)] {
@@ -1085,11 +1086,15 @@ async fn a_request_past_a_tenants_share_on_an_idle_server_is_too_costly_not_busy
     let server = server_of_two_tenants("tenant-ceiling", limits).await;
     let schema = Schema::new();
     let Serving { port, stop, serving } = serve_http(&server).await;
-    let answer = post_as(Some("key-a"), port, "tools/call", Some("echo"), &many_keys(5, KEYS), &schema).await;
+    let answer =
+        post_as(Some("key-a-0123456789ab"), port, "tools/call", Some("echo"), &many_keys(5, KEYS), &schema)
+            .await;
     assert_eq!(answer.status, 413);
     assert_eq!(answer.messages[0]["id"], 5);
     assert_eq!(answer.messages[0]["error"]["code"], -32600);
-    let answer = post_as(Some("key-a"), port, "tools/call", Some("echo"), &many_keys(6, 10), &schema).await;
+    let answer =
+        post_as(Some("key-a-0123456789ab"), port, "tools/call", Some("echo"), &many_keys(6, 10), &schema)
+            .await;
     assert_eq!(answer.messages[0]["result"]["content"][0]["text"], "x");
     all_released(&server).await;
     stop.send(()).unwrap();

@@ -42,8 +42,14 @@ impl SigningKey {
     }
 
     fn sign(&self, claims: &Value) -> String {
+        self.sign_typed(claims, "JWT")
+    }
+
+    /// Signed with `typ` in its header.
+    fn sign_typed(&self, claims: &Value, typ: &str) -> String {
         let mut header = Header::new(Algorithm::ES256);
         header.kid = Some(self.kid.clone());
+        header.typ = Some(typ.to_owned());
         jsonwebtoken::encode(&header, claims, &EncodingKey::from_ec_der(&self.pkcs8)).unwrap()
     }
 }
@@ -130,7 +136,7 @@ impl Server {
             .env("CORDON_LOG", "debug")
             // The tenant test's API keys (`api_keys = { env = ... }`), given to the server
             // alone: a test binary's threads must not change their shared environment.
-            .env("CORDON_TEST_BETA_KEYS", "beta-key-1")
+            .env("CORDON_TEST_BETA_KEYS", "beta-key-1-0123456789")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -322,10 +328,17 @@ fn every_bad_token_is_refused_and_a_good_one_is_served() {
     cases.push(("signature of another token", format!("{signed}.{}", other.rsplit_once('.').unwrap().1)));
     let stranger = SigningKey { kid: "key-1".into(), ..SigningKey::generate("key-1") };
     cases.push(("another key under a known kid", stranger.sign(&good)));
+    // Signed by the issuer for this audience, but typed as a security event token.
+    cases.push(("typed as a security event token", key.sign_typed(&good, "secevent+jwt")));
     for (case, token) in &cases {
         assert_invalid_token(&server.list(Some(token)), case);
         tokens.push(token.clone());
     }
+
+    // Typed as an access token (RFC 9068): taken.
+    let typed = key.sign_typed(&good, "at+jwt");
+    assert_eq!(server.list(Some(&typed)).status, 200, "a token typed at+jwt");
+    tokens.push(typed);
 
     // Within the 30 s leeway: still taken.
     let late = with(&|claims| claims["exp"] = json!(now() - 10));
@@ -405,6 +418,7 @@ fn every_bad_token_is_refused_and_a_good_one_is_served() {
             "algorithm not allowed",
             "bad signature",
             "bad signature",
+            "typed as another kind of token",
         ]
     );
     for token in &tokens {
@@ -813,7 +827,7 @@ fn a_tokens_tenant_claim_picks_the_configured_tenants_view() {
     let beta = names(&server.list(Some(&key.sign(&issuer.claims("beta")))));
     assert!(beta.contains(&"http_get".to_owned()) && !beta.contains(&"echo".to_owned()), "{beta:?}");
     // beta's API key sees what beta's token sees.
-    assert_eq!(names(&server.list(Some("beta-key-1"))), beta);
+    assert_eq!(names(&server.list(Some("beta-key-1-0123456789"))), beta);
     // A valid token for a tenant not configured here.
     let stranger = server.list(Some(&key.sign(&issuer.claims("nobody"))));
     assert_eq!(stranger.status, 403, "{}", stranger.body);
@@ -823,7 +837,7 @@ fn a_tokens_tenant_claim_picks_the_configured_tenants_view() {
     // A wrong key that is no token either.
     assert_eq!(server.list(Some("beta-key-2")).status, 401);
     let log = server.stop();
-    assert!(!log.contains("beta-key-1"), "an API key reached the log");
+    assert!(!log.contains("beta-key-1-0123456789"), "an API key reached the log");
 }
 
 /// A sealed `requestState` is bound to the token's subject: another user's token (same

@@ -52,7 +52,7 @@ fn cordon(args: &[&str]) -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_cordon"));
     command
         .args(args)
-        .env("ACME_KEYS", format!("{ACME_KEY}, acme-second-key"))
+        .env("ACME_KEYS", format!("{ACME_KEY}, acme-second-key-0123"))
         .env("FLOOD_KEYS", FLOOD_KEY)
         .env("SOLO_KEYS", SOLO_KEY)
         .env("CORDON_LOG", "debug");
@@ -270,14 +270,14 @@ fn requests_without_a_valid_key_get_401_with_the_challenge_and_no_key_is_logged(
     assert!(!raw.contains("evil.example"), "{raw}");
     // Both of acme's keys work; the second from the comma-separated variable.
     assert_eq!(list(Some(ACME_KEY)).status, 200);
-    assert_eq!(list(Some("acme-second-key")).status, 200);
+    assert_eq!(list(Some("acme-second-key-0123")).status, 200);
     assert_eq!(list(Some(BETA_KEY)).status, 200);
     assert_eq!(server.call(ACME_KEY, "echo", json!({"text": "hi"})).text(), "hi");
 
     // The call is counted under its tenant, and its log line names the tenant.
     let metrics = server.metrics_with("cordon_tenant_calls_total{tenant=\"acme\",outcome=\"ok\"} 1");
     let log = server.log_until(|line| line.contains("tool=\"echo\"") && line.contains("tenant=\"acme\""));
-    for secret in [ACME_KEY, BETA_KEY, "acme-second-key", "wrong-key"] {
+    for secret in [ACME_KEY, BETA_KEY, "acme-second-key-0123", "wrong-key"] {
         assert!(!log.contains(secret), "the log holds a key: {log}");
         assert!(!metrics.contains(secret), "the metrics hold a key: {metrics}");
     }
@@ -577,10 +577,10 @@ fn a_2025_era_session_belongs_to_the_tenant_and_key_that_opened_it() {
     let opened = post_as(&with_key(ACME_KEY, &[]), &init);
     let acme_session = opened.header("mcp-session-id").expect("a session id").to_owned();
     let acme = [("MCP-Protocol-Version", "2025-11-25".to_owned()), ("Mcp-Session-Id", acme_session.clone())];
-    let stolen = post_as(&with_key("acme-second-key", &acme), &list);
+    let stolen = post_as(&with_key("acme-second-key-0123", &acme), &list);
     assert_eq!(stolen.status, 404, "{}", stolen.body);
     let answer_asked = json!({"jsonrpc": "2.0", "id": 1, "result": {"action": "accept", "content": {}}});
-    assert_eq!(post_as(&with_key("acme-second-key", &acme), &answer_asked).status, 404);
+    assert_eq!(post_as(&with_key("acme-second-key-0123", &acme), &answer_asked).status, 404);
     let raw = |method: &str, key: &str| {
         let mut stream = TcpStream::connect(("127.0.0.1", server.port)).unwrap();
         let request = format!(
@@ -593,8 +593,8 @@ fn a_2025_era_session_belongs_to_the_tenant_and_key_that_opened_it() {
         stream.read_exact(&mut head).unwrap();
         String::from_utf8_lossy(&head[9..12]).into_owned()
     };
-    assert_eq!(raw("GET", "acme-second-key"), "404");
-    assert_eq!(raw("DELETE", "acme-second-key"), "404");
+    assert_eq!(raw("GET", "acme-second-key-0123"), "404");
+    assert_eq!(raw("DELETE", "acme-second-key-0123"), "404");
     assert_eq!(post_as(&with_key(ACME_KEY, &acme), &list).status, 200, "the session outlived those tries");
     assert_eq!(raw("DELETE", ACME_KEY), "200");
 
@@ -642,7 +642,7 @@ fn a_request_state_is_taken_back_only_from_the_key_it_was_issued_to() {
         "inputResponses": {"confirm": {"action": "accept", "content": {"confirm": true}}},
         "requestState": asked["result"]["requestState"],
     });
-    let stolen = delete("acme-second-key", retry.clone());
+    let stolen = delete("acme-second-key-0123", retry.clone());
     assert_eq!(stolen["error"]["code"], -32602, "{stolen}");
     assert!(stolen["error"]["message"].as_str().unwrap().contains("another caller"), "{stolen}");
     let own = delete(ACME_KEY, retry);

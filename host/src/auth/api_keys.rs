@@ -25,10 +25,21 @@ impl std::fmt::Debug for ApiKeys {
     }
 }
 
-/// A key given to a tenant is already another tenant's (named here; the key is not).
+/// The fewest bytes a key may have. Nothing can tell a random key from a chosen one, but a
+/// key this short (`secret`, `test`, a PIN) is one an attacker guesses before a random one:
+/// such a key is a config error, not a weak door.
+pub const MIN_KEY_BYTES: usize = 16;
+
+/// Why a tenant's keys were refused. Neither names the key.
 #[derive(Debug, thiserror::Error)]
-#[error("a key is also one of tenant {0}'s keys")]
-pub struct KeyHeldBy(pub TenantId);
+pub enum KeyRefused {
+    /// A key given to a tenant is already another tenant's.
+    #[error("a key is also one of tenant {0}'s keys")]
+    HeldBy(TenantId),
+    /// A key is shorter than [`MIN_KEY_BYTES`]: the `ordinal`th, `bytes` long.
+    #[error("key {ordinal} is {bytes} bytes long; a key has {MIN_KEY_BYTES} or more")]
+    TooShort { ordinal: usize, bytes: usize },
+}
 
 /// The digest of `key`.
 pub fn digest(key: &[u8]) -> KeyDigest {
@@ -50,17 +61,28 @@ pub fn digests_equal(a: &KeyDigest, b: &KeyDigest) -> bool {
 
 impl ApiKeys {
     /// Add `tenant`'s keys (as read: comma-separated or one a line; blanks ignored).
-    /// Returns how many were added, or the tenant that already holds one of them: a key
-    /// of two tenants would be served as whichever came first, so it is refused. A key
-    /// repeated within one tenant is kept once.
-    pub fn add(&mut self, tenant: &TenantId, keys: &str) -> Result<usize, KeyHeldBy> {
+    /// Returns how many were added, or why they were refused: a key shorter than
+    /// [`MIN_KEY_BYTES`], or one another tenant already holds (a key of two tenants would
+    /// be served as whichever came first). A key repeated within one tenant is kept once.
+    pub fn add(&mut self, tenant: &TenantId, keys: &str) -> Result<usize, KeyRefused> {
         let before = self.digests.len();
-        for key in keys.split([',', '\n']).map(str::trim).filter(|key| !key.is_empty()) {
+        for (index, key) in keys.split([',', '\n']).map(str::trim).filter(|key| !key.is_empty()).enumerate() {
             let key_digest = digest(key.as_bytes());
-            match self.digests.iter().find(|(stored, _)| *stored == key_digest) {
-                Some((_, holder)) if holder == tenant => {}
-                Some((_, holder)) => return Err(KeyHeldBy(holder.clone())),
-                None => self.digests.push((key_digest, tenant.clone())),
+            let refused = match self.digests.iter().find(|(stored, _)| *stored == key_digest) {
+                _ if key.len() < MIN_KEY_BYTES => {
+                    Some(KeyRefused::TooShort { ordinal: index + 1, bytes: key.len() })
+                }
+                Some((_, holder)) if holder == tenant => None,
+                Some((_, holder)) => Some(KeyRefused::HeldBy(holder.clone())),
+                None => {
+                    self.digests.push((key_digest, tenant.clone()));
+                    None
+                }
+            };
+            if let Some(refused) = refused {
+                // All of the list or none of it.
+                self.digests.truncate(before);
+                return Err(refused);
             }
         }
         Ok(self.digests.len() - before)
@@ -96,12 +118,15 @@ mod tests {
     fn keys_are_found_by_digest_only() {
         let (acme, beta) = (TenantId::new("acme"), TenantId::new("beta"));
         let mut keys = ApiKeys::default();
-        assert_eq!(keys.add(&acme, "k-acme-1, k-acme-2, k-acme-1").unwrap(), 2);
-        assert_eq!(keys.add(&beta, "k-beta\n\n").unwrap(), 1);
+        assert_eq!(
+            keys.add(&acme, "k-acme-1-0123456789, k-acme-2-0123456789, k-acme-1-0123456789").unwrap(),
+            2
+        );
+        assert_eq!(keys.add(&beta, "k-beta-0123456789\n\n").unwrap(), 1);
         let tenant_of = |key: &[u8]| keys.holder_of(key).map(|(tenant, _)| tenant);
-        assert_eq!(tenant_of(b"k-acme-2"), Some(acme));
-        assert_eq!(tenant_of(b"k-beta"), Some(beta));
-        assert_eq!(tenant_of(b"k-acme"), None);
+        assert_eq!(tenant_of(b"k-acme-2-0123456789"), Some(acme));
+        assert_eq!(tenant_of(b"k-beta-0123456789"), Some(beta));
+        assert_eq!(tenant_of(b"k-acme-0123456789"), None);
         assert_eq!(tenant_of(b""), None);
         assert!(!format!("{keys:?}").contains("k-acme"));
     }
@@ -110,10 +135,21 @@ mod tests {
     fn a_key_of_two_tenants_is_refused_without_naming_it() {
         let (acme, beta) = (TenantId::new("acme"), TenantId::new("beta"));
         let mut keys = ApiKeys::default();
-        keys.add(&acme, "shared-key").unwrap();
-        let refused = keys.add(&beta, "k-beta, shared-key").unwrap_err();
-        assert_eq!(refused.0, acme);
+        keys.add(&acme, "shared-key-0123456789").unwrap();
+        let refused = keys.add(&beta, "k-beta-0123456789, shared-key-0123456789").unwrap_err();
+        assert!(matches!(&refused, KeyRefused::HeldBy(holder) if *holder == acme), "{refused:?}");
         assert!(!refused.to_string().contains("shared-key"), "{refused}");
+    }
+
+    #[test]
+    fn a_short_key_is_refused_by_its_place_not_its_text() {
+        let acme = TenantId::new("acme");
+        let mut keys = ApiKeys::default();
+        let refused = keys.add(&acme, "long-enough-key-01, secret").unwrap_err();
+        assert_eq!(refused.to_string(), "key 2 is 6 bytes long; a key has 16 or more");
+        assert!(keys.is_empty(), "a key of a refused list was kept");
+        assert_eq!(keys.add(&acme, "exactly-16-bytes").unwrap(), 1);
+        assert!(keys.add(&acme, "fifteen--bytes!").is_err());
     }
 
     /// The primitive: every word's difference is folded into one value before deciding,

@@ -5,6 +5,10 @@
 //! 1. its header names an allowed asymmetric algorithm ([`ALLOWED_ALGORITHMS`]: RSA, ECDSA,
 //!    EdDSA; never `none`, never HMAC, so a token "signed" with a public key as an HMAC
 //!    secret fails before any key is looked at);
+//!    and its `typ`, when it has one, is that of an access token or a plain JWT
+//!    ([`is_access_token_type`]): an ID token, a logout or security event token, a DPoP
+//!    proof, typed as such (RFC 8725 §3.11), is not taken for one even when it is signed
+//!    by the issuer and names this server as its audience;
 //! 2. the key its `kid` names is in the issuer's key set ([`super::jwks`]; an unknown `kid`
 //!    makes the set be read again, rate-limited) and may verify that algorithm;
 //! 3. the signature verifies;
@@ -248,6 +252,9 @@ impl Validator {
         let Some(validation) = self.validations.get(&header.alg) else {
             return Err(TokenError::Invalid("algorithm not allowed"));
         };
+        if !header.typ.as_deref().is_none_or(is_access_token_type) {
+            return Err(TokenError::Invalid("typed as another kind of token"));
+        }
         let key = self
             .keys
             .key(header.kid.as_deref())
@@ -282,6 +289,17 @@ impl Validator {
         self.checked.remember(token, Remembered { claims: checked.clone(), generation }, now);
         Ok(checked)
     }
+}
+
+/// Whether a JWT header's `typ` may be an access token's: `at+jwt` (RFC 9068), or `JWT`,
+/// which many issuers still put on theirs. A media type, so compared without case and with
+/// or without its `application/` prefix (RFC 7515 §4.1.9).
+fn is_access_token_type(typ: &str) -> bool {
+    let typ = typ
+        .get(..12)
+        .filter(|prefix| prefix.eq_ignore_ascii_case("application/"))
+        .map_or(typ, |_| &typ[12..]);
+    typ.eq_ignore_ascii_case("at+jwt") || typ.eq_ignore_ascii_case("jwt")
 }
 
 /// Who a token was issued to: its `sub`, when a non-empty string; without one, the client
@@ -332,6 +350,20 @@ fn reason(kind: &jsonwebtoken::errors::ErrorKind) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn access_token_types_are_at_jwt_or_jwt_in_any_case_with_or_without_the_prefix() {
+        for typ in
+            ["at+jwt", "AT+JWT", "application/at+jwt", "Application/At+JWT", "JWT", "jwt", "application/jwt"]
+        {
+            assert!(is_access_token_type(typ), "{typ}");
+        }
+        for typ in
+            ["", "application/", "id_token+jwt", "logout+jwt", "secevent+jwt", "dpop+jwt", "JOSE", "at+jwt "]
+        {
+            assert!(!is_access_token_type(typ), "{typ}");
+        }
+    }
 
     #[test]
     fn scopes_are_read_from_scope_or_scp() {

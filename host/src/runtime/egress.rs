@@ -312,32 +312,29 @@ pub(crate) fn shadow_http_types(linker: &mut Linker<GuestState>) -> wasmtime::Re
             Ok((got,))
         },
     )?;
-    // The fields a request or response a guest builds hands back: see `charged_headers`.
-    types.func_wrap(
-        "[method]outgoing-request.headers",
-        |mut store: StoreContextMut<'_, GuestState>, (request,): (Resource<HostOutgoingRequest>,)| {
-            Ok((charged_headers(store.data_mut(), request)?,))
-        },
-    )?;
-    types.func_wrap(
-        "[method]outgoing-response.headers",
-        |mut store: StoreContextMut<'_, GuestState>, (response,): (Resource<HostOutgoingResponse>,)| {
-            Ok((charged_headers(store.data_mut(), response)?,))
-        },
-    )?;
-    types.func_wrap(
-        "[method]outgoing-request.body",
-        |mut store: StoreContextMut<'_, GuestState>, (request,): (Resource<HostOutgoingRequest>,)| {
-            Ok((charged_body(store.data_mut(), request)?,))
-        },
-    )?;
-    types.func_wrap(
-        "[method]outgoing-response.body",
-        |mut store: StoreContextMut<'_, GuestState>, (response,): (Resource<HostOutgoingResponse>,)| {
-            Ok((charged_body(store.data_mut(), response)?,))
-        },
-    )?;
+    shadow_outgoing::<HostOutgoingRequest>(&mut types)?;
+    shadow_outgoing::<HostOutgoingResponse>(&mut types)?;
     linker.allow_shadowing(false);
+    Ok(())
+}
+
+/// The `headers` and `body` methods of a request or response a guest builds, charged: see
+/// `charged_headers` and `charged_body`.
+fn shadow_outgoing<M: OutgoingMessage>(
+    types: &mut wasmtime::component::LinkerInstance<'_, GuestState>,
+) -> wasmtime::Result<()> {
+    types.func_wrap(
+        &format!("[method]{}.headers", M::RESOURCE),
+        |mut store: StoreContextMut<'_, GuestState>, (message,): (Resource<M>,)| {
+            Ok((charged_headers(store.data_mut(), message)?,))
+        },
+    )?;
+    types.func_wrap(
+        &format!("[method]{}.body", M::RESOURCE),
+        |mut store: StoreContextMut<'_, GuestState>, (message,): (Resource<M>,)| {
+            Ok((charged_body(store.data_mut(), message)?,))
+        },
+    )?;
     Ok(())
 }
 
@@ -395,10 +392,13 @@ trait OutgoingMessage: Sized + Send + 'static {
     ) -> wasmtime::Result<Resource<FieldMap>>;
     /// What it is charged beside its fields (a request's target).
     const BESIDE_FIELDS: usize;
+    /// Its resource's name in `wasi:http/types`.
+    const RESOURCE: &'static str;
 }
 
 impl OutgoingMessage for HostOutgoingRequest {
     const BESIDE_FIELDS: usize = TARGET_BYTES;
+    const RESOURCE: &'static str = "outgoing-request";
     fn body_slot(&mut self) -> &mut Option<HyperOutgoingBody> {
         &mut self.body
     }
@@ -418,6 +418,7 @@ impl OutgoingMessage for HostOutgoingRequest {
 
 impl OutgoingMessage for HostOutgoingResponse {
     const BESIDE_FIELDS: usize = 0;
+    const RESOURCE: &'static str = "outgoing-response";
     fn body_slot(&mut self) -> &mut Option<HyperOutgoingBody> {
         &mut self.body
     }
