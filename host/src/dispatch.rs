@@ -664,12 +664,50 @@ pub enum Outbox {
     Channel(mpsc::Sender<Outgoing>),
     /// A byte stream written in place, one message per line (stdio): no hand-off to
     /// another task, which saves a thread wake-up per message.
-    Lines(Arc<tokio::sync::Mutex<Box<dyn AsyncWrite + Send + Unpin>>>),
+    Lines(Arc<tokio::sync::Mutex<LineWriter>>),
+}
+
+/// The stream of [`Outbox::Lines`], and the line being written to it. A send is a future
+/// its request may drop at any await (a cancel, a deadline, shutdown), and a pipe takes a
+/// large line in several writes: what a dropped send left of its line is kept here, and
+/// the next send writes it out before its own, so no line is ever cut into by another.
+/// (A line of which nothing went out is dropped with its send.)
+pub struct LineWriter {
+    writer: Box<dyn AsyncWrite + Send + Unpin>,
+    line: Vec<u8>,
+    /// How much of `line` is out.
+    written: usize,
+}
+
+impl LineWriter {
+    async fn write_line(&mut self, line: Vec<u8>) -> std::io::Result<()> {
+        if self.written > 0 {
+            self.finish_line().await?;
+        }
+        self.line = line;
+        self.written = 0;
+        self.finish_line().await?;
+        self.writer.flush().await
+    }
+
+    async fn finish_line(&mut self) -> std::io::Result<()> {
+        while self.written < self.line.len() {
+            match self.writer.write(&self.line[self.written..]).await? {
+                0 => return Err(std::io::ErrorKind::WriteZero.into()),
+                written => self.written += written,
+            }
+        }
+        // Not `clear`: a large answer's buffer is not kept for the stream's life.
+        self.line = Vec::new();
+        self.written = 0;
+        Ok(())
+    }
 }
 
 impl Outbox {
     pub fn lines(writer: impl AsyncWrite + Send + Unpin + 'static) -> Self {
-        Self::Lines(Arc::new(tokio::sync::Mutex::new(Box::new(writer))))
+        let writer = LineWriter { writer: Box::new(writer), line: Vec::new(), written: 0 };
+        Self::Lines(Arc::new(tokio::sync::Mutex::new(writer)))
     }
 
     /// Deliver `message`. A closed channel or stream means the client is gone: there is no
@@ -683,13 +721,7 @@ impl Outbox {
                 // serde_json never writes a raw newline: one message is one line.
                 let mut bytes = serde_json::to_vec(&message).expect("a message always serializes");
                 bytes.push(b'\n');
-                let mut writer = writer.lock().await;
-                if let Err(error) = async {
-                    writer.write_all(&bytes).await?;
-                    writer.flush().await
-                }
-                .await
-                {
+                if let Err(error) = writer.lock().await.write_line(bytes).await {
                     tracing::debug!("dropping a message: the client's stream is closed ({error})");
                 }
             }
@@ -2001,6 +2033,49 @@ mod tests {
         let passed: Vec<f64> =
             first_round.into_iter().chain(second_round).filter(|done| sent.advance(*done)).collect();
         assert_eq!(passed, [0.2, 0.5, 1.0, 1.5]);
+    }
+
+    /// A send dropped mid-line (its request cancelled while a client read slowly) leaves
+    /// no torn line: the next send finishes it first. Before, the rest was lost and the
+    /// next message glued onto the torn line, so the client lost both.
+    #[tokio::test]
+    async fn a_line_whose_send_was_dropped_midway_is_finished_before_the_next() {
+        use tokio::io::AsyncReadExt;
+        let (writer, mut reader) = tokio::io::duplex(1024);
+        let out = Outbox::lines(writer);
+        let message = |reason: &str| {
+            let id = RequestId::parse(&Value::from(7)).unwrap();
+            Outgoing::Notification(mcp::listen_cancelled(&id, reason))
+        };
+        let long = "x".repeat(10_000);
+        // Nothing is read: the send writes the pipe's 1 KiB and waits; it is dropped there.
+        tokio::select! {
+            biased;
+            () = out.send(message(&long)) => panic!("10 KB went into a 1 KiB pipe no one reads"),
+            () = std::future::ready(()) => {}
+        }
+        // So is one of which nothing went out: the pipe is full.
+        tokio::select! {
+            biased;
+            () = out.send(message("never started")) => panic!("sent into a full pipe"),
+            () = std::future::ready(()) => {}
+        }
+        let reading = tokio::spawn(async move {
+            let mut text = String::new();
+            reader.read_to_string(&mut text).await.map(|_| text)
+        });
+        out.send(message("after")).await;
+        drop(out);
+        let text = reading.await.unwrap().unwrap();
+        let reasons: Vec<String> = text
+            .lines()
+            .map(|line| {
+                let message: Value =
+                    serde_json::from_str(line).unwrap_or_else(|error| panic!("{error}: {line:.80}"));
+                message["params"]["reason"].as_str().unwrap().to_owned()
+            })
+            .collect();
+        assert_eq!(reasons, [long, "after".to_owned()]);
     }
 
     /// When a set is swapped in, every listen stream asks for its lists at once: they are
