@@ -799,6 +799,18 @@ fn write_charged(
     written.map_err(wasmtime::Error::from)
 }
 
+/// A stream dropped with a write still waiting for the grant's lock (its call ended, the
+/// table dropped without `cancel`) drops that write: its bytes and its file are held by no
+/// call once the call's charges are given back, and a guest could leave one per stream,
+/// call after call, faster than one lock lets them drain.
+impl Drop for QuotaStream {
+    fn drop(&mut self) {
+        if let StreamState::Writing(task) = &self.state {
+            task.abort();
+        }
+    }
+}
+
 #[wasmtime_wasi::async_trait]
 impl wasmtime_wasi::p2::Pollable for QuotaStream {
     async fn ready(&mut self) {
@@ -830,12 +842,16 @@ impl OutputStream for QuotaStream {
             *next = next.saturating_add(bytes.len() as u64);
         }
         let (file, quota) = (self.file.clone(), self.quota.clone());
-        // The task finishes (and counts) even if the stream is dropped meanwhile.
+        // The lock goes with the write: once the write has begun, it finishes, charged and
+        // settled under the lock, even if the stream is dropped meanwhile (`Drop`).
         self.state = StreamState::Writing(tokio::spawn(async move {
-            let _lock = quota.lock.clone().lock_owned().await;
-            tokio::task::spawn_blocking(move || write_charged(&file, &quota, position, &bytes))
-                .await
-                .unwrap_or_else(|error| Err(wasmtime::format_err!("the write did not finish: {error}")))
+            let lock = quota.lock.clone().lock_owned().await;
+            tokio::task::spawn_blocking(move || {
+                let _lock = lock;
+                write_charged(&file, &quota, position, &bytes)
+            })
+            .await
+            .unwrap_or_else(|error| Err(wasmtime::format_err!("the write did not finish: {error}")))
         }));
         Ok(())
     }
@@ -863,6 +879,41 @@ impl OutputStream for QuotaStream {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A write still waiting for the grant's lock when its stream is dropped (its call
+    /// over) is dropped with it, bytes, file and all; the file is left as it was. Before,
+    /// it waited on, held by no call, and wrote once the lock came free.
+    #[tokio::test]
+    async fn a_write_waiting_for_the_lock_goes_with_its_dropped_stream() {
+        let dir = std::env::temp_dir().join(format!("cordon-quota-dropped-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let quota = Arc::new(Quota::measure(1 << 20, &std::fs::File::open(&dir).unwrap()).unwrap());
+        let file = Arc::new(std::fs::File::create(dir.join("f")).unwrap());
+        let held = quota.lock.clone().lock_owned().await;
+        let mut stream = QuotaStream {
+            file: file.clone(),
+            quota: quota.clone(),
+            position: Some(0),
+            state: StreamState::Ready,
+        };
+        stream.write(bytes::Bytes::from(vec![b'w'; 64 << 10])).unwrap();
+        assert!(matches!(stream.state, StreamState::Writing(_)));
+        drop(stream);
+        // The task held the file and the quota; both are let go once it is gone.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while Arc::strong_count(&file) > 1 || Arc::strong_count(&quota) > 1 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the dropped stream's write still waits for the lock"
+            );
+            tokio::task::yield_now().await;
+        }
+        drop(held);
+        assert_eq!(file.metadata().unwrap().len(), 0);
+        assert_eq!(quota.used(), 0, "the write was never charged");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn usage_counts_regular_files_once_per_inode_and_every_name() {
