@@ -1278,6 +1278,7 @@ impl Connection {
                 Ok((responses, state, held)) => {
                     round = InputRound::retry(abilities, responses, state);
                     round.cleanup_note = note.clone();
+                    round.call_ends_by = deadline.map(|(at, _)| at.into_std());
                     answers_held = held;
                 }
                 Err(Between::Failed(problem)) => {

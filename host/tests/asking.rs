@@ -45,6 +45,11 @@ impl Setup {
 
     /// The hostile tools alone, with `server` (keys of `[server]`).
     fn hostile(what: &str, server: &str) -> Self {
+        Self::hostile_within(what, server, 60_000)
+    }
+
+    /// [`Self::hostile`], each call of the tools within `max_duration_ms`.
+    fn hostile_within(what: &str, server: &str, max_duration_ms: u64) -> Self {
         let dir = fresh_dir(what);
         let hostile = cordon::paths::default_tools_dir().join("hostile.wasm");
         assert!(hostile.is_file(), "{} is missing: run `cargo xtask guests` first", hostile.display());
@@ -54,7 +59,7 @@ impl Setup {
             dir.join("cordon.toml"),
             format!(
                 "[server]\ncache = false\n{server}\n[[components]]\npath = {:?}\ndata_dir = \"data\"\n\
-                 limits = {{ grace_ms = 100, idle_timeout_ms = 0, max_duration_ms = 60000 }}\n",
+                 limits = {{ grace_ms = 100, idle_timeout_ms = 0, max_duration_ms = {max_duration_ms} }}\n",
                 hostile.display().to_string()
             ),
         )
@@ -802,6 +807,29 @@ fn a_client_that_never_answers_is_stopped_by_the_calls_timeout() {
     assert!(text(&answer).contains("maximum duration"), "{answer}");
     let waited = started.elapsed();
     assert!(waited >= Duration::from_millis(2500) && waited < Duration::from_secs(10), "{waited:?}");
+    let cleanup = client.process.wait_log("cleanup completed");
+    assert!(cleanup.contains("reason=max-duration"), "{cleanup}");
+}
+
+/// A call's maximum duration spans all its rounds: a round that starts late gets what is
+/// left of it. Before, each round got the whole of it again, so a guest that spun after a
+/// late answer ran for up to twice its limit (or more, round after round).
+#[test]
+fn a_later_round_gets_only_what_is_left_of_the_calls_maximum_duration() {
+    let setup = Setup::hostile_within("rounds-share-duration", "", 4000);
+    let mut client = Stdio2025::start(&setup, ALL());
+    let started = Instant::now();
+    let (call, request) = client.call_until_asked("ask_then_spin", json!({}), "roots/list");
+    // The client's lateness is what is tested: it answers three of the call's four
+    // seconds in, and the second round spins.
+    std::thread::sleep((started + Duration::from_secs(3)).saturating_duration_since(Instant::now()));
+    client.send(json!({"jsonrpc": "2.0", "id": request["id"], "result": {"roots": []}}));
+    let answer = client.next();
+    assert_eq!((&answer["id"], &answer["result"]["isError"]), (&call, &json!(true)), "{answer}");
+    assert!(text(&answer).contains("ran for 4 s (its maximum duration)"), "{answer}");
+    let waited = started.elapsed();
+    // About 4.1 s (the limit and its grace); without the bound, 3 s + 4 s more.
+    assert!(waited < Duration::from_secs(6), "the call ran {waited:?} against a maximum of 4 s");
     let cleanup = client.process.wait_log("cleanup completed");
     assert!(cleanup.contains("reason=max-duration"), "{cleanup}");
 }

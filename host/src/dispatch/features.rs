@@ -330,6 +330,7 @@ impl Connection {
                         Ok((responses, state, held)) => {
                             let mut next = InputRound::retry(abilities, responses, state);
                             next.cleanup_note = note.clone();
+                            next.call_ends_by = deadline.map(|(at, _)| at.into_std());
                             round = Some(next);
                             answers_held = held;
                             continue;

@@ -340,6 +340,9 @@ impl Call {
             // The last note the call left, in a round before: until this round leaves one.
             self.control.set_note(note);
         }
+        if let Some(at) = input.call_ends_by {
+            self.control.end_by(at);
+        }
         self.input = input;
         self
     }
@@ -479,7 +482,7 @@ impl Call {
     /// returned (it is dropped here after a trap or a stop).
     async fn drive(&self) -> (Outcome, bool, StopPath, Option<Store<GuestState>>) {
         let limits = &self.limits;
-        let backstop = limits.max_duration.map(|max| self.control.started() + max + limits.grace);
+        let backstop = self.control.max_deadline().map(|at| at + limits.grace);
         // A spare instance made ahead (spare.rs) is bound to this call; otherwise a fresh
         // one is made now.
         let spare = match self.files {

@@ -79,6 +79,8 @@ pub(crate) struct CallControl {
     started: Instant,
     idle_timeout: Option<Duration>,
     max_duration: Option<Duration>,
+    /// The end of the whole call this round belongs to, when it began before the round.
+    ends_by: OnceLock<Instant>,
     /// The first stop request wins; later ones are ignored.
     stop: Mutex<Option<StopRequest>>,
     /// Mirrors `stop.is_some()` for the guest's cheap `cancelled()` check.
@@ -114,6 +116,7 @@ impl CallControl {
             started: Instant::now(),
             idle_timeout: limits.idle_timeout,
             max_duration: limits.max_duration,
+            ends_by: OnceLock::new(),
             stop: Mutex::new(None),
             stopping: AtomicBool::new(false),
             hard_stop: AtomicBool::new(false),
@@ -209,8 +212,20 @@ impl CallControl {
         self.idle_timeout.map(|idle| self.started + last + idle)
     }
 
+    /// When the call is stopped at its maximum duration: its own, or the earlier end of
+    /// the call a later round of it belongs to ([`Self::end_by`]).
     pub(crate) fn max_deadline(&self) -> Option<Instant> {
-        self.max_duration.map(|max| self.started + max)
+        let own = self.max_duration.map(|max| self.started + max);
+        match (own, self.ends_by.get()) {
+            (Some(own), Some(&call)) => Some(own.min(call)),
+            (own, call) => own.or(call.copied()),
+        }
+    }
+
+    /// Stop the call at `at` at the latest, counted as its maximum duration: a later round
+    /// of a call that began earlier. Set once, before the round runs.
+    pub(crate) fn end_by(&self, at: Instant) {
+        let _ = self.ends_by.set(at);
     }
 
     /// Time before the host stops the call: zero once a stop was requested.

@@ -43,6 +43,9 @@ pub struct InputRound {
     /// The last note a previous round left for a cleanup (the host's: the guest's round
     /// does not see it, its cleanup does).
     pub cleanup_note: Option<Vec<u8>>,
+    /// When the whole call, every round and every wait for the client, ends at the latest:
+    /// a later round gets what is left of the tool's maximum duration, not all of it again.
+    pub call_ends_by: Option<std::time::Instant>,
 }
 
 impl Default for InputRound {
@@ -54,12 +57,12 @@ impl Default for InputRound {
 impl InputRound {
     /// A first round, for a client that can be asked what `client` says.
     pub fn first(client: ClientAbilities) -> Self {
-        Self { client, responses: Vec::new(), state: None, cleanup_note: None }
+        Self { client, responses: Vec::new(), state: None, cleanup_note: None, call_ends_by: None }
     }
 
     /// A retry: the client's answers and the state the previous round handed out.
     pub fn retry(client: ClientAbilities, responses: Vec<(String, String)>, state: Option<Vec<u8>>) -> Self {
-        Self { client, responses, state, cleanup_note: None }
+        Self { client, responses, state, cleanup_note: None, call_ends_by: None }
     }
 
     /// The round as the 0.2.0 guest gets it.
