@@ -40,7 +40,8 @@
 //! max_connections = 2048         # open connections at once; more wait to be accepted
 //! max_connections_per_ip = 1024  # from one address (IPv6: one /48); more get 503, closed
 //! max_header_connections_per_ip = 64 # of those, still reading their first request's
-//!                                # head; more wait, unread, up to header_timeout_ms
+//!                                # head; as many more wait, unread, up to
+//!                                # header_timeout_ms; more get 503, closed
 //! header_timeout_ms = 10000      # for a request's head to arrive; a kept-alive
 //!                                # connection idle this long is closed
 //! linger_ms = 5000               # after a refusal that left the body unread, read and

@@ -203,6 +203,52 @@ async fn thousands_of_slow_connections_from_one_address_leave_another_clients_ec
     assert!(p99 < Duration::from_millis(100), "p99 {p99:?}");
 }
 
+/// `count` connections from `from`, made one after another, that send nothing.
+async fn silent_connections(port: u16, from: [u8; 4], count: usize) -> Vec<tokio::net::TcpStream> {
+    let server = SocketAddr::from(([127, 0, 0, 1], port));
+    let mut streams = Vec::with_capacity(count);
+    for _ in 0..count {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.bind(SocketAddr::from((from, 0))).unwrap();
+        let connected = tokio::time::timeout(Duration::from_secs(5), socket.connect(server)).await;
+        streams.push(connected.expect("connected within 5 s").unwrap());
+    }
+    streams
+}
+
+/// Connections waiting for their address's turn to send a head hold server connection
+/// slots: at most as many per address wait as it has header slots, the rest are refused at
+/// once. Before, each address could keep up to `max_connections_per_ip` of them waiting,
+/// so two addresses that only connected (and connected again) held every slot, and no
+/// one else got in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_addresses_that_only_connect_cannot_take_every_connection_slot() {
+    let _serial = SERIAL.lock().await;
+    let server = Server::start(
+        "load-silent",
+        "[http]\nmax_connections = 300\nmax_connections_per_ip = 200\nmax_header_connections_per_ip = 16\n",
+    );
+    let port = server.port;
+    let schema = Schema::new();
+    let mut silent = silent_connections(port, [127, 0, 0, 2], 200).await;
+    silent.extend(silent_connections(port, [127, 0, 0, 3], 200).await);
+    for id in 0..3 {
+        let answered = tokio::time::timeout(Duration::from_secs(2), echo(port, id, &schema)).await;
+        assert_eq!(answered.expect("echo beside 400 silent connections took over 2 s"), format!("e{id}"));
+    }
+    // Of each address's 200, 16 hold its header slots and 16 wait: the rest were told 503.
+    let mut reading = tokio::task::JoinSet::new();
+    for mut stream in silent {
+        reading.spawn(async move {
+            let mut answer = Vec::new();
+            let _ = tokio::time::timeout(Duration::from_millis(500), stream.read_to_end(&mut answer)).await;
+            answer.starts_with(b"HTTP/1.1 503 ")
+        });
+    }
+    let refused = reading.join_all().await.into_iter().filter(|refused| *refused).count();
+    assert_eq!(refused, 2 * (200 - 32));
+}
+
 /// Write all of `request`, then read the whole answer, each within 10 s.
 /// The deadlines are failure bounds, not claims: the queued calls of 300,000 keys each run
 /// one at a time, at nice 19 once past their first slice, and beside four busy loops on 2

@@ -462,6 +462,18 @@ fn the_protected_resource_metadata_is_served_without_a_token() {
     }
     // Other well-known paths are not served.
     assert_eq!(server.request("GET", "/.well-known/oauth-protected-resource/other", &[], "").status, 404);
+    // What anyone may ask keeps no connection open, though the client would keep it alive:
+    // the connection ends with the answer.
+    for (path, status) in [("/.well-known/oauth-protected-resource", "200"), ("/elsewhere", "404")] {
+        let mut stream = TcpStream::connect(("127.0.0.1", server.port)).unwrap();
+        stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        write!(stream, "GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{}\r\n\r\n", server.port).unwrap();
+        let mut raw = Vec::new();
+        let ended = stream.read_to_end(&mut raw);
+        let text = String::from_utf8_lossy(&raw);
+        assert!(ended.is_ok(), "{path}: the connection was kept open after {text:?}");
+        assert!(text.starts_with(&format!("HTTP/1.1 {status} ")), "{path}: {text}");
+    }
 }
 
 #[test]

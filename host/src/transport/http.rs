@@ -601,6 +601,8 @@ struct AddressConnections {
     open: usize,
     /// One permit per connection still reading its first request's head.
     header_slots: Arc<Semaphore>,
+    /// Connections waiting for one of `header_slots`: at most as many as it has.
+    header_waiters: Arc<AtomicUsize>,
 }
 
 /// The address an IP counts as: IPv4 as is (also when mapped into IPv6), IPv6 by its /48,
@@ -626,12 +628,19 @@ impl Clients {
         let client = by_address.entry(address).or_insert_with(|| AddressConnections {
             open: 0,
             header_slots: Arc::new(Semaphore::new(max_half_open)),
+            header_waiters: Arc::default(),
         });
         if client.open >= max_open {
             return None; // never 0 here: the entry was there before
         }
         client.open += 1;
-        Some(ClientTicket { clients: self.clone(), address, header_slots: client.header_slots.clone() })
+        Some(ClientTicket {
+            clients: self.clone(),
+            address,
+            header_slots: client.header_slots.clone(),
+            header_waiters: client.header_waiters.clone(),
+            max_header_waiters: max_half_open,
+        })
     }
 
     /// Connections open from `ip`'s address.
@@ -646,6 +655,47 @@ struct ClientTicket {
     clients: Arc<Clients>,
     address: IpAddr,
     header_slots: Arc<Semaphore>,
+    header_waiters: Arc<AtomicUsize>,
+    max_header_waiters: usize,
+}
+
+impl ClientTicket {
+    /// One of its address's header slots at once, or a place among those waiting for one;
+    /// `None` when as many wait as there are slots. A connection waiting holds one of the
+    /// server's connection slots: without this bound, each address could hold up to
+    /// `max_connections_per_ip` of them waiting, unread, so two addresses took all of the
+    /// default `max_connections` however briefly each connection lived.
+    fn header_turn(&self) -> Option<HeaderTurn> {
+        if let Ok(permit) = self.header_slots.clone().try_acquire_owned() {
+            return Some(HeaderTurn::Now(permit));
+        }
+        let waiters = &self.header_waiters;
+        let mut count = waiters.load(Ordering::Relaxed);
+        loop {
+            if count >= self.max_header_waiters {
+                return None;
+            }
+            match waiters.compare_exchange_weak(count, count + 1, Ordering::AcqRel, Ordering::Relaxed) {
+                Ok(_) => return Some(HeaderTurn::Waiting(HeaderWaiter(waiters.clone()))),
+                Err(now) => count = now,
+            }
+        }
+    }
+}
+
+/// What [`ClientTicket::header_turn`] gave.
+enum HeaderTurn {
+    Now(OwnedSemaphorePermit),
+    Waiting(HeaderWaiter),
+}
+
+/// A place among the connections waiting for their address's header slot, until dropped.
+struct HeaderWaiter(Arc<AtomicUsize>);
+
+impl Drop for HeaderWaiter {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 impl Drop for ClientTicket {
@@ -802,17 +852,25 @@ async fn serve_accepted(
     let _open = HttpStats::hold(&stats.connections);
     let header_timeout = shared.settings.header_timeout;
     // Wait, unread, for the address's turn to send a request head.
-    let permit = tokio::select! {
-        permit = tokio::time::timeout(header_timeout, ticket.header_slots.clone().acquire_owned()) => {
-            match permit {
-                Ok(permit) => permit.expect("never closed"),
-                Err(_) => {
-                    tracing::debug!(%peer, "closing a connection: its address kept every header slot");
-                    return;
+    let permit = match ticket.header_turn() {
+        Some(HeaderTurn::Now(permit)) => permit,
+        Some(HeaderTurn::Waiting(_waiting)) => tokio::select! {
+            permit = tokio::time::timeout(header_timeout, ticket.header_slots.clone().acquire_owned()) => {
+                match permit {
+                    Ok(permit) => permit.expect("never closed"),
+                    Err(_) => {
+                        tracing::debug!(%peer, "closing a connection: its address kept every header slot");
+                        return;
+                    }
                 }
             }
+            _ = closing.wait_for(|closing| *closing) => return,
+        },
+        None => {
+            tracing::debug!(%peer, "refusing a connection: too many from this address wait to send a head");
+            let _ = stream.try_write(TOO_MANY_CONNECTIONS);
+            return;
         }
-        _ = closing.wait_for(|closing| *closing) => return,
     };
     let half_open = HalfOpen(std::sync::Mutex::new(Some(permit)));
     let tls = shared.settings.tls.clone();
@@ -953,10 +1011,11 @@ async fn serve_request(
     if let Some(protection) = protection
         && protection.metadata_paths.iter().any(|path| path == request.uri().path())
     {
-        return Err(protection.metadata_answer(request.method()));
+        // Answered to anyone: so as not to keep a connection open on it (`closing`).
+        return Err(closing(protection.metadata_answer(request.method())));
     }
     if request.uri().path() != settings.path {
-        return Err(plain(StatusCode::NOT_FOUND, "Not Found: the MCP endpoint is POST /mcp"));
+        return Err(closing(plain(StatusCode::NOT_FOUND, "Not Found: the MCP endpoint is POST /mcp")));
     }
     // Who is asking, before anything else of the request is read.
     let Credentials { tenant, caller, expire } = authenticate(shared, &request).await.map_err(closing)?;
@@ -1963,7 +2022,8 @@ fn shutting_down() -> HttpResponse {
 }
 
 /// Close the connection after `response`: a client refused before it proved who it is (or
-/// for its Host or Origin) keeps no connection open by asking again and again (only a new
+/// for its Host or Origin), or answered something anyone may ask (a wrong path, the
+/// resource metadata), keeps no connection open by asking again and again (only a new
 /// one, which waits for its address's header slots).
 fn closing(mut response: HttpResponse) -> HttpResponse {
     response.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
@@ -2153,6 +2213,27 @@ mod tests {
         assert!(elsewhere.header_slots.clone().try_acquire_owned().is_ok());
         drop((tickets, elsewhere));
         assert!(clients.by_address.lock().unwrap().is_empty());
+    }
+
+    #[test]
+    fn an_address_waits_for_its_header_slots_with_at_most_as_many_connections_as_it_has_slots() {
+        let clients = Arc::new(Clients::default());
+        let one: IpAddr = "127.0.0.2".parse().unwrap();
+        let tickets: Vec<_> = (0..6).map(|_| clients.enter(one, 10, 2).unwrap()).collect();
+        let turns: Vec<_> = tickets.iter().map(ClientTicket::header_turn).collect();
+        let kinds: Vec<&str> = turns
+            .iter()
+            .map(|turn| match turn {
+                Some(HeaderTurn::Now(_)) => "now",
+                Some(HeaderTurn::Waiting(_)) => "waits",
+                None => "refused",
+            })
+            .collect();
+        assert_eq!(kinds, ["now", "now", "waits", "waits", "refused", "refused"]);
+        // A waiter that leaves makes room for another.
+        drop(turns);
+        assert_eq!(tickets[0].header_waiters.load(Ordering::Relaxed), 0);
+        assert!(matches!(tickets[5].header_turn(), Some(HeaderTurn::Now(_))));
     }
 
     #[test]
