@@ -269,26 +269,44 @@ impl SessionOwner {
     }
 }
 
-/// The network blocks an owner is in, widest first, for a full table to find whose
-/// session to close ([`SessionTable::to_close`]); `None` where the owner is a block of its
-/// own (a caller, a tenant).
-trait NetworkBlocks {
-    fn blocks(&self) -> [Option<(u8, IpAddr)>; 2];
+/// A group of session owners that a full table weighs as one ([`SessionTable::to_close`]).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum OwnerGroup {
+    /// A network block: its prefix length and first address.
+    Block(u8, IpAddr),
+    /// Every caller of a tenant.
+    Tenant(TenantId),
 }
 
-impl NetworkBlocks for SessionOwner {
-    /// An address's /16 and /24 (IPv4), or /24 and /32 (IPv6, whose owner is already a
-    /// /48): a provider is given a /32 and a registry's block is wider, so one holder of
-    /// many /48s (or IPv4 addresses) is one block here, however many owners it spreads over.
-    fn blocks(&self) -> [Option<(u8, IpAddr)>; 2] {
-        let Self::Address(address) = self else { return [None, None] };
+/// The groups an owner is in, widest first, for a full table to find whose session to
+/// close; `None` where the owner is a group of its own.
+trait OwnerGroups {
+    fn groups(&self) -> [Option<OwnerGroup>; 2];
+}
+
+impl OwnerGroups for SessionOwner {
+    /// A tenant's callers, its one group: a tenant spreading its sessions over many callers
+    /// (keys, subjects, clients) is one holder, so its initializes close its own sessions,
+    /// not another tenant's. An address's /16 and /24 (IPv4), or /24 and /32 (IPv6, whose
+    /// owner is already a /48): a provider is given a /32 and a registry's block is wider,
+    /// so one holder of many /48s (or IPv4 addresses) is one block here, however many
+    /// owners it spreads over.
+    fn groups(&self) -> [Option<OwnerGroup>; 2] {
+        let address = match self {
+            Self::Caller(Some(tenant), _) | Self::Tenant(tenant) => {
+                return [Some(OwnerGroup::Tenant(tenant.clone())), None];
+            }
+            Self::Caller(None, _) => return [None, None],
+            Self::Address(address) => address,
+        };
         let within = |bits: u8| match address {
             IpAddr::V4(v4) => IpAddr::V4((v4.to_bits() & (u32::MAX << (32 - bits))).into()),
             IpAddr::V6(v6) => IpAddr::V6((v6.to_bits() & (u128::MAX << (128 - bits))).into()),
         };
+        let block = |bits: u8| Some(OwnerGroup::Block(bits, within(bits)));
         match address {
-            IpAddr::V4(_) => [Some((16, within(16))), Some((24, within(24)))],
-            IpAddr::V6(_) => [Some((24, within(24))), Some((32, within(32)))],
+            IpAddr::V4(_) => [block(16), block(24)],
+            IpAddr::V6(_) => [block(24), block(32)],
         }
     }
 }
@@ -308,7 +326,7 @@ impl<S, O> Default for SessionTable<S, O> {
     }
 }
 
-impl<S, O: Clone + Eq + std::hash::Hash + NetworkBlocks> SessionTable<S, O> {
+impl<S, O: Clone + Eq + std::hash::Hash + OwnerGroups> SessionTable<S, O> {
     fn len(&self) -> usize {
         self.by_id.len()
     }
@@ -359,11 +377,11 @@ impl<S, O: Clone + Eq + std::hash::Hash + NetworkBlocks> SessionTable<S, O> {
     /// The session to close so that one more of `owner`'s fits: an owner's own least
     /// recently used once it holds `per_owner`; when `total` are open, one of the biggest
     /// holder's, so that an owner's initializes never close another's sessions below its
-    /// share. The biggest holder is found from the widest network block down: the block
-    /// holding the most sessions, in it the narrower block holding the most, in that the
-    /// owner holding the most ([`NetworkBlocks`]), so that a client spreading its sessions
-    /// over many addresses of its network closes its own, not those of a client elsewhere
-    /// that holds one. (Sessions of no owner are capped by `total` only.) Walks the owners
+    /// share. The biggest holder is found from the widest group down: the group holding
+    /// the most sessions, in it the narrower group holding the most, in that the owner
+    /// holding the most ([`OwnerGroups`]), so that a client spreading its sessions over
+    /// many addresses of its network, or a tenant over many callers, closes its own, not
+    /// those of a client elsewhere that holds one. (Sessions of no owner are capped by `total` only.) Walks the owners
     /// only when the table is full.
     fn to_close(&self, owner: &Option<O>, total: usize, per_owner: usize) -> Option<&String> {
         let oldest_of = |owner: &Option<O>| self.by_owner.get(owner)?.first().map(|(_, id)| id);
@@ -376,12 +394,12 @@ impl<S, O: Clone + Eq + std::hash::Hash + NetworkBlocks> SessionTable<S, O> {
         }
         #[derive(PartialEq, Eq, Hash)]
         enum Group<'a, O> {
-            Block(u8, IpAddr),
+            Of(OwnerGroup),
             Alone(&'a Option<O>),
         }
-        fn group<O: NetworkBlocks>(owner: &Option<O>, level: usize) -> Group<'_, O> {
-            match owner.as_ref().and_then(|owner| owner.blocks()[level]) {
-                Some((bits, block)) => Group::Block(bits, block),
+        fn group<O: OwnerGroups>(owner: &Option<O>, level: usize) -> Group<'_, O> {
+            match owner.as_ref().and_then(|owner| owner.groups()[level].clone()) {
+                Some(group) => Group::Of(group),
                 None => Group::Alone(owner),
             }
         }
@@ -391,8 +409,9 @@ impl<S, O: Clone + Eq + std::hash::Hash + NetworkBlocks> SessionTable<S, O> {
             for &candidate in &candidates {
                 *sizes.entry(group(candidate, level)).or_default() += held(candidate);
             }
-            let (biggest, _) = sizes.into_iter().max_by_key(|(_, size)| *size)?;
-            candidates.retain(|&candidate| group(candidate, level) == biggest);
+            // Every group holding the most stays in: a tie is not broken by the map's order.
+            let biggest = sizes.values().copied().max()?;
+            candidates.retain(|&candidate| sizes[&group(candidate, level)] == biggest);
         }
         // Among owners holding as many, the one whose session has waited longest.
         let last_used =
@@ -2097,8 +2116,8 @@ mod tests {
     }
 
     /// Test owners by name: each a block of its own.
-    impl NetworkBlocks for &str {
-        fn blocks(&self) -> [Option<(u8, IpAddr)>; 2] {
+    impl OwnerGroups for &str {
+        fn groups(&self) -> [Option<OwnerGroup>; 2] {
             [None, None]
         }
     }
@@ -2142,6 +2161,34 @@ mod tests {
         }
         let closed = table.to_close(&address("198.51.100.7"), table.len(), MAX_SESSIONS_PER_ADDRESS).unwrap();
         assert_eq!(closed, "acme0");
+    }
+
+    /// A tenant spreading its sessions over many callers, each under its own cap, is one
+    /// holder to a full table: its newcomer closes one of its own, not one of another
+    /// tenant's caller who holds more than any one of its callers. By caller alone (as
+    /// before), the other tenant's caller was the biggest holder, closed again and again.
+    #[test]
+    fn a_full_table_closes_a_session_of_the_tenant_that_holds_the_most_not_of_its_biggest_caller() {
+        let start = std::time::Instant::now();
+        let (flooder, victim) = (TenantId::new("flood"), TenantId::new("victim"));
+        let owner = |tenant: &TenantId, caller: &str| {
+            SessionOwner::from_parts(Some(tenant), Some(&Caller::of_subject(caller)), None)
+        };
+        let mut table = SessionTable::<(), SessionOwner>::default();
+        for i in 0..30_u64 {
+            table.insert(format!("victim{i}"), (), owner(&victim, "service"), start + Duration::from_secs(i));
+        }
+        for caller in 0..10_u64 {
+            for i in 0..5 {
+                let used = start + Duration::from_secs(100 + caller * 10 + i);
+                table.insert(format!("flood{caller}-{i}"), (), owner(&flooder, &format!("c{caller}")), used);
+            }
+        }
+        let newcomer = owner(&flooder, "c99");
+        let closed = table.to_close(&newcomer, table.len(), MAX_SESSIONS_PER_CALLER).unwrap();
+        assert!(closed.starts_with("flood"), "the flooding tenant's newcomer closed {closed}");
+        // Within the tenant, its caller holding the most (all hold five: the least recently used).
+        assert_eq!(closed, "flood0-0");
     }
 
     #[test]
