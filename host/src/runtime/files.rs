@@ -255,26 +255,28 @@ impl FileGrants {
 fn measured(limit: u64, dir: &std::fs::File, path: &Path) -> Arc<Quota> {
     use std::os::unix::fs::MetadataExt;
     // A quota still counting this directory (the component's version that a reload
-    // replaced, whose calls may still run) goes on counting it for the new one: two counts
-    // would each let writes fill the room the other does not see. A different limit starts
-    // a count of its own, measured now.
+    // replaced, whose calls may still run) goes on counting it for the new one, with the
+    // new limit: two counts would each let writes fill the room the other does not see.
     let key = dir.metadata().ok().map(|metadata| (metadata.dev(), metadata.ino()));
     let mut live = LIVE_QUOTAS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     live.retain(|_, quota| quota.strong_count() > 0);
-    if let Some(counting) = key.and_then(|key| live.get(&key)).and_then(std::sync::Weak::upgrade)
-        && counting.limit() == limit
-    {
-        // What the operator changed meanwhile is seen at a reload, as at a load.
-        counting.measure_again(dir);
-        return counting;
-    }
-    let (quota, error) = Quota::measure_or_full(limit, dir);
-    if let Some(error) = error {
+    let unmeasured = |error: std::io::Error| {
         tracing::warn!(
             "cannot measure what {} holds ({error}): its quota counts as used up until the next load; \
              remove what is in it to write again",
             path.display()
         );
+    };
+    if let Some(counting) = key.and_then(|key| live.get(&key)).and_then(std::sync::Weak::upgrade) {
+        // What the operator changed meanwhile is seen at a reload, as at a load.
+        if let Err(error) = counting.measure_again(dir, limit) {
+            unmeasured(error);
+        }
+        return counting;
+    }
+    let (quota, error) = Quota::measure_or_full(limit, dir);
+    if let Some(error) = error {
+        unmeasured(error);
     }
     let quota = Arc::new(quota);
     if let Some(key) = key {
@@ -695,8 +697,9 @@ mod tests {
     use super::*;
 
     /// A directory granted again while its quota still counts it (a reload, with the old
-    /// version's calls still running) shares that count, measured again; another limit
-    /// counts afresh.
+    /// version's calls still running) shares that count, measured again, with the new
+    /// limit if it has one. Before, a new limit started a count of its own, and the old
+    /// version's calls wrote past it unseen.
     #[test]
     fn a_directory_granted_again_shares_the_quota_that_still_counts_it() {
         let dir = std::env::temp_dir().join(format!("cordon-quota-share-{}", std::process::id()));
@@ -713,7 +716,9 @@ mod tests {
         let again = grant(1 << 20);
         assert!(Arc::ptr_eq(&first, &again), "one count for one directory");
         assert_eq!(first.used(), used + 100 + quota::ENTRY_BYTES, "measured again");
-        assert!(!Arc::ptr_eq(&first, &grant(2 << 20)), "another limit counts afresh");
+        let raised = grant(2 << 20);
+        assert!(Arc::ptr_eq(&first, &raised), "a new limit, the same count");
+        assert_eq!(first.limit(), 2 << 20, "the old version's calls count against the new limit");
         let _ = std::fs::remove_dir_all(&dir);
     }
 

@@ -35,8 +35,10 @@
 //!
 //! **One count per directory.** A directory granted again while a quota still counts it
 //! (a reload: the replaced version's calls may still run) shares that quota, its count and
-//! its lock, when the limit is the same (`files.rs`), and measures it again, unless a
-//! change is under way; a new limit starts a count of its own.
+//! its lock (`files.rs`), and measures it again, unless a change is under way. A new limit
+//! replaces the old one for every call, the replaced version's too: two counts of one
+//! directory would each miss what the other's calls write, and the directory could end up
+//! holding both limits' worth.
 //!
 //! **Where it is not exact.** Changes made to the directory by anything but the guests of
 //! this server (the operator, another process) are not seen until the next load.
@@ -78,7 +80,7 @@ pub(crate) const ENTRY_BYTES: u64 = 4096;
 
 /// A mount's quota and what its files hold now; shared by every call of the component.
 pub(crate) struct Quota {
-    limit: u64,
+    limit: AtomicU64,
     used: AtomicU64,
     /// Held across every measurement and change of a size on the mount.
     lock: Arc<tokio::sync::Mutex<()>>,
@@ -131,7 +133,12 @@ impl Quota {
     }
 
     fn counting(limit: u64, used: u64) -> Self {
-        Self { limit, used: AtomicU64::new(used), lock: Default::default(), orphans: Default::default() }
+        Self {
+            limit: AtomicU64::new(limit),
+            used: AtomicU64::new(used),
+            lock: Default::default(),
+            orphans: Default::default(),
+        }
     }
 
     /// [`Quota::measure`], or, when the tree cannot be measured (nested past
@@ -147,13 +154,22 @@ impl Quota {
 
     /// Measure `root` again (a reload granting it anew), unless a change is under way: the
     /// count then stays as it is until the next load.
-    pub(crate) fn measure_again(&self, root: &std::fs::File) {
-        if let Ok(_measuring) = self.lock.try_lock()
-            && let Ok(used) = usage(root)
-        {
-            let orphans = self.orphans.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            let held: u64 = orphans.files.iter().map(|orphan| size_of(&orphan.file) + ENTRY_BYTES).sum();
-            self.used.store(used.saturating_add(held), Ordering::Relaxed);
+    /// Its limit from now on is `limit`, for every call that counts against it. A tree
+    /// that cannot be measured counts as used up to the new limit, as at a first load.
+    pub(crate) fn measure_again(&self, root: &std::fs::File, limit: u64) -> Result<(), std::io::Error> {
+        self.limit.store(limit, Ordering::Relaxed);
+        let Ok(_measuring) = self.lock.try_lock() else { return Ok(()) };
+        match usage(root) {
+            Ok(used) => {
+                let orphans = self.orphans.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                let held: u64 = orphans.files.iter().map(|orphan| size_of(&orphan.file) + ENTRY_BYTES).sum();
+                self.used.store(used.saturating_add(held), Ordering::Relaxed);
+                Ok(())
+            }
+            Err(error) => {
+                self.used.fetch_max(limit, Ordering::Relaxed);
+                Err(error)
+            }
         }
     }
 
@@ -194,7 +210,7 @@ impl Quota {
     }
 
     pub(crate) fn limit(&self) -> u64 {
-        self.limit
+        self.limit.load(Ordering::Relaxed)
     }
 
     /// Give back `bytes` that something freed.
@@ -208,7 +224,7 @@ impl Quota {
         let take = || {
             self.used
                 .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |used| {
-                    used.checked_add(bytes).filter(|&total| total <= self.limit)
+                    used.checked_add(bytes).filter(|&total| total <= self.limit())
                 })
                 .is_ok()
         };
