@@ -778,3 +778,58 @@ fn a_component_whose_calls_grow_memory_gets_one_hint_in_the_log() {
     assert_eq!(hints.len(), 1, "{log}");
     assert!(hints[0].contains("component=grower"), "{log}");
 }
+
+/// The cleanups of calls stopped between rounds (which hold no call slot) take places of
+/// half the cleanup capacity in their tenants' turns, each tenant at most half of them:
+/// one tenant's many slow cleanups leave another tenant's a place at once. Before, they
+/// took places first come, first served, and the other tenant's cleanup waited behind
+/// all of them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_tenants_cleanups_between_rounds_leave_another_tenant_a_place() {
+    use cordon::runtime::{CallTags, InputRound, TenantView};
+    // Eight call slots: as many places for cleanups, four of them for those between rounds.
+    let mut settings = settings(8);
+    settings.tenants = 2;
+    let mut runtime = Runtime::new(settings).unwrap();
+    let data = scratch("unslotted-cleanups");
+    std::fs::create_dir_all(&data).unwrap();
+    let options = ComponentOptions {
+        limits: ToolLimits { cleanup_budget: Duration::from_secs(10), ..ToolLimits::default() },
+        data_dir: Some(data.clone()),
+        tenants: vec!["flood".into(), "calm".into()],
+        ..ComponentOptions::default()
+    };
+    runtime.load_file(&hostile(), options).await.unwrap();
+    let runtime = Arc::new(runtime);
+    let stopped = |tenant: &str, note: &str| {
+        let view = TenantView::new(tenant, ["hostile".to_owned()], None);
+        let call = runtime
+            .call_to_clean_up(
+                &runtime.snapshot(),
+                Some(&view),
+                "ask_then_spin",
+                &json!({}),
+                CallTags::default(),
+            )
+            .expect("the tool is in the tenant's view");
+        let round = InputRound { cleanup_note: Some(note.as_bytes().to_vec()), ..InputRound::default() };
+        call.with_input(round).stop_unstarted(Outcome::Cancelled)
+    };
+    let mut floods = tokio::task::JoinSet::new();
+    for _ in 0..8 {
+        floods.spawn(stopped("flood", "sleep 3000"));
+    }
+    // The flood's cleanups run (each writes its reason, then sleeps).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !data.join("flood/cleanup-reason").exists() {
+        assert!(Instant::now() < deadline, "the flood's cleanups never ran");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let started = Instant::now();
+    let (report, _teardown) = tokio::time::timeout(Duration::from_millis(2500), stopped("calm", "quick"))
+        .await
+        .expect("the calm tenant's cleanup waited behind the flood's");
+    assert_eq!(report.cleanup.expect("it was cleaned up").outcome, CleanupOutcome::Completed);
+    eprintln!("the calm tenant's cleanup, beside the flood's eight: {:?}", started.elapsed());
+    floods.abort_all();
+}

@@ -281,7 +281,9 @@ pub struct Call {
     pub(crate) cleanup_permits: Arc<Semaphore>,
     /// For a call that holds no slot (made only to run its cleanup): the share of the
     /// cleanup capacity such calls may take.
-    pub(crate) unslotted_cleanups: Option<Arc<Semaphore>>,
+    /// For a call that holds no slot (stopped between rounds): the gate its cleanup takes
+    /// a place of first, and the tenant it waits as.
+    pub(crate) unslotted_cleanups: Option<(Arc<super::fair::FairSlots>, Arc<str>)>,
     pub(crate) spares: Arc<super::spare::SpareBudget>,
     pub(crate) tags: CallTags,
     /// How long the call waited for its slot.
@@ -778,11 +780,11 @@ impl Call {
         // between rounds holds no call slot, so without a bound any number of them could
         // be cleaned up at once: they take a place of `unslotted_cleanups` first (half the
         // capacity, at least one), and the cleanup of a call that holds a slot never waits
-        // behind more than that.
+        // behind more than that. The places go to tenants in turn, each with its part, as
+        // the call slots do (fair.rs): one tenant's flood of them holds at most half, and
+        // another tenant's cleanup does not wait behind its queue.
         let _unslotted = match &self.unslotted_cleanups {
-            Some(gate) => {
-                Some(gate.clone().acquire_owned().await.expect("the cleanup semaphore is never closed"))
-            }
+            Some((gate, tenant)) => Some(gate.acquire_noting(tenant, None, || {}).await),
             None => None,
         };
         let _permit = self

@@ -392,7 +392,7 @@ pub struct Runtime {
     cleanup_permits: Arc<Semaphore>,
     /// Half of `cleanup_permits`' capacity (at least one): what the cleanups of calls that
     /// hold no call slot (stopped between rounds) may take at once.
-    unslotted_cleanups: Arc<Semaphore>,
+    unslotted_cleanups: Arc<fair::FairSlots>,
     spares: Arc<spare::SpareBudget>,
     /// Host descriptors guests may hold, across every call.
     descriptors: Arc<DescriptorBudget>,
@@ -447,7 +447,7 @@ impl Runtime {
                 fair::FairSlots::new(slots, settings.tenants)
             },
             cleanup_permits: Arc::new(Semaphore::new(slots)),
-            unslotted_cleanups: Arc::new(Semaphore::new((slots / 2).max(1))),
+            unslotted_cleanups: fair::FairSlots::new((slots / 2).max(1), settings.tenants),
             spares: Arc::new(spare::SpareBudget::new()),
             // Every store the pool can hold at once is guaranteed a few descriptors.
             descriptors: Arc::new(DescriptorBudget::new(
@@ -1237,7 +1237,10 @@ impl Runtime {
         // A tenant's own grants; none when the component has no data directory (the view
         // sees it only then, `LoadedComponent::seen_by`): its mounts are every tenant's.
         let files = view.and_then(|view| component.tenant_files.get(&*view.tenant).cloned());
-        let unslotted_cleanups = permit.is_none().then(|| self.unslotted_cleanups.clone());
+        let unslotted_cleanups = permit.is_none().then(|| {
+            let tenant = view.map_or_else(|| Arc::<str>::from(""), |view| view.tenant.clone());
+            (self.unslotted_cleanups.clone(), tenant)
+        });
         Call {
             id: self.next_call_id.fetch_add(1, Ordering::Relaxed),
             engine: self.engine.clone(),
