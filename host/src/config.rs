@@ -39,9 +39,10 @@
 //! keep_alive_ms = 15000          # ...with a comment keep-alive this often
 //! max_connections = 2048         # open connections at once; more wait to be accepted
 //! max_connections_per_ip = 1024  # from one address (IPv6: one /48); more get 503, closed
+//!                                # (and, with under a quarter of max_connections free,
+//!                                # more than an eighth of them)
 //! max_header_connections_per_ip = 64 # of those, still reading their first request's
-//!                                # head; as many more wait, unread, up to
-//!                                # header_timeout_ms; more get 503, closed
+//!                                # head; more wait, unread, up to header_timeout_ms
 //! header_timeout_ms = 10000      # for a request's head to arrive; a kept-alive
 //!                                # connection idle this long is closed
 //! linger_ms = 5000               # after a refusal that left the body unread, read and

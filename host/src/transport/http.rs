@@ -620,8 +620,6 @@ struct AddressConnections {
     open: usize,
     /// One permit per connection still reading its first request's head.
     header_slots: Arc<Semaphore>,
-    /// Connections waiting for one of `header_slots`: at most as many as it has.
-    header_waiters: Arc<AtomicUsize>,
 }
 
 /// The address an IP counts as: IPv4 as is (also when mapped into IPv6), IPv6 by its /48,
@@ -639,27 +637,45 @@ pub fn client_address(ip: IpAddr) -> IpAddr {
     }
 }
 
+/// The server's connection slots, as a new connection finds them.
+#[derive(Clone, Copy)]
+struct SlotsLeft {
+    free: usize,
+    total: usize,
+}
+
+impl SlotsLeft {
+    /// Whether an address holding `open` connections is refused one more: when fewer than a
+    /// quarter of the slots are free, one holding an eighth of them already is. Each
+    /// address's cap is half the slots by default, so without this two addresses that only
+    /// connect (and connect again) held every slot, and no one else got in; now it takes
+    /// several, and the last quarter goes only to addresses that hold little.
+    fn crowded_for(self, open: usize) -> bool {
+        self.free < self.total / 4 && open >= (self.total / 8).max(1)
+    }
+}
+
 impl Clients {
-    /// Count a new connection from `ip`, unless its address already has `max_open`.
-    fn enter(self: &Arc<Self>, ip: IpAddr, max_open: usize, max_half_open: usize) -> Option<ClientTicket> {
+    /// Count a new connection from `ip`, unless its address already has `max_open`, or
+    /// holds its share of slots that are running low (`slots`).
+    fn enter(
+        self: &Arc<Self>,
+        ip: IpAddr,
+        max_open: usize,
+        max_half_open: usize,
+        slots: SlotsLeft,
+    ) -> Option<ClientTicket> {
         let address = client_address(ip);
         let mut by_address = self.by_address.lock().unwrap();
         let client = by_address.entry(address).or_insert_with(|| AddressConnections {
             open: 0,
             header_slots: Arc::new(Semaphore::new(max_half_open)),
-            header_waiters: Arc::default(),
         });
-        if client.open >= max_open {
+        if client.open >= max_open || slots.crowded_for(client.open) {
             return None; // never 0 here: the entry was there before
         }
         client.open += 1;
-        Some(ClientTicket {
-            clients: self.clone(),
-            address,
-            header_slots: client.header_slots.clone(),
-            header_waiters: client.header_waiters.clone(),
-            max_header_waiters: max_half_open,
-        })
+        Some(ClientTicket { clients: self.clone(), address, header_slots: client.header_slots.clone() })
     }
 
     /// Connections open from `ip`'s address.
@@ -674,47 +690,6 @@ struct ClientTicket {
     clients: Arc<Clients>,
     address: IpAddr,
     header_slots: Arc<Semaphore>,
-    header_waiters: Arc<AtomicUsize>,
-    max_header_waiters: usize,
-}
-
-impl ClientTicket {
-    /// One of its address's header slots at once, or a place among those waiting for one;
-    /// `None` when as many wait as there are slots. A connection waiting holds one of the
-    /// server's connection slots: without this bound, each address could hold up to
-    /// `max_connections_per_ip` of them waiting, unread, so two addresses took all of the
-    /// default `max_connections` however briefly each connection lived.
-    fn header_turn(&self) -> Option<HeaderTurn> {
-        if let Ok(permit) = self.header_slots.clone().try_acquire_owned() {
-            return Some(HeaderTurn::Now(permit));
-        }
-        let waiters = &self.header_waiters;
-        let mut count = waiters.load(Ordering::Relaxed);
-        loop {
-            if count >= self.max_header_waiters {
-                return None;
-            }
-            match waiters.compare_exchange_weak(count, count + 1, Ordering::AcqRel, Ordering::Relaxed) {
-                Ok(_) => return Some(HeaderTurn::Waiting(HeaderWaiter(waiters.clone()))),
-                Err(now) => count = now,
-            }
-        }
-    }
-}
-
-/// What [`ClientTicket::header_turn`] gave.
-enum HeaderTurn {
-    Now(OwnedSemaphorePermit),
-    Waiting(HeaderWaiter),
-}
-
-/// A place among the connections waiting for their address's header slot, until dropped.
-struct HeaderWaiter(Arc<AtomicUsize>);
-
-impl Drop for HeaderWaiter {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::AcqRel);
-    }
 }
 
 impl Drop for ClientTicket {
@@ -834,10 +809,13 @@ impl Listening {
                 () = &mut until => return,
             };
             let settings = &self.shared.settings;
+            let slots =
+                SlotsLeft { free: self.open_slots.available_permits(), total: settings.max_connections };
             let Some(ticket) = self.shared.clients.enter(
                 peer.ip(),
                 settings.max_connections_per_ip,
                 settings.max_header_connections_per_ip,
+                slots,
             ) else {
                 // Best effort, never waiting: the client learns why if it reads before it writes.
                 tracing::debug!(%peer, "refusing a connection: too many from this address");
@@ -871,25 +849,17 @@ async fn serve_accepted(
     let _open = HttpStats::hold(&stats.connections);
     let header_timeout = shared.settings.header_timeout;
     // Wait, unread, for the address's turn to send a request head.
-    let permit = match ticket.header_turn() {
-        Some(HeaderTurn::Now(permit)) => permit,
-        Some(HeaderTurn::Waiting(_waiting)) => tokio::select! {
-            permit = tokio::time::timeout(header_timeout, ticket.header_slots.clone().acquire_owned()) => {
-                match permit {
-                    Ok(permit) => permit.expect("never closed"),
-                    Err(_) => {
-                        tracing::debug!(%peer, "closing a connection: its address kept every header slot");
-                        return;
-                    }
+    let permit = tokio::select! {
+        permit = tokio::time::timeout(header_timeout, ticket.header_slots.clone().acquire_owned()) => {
+            match permit {
+                Ok(permit) => permit.expect("never closed"),
+                Err(_) => {
+                    tracing::debug!(%peer, "closing a connection: its address kept every header slot");
+                    return;
                 }
             }
-            _ = closing.wait_for(|closing| *closing) => return,
-        },
-        None => {
-            tracing::debug!(%peer, "refusing a connection: too many from this address wait to send a head");
-            let _ = stream.try_write(TOO_MANY_CONNECTIONS);
-            return;
         }
+        _ = closing.wait_for(|closing| *closing) => return,
     };
     let half_open = HalfOpen(std::sync::Mutex::new(Some(permit)));
     let tls = shared.settings.tls.clone();
@@ -2246,13 +2216,16 @@ mod tests {
         assert_ne!(address("10.0.0.1"), address("10.0.0.2"));
     }
 
+    const SLOTS_FREE: SlotsLeft = SlotsLeft { free: 100, total: 100 };
+
     #[test]
     fn an_address_gets_its_cap_and_its_entry_goes_with_its_last_connection() {
         let clients = Arc::new(Clients::default());
         let (one, other): (IpAddr, IpAddr) = ("127.0.0.2".parse().unwrap(), "127.0.0.1".parse().unwrap());
-        let tickets: Vec<_> = (0..3).map(|_| clients.enter(one, 3, 1).expect("under the cap")).collect();
-        assert!(clients.enter(one, 3, 1).is_none(), "the fourth from one address is refused");
-        let elsewhere = clients.enter(other, 3, 1).expect("another address is not affected");
+        let tickets: Vec<_> =
+            (0..3).map(|_| clients.enter(one, 3, 1, SLOTS_FREE).expect("under the cap")).collect();
+        assert!(clients.enter(one, 3, 1, SLOTS_FREE).is_none(), "the fourth from one address is refused");
+        let elsewhere = clients.enter(other, 3, 1, SLOTS_FREE).expect("another address is not affected");
         assert_eq!((clients.open(one), clients.open(other)), (3, 1));
         // One header slot per address, shared by its connections.
         let _half_open = tickets[0].header_slots.clone().try_acquire_owned().unwrap();
@@ -2262,25 +2235,20 @@ mod tests {
         assert!(clients.by_address.lock().unwrap().is_empty());
     }
 
+    /// Once fewer than a quarter of the slots are free, an address holding an eighth of
+    /// them is refused more; one holding less still gets in.
     #[test]
-    fn an_address_waits_for_its_header_slots_with_at_most_as_many_connections_as_it_has_slots() {
+    fn an_address_holding_its_share_is_refused_when_slots_run_low() {
         let clients = Arc::new(Clients::default());
-        let one: IpAddr = "127.0.0.2".parse().unwrap();
-        let tickets: Vec<_> = (0..6).map(|_| clients.enter(one, 10, 2).unwrap()).collect();
-        let turns: Vec<_> = tickets.iter().map(ClientTicket::header_turn).collect();
-        let kinds: Vec<&str> = turns
-            .iter()
-            .map(|turn| match turn {
-                Some(HeaderTurn::Now(_)) => "now",
-                Some(HeaderTurn::Waiting(_)) => "waits",
-                None => "refused",
-            })
-            .collect();
-        assert_eq!(kinds, ["now", "now", "waits", "waits", "refused", "refused"]);
-        // A waiter that leaves makes room for another.
-        drop(turns);
-        assert_eq!(tickets[0].header_waiters.load(Ordering::Relaxed), 0);
-        assert!(matches!(tickets[5].header_turn(), Some(HeaderTurn::Now(_))));
+        let (heavy, light): (IpAddr, IpAddr) = ("127.0.0.2".parse().unwrap(), "127.0.0.3".parse().unwrap());
+        let plenty = SlotsLeft { free: 100, total: 100 };
+        let low = SlotsLeft { free: 24, total: 100 };
+        let held: Vec<_> = (0..12).map(|_| clients.enter(heavy, 50, 4, plenty).unwrap()).collect();
+        assert!(clients.enter(heavy, 50, 4, SlotsLeft { free: 25, ..low }).is_some(), "a quarter free");
+        assert!(clients.enter(heavy, 50, 4, low).is_none(), "13 of 100 held, under a quarter free");
+        let others: Vec<_> = (0..12).map(|_| clients.enter(light, 50, 4, low).unwrap()).collect();
+        assert!(clients.enter(light, 50, 4, low).is_none(), "its eighth reached");
+        drop((held, others));
     }
 
     #[test]
