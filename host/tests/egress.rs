@@ -589,6 +589,9 @@ async fn a_secret_header_reaches_the_hosts_it_is_bound_to_and_no_other() {
     // `/authorization` answers with the header's value: 13 bytes, or nothing.
     assert_eq!(get(&runtime, &bound.url("/authorization"), 1).await, ["200 13"]);
     assert_eq!(get(&runtime, &other.url("/authorization"), 1).await, ["200 0"]);
+    // Nor to another virtual host named in user info, which the `Host` header would carry.
+    let disguised = format!("http://other.example:80@127.0.0.1:{}/authorization", bound.port);
+    assert_eq!(get(&runtime, &disguised, 1).await, ["error ErrorCode::HttpRequestUriInvalid"]);
     let environment = answer(&call(&runtime, "env_names", json!({})).await);
     assert!(!environment.contains("s3cr3t"), "{environment}");
 }

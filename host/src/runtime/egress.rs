@@ -1263,6 +1263,14 @@ impl Egress {
             self.call.log_refusal(&authority, why);
             Err(error)
         };
+        // wasmtime-wasi-http sends the authority as the `Host` header as it is, user info
+        // and all, while the rules (and secret headers) go by the host after any `@`: a
+        // `Host: evil.example:443@api.example.com` is read as `evil.example` by common
+        // servers, and a shared front end would route the request (its secrets with it)
+        // to a virtual host no rule grants.
+        if authority.contains('@') {
+            return refuse("user info in its authority", HttpError::HttpRequestUriInvalid);
+        }
         let tls = match uri.scheme_str() {
             Some("https") => true,
             Some("http") => false,
