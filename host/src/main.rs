@@ -219,6 +219,8 @@ async fn run(cli: Cli, log: &cordon::telemetry::LogHandle) -> Result<ExitCode> {
             tls_cert,
             tls_key,
         } => {
+            // The TLS key is a secret file the server read: no grant may hold it.
+            let secrets_read: Vec<PathBuf> = tls_key.iter().cloned().collect();
             let transport = match (stdio, http) {
                 (true, _) => Transport::Stdio { tenant },
                 (false, Some(address)) => {
@@ -235,7 +237,7 @@ async fn run(cli: Cli, log: &cordon::telemetry::LogHandle) -> Result<ExitCode> {
             };
             tokio::spawn(log.dropped().report_every(std::time::Duration::from_secs(10)));
             let telemetry = cordon::telemetry::Telemetry::start(metrics, Some(log)).await?;
-            serve(config, watch, transport, telemetry).await
+            serve(config, watch, transport, telemetry, secrets_read).await
         }
         Command::Check { config } => {
             let summary = cordon::reload::check(&config).await?;
@@ -318,11 +320,14 @@ enum Transport {
     },
 }
 
+/// `secrets_read`: files outside the config holding secrets the server read (the TLS key),
+/// which no grant may hold, as no grant may hold the config's secret files.
 async fn serve(
     config: Option<PathBuf>,
     watch: bool,
     transport: Transport,
     telemetry: cordon::telemetry::Telemetry,
+    secrets_read: Vec<PathBuf>,
 ) -> Result<ExitCode> {
     let shutdown = telemetry.until_stopping(shutdown_signal()?);
     let hangup = cordon::reload::hangup_signal()?;
@@ -338,6 +343,7 @@ async fn serve(
         Err(error) => tracing::warn!("could not raise the open-file limit: {error}"),
     }
     let mut settings = plan.runtime.clone();
+    settings.secret_files.extend(secrets_read);
     // The server's own descriptors: a fixed reserve, and one per HTTP connection it accepts.
     settings.reserved_descriptors = plan.reserved_descriptors.unwrap_or(match transport {
         Transport::Http { .. } => settings.reserved_descriptors + plan.http.max_connections,

@@ -275,6 +275,12 @@ async fn bad_mounts_are_load_errors_that_say_what_is_wrong() {
         // A writable grant inside or around another of the same component's.
         (vec![mount(&layout.data.join(".."), "/m", false, None)], "overlaps".into()),
         (vec![mount(&layout.ro, "/a", true, None), mount(&layout.ro, "/b", false, None)], "overlaps".into()),
+        // The kernel's trees, and what holds them: the server's environment and memory.
+        (vec![mount(Path::new("/proc"), "/m", false, None)], "is or holds /proc".into()),
+        (vec![mount(Path::new("/proc/self"), "/m", false, None)], "is or holds /proc".into()),
+        (vec![mount(Path::new("/"), "/m", false, None)], "is or holds /proc".into()),
+        (vec![mount(Path::new("/dev"), "/m", false, None)], "is or holds /dev".into()),
+        (vec![mount(Path::new("/sys/kernel"), "/m", false, None)], "is or holds /sys".into()),
     ];
     for (mounts, expected) in cases {
         let options = ComponentOptions {

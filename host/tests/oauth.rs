@@ -565,10 +565,36 @@ fn https_with_a_bearer_token_and_a_self_signed_certificate() {
 }
 
 /// `serve` with these arguments must fail at startup; what it says on stderr.
+/// What `cordon` said on stderr when it refused to start with `args`; a panic if it was
+/// still running after 60 s (it started).
 fn startup_error(args: &[&str]) -> String {
-    let output = Command::new(env!("CARGO_BIN_EXE_cordon")).args(args).stdin(Stdio::null()).output().unwrap();
-    assert!(!output.status.success(), "started with {args:?}");
-    String::from_utf8(output.stderr).unwrap()
+    let mut child = Command::new(env!("CARGO_BIN_EXE_cordon"))
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = child.stderr.take().unwrap();
+    let reading = std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = stderr.read_to_string(&mut text);
+        text
+    });
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("started with {args:?}: {}", reading.join().unwrap());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(!status.success(), "exited with success given {args:?}");
+    reading.join().unwrap()
 }
 
 #[test]
@@ -608,6 +634,41 @@ fn bad_certificate_and_key_files_are_clear_startup_errors() {
     // One without the other is refused by the command line.
     let error = startup_error(&["serve", "--http", "127.0.0.1:0", "--tls-cert", cert.to_str().unwrap()]);
     assert!(error.contains("--tls-key"), "{error}");
+}
+
+/// The TLS key is a secret file like those the config names: a component whose grant
+/// holds it, even read-only, is refused. Before, a guest given a mount of the key's
+/// directory read the server's private key.
+#[test]
+fn a_grant_holding_the_tls_key_is_refused() {
+    let dir = common::scratch("oauth-tls-key-grant");
+    let _ = std::fs::remove_dir_all(&dir);
+    let keys = dir.join("keys");
+    std::fs::create_dir_all(&keys).unwrap();
+    let (cert, key, _) = self_signed(&keys);
+    let config = dir.join("cordon.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[server]\ncache = false\n[[components]]\npath = {:?}\n[[components.mounts]]\nhost = {:?}\n\
+             guest = \"/keys\"\nmode = \"ro\"\n",
+            common::hostile().display().to_string(),
+            keys.display().to_string()
+        ),
+    )
+    .unwrap();
+    let error = startup_error(&[
+        "serve",
+        "--http",
+        "127.0.0.1:0",
+        "--tls-cert",
+        cert.to_str().unwrap(),
+        "--tls-key",
+        key.to_str().unwrap(),
+        "--config",
+        config.to_str().unwrap(),
+    ]);
+    assert!(error.contains("key.pem, a secret file"), "{error}");
 }
 
 #[test]

@@ -204,6 +204,13 @@ impl FileGrants {
                 }
                 _ => format!("mount {guest}: cannot open the host path {host}: {error}"),
             })?;
+            if let Some(system) = system_tree_in(&real) {
+                return Err(format!(
+                    "mount {guest}: the host path {host} is or holds {system}, where a guest could read the \
+                     server's own process (its environment, secrets among them; its memory; its open \
+                     files) or the machine's devices: grant a directory of its own"
+                ));
+            }
             let perms = if mount.writable { FsPerms::ReadWrite } else { FsPerms::ReadOnly };
             preopen(&mut builder, &dir, &guest, perms)?;
             let shared = quotas_from
@@ -247,6 +254,14 @@ impl FileGrants {
     pub(crate) fn filesystem(&self) -> WasiFilesystemCtx {
         self.filesystem.clone()
     }
+}
+
+/// The kernel's trees that a mount at `real` (a real path) would be or hold: `/proc` (the
+/// server's `/proc/self/environ`, `mem` and `fd`), `/sys` and `/dev`.
+fn system_tree_in(real: &Path) -> Option<&'static str> {
+    ["/proc", "/sys", "/dev"]
+        .into_iter()
+        .find(|tree| real.starts_with(tree) || Path::new(tree).starts_with(real))
 }
 
 /// The quota of `limit` bytes over `dir` (at `path`), measured; a tree that cannot be
