@@ -614,6 +614,17 @@ impl Config {
         (jwks.into_iter().collect(), secrets.collect())
     }
 
+    /// [`Config::files_read`] with the config at `path` itself: a file the server reads,
+    /// or a secret file when it holds `request_state_key` (a sealing key written in it).
+    pub fn protected_files(&self, path: &Path, base: &Path) -> (Vec<PathBuf>, Vec<PathBuf>) {
+        let (mut files, mut secrets) = self.files_read(base);
+        match self.server.request_state_key {
+            Some(_) => secrets.push(path.to_owned()),
+            None => files.push(path.to_owned()),
+        }
+        (files, secrets)
+    }
+
     pub fn load(path: &Path) -> Result<Self> {
         let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
         toml::from_str(&text).with_context(|| format!("{} is not a valid Cordon config", path.display()))
@@ -654,10 +665,10 @@ impl Config {
         let progress_interval = Duration::from_millis(server.progress_interval_ms.unwrap_or(50));
         let mut server_limits = ServerLimits::default();
         if let Some(kb) = server.max_queued_request_kb {
-            server_limits.max_queued_request_bytes = kb << 10;
+            server_limits.max_queued_request_bytes = bytes(kb, 10, "server.max_queued_request_kb")?;
         }
         if let Some(kb) = server.max_request_cost_kb {
-            server_limits.max_request_cost = kb << 10;
+            server_limits.max_request_cost = bytes(kb, 10, "server.max_request_cost_kb")?;
         }
         if let Some(streams) = server.max_listen_streams {
             server_limits.max_listen_streams = streams;
@@ -691,7 +702,7 @@ impl Config {
             http.linger_timeout = Duration::from_millis(ms);
         }
         if let Some(kb) = self.http.linger_kb {
-            http.linger_bytes = kb << 10;
+            http.linger_bytes = bytes(kb, 10, "http.linger_kb")?;
         }
         if let Some(ms) = self.http.write_timeout_ms {
             http.write_timeout = Duration::from_millis(ms.max(1));
@@ -1179,6 +1190,9 @@ mod tests {
         for text in [
             "[server]\nmax_memory_mb = 17592186044416\n",
             "[http]\nmax_body_kb = 18014398509481984\n",
+            "[http]\nlinger_kb = 18014398509481984\n",
+            "[server]\nmax_queued_request_kb = 18014398509481984\n",
+            "[server]\nmax_request_cost_kb = 18014398509481985\n",
             "[[components]]\npath = \"a.wasm\"\nlimits = { result_kb = 18014398509481984 }\n",
             "[[components]]\npath = \"a.wasm\"\n[components.tools.t]\nmemory_mb = 17592186044416\n",
             "[[components]]\npath = \"a.wasm\"\ndata_dir = true\ndata_quota_mb = 17592186044416\n",

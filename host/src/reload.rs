@@ -56,12 +56,7 @@ pub fn read_plan(path: Option<&Path>) -> Result<Plan, ReloadError> {
         Some(path) => {
             let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
             Config::load(path).and_then(|config| {
-                let (mut files, mut secrets) = config.files_read(&base);
-                // A sealing key written in the config makes the config a secret file.
-                match config.server.request_state_key {
-                    Some(_) => secrets.push(path.to_owned()),
-                    None => files.push(path.to_owned()),
-                }
+                let (files, secrets) = config.protected_files(path, &base);
                 let mut plan = config.plan(&base)?;
                 (plan.runtime.server_files, plan.runtime.secret_files) = (files, secrets);
                 Ok(plan)

@@ -295,6 +295,46 @@ fn the_configs_grants_apply_and_without_one_there_is_no_data_directory() {
     assert_eq!(json_out(&finished)["content"][0]["text"], "REGION");
 }
 
+/// What `serve` keeps from every grant, `cordon call` keeps too, from the whole config:
+/// a tenant's `api_keys` file (a tenant this call is not made for) may not be read through
+/// a mount, nor another component's file be in a writable one. Before, `call` kept the
+/// one component and dropped the rest of the config first, and with it what to protect.
+#[test]
+fn a_grant_holding_what_the_whole_config_protects_is_refused() {
+    let hostile = guest("hostile.wasm");
+    let dir = common::fresh_dir("call-protected");
+    let keys = dir.join("keys");
+    std::fs::create_dir_all(&keys).unwrap();
+    std::fs::write(keys.join("acme.keys"), "acme-key-0123456789abcdef\n").unwrap();
+    let other = dir.join("other");
+    std::fs::create_dir_all(&other).unwrap();
+    std::fs::copy(example_tools(), other.join("tools.wasm")).unwrap();
+    let path = dir.join("cordon.toml");
+    let call = |mount: &str| {
+        std::fs::write(
+            &path,
+            format!(
+                "[[components]]\npath = {:?}\n[[components.mounts]]\n{mount}\nguest = \"/m\"\n\
+                 [[components]]\npath = \"other/tools.wasm\"\n\
+                 [[tenants]]\nname = \"acme\"\ncomponents = [\"tools\"]\napi_keys = {{ file = \"keys/acme.keys\" }}\n",
+                hostile.display().to_string()
+            ),
+        )
+        .unwrap();
+        cordon(&["call", hostile.to_str().unwrap(), "env_names", "{}", "--config", path.to_str().unwrap()])
+    };
+    let finished = call("host = \"keys\"\nmode = \"ro\"");
+    assert_ne!(finished.code, Some(0), "{}", finished.stdout);
+    assert!(finished.stderr.contains("acme.keys, a secret file"), "{}", finished.stderr);
+    let finished = call("host = \"other\"\nmode = \"rw\"");
+    assert_ne!(finished.code, Some(0), "{}", finished.stdout);
+    assert!(finished.stderr.contains("tools.wasm, which the server reads"), "{}", finished.stderr);
+    // A grant holding neither is served.
+    std::fs::create_dir_all(dir.join("free")).unwrap();
+    let finished = call("host = \"free\"\nmode = \"rw\"");
+    assert_eq!(finished.code, Some(0), "{}", finished.stderr);
+}
+
 #[test]
 fn images_and_audio_are_summarised_by_type_and_size() {
     let fixture = guest("conformance-fixture.wasm");

@@ -178,10 +178,16 @@ fn from_config(
             config: path.to_owned(),
             component: request.component.clone(),
         })?;
+    // What `serve` protects from every grant, from the whole config: its secret files and
+    // the files it reads, the other components' files among them (a guest that may write
+    // there would change what `serve` runs).
+    let (mut files, secrets) = config.protected_files(path, &base);
+    files.extend(config.components.iter().map(|entry| base.join(&entry.path)));
     let entry = config.components.swap_remove(entry);
     config.components = vec![entry];
     let tenants = std::mem::take(&mut config.tenants);
     let mut plan = config.plan(&base).map_err(config_error)?;
+    (plan.runtime.server_files, plan.runtime.secret_files) = (files, secrets);
     let component = plan.components.pop().expect("the plan holds the one entry");
     let (name, mut options) = (component.name, component.options);
     let users: Vec<&str> = tenants

@@ -180,7 +180,8 @@ pub fn outcome(outcome: &Outcome, limits: &ToolLimits) -> String {
     match outcome {
         Outcome::Completed(result) if result.is_error => "the tool answered with an error result".into(),
         Outcome::Completed(_) => "the tool answered".into(),
-        Outcome::ToolError(message) => format!("the tool failed: {message}"),
+        // The guest's own words: up to megabytes of them, escapes and all.
+        Outcome::ToolError(message) => format!("the tool failed: {}", crate::text::printable(message)),
         Outcome::Cancelled => "the call was cancelled".into(),
         Outcome::TimedOut(Timeout::Idle(idle)) => format!(
             "the call timed out: the tool reported no progress for {} (its idle timeout)",
@@ -290,6 +291,8 @@ mod tests {
         assert_eq!(progress(&erase), "1 \\u{1b}[1A\\u{1b}[2Kok");
         let result = result(vec![Content::Text("line\n\u{1b}]52;c;eA==\u{7}".into())], None);
         assert_eq!(result_text(&result), "line\n\\u{1b}]52;c;eA==\\u{7}");
+        let failed = Outcome::ToolError("no\u{1b}]52;c;eA==\u{7}".into());
+        assert_eq!(outcome(&failed, &ToolLimits::default()), "the tool failed: no\\u{1b}]52;c;eA==\\u{7}");
     }
 
     #[test]
