@@ -142,6 +142,9 @@ async fn the_guest_sees_what_the_client_can_be_asked() {
     assert!(common::answer(&nothing).contains("can be asked nothing"), "{nothing:?}");
 }
 
+/// A request for input past a bound ends the call with an error naming it, and the guest,
+/// which expected another round, is cleaned up as a stopped call is (it may hold something
+/// for the round it asked). Before, no cleanup ran, and the note it left was lost.
 #[tokio::test]
 async fn asking_past_a_bound_is_a_tool_error_naming_it() {
     let runtime = runtime().await;
@@ -149,7 +152,13 @@ async fn asking_past_a_bound_is_a_tool_error_naming_it() {
         let runtime = &runtime;
         async move {
             let arguments = json!({"count": count, "key_len": key_len, "state_bytes": state_bytes});
-            round(runtime, "ask", arguments, InputRound::first(everything())).await.outcome
+            let report = round(runtime, "ask", arguments, InputRound::first(everything())).await;
+            let cleaned_up = report.cleanup.map(|cleanup| cleanup.outcome);
+            match &report.outcome {
+                Outcome::InputRequired(_) => assert_eq!(cleaned_up, None, "a round that asks is not over"),
+                _ => assert_eq!(cleaned_up, Some(CleanupOutcome::Completed), "{:?}", report.outcome),
+            }
+            report.outcome
         }
     };
     assert!(matches!(ask(16, 64, 16 * 1024).await, Outcome::InputRequired(_)), "at the bounds is fine");

@@ -31,7 +31,7 @@
 
 use std::future::Future;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
@@ -293,6 +293,9 @@ pub struct Call {
     pub(crate) relists: Arc<super::relist::Relists>,
     /// The size of what the guest returned (result or error message), once it has.
     pub(crate) result_bytes: AtomicUsize,
+    /// The guest asked for input, and its request was refused (past a bound): the call
+    /// is given up where the guest expected another round, so its cleanup runs.
+    pub(crate) asking_refused: AtomicBool,
     /// What the guest is asked instead of a tool call (then `tool` names the method).
     pub(crate) feature: Option<FeatureRequest>,
     /// The round of input this run is (the first, unless [`Call::with_input`] said).
@@ -373,14 +376,19 @@ impl Call {
                  changes: link it with more initial memory (cordon-guest's docs, \"Memory\")"
             );
         }
-        if outcome.stop_reason().is_some() {
+        // A round whose request for input was refused is given up as a stopped call is: the
+        // guest may have taken something (a lock, a reservation) for the round it asked.
+        let cleanup_reason = outcome
+            .stop_reason()
+            .or_else(|| self.asking_refused.load(Ordering::Relaxed).then_some(StopReason::Cancelled));
+        if cleanup_reason.is_some() {
             // A stopped call's instance goes before its cleanup runs, even when the guest
             // returned within its grace: what its table owns (outgoing requests and their
             // uploads, file streams' tasks) must not go on beside a cleanup that may be
             // undoing it, and its descriptors and host memory are given back first.
             drop(store.take());
         }
-        let cleanup = match outcome.stop_reason() {
+        let cleanup = match cleanup_reason {
             Some(reason) if self.component.pre.has_cleanup() => Some(self.cleanup(reason).await),
             Some(reason) => {
                 tracing::info!(component = %self.component.name, tool = %self.tool, call = self.id, reason = %reason_name(&reason), "no cleanup to run: a plain component has none");
@@ -660,14 +668,16 @@ impl Call {
             Ok(Ok(Returned::InputRequired(input))) => {
                 let (bytes, limit) =
                     (self.note_result_bytes(input_required_size(&input)), self.limits.result_bytes);
-                if bytes > limit {
+                let refused = if bytes > limit {
                     Outcome::ResultTooLarge { bytes, limit }
                 } else {
                     match check_input_required(&input) {
-                        Ok(()) => Outcome::InputRequired(input),
+                        Ok(()) => return Outcome::InputRequired(input),
                         Err(problem) => Outcome::InvalidResult(problem),
                     }
-                }
+                };
+                self.asking_refused.store(true, Ordering::Relaxed);
+                refused
             }
             Ok(Ok(Returned::Feature(answer))) => {
                 let (bytes, limit) = (self.note_result_bytes(answer.size()), self.limits.result_bytes);

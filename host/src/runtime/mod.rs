@@ -1264,6 +1264,7 @@ impl Runtime {
             observers: self.observers.clone(),
             relists: self.relists.clone(),
             result_bytes: Default::default(),
+            asking_refused: Default::default(),
         }
     }
 
