@@ -632,10 +632,12 @@ impl Drop for ListenSlot {
 
 impl Server {
     /// Wait until every call accepted on any connection has its answer out, or `timeout`
-    /// passes; returns whether they all did. (Waiting for free call slots would miss a
-    /// call still checking its arguments, which holds none yet.)
+    /// passes (at least what the tools served now need to stop and be cleaned up: a reload
+    /// may have brought longer budgets than those at start); returns whether they all did.
+    /// (Waiting for free call slots would miss a call still checking its arguments, which
+    /// holds none yet.)
     pub async fn drain(&self, timeout: Duration) -> bool {
-        let deadline = Instant::now() + timeout;
+        let deadline = Instant::now() + timeout.max(self.runtime.snapshot().drain_budget());
         loop {
             let mut finished = std::pin::pin!(self.call_finished.notified());
             finished.as_mut().enable();

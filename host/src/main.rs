@@ -389,11 +389,6 @@ async fn serve(
     };
     let mut runtime = Runtime::new(settings)?;
     telemetry.observe(&mut runtime);
-    let mut drain = std::time::Duration::ZERO;
-    for component in &plan.components {
-        let limits = std::iter::once(&component.options.limits).chain(component.options.tool_limits.values());
-        drain = limits.map(|limits| limits.grace + limits.cleanup_budget).fold(drain, std::cmp::max);
-    }
     let mut failed = runtime.load_all(plan.components).await.into_iter();
     if let Some(first) = failed.next() {
         // The first is the error the server exits with; the log keeps the others.
@@ -436,9 +431,9 @@ async fn serve(
         sealer,
     );
     let stats = matches!(transport, Transport::Http { .. }).then(|| plan.http.stats.clone());
+    // The tools loaded now; at shutdown, those served then (a reload may bring others).
+    let drain = runtime.snapshot().drain_budget();
     telemetry.loaded(runtime, stats);
-    // A call may also be in a schema check, which nothing interrupts (runtime/schema.rs).
-    let drain = drain.max(cordon::runtime::SCHEMA_CHECK_BUDGET) + std::time::Duration::from_secs(1);
     if let Transport::Http { address, allow_host, tls, .. } = transport {
         let mut settings = plan.http;
         settings.tls = tls;

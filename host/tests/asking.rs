@@ -730,6 +730,26 @@ fn shutdown_stops_a_call_waiting_between_rounds_and_cleans_it_up() {
     assert_eq!(setup.cleanup_reason(), "Shutdown Some(\"reserved 42\")");
 }
 
+/// Shutdown waits for the cleanup budgets of the tools served then, not only those at
+/// start: a reload that raised a tool's `cleanup_ms` is honoured. Before, the drain was
+/// fixed at start (6 s here), and the process exited in the middle of an 8 s cleanup.
+#[test]
+fn shutdown_waits_for_a_cleanup_budget_a_reload_raised() {
+    let setup = Setup::hostile("drain-after-reload", "");
+    let mut client = Stdio2025::start(&setup, ALL());
+    let config = std::fs::read_to_string(setup.config()).unwrap();
+    let raised = config.replace("max_duration_ms = 60000 }", "max_duration_ms = 60000, cleanup_ms = 15000 }");
+    assert_ne!(raised, config);
+    std::fs::write(setup.config(), raised).unwrap();
+    let reloaded = client.process.reload();
+    assert!(reloaded.contains("loaded [hostile]"), "{reloaded}");
+    let (_call, _request) =
+        client.call_until_asked("note_then_ask", json!({"note": "sleep 8000"}), "roots/list");
+    client.process.signal(libc::SIGTERM);
+    let cleanup = client.process.wait_log("cleanup completed");
+    assert!(cleanup.contains("reason=shutdown") && cleanup.contains("note_then_ask"), "{cleanup}");
+}
+
 /// The same for a prompt that asks: shutdown stops it between rounds and cleans it up.
 #[test]
 fn shutdown_stops_a_prompt_waiting_between_rounds_and_cleans_it_up() {

@@ -81,6 +81,17 @@ impl ToolSet {
         set
     }
 
+    /// How long a shutdown waits for calls of this set to stop and be cleaned up: the
+    /// longest grace and cleanup budget of any of its tools, and the schema check nothing
+    /// interrupts (schema.rs), with a second to spare.
+    pub fn drain_budget(&self) -> std::time::Duration {
+        let limits = self.components.iter().flat_map(|component| {
+            std::iter::once(&component.options.limits).chain(component.options.tool_limits.values())
+        });
+        let longest = limits.map(|limits| limits.grace + limits.cleanup_budget).max().unwrap_or_default();
+        longest.max(super::SCHEMA_CHECK_BUDGET) + std::time::Duration::from_secs(1)
+    }
+
     /// The same set, as made by swap number `generation`.
     pub(crate) fn with_generation(self, generation: u64) -> Self {
         Self { generation, ..self }
