@@ -338,6 +338,20 @@ async fn serve(
         (Transport::Http { .. }, Some(oauth)) => Some(cordon::auth::oauth::Validator::start(oauth).await?),
         _ => None,
     };
+    // The sealing key before the components compile, so that a bad one is said at once.
+    let sealer = cordon::dispatch::sealed::Sealer::from_settings(
+        plan.request_state_key.as_deref(),
+        plan.request_state_ttl,
+    )?;
+    // Over stdio one client talks to one process: no replica could continue its calls.
+    if sealer.source() == cordon::dispatch::sealed::KeySource::Random
+        && matches!(transport, Transport::Http { .. })
+    {
+        tracing::warn!(
+            "no request state key ({} or [server] request_state_key): a random one seals the requestState of tools that ask the client for input, so only this process can continue such a call; replicas behind one address must share a key",
+            cordon::dispatch::sealed::KEY_VARIABLE
+        );
+    }
     match cordon::runtime::raise_open_file_limit() {
         Ok(limit) => tracing::debug!("the process may open {limit} files"),
         Err(error) => tracing::warn!("could not raise the open-file limit: {error}"),
@@ -410,19 +424,6 @@ async fn serve(
         let runtime = runtime.clone();
         async move { runtime.relist_when_asked().await }
     });
-    let sealer = cordon::dispatch::sealed::Sealer::from_settings(
-        plan.request_state_key.as_deref(),
-        plan.request_state_ttl,
-    )?;
-    // Over stdio one client talks to one process: no replica could continue its calls.
-    if sealer.source() == cordon::dispatch::sealed::KeySource::Random
-        && matches!(transport, Transport::Http { .. })
-    {
-        tracing::warn!(
-            "no request state key ({} or [server] request_state_key): a random one seals the requestState of tools that ask the client for input, so only this process can continue such a call; replicas behind one address must share a key",
-            cordon::dispatch::sealed::KEY_VARIABLE
-        );
-    }
     let server = cordon::dispatch::Server::with_sealer(
         runtime.clone(),
         plan.progress_interval,

@@ -306,6 +306,8 @@ pub enum CheckError {
     Config(#[from] ReloadError),
     #[error("starting the runtime: {0:#}")]
     Runtime(anyhow::Error),
+    #[error(transparent)]
+    RequestStateKey(#[from] crate::dispatch::sealed::KeyError),
     /// Every component that failed to load, each naming its file.
     #[error("{} of {total} components failed to load:\n{}", .failed.len(), list(.failed))]
     Components { total: usize, failed: Vec<LoadError> },
@@ -320,6 +322,11 @@ fn list(errors: &[LoadError]) -> String {
 /// directories are created as `serve` creates them.
 pub async fn check(path: &Path) -> Result<CheckSummary, CheckError> {
     let plan = read_plan(Some(path))?;
+    // As `serve` reads it (the environment's key first), before anything compiles.
+    crate::dispatch::sealed::Sealer::from_settings(
+        plan.request_state_key.as_deref(),
+        plan.request_state_ttl,
+    )?;
     let mut runtime = Runtime::new(plan.runtime.clone()).map_err(CheckError::Runtime)?;
     let total = plan.components.len();
     let failed = runtime.load_all(plan.components).await;

@@ -393,6 +393,17 @@ fn cordon_check_validates_a_config_and_compiles_every_component() {
     assert!(stdout.is_empty());
     assert!(stderr.contains("unknown field `max_calls`") && stderr.contains("unknown-key.toml"), "{stderr}");
 
+    // A sealing key `serve` would refuse after compiling everything is refused first.
+    let config = setup.dir.join("short-key.toml");
+    std::fs::write(&config, "[server]\nrequest_state_key = \"abc\"\n[[components]]\npath = \"alpha.wasm\"\n")
+        .unwrap();
+    let (code, _, stderr) = check(&config);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains("[server] request_state_key: a request state key is 64 hexadecimal digits"),
+        "{stderr}"
+    );
+
     let config = setup.dir.join("broken.toml");
     std::fs::write(setup.dir.join("broken.wasm"), b"\0asm\x01\0\0\0").unwrap();
     std::fs::write(
