@@ -603,3 +603,28 @@ fn calls_that_wait_for_a_slot_count_their_wait_and_are_refused_or_cancelled_ther
     // The busy refusal's wait is a queue wait too, beside the calls that ran.
     assert!(sample(&samples, "cordon_queue_wait_seconds_count") >= 2.0);
 }
+
+/// Metrics served beyond loopback are served to anyone who reaches them, and they name
+/// every tenant and tool: the operator is told so at start.
+#[test]
+fn metrics_beyond_loopback_are_warned_of() {
+    let config = examples_config("metrics-beyond-loopback", "");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_cordon"))
+        .args(["serve", "--stdio", "--log-format", "json", "--metrics", "0.0.0.0:0", "--config"])
+        .arg(&config)
+        .env("CORDON_LOG", "info")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let log = lines(child.stderr.take().unwrap(), "stderr");
+    let mut seen = Vec::new();
+    while !seen.last().is_some_and(|line: &String| line.contains("serving metrics on http://")) {
+        let line = log.recv_timeout(Duration::from_secs(20)).expect("a log line within 20 s");
+        seen.push(line["fields"]["message"].as_str().unwrap_or_default().to_owned());
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(seen.iter().any(|line| line.contains("beyond loopback, to anyone who reaches it")), "{seen:#?}");
+}

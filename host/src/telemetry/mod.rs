@@ -58,6 +58,12 @@ impl Telemetry {
         let bind_error = |source| TelemetryError::Bind { address, source };
         let listener = MetricsListener::bind(address).await.map_err(bind_error)?;
         let bound = listener.local_addr().map_err(bind_error)?;
+        if !bound.ip().is_loopback() {
+            tracing::warn!(
+                "serving metrics on {bound}, beyond loopback, to anyone who reaches it: they name every tenant \
+                 and tool and count their calls; keep the port off the network clients reach"
+            );
+        }
         tracing::info!("serving metrics on http://{bound}/metrics");
         let metrics = Metrics::new(log.map(LogHandle::dropped));
         tokio::spawn(listener.serve(metrics.clone(), health.clone()));
