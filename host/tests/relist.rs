@@ -160,6 +160,30 @@ async fn requests_are_coalesced_and_listings_spaced() {
     assert!(swaps < calls, "{swaps} swaps for {calls} calls: nothing was coalesced");
 }
 
+/// Listings that succeed slowly are spaced by their own length: the next comes no sooner
+/// than four times as long after (a `list` taking 0.4 s: 1.6 s). Before, only the 250 ms
+/// interval spaced them, and a component whose `list` ran for most of its budget, asked for
+/// by each cheap call, kept a core, the reload lock and a call slot busy nearly all the time.
+#[tokio::test]
+async fn slow_listings_are_spaced_by_their_own_length() {
+    let runtime = runtime("slow").await;
+    let mut sets = runtime.watch_tools();
+    let listed = |name: &'static str| {
+        let runtime = runtime.clone();
+        async move {
+            let report = common::call(&runtime, "relist", json!({"extra": name, "times": 1})).await;
+            assert_eq!(common::answer(&report), "said lists-changed 1 times");
+        }
+    };
+    listed("slow_first").await;
+    tokio::time::timeout(WAIT, sets.wait_for(|set| lists(set, "slow_first"))).await.unwrap().unwrap();
+    let first = Instant::now();
+    listed("slow_second").await;
+    tokio::time::timeout(WAIT, sets.wait_for(|set| lists(set, "slow_second"))).await.unwrap().unwrap();
+    let between = first.elapsed();
+    assert!(between >= Duration::from_millis(1500), "listings of 0.4 s came {between:?} apart");
+}
+
 #[tokio::test]
 async fn a_new_list_that_would_not_load_changes_nothing() {
     let runtime = runtime("refused").await;

@@ -604,6 +604,10 @@ impl Plugin for Hostile {
         if extra_tool == "!panic" {
             panic!("the tool list cannot be built");
         }
+        // A listing that takes its time (and succeeds): an extra tool named `slow_...`.
+        if extra_tool.starts_with("slow_") {
+            std::thread::sleep(Duration::from_millis(400));
+        }
         let named = |tool: &str| format!("{}{tool}", prefix_of("tools"));
         let mut tools = vec![
             Tool::new(

@@ -11,7 +11,8 @@
 //! when a list differs. Clients then hear of it the way they hear of a reload.
 //!
 //! Bounds: a component waits in the queue once however many calls ask; the queue is
-//! worked through at most once every [`RELIST_INTERVAL`]; a listing takes a call slot
+//! worked through at most once every [`RELIST_INTERVAL`], and after listings that took
+//! long, not before [`RELIST_PAUSE_FACTOR`] times as long again; a listing takes a call slot
 //! like any load's `list` (waiting for one at most the queue timeout, as a call would:
 //! it holds the reload lock meanwhile, and a saturated server must not hold reloads off),
 //! and one at a time with reloads (the reload lock), so that neither undoes the other. A listing that fails, or a new list that would be refused at
@@ -41,6 +42,12 @@ use super::registry::ToolSet;
 /// The least time between two listings of the queue: a component that asks without pause
 /// is listed at most four times a second.
 pub const RELIST_INTERVAL: Duration = Duration::from_millis(250);
+
+/// The pause after listings, as a multiple of the time they took (when that is longer than
+/// [`RELIST_INTERVAL`]): listings that succeed slowly (a `list` that spins for most of its
+/// budget, asked for again by each cheap call) take at most a fifth of the time, of a core
+/// and of the reload lock and call slot they hold.
+pub const RELIST_PAUSE_FACTOR: u32 = 4;
 
 /// The pause after a failed listing before the component is listed again.
 pub const RELIST_BACKOFF: Duration = Duration::from_secs(5);
@@ -141,11 +148,12 @@ impl Runtime {
                 components = self.relists.next() => components,
                 _ = shutdown.wait_for(|stopping| *stopping) => return,
             };
+            let started = Instant::now();
             for component in components {
                 let failed = !self.relist(&component).await;
                 self.relists.listed(&component, failed);
             }
-            tokio::time::sleep(RELIST_INTERVAL).await;
+            tokio::time::sleep(RELIST_INTERVAL.max(started.elapsed() * RELIST_PAUSE_FACTOR)).await;
         }
     }
 
