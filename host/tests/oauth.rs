@@ -597,6 +597,21 @@ fn startup_error(args: &[&str]) -> String {
     reading.join().unwrap()
 }
 
+/// [`startup_error`] of `serve --http` with `cert` and `key`, and `more` arguments.
+fn tls_startup_error(cert: &std::path::Path, key: &std::path::Path, more: &[&str]) -> String {
+    let mut args = vec![
+        "serve",
+        "--http",
+        "127.0.0.1:0",
+        "--tls-cert",
+        cert.to_str().unwrap(),
+        "--tls-key",
+        key.to_str().unwrap(),
+    ];
+    args.extend_from_slice(more);
+    startup_error(&args)
+}
+
 #[test]
 fn bad_certificate_and_key_files_are_clear_startup_errors() {
     let dir = common::scratch("oauth-pem");
@@ -608,17 +623,7 @@ fn bad_certificate_and_key_files_are_clear_startup_errors() {
     let (_, other_key, _) = self_signed(&other_dir);
     let garbage = dir.join("garbage.pem");
     std::fs::write(&garbage, "not a PEM file\n").unwrap();
-    let serve = |cert: &std::path::Path, key: &std::path::Path| {
-        startup_error(&[
-            "serve",
-            "--http",
-            "127.0.0.1:0",
-            "--tls-cert",
-            cert.to_str().unwrap(),
-            "--tls-key",
-            key.to_str().unwrap(),
-        ])
-    };
+    let serve = |cert: &std::path::Path, key: &std::path::Path| tls_startup_error(cert, key, &[]);
     let error = serve(&garbage, &key);
     assert!(error.contains("holds no PEM certificate") && error.contains("garbage.pem"), "{error}");
     let error = serve(&cert, &garbage);
@@ -657,17 +662,7 @@ fn a_grant_holding_the_tls_key_is_refused() {
         ),
     )
     .unwrap();
-    let error = startup_error(&[
-        "serve",
-        "--http",
-        "127.0.0.1:0",
-        "--tls-cert",
-        cert.to_str().unwrap(),
-        "--tls-key",
-        key.to_str().unwrap(),
-        "--config",
-        config.to_str().unwrap(),
-    ]);
+    let error = tls_startup_error(&cert, &key, &["--config", config.to_str().unwrap()]);
     assert!(error.contains("key.pem, a secret file"), "{error}");
 }
 
