@@ -109,6 +109,9 @@ pub struct Reloader {
     hangup: tokio::signal::unix::Signal,
     /// The config's tables other than `components`, as read at start.
     startup_settings: Option<toml::Table>,
+    /// The tenants' API keys as read at start ([`crate::auth::Tenants::keys_fingerprint`]):
+    /// a key file edited since is no change of the config's text.
+    startup_keys: Option<crate::auth::api_keys::KeyDigest>,
 }
 
 /// The config file's top-level tables other than `components` (what a reload does not
@@ -117,6 +120,12 @@ fn settings_of(config: &Path) -> Option<toml::Table> {
     let mut table: toml::Table = std::fs::read_to_string(config).ok()?.parse().ok()?;
     table.remove("components");
     Some(table)
+}
+
+/// The fingerprint of the API keys the config at `config` gives its tenants, or `None` when
+/// it cannot be read (the reload reports that).
+fn keys_of(config: Option<&Path>) -> Option<crate::auth::api_keys::KeyDigest> {
+    read_plan(Some(config?)).ok().map(|plan| plan.tenants.keys_fingerprint())
 }
 
 /// The tables of `now` that differ from `before` (added, removed or changed), sorted.
@@ -203,8 +212,18 @@ impl Reloader {
         };
         let directories = HashSet::new();
         let startup_settings = config.as_deref().and_then(settings_of);
-        let mut reloader =
-            Self { runtime, config, watched, changed, watcher, directories, hangup, startup_settings };
+        let startup_keys = keys_of(config.as_deref());
+        let mut reloader = Self {
+            runtime,
+            config,
+            watched,
+            changed,
+            watcher,
+            directories,
+            hangup,
+            startup_settings,
+            startup_keys,
+        };
         reloader.watch_files()?;
         Ok(reloader)
     }
@@ -277,6 +296,15 @@ impl Reloader {
 impl Reloader {
     /// Warn when the config's other tables differ from those the server started with.
     fn warn_of_settings_not_applied(&self) {
+        if let (Some(config), Some(before)) = (&self.config, self.startup_keys)
+            && keys_of(Some(config)).is_some_and(|now| now != before)
+        {
+            tracing::warn!(
+                "reload: the tenants' API keys changed (in {} or the key files it names), and only a restart \
+                 applies them: the server keeps the keys it started with, a key taken out among them",
+                config.display()
+            );
+        }
         let (Some(config), Some(before)) = (&self.config, &self.startup_settings) else { return };
         let Some(now) = settings_of(config) else { return };
         let changed = changed_settings(before, &now);

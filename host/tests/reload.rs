@@ -288,6 +288,33 @@ fn a_reload_warns_that_changed_settings_other_than_components_wait_for_a_restart
     assert_eq!(server.tool_names(1).0, ["alpha", "beta"], "the server still serves");
 }
 
+/// A tenant's key file edited (a key taken out) is no change of the config's text, and a
+/// reload does not apply it: the operator is told a restart is needed. Before, the reload
+/// said nothing, and the key taken out went on working in silence.
+#[test]
+fn a_reload_warns_that_changed_api_keys_wait_for_a_restart() {
+    let setup = two_tools("key-files");
+    let keys = setup.dir.join("acme.keys");
+    std::fs::write(&keys, "acme-key-one-0123456789\nacme-key-two-0123456789\n").unwrap();
+    let tenants =
+        "[[tenants]]\nname = \"acme\"\ncomponents = [\"alpha\"]\napi_keys = { file = \"acme.keys\" }\n";
+    let config = std::fs::read_to_string(setup.config()).unwrap() + tenants;
+    write_atomically(&setup.config(), config.as_bytes());
+    let mut server = StdioServer::start(&setup, &["--tenant", "acme"]);
+    // Nothing changed: nothing to warn about.
+    server.process.reload();
+    write_atomically(&keys, b"acme-key-one-0123456789\n");
+    server.process.signal(libc::SIGHUP);
+    let warning = server.process.wait_log("API keys changed");
+    assert!(warning.contains("WARN") && warning.contains("only a restart applies them"), "{warning}");
+    assert_eq!(
+        server.process.seen.iter().filter(|line| line.contains("API keys changed")).count(),
+        1,
+        "the reload with nothing changed warned too: {:?}",
+        server.process.seen
+    );
+}
+
 #[test]
 fn a_call_in_flight_finishes_on_the_version_it_started_with() {
     let setup = Setup::new("in-flight");

@@ -92,6 +92,21 @@ impl ApiKeys {
         self.digests.len()
     }
 
+    /// A digest of every key's digest and tenant, in no order: two sets of keys have the
+    /// same fingerprint when they hold the same keys for the same tenants.
+    pub fn fingerprint(&self) -> KeyDigest {
+        let mut entries: Vec<(&KeyDigest, &str)> =
+            self.digests.iter().map(|(digest, tenant)| (digest, tenant.as_str())).collect();
+        entries.sort_unstable();
+        let mut hasher = Sha256::new();
+        for (digest, tenant) in entries {
+            hasher.update(digest);
+            hasher.update(tenant.as_bytes());
+            hasher.update([0]);
+        }
+        hasher.finalize().into()
+    }
+
     pub fn is_empty(&self) -> bool {
         self.digests.is_empty()
     }
@@ -139,6 +154,33 @@ mod tests {
         let refused = keys.add(&beta, "k-beta-0123456789, shared-key-0123456789").unwrap_err();
         assert!(matches!(&refused, KeyRefused::HeldBy(holder) if *holder == acme), "{refused:?}");
         assert!(!refused.to_string().contains("shared-key"), "{refused}");
+    }
+
+    #[test]
+    fn the_fingerprint_is_the_same_for_the_same_keys_in_any_order() {
+        let (acme, beta) = (TenantId::new("acme"), TenantId::new("beta"));
+        let keys_of = |lists: &[(&TenantId, &str)]| {
+            let mut keys = ApiKeys::default();
+            for (tenant, list) in lists {
+                keys.add(tenant, list).unwrap();
+            }
+            keys.fingerprint()
+        };
+        let one =
+            keys_of(&[(&acme, "key-one-0123456789, key-two-0123456789"), (&beta, "key-three-0123456789")]);
+        let again =
+            keys_of(&[(&beta, "key-three-0123456789"), (&acme, "key-two-0123456789\nkey-one-0123456789")]);
+        assert_eq!(one, again);
+        assert_ne!(
+            one,
+            keys_of(&[(&acme, "key-one-0123456789"), (&beta, "key-three-0123456789")]),
+            "a key taken out"
+        );
+        assert_ne!(
+            one,
+            keys_of(&[(&acme, "key-one-0123456789, key-two-0123456789, key-three-0123456789")]),
+            "moved"
+        );
     }
 
     #[test]

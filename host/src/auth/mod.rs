@@ -253,6 +253,11 @@ pub struct Tenants {
 }
 
 impl Tenants {
+    /// The API keys' fingerprint ([`ApiKeys::fingerprint`]).
+    pub fn keys_fingerprint(&self) -> api_keys::KeyDigest {
+        self.keys.fingerprint()
+    }
+
     pub fn new(tenants: Vec<Tenant>, keys: ApiKeys) -> Self {
         Self {
             by_name: tenants.into_iter().map(|tenant| (tenant.id.clone(), Arc::new(tenant))).collect(),
