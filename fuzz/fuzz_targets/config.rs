@@ -58,6 +58,15 @@ fuzz_target!(|input: &[u8]| {
     let engine = &plan.runtime.engine;
     exact(written.server.max_memory_mb, 20, engine.max_memory_bytes as u128, "max_memory_mb");
     exact(written.http.max_body_kb, 10, plan.http.max_body_bytes as u128, "max_body_kb");
+    exact(written.http.linger_kb, 10, plan.http.linger_bytes as u128, "linger_kb");
+    let limits = &plan.server_limits;
+    exact(
+        written.server.max_queued_request_kb,
+        10,
+        limits.max_queued_request_bytes as u128,
+        "max_queued_request_kb",
+    );
+    exact(written.server.max_request_cost_kb, 10, limits.max_request_cost as u128, "max_request_cost_kb");
     assert!(engine.max_concurrent_calls >= 1 && plan.http.max_connections >= 1);
     for (component, planned) in written.components.iter().zip(&plan.components) {
         check_limits(&component.limits, &planned.options.limits);
