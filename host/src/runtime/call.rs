@@ -279,10 +279,8 @@ pub struct Call {
     /// tenant; the component's otherwise.
     pub(crate) files: Option<Arc<super::files::FileGrants>>,
     pub(crate) cleanup_permits: Arc<Semaphore>,
-    /// For a call that holds no slot (made only to run its cleanup): the share of the
-    /// cleanup capacity such calls may take.
-    /// For a call that holds no slot (stopped between rounds): the gate its cleanup takes
-    /// a place of first, and the tenant it waits as.
+    /// For a call that holds no slot (made only to run its cleanup, stopped between
+    /// rounds): the gate of the cleanup capacity such calls share, and the tenant it waits as.
     pub(crate) unslotted_cleanups: Option<(Arc<super::fair::FairSlots>, Arc<str>)>,
     pub(crate) spares: Arc<super::spare::SpareBudget>,
     pub(crate) tags: CallTags,

@@ -381,8 +381,8 @@ impl<S, O: Clone + Eq + std::hash::Hash + OwnerGroups> SessionTable<S, O> {
     /// the most sessions, in it the narrower group holding the most, in that the owner
     /// holding the most ([`OwnerGroups`]), so that a client spreading its sessions over
     /// many addresses of its network, or a tenant over many callers, closes its own, not
-    /// those of a client elsewhere that holds one. (Sessions of no owner are capped by `total` only.) Walks the owners
-    /// only when the table is full.
+    /// those of a client elsewhere that holds one. (Sessions of no owner are capped by
+    /// `total` only.) Walks the owners only when the table is full.
     fn to_close(&self, owner: &Option<O>, total: usize, per_owner: usize) -> Option<&String> {
         let oldest_of = |owner: &Option<O>| self.by_owner.get(owner)?.first().map(|(_, id)| id);
         let held = |owner: &Option<O>| self.by_owner.get(owner).map_or(0, std::collections::BTreeSet::len);
