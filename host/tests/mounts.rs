@@ -291,6 +291,13 @@ async fn bad_mounts_are_load_errors_that_say_what_is_wrong() {
         let error = runtime_with(options).await.err().unwrap_or_else(|| panic!("{mounts:?} loaded"));
         assert!(error.problem.contains(&expected), "{mounts:?}: {error}");
     }
+    // Nor is a data directory one of the kernel's trees.
+    for system in ["/proc/self", "/dev"] {
+        let options = ComponentOptions { data_dir: Some(system.into()), ..Default::default() };
+        let error =
+            runtime_with(options).await.err().unwrap_or_else(|| panic!("a data_dir of {system} loaded"));
+        assert!(error.problem.contains("is or holds /"), "{system}: {error}");
+    }
     // Two read-only mounts of one directory are fine.
     let options = ComponentOptions {
         mounts: vec![mount(&layout.ro, "/a", false, None), mount(&layout.ro, "/b", false, None)],

@@ -1259,8 +1259,10 @@ impl Egress {
     fn check(&self, request: &http::Request<WasiBody>) -> Result<Target, HttpError> {
         let uri = request.uri();
         let authority = uri.authority().map(|authority| authority.as_str()).unwrap_or("").to_owned();
+        // User info (a password, say) never reaches the log.
+        let logged = authority.rsplit_once('@').map_or(authority.as_str(), |(_, host)| host);
         let refuse = |why: &str, error: HttpError| {
-            self.call.log_refusal(&authority, why);
+            self.call.log_refusal(logged, why);
             Err(error)
         };
         // wasmtime-wasi-http sends the authority as the `Host` header as it is, user info

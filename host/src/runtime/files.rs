@@ -105,8 +105,11 @@ pub(crate) struct Grant {
     /// Where the guest sees it.
     pub(crate) guest: String,
     pub(crate) writable: bool,
-    /// The mount's quota, shared by every call of the component.
+    /// The mount's quota, shared by every call of the component, and the limit this grant
+    /// gives it ([`FileGrants::apply_limits`]: a count shared with a version that a reload
+    /// replaces keeps its limit until this version is served).
     pub(crate) quota: Option<Arc<Quota>>,
+    pub(crate) limit: u64,
     /// What its renames, links and symlinks wait on (moves.rs), shared by everything
     /// granted it.
     pub(crate) moves: Arc<tokio::sync::Mutex<()>>,
@@ -176,6 +179,12 @@ impl FileGrants {
                     _ => format!("cannot open the data directory {}: {error}", path.display()),
                 }
             })?;
+            if let Some(system) = system_tree_in(&real) {
+                return Err(format!(
+                    "the data directory {} is or holds {system}: grant a directory of its own",
+                    path.display()
+                ));
+            }
             preopen(&mut builder, &dir, GUEST_DATA_DIR, FsPerms::ReadWrite)?;
             let quota = measured(data_quota_bytes, &dir, &real);
             grants.push(Grant {
@@ -183,6 +192,7 @@ impl FileGrants {
                 guest: GUEST_DATA_DIR.into(),
                 writable: true,
                 quota: Some(quota),
+                limit: data_quota_bytes,
                 moves: moves::move_lock(&dir),
             });
         }
@@ -222,7 +232,8 @@ impl FileGrants {
                 (None, _) => None,
             };
             let moves = moves::move_lock(&dir);
-            grants.push(Grant { path: real, guest, writable: mount.writable, quota, moves });
+            let limit = mount.quota_bytes.unwrap_or_default();
+            grants.push(Grant { path: real, guest, writable: mount.writable, quota, limit, moves });
         }
         for (index, grant) in grants.iter().enumerate() {
             if let Some(other) = grants[index + 1..].iter().find(|other| grant.conflicts_with(other)) {
@@ -235,6 +246,15 @@ impl FileGrants {
         }
         let filesystem = builder.build().filesystem().clone();
         Ok(Some(Self { grants, filesystem }))
+    }
+
+    /// Give each quota this grant's limit: the version they belong to is served now.
+    pub(crate) fn apply_limits(&self) {
+        for grant in &self.grants {
+            if let Some(quota) = &grant.quota {
+                quota.set_limit(grant.limit);
+            }
+        }
     }
 
     /// The first pair of grants, one of `self` and one of `other`, that may not both be
@@ -270,8 +290,9 @@ fn system_tree_in(real: &Path) -> Option<&'static str> {
 fn measured(limit: u64, dir: &std::fs::File, path: &Path) -> Arc<Quota> {
     use std::os::unix::fs::MetadataExt;
     // A quota still counting this directory (the component's version that a reload
-    // replaced, whose calls may still run) goes on counting it for the new one, with the
-    // new limit: two counts would each let writes fill the room the other does not see.
+    // replaced, whose calls may still run) goes on counting it for the new one (whose limit
+    // applies once it is served): two counts would each let writes fill the room the other
+    // does not see.
     let key = dir.metadata().ok().map(|metadata| (metadata.dev(), metadata.ino()));
     let mut live = LIVE_QUOTAS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     live.retain(|_, quota| quota.strong_count() > 0);
@@ -284,7 +305,7 @@ fn measured(limit: u64, dir: &std::fs::File, path: &Path) -> Arc<Quota> {
     };
     if let Some(counting) = key.and_then(|key| live.get(&key)).and_then(std::sync::Weak::upgrade) {
         // What the operator changed meanwhile is seen at a reload, as at a load.
-        if let Err(error) = counting.measure_again(dir, limit) {
+        if let Err(error) = counting.measure_again(dir) {
             unmeasured(error);
         }
         return counting;
@@ -719,20 +740,22 @@ mod tests {
     fn a_directory_granted_again_shares_the_quota_that_still_counts_it() {
         let dir = std::env::temp_dir().join(format!("cordon-quota-share-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let grant = |limit: u64| {
+        let grants = |limit: u64| {
             let mount =
                 Mount { host: dir.clone(), guest: "/m".into(), writable: true, quota_bytes: Some(limit) };
-            let grants = FileGrants::open(None, 0, &[mount], None, false).unwrap().unwrap();
-            grants.grants[0].quota.clone().unwrap()
+            FileGrants::open(None, 0, &[mount], None, false).unwrap().unwrap()
         };
+        let grant = |limit: u64| grants(limit).grants[0].quota.clone().unwrap();
         let first = grant(1 << 20);
         let used = first.used();
         std::fs::write(dir.join("f"), [0u8; 100]).unwrap();
         let again = grant(1 << 20);
         assert!(Arc::ptr_eq(&first, &again), "one count for one directory");
         assert_eq!(first.used(), used + 100 + quota::ENTRY_BYTES, "measured again");
-        let raised = grant(2 << 20);
-        assert!(Arc::ptr_eq(&first, &raised), "a new limit, the same count");
+        let raised = grants(2 << 20);
+        assert!(Arc::ptr_eq(&first, raised.grants[0].quota.as_ref().unwrap()), "a new limit, the same count");
+        assert_eq!(first.limit(), 1 << 20, "not before the new version is served");
+        raised.apply_limits();
         assert_eq!(first.limit(), 2 << 20, "the old version's calls count against the new limit");
         let _ = std::fs::remove_dir_all(&dir);
     }

@@ -604,6 +604,7 @@ impl Runtime {
         // Added in place (the set is copied only if someone still holds a snapshot of it):
         // a copy per component made loading n components quadratic.
         drop(current);
+        loaded.apply_quota_limits();
         self.tool_set.send_modify(|set| Arc::make_mut(set).push(Arc::new(loaded)));
         Ok(())
     }
@@ -901,6 +902,9 @@ impl Runtime {
             }
         }
         let next = next.with_generation(current.generation() + 1);
+        for component in &next.components {
+            component.apply_quota_limits();
+        }
         self.tool_set.send_replace(Arc::new(next));
         // A new version was listed at its load: an old one's failed listings hold it back
         // no longer.

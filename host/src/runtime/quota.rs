@@ -36,9 +36,10 @@
 //! **One count per directory.** A directory granted again while a quota still counts it
 //! (a reload: the replaced version's calls may still run) shares that quota, its count and
 //! its lock (`files.rs`), and measures it again, unless a change is under way. A new limit
-//! replaces the old one for every call, the replaced version's too: two counts of one
-//! directory would each miss what the other's calls write, and the directory could end up
-//! holding both limits' worth.
+//! replaces the old one for every call, the replaced version's too, once the new version
+//! is served (a version refused at load changes nothing): two counts of one directory
+//! would each miss what the other's calls write, and the directory could end up holding
+//! both limits' worth.
 //!
 //! **Where it is not exact.** Changes made to the directory by anything but the guests of
 //! this server (the operator, another process) are not seen until the next load.
@@ -154,10 +155,8 @@ impl Quota {
 
     /// Measure `root` again (a reload granting it anew), unless a change is under way: the
     /// count then stays as it is until the next load.
-    /// Its limit from now on is `limit`, for every call that counts against it. A tree
-    /// that cannot be measured counts as used up to the new limit, as at a first load.
-    pub(crate) fn measure_again(&self, root: &std::fs::File, limit: u64) -> Result<(), std::io::Error> {
-        self.limit.store(limit, Ordering::Relaxed);
+    /// A tree that cannot be measured counts as used up, as at a first load.
+    pub(crate) fn measure_again(&self, root: &std::fs::File) -> Result<(), std::io::Error> {
         let Ok(_measuring) = self.lock.try_lock() else { return Ok(()) };
         match usage(root) {
             Ok(used) => {
@@ -167,7 +166,7 @@ impl Quota {
                 Ok(())
             }
             Err(error) => {
-                self.used.fetch_max(limit, Ordering::Relaxed);
+                self.used.fetch_max(self.limit(), Ordering::Relaxed);
                 Err(error)
             }
         }
@@ -207,6 +206,11 @@ impl Quota {
     /// Bytes the mount's files hold, as counted.
     pub(crate) fn used(&self) -> u64 {
         self.used.load(Ordering::Relaxed)
+    }
+
+    /// Its limit from now on is `limit`, for every call that counts against it.
+    pub(crate) fn set_limit(&self, limit: u64) {
+        self.limit.store(limit, Ordering::Relaxed);
     }
 
     pub(crate) fn limit(&self) -> u64 {

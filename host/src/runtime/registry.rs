@@ -441,6 +441,13 @@ pub struct TenantView {
 }
 
 impl LoadedComponent {
+    /// Give its grants' quotas its limits: it is served from now on (files.rs).
+    pub(crate) fn apply_quota_limits(&self) {
+        for files in self.files.iter().chain(self.tenant_files.values()) {
+            files.apply_limits();
+        }
+    }
+
     /// Whether `view` sees the component: without a view, always; a tenant's, when the
     /// tenant may use it (its view, read at start, names the component, and so does the
     /// config the component was loaded from) and, should it have a data directory, the

@@ -148,19 +148,29 @@ impl Runtime {
                 components = self.relists.next() => components,
                 _ = shutdown.wait_for(|stopping| *stopping) => return,
             };
-            let started = Instant::now();
+            let mut took = Duration::ZERO;
             for component in components {
-                let failed = !self.relist(&component).await;
-                self.relists.listed(&component, failed);
+                let (listed, time) = self.relist(&component).await;
+                took += time;
+                self.relists.listed(&component, !listed);
             }
-            tokio::time::sleep(RELIST_INTERVAL.max(started.elapsed() * RELIST_PAUSE_FACTOR)).await;
+            // At most the load's time budget counted: a slot waited for is not listing.
+            let took = took.min(self.settings.list_budget);
+            tokio::time::sleep(RELIST_INTERVAL.max(took * RELIST_PAUSE_FACTOR)).await;
         }
+    }
+
+    /// [`Self::relist_locked`] under the reload lock, and the time it took once it held
+    /// the lock (a reload's compile waited out is no listing).
+    async fn relist(&self, name: &str) -> (bool, Duration) {
+        let _one_at_a_time = self.reloading.lock().await;
+        let started = Instant::now();
+        (self.relist_locked(name).await, started.elapsed())
     }
 
     /// List `name` again, and swap a set with its new lists in when one differs. False
     /// when the listing failed or its lists were refused.
-    async fn relist(&self, name: &str) -> bool {
-        let _one_at_a_time = self.reloading.lock().await;
+    async fn relist_locked(&self, name: &str) -> bool {
         let current = self.snapshot();
         // Removed or replaced by a reload since: the new version was listed at its load.
         let Some(old) = current.component(name).cloned() else { return true };

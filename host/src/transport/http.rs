@@ -809,8 +809,12 @@ impl Listening {
                 () = &mut until => return,
             };
             let settings = &self.shared.settings;
-            let slots =
-                SlotsLeft { free: self.open_slots.available_permits(), total: settings.max_connections };
+            // A trusted proxy carries many clients: only its own cap bounds it.
+            let free = match settings.trusted_proxies.contains(peer.ip()) {
+                true => settings.max_connections,
+                false => self.open_slots.available_permits(),
+            };
+            let slots = SlotsLeft { free, total: settings.max_connections };
             let Some(ticket) = self.shared.clients.enter(
                 peer.ip(),
                 settings.max_connections_per_ip,
