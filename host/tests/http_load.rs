@@ -216,6 +216,19 @@ async fn silent_connections(port: u16, from: [u8; 4], count: usize) -> Vec<tokio
     streams
 }
 
+/// How many of `streams` the server answered 503 (and closed), each read for 500 ms.
+async fn told_503(streams: Vec<tokio::net::TcpStream>) -> usize {
+    let mut reading = tokio::task::JoinSet::new();
+    for mut stream in streams {
+        reading.spawn(async move {
+            let mut answer = Vec::new();
+            let _ = tokio::time::timeout(Duration::from_millis(500), stream.read_to_end(&mut answer)).await;
+            answer.starts_with(b"HTTP/1.1 503 ")
+        });
+    }
+    reading.join_all().await.into_iter().filter(|refused| *refused).count()
+}
+
 /// Once fewer than a quarter of the server's connection slots are free, an address that
 /// holds an eighth of them is refused more at once (503). Before, each address could hold
 /// up to `max_connections_per_ip` (half the slots by default), so two addresses that only
@@ -237,15 +250,7 @@ async fn two_addresses_that_only_connect_cannot_take_every_connection_slot() {
     }
     // Of 300 slots, the first address took 200 (a quarter and more were still free), the
     // second 37 (an eighth): the rest of its were told 503, and 63 are left for others.
-    let mut reading = tokio::task::JoinSet::new();
-    for mut stream in silent {
-        reading.spawn(async move {
-            let mut answer = Vec::new();
-            let _ = tokio::time::timeout(Duration::from_millis(500), stream.read_to_end(&mut answer)).await;
-            answer.starts_with(b"HTTP/1.1 503 ")
-        });
-    }
-    let refused = reading.join_all().await.into_iter().filter(|refused| *refused).count();
+    let refused = told_503(silent).await;
     assert_eq!(refused, 200 - 37);
 }
 
@@ -260,15 +265,7 @@ async fn a_trusted_proxy_is_not_held_to_an_addresss_share_when_slots_run_low() {
     );
     let mut held = silent_connections(server.port, [127, 0, 0, 3], 40).await;
     held.extend(silent_connections(server.port, [127, 0, 0, 2], 200).await);
-    let mut reading = tokio::task::JoinSet::new();
-    for mut stream in held.split_off(40) {
-        reading.spawn(async move {
-            let mut answer = Vec::new();
-            let _ = tokio::time::timeout(Duration::from_millis(500), stream.read_to_end(&mut answer)).await;
-            answer.starts_with(b"HTTP/1.1 503 ")
-        });
-    }
-    let refused = reading.join_all().await.into_iter().filter(|refused| *refused).count();
+    let refused = told_503(held.split_off(40)).await;
     // Without the exemption, past 225 open (under a quarter free) it was refused from 185 on.
     assert_eq!(refused, 0, "the proxy was refused {refused} connections");
 }
