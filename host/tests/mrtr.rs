@@ -241,18 +241,9 @@ fn tampered_foreign_and_expired_states_are_refused_before_the_tool_runs() {
 #[test]
 fn a_request_the_client_cannot_answer_is_refused_with_its_capability_and_400() {
     let server = Server::start("mrtr-capability", KEY, 600);
-    let asks_roots = json!({"name": "ask", "arguments": {"count": 1, "key_len": 4, "state_bytes": 0}});
-    let refused = post(&server, "tools/call", asks_roots.clone(), r#"{"elicitation": {}}"#);
-    assert!(error(&refused, -32021, 400).contains("roots"), "{refused:?}");
-    // A capability is an object: `null` declares nothing.
-    let null = post(&server, "tools/call", asks_roots.clone(), r#"{"roots": null}"#);
-    assert!(error(&null, -32021, 400).contains("roots"), "{null:?}");
-    assert_eq!(refused.1["error"]["data"]["requiredCapabilities"], json!({"roots": {}}));
-    let (status, asked) = post(&server, "tools/call", asks_roots, r#"{"roots": {}}"#);
-    assert_eq!((status, &asked["result"]["inputRequests"]["0kkk"]["method"]), (200, &json!("roots/list")));
-
     // A guest that left a note and asked what the client cannot answer has run: given up,
-    // it is cleaned up with its note. Before, no cleanup ran.
+    // it is cleaned up with its note. Before, no cleanup ran. (First, so that no cleanup
+    // of an earlier refusal in this test can overwrite what these write.)
     let noted = json!({"name": "note_then_ask", "arguments": {}});
     let refused = post(&server, "tools/call", noted, r#"{"elicitation": {}}"#);
     assert!(error(&refused, -32021, 400).contains("roots"), "{refused:?}");
@@ -264,6 +255,16 @@ fn a_request_the_client_cannot_answer_is_refused_with_its_capability_and_400() {
     let refused = post(&server, "tools/call", slow, r#"{"elicitation": {}}"#);
     assert!(error(&refused, -32021, 400).contains("roots"), "{refused:?}");
     server.wait_for_cleanup("Cancelled Some(\"sleep 1500\")");
+
+    let asks_roots = json!({"name": "ask", "arguments": {"count": 1, "key_len": 4, "state_bytes": 0}});
+    let refused = post(&server, "tools/call", asks_roots.clone(), r#"{"elicitation": {}}"#);
+    assert!(error(&refused, -32021, 400).contains("roots"), "{refused:?}");
+    // A capability is an object: `null` declares nothing.
+    let null = post(&server, "tools/call", asks_roots.clone(), r#"{"roots": null}"#);
+    assert!(error(&null, -32021, 400).contains("roots"), "{null:?}");
+    assert_eq!(refused.1["error"]["data"]["requiredCapabilities"], json!({"roots": {}}));
+    let (status, asked) = post(&server, "tools/call", asks_roots, r#"{"roots": {}}"#);
+    assert_eq!((status, &asked["result"]["inputRequests"]["0kkk"]["method"]), (200, &json!("roots/list")));
 
     // The fixture asks only what the client declared (the conformance capability check).
     let sampling_only =
