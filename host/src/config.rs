@@ -590,6 +590,9 @@ pub struct Plan {
     pub request_state_key: Option<String>,
     /// `[server] request_state_ttl_secs`, or the default.
     pub request_state_ttl: Duration,
+    /// The file's tables other than `components`, as read for this plan (`None` for the
+    /// defaults): what a reload compares to say which settings wait for a restart.
+    pub settings: Option<toml::Table>,
 }
 
 impl Config {
@@ -626,8 +629,18 @@ impl Config {
     }
 
     pub fn load(path: &Path) -> Result<Self> {
+        Ok(Self::load_with_settings(path)?.0)
+    }
+
+    /// [`Config::load`], and the file's tables other than `components` from the same read
+    /// ([`Plan::settings`]).
+    pub fn load_with_settings(path: &Path) -> Result<(Self, toml::Table)> {
         let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-        toml::from_str(&text).with_context(|| format!("{} is not a valid Cordon config", path.display()))
+        let invalid = || format!("{} is not a valid Cordon config", path.display());
+        let config = toml::from_str(&text).with_context(invalid)?;
+        let mut settings: toml::Table = text.parse().with_context(invalid)?;
+        settings.remove("components");
+        Ok((config, settings))
     }
 
     /// Resolve paths (relative to `base`) and limits; with no components, serve the
@@ -807,6 +820,7 @@ impl Config {
             oauth,
             request_state_key,
             request_state_ttl,
+            settings: None,
         })
     }
 }

@@ -332,6 +332,7 @@ async fn serve(
     let shutdown = telemetry.until_stopping(shutdown_signal()?);
     let hangup = cordon::reload::hangup_signal()?;
     let mut plan = cordon::reload::read_plan(config.as_deref())?;
+    let started_with = cordon::reload::StartedWith::of(&plan);
     // The issuer's keys before the components, so that a bad JWKS file is said at once;
     // stdio is the local user's and takes no tokens. A reload does not change them.
     let oauth = match (&transport, plan.oauth.take()) {
@@ -413,7 +414,7 @@ async fn serve(
     }
     let runtime = std::sync::Arc::new(runtime);
     // Watching before the log says "loaded": a change from then on is seen.
-    let reloader = cordon::reload::Reloader::new(runtime.clone(), config, watch, hangup)?;
+    let reloader = cordon::reload::Reloader::new(runtime.clone(), config, started_with, watch, hangup)?;
     let tools = runtime.snapshot();
     let tools: Vec<&str> = tools.tools().map(|tool| tool.name.as_str()).collect();
     tracing::info!("loaded {} tools: {}", tools.len(), tools.join(", "));

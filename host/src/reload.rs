@@ -55,10 +55,11 @@ pub fn read_plan(path: Option<&Path>) -> Result<Plan, ReloadError> {
     let plan = match path {
         Some(path) => {
             let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
-            Config::load(path).and_then(|config| {
+            Config::load_with_settings(path).and_then(|(config, settings)| {
                 let (files, secrets) = config.protected_files(path, &base);
                 let mut plan = config.plan(&base)?;
                 (plan.runtime.server_files, plan.runtime.secret_files) = (files, secrets);
+                plan.settings = Some(settings);
                 Ok(plan)
             })
         }
@@ -68,13 +69,14 @@ pub fn read_plan(path: Option<&Path>) -> Result<Plan, ReloadError> {
 }
 
 /// Reload the components of the config at `path` into `runtime`, logging what changed
-/// and every failure.
-pub async fn reload(runtime: &Runtime, path: Option<&Path>) -> Result<ReloadReport, ReloadError> {
-    let plan = read_plan(path).inspect_err(|error| {
+/// and every failure; with the rest of the plan read (its components taken), which a reload
+/// does not apply.
+pub async fn reload(runtime: &Runtime, path: Option<&Path>) -> Result<(ReloadReport, Plan), ReloadError> {
+    let mut plan = read_plan(path).inspect_err(|error| {
         tracing::error!("reload: the config was not applied, nothing changed: {error}");
     })?;
     runtime.protect_files(&plan.runtime.server_files, &plan.runtime.secret_files);
-    let report = runtime.reload(plan.components).await;
+    let report = runtime.reload(std::mem::take(&mut plan.components)).await;
     for error in &report.failed {
         tracing::error!(
             "reload: {error} (the component keeps its old version if it had one that still fits)"
@@ -92,7 +94,7 @@ pub async fn reload(runtime: &Runtime, path: Option<&Path>) -> Result<ReloadRepo
     } else {
         tracing::info!("reload: nothing changed");
     }
-    Ok(report)
+    Ok((report, plan))
 }
 
 /// Reloads `runtime` from its config on SIGHUP and, when watching, when a file changes.
@@ -107,25 +109,28 @@ pub struct Reloader {
     /// and `cp` often replace a file rather than write it in place).
     directories: HashSet<PathBuf>,
     hangup: tokio::signal::unix::Signal,
-    /// The config's tables other than `components`, as read at start.
-    startup_settings: Option<toml::Table>,
-    /// The tenants' API keys as read at start ([`crate::auth::Tenants::keys_fingerprint`]):
-    /// a key file edited since is no change of the config's text.
-    startup_keys: Option<crate::auth::api_keys::KeyDigest>,
+    /// What the server started with, to say what a reload does not apply.
+    started_with: StartedWith,
 }
 
-/// The config file's top-level tables other than `components` (what a reload does not
-/// apply), or `None` when the file cannot be read as TOML (the reload reports that).
-fn settings_of(config: &Path) -> Option<toml::Table> {
-    let mut table: toml::Table = std::fs::read_to_string(config).ok()?.parse().ok()?;
-    table.remove("components");
-    Some(table)
+/// What a server started with that only a restart changes: the config's tables other than
+/// `components`, and its tenants' API keys ([`crate::auth::Tenants::keys_fingerprint`]; a
+/// key file edited since is no change of the config's text). Taken from the plan the server
+/// started from ([`StartedWith::of`]), not read again later: an edit made while the
+/// components compiled is a change too.
+#[derive(Default)]
+pub struct StartedWith {
+    settings: Option<toml::Table>,
+    keys: Option<crate::auth::api_keys::KeyDigest>,
 }
 
-/// The fingerprint of the API keys the config at `config` gives its tenants, or `None` when
-/// it cannot be read (the reload reports that).
-fn keys_of(config: Option<&Path>) -> Option<crate::auth::api_keys::KeyDigest> {
-    read_plan(Some(config?)).ok().map(|plan| plan.tenants.keys_fingerprint())
+impl StartedWith {
+    /// What `plan` (read from a file) starts the server with; take it before the plan's
+    /// tenants are narrowed to those one process serves.
+    pub fn of(plan: &Plan) -> Self {
+        let keys = plan.settings.is_some().then(|| plan.tenants.keys_fingerprint());
+        Self { settings: plan.settings.clone(), keys }
+    }
 }
 
 /// The tables of `now` that differ from `before` (added, removed or changed), sorted.
@@ -187,6 +192,7 @@ impl Reloader {
     pub fn new(
         runtime: Arc<Runtime>,
         config: Option<PathBuf>,
+        started_with: StartedWith,
         watch: bool,
         hangup: tokio::signal::unix::Signal,
     ) -> Result<Self, ReloadError> {
@@ -211,19 +217,8 @@ impl Reloader {
             None
         };
         let directories = HashSet::new();
-        let startup_settings = config.as_deref().and_then(settings_of);
-        let startup_keys = keys_of(config.as_deref());
-        let mut reloader = Self {
-            runtime,
-            config,
-            watched,
-            changed,
-            watcher,
-            directories,
-            hangup,
-            startup_settings,
-            startup_keys,
-        };
+        let mut reloader =
+            Self { runtime, config, watched, changed, watcher, directories, hangup, started_with };
         reloader.watch_files()?;
         Ok(reloader)
     }
@@ -283,8 +278,8 @@ impl Reloader {
                 }
                 () = async { let _ = shutdown.wait_for(|stopping| *stopping).await; } => return Ok(()),
             }
-            if reload(&self.runtime, self.config.as_deref()).await.is_ok() {
-                self.warn_of_settings_not_applied();
+            if let Ok((_, plan)) = reload(&self.runtime, self.config.as_deref()).await {
+                self.warn_of_settings_not_applied(&plan);
             }
             if let Err(error) = self.watch_files() {
                 tracing::error!("reload: {error}");
@@ -294,10 +289,12 @@ impl Reloader {
 }
 
 impl Reloader {
-    /// Warn when the config's other tables differ from those the server started with.
-    fn warn_of_settings_not_applied(&self) {
-        if let (Some(config), Some(before)) = (&self.config, self.startup_keys)
-            && keys_of(Some(config)).is_some_and(|now| now != before)
+    /// Warn when the config's other tables, or its tenants' keys, differ from those the
+    /// server started with (`plan`: what this reload read).
+    fn warn_of_settings_not_applied(&self, plan: &Plan) {
+        let Some(config) = &self.config else { return };
+        if let Some(before) = self.started_with.keys
+            && plan.tenants.keys_fingerprint() != before
         {
             tracing::warn!(
                 "reload: the tenants' API keys changed (in {} or the key files it names), and only a restart \
@@ -305,9 +302,8 @@ impl Reloader {
                 config.display()
             );
         }
-        let (Some(config), Some(before)) = (&self.config, &self.startup_settings) else { return };
-        let Some(now) = settings_of(config) else { return };
-        let changed = changed_settings(before, &now);
+        let (Some(before), Some(now)) = (&self.started_with.settings, &plan.settings) else { return };
+        let changed = changed_settings(before, now);
         if !changed.is_empty() {
             let tables: Vec<String> = changed.iter().map(|key| format!("[{key}]")).collect();
             tracing::warn!(

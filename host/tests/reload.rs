@@ -315,6 +315,38 @@ fn a_reload_warns_that_changed_api_keys_wait_for_a_restart() {
     );
 }
 
+/// The keys a reload compares with are those the server started with, not those found
+/// once its components had compiled: a key file edited while they compiled is a change the
+/// server did not apply. Before, the reloader read the keys again after loading, took the
+/// edited file for what was served, and never warned.
+#[test]
+fn a_key_file_edited_while_the_components_compile_is_warned_about_at_the_next_reload() {
+    let setup = two_tools("key-files-at-start");
+    let keys = setup.dir.join("acme.keys");
+    std::fs::write(&keys, "acme-key-one-0123456789\nacme-key-two-0123456789\n").unwrap();
+    // The Python example besides: its compile (no cache) takes seconds, the window in which
+    // the key file is edited.
+    let python = cordon::paths::default_tools_dir().join("example-python.wasm");
+    assert!(python.is_file(), "{} is missing: run `cargo xtask guests` first", python.display());
+    let config = std::fs::read_to_string(setup.config()).unwrap()
+        + &format!("[[components]]\npath = {:?}\n", python.display().to_string())
+        + "[[tenants]]\nname = \"acme\"\ncomponents = [\"alpha\"]\napi_keys = { file = \"acme.keys\" }\n";
+    write_atomically(&setup.config(), config.as_bytes());
+    let mut command = Command::new(env!("CARGO_BIN_EXE_cordon"));
+    command.args(["serve", "--stdio", "--tenant", "acme", "--config"]).arg(setup.config());
+    command.stdin(Stdio::piped()).stdout(Stdio::null());
+    // Debug logs: the server says the open-file limit after reading its config, before
+    // compiling.
+    let mut process = Process::spawn_logging(command, "info,cordon=debug");
+    process.wait_log("the process may open");
+    write_atomically(&keys, b"acme-key-one-0123456789\n");
+    let loaded = process.wait_log("loaded");
+    assert!(loaded.contains("alpha"), "{loaded}");
+    process.signal(libc::SIGHUP);
+    let warning = process.wait_log("API keys changed");
+    assert!(warning.contains("WARN") && warning.contains("only a restart applies them"), "{warning}");
+}
+
 #[test]
 fn a_call_in_flight_finishes_on_the_version_it_started_with() {
     let setup = Setup::new("in-flight");
