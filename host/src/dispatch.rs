@@ -1261,20 +1261,26 @@ impl Connection {
                 // A later round found no slot (the pool full, or shutdown begun): the guest
                 // ran before, so its cleanup runs as after any stop.
                 Ran::Refused(answer, outcome) if rounds > 1 => {
-                    let teardown =
-                        self.clean_up_between_rounds(id, tools, name, arguments, outcome, note).await;
-                    return (Some(answer), teardown);
+                    let clean_up = self.clean_up_between_rounds(id, tools, name, arguments, outcome, note);
+                    return (
+                        None,
+                        self.answer_beside_cleanup(id, Some(answer), out, cancel_signal, clean_up).await,
+                    );
                 }
                 Ran::Refused(answer, _) => return (Some(answer), None),
             };
-            // Ended here with an error, the guest that asked is given up, and cleaned up.
+            // Ended here with an error, the guest that asked is given up, and cleaned up
+            // (beside the answer, whenever a round ends so).
+            let give_up = |answer: Option<Outgoing>, outcome: Outcome, note: Option<Vec<u8>>| {
+                let clean_up = self.clean_up_between_rounds(id, tools, name, arguments, outcome, note);
+                self.answer_beside_cleanup(id, answer, out, cancel_signal, clean_up)
+            };
             if rounds >= MAX_INPUT_ROUNDS {
                 let problem = format!(
                     "the tool asked for input {rounds} times; the limit is {MAX_INPUT_ROUNDS} rounds"
                 );
-                let teardown =
-                    self.clean_up_between_rounds(id, tools, name, arguments, Outcome::Cancelled, note).await;
-                return (Some(jsonrpc::success(id, CallToolResult::error(problem, revision))), teardown);
+                let answer = jsonrpc::success(id, CallToolResult::error(problem, revision));
+                return (None, give_up(Some(answer), Outcome::Cancelled, note).await);
             }
             match self.ask_between_rounds(input, deadline, cancel_signal, out).await {
                 Ok((responses, state, held)) => {
@@ -1284,18 +1290,14 @@ impl Connection {
                     answers_held = held;
                 }
                 Err(Between::Failed(problem)) => {
-                    let teardown = self
-                        .clean_up_between_rounds(id, tools, name, arguments, Outcome::Cancelled, note)
-                        .await;
-                    return (Some(jsonrpc::success(id, CallToolResult::error(problem, revision))), teardown);
+                    let answer = jsonrpc::success(id, CallToolResult::error(problem, revision));
+                    return (None, give_up(Some(answer), Outcome::Cancelled, note).await);
                 }
                 Err(Between::Stopped(outcome)) => {
                     // A cancelled call is answered nothing.
-                    let teardown =
-                        self.clean_up_between_rounds(id, tools, name, arguments, outcome.clone(), note).await;
                     let answer = (outcome != Outcome::Cancelled)
-                        .then(|| jsonrpc::success(id, call_result(outcome, &limits, revision)));
-                    return (answer, teardown);
+                        .then(|| jsonrpc::success(id, call_result(outcome.clone(), &limits, revision)));
+                    return (None, give_up(answer, outcome, note).await);
                 }
             }
         }
@@ -1326,6 +1328,58 @@ impl Connection {
         let call =
             self.server.runtime.call_to_clean_up(tools, self.view(), name, arguments, self.call_tags(id));
         stop_between_rounds(call, outcome, note, name).await
+    }
+
+    /// A round cancelled after its guest returned: nothing more is sent for it. A guest
+    /// that asked for input has run, though. A 2025-era round ends as asking (the cancel's
+    /// stored signal then stops the call at once between rounds, and its cleanup runs with
+    /// the note the guest left). A 2026-07-28 one is given up, since its client was never
+    /// sent the state to come back with, and cleaned up with that note.
+    #[allow(clippy::too_many_arguments)]
+    async fn cancelled_round(
+        &self,
+        id: &RequestId,
+        tools: &ToolSet,
+        name: &str,
+        arguments: &Value,
+        revision: Revision,
+        report: CallReport,
+        teardown: Teardown,
+    ) -> Ran {
+        match report.outcome {
+            Outcome::InputRequired(input) if revision == Revision::R2025_11_25 => {
+                Ran::NeedsInput(input, report.cleanup_note, teardown)
+            }
+            Outcome::InputRequired(_) => {
+                drop(teardown);
+                let note = report.cleanup_note;
+                Ran::Answered(
+                    None,
+                    self.clean_up_between_rounds(id, tools, name, arguments, Outcome::Cancelled, note).await,
+                )
+            }
+            _ => Ran::Answered(None, Some(teardown)),
+        }
+    }
+
+    /// Send `answer` (none for a cancelled request) beside `clean_up`, the cleanup of a
+    /// guest given up, and return its teardown: a client slow to read holds the cleanup up
+    /// no more than the cleanup holds the answer
+    /// ([`Connection::answer_before_cleanup`]).
+    async fn answer_beside_cleanup(
+        &self,
+        id: &RequestId,
+        answer: Option<Outgoing>,
+        out: &Outbox,
+        signal: &Notify,
+        clean_up: impl Future<Output = Option<Teardown>>,
+    ) -> Option<Teardown> {
+        let answer = async {
+            if let Some(answer) = answer {
+                self.answer_before_cleanup(id, answer, out, signal).await;
+            }
+        };
+        tokio::join!(answer, clean_up).1
     }
 
     /// What a 2025-era client declared it can be asked, as a round tells the guest.
@@ -1513,7 +1567,7 @@ impl Connection {
             sending.await;
         }
         if report.outcome == Outcome::Cancelled || self.is_cancelled(id) {
-            return cancelled_round(revision, report, teardown);
+            return self.cancelled_round(id, tools, name, arguments, revision, report, teardown).await;
         }
         // The lines still held (at most the queue's) go out ahead of the answer, then what
         // was dropped, said once.
@@ -1523,7 +1577,9 @@ impl Connection {
         if let Some(requested) = log_level.filter(|_| log_threshold.is_some()) {
             while let Some(line) = handle.next_log() {
                 if self.is_cancelled(id) {
-                    return cancelled_round(revision, report, teardown);
+                    return self
+                        .cancelled_round(id, tools, name, arguments, revision, report, teardown)
+                        .await;
                 }
                 out.send(Outgoing::Notification(log_notification(name, line))).await;
             }
@@ -1544,7 +1600,7 @@ impl Connection {
             out.send(Outgoing::Notification(progress_notification(token, latest))).await;
         }
         if self.is_cancelled(id) {
-            return cancelled_round(revision, report, teardown);
+            return self.cancelled_round(id, tools, name, arguments, revision, report, teardown).await;
         }
         if revision == Revision::R2025_11_25
             && let Outcome::InputRequired(input) = report.outcome
@@ -1555,6 +1611,22 @@ impl Connection {
         let given_up = match (report.outcome, asking) {
             (Outcome::InputRequired(input), Some((retry, binding, round))) => {
                 match retry.ask(input, round, &self.server.sealer, binding()) {
+                    // Decided under the in-flight lock, as the answer's send is: a cancel
+                    // either finds the state on its way (and is ignored) or lands before,
+                    // and then the guest that asked is given up and cleaned up.
+                    Ok(_) if self.leave_in_flight(id, cancel_signal) => {
+                        drop(teardown);
+                        let note = report.cleanup_note;
+                        let clean_up = self.clean_up_between_rounds(
+                            id,
+                            tools,
+                            name,
+                            arguments,
+                            Outcome::Cancelled,
+                            note,
+                        );
+                        return Ran::Answered(None, clean_up.await);
+                    }
                     Ok(result) => return Ran::Answered(Some(jsonrpc::success(id, result)), Some(teardown)),
                     Err(input::NotAsked::Refused(error)) => jsonrpc::failure(Some(id), &error),
                     Err(input::NotAsked::Failed(message)) => {
@@ -1562,21 +1634,25 @@ impl Connection {
                     }
                 }
             }
+            // Asked where no client can be (today every request that may ask can): given
+            // up as when asking fails.
+            (outcome @ Outcome::InputRequired(_), None) => {
+                jsonrpc::success(id, call_result(outcome, &limits, revision))
+            }
             (outcome, _) => {
                 let answer = jsonrpc::success(id, call_result(outcome, &limits, revision));
                 return Ran::Answered(Some(answer), Some(teardown));
             }
         };
         // Asking failed: the call ends with an error, and the guest that asked is cleaned
-        // up as after any stop, with the note it left.
-        // Side by side: a client slow to read its answer holds the cleanup up no more than
-        // the cleanup holds the answer.
+        // up as after any stop, with the note it left, beside the answer.
         drop(teardown);
         let clean_up =
             self.clean_up_between_rounds(id, tools, name, arguments, Outcome::Cancelled, report.cleanup_note);
-        let ((), cleanup) =
-            tokio::join!(self.answer_before_cleanup(id, given_up, out, cancel_signal), clean_up);
-        Ran::Answered(None, cleanup)
+        Ran::Answered(
+            None,
+            self.answer_beside_cleanup(id, Some(given_up), out, cancel_signal, clean_up).await,
+        )
     }
 
     /// Open a `subscriptions/listen` stream: acknowledge what it will carry, then send
@@ -1832,19 +1908,6 @@ impl Connection {
     /// each request's headers, not from an earlier `initialize`).
     pub fn set_legacy(&self) {
         self.legacy.store(true, Ordering::Relaxed);
-    }
-}
-
-/// A round cancelled after its guest returned: nothing more is sent for it. A 2025-era
-/// guest that asked for input has run, though, so the round ends as asking (the cancel's
-/// stored signal then stops the call at once between rounds, and its cleanup runs with
-/// the note the guest left), not as answered.
-fn cancelled_round(revision: Revision, report: CallReport, teardown: Teardown) -> Ran {
-    match report.outcome {
-        Outcome::InputRequired(input) if revision == Revision::R2025_11_25 => {
-            Ran::NeedsInput(input, report.cleanup_note, teardown)
-        }
-        _ => Ran::Answered(None, Some(teardown)),
     }
 }
 

@@ -908,3 +908,86 @@ fn http_requests_go_on_the_calls_stream_and_answers_come_back_as_posts() {
     let cleanup = server.process.wait_log("cleanup completed");
     assert!(cleanup.contains("reason=cancelled") && cleanup.contains("test_elicitation"), "{cleanup}");
 }
+
+/// Wait (within [`WAIT`]) until `path` exists.
+fn wait_for_path(path: &std::path::Path) {
+    let deadline = Instant::now() + WAIT;
+    while !path.exists() {
+        assert!(Instant::now() < deadline, "{} never appeared", path.display());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// A 2026-07-28 round cancelled after its guest asked, while the lines it logged are still
+/// going out (to a client that has stopped reading), is given up and cleaned up with its
+/// note: the client was never sent the state to come back with. Before, the guest was
+/// dropped with no cleanup.
+#[test]
+fn a_2026_round_cancelled_after_its_guest_asked_is_cleaned_up_with_its_note() {
+    let setup = Setup::hostile("cancelled-after-asking", "");
+    let mut command = Command::new(env!("CARGO_BIN_EXE_cordon"));
+    command.args(["serve", "--stdio", "--config"]).arg(setup.config());
+    command.stdin(Stdio::piped()).stdout(Stdio::piped());
+    let mut process = Process::spawn_logging(command, "info,cordon::runtime::call=debug");
+    let mut stdin = process.child.stdin.take().unwrap();
+    let stdout = process.child.stdout.take().unwrap();
+    process.wait_log("loaded");
+    let mut envelope = meta();
+    envelope["io.modelcontextprotocol/clientCapabilities"] = json!({"roots": {}});
+    envelope["io.modelcontextprotocol/logLevel"] = json!("warning");
+    let params = json!({"name": "note_then_ask", "arguments": {"log_lines": 32}, "_meta": envelope});
+    writeln!(stdin, "{}", json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": params}))
+        .unwrap();
+    // Its stdout unread, the 32 lines held for the client (128 KiB) fill the pipe before
+    // the answer can go out; the guest has returned once `asking` exists.
+    wait_for_path(&setup.dir.join("data/asking"));
+    let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 7}});
+    writeln!(stdin, "{cancel}").unwrap();
+    writeln!(stdin, "{}", json!({"jsonrpc": "2.0", "id": 8, "method": "ping", "params": {"_meta": meta()}}))
+        .unwrap();
+    // Read now: up to the ping's answer, nothing answers the call.
+    let schema = Schema::new();
+    let lines = common::wire::line_channel(stdout);
+    loop {
+        let line = lines.recv_timeout(WAIT).expect("the ping's answer");
+        let message: Value = serde_json::from_str(&line).unwrap();
+        let method = match message["id"].as_i64() {
+            Some(7) => panic!("the cancelled call was answered: {message}"),
+            Some(8) => Some("ping"),
+            _ => None,
+        };
+        schema.check_sent(&message, method);
+        if method.is_some() {
+            break;
+        }
+    }
+    let cleanup = process.wait_log("cleanup completed");
+    assert!(cleanup.contains("reason=cancelled") && cleanup.contains("note_then_ask"), "{cleanup}");
+    assert_eq!(setup.cleanup_reason(), "Cancelled Some(\"reserved 42\")");
+}
+
+/// A call given up between rounds is answered beside its cleanup, not after it: here the
+/// client answers the roots it was asked for with an error, and the guest's cleanup takes
+/// 60 s (its budget 30 s). Before, the answer waited for the cleanup to end.
+#[test]
+fn a_call_given_up_between_rounds_is_answered_while_its_cleanup_runs() {
+    let setup = Setup::hostile("answered-beside-cleanup", "");
+    let config = std::fs::read_to_string(setup.config()).unwrap();
+    let slow = config.replace("max_duration_ms = 60000 }", "max_duration_ms = 60000, cleanup_ms = 30000 }");
+    assert_ne!(slow, config);
+    std::fs::write(setup.config(), slow).unwrap();
+    let mut client = Stdio2025::start(&setup, ALL());
+    let (call, request) =
+        client.call_until_asked("note_then_ask", json!({"note": "sleep 60000"}), "roots/list");
+    let refusal = json!({"code": -32603, "message": "no roots today"});
+    client.send(json!({"jsonrpc": "2.0", "id": request["id"], "error": refusal}));
+    let answer = client.recv(Duration::from_secs(15)).expect("the answer, long before the cleanup's 30 s");
+    assert_eq!((&answer["id"], &answer["result"]["isError"]), (&call, &json!(true)), "{answer}");
+    assert!(text(&answer).contains("no roots today"), "{answer}");
+    // The cleanup runs meanwhile, with the note.
+    let deadline = Instant::now() + WAIT;
+    while setup.cleanup_reason() != "Cancelled Some(\"sleep 60000\")" {
+        assert!(Instant::now() < deadline, "no cleanup: {:?}", setup.cleanup_reason());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}

@@ -59,8 +59,9 @@
 //! - `ask(count, key_len, state_bytes)` asks `count` roots requests with keys of
 //!   `key_len` characters and hands out `state_bytes` of state: over the host's bounds
 //!   when told.
-//! - `note_then_ask(note)` leaves the cleanup note `note` (`reserved 42` when absent; a
-//!   cleanup given `sleep <ms>` takes that long, within its `cleanup_ms`) and asks once (`roots/list`);
+//! - `note_then_ask(note, log_lines?)` leaves the cleanup note `note` (`reserved 42` when
+//!   absent; a cleanup given `sleep <ms>` takes that long, within its `cleanup_ms`), logs
+//!   `log_lines` lines of 4,000 bytes (then creates `/data/asking`) and asks once (`roots/list`);
 //!   answered, it returns `done`: a later round, or the cleanup of a call stopped between
 //!   rounds, must still see the note.
 //! - `ask_then_spin()` asks once, then spins forever (never checking for a stop) in the
@@ -791,11 +792,22 @@ struct NoteThenAsk {
     /// The note to leave (`reserved 42` when absent).
     #[serde(default)]
     note: Option<String>,
+    /// Warning lines of 4,000 bytes to log before asking; with any, the file `/data/asking`
+    /// is created just before the round returns (a test's sign that it has).
+    #[serde(default)]
+    log_lines: u32,
 }
 
 fn note_then_ask(args: NoteThenAsk, round: &Round) -> Result<Reply<String>, ToolError> {
     if round.response("roots").is_none() {
         cordon_guest::set_cleanup_note(args.note.as_deref().unwrap_or("reserved 42").as_bytes());
+        if args.log_lines > 0 {
+            let line = "x".repeat(4000);
+            for _ in 0..args.log_lines {
+                cordon_guest::log(cordon_guest::LogLevel::Warn, &line);
+            }
+            let _ = std::fs::write(format!("{DATA}/asking"), "");
+        }
         return Ok(Ask::new().list_roots("roots").into());
     }
     Ok(Reply::Done("done".into()))

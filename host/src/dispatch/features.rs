@@ -223,6 +223,10 @@ impl Connection {
             let call = runtime.feature_to_clean_up(tools, self.view(), request.clone(), self.call_tags(id));
             stop_between_rounds(call, outcome, note, method)
         };
+        // A prompt given up after a round: its answer (if any) goes out beside its cleanup.
+        let give_up = |answer: Option<Outgoing>, outcome: Outcome, note: Option<Vec<u8>>| {
+            self.answer_beside_cleanup(id, answer, out, cancel_signal, clean_up(outcome, note))
+        };
         for rounds in 1.. {
             let reserved = tokio::select! {
                 biased;
@@ -249,7 +253,7 @@ impl Connection {
                         FeatureError::Refused(crate::runtime::CallError::ShuttingDown) => Outcome::Shutdown,
                         _ => Outcome::Cancelled,
                     };
-                    return (answer, clean_up(outcome, note).await);
+                    return (None, give_up(answer, outcome, note).await);
                 }
             };
             let limits = call.limits().clone();
@@ -287,8 +291,9 @@ impl Connection {
             let (report, teardown) = call.run_deferring_teardown().await;
             drop(std::mem::take(&mut answers_held));
             if report.outcome == Outcome::Cancelled || self.is_cancelled(id) {
-                // A prompt that asked has run: cancelled now, it is cleaned up with its note.
-                if bridged && matches!(report.outcome, Outcome::InputRequired(_)) {
+                // A prompt that asked has run: cancelled now, it is cleaned up with its note
+                // (a 2026-07-28 client was never sent the state to come back with).
+                if matches!(report.outcome, Outcome::InputRequired(_)) {
                     drop(teardown);
                     return (None, clean_up(Outcome::Cancelled, report.cleanup_note).await);
                 }
@@ -324,7 +329,7 @@ impl Connection {
                             "The prompt asked for input {rounds} times; the limit is {MAX_INPUT_ROUNDS} rounds"
                         );
                         let answer = jsonrpc::failure(Some(id), &RpcError::new(INTERNAL_ERROR, problem));
-                        return (Some(answer), clean_up(Outcome::Cancelled, note).await);
+                        return (None, give_up(Some(answer), Outcome::Cancelled, note).await);
                     }
                     match self.ask_between_rounds(input, deadline, cancel_signal, out).await {
                         Ok((responses, state, held)) => {
@@ -337,24 +342,27 @@ impl Connection {
                         }
                         Err(Between::Failed(problem)) => {
                             let error = RpcError::new(INTERNAL_ERROR, format!("The prompt {problem}"));
-                            return (
-                                Some(jsonrpc::failure(Some(id), &error)),
-                                clean_up(Outcome::Cancelled, note).await,
-                            );
+                            let answer = jsonrpc::failure(Some(id), &error);
+                            return (None, give_up(Some(answer), Outcome::Cancelled, note).await);
                         }
                         Err(Between::Stopped(outcome)) => {
-                            let teardown = clean_up(outcome.clone(), note).await;
                             let answer = (outcome != Outcome::Cancelled).then(|| {
                                 let error = RpcError::new(INTERNAL_ERROR, failure(method, &outcome, &limits));
                                 jsonrpc::failure(Some(id), &error)
                             });
-                            return (answer, teardown);
+                            return (None, give_up(answer, outcome, note).await);
                         }
                     }
                 }
                 Outcome::InputRequired(input) if asking.is_some() => {
                     let (retry, binding, round) = asking.expect("guarded");
                     let error = match retry.ask(input, round, &self.server.sealer, binding()) {
+                        // Decided under the in-flight lock, as for a tool call: a cancel
+                        // that lands before gives the prompt up, and it is cleaned up.
+                        Ok(_) if self.leave_in_flight(id, cancel_signal) => {
+                            drop(teardown);
+                            return (None, clean_up(Outcome::Cancelled, report.cleanup_note).await);
+                        }
                         Ok(result) => {
                             return (Some(jsonrpc::success(id, result)), Some(teardown));
                         }
@@ -367,10 +375,15 @@ impl Connection {
                     // any stop, with the note it left: once the error is out.
                     drop(teardown);
                     let error = jsonrpc::failure(Some(id), &error);
-                    let answer = self.answer_before_cleanup(id, error, out, cancel_signal);
-                    let ((), teardown) =
-                        tokio::join!(answer, clean_up(Outcome::Cancelled, report.cleanup_note));
-                    return (None, teardown);
+                    return (None, give_up(Some(error), Outcome::Cancelled, report.cleanup_note).await);
+                }
+                // Asked where no client can be (today every request that may ask can):
+                // given up as when asking fails.
+                Outcome::InputRequired(_) => {
+                    drop(teardown);
+                    let error = RpcError::new(INTERNAL_ERROR, failure(method, &report.outcome, &limits));
+                    let error = jsonrpc::failure(Some(id), &error);
+                    return (None, give_up(Some(error), Outcome::Cancelled, report.cleanup_note).await);
                 }
                 // A prompt's own refusal is about its arguments (its WIT contract).
                 Outcome::ToolError(message) if is_prompt => Err(RpcError::invalid_params(message)),
