@@ -448,10 +448,12 @@ async fn a_spares_start_code_gets_no_more_time_than_a_call() {
     let started = std::time::Instant::now();
     drop(calibrating.instantiate_once("slow_start").await.unwrap());
     let start_code = started.elapsed();
-    assert!(start_code < Duration::from_millis(400), "the start code took {start_code:?}: too slow to judge");
-    let short = runtime_with(start_code / 4).await;
+    assert!(start_code < Duration::from_secs(2), "the start code took {start_code:?}: too slow to judge");
+    // Wide factors: a busy machine may run the same start code several times slower or
+    // faster from one instantiation to the next.
+    let short = runtime_with(start_code / 10).await;
     assert_eq!(spares_after_a_call(short).await, 0, "start code of {start_code:?} outran the call's limit");
-    let long = runtime_with(start_code * 2 + Duration::from_millis(100)).await;
+    let long = runtime_with(start_code * 10 + Duration::from_millis(100)).await;
     assert_eq!(spares_after_a_call(long).await, 1, "within the limit, a spare is made");
 }
 

@@ -764,7 +764,9 @@ fn measuring_a_quota_never_holds_up_the_thread_that_serves_calls() {
     });
     std::fs::remove_dir_all(&layout.root).unwrap();
     assert!(walk > Duration::from_millis(10), "the tree is too small to tell: a walk took {walk:?}");
-    assert!(longest_gap < walk, "the serving thread was held up {longest_gap:?}; a walk takes {walk:?}");
+    // Held by the measurement, the thread would wait about ten walks; a third of that
+    // leaves room for a busy machine's scheduling.
+    assert!(longest_gap < 3 * walk, "the serving thread was held up {longest_gap:?}; a walk takes {walk:?}");
 }
 
 /// A FIFO in a mount (a guest cannot make one; a host process can) is refused, not opened:
