@@ -632,12 +632,13 @@ impl Drop for ListenSlot {
 
 impl Server {
     /// Wait until every call accepted on any connection has its answer out, or `timeout`
-    /// passes (at least what the tools served now need to stop and be cleaned up: a reload
-    /// may have brought longer budgets than those at start); returns whether they all did.
+    /// passes (at least what the tools that calls run on now need to stop and be cleaned
+    /// up, [`crate::runtime::Runtime::drain_budget`]: a reload may have brought longer
+    /// budgets than those at start); returns whether they all did.
     /// (Waiting for free call slots would miss a call still checking its arguments, which
     /// holds none yet.)
     pub async fn drain(&self, timeout: Duration) -> bool {
-        let deadline = Instant::now() + timeout.max(self.runtime.snapshot().drain_budget());
+        let deadline = Instant::now() + timeout.max(self.runtime.drain_budget());
         loop {
             let mut finished = std::pin::pin!(self.call_finished.notified());
             finished.as_mut().enable();

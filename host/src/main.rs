@@ -434,7 +434,7 @@ async fn serve(
     );
     let stats = matches!(transport, Transport::Http { .. }).then(|| plan.http.stats.clone());
     // The tools loaded now; at shutdown, those served then (a reload may bring others).
-    let drain = runtime.snapshot().drain_budget();
+    let drain = runtime.drain_budget();
     telemetry.loaded(runtime, stats);
     if let Transport::Http { address, allow_host, tls, .. } = transport {
         let mut settings = plan.http;

@@ -750,6 +750,27 @@ fn shutdown_waits_for_a_cleanup_budget_a_reload_raised() {
     assert!(cleanup.contains("reason=shutdown") && cleanup.contains("note_then_ask"), "{cleanup}");
 }
 
+/// A call keeps the budgets of the version it started on: shutdown waits for its cleanup
+/// although a later reload went back to shorter ones. Before, the drain counted only the
+/// budgets served at start and at shutdown (6 s here), and cut the 8 s cleanup short.
+#[test]
+fn shutdown_waits_for_the_cleanup_budget_of_a_version_a_reload_replaced() {
+    let setup = Setup::hostile("drain-after-two-reloads", "");
+    let mut client = Stdio2025::start(&setup, ALL());
+    let config = std::fs::read_to_string(setup.config()).unwrap();
+    let raised = config.replace("max_duration_ms = 60000 }", "max_duration_ms = 60000, cleanup_ms = 15000 }");
+    assert_ne!(raised, config);
+    std::fs::write(setup.config(), raised).unwrap();
+    assert!(client.process.reload().contains("loaded [hostile]"));
+    let (_call, _request) =
+        client.call_until_asked("note_then_ask", json!({"note": "sleep 8000"}), "roots/list");
+    std::fs::write(setup.config(), config).unwrap();
+    assert!(client.process.reload().contains("loaded [hostile]"));
+    client.process.signal(libc::SIGTERM);
+    let cleanup = client.process.wait_log("cleanup completed");
+    assert!(cleanup.contains("reason=shutdown") && cleanup.contains("note_then_ask"), "{cleanup}");
+}
+
 /// The same for a prompt that asks: shutdown stops it between rounds and cleans it up.
 #[test]
 fn shutdown_stops_a_prompt_waiting_between_rounds_and_cleans_it_up() {

@@ -384,6 +384,9 @@ pub struct Runtime {
     settings: RuntimeSettings,
     /// The components, swapped whole at a reload ([`registry`]); requests take a snapshot.
     tool_set: watch::Sender<Arc<ToolSet>>,
+    /// Sets a reload or a listing swapped out, held no longer here: each lives on only as
+    /// long as a request still runs on it, and a drain waits for their budgets too.
+    retired_sets: std::sync::Mutex<Vec<std::sync::Weak<ToolSet>>>,
     /// One reload at a time: each builds on the set the previous one left.
     reloading: tokio::sync::Mutex<()>,
     call_permits: Arc<Semaphore>,
@@ -438,6 +441,7 @@ impl Runtime {
             ticker,
             linker: Arc::new(linker),
             tool_set: watch::Sender::new(Arc::default()),
+            retired_sets: std::sync::Mutex::default(),
             reloading: tokio::sync::Mutex::new(()),
             call_permits: Arc::new(Semaphore::new(slots)),
             fair_slots: {
@@ -754,6 +758,26 @@ impl Runtime {
         self.tool_set.borrow().clone()
     }
 
+    /// Serve `next` from now on; the set it replaces is retired
+    /// ([`Runtime::drain_budget`]).
+    fn swap_tool_set(&self, next: ToolSet) {
+        let old = self.tool_set.send_replace(Arc::new(next));
+        let mut retired = self.retired_sets.lock().unwrap();
+        retired.retain(|set| set.strong_count() > 0);
+        retired.push(Arc::downgrade(&old));
+    }
+
+    /// How long a shutdown waits for the calls in flight to stop and be cleaned up: the
+    /// longest [`ToolSet::drain_budget`] of the set served now and of those a reload or a
+    /// listing swapped out that requests still run on. Calls on a version a reload removed
+    /// keep that version's budgets.
+    pub fn drain_budget(&self) -> std::time::Duration {
+        let retired: Vec<Arc<ToolSet>> =
+            self.retired_sets.lock().unwrap().iter().filter_map(std::sync::Weak::upgrade).collect();
+        let current = self.snapshot().drain_budget();
+        retired.iter().map(|set| set.drain_budget()).fold(current, std::cmp::Ord::max)
+    }
+
     /// The current set, and each one a reload swaps in after it.
     pub fn watch_tools(&self) -> watch::Receiver<Arc<ToolSet>> {
         self.tool_set.subscribe()
@@ -905,7 +929,7 @@ impl Runtime {
         for component in &next.components {
             component.apply_quota_limits();
         }
-        self.tool_set.send_replace(Arc::new(next));
+        self.swap_tool_set(next);
         // A new version was listed at its load: an old one's failed listings hold it back
         // no longer.
         for name in report.loaded.iter().chain(&report.removed) {

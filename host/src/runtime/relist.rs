@@ -228,7 +228,7 @@ impl Runtime {
             fresh.offered.templates.len(),
             fresh.offered.prompts.len()
         );
-        self.tool_set.send_replace(Arc::new(next));
+        self.swap_tool_set(next);
         true
     }
 }
