@@ -1611,7 +1611,7 @@ impl Connection {
         let limits = tools.limits(name).cloned().unwrap_or_default();
         let given_up = match (report.outcome, asking) {
             (Outcome::InputRequired(input), Some((retry, binding, round))) => {
-                match retry.ask(input, round, &self.server.sealer, binding()) {
+                match retry.ask(input, report.cleanup_note.clone(), round, &self.server.sealer, binding()) {
                     // Decided under the in-flight lock, as the answer's send is: a cancel
                     // either finds the state on its way (and is ignored) or lands before,
                     // and then the guest that asked is given up and cleaned up.

@@ -90,24 +90,9 @@ const EVERYTHING: &str = r#"{"elicitation": {}, "sampling": {}, "roots": {}}"#;
 
 /// POST one request with `capabilities` declared; the HTTP status and the answer, checked
 /// against the schema (an `InputRequiredResult` and each of its requests as such).
-fn post(server: &Server, method: &str, mut params: Value, capabilities: &str) -> (u16, Value) {
+fn post(server: &Server, method: &str, params: Value, capabilities: &str) -> (u16, Value) {
     let schema = Schema::new();
-    params["_meta"] = json!({
-        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-        "io.modelcontextprotocol/clientCapabilities": serde_json::from_str::<Value>(capabilities).unwrap(),
-    });
-    let name = params["name"].as_str().unwrap().to_owned();
-    let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}).to_string();
-    let mut stream = TcpStream::connect(("127.0.0.1", server.port)).unwrap();
-    let head = format!(
-        "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nConnection: close\r\n\
-         Accept: application/json, text/event-stream\r\nContent-Type: application/json\r\n\
-         MCP-Protocol-Version: 2026-07-28\r\nMcp-Method: {method}\r\nMcp-Name: {name}\r\n\
-         Content-Length: {}\r\n\r\n{body}",
-        server.port,
-        body.len()
-    );
-    stream.write_all(head.as_bytes()).unwrap();
+    let stream = send(server, method, params, capabilities);
     stream.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
     let mut raw = Vec::new();
     BufReader::new(stream).read_to_end(&mut raw).unwrap();
@@ -124,6 +109,27 @@ fn post(server: &Server, method: &str, mut params: Value, capabilities: &str) ->
     (answer.status, message)
 }
 
+/// Send one request with `capabilities` declared; the connection its answer comes on.
+fn send(server: &Server, method: &str, mut params: Value, capabilities: &str) -> TcpStream {
+    params["_meta"] = json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": serde_json::from_str::<Value>(capabilities).unwrap(),
+    });
+    let name = params["name"].as_str().unwrap().to_owned();
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}).to_string();
+    let mut stream = TcpStream::connect(("127.0.0.1", server.port)).unwrap();
+    let head = format!(
+        "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nConnection: close\r\n\
+         Accept: application/json, text/event-stream\r\nContent-Type: application/json\r\n\
+         MCP-Protocol-Version: 2026-07-28\r\nMcp-Method: {method}\r\nMcp-Name: {name}\r\n\
+         Content-Length: {}\r\n\r\n{body}",
+        server.port,
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).unwrap();
+    stream
+}
+
 fn call(server: &Server, tool: &str, arguments: Value, capabilities: &str) -> Value {
     let (status, message) =
         post(server, "tools/call", json!({"name": tool, "arguments": arguments}), capabilities);
@@ -133,13 +139,17 @@ fn call(server: &Server, tool: &str, arguments: Value, capabilities: &str) -> Va
 
 /// A retry of `tool` with `answers` and the state of `asked`.
 fn retry(server: &Server, tool: &str, arguments: Value, answers: Value, asked: &Value) -> (u16, Value) {
-    let params = json!({
+    post(server, "tools/call", retry_params(tool, arguments, answers, asked), EVERYTHING)
+}
+
+/// The params of a retry of `tool` with `answers` and the state of `asked`.
+fn retry_params(tool: &str, arguments: Value, answers: Value, asked: &Value) -> Value {
+    json!({
         "name": tool,
         "arguments": arguments,
         "inputResponses": answers,
         "requestState": asked["result"]["requestState"],
-    });
-    post(server, "tools/call", params, EVERYTHING)
+    })
 }
 
 fn text(message: &Value) -> &str {
@@ -276,6 +286,30 @@ fn a_request_the_client_cannot_answer_is_refused_with_its_capability_and_400() {
         .map(|r| &r["method"])
         .collect();
     assert_eq!(methods, [&json!("sampling/createMessage")]);
+}
+
+/// A later round starts with the cleanup note an earlier round left, sealed in the state
+/// beside the guest's own: stopped, its cleanup is told what the earlier round reserved.
+/// Before, each 2026-07-28 round began with no note, and the cleanup of a call stopped in
+/// its second round was told nothing.
+#[test]
+fn a_later_round_stopped_is_cleaned_up_with_the_note_an_earlier_round_left() {
+    let server = Server::start("mrtr-note", KEY, 600);
+    let arguments = json!({"then_spin": true});
+    let asked = call(&server, "note_then_ask", arguments.clone(), EVERYTHING);
+    assert_eq!(asked["result"]["resultType"], "input_required", "{asked}");
+    assert!(!server.hostile_data.join("cleanup-reason").exists(), "asking is no stop");
+    // The second round spins, leaving no note; closing its stream cancels it.
+    let params = retry_params("note_then_ask", arguments, json!({"roots": {"roots": []}}), &asked);
+    let stream = send(&server, "tools/call", params, EVERYTHING);
+    let answered = server.hostile_data.join("answered");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !answered.exists() {
+        assert!(Instant::now() < deadline, "the second round never ran");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    drop(stream);
+    server.wait_for_cleanup("Cancelled Some(\"reserved 42\")");
 }
 
 #[test]

@@ -59,11 +59,12 @@
 //! - `ask(count, key_len, state_bytes)` asks `count` roots requests with keys of
 //!   `key_len` characters and hands out `state_bytes` of state: over the host's bounds
 //!   when told.
-//! - `note_then_ask(note, log_lines?)` leaves the cleanup note `note` (`reserved 42` when
-//!   absent; a cleanup given `sleep <ms>` takes that long, within its `cleanup_ms`), logs
-//!   `log_lines` lines of 4,000 bytes (then creates `/data/asking`) and asks once (`roots/list`);
-//!   answered, it returns `done`: a later round, or the cleanup of a call stopped between
-//!   rounds, must still see the note.
+//! - `note_then_ask(note, log_lines?, then_spin?)` leaves the cleanup note `note` (`reserved
+//!   42` when absent; a cleanup given `sleep <ms>` takes that long, within its `cleanup_ms`),
+//!   logs `log_lines` lines of 4,000 bytes (then creates `/data/asking`) and asks once
+//!   (`roots/list`); answered, it returns `done` (with `then_spin`, it creates
+//!   `/data/answered` and spins instead): a later round, or the cleanup of a call stopped
+//!   between rounds, must still see the note.
 //! - `ask_then_spin()` asks once, then spins forever (never checking for a stop) in the
 //!   round that brings the answer, leaving the note `asked`.
 //! - `progress_then_ask()` reports progress 0.5 of 1, asks for roots, and in the round
@@ -796,6 +797,10 @@ struct NoteThenAsk {
     /// is created just before the round returns (a test's sign that it has).
     #[serde(default)]
     log_lines: u32,
+    /// Answered, spin (leaving no note of its own, so a cleanup sees the first round's)
+    /// after creating `/data/answered`, instead of returning.
+    #[serde(default)]
+    then_spin: bool,
 }
 
 fn note_then_ask(args: NoteThenAsk, round: &Round) -> Result<Reply<String>, ToolError> {
@@ -809,6 +814,10 @@ fn note_then_ask(args: NoteThenAsk, round: &Round) -> Result<Reply<String>, Tool
             let _ = std::fs::write(format!("{DATA}/asking"), "");
         }
         return Ok(Ask::new().list_roots("roots").into());
+    }
+    if args.then_spin {
+        let _ = std::fs::write(format!("{DATA}/answered"), "");
+        spin();
     }
     Ok(Reply::Done("done".into()))
 }

@@ -356,7 +356,8 @@ impl Connection {
                 }
                 Outcome::InputRequired(input) if asking.is_some() => {
                     let (retry, binding, round) = asking.expect("guarded");
-                    let error = match retry.ask(input, round, &self.server.sealer, binding()) {
+                    let note = report.cleanup_note.clone();
+                    let error = match retry.ask(input, note, round, &self.server.sealer, binding()) {
                         // Decided under the in-flight lock, as for a tool call: a cancel
                         // that lands before gives the prompt up, and it is cleaned up.
                         Ok(_) if self.leave_in_flight(id, cancel_signal) => {

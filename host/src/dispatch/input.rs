@@ -2,7 +2,8 @@
 //!
 //! A `tools/call` or `prompts/get` whose guest asks for input (`runtime::input`) is answered
 //! with an `InputRequiredResult`: each request under its key, and a `requestState` sealed by
-//! [`super::sealed`] around the guest's state, the round number and the keys asked. The
+//! [`super::sealed`] around the guest's state, the last cleanup note the call left (the next
+//! round starts with it, so that its cleanup sees it), the round number and the keys asked. The
 //! client answers and sends the request again with `inputResponses` and that state; this
 //! module checks both ([`Retry::parse`], [`Retry::round_for`]: `-32602` for a malformed answer
 //! or a state that fails to open, before any instance starts) and makes the next
@@ -19,7 +20,7 @@ use serde_json::Value;
 use super::sealed::{Binding, Sealer};
 use crate::protocol::jsonrpc::{MISSING_REQUIRED_CLIENT_CAPABILITY, RpcError};
 use crate::protocol::types::{Empty, ErrorData, InputRequestMessage, InputRequiredResult};
-use crate::runtime::{ClientAbilities, InputRequired, InputRound};
+use crate::runtime::{ClientAbilities, InputRequired, InputRound, MAX_INPUT_STATE};
 
 /// The most rounds one call may ask for input in a row.
 pub const MAX_ROUNDS: u32 = 8;
@@ -120,14 +121,18 @@ impl Retry {
             .open(sealed, &binding())
             .map_err(|refused| RpcError::invalid_params(format!("Invalid params: {refused}")))?;
         let responses = self.responses.iter().filter(|(key, _)| opened.keys.contains(key)).cloned().collect();
-        Ok((InputRound::retry(self.client, responses, opened.state), opened.round.saturating_add(1)))
+        let mut round = InputRound::retry(self.client, responses, opened.state);
+        round.cleanup_note = opened.note;
+        Ok((round, opened.round.saturating_add(1)))
     }
 
-    /// The answer to a round (`round`) that asked for `input`: an `InputRequiredResult` with
-    /// the state sealed for `binding`, or why it cannot go out.
+    /// The answer to a round (`round`) that asked for `input`, leaving the cleanup `note`:
+    /// an `InputRequiredResult` with the state and the note sealed for `binding`, or why it
+    /// cannot go out.
     pub(crate) fn ask(
         &self,
         input: InputRequired,
+        note: Option<Vec<u8>>,
         round: u32,
         sealer: &Sealer,
         binding: Binding,
@@ -153,6 +158,15 @@ impl Retry {
                 "asked the client for input {round} rounds in a row; a call may ask at most {MAX_ROUNDS}."
             )));
         }
+        // The note travels with the state, through the client: bounded with it.
+        let (state_bytes, note_bytes) =
+            (input.state.as_ref().map_or(0, Vec::len), note.as_ref().map_or(0, Vec::len));
+        if state_bytes + note_bytes > MAX_INPUT_STATE {
+            return Err(NotAsked::Failed(format!(
+                "asked for input leaving a cleanup note of {note_bytes} bytes beside a state of {state_bytes}; \
+                 a round that asks hands the client at most {MAX_INPUT_STATE} bytes of both."
+            )));
+        }
         let keys = input.requests.iter().map(|(key, _)| key.clone()).collect();
         let requests = input
             .requests
@@ -163,7 +177,51 @@ impl Retry {
                 (key.clone(), message)
             })
             .collect();
-        let state = sealer.seal(binding, round, keys, input.state);
+        let state = sealer.seal(binding, round, keys, input.state, note);
         Ok(InputRequiredResult::new(requests, Some(state)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dispatch::sealed::Holder;
+    use crate::runtime::InputRequest;
+
+    /// The note a round leaves goes to the client sealed beside the state, and the next
+    /// round starts with it; the two together are bounded as the state alone is.
+    #[test]
+    fn a_rounds_note_is_sealed_with_its_state_and_bounded_with_it() {
+        let sealer = Sealer::random();
+        let capabilities = serde_json::json!({"roots": {}});
+        let retry = Retry::parse(None, capabilities.as_object()).unwrap();
+        let binding = || {
+            let holder = Holder { tenant: None, caller: None };
+            Binding::new("tools", "tools/call t".into(), holder, &serde_json::json!({}))
+        };
+        let asking = |state_bytes: usize| InputRequired {
+            requests: vec![("roots".into(), InputRequest::ListRoots)],
+            state: Some(vec![7; state_bytes]),
+        };
+        let asked = retry.ask(asking(4), Some(b"reserved 42".to_vec()), 1, &sealer, binding()).unwrap();
+        let answered = serde_json::json!({
+            "inputResponses": {"roots": {"roots": []}},
+            "requestState": asked.request_state,
+        });
+        let next = Retry::parse(Some(&answered), capabilities.as_object()).unwrap();
+        let (round, number) = next.round_for(&sealer, binding).unwrap();
+        assert_eq!(
+            (round.cleanup_note.as_deref(), round.state.as_deref(), number),
+            (Some(&b"reserved 42"[..]), Some(&[7; 4][..]), 2)
+        );
+
+        let half = MAX_INPUT_STATE / 2;
+        let note = Some(vec![b'n'; half + 1]);
+        let refused = retry.ask(asking(half), note.clone(), 1, &sealer, binding());
+        assert!(
+            matches!(&refused, Err(NotAsked::Failed(message)) if message.contains("cleanup note of 8193 bytes")),
+            "{refused:?}"
+        );
+        assert!(retry.ask(asking(half - 1), note, 1, &sealer, binding()).is_ok());
     }
 }

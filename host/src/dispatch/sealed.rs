@@ -120,6 +120,11 @@ pub struct Opened {
     /// The guest's own state, base64url.
     #[serde(default, skip_serializing_if = "Option::is_none", with = "bytes")]
     pub state: Option<Vec<u8>>,
+    /// The last cleanup note the call left, base64url: a later round starts with it, so
+    /// that its cleanup sees what an earlier round noted (the WIT: "the last note the call
+    /// left"). Absent in states sealed before notes were carried.
+    #[serde(default, skip_serializing_if = "Option::is_none", with = "bytes")]
+    pub note: Option<Vec<u8>>,
     /// Unix seconds after which it is refused.
     expires: u64,
 }
@@ -179,9 +184,16 @@ impl Sealer {
     }
 
     /// Seal `state` for `binding`, handed out by round `round` that asked `keys`.
-    pub fn seal(&self, binding: Binding, round: u32, keys: Vec<String>, state: Option<Vec<u8>>) -> String {
+    pub fn seal(
+        &self,
+        binding: Binding,
+        round: u32,
+        keys: Vec<String>,
+        state: Option<Vec<u8>>,
+        note: Option<Vec<u8>>,
+    ) -> String {
         let expires = unix_now().saturating_add(self.ttl.as_secs().max(1));
-        let opened = Opened { binding, round, keys, state, expires };
+        let opened = Opened { binding, round, keys, state, note, expires };
         let plaintext = serde_json::to_vec(&opened).expect("a state serializes");
         let nonce = XChaCha20Poly1305::generate_nonce(&mut OsRng);
         let sealed = self
@@ -295,11 +307,13 @@ mod tests {
     fn a_state_opens_only_as_sealed_and_for_what_it_was_sealed_for() {
         let sealer = Sealer::random();
         let bound = binding("tools/call delete", Some("acme"), serde_json::json!({"b": 1, "a": 2}));
-        let sealed = sealer.seal(bound.clone(), 1, vec!["confirm".into()], Some(b"mine".to_vec()));
+        let note = Some(b"reserved 42".to_vec());
+        let sealed =
+            sealer.seal(bound.clone(), 1, vec!["confirm".into()], Some(b"mine".to_vec()), note.clone());
         let opened = sealer.open(&sealed, &bound).unwrap();
         assert_eq!(
-            (opened.round, opened.keys, opened.state),
-            (1, vec!["confirm".to_owned()], Some(b"mine".to_vec()))
+            (opened.round, opened.keys, opened.state, opened.note),
+            (1, vec!["confirm".to_owned()], Some(b"mine".to_vec()), note)
         );
         // The same arguments in another order are the same arguments.
         let reordered = binding("tools/call delete", Some("acme"), serde_json::json!({"a": 2, "b": 1}));
@@ -346,7 +360,7 @@ mod tests {
         );
         let text = serde_json::to_string(&unbound).unwrap();
         assert!(!text.contains("caller"), "no caller is written as none: {text}");
-        let sealed = sealer.seal(unbound.clone(), 1, Vec::new(), None);
+        let sealed = sealer.seal(unbound.clone(), 1, Vec::new(), None, None);
         assert!(sealer.open(&sealed, &unbound).is_ok());
         let known = Binding::new(
             "tools",

@@ -79,7 +79,7 @@ pub use events::{
 };
 pub use features::{FeatureAnswer, FeatureError, FeatureRequest};
 pub use files::{GUEST_DATA_DIR, Mount};
-pub use input::{ClientAbilities, Elicitation, InputRequest, InputRequired, InputRound};
+pub use input::{ClientAbilities, Elicitation, InputRequest, InputRequired, InputRound, MAX_INPUT_STATE};
 pub use ledger::{DescriptorBudget, raise_open_file_limit};
 pub use limits::ToolLimits;
 pub use plain::ArgumentError;
