@@ -1385,18 +1385,7 @@ impl Connection {
 
     /// What a 2025-era client declared it can be asked, as a round tells the guest.
     fn client_abilities(&self) -> ClientAbilities {
-        let declared = *self.client.lock().unwrap();
-        let mut abilities = ClientAbilities::empty();
-        for (serves, ability) in [
-            (declared.elicitation, ClientAbilities::ELICITATION),
-            (declared.sampling, ClientAbilities::SAMPLING),
-            (declared.roots, ClientAbilities::ROOTS),
-        ] {
-            if serves {
-                abilities |= ability;
-            }
-        }
-        abilities
+        input::abilities(*self.client.lock().unwrap())
     }
 
     /// Ask the client what a round of the guest needs, within the call's `deadline` and

@@ -585,6 +585,27 @@ fn a_client_that_did_not_declare_a_capability_is_not_asked() {
     assert!(text(&answer).contains("sampling"), "the error names the capability: {answer}");
 }
 
+/// A 2025-era client is sent sampling with tools only if it declared `sampling.tools` at
+/// initialize. Before, declaring `sampling` was enough.
+#[test]
+fn sampling_with_tools_goes_only_to_a_client_that_declared_it() {
+    let setup = Setup::hostile("sampling-tools-2025", "");
+    let params = json!({
+        "messages": [{"role": "user", "content": {"type": "text", "text": "hi"}}],
+        "maxTokens": 5,
+        "tools": [{"name": "t", "inputSchema": {"type": "object"}}],
+    });
+    let arguments = json!({"sample": params});
+    let mut plain = Stdio2025::start(&setup, json!({"sampling": {}}));
+    let id = plain.send_request("tools/call", json!({"name": "ask_as_told", "arguments": arguments}));
+    let answer = plain.next();
+    assert_eq!((&answer["id"], &answer["result"]["isError"]), (&id, &json!(true)), "{answer}");
+    assert!(text(&answer).contains("`sampling.tools`"), "{answer}");
+    let mut with_tools = Stdio2025::start(&setup, json!({"sampling": {"tools": {}}}));
+    let (_call, request) = with_tools.call_until_asked("ask_as_told", arguments, "sampling/createMessage");
+    assert_eq!(request["params"]["tools"][0]["name"], "t", "{request}");
+}
+
 #[test]
 fn a_cancel_while_the_client_is_asked_stops_the_call_and_runs_its_cleanup() {
     let setup = Setup::new("cancel-asked-stdio");

@@ -312,6 +312,42 @@ fn a_later_round_stopped_is_cleaned_up_with_the_note_an_earlier_round_left() {
     server.wait_for_cleanup("Cancelled Some(\"reserved 42\")");
 }
 
+/// What a request uses within a capability is declared too: sampling with tools needs
+/// `sampling.tools`, with context beyond `"none"` `sampling.context`, and a form needs
+/// elicitation's forms (an empty `elicitation`, or `form` in it), not URLs alone. Before,
+/// declaring the capability was enough for anything in it.
+#[test]
+fn a_request_needs_the_sub_capabilities_it_uses() {
+    let server = Server::start("mrtr-sub-capabilities", KEY, 600);
+    let sample = |extra: Value| {
+        let mut params = json!({
+            "messages": [{"role": "user", "content": {"type": "text", "text": "hi"}}],
+            "maxTokens": 5,
+        });
+        params.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+        json!({"name": "ask_as_told", "arguments": {"sample": params}})
+    };
+    let with_tools = sample(json!({"tools": [{"name": "t", "inputSchema": {"type": "object"}}]}));
+    let refused = post(&server, "tools/call", with_tools.clone(), r#"{"sampling": {}}"#);
+    assert!(error(&refused, -32021, 400).contains("sampling.tools"), "{refused:?}");
+    assert_eq!(refused.1["error"]["data"]["requiredCapabilities"], json!({"sampling": {"tools": {}}}));
+    let (status, asked) = post(&server, "tools/call", with_tools, r#"{"sampling": {"tools": {}}}"#);
+    assert_eq!((status, &asked["result"]["resultType"]), (200, &json!("input_required")), "{asked}");
+    let with_context = sample(json!({"includeContext": "thisServer"}));
+    let refused = post(&server, "tools/call", with_context.clone(), r#"{"sampling": {"tools": {}}}"#);
+    assert!(error(&refused, -32021, 400).contains("sampling.context"), "{refused:?}");
+    let (status, _) = post(&server, "tools/call", with_context, r#"{"sampling": {"context": {}}}"#);
+    assert_eq!(status, 200);
+
+    let form = json!({"name": "ask_as_told", "arguments": {"elicit": {"type": "object", "properties": {}}}});
+    let refused = post(&server, "tools/call", form.clone(), r#"{"elicitation": {"url": {}}}"#);
+    assert!(error(&refused, -32021, 400).contains("elicitation"), "{refused:?}");
+    for forms in [r#"{"elicitation": {}}"#, r#"{"elicitation": {"form": {}, "url": {}}}"#] {
+        let (status, asked) = post(&server, "tools/call", form.clone(), forms);
+        assert_eq!((status, &asked["result"]["resultType"]), (200, &json!("input_required")), "{asked}");
+    }
+}
+
 #[test]
 fn a_tool_that_asks_forever_ends_after_eight_rounds_with_a_clear_error() {
     let server = Server::start("mrtr-forever", KEY, 600);

@@ -65,6 +65,9 @@
 //!   (`roots/list`); answered, it returns `done` (with `then_spin`, it creates
 //!   `/data/answered` and spins instead): a later round, or the cleanup of a call stopped
 //!   between rounds, must still see the note.
+//! - `ask_as_told(sample?, elicit?)` asks for the sampling (`sample`: its params) or the
+//!   form (`elicit`: its schema) it is given, unchecked by itself; answered, returns
+//!   `answered`.
 //! - `ask_then_spin()` asks once, then spins forever (never checking for a stop) in the
 //!   round that brings the answer, leaving the note `asked`.
 //! - `progress_then_ask()` reports progress 0.5 of 1, asks for roots, and in the round
@@ -678,6 +681,11 @@ impl Plugin for Hostile {
             ),
             Tool::asking(&named("ask_then_spin"), "Asks once, then spins forever.", ask_then_spin),
             Tool::asking(
+                &named("ask_as_told"),
+                "Asks for the sampling or the form it is given, as given; answered, returns `answered`.",
+                ask_as_told,
+            ),
+            Tool::asking(
                 &named("note_then_ask"),
                 "Leaves the cleanup note `reserved 42`, then asks once; answered, returns `done`.",
                 note_then_ask,
@@ -786,6 +794,28 @@ fn ask_then_spin(_: Nothing, round: &Round) -> Result<Reply<String>, ToolError> 
     }
     cordon_guest::set_cleanup_note(b"asked");
     spin()
+}
+
+#[derive(Deserialize, JsonSchema)]
+struct AskAsTold {
+    /// `sampling/createMessage` params to ask with, as given.
+    #[serde(default)]
+    sample: Option<serde_json::Value>,
+    /// A form's schema to ask to fill in.
+    #[serde(default)]
+    elicit: Option<serde_json::Value>,
+}
+
+fn ask_as_told(args: AskAsTold, round: &Round) -> Result<Reply<String>, ToolError> {
+    if round.response("told").is_some() {
+        return Ok(Reply::Done("answered".into()));
+    }
+    let ask = match (args.sample, args.elicit) {
+        (Some(params), _) => Ask::new().sample("told", params),
+        (None, Some(schema)) => Ask::new().elicit("told", "As told", schema),
+        (None, None) => return Err(ToolError::new("tell it `sample` or `elicit`")),
+    };
+    Ok(ask.into())
 }
 
 #[derive(Deserialize, JsonSchema)]

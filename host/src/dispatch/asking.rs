@@ -24,7 +24,7 @@ use tokio::sync::oneshot;
 
 use super::admission::SubscribedBytes;
 use super::{Charge, Connection, Outbox};
-use crate::protocol::asking::{AskKind, ClientCapabilities, ServerRequest};
+use crate::protocol::asking::{ClientCapabilities, ServerRequest};
 use crate::protocol::jsonrpc::{INTERNAL_ERROR, Outgoing, PeerError, RequestId, RpcError};
 use crate::protocol::types::{ResourceUpdatedParams, ServerNotification};
 use crate::runtime::ToolSet;
@@ -60,7 +60,7 @@ pub enum AskError {
     #[error(
         "the client did not declare the `{capability}` capability at initialize, so it cannot be sent {method}"
     )]
-    NotDeclared { capability: &'static str, method: &'static str },
+    NotDeclared { capability: String, method: &'static str },
     #[error("{MAX_OUTSTANDING_ASKS} requests to this client already wait for an answer")]
     TooMany,
     #[error("the client answered {method} with error {code}: {message}")]
@@ -105,11 +105,6 @@ impl Connection {
         *self.client.lock().unwrap() = declared;
     }
 
-    /// Whether the client declared the capability `kind` needs.
-    pub fn serves(&self, kind: AskKind) -> bool {
-        self.client.lock().unwrap().serves(kind)
-    }
-
     /// Send each of `requests` to the client on `out`, all at once (the client may answer
     /// them in any order), and wait for every answer: each result, checked against its
     /// request's result type, under the request's key, with the charge its message came
@@ -120,10 +115,12 @@ impl Connection {
         requests: Vec<(String, ServerRequest)>,
         out: &Outbox,
     ) -> Result<Vec<(String, Value, Charge)>, AskError> {
-        if let Some(kind) =
-            requests.iter().map(|(_, request)| request.kind()).find(|kind| !self.serves(*kind))
-        {
-            return Err(AskError::NotDeclared { capability: kind.capability(), method: kind.method() });
+        let declared = *self.client.lock().unwrap();
+        let lacking = requests
+            .iter()
+            .find_map(|(_, request)| declared.lacks_for(request).map(|missing| (missing, request.method())));
+        if let Some((missing, method)) = lacking {
+            return Err(AskError::NotDeclared { capability: missing.to_string(), method });
         }
         let mut waiting = Waiting { connection: self, ids: Vec::with_capacity(requests.len()) };
         let mut sent = Vec::with_capacity(requests.len());

@@ -13,14 +13,14 @@
 //! call asks at most [`MAX_ROUNDS`] rounds in a row (else the call ends in an error).
 //! Nothing is kept between rounds: any replica with the same key continues the call.
 
-use std::collections::BTreeMap;
-
 use serde_json::Value;
 
 use super::sealed::{Binding, Sealer};
-use crate::protocol::jsonrpc::{MISSING_REQUIRED_CLIENT_CAPABILITY, RpcError};
-use crate::protocol::types::{Empty, ErrorData, InputRequestMessage, InputRequiredResult};
-use crate::runtime::{ClientAbilities, InputRequired, InputRound, MAX_INPUT_STATE};
+use crate::protocol::asking::{AskKind, ClientCapabilities, Missing};
+use crate::protocol::jsonrpc::RpcError;
+use crate::protocol::mcp::missing_capabilities;
+use crate::protocol::types::{InputRequestMessage, InputRequiredResult};
+use crate::runtime::{ClientAbilities, InputRequest, InputRequired, InputRound, MAX_INPUT_STATE};
 
 /// The most rounds one call may ask for input in a row.
 pub const MAX_ROUNDS: u32 = 8;
@@ -30,7 +30,10 @@ const MAX_RESPONSES: usize = 64;
 /// What a request brings for MRTR, checked for shape.
 #[derive(Debug, Default, Clone)]
 pub(crate) struct Retry {
+    /// What the guest is told the client can be asked.
     client: ClientAbilities,
+    /// What the client declared, down to the sub-capabilities a request may need.
+    declared: ClientCapabilities,
     responses: Vec<(String, String)>,
     request_state: Option<String>,
 }
@@ -43,6 +46,31 @@ pub(crate) enum NotAsked {
     /// The call ends in an error the model (or user) reads: too many rounds (what the
     /// tool or prompt did, to follow its name).
     Failed(String),
+}
+
+/// What a guest is told the client can be asked, from what the client `declared` (a
+/// 2025-era client at `initialize`, a 2026-07-28 request in its envelope).
+pub(crate) fn abilities(declared: ClientCapabilities) -> ClientAbilities {
+    let mut abilities = ClientAbilities::empty();
+    for (serves, ability) in [
+        (declared.elicitation, ClientAbilities::ELICITATION),
+        (declared.sampling, ClientAbilities::SAMPLING),
+        (declared.roots, ClientAbilities::ROOTS),
+    ] {
+        if serves {
+            abilities |= ability;
+        }
+    }
+    abilities
+}
+
+/// The kind of client request a guest's `request` is.
+fn ask_kind(request: &InputRequest) -> AskKind {
+    match request {
+        InputRequest::Elicit(_) => AskKind::Elicitation,
+        InputRequest::CreateMessage(_) => AskKind::Sampling,
+        InputRequest::ListRoots => AskKind::Roots,
+    }
 }
 
 impl Retry {
@@ -58,16 +86,8 @@ impl Retry {
         params: Option<&Value>,
         capabilities: Option<&serde_json::Map<String, Value>>,
     ) -> Result<Self, RpcError> {
-        let mut client = ClientAbilities::empty();
-        for (name, ability) in [
-            ("elicitation", ClientAbilities::ELICITATION),
-            ("sampling", ClientAbilities::SAMPLING),
-            ("roots", ClientAbilities::ROOTS),
-        ] {
-            if capabilities.and_then(|declared| declared.get(name)).is_some_and(Value::is_object) {
-                client |= ability;
-            }
-        }
+        let declared = ClientCapabilities::from_declared(capabilities);
+        let client = abilities(declared);
         let invalid = |problem: &str| RpcError::invalid_params(format!("Invalid params: {problem}"));
         let responses = match params.and_then(|params| params.get("inputResponses")) {
             None => Vec::new(),
@@ -96,7 +116,7 @@ impl Retry {
             Some(Value::String(state)) => Some(state.clone()),
             Some(_) => return Err(invalid("`requestState` must be a string")),
         };
-        Ok(Self { client, responses, request_state })
+        Ok(Self { client, declared, responses, request_state })
     }
 
     /// The round to run, and its number: the first without a state; else the state opened
@@ -137,21 +157,14 @@ impl Retry {
         sealer: &Sealer,
         binding: Binding,
     ) -> Result<InputRequiredResult, NotAsked> {
-        let missing: BTreeMap<String, Empty> = input
+        let missing: Vec<Missing> = input
             .requests
             .iter()
-            .filter(|(_, request)| !self.client.contains(request.ability()))
-            .map(|(_, request)| (request.capability().to_owned(), Empty {}))
+            .filter_map(|(_, request)| self.declared.lacks(ask_kind(request), request.params().as_object()))
             .collect();
         if !missing.is_empty() {
-            let names: Vec<&str> = missing.keys().map(String::as_str).collect();
-            return Err(NotAsked::Refused(
-                RpcError::new(
-                    MISSING_REQUIRED_CLIENT_CAPABILITY,
-                    format!("Missing required client capability: {}", names.join(", ")),
-                )
-                .with_data(ErrorData::MissingCapabilities { required_capabilities: missing }),
-            ));
+            let missing = missing.iter().map(|missing| (missing.capability, missing.sub));
+            return Err(NotAsked::Refused(missing_capabilities(missing)));
         }
         if round >= MAX_ROUNDS {
             return Err(NotAsked::Failed(format!(
@@ -186,7 +199,6 @@ impl Retry {
 mod tests {
     use super::*;
     use crate::dispatch::sealed::Holder;
-    use crate::runtime::InputRequest;
 
     /// The note a round leaves goes to the client sealed beside the state, and the next
     /// round starts with it; the two together are bounded as the state alone is.

@@ -148,23 +148,60 @@ pub struct ListRootsResult {
     pub roots: Vec<Root>,
 }
 
-/// Which requests a 2025-era client serves, from the `capabilities` of its `initialize`.
+/// Which requests a client serves, from the capabilities it declared (a 2025-era client's
+/// at `initialize`, a 2026-07-28 request's `clientCapabilities`). A capability is declared
+/// when its key holds an object (a malformed one declares nothing). Elicitation counts as
+/// forms (the only kind a guest asks) when empty or holding `form`: `{"url": {}}` alone
+/// declares URLs only. Sampling's `tools` and `context` are what a sampling request with
+/// tools, or with context beyond `"none"`, needs besides.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct ClientCapabilities {
     pub elicitation: bool,
     pub sampling: bool,
     pub roots: bool,
+    pub sampling_tools: bool,
+    pub sampling_context: bool,
+}
+
+/// A capability a request needs that its client did not declare: `capability`, or its
+/// `sub` capability within it (`sampling.tools`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Missing {
+    pub capability: &'static str,
+    pub sub: Option<&'static str>,
+}
+
+impl std::fmt::Display for Missing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.sub {
+            Some(sub) => write!(f, "{}.{sub}", self.capability),
+            None => f.write_str(self.capability),
+        }
+    }
 }
 
 impl ClientCapabilities {
-    /// Read from `initialize`'s params: a capability is declared when its key holds an
-    /// object (a malformed one declares nothing).
+    /// Read from `initialize`'s params.
     pub fn from_initialize(params: Option<&Value>) -> Self {
-        let declared = params.and_then(|params| params.get("capabilities")).and_then(Value::as_object);
-        let has = |name: &str| {
-            declared.and_then(|capabilities| capabilities.get(name)).is_some_and(Value::is_object)
+        Self::from_declared(params.and_then(|params| params.get("capabilities")).and_then(Value::as_object))
+    }
+
+    /// Read from a map of declared capabilities.
+    pub fn from_declared(declared: Option<&Map<String, Value>>) -> Self {
+        let object =
+            |name: &str| declared.and_then(|capabilities| capabilities.get(name)).and_then(Value::as_object);
+        let within = |object: Option<&Map<String, Value>>, name: &str| {
+            object.and_then(|object| object.get(name)).is_some_and(Value::is_object)
         };
-        Self { elicitation: has("elicitation"), sampling: has("sampling"), roots: has("roots") }
+        let elicitation = object("elicitation");
+        let sampling = object("sampling");
+        Self {
+            elicitation: elicitation.is_some_and(|modes| modes.is_empty() || within(Some(modes), "form")),
+            sampling: sampling.is_some(),
+            roots: object("roots").is_some(),
+            sampling_tools: within(sampling, "tools"),
+            sampling_context: within(sampling, "context"),
+        }
     }
 
     pub fn serves(&self, kind: AskKind) -> bool {
@@ -173,6 +210,35 @@ impl ClientCapabilities {
             AskKind::Sampling => self.sampling,
             AskKind::Roots => self.roots,
         }
+    }
+
+    /// What of `request` the client did not declare, if anything.
+    pub fn lacks_for(&self, request: &ServerRequest) -> Option<Missing> {
+        let sampling = match request {
+            ServerRequest::CreateMessage(params) => Some(&params.rest),
+            _ => None,
+        };
+        self.lacks(request.kind(), sampling)
+    }
+
+    /// What of a request of `kind` the client did not declare, if anything: its
+    /// capability, or for sampling (`sampling`: its optional fields) with `tools` (or
+    /// `toolChoice`) the `tools` within it, with `includeContext` other than `"none"` the
+    /// `context`.
+    pub fn lacks(&self, kind: AskKind, sampling: Option<&Map<String, Value>>) -> Option<Missing> {
+        if !self.serves(kind) {
+            return Some(Missing { capability: kind.capability(), sub: None });
+        }
+        let field =
+            |name: &str| sampling.and_then(|fields| fields.get(name)).filter(|value| !value.is_null());
+        let sub = if (field("tools").is_some() || field("toolChoice").is_some()) && !self.sampling_tools {
+            Some("tools")
+        } else if field("includeContext").is_some_and(|context| context != "none") && !self.sampling_context {
+            Some("context")
+        } else {
+            None
+        };
+        sub.map(|sub| Missing { capability: "sampling", sub: Some(sub) })
     }
 }
 
@@ -213,7 +279,44 @@ mod tests {
         let params =
             json!({"capabilities": {"elicitation": {}, "sampling": true, "roots": {"listChanged": true}}});
         let declared = ClientCapabilities::from_initialize(Some(&params));
-        assert_eq!(declared, ClientCapabilities { elicitation: true, sampling: false, roots: true });
+        let expected = ClientCapabilities { elicitation: true, roots: true, ..ClientCapabilities::default() };
+        assert_eq!(declared, expected);
         assert_eq!(ClientCapabilities::from_initialize(None), ClientCapabilities::default());
+    }
+
+    /// A client is sent only what it declared, down to elicitation's modes and sampling's
+    /// tools and context (the client/elicitation and client/sampling pages: an empty
+    /// `elicitation` means forms; tools need `sampling.tools`).
+    #[test]
+    fn sub_capabilities_are_needed_for_what_uses_them() {
+        let declared = |capabilities: Value| ClientCapabilities::from_declared(capabilities.as_object());
+        let request = |method: &str, params: Value| ServerRequest::parse(method, params).unwrap();
+        let form =
+            request("elicitation/create", json!({"message": "Sure?", "requestedSchema": {"type": "object"}}));
+        for forms in [json!({"elicitation": {}}), json!({"elicitation": {"form": {}, "url": {}}})] {
+            assert_eq!(declared(forms).lacks_for(&form), None);
+        }
+        let url_only = declared(json!({"elicitation": {"url": {}}}));
+        assert_eq!(url_only.lacks_for(&form).unwrap().to_string(), "elicitation");
+
+        let sample = |extra: Value| {
+            let mut params = json!({"messages": [], "maxTokens": 5});
+            params.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+            request("sampling/createMessage", params)
+        };
+        let plain = sample(json!({}));
+        let with_tools = sample(json!({"tools": [], "toolChoice": {"mode": "auto"}}));
+        let with_context = sample(json!({"includeContext": "thisServer"}));
+        let no_context = sample(json!({"includeContext": "none"}));
+        let sampling = declared(json!({"sampling": {}}));
+        assert_eq!(sampling.lacks_for(&plain), None);
+        assert_eq!(sampling.lacks_for(&no_context), None);
+        assert_eq!(sampling.lacks_for(&with_tools).unwrap().to_string(), "sampling.tools");
+        assert_eq!(sampling.lacks_for(&with_context).unwrap().to_string(), "sampling.context");
+        let everything = declared(json!({"sampling": {"tools": {}, "context": {}}}));
+        assert_eq!(everything.lacks_for(&with_tools), None);
+        assert_eq!(everything.lacks_for(&with_context), None);
+        let roots = request("roots/list", json!({}));
+        assert_eq!(declared(json!({})).lacks_for(&roots).unwrap().to_string(), "roots");
     }
 }

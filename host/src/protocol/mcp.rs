@@ -146,21 +146,38 @@ pub fn check_capabilities(envelope: Option<&Envelope>, required: &[String]) -> R
     let Some(declared) = envelope.and_then(|envelope| envelope.client_capabilities.as_ref()) else {
         return Ok(());
     };
-    let missing: BTreeMap<String, Empty> = required
+    let missing: Vec<(&str, Option<&str>)> = required
         .iter()
         // A capability is declared as an object: `"sampling": null` declares nothing.
         .filter(|name| !declared.get(*name).is_some_and(Value::is_object))
-        .map(|name| (name.clone(), Empty {}))
+        .map(|name| (name.as_str(), None))
         .collect();
-    if missing.is_empty() {
-        return Ok(());
+    match missing.is_empty() {
+        true => Ok(()),
+        false => Err(missing_capabilities(missing)),
     }
-    let names: Vec<&str> = missing.keys().map(String::as_str).collect();
-    Err(RpcError::new(
+}
+
+/// `-32021` naming the `missing` capabilities, each with the sub-capability within it that
+/// is needed, if that is what is missing (`sampling.tools`).
+pub fn missing_capabilities<'a>(missing: impl IntoIterator<Item = (&'a str, Option<&'a str>)>) -> RpcError {
+    let mut required: BTreeMap<String, BTreeMap<String, Empty>> = BTreeMap::new();
+    for (capability, sub) in missing {
+        let within = required.entry(capability.to_owned()).or_default();
+        within.extend(sub.map(|sub| (sub.to_owned(), Empty {})));
+    }
+    let names: Vec<String> = required
+        .iter()
+        .flat_map(|(name, within)| match within.is_empty() {
+            true => vec![name.clone()],
+            false => within.keys().map(|sub| format!("{name}.{sub}")).collect(),
+        })
+        .collect();
+    RpcError::new(
         MISSING_REQUIRED_CLIENT_CAPABILITY,
         format!("Missing required client capability: {}", names.join(", ")),
     )
-    .with_data(ErrorData::MissingCapabilities { required_capabilities: missing }))
+    .with_data(ErrorData::MissingCapabilities { required_capabilities: required })
 }
 
 /// The most of a requested version an answer quotes. `requested` must echo the version

@@ -567,8 +567,10 @@ pub enum ErrorData {
     UnsupportedVersion { supported: Vec<Cow<'static, str>>, requested: String },
     /// `-32021`: the client capabilities a tool needs that the request did not declare.
     MissingCapabilities {
+        /// Each capability, with the sub-capabilities within it that are needed
+        /// (`{"sampling": {"tools": {}}}`), or none (`{"roots": {}}`).
         #[serde(rename = "requiredCapabilities")]
-        required_capabilities: BTreeMap<String, Empty>,
+        required_capabilities: BTreeMap<String, BTreeMap<String, Empty>>,
     },
     /// The server is busy or the client over its rate: when to try again.
     RetryAfter {
