@@ -7,7 +7,9 @@
 //! `[[components]]` to [`Runtime::reload`], which compiles what changed in the background
 //! and swaps the new set in at once. A config that fails to read, parse or validate
 //! changes nothing; a component that fails keeps its old version. Either way the error
-//! is logged. Only `[[components]]` are reloaded: every other table (`[server]`, `[http]`,
+//! is logged. A component that failed only because every call slot stayed busy while it
+//! waited to be listed is tried again after a pause (a reload of what changed, as a
+//! trigger would), so that a saturated server does not need another signal. Only `[[components]]` are reloaded: every other table (`[server]`, `[http]`,
 //! `[[tenants]]`, `[auth.oauth]`, ...) is read at start, and a reload that finds one
 //! changed says so in a warning naming it, so that an operator who revoked a key or
 //! changed a limit knows a restart is needed (rather than trusting a reload that took).
@@ -179,6 +181,11 @@ async fn settle(changed: &Notify) {
     }
 }
 
+/// The first pause before a reload is tried again because every call slot stayed busy...
+pub const BUSY_RETRY: Duration = Duration::from_secs(2);
+/// ...doubling each time it is so again, up to this.
+pub const BUSY_RETRY_MAX: Duration = Duration::from_secs(60);
+
 /// Take SIGHUP from now on (its default action ends the process): install this before
 /// loading anything, and hand it to [`Reloader::new`].
 pub fn hangup_signal() -> Result<tokio::signal::unix::Signal, ReloadError> {
@@ -266,20 +273,37 @@ impl Reloader {
         Ok(())
     }
 
-    /// Reload on every trigger until the runtime shuts down.
+    /// Reload on every trigger until the runtime shuts down; and again after a pause
+    /// (from [`BUSY_RETRY`], doubling up to [`BUSY_RETRY_MAX`]) while a reload left
+    /// components unloaded only because every call slot stayed busy.
     pub async fn run(mut self) -> Result<(), ReloadError> {
         let mut shutdown = self.runtime.shutting_down();
+        // When to reload again, and the pause after that.
+        let mut retry: Option<(tokio::time::Instant, Duration)> = None;
         loop {
+            let retry_at = retry.map(|(at, _)| at);
             tokio::select! {
                 _ = self.hangup.recv() => tracing::info!("SIGHUP: reloading the config"),
                 () = self.changed.notified() => {
                     settle(&self.changed).await;
                     tracing::info!("a watched file changed: reloading the config");
                 }
+                () = async { tokio::time::sleep_until(retry_at.expect("guarded")).await }, if retry_at.is_some() => {
+                    tracing::info!("reloading the config again: components found no free call slot last time");
+                }
                 () = async { let _ = shutdown.wait_for(|stopping| *stopping).await; } => return Ok(()),
             }
-            if let Ok((_, plan)) = reload(&self.runtime, self.config.as_deref()).await {
+            let pause = retry.map_or(BUSY_RETRY, |(_, pause)| pause);
+            retry = None;
+            if let Ok((report, plan)) = reload(&self.runtime, self.config.as_deref()).await {
                 self.warn_of_settings_not_applied(&plan);
+                let busy = report.failed.iter().filter(|failure| failure.busy).count();
+                if busy > 0 {
+                    tracing::warn!(
+                        "reload: {busy} components found no free call slot to be listed in; trying again in {pause:?}"
+                    );
+                    retry = Some((tokio::time::Instant::now() + pause, (pause * 2).min(BUSY_RETRY_MAX)));
+                }
             }
             if let Err(error) = self.watch_files() {
                 tracing::error!("reload: {error}");

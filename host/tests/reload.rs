@@ -18,7 +18,7 @@ use std::sync::mpsc;
 use std::time::Instant;
 
 use common::wire::{Schema, line_channel, meta};
-use common::{DONE_BODY, WatGuest, fresh_dir};
+use common::{DONE_BODY, SLEEP_BODY, WatGuest, fresh_dir};
 use serde_json::{Value, json};
 
 /// Return "lock" at once: a second version of a tool that returns "done".
@@ -380,6 +380,30 @@ fn a_call_in_flight_finishes_on_the_version_it_started_with() {
     // The tools' list did not change (only the code did): the listener heard nothing.
     let (_, before) = server.tool_names(3);
     assert!(before.is_empty(), "{before:?}");
+}
+
+/// A reload that finds every call slot busy (here the only one, held by a call) loads what
+/// changed once one frees, with no other signal: it is tried again after a pause. Before,
+/// the change waited for the next SIGHUP or file event.
+#[test]
+fn a_reload_that_found_no_free_slot_is_tried_again() {
+    let setup = Setup::new("busy-reload");
+    setup.component("sleeper.wasm", &WatGuest::new("sleeper", SLEEP_BODY));
+    setup.component("alpha.wasm", &WatGuest::new("alpha", DONE_BODY));
+    setup.serve(&["sleeper.wasm", "alpha.wasm"], "max_concurrent_calls = 1\nqueue_timeout_ms = 200\n");
+    let mut server = StdioServer::start(&setup, &[]);
+    server.request(json!(1), "tools/call", json!({"name": "sleeper", "arguments": {}}));
+    // Read in order, the sleeper takes the only slot before the next call asks for it.
+    let busy = server.call(2, "alpha");
+    assert_eq!(busy["result"]["isError"], true, "{busy}");
+    setup.component("alpha.wasm", &WatGuest::new("alpha", LOCK_BODY));
+    server.process.signal(libc::SIGHUP);
+    let waiting = server.process.wait_log("found no free call slot");
+    assert!(waiting.contains("WARN") && waiting.contains("trying again in 2s"), "{waiting}");
+    server.send(json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 1}}));
+    let loaded = server.process.wait_log("reload: loaded");
+    assert!(loaded.contains("loaded [alpha]"), "{loaded}");
+    assert_eq!(text(&server.call(3, "alpha")), "lock");
 }
 
 #[test]

@@ -169,6 +169,7 @@ fn from_config(
     let wanted = request.component.canonicalize().map_err(|error| LoadError {
         origin: request.component.display().to_string(),
         problem: format!("cannot read: {error}"),
+        busy: false,
     })?;
     let entry = config
         .components

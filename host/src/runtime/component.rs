@@ -84,11 +84,14 @@ pub struct LoadError {
     pub origin: String,
     /// What is wrong with it.
     pub problem: String,
+    /// Nothing is wrong with it: every call slot stayed busy while it waited for one to be
+    /// listed in. Loading it again later may succeed.
+    pub busy: bool,
 }
 
 impl LoadError {
     pub(crate) fn new(origin: &str, problem: impl Into<String>) -> Self {
-        Self { origin: origin.to_owned(), problem: problem.into() }
+        Self { origin: origin.to_owned(), problem: problem.into(), busy: false }
     }
 }
 

@@ -708,8 +708,10 @@ impl Runtime {
         plain_tools: Vec<ToolSpec>,
     ) -> Result<(), LoadError> {
         let name = loaded.name.clone();
-        let (infos, features) =
-            self.list_tools(loaded).await.map_err(|problem| LoadError::new(origin, problem))?;
+        let (infos, features) = self
+            .list_tools(loaded)
+            .await
+            .map_err(|(problem, busy)| LoadError { busy, ..LoadError::new(origin, problem) })?;
         // On the blocking pool: checking what a guest listed and compiling its schemas
         // takes time in proportion to what it listed (up to the host-call allowance), and
         // a relist runs beside calls.
@@ -1081,18 +1083,22 @@ impl Runtime {
     /// only instantiated there, to check that it can be, and gives `None`. A 0.2.0
     /// component lists its resources and prompts in the same instance.
     #[allow(clippy::type_complexity)]
+    /// List `component`'s tools and features in a fresh instance, in a call slot; or why
+    /// not, and whether only because no slot came free.
     async fn list_tools(
         &self,
         component: &LoadedComponent,
     ) -> Result<
         (Option<Vec<bindings::ToolInfo>>, Option<(bindings::v2::Catalog, Vec<bindings::v2::PromptInfo>)>),
-        String,
+        (String, bool),
     > {
         let budget = self.settings.list_budget;
         let wait = self.settings.queue_timeout;
         let _permit = tokio::time::timeout(wait, self.call_permits.acquire())
             .await
-            .map_err(|_| format!("no call slot came free within {wait:?} to list it: calls held every slot; try again once some end"))?
+            .map_err(|_| {
+                (format!("no call slot came free within {wait:?} to list it: calls held every slot"), true)
+            })?
             .expect("the call semaphore is never closed");
         let _ticking = self.ticker.running();
         let (mut store, deadline) =
@@ -1104,16 +1110,17 @@ impl Runtime {
             let tools = instance.list_tools(&mut store).await?;
             Ok::<_, wasmtime::Error>((tools, instance.list_features(&mut store).await?))
         };
-        match call::run_bounded(list, deadline).await {
-            Some(Ok(tools)) => Ok(tools),
-            Some(Err(_)) if memory.refused.load(Ordering::Relaxed) => Err(format!(
+        let problem = match call::run_bounded(list, deadline).await {
+            Some(Ok(tools)) => return Ok(tools),
+            Some(Err(_)) if memory.refused.load(Ordering::Relaxed) => format!(
                 "its linear memories need more than the {} MiB its calls may have (memory_mb counts \
                  all of a component's memories together) just to be instantiated",
                 component.options.limits.memory_bytes >> 20
-            )),
-            Some(Err(error)) => Err(format!("`list` failed: {error:#}")),
-            None => Err(format!("`list` did not return within {budget:?}")),
-        }
+            ),
+            Some(Err(error)) => format!("`list` failed: {error:#}"),
+            None => format!("`list` did not return within {budget:?}"),
+        };
+        Err((problem, false))
     }
 
     /// Reserve a slot for a call of `tool` with `arguments`. Waits for a free slot for at
