@@ -341,8 +341,14 @@ fn a_request_needs_the_sub_capabilities_it_uses() {
 
     let form = json!({"name": "ask_as_told", "arguments": {"elicit": {"type": "object", "properties": {}}}});
     let refused = post(&server, "tools/call", form.clone(), r#"{"elicitation": {"url": {}}}"#);
-    assert!(error(&refused, -32021, 400).contains("elicitation"), "{refused:?}");
-    for forms in [r#"{"elicitation": {}}"#, r#"{"elicitation": {"form": {}, "url": {}}}"#] {
+    assert!(error(&refused, -32021, 400).contains("elicitation.form"), "{refused:?}");
+    assert_eq!(refused.1["error"]["data"]["requiredCapabilities"], json!({"elicitation": {"form": {}}}));
+    let forms = [
+        r#"{"elicitation": {}}"#,
+        r#"{"elicitation": {"form": {}, "url": {}}}"#,
+        r#"{"elicitation": {"x": {}}}"#,
+    ];
+    for forms in forms {
         let (status, asked) = post(&server, "tools/call", form.clone(), forms);
         assert_eq!((status, &asked["result"]["resultType"]), (200, &json!("input_required")), "{asked}");
     }

@@ -58,7 +58,7 @@ pub(super) struct Subscriptions {
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum AskError {
     #[error(
-        "the client did not declare the `{capability}` capability at initialize, so it cannot be sent {method}"
+        "the client did not declare the {capability} capability at initialize, so it cannot be sent {method}"
     )]
     NotDeclared { capability: String, method: &'static str },
     #[error("{MAX_OUTSTANDING_ASKS} requests to this client already wait for an answer")]
@@ -116,11 +116,13 @@ impl Connection {
         out: &Outbox,
     ) -> Result<Vec<(String, Value, Charge)>, AskError> {
         let declared = *self.client.lock().unwrap();
-        let lacking = requests
-            .iter()
-            .find_map(|(_, request)| declared.lacks_for(request).map(|missing| (missing, request.method())));
+        let lacking = requests.iter().find_map(|(_, request)| {
+            let missing = declared.lacks_for(request);
+            (!missing.is_empty()).then(|| (missing, request.method()))
+        });
         if let Some((missing, method)) = lacking {
-            return Err(AskError::NotDeclared { capability: missing.to_string(), method });
+            let names: Vec<String> = missing.iter().map(|missing| format!("`{missing}`")).collect();
+            return Err(AskError::NotDeclared { capability: names.join(" and "), method });
         }
         let mut waiting = Waiting { connection: self, ids: Vec::with_capacity(requests.len()) };
         let mut sent = Vec::with_capacity(requests.len());

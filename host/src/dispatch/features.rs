@@ -373,7 +373,7 @@ impl Connection {
                         }
                     };
                     // Given up with an error, the prompt that asked is cleaned up as after
-                    // any stop, with the note it left: once the error is out.
+                    // any stop, with the note it left, beside the error.
                     drop(teardown);
                     let error = jsonrpc::failure(Some(id), &error);
                     return (None, give_up(Some(error), Outcome::Cancelled, report.cleanup_note).await);

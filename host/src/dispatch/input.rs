@@ -160,7 +160,7 @@ impl Retry {
         let missing: Vec<Missing> = input
             .requests
             .iter()
-            .filter_map(|(_, request)| self.declared.lacks(ask_kind(request), request.params().as_object()))
+            .flat_map(|(_, request)| self.declared.lacks(ask_kind(request), request.params().as_object()))
             .collect();
         if !missing.is_empty() {
             let missing = missing.iter().map(|missing| (missing.capability, missing.sub));

@@ -150,13 +150,16 @@ pub struct ListRootsResult {
 
 /// Which requests a client serves, from the capabilities it declared (a 2025-era client's
 /// at `initialize`, a 2026-07-28 request's `clientCapabilities`). A capability is declared
-/// when its key holds an object (a malformed one declares nothing). Elicitation counts as
-/// forms (the only kind a guest asks) when empty or holding `form`: `{"url": {}}` alone
-/// declares URLs only. Sampling's `tools` and `context` are what a sampling request with
-/// tools, or with context beyond `"none"`, needs besides.
+/// when its key holds an object (a malformed one declares nothing). Elicitation serves
+/// forms (the only kind a guest asks) unless it names `url` and not `form`: an empty
+/// object means forms, and settings beside the modes (as the SDKs read it). Sampling's
+/// `tools` and `context` are what a sampling request with tools, or with context beyond
+/// `"none"`, needs besides.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct ClientCapabilities {
     pub elicitation: bool,
+    /// Elicitation declared, whatever its modes (forms missing is then `elicitation.form`).
+    pub elicitation_declared: bool,
     pub sampling: bool,
     pub roots: bool,
     pub sampling_tools: bool,
@@ -196,7 +199,9 @@ impl ClientCapabilities {
         let elicitation = object("elicitation");
         let sampling = object("sampling");
         Self {
-            elicitation: elicitation.is_some_and(|modes| modes.is_empty() || within(Some(modes), "form")),
+            elicitation: elicitation
+                .is_some_and(|modes| within(Some(modes), "form") || !within(Some(modes), "url")),
+            elicitation_declared: elicitation.is_some(),
             sampling: sampling.is_some(),
             roots: object("roots").is_some(),
             sampling_tools: within(sampling, "tools"),
@@ -212,8 +217,8 @@ impl ClientCapabilities {
         }
     }
 
-    /// What of `request` the client did not declare, if anything.
-    pub fn lacks_for(&self, request: &ServerRequest) -> Option<Missing> {
+    /// What of `request` the client did not declare.
+    pub fn lacks_for(&self, request: &ServerRequest) -> Vec<Missing> {
         let sampling = match request {
             ServerRequest::CreateMessage(params) => Some(&params.rest),
             _ => None,
@@ -221,24 +226,27 @@ impl ClientCapabilities {
         self.lacks(request.kind(), sampling)
     }
 
-    /// What of a request of `kind` the client did not declare, if anything: its
-    /// capability, or for sampling (`sampling`: its optional fields) with `tools` (or
-    /// `toolChoice`) the `tools` within it, with `includeContext` other than `"none"` the
-    /// `context`.
-    pub fn lacks(&self, kind: AskKind, sampling: Option<&Map<String, Value>>) -> Option<Missing> {
+    /// What of a request of `kind` the client did not declare: its capability, or forms
+    /// within elicitation (`elicitation.form`), or for sampling (`sampling`: its optional
+    /// fields) with `tools` (or `toolChoice`) the `tools` within it, and with
+    /// `includeContext` other than `"none"` the `context`.
+    pub fn lacks(&self, kind: AskKind, sampling: Option<&Map<String, Value>>) -> Vec<Missing> {
+        if kind == AskKind::Elicitation && self.elicitation_declared && !self.elicitation {
+            return vec![Missing { capability: "elicitation", sub: Some("form") }];
+        }
         if !self.serves(kind) {
-            return Some(Missing { capability: kind.capability(), sub: None });
+            return vec![Missing { capability: kind.capability(), sub: None }];
         }
         let field =
             |name: &str| sampling.and_then(|fields| fields.get(name)).filter(|value| !value.is_null());
-        let sub = if (field("tools").is_some() || field("toolChoice").is_some()) && !self.sampling_tools {
-            Some("tools")
-        } else if field("includeContext").is_some_and(|context| context != "none") && !self.sampling_context {
-            Some("context")
-        } else {
-            None
-        };
-        sub.map(|sub| Missing { capability: "sampling", sub: Some(sub) })
+        let mut missing = Vec::new();
+        if (field("tools").is_some() || field("toolChoice").is_some()) && !self.sampling_tools {
+            missing.push(Missing { capability: "sampling", sub: Some("tools") });
+        }
+        if field("includeContext").is_some_and(|context| context != "none") && !self.sampling_context {
+            missing.push(Missing { capability: "sampling", sub: Some("context") });
+        }
+        missing
     }
 }
 
@@ -279,7 +287,12 @@ mod tests {
         let params =
             json!({"capabilities": {"elicitation": {}, "sampling": true, "roots": {"listChanged": true}}});
         let declared = ClientCapabilities::from_initialize(Some(&params));
-        let expected = ClientCapabilities { elicitation: true, roots: true, ..ClientCapabilities::default() };
+        let expected = ClientCapabilities {
+            elicitation: true,
+            elicitation_declared: true,
+            roots: true,
+            ..ClientCapabilities::default()
+        };
         assert_eq!(declared, expected);
         assert_eq!(ClientCapabilities::from_initialize(None), ClientCapabilities::default());
     }
@@ -290,14 +303,20 @@ mod tests {
     #[test]
     fn sub_capabilities_are_needed_for_what_uses_them() {
         let declared = |capabilities: Value| ClientCapabilities::from_declared(capabilities.as_object());
+        let named = |missing: Vec<Missing>| missing.iter().map(ToString::to_string).collect::<Vec<_>>();
         let request = |method: &str, params: Value| ServerRequest::parse(method, params).unwrap();
         let form =
             request("elicitation/create", json!({"message": "Sure?", "requestedSchema": {"type": "object"}}));
-        for forms in [json!({"elicitation": {}}), json!({"elicitation": {"form": {}, "url": {}}})] {
-            assert_eq!(declared(forms).lacks_for(&form), None);
+        for forms in [
+            json!({"elicitation": {}}),
+            json!({"elicitation": {"form": {}, "url": {}}}),
+            json!({"elicitation": {"applyDefaults": true}}),
+        ] {
+            assert_eq!(named(declared(forms).lacks_for(&form)), Vec::<String>::new());
         }
         let url_only = declared(json!({"elicitation": {"url": {}}}));
-        assert_eq!(url_only.lacks_for(&form).unwrap().to_string(), "elicitation");
+        assert_eq!(named(url_only.lacks_for(&form)), ["elicitation.form"]);
+        assert_eq!(named(declared(json!({})).lacks_for(&form)), ["elicitation"]);
 
         let sample = |extra: Value| {
             let mut params = json!({"messages": [], "maxTokens": 5});
@@ -308,15 +327,16 @@ mod tests {
         let with_tools = sample(json!({"tools": [], "toolChoice": {"mode": "auto"}}));
         let with_context = sample(json!({"includeContext": "thisServer"}));
         let no_context = sample(json!({"includeContext": "none"}));
+        let with_both = sample(json!({"toolChoice": {"mode": "auto"}, "includeContext": "allServers"}));
         let sampling = declared(json!({"sampling": {}}));
-        assert_eq!(sampling.lacks_for(&plain), None);
-        assert_eq!(sampling.lacks_for(&no_context), None);
-        assert_eq!(sampling.lacks_for(&with_tools).unwrap().to_string(), "sampling.tools");
-        assert_eq!(sampling.lacks_for(&with_context).unwrap().to_string(), "sampling.context");
+        assert!(sampling.lacks_for(&plain).is_empty());
+        assert!(sampling.lacks_for(&no_context).is_empty());
+        assert_eq!(named(sampling.lacks_for(&with_tools)), ["sampling.tools"]);
+        assert_eq!(named(sampling.lacks_for(&with_context)), ["sampling.context"]);
+        assert_eq!(named(sampling.lacks_for(&with_both)), ["sampling.tools", "sampling.context"]);
         let everything = declared(json!({"sampling": {"tools": {}, "context": {}}}));
-        assert_eq!(everything.lacks_for(&with_tools), None);
-        assert_eq!(everything.lacks_for(&with_context), None);
+        assert!(everything.lacks_for(&with_both).is_empty());
         let roots = request("roots/list", json!({}));
-        assert_eq!(declared(json!({})).lacks_for(&roots).unwrap().to_string(), "roots");
+        assert_eq!(named(declared(json!({})).lacks_for(&roots)), ["roots"]);
     }
 }
