@@ -541,6 +541,28 @@ async fn the_heads_of_responses_a_guest_keeps_are_charged_to_the_call() {
     assert_eq!(answer(&report), "kept 20");
 }
 
+/// A response body the guest keeps unread stays in host memory after its connection has
+/// closed (a body that fits one read is handed over whole as the socket closes): its
+/// connection's buffers stay charged to the call until the guest drops the body. Before,
+/// closing gave the charge back, and 200 kept bodies fitted a 2 MiB budget however large
+/// each read was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_bodies_of_responses_a_guest_keeps_unread_are_charged_after_their_connection_closed() {
+    let upstream = Upstream::start().await;
+    let limits = ToolLimits { host_memory_bytes: 2 << 20, http_requests: 200, ..common::quick_limits() };
+    let runtime = runtime(&[format!("http://127.0.0.1:{}", upstream.port)], limits).await;
+    for streams in [false, true] {
+        let arguments = json!({ "url": upstream.url("/big/1000"), "count": 200, "streams": streams });
+        let text = answer(&call(&runtime, "http_keep", arguments).await);
+        let (kept, then) = text
+            .strip_prefix("kept ")
+            .and_then(|rest| rest.split_once(", then "))
+            .unwrap_or_else(|| panic!("{text}"));
+        let kept: usize = kept.parse().unwrap();
+        assert!((24..=32).contains(&kept) && then == "ErrorCode::ConnectionLimitReached", "{text}");
+    }
+}
+
 /// A head that waits in its future, the response never taken, is host memory as much as
 /// a response kept: charged from its arrival. Before, 200 such heads (10 MiB) waited
 /// uncharged, and only taking them found the budget spent (a trap at the 41st).

@@ -1078,16 +1078,20 @@ struct HttpKeep {
     /// Read each response's body to its end and keep its trailers, not the response.
     #[serde(default)]
     trailers: bool,
+    /// Keep each response's body stream, unread, not the response.
+    #[serde(default)]
+    streams: bool,
 }
 
 fn http_keep(args: HttpKeep) -> Result<String, ToolError> {
     use wasi::http::types::{Fields, Method, OutgoingRequest};
     let (mut kept, mut waiting, mut fields, mut requests) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let mut streams = Vec::new();
     for _ in 0..args.count {
         let request = request_to(&args.url, &Method::Get, Fields::new()).map_err(ToolError::new)?;
         let future = match wasi::http::outgoing_handler::handle(request, None) {
             Ok(future) => future,
-            Err(error) => return Ok(format!("kept {}, then {}", kept.len(), code(error))),
+            Err(error) => return Ok(format!("kept {}, then {}", kept.len() + streams.len(), code(error))),
         };
         future.subscribe().block();
         if args.untaken {
@@ -1095,6 +1099,11 @@ fn http_keep(args: HttpKeep) -> Result<String, ToolError> {
             continue;
         }
         match future.get() {
+            Some(Ok(Ok(response))) if args.streams => {
+                let body = response.consume().map_err(|()| ToolError::new("no body"))?;
+                let stream = body.stream().map_err(|()| ToolError::new("no stream"))?;
+                streams.push((stream, body));
+            }
             Some(Ok(Ok(response))) if args.trailers => match trailers_of(response) {
                 Ok(Some(trailers)) => fields.push(trailers),
                 Ok(None) => return Ok(format!("kept {}, then no trailers", fields.len())),
@@ -1111,7 +1120,7 @@ fn http_keep(args: HttpKeep) -> Result<String, ToolError> {
             Some(Ok(Err(error))) => {
                 return Ok(format!(
                     "kept {}, then {}",
-                    kept.len() + fields.len() + requests.len(),
+                    kept.len() + fields.len() + requests.len() + streams.len(),
                     code(error)
                 ));
             }
@@ -1125,7 +1134,7 @@ fn http_keep(args: HttpKeep) -> Result<String, ToolError> {
             _ => return Ok(format!("kept {}, then no response", kept.len())),
         }
     }
-    Ok(format!("kept {}", kept.len() + fields.len() + requests.len()))
+    Ok(format!("kept {}", kept.len() + fields.len() + requests.len() + streams.len()))
 }
 
 /// Read `response`'s body to its end, then take its trailers.

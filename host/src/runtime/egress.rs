@@ -31,7 +31,9 @@
 //! - **What a request makes the host hold is charged to the call** (ledger.rs): each open
 //!   connection is a descriptor against `open_files` and the server's descriptor budget,
 //!   and its buffers (hyper's, capped at [`CONNECTION_BUFFER_BYTES`], and TLS's) are host
-//!   memory against `host_memory_bytes`, until the connection closes. A refused charge is
+//!   memory against `host_memory_bytes`, until the connection closes, and its buffers'
+//!   until the response's body is done too (a body that fits one read is handed over whole
+//!   as the socket closes, and a guest may keep it unread). A refused charge is
 //!   `connection-limit-reached`. The body a guest sends is buffered two chunks at most,
 //!   half that size each. A response's head is charged by its size from its arrival
 //!   until the guest drops the response (a head outlives its connection), the future
@@ -1217,7 +1219,7 @@ impl WasiHttpHooks for Egress {
                     error
                 }
             })?;
-            let (mut response, io) = response;
+            let (mut response, io, buffers) = response;
             // The head waits with the future until the guest takes it (`get`, which
             // charges it from then on) or drops the future, however long: charged now.
             let Ok(charge) = ledger.hold_memory(head_bytes(response.headers())) else {
@@ -1229,11 +1231,14 @@ impl WasiHttpHooks for Egress {
             };
             response.extensions_mut().insert(HeadCharge { _charge: Arc::new(charge) });
             let response = response.map(|incoming| {
+                // An empty body buffers nothing.
+                let buffers = (!incoming.is_end_stream()).then_some(buffers);
                 ResponseBody {
                     incoming,
                     call: call.clone(),
                     between_bytes: between_bytes_timeout,
                     idle: None,
+                    _buffers: buffers,
                 }
                 .boxed_unsync()
             });
@@ -1443,13 +1448,18 @@ pub(crate) fn tls_config() -> Arc<rustls::ClientConfig> {
 }
 
 /// Send `request` on `connection` (HTTP/1.1) and wait for the response head within
-/// `first_byte_timeout`; the returned future drives the connection until it closes.
+/// `first_byte_timeout`; the returned future drives the connection until it closes. The
+/// connection's buffers stay charged until both it and the response's body are done: a
+/// body that fits one read is handed over whole when the socket closes, and the guest
+/// may keep it unread.
 async fn send(
     connection: Connection,
     mut request: http::Request<WasiBody>,
     first_byte_timeout: Duration,
-) -> Result<(http::Response<Incoming>, ConnectionFuture), HttpError> {
-    let Connection { stream, charge } = connection;
+) -> Result<(http::Response<Incoming>, ConnectionFuture, Arc<MemoryCharge>), HttpError> {
+    let Connection { stream, mut charge } = connection;
+    let buffers = Arc::new(charge.split_memory());
+    let held = buffers.clone();
     let (mut sender, connection) = hyper::client::conn::http1::Builder::new()
         .max_buf_size(CONNECTION_BUFFER_BYTES)
         .handshake(TokioIo::new(stream))
@@ -1460,7 +1470,7 @@ async fn send(
         http::Uri::builder().path_and_query(path).build().map_err(|_| HttpError::HttpRequestUriInvalid)?;
     let mut connection = Box::pin(async move {
         let result = connection.await;
-        drop(charge);
+        drop((charge, held));
         result.map_err(HttpError::from)
     });
     let response = sender.send_request(request);
@@ -1486,7 +1496,7 @@ async fn send(
         Some(result) => Box::new(std::future::ready(result)),
         None => Box::new(connection),
     };
-    Ok((response, io))
+    Ok((response, io, buffers))
 }
 
 /// A response body, counted against the call's `http_response_bytes`, that fails when
@@ -1496,6 +1506,9 @@ struct ResponseBody {
     call: Arc<CallEgress>,
     between_bytes: Duration,
     idle: Option<Pin<Box<tokio::time::Sleep>>>,
+    /// Its connection's buffers' charge, shared with the connection (see [`send`]); none
+    /// for an empty body.
+    _buffers: Option<Arc<MemoryCharge>>,
 }
 
 impl Body for ResponseBody {

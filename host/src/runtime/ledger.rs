@@ -264,6 +264,14 @@ pub(crate) struct StreamCharge {
     bytes: usize,
 }
 
+impl StreamCharge {
+    /// Its memory, as a charge of its own: what outlives the descriptor (a connection's
+    /// buffered response body, kept by the guest after the socket closed).
+    pub(crate) fn split_memory(&mut self) -> MemoryCharge {
+        MemoryCharge { ledger: self.ledger.clone(), bytes: std::mem::take(&mut self.bytes) }
+    }
+}
+
 impl Drop for StreamCharge {
     fn drop(&mut self) {
         let ledger = &self.ledger;
