@@ -563,6 +563,26 @@ async fn the_bodies_of_responses_a_guest_keeps_unread_are_charged_after_their_co
     }
 }
 
+/// A small response head keeps hyper's whole first read buffer (8 KiB), of which its
+/// values are slices: charged so, however few its bytes. Before, 200 heads of about 100
+/// bytes were charged 200 bytes each and held 1.6 MiB.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_small_head_is_charged_the_read_buffer_it_keeps() {
+    let upstream = Upstream::start().await;
+    let limits = ToolLimits { host_memory_bytes: 1 << 20, http_requests: 200, ..common::quick_limits() };
+    let runtime = runtime(&[format!("http://127.0.0.1:{}", upstream.port)], limits).await;
+    let arguments = json!({ "url": upstream.url("/big/0"), "count": 200 });
+    let text = answer(&call(&runtime, "http_keep", arguments).await);
+    let (kept, then) = text
+        .strip_prefix("kept ")
+        .and_then(|rest| rest.split_once(", then "))
+        .unwrap_or_else(|| panic!("{text}"));
+    let kept: usize = kept.parse().unwrap();
+    // 1 MiB: a connection's 64 KiB while it is open, and 8 KiB for each head kept.
+    assert!((100..=124).contains(&kept), "{text}");
+    assert!(then.starts_with("ErrorCode::"), "{text}");
+}
+
 /// A head that waits in its future, the response never taken, is host memory as much as
 /// a response kept: charged from its arrival. Before, 200 such heads (10 MiB) waited
 /// uncharged, and only taking them found the budget spent (a trap at the 41st).

@@ -35,8 +35,9 @@
 //!   until the response's body is done too (a body that fits one read is handed over whole
 //!   as the socket closes, and a guest may keep it unread). A refused charge is
 //!   `connection-limit-reached`. The body a guest sends is buffered two chunks at most,
-//!   half that size each. A response's head is charged by its size from its arrival
-//!   until the guest drops the response (a head outlives its connection), the future
+//!   half that size each. A response's head is charged by its size (at least hyper's 8 KiB
+//!   read buffer, which its values keep) from its arrival until the guest drops the
+//!   response (a head outlives its connection), the future
 //!   holding it included: refused on arrival, the response is the error
 //!   `HTTP-response-header-section-size`; refused when the guest takes it, a trap.
 //! - **What a guest builds before it sends is charged too**: every set of header fields
@@ -134,6 +135,10 @@ pub(crate) const FIELDS_BYTES: usize = 16 << 10;
 /// What one header field of a response is charged beside its name and value: the header
 /// map's entry and index.
 const HEADER_ENTRY_BYTES: usize = 64;
+
+/// hyper's first read buffer for a connection (its `INIT_BUFFER_SIZE`), which a response
+/// head's values are slices of and keep whole, however few.
+const HEAD_BUFFER_BYTES: usize = 8 << 10;
 
 /// The longest method (an extension token; the standard ones are a few bytes) a guest may
 /// give a request...
@@ -458,9 +463,12 @@ fn charged_headers<M: OutgoingMessage>(
 
 /// What a response head holds of host memory: each field line's name and value and an
 /// entry's overhead. A name given many values is counted each time, as the head arrived:
-/// hyper's values are slices of the head's one buffer, which lives while any of them does.
+/// hyper's values are slices of the head's one buffer, which lives while any of them does,
+/// so a small head holds [`HEAD_BUFFER_BYTES`] at least.
 fn head_bytes(headers: &http::HeaderMap) -> usize {
-    headers.iter().map(|(name, value)| name.as_str().len() + value.len() + HEADER_ENTRY_BYTES).sum()
+    let fields: usize =
+        headers.iter().map(|(name, value)| name.as_str().len() + value.len() + HEADER_ENTRY_BYTES).sum();
+    fields.max(HEAD_BUFFER_BYTES)
 }
 
 /// The charge of a response head from its arrival until the guest takes the response
