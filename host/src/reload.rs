@@ -80,9 +80,13 @@ pub async fn reload(runtime: &Runtime, path: Option<&Path>) -> Result<(ReloadRep
     runtime.protect_files(&plan.runtime.server_files, &plan.runtime.secret_files);
     let report = runtime.reload(std::mem::take(&mut plan.components)).await;
     for error in &report.failed {
-        tracing::error!(
-            "reload: {error} (the component keeps its old version if it had one that still fits)"
-        );
+        if error.busy {
+            tracing::warn!("reload: {error} (the component keeps its old version meanwhile)");
+        } else {
+            tracing::error!(
+                "reload: {error} (the component keeps its old version if it had one that still fits)"
+            );
+        }
     }
     if report.swapped {
         let tools = runtime.snapshot();
@@ -294,16 +298,29 @@ impl Reloader {
                 () = async { let _ = shutdown.wait_for(|stopping| *stopping).await; } => return Ok(()),
             }
             let pause = retry.map_or(BUSY_RETRY, |(_, pause)| pause);
-            retry = None;
-            if let Ok((report, plan)) = reload(&self.runtime, self.config.as_deref()).await {
-                self.warn_of_settings_not_applied(&plan);
-                let busy = report.failed.iter().filter(|failure| failure.busy).count();
-                if busy > 0 {
-                    tracing::warn!(
-                        "reload: {busy} components found no free call slot to be listed in; trying again in {pause:?}"
-                    );
-                    retry = Some((tokio::time::Instant::now() + pause, (pause * 2).min(BUSY_RETRY_MAX)));
+            let again = Some((tokio::time::Instant::now() + pause, (pause * 2).min(BUSY_RETRY_MAX)));
+            match reload(&self.runtime, self.config.as_deref()).await {
+                Ok((report, plan)) => {
+                    self.warn_of_settings_not_applied(&plan);
+                    let busy: Vec<&str> = report
+                        .failed
+                        .iter()
+                        .filter(|failure| failure.busy)
+                        .map(|failure| &*failure.origin)
+                        .collect();
+                    retry = None;
+                    if !busy.is_empty() {
+                        tracing::warn!(
+                            "reload: no call slot came free to list {}; reading the config again in {pause:?}",
+                            busy.join(", ")
+                        );
+                        retry = again;
+                    }
                 }
+                // A config that fails to read (a link swapped under it, say) leaves a retry
+                // that was due armed.
+                Err(_) if retry.is_some() => retry = again,
+                Err(_) => {}
             }
             if let Err(error) = self.watch_files() {
                 tracing::error!("reload: {error}");

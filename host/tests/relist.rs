@@ -211,7 +211,8 @@ async fn a_new_list_that_would_not_load_changes_nothing() {
 /// would otherwise hold every reload off until one ends. Here the hostile component is
 /// held back after a failed listing (5 s), asks again, and its next listing finds every
 /// slot parked for 15 s: each reload of the same sources meanwhile ends within the queue
-/// timeout (1 s) and a margin. Before, one waited for a park to end.
+/// timeout (1 s) and a margin. Before, one waited for a park to end. Once the parks end,
+/// the listing that found no slot is tried again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_listing_waits_for_a_slot_no_longer_than_a_call_would_and_holds_no_reload_off() {
     let (runtime, sources) = three_slots("relist-slot").await;
@@ -238,10 +239,14 @@ async fn a_listing_waits_for_a_slot_no_longer_than_a_call_would_and_holds_no_rel
         });
         assert!(report.failed.is_empty(), "{report:?}");
     }
-    assert!(!lists(&runtime.snapshot(), "slot_wait"), "the listing that found no slot was given up");
+    assert!(!lists(&runtime.snapshot(), "slot_wait"), "a listing found a slot that parks held");
+    // Its request still stands: once slots free, it is listed with no call asking again.
+    // Before, the listing that found no slot was given up, as if the guest had failed.
+    let generation = runtime.snapshot().generation();
     for park in parks {
         park.abort();
     }
+    assert!(lists(&*next_set(&runtime, generation).await, "slot_wait"));
 }
 
 /// A runtime of three call slots and a queue timeout of 1 s serving the fixture and the

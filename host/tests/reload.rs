@@ -398,8 +398,8 @@ fn a_reload_that_found_no_free_slot_is_tried_again() {
     assert_eq!(busy["result"]["isError"], true, "{busy}");
     setup.component("alpha.wasm", &WatGuest::new("alpha", LOCK_BODY));
     server.process.signal(libc::SIGHUP);
-    let waiting = server.process.wait_log("found no free call slot");
-    assert!(waiting.contains("WARN") && waiting.contains("trying again in 2s"), "{waiting}");
+    let waiting = server.process.wait_log("reading the config again in 2s");
+    assert!(waiting.contains("WARN") && waiting.contains("no call slot came free to list"), "{waiting}");
     server.send(json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 1}}));
     let loaded = server.process.wait_log("reload: loaded");
     assert!(loaded.contains("loaded [alpha]"), "{loaded}");

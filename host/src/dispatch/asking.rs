@@ -57,9 +57,7 @@ pub(super) struct Subscriptions {
 /// Why asking the client gave no answer.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum AskError {
-    #[error(
-        "the client did not declare the {capability} capability at initialize, so it cannot be sent {method}"
-    )]
+    #[error("the client did not declare {capability} at initialize, so it cannot be sent {method}")]
     NotDeclared { capability: String, method: &'static str },
     #[error("{MAX_OUTSTANDING_ASKS} requests to this client already wait for an answer")]
     TooMany,
@@ -122,7 +120,11 @@ impl Connection {
         });
         if let Some((missing, method)) = lacking {
             let names: Vec<String> = missing.iter().map(|missing| format!("`{missing}`")).collect();
-            return Err(AskError::NotDeclared { capability: names.join(" and "), method });
+            let capability = match names.len() {
+                1 => format!("the {} capability", names[0]),
+                _ => format!("the {} capabilities", names.join(" and ")),
+            };
+            return Err(AskError::NotDeclared { capability, method });
         }
         let mut waiting = Waiting { connection: self, ids: Vec::with_capacity(requests.len()) };
         let mut sent = Vec::with_capacity(requests.len());

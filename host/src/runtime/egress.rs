@@ -305,14 +305,15 @@ pub(crate) fn shadow_http_types(linker: &mut Linker<GuestState>) -> wasmtime::Re
         },
     )?;
     // A response's trailer section, once the guest takes it, is charged by its size as a
-    // head's fields are (hyper keeps one to 16 KiB), until the guest drops it.
+    // head's fields are (hyper keeps one to 16 KiB; copied, it keeps no read buffer),
+    // until the guest drops it.
     types.func_wrap(
         "[method]future-trailers.get",
         |mut store: StoreContextMut<'_, GuestState>, (future,): (Resource<HostFutureTrailers>,)| {
             let state = store.data_mut();
             let got = FutureTrailersHost::get(&mut state.http(), future)?;
             if let Some(Ok(Ok(Some(trailers)))) = &got {
-                let bytes = head_bytes(state.table().get(trailers)?);
+                let bytes = fields_bytes(state.table().get(trailers)?);
                 charge_held(state, bytes)?;
                 state.track_charge::<FieldMap>(trailers.rep(), bytes);
             }
@@ -466,9 +467,13 @@ fn charged_headers<M: OutgoingMessage>(
 /// hyper's values are slices of the head's one buffer, which lives while any of them does,
 /// so a small head holds [`HEAD_BUFFER_BYTES`] at least.
 fn head_bytes(headers: &http::HeaderMap) -> usize {
-    let fields: usize =
-        headers.iter().map(|(name, value)| name.as_str().len() + value.len() + HEADER_ENTRY_BYTES).sum();
-    fields.max(HEAD_BUFFER_BYTES)
+    fields_bytes(headers).max(HEAD_BUFFER_BYTES)
+}
+
+/// What a map of header fields holds: each field line's name and value and an entry's
+/// overhead.
+fn fields_bytes(headers: &http::HeaderMap) -> usize {
+    headers.iter().map(|(name, value)| name.as_str().len() + value.len() + HEADER_ENTRY_BYTES).sum()
 }
 
 /// The charge of a response head from its arrival until the guest takes the response
@@ -1466,7 +1471,8 @@ async fn send(
     first_byte_timeout: Duration,
 ) -> Result<(http::Response<Incoming>, ConnectionFuture, Arc<MemoryCharge>), HttpError> {
     let Connection { stream, mut charge } = connection;
-    let buffers = Arc::new(charge.split_memory());
+    // hyper's buffers only: TLS's go with the socket.
+    let buffers = Arc::new(charge.split_memory(CONNECTION_BUFFER_BYTES));
     let held = buffers.clone();
     let (mut sender, connection) = hyper::client::conn::http1::Builder::new()
         .max_buf_size(CONNECTION_BUFFER_BYTES)

@@ -265,10 +265,12 @@ pub(crate) struct StreamCharge {
 }
 
 impl StreamCharge {
-    /// Its memory, as a charge of its own: what outlives the descriptor (a connection's
-    /// buffered response body, kept by the guest after the socket closed).
-    pub(crate) fn split_memory(&mut self) -> MemoryCharge {
-        MemoryCharge { ledger: self.ledger.clone(), bytes: std::mem::take(&mut self.bytes) }
+    /// Up to `bytes` of its memory, as a charge of its own: what outlives the descriptor
+    /// (a connection's buffered response body, kept by the guest after the socket closed).
+    pub(crate) fn split_memory(&mut self, bytes: usize) -> MemoryCharge {
+        let bytes = bytes.min(self.bytes);
+        self.bytes -= bytes;
+        MemoryCharge { ledger: self.ledger.clone(), bytes }
     }
 }
 

@@ -1079,12 +1079,11 @@ impl Runtime {
         Ok(Description { interfaces, kind: ComponentKind::Plain, left_out })
     }
 
-    /// Run the guest's `list` in a bounded instance; a plain component (which has none) is
-    /// only instantiated there, to check that it can be, and gives `None`. A 0.2.0
-    /// component lists its resources and prompts in the same instance.
+    /// Run the guest's `list` in a bounded instance, in a call slot; a plain component
+    /// (which has none) is only instantiated there, to check that it can be, and gives
+    /// `None`. A 0.2.0 component lists its resources and prompts in the same instance.
+    /// Failed: why, and whether only because no slot came free.
     #[allow(clippy::type_complexity)]
-    /// List `component`'s tools and features in a fresh instance, in a call slot; or why
-    /// not, and whether only because no slot came free.
     async fn list_tools(
         &self,
         component: &LoadedComponent,

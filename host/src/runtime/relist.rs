@@ -15,7 +15,8 @@
 //! long, not before [`RELIST_PAUSE_FACTOR`] times as long again; a listing takes a call slot
 //! like any load's `list` (waiting for one at most the queue timeout, as a call would:
 //! it holds the reload lock meanwhile, and a saturated server must not hold reloads off),
-//! and one at a time with reloads (the reload lock), so that neither undoes the other. A listing that fails, or a new list that would be refused at
+//! and one at a time with reloads (the reload lock), so that neither undoes the other; one
+//! that found no slot is queued again, paced as any listing. A listing that fails, or a new list that would be refused at
 //! load (a tool another component offers, limits configured for a tool that is gone),
 //! is logged and changes nothing, and the component is not listed again before a pause
 //! ([`RELIST_BACKOFF`], doubling at each failure in a row up to [`RELIST_BACKOFF_MAX`]):
@@ -177,6 +178,12 @@ impl Runtime {
         let mut fresh = old.relisted();
         // Waiting for a slot as a call would: the reload lock is held meanwhile.
         if let Err(error) = self.list_into(&mut fresh, name, old.tools.clone()).await {
+            // No slot came free: no fault of the guest's, and its request still stands.
+            if error.busy {
+                tracing::warn!(component = name, "listing again after lists-changed: {error}; trying again");
+                self.relists.request(&old.name);
+                return true;
+            }
             tracing::error!(component = name, "listing again after lists-changed: {error}; its lists stay");
             return false;
         }
