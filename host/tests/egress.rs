@@ -541,6 +541,16 @@ async fn the_heads_of_responses_a_guest_keeps_are_charged_to_the_call() {
     assert_eq!(answer(&report), "kept 20");
 }
 
+/// What `http_keep` answered when something ended it early: how many it kept, and what
+/// ended it.
+fn kept_then(text: &str) -> (usize, &str) {
+    let (kept, then) = text
+        .strip_prefix("kept ")
+        .and_then(|rest| rest.split_once(", then "))
+        .unwrap_or_else(|| panic!("{text}"));
+    (kept.parse().unwrap_or_else(|_| panic!("{text}")), then)
+}
+
 /// A response body the guest keeps unread stays in host memory after its connection has
 /// closed (a body that fits one read is handed over whole as the socket closes): its
 /// connection's buffers stay charged to the call until the guest drops the body. Before,
@@ -554,11 +564,7 @@ async fn the_bodies_of_responses_a_guest_keeps_unread_are_charged_after_their_co
     for streams in [false, true] {
         let arguments = json!({ "url": upstream.url("/big/1000"), "count": 200, "streams": streams });
         let text = answer(&call(&runtime, "http_keep", arguments).await);
-        let (kept, then) = text
-            .strip_prefix("kept ")
-            .and_then(|rest| rest.split_once(", then "))
-            .unwrap_or_else(|| panic!("{text}"));
-        let kept: usize = kept.parse().unwrap();
+        let (kept, then) = kept_then(&text);
         assert!((24..=32).contains(&kept) && then == "ErrorCode::ConnectionLimitReached", "{text}");
     }
 }
@@ -573,11 +579,7 @@ async fn a_small_head_is_charged_the_read_buffer_it_keeps() {
     let runtime = runtime(&[format!("http://127.0.0.1:{}", upstream.port)], limits).await;
     let arguments = json!({ "url": upstream.url("/big/0"), "count": 200 });
     let text = answer(&call(&runtime, "http_keep", arguments).await);
-    let (kept, then) = text
-        .strip_prefix("kept ")
-        .and_then(|rest| rest.split_once(", then "))
-        .unwrap_or_else(|| panic!("{text}"));
-    let kept: usize = kept.parse().unwrap();
+    let (kept, then) = kept_then(&text);
     // 1 MiB: a connection's 64 KiB while it is open, and 8 KiB for each head kept.
     assert!((100..=124).contains(&kept), "{text}");
     assert!(then.starts_with("ErrorCode::"), "{text}");
@@ -597,8 +599,7 @@ async fn the_heads_of_responses_a_guest_never_takes_are_charged_from_their_arriv
     // for the head, or for the next connection's buffer), and taking the first ones
     // finds them charged already.
     let text = answer(&report);
-    let (kept, then) = text.strip_prefix("kept ").and_then(|rest| rest.split_once(", then ")).unwrap();
-    let kept: usize = kept.parse().unwrap();
+    let (kept, then) = kept_then(&text);
     assert!((30..=41).contains(&kept), "{text}");
     assert!(
         matches!(
