@@ -76,6 +76,17 @@ impl Setup {
         self.dir.join("cordon.toml")
     }
 
+    /// Give the hostile tools of [`Self::hostile`] a cleanup budget of `ms`; the config's
+    /// text before.
+    fn raise_cleanup_budget(&self, ms: u64) -> String {
+        let config = std::fs::read_to_string(self.config()).unwrap();
+        let raised = config
+            .replace("max_duration_ms = 60000 }", &format!("max_duration_ms = 60000, cleanup_ms = {ms} }}"));
+        assert_ne!(raised, config);
+        std::fs::write(self.config(), raised).unwrap();
+        config
+    }
+
     /// Give the fixture new bytes (a custom section appended: the same component, another
     /// file), so that a reload replaces it.
     fn touch_fixture(&self, salt: u8) {
@@ -470,6 +481,14 @@ impl Stdio2025 {
         (id, request)
     }
 
+    /// Stop the server (SIGTERM) and wait for the cleanup of the call of `request` (a tool
+    /// or a method) it stopped between rounds.
+    fn shut_down_cleaning_up(&mut self, request: &str) {
+        self.process.signal(libc::SIGTERM);
+        let cleanup = self.process.wait_log("cleanup completed");
+        assert!(cleanup.contains("reason=shutdown") && cleanup.contains(request), "{cleanup}");
+    }
+
     /// Answer the server's `request` with `result`; the call's answer that follows.
     fn answer_with(&mut self, request: &Value, result: Value, call: &Value) -> Value {
         self.send(json!({"jsonrpc": "2.0", "id": request["id"], "result": result}));
@@ -745,9 +764,7 @@ fn shutdown_stops_a_call_waiting_between_rounds_and_cleans_it_up() {
     let setup = Setup::hostile("shutdown-between-rounds", "");
     let mut client = Stdio2025::start(&setup, ALL());
     let (_call, _request) = client.call_until_asked("note_then_ask", json!({}), "roots/list");
-    client.process.signal(libc::SIGTERM);
-    let cleanup = client.process.wait_log("cleanup completed");
-    assert!(cleanup.contains("reason=shutdown") && cleanup.contains("note_then_ask"), "{cleanup}");
+    client.shut_down_cleaning_up("note_then_ask");
     assert_eq!(setup.cleanup_reason(), "Shutdown Some(\"reserved 42\")");
 }
 
@@ -758,17 +775,12 @@ fn shutdown_stops_a_call_waiting_between_rounds_and_cleans_it_up() {
 fn shutdown_waits_for_a_cleanup_budget_a_reload_raised() {
     let setup = Setup::hostile("drain-after-reload", "");
     let mut client = Stdio2025::start(&setup, ALL());
-    let config = std::fs::read_to_string(setup.config()).unwrap();
-    let raised = config.replace("max_duration_ms = 60000 }", "max_duration_ms = 60000, cleanup_ms = 15000 }");
-    assert_ne!(raised, config);
-    std::fs::write(setup.config(), raised).unwrap();
+    setup.raise_cleanup_budget(15_000);
     let reloaded = client.process.reload();
     assert!(reloaded.contains("loaded [hostile]"), "{reloaded}");
     let (_call, _request) =
         client.call_until_asked("note_then_ask", json!({"note": "sleep 8000"}), "roots/list");
-    client.process.signal(libc::SIGTERM);
-    let cleanup = client.process.wait_log("cleanup completed");
-    assert!(cleanup.contains("reason=shutdown") && cleanup.contains("note_then_ask"), "{cleanup}");
+    client.shut_down_cleaning_up("note_then_ask");
 }
 
 /// A call keeps the budgets of the version it started on: shutdown waits for its cleanup
@@ -778,18 +790,13 @@ fn shutdown_waits_for_a_cleanup_budget_a_reload_raised() {
 fn shutdown_waits_for_the_cleanup_budget_of_a_version_a_reload_replaced() {
     let setup = Setup::hostile("drain-after-two-reloads", "");
     let mut client = Stdio2025::start(&setup, ALL());
-    let config = std::fs::read_to_string(setup.config()).unwrap();
-    let raised = config.replace("max_duration_ms = 60000 }", "max_duration_ms = 60000, cleanup_ms = 15000 }");
-    assert_ne!(raised, config);
-    std::fs::write(setup.config(), raised).unwrap();
+    let config = setup.raise_cleanup_budget(15_000);
     assert!(client.process.reload().contains("loaded [hostile]"));
     let (_call, _request) =
         client.call_until_asked("note_then_ask", json!({"note": "sleep 8000"}), "roots/list");
     std::fs::write(setup.config(), config).unwrap();
     assert!(client.process.reload().contains("loaded [hostile]"));
-    client.process.signal(libc::SIGTERM);
-    let cleanup = client.process.wait_log("cleanup completed");
-    assert!(cleanup.contains("reason=shutdown") && cleanup.contains("note_then_ask"), "{cleanup}");
+    client.shut_down_cleaning_up("note_then_ask");
 }
 
 /// The same for a prompt that asks: shutdown stops it between rounds and cleans it up.
@@ -800,9 +807,7 @@ fn shutdown_stops_a_prompt_waiting_between_rounds_and_cleans_it_up() {
     client.send_request("prompts/get", json!({"name": "test_input_required_result_prompt", "arguments": {}}));
     let request = client.next();
     assert_eq!(request["method"], "elicitation/create", "{request}");
-    client.process.signal(libc::SIGTERM);
-    let cleanup = client.process.wait_log("cleanup completed");
-    assert!(cleanup.contains("reason=shutdown") && cleanup.contains("prompts/get"), "{cleanup}");
+    client.shut_down_cleaning_up("prompts/get");
 }
 
 /// A later round that finds no slot within the queue timeout is refused, and the guest,
@@ -1014,10 +1019,7 @@ fn a_2026_round_cancelled_after_its_guest_asked_is_cleaned_up_with_its_note() {
 #[test]
 fn a_call_given_up_between_rounds_is_answered_while_its_cleanup_runs() {
     let setup = Setup::hostile("answered-beside-cleanup", "");
-    let config = std::fs::read_to_string(setup.config()).unwrap();
-    let slow = config.replace("max_duration_ms = 60000 }", "max_duration_ms = 60000, cleanup_ms = 30000 }");
-    assert_ne!(slow, config);
-    std::fs::write(setup.config(), slow).unwrap();
+    setup.raise_cleanup_budget(30_000);
     let mut client = Stdio2025::start(&setup, ALL());
     let (call, request) =
         client.call_until_asked("note_then_ask", json!({"note": "sleep 60000"}), "roots/list");
