@@ -9,9 +9,10 @@
 //! changes nothing; a component that fails keeps its old version. Either way the error
 //! is logged. A component that failed only because every call slot stayed busy while it
 //! waited to be listed is tried again after a pause (a reload of what changed, as a
-//! trigger would), so that a saturated server does not need another signal. Only `[[components]]` are reloaded: every other table (`[server]`, `[http]`,
-//! `[[tenants]]`, `[auth.oauth]`, ...) is read at start, and a reload that finds one
-//! changed says so in a warning naming it, so that an operator who revoked a key or
+//! trigger would), so that a saturated server does not need another signal. Only
+//! `[[components]]` are reloaded: every other table (`[server]`, `[http]`, `[[tenants]]`,
+//! `[auth.oauth]`, ...) is read at start, and a reload that finds one changed says so in
+//! a warning naming it, so that an operator who revoked a key or
 //! changed a limit knows a restart is needed (rather than trusting a reload that took).
 //! So a reloaded component keeps the tenants it was loaded for, and each of them its
 //! own data directory: taken from new `[[tenants]]`, a component they no longer named
