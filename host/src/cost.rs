@@ -50,7 +50,7 @@ pub fn estimate(text: &[u8]) -> Result<Estimate, serde_json::Error> {
 
 /// A heap block as the allocator hands it out: at least 32 bytes, in steps of 16, with
 /// 8 bytes of header (glibc's malloc).
-fn block(requested: usize) -> usize {
+pub(crate) fn block(requested: usize) -> usize {
     if requested == 0 { 0 } else { (requested + 8).div_ceil(16).max(2) * 16 }
 }
 
@@ -237,58 +237,7 @@ impl<'de> de::Deserialize<'de> for KeyLength {
 mod tests {
     use super::*;
 
-    /// Heap bytes allocated on this thread, counted as blocks the way [`block`] does.
-    mod counting {
-        use std::alloc::{GlobalAlloc, Layout, System};
-        use std::cell::Cell;
-
-        pub struct Counting;
-
-        thread_local! {
-            static LIVE: Cell<isize> = const { Cell::new(0) };
-            static PEAK: Cell<isize> = const { Cell::new(0) };
-        }
-
-        fn count(delta: isize) {
-            let _ = LIVE.try_with(|live| {
-                live.set(live.get() + delta);
-                let _ = PEAK.try_with(|peak| peak.set(peak.get().max(live.get())));
-            });
-        }
-
-        /// The most bytes live at once on this thread since the last call, over what was
-        /// live then.
-        pub fn peak_since_last() -> isize {
-            let (live, peak) = (LIVE.with(Cell::get), PEAK.with(Cell::get));
-            PEAK.with(|cell| cell.set(live));
-            peak - live
-        }
-
-        // SAFETY: every call is forwarded to the system allocator unchanged.
-        unsafe impl GlobalAlloc for Counting {
-            unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-                count(super::block(layout.size()) as isize);
-                unsafe { System.alloc(layout) }
-            }
-
-            unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-                count(-(super::block(layout.size()) as isize));
-                unsafe { System.dealloc(ptr, layout) }
-            }
-
-            unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, size: usize) -> *mut u8 {
-                count(super::block(size) as isize - super::block(layout.size()) as isize);
-                unsafe { System.realloc(ptr, layout, size) }
-            }
-        }
-
-        pub fn live() -> isize {
-            LIVE.with(Cell::get)
-        }
-    }
-
-    #[global_allocator]
-    static ALLOCATOR: counting::Counting = counting::Counting;
+    use crate::heap_count as counting;
 
     /// The heap a parsed `text` really holds on to.
     fn measured(text: &str) -> usize {

@@ -4,7 +4,6 @@
 //! stop them. The modules read as the data's path, each using only the ones after it:
 //!
 //! - [`transport`]: stdio (and Streamable HTTP): bytes in, messages out.
-//! - [`auth`]: who is asking (API keys → a tenant), a step of the HTTP transport.
 //! - [`protocol`]: JSON-RPC framing and MCP message shapes; no I/O.
 //! - [`dispatch`]: one connection's requests: eras, concurrency, progress, cancellation.
 //! - [`runtime`]: engine, components, instances; the one owner of the stop sequence.
@@ -27,6 +26,8 @@ pub mod dispatch;
 // Entry points for the fuzz targets in fuzz/, compiled always so that they never rot.
 #[doc(hidden)]
 pub mod fuzzing;
+#[cfg(test)]
+mod heap_count;
 pub mod inspect;
 pub mod paths;
 pub mod protocol;

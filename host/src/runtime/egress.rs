@@ -35,8 +35,9 @@
 //!   until the response's body is done too (a body that fits one read is handed over whole
 //!   as the socket closes, and a guest may keep it unread). A refused charge is
 //!   `connection-limit-reached`. The body a guest sends is buffered two chunks at most,
-//!   half that size each. A response's head is charged by its size (at least hyper's 8 KiB
-//!   read buffer, which its values keep) from its arrival until the guest drops the
+//!   half that size each. A response's head is charged what it holds (hyper's read buffer,
+//!   which its values keep: 8 KiB, or twice its size; and each line's entry, measured)
+//!   from its arrival until the guest drops the
 //!   response (a head outlives its connection), the future
 //!   holding it included: refused on arrival, the response is the error
 //!   `HTTP-response-header-section-size`; refused when the guest takes it, a trap.
@@ -128,16 +129,27 @@ const OUTGOING_BODY_CHUNKS: usize = 1;
 /// What TLS adds to a connection's buffers (rustls' record buffers and state).
 const TLS_BUFFER_BYTES: usize = 64 << 10;
 
-/// Host memory a set of header fields may take (wasmtime-wasi-http's `field_size_limit`,
-/// which counts its in-memory size), charged whole to every fields set a guest holds.
-pub(crate) const FIELDS_BYTES: usize = 16 << 10;
+/// The most a set of header fields a guest builds may count (wasmtime-wasi-http's
+/// `field_size_limit`: each name's and value's length, and 32 and 40 bytes for their
+/// structs): a few KiB is what real requests use (its default allows 128 KiB).
+pub(crate) const FIELD_SIZE_LIMIT: usize = 16 << 10;
 
-/// What one header field of a response is charged beside its name and value: the header
-/// map's entry and index.
-const HEADER_ENTRY_BYTES: usize = 64;
+/// What a set of header fields a guest builds may really hold of host memory, charged
+/// whole to every such set: about 3 times [`FIELD_SIZE_LIMIT`] filled (the header map's
+/// entries, its vectors' spare room and each value's heap block), and up to 6 times after
+/// filling it with values, removing them, and filling it with names (a map never gives
+/// its vectors' room back). Measured by `held_memory` below.
+pub(crate) const FIELDS_BYTES: usize = 8 * FIELD_SIZE_LIMIT;
+
+/// What one header field line is charged beside its name's and value's bytes: its entry in
+/// the header map and its index (a map made for a head has room for twice its lines, at
+/// most), and the heap block of a value copied out of the head. Measured by `held_memory`
+/// below.
+const HEADER_ENTRY_BYTES: usize = 288;
 
 /// hyper's first read buffer for a connection (its `INIT_BUFFER_SIZE`), which a response
-/// head's values are slices of and keep whole, however few.
+/// head's values are slices of and keep whole, however few; a longer head grows it by
+/// doubling.
 const HEAD_BUFFER_BYTES: usize = 8 << 10;
 
 /// The longest method (an extension token; the standard ones are a few bytes) a guest may
@@ -462,16 +474,24 @@ fn charged_headers<M: OutgoingMessage>(
     Ok(fields)
 }
 
-/// What a response head holds of host memory: each field line's name and value and an
-/// entry's overhead. A name given many values is counted each time, as the head arrived:
-/// hyper's values are slices of the head's one buffer, which lives while any of them does,
-/// so a small head holds [`HEAD_BUFFER_BYTES`] at least.
+/// What a response head holds of host memory: the read buffer its values are slices of
+/// (hyper's, which lives while any of them does: [`HEAD_BUFFER_BYTES`] at least, else
+/// the head's size to the next power of two), and its map's entries and copied names.
 fn head_bytes(headers: &http::HeaderMap) -> usize {
-    fields_bytes(headers).max(HEAD_BUFFER_BYTES)
+    let (mut read, mut map) = (0, 0);
+    for (name, value) in headers {
+        // A line: the name, ": ", the value and CRLF.
+        read += name.as_str().len() + value.len() + 4;
+        map += name.as_str().len() + HEADER_ENTRY_BYTES;
+    }
+    // hyper's buffer doubles what it reads next, to its most, and its vector keeps at least
+    // twice what it held before.
+    let buffer = if read <= HEAD_BUFFER_BYTES { HEAD_BUFFER_BYTES } else { 2 * read.next_power_of_two() };
+    buffer + map
 }
 
-/// What a map of header fields holds: each field line's name and value and an entry's
-/// overhead.
+/// What a map of header fields copied out of what arrived (a trailer section) holds: each
+/// line's name and value and an entry's overhead.
 fn fields_bytes(headers: &http::HeaderMap) -> usize {
     headers.iter().map(|(name, value)| name.as_str().len() + value.len() + HEADER_ENTRY_BYTES).sum()
 }
@@ -1924,6 +1944,175 @@ mod tests {
             "::ffff:0:808:808",
         ] {
             assert!(!is_inside(outside.parse().unwrap()), "{outside} is outside");
+        }
+    }
+}
+
+/// What header fields really hold of host memory, measured against what they are charged.
+#[cfg(test)]
+mod held_memory {
+    use super::*;
+    use crate::heap_count;
+
+    /// Heap bytes `build` leaves live on this thread (what it returns keeps).
+    fn held<T>(build: impl FnOnce() -> T) -> (usize, T) {
+        let before = heap_count::live();
+        let built = build();
+        ((heap_count::live() - before) as usize, built)
+    }
+
+    /// Header names as a guest's are checked, none forbidden (the hooks of a call).
+    fn hooks() -> Egress {
+        let limits = ToolLimits::default();
+        let descriptors = Arc::new(super::super::ledger::DescriptorBudget::new(64, 1));
+        let ledger = Arc::new(Ledger::new(&limits, descriptors));
+        let grants = Arc::new(ComponentEgress::new(HttpGrants::parse(&[]).unwrap()));
+        Egress::new(grants, "measured".into(), &limits, ledger)
+    }
+
+    /// Append to `fields` until wasmtime-wasi-http refuses: values of `length` bytes, to
+    /// one name or each to a name of its own.
+    fn fill(fields: &mut FieldMap, hooks: &mut Egress, name: &str, length: usize, distinct: bool) {
+        for index in 0.. {
+            let name = if distinct { format!("{name}{index}") } else { name.to_owned() };
+            if fields.append(hooks, name, vec![b'v'; length]).is_err() {
+                break;
+            }
+        }
+    }
+
+    /// Remove every name `fill` gave `fields`.
+    fn empty(fields: &mut FieldMap, hooks: &mut Egress) {
+        let names: Vec<String> = fields.keys().map(|name| name.to_string()).collect();
+        for name in names {
+            fields.remove_all(hooks, name).unwrap();
+        }
+    }
+
+    /// Filled to its limit in every shape, and filled again after being emptied (a map
+    /// keeps its vectors' room), a fields set a guest builds holds no more than its charge.
+    /// Before, it was charged its limit, 16 KiB, and held up to 90 KiB.
+    #[test]
+    fn a_fields_set_a_guest_builds_holds_no_more_than_it_is_charged() {
+        let mut hooks = hooks();
+        let mut most = (0, String::new());
+        for length in (0..48).chain([64, 100, 200, 1000, 4000]) {
+            for distinct in [false, true] {
+                let (bytes, _fields) = held(|| {
+                    let mut fields = FieldMap::new_mutable(FIELD_SIZE_LIMIT);
+                    fill(&mut fields, &mut hooks, "a", length, distinct);
+                    fields
+                });
+                most = most.max((bytes, format!("filled, values of {length}, distinct {distinct}")));
+                let (bytes, _fields) = held(|| {
+                    let mut fields = FieldMap::new_mutable(FIELD_SIZE_LIMIT);
+                    fill(&mut fields, &mut hooks, "a", length, !distinct);
+                    empty(&mut fields, &mut hooks);
+                    fill(&mut fields, &mut hooks, "b", length.min(8), distinct);
+                    empty(&mut fields, &mut hooks);
+                    fill(&mut fields, &mut hooks, "c", length, !distinct);
+                    fields
+                });
+                most = most.max((bytes, format!("refilled, values of {length}, distinct {distinct}")));
+            }
+        }
+        // A clone of a response head's fields (as many lines as hyper takes) is the
+        // guest's to change: its first change copies the map.
+        let mut head = http::HeaderMap::new();
+        head.reserve(100);
+        for index in 0..100 {
+            head.append(
+                http::HeaderName::try_from(format!("h{index}")).unwrap(),
+                http::HeaderValue::from_static("v"),
+            );
+        }
+        let head = FieldMap::new_immutable(&mut hooks, head);
+        let (bytes, _fields) = held(|| {
+            let mut fields = head.clone();
+            fields.set_mutable(FIELD_SIZE_LIMIT);
+            empty(&mut fields, &mut hooks);
+            fill(&mut fields, &mut hooks, "a", 1, false);
+            empty(&mut fields, &mut hooks);
+            fill(&mut fields, &mut hooks, "b", 1, true);
+            fields
+        });
+        most = most.max((bytes, "a head's clone, refilled".to_owned()));
+        assert!(most.0 <= FIELDS_BYTES, "{most:?}: more than the {FIELDS_BYTES} bytes charged");
+        assert!(most.0 > FIELDS_BYTES / 2, "{most:?}: the charge is far above what is held");
+    }
+
+    /// What hyper's response to a request holds when `fields` and `trailers` arrive, and
+    /// what it is charged: the head and the trailer section together, and the trailer
+    /// section alone (the head dropped), each as (held, charged).
+    fn received(fields: &[(String, String)], trailers: &[(String, String)]) -> [(usize, usize); 2] {
+        let lines = |fields: &[(String, String)]| -> String {
+            fields.iter().map(|(name, value)| format!("{name}: {value}\r\n")).collect()
+        };
+        let raw = format!(
+            "HTTP/1.1 200 OK\r\n{}transfer-encoding: chunked\r\n\r\n1\r\nx\r\n0\r\n{}\r\n",
+            lines(fields),
+            lines(trailers)
+        );
+        // One thread, so that the connection's task allocates where it is counted.
+        let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        runtime.block_on(async {
+            use tokio::io::{AsyncReadExt, AsyncWriteExt};
+            let before = heap_count::live();
+            let (client, mut server) = tokio::io::duplex(256 << 10);
+            let (mut sender, connection) = hyper::client::conn::http1::Builder::new()
+                .max_buf_size(CONNECTION_BUFFER_BYTES)
+                .handshake(TokioIo::new(client))
+                .await
+                .unwrap();
+            let driving = tokio::spawn(connection);
+            let request = http::Request::get("/").body(http_body_util::Empty::<Bytes>::new()).unwrap();
+            let answered = sender.send_request(request);
+            // The request first (a response before it is unexpected).
+            let _ = server.read(&mut [0; 1024]).await.unwrap();
+            server.write_all(raw.as_bytes()).await.unwrap();
+            let (head, body) = answered.await.unwrap().into_parts();
+            let trailers = body.collect().await.unwrap().trailers().cloned().unwrap_or_default();
+            drop((sender, server));
+            driving.await.unwrap().unwrap();
+            assert_eq!(head.headers.len(), fields.len() + 1, "hyper took every line");
+            assert_eq!(trailers.len(), trailers.len());
+            let both =
+                ((heap_count::live() - before) as usize, head_bytes(&head.headers) + fields_bytes(&trailers));
+            drop(head);
+            let trailers_alone = ((heap_count::live() - before) as usize, fields_bytes(&trailers));
+            [both, trailers_alone]
+        })
+    }
+
+    /// Field lines named `{prefix}{index}` padded to `name` bytes, with values of `value`.
+    fn lines(prefix: &str, count: usize, name: usize, value: usize) -> Vec<(String, String)> {
+        (0..count).map(|index| (format!("{prefix}{index:0name$}"), "v".repeat(value))).collect()
+    }
+
+    /// However many lines, however long, a response's head and its trailer section hold
+    /// no more than they are charged. Before, a head was charged 64 bytes a line beside
+    /// its text, at least 8 KiB: 99 short lines held 33 KiB, charged 8 KiB.
+    #[test]
+    fn a_response_head_and_its_trailers_hold_no_more_than_they_are_charged() {
+        for count in [1, 2, 5, 10, 20, 40, 47, 48, 49, 60, 90, 95, 96, 97, 99] {
+            for name in [1, 24, 40] {
+                for value in [1, 50, 300, 600] {
+                    // hyper reads a head of up to its buffer's most.
+                    if count * (name + value + 8) > CONNECTION_BUFFER_BYTES - 1024 {
+                        continue;
+                    }
+                    let head = lines("h", count, name, value);
+                    let trailers = lines("t", count.min(16), name, value.min(600));
+                    for (what, (held, charged)) in
+                        ["head", "trailers"].into_iter().zip(received(&head, &trailers))
+                    {
+                        assert!(
+                            held <= charged,
+                            "{what} of {count} lines, names of {name}, values of {value}: {held} bytes held, {charged} charged"
+                        );
+                    }
+                }
+            }
         }
     }
 }

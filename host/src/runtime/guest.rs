@@ -13,7 +13,7 @@ use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 use super::bindings::cordon::tool::{host, types};
 use super::component::Environment;
 use super::control::{CallControl, LogLevel, Progress};
-use super::egress::{ComponentEgress, Egress, FIELDS_BYTES};
+use super::egress::{ComponentEgress, Egress, FIELD_SIZE_LIMIT};
 use super::files::FileGrants;
 use super::ledger::{DescriptorBudget, Ledger, TableCharges};
 use super::limits::{GuestLimiter, ToolLimits};
@@ -81,9 +81,8 @@ impl GuestState {
         let ledger = Arc::new(Ledger::new(limits, descriptors));
         let mut http = WasiHttpCtx::new();
         // Header fields the guest builds live in host memory, each set charged its most to
-        // the call (egress.rs): a few KiB is what real requests use (wasmtime-wasi-http's
-        // default allows 128 KiB per set).
-        http.set_field_size_limit(FIELDS_BYTES);
+        // the call (egress.rs).
+        http.set_field_size_limit(FIELD_SIZE_LIMIT);
         let egress = Egress::new(http_grants, component.clone(), limits, ledger.clone());
         let operator_log = OperatorLog {
             component,
