@@ -1031,9 +1031,11 @@ impl Connection {
         if legacy && method == "ping" {
             return Reply::Result(mcp::empty_result(revision).into());
         }
-        let known = matches!(method, "server/discover" | "tools/list" | "tools/call")
+        // `server/discover` and `subscriptions/listen` are 2026-07-28's, `logging/setLevel`
+        // and resource subscriptions 2025-11-25's.
+        let known = matches!(method, "tools/list" | "tools/call")
             || features::METHODS.contains(&method)
-            || (method == "subscriptions/listen" && !legacy)
+            || (matches!(method, "server/discover" | "subscriptions/listen") && !legacy)
             || (method == "logging/setLevel" && legacy)
             || (matches!(method, "resources/subscribe" | "resources/unsubscribe")
                 && legacy

@@ -307,6 +307,13 @@ fn both_worlds_are_served_at_once_and_every_new_method_answers_over_stdio() {
     );
     let legacy_read = server.answer("resources/read", json!({"uri": "test://static-text"}), true);
     assert!(legacy_read["result"].get("cacheScope").is_none(), "{legacy_read}");
+    // 2025-11-25 has no discovery: a 2025 session asking for it is told so.
+    let legacy_discover = server.answer("server/discover", json!({}), true);
+    error_of(&legacy_discover, -32601);
+    // A resource that does not exist is 2025-11-25's -32002 (2026-07-28's -32602, above).
+    let legacy_missing = server.answer("resources/read", json!({"uri": "test://nonexistent"}), true);
+    assert_eq!(error_of(&legacy_missing, -32002), "Resource not found");
+    assert_eq!(legacy_missing["error"]["data"]["uri"], "test://nonexistent");
     server.answer("prompts/get", json!({"name": "test_prompt_with_image"}), true);
     server.answer("prompts/list", json!({}), true);
     server.answer("resources/templates/list", json!({}), true);

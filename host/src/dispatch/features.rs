@@ -244,7 +244,7 @@ impl Connection {
             let call = match reserved {
                 Ok(call) => call,
                 Err(error) => {
-                    let answer = Some(jsonrpc::failure(Some(id), &refusal(&error)));
+                    let answer = Some(jsonrpc::failure(Some(id), &refusal(&error, revision)));
                     if rounds == 1 {
                         return (answer, None);
                     }
@@ -310,7 +310,7 @@ impl Connection {
                     }))
                 }
                 Outcome::Answered(FeatureAnswer::NotFound) => {
-                    Err(wire::resource_not_found(uri.as_deref().unwrap_or_default()))
+                    Err(wire::resource_not_found(uri.as_deref().unwrap_or_default(), revision))
                 }
                 Outcome::Answered(FeatureAnswer::Prompt(result)) => {
                     Ok(FeatureResult::GetPrompt(prompt_result(result, completion)))
@@ -471,9 +471,9 @@ fn request(method: &str, params: Option<&Value>) -> Result<FeatureRequest, RpcEr
 
 /// A request refused before it ran: what the client asked for does not exist or does not
 /// fit (`-32602`), or the server has no slot for it.
-fn refusal(error: &FeatureError) -> RpcError {
+fn refusal(error: &FeatureError, revision: Revision) -> RpcError {
     match error {
-        FeatureError::ResourceNotFound(uri) => wire::resource_not_found(uri),
+        FeatureError::ResourceNotFound(uri) => wire::resource_not_found(uri, revision),
         FeatureError::UnknownPrompt(_)
         | FeatureError::InvalidArguments { .. }
         | FeatureError::UnknownReference(_) => RpcError::invalid_params(error.to_string()),

@@ -317,11 +317,18 @@ fn key_hash(key: &str) -> u64 {
         .fold(0xcbf2_9ce4_8422_2325, |hash, byte| (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3))
 }
 
-/// "Resource not found" (SEP-2164): `-32602`, with the URI in `data`.
-pub fn resource_not_found(uri: &str) -> RpcError {
-    RpcError::invalid_params("Resource not found")
-        .with_data(ErrorData::ResourceNotFound { uri: uri.to_owned() })
+/// "Resource not found", with the URI in `data`: `-32602` since 2026-07-28 (SEP-2164),
+/// `-32002` before (2025-11-25's resources page).
+pub fn resource_not_found(uri: &str, revision: Revision) -> RpcError {
+    let error = match revision {
+        Revision::R2025_11_25 => RpcError::new(RESOURCE_NOT_FOUND_2025, "Resource not found"),
+        Revision::R2026_07_28 => RpcError::invalid_params("Resource not found"),
+    };
+    error.with_data(ErrorData::ResourceNotFound { uri: uri.to_owned() })
 }
+
+/// The code 2025-11-25 gives a resource that does not exist.
+const RESOURCE_NOT_FOUND_2025: i64 = -32002;
 
 /// What the server offers besides tools, as `ServerCapabilities` names it.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

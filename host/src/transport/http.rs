@@ -1043,8 +1043,10 @@ async fn serve_request(
         return Err(session_stream(shared, headers, id, &holder));
     }
     if request.method() != Method::POST {
+        // GET and DELETE are served only with a 2025-era session's id: without one, POST
+        // is what this request may use (as the Python SDK answers).
         let mut response = plain(StatusCode::METHOD_NOT_ALLOWED, "Method Not Allowed: use POST");
-        response.headers_mut().insert(header::ALLOW, HeaderValue::from_static("POST, DELETE"));
+        response.headers_mut().insert(header::ALLOW, HeaderValue::from_static("POST"));
         return Err(response);
     }
     if !accepts_json_and_sse(headers) {

@@ -24,7 +24,8 @@ async def test_list_and_read_a_resource(cordon, mode):
         assert read.contents[0].text.startswith("# The example tools")
         with pytest.raises(MCPError) as missing:
             await client.read_resource("examples://nothing-here")
-        assert missing.value.error.code == -32602
+        # 2026-07-28 says -32602 (SEP-2164); 2025-11-25's resources page, -32002.
+        assert missing.value.error.code == (-32602 if mode == "2026-07-28" else -32002)
         assert missing.value.error.data == {"uri": "examples://nothing-here"}
 
 
