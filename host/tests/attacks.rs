@@ -69,6 +69,27 @@ async fn directory_listings_are_charged_while_the_guest_holds_them() {
     assert!(text.contains("insufficient-memory"), "{text}");
 }
 
+/// A poll's list lives in host memory while the guest waits on it, however often it names
+/// one pollable: charged to the call. Before, 40,000 entries (2.5 MiB) waited uncharged
+/// against a 1 MiB budget.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_polls_list_is_charged_while_the_guest_waits() {
+    let dir = fresh_dir("poll-list");
+    let limits = ToolLimits { host_memory_bytes: 1 << 20, ..common::quick_limits() };
+    let runtime = hostile_runtime(common::settings(4), limits, &dir).await;
+    // 64 bytes an entry: 10,000 fit in 1 MiB, 40,000 do not (wasmtime lends at most
+    // about 50,000 handles at once).
+    let report = call(&runtime, "poll_many", json!({ "count": 10_000, "ms": 1 })).await;
+    assert_eq!(answer(&report), "ready 10000");
+    let report = call(&runtime, "poll_many", json!({ "count": 40_000, "ms": 1 })).await;
+    match &report.outcome {
+        Outcome::Trapped(message) => assert!(message.contains("polls a list of 40000"), "{message}"),
+        other => panic!("expected a trap, got {other:?}"),
+    }
+    let report = call(&runtime, "poll_many", json!({ "count": 10_000, "ms": 1 })).await;
+    assert_eq!(answer(&report), "ready 10000", "the charge was given back");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_holds_at_most_its_open_files() {
     let dir = fresh_dir("files");

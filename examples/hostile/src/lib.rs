@@ -26,6 +26,8 @@
 //!   ms)` keeps opening `name` (following links) meanwhile: between the host's look at
 //!   what a name is and its open, the name must not change.
 //! - `park(ms)` waits in a host call (a WASI sleep) and never checks for cancellation.
+//! - `poll_many(count, ms)` waits `ms` in one `poll` of a list naming one pollable `count`
+//!   times.
 //! - `alloc_mb(mb)` allocates and touches `mb` MiB of linear memory.
 //! - `log_flood(count, bytes, then_create?)` writes `count` warning lines of `bytes` bytes
 //!   each to its log as fast as it can (which a client that asked for logs would receive),
@@ -522,6 +524,21 @@ fn park(args: Park) -> Result<String, ToolError> {
 }
 
 #[derive(Deserialize, JsonSchema)]
+struct PollMany {
+    /// How many times the one pollable appears in the list.
+    count: u32,
+    /// When it is ready, in milliseconds.
+    ms: u64,
+}
+
+fn poll_many(args: PollMany) -> Result<String, ToolError> {
+    let pollable = wasi::clocks::monotonic_clock::subscribe_duration(args.ms * 1_000_000);
+    let list = vec![&pollable; args.count as usize];
+    let ready = wasi::io::poll::poll(&list);
+    Ok(format!("ready {}", ready.len()))
+}
+
+#[derive(Deserialize, JsonSchema)]
 struct Alloc {
     /// MiB of linear memory to allocate and touch.
     mb: u32,
@@ -645,6 +662,7 @@ impl Plugin for Hostile {
             Tool::new(&named("open_loop"), "Keeps opening a name.", open_loop),
             Tool::new(&named("set_size"), "Sets a file's length.", set_size),
             Tool::new(&named("park"), "Waits in a host call, never checking for cancellation.", park),
+            Tool::new(&named("poll_many"), "Waits on one pollable listed many times.", poll_many),
             Tool::new(&named("alloc_mb"), "Allocates and touches linear memory.", alloc_mb),
             Tool::new(&named("log_flood"), "Writes many lines to its log as fast as it can.", log_flood),
             Tool::new(&named("env_names"), "Lists the environment variables the component sees.", env_names),

@@ -14,6 +14,14 @@
 //! time having passed and carry on (the example `order_book` would order the book it was
 //! told to drop); its waits run their course, and the hard stop after the grace period
 //! ends it, as before.
+//!
+//! **A poll's list is charged to the call** while it waits ([`POLL_ENTRY_BYTES`] an entry,
+//! against `host_memory_bytes`): wasmtime lifts it into host memory, with a borrow record
+//! per entry, and wasmtime-wasi keeps an index per entry besides, for the whole wait. A
+//! list may name one pollable any number of times, so only wasmtime's cap on a store's
+//! live handles (100,000; an entry lent counts twice) bounded its length: about 50,000
+//! entries, some 3 MiB a call held uncharged for as long as the wait lasted. Refused, the
+//! guest traps.
 
 use wasmtime::component::{Linker, Resource};
 use wasmtime::{Result, StoreContextMut};
@@ -25,6 +33,11 @@ use super::guest::GuestState;
 /// The `wasi:io/poll` instance wasmtime-wasi 48 defines (older 0.2 imports resolve to it).
 const POLL: &str = "wasi:io/poll@0.2.12";
 
+/// What one entry of a poll's list holds of host memory while it waits: the lifted
+/// handle (16 bytes), its borrow record, and wasmtime-wasi's index of it and its place in
+/// the answer, with their vectors' spare room.
+const POLL_ENTRY_BYTES: usize = 64;
+
 /// Put the stop in front of every wait a guest can park in.
 pub(crate) fn wake_waits_on_stop(linker: &mut Linker<GuestState>) -> Result<()> {
     linker.allow_shadowing(true);
@@ -33,19 +46,26 @@ pub(crate) fn wake_waits_on_stop(linker: &mut Linker<GuestState>) -> Result<()> 
         "poll",
         |mut store: StoreContextMut<'_, GuestState>, (pollables,): (Vec<Resource<DynPollable>>,)| {
             Box::new(async move {
-                let every = (0..pollables.len() as u32).collect::<Vec<u32>>();
+                let entries = pollables.len();
+                let _charge =
+                    store.data().ledger().hold_memory(entries.saturating_mul(POLL_ENTRY_BYTES)).map_err(
+                        |refusal| {
+                            wasmtime::format_err!("{refusal}: the guest polls a list of {entries} pollables")
+                        },
+                    )?;
+                let every = || (0..entries as u32).collect::<Vec<u32>>();
                 let control = store.data().control();
                 if !control.checks_for_stop() {
                     return Ok((store.data_mut().table().poll(pollables).await?,));
                 }
                 let mut stop = control.stop_signal();
                 if *stop.borrow_and_update() {
-                    return Ok((every,));
+                    return Ok((every(),));
                 }
                 let table = store.data_mut().table();
                 tokio::select! {
                     ready = table.poll(pollables) => Ok((ready?,)),
-                    _ = stop.wait_for(|stopping| *stopping) => Ok((every,)),
+                    _ = stop.wait_for(|stopping| *stopping) => Ok((every(),)),
                 }
             })
         },
