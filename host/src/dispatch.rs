@@ -65,10 +65,13 @@ mod admission;
 mod asking;
 mod features;
 mod input;
+mod outbox;
 pub mod sealed;
 
 use admission::add_within;
 pub use admission::{Admission, Charge, Client, ClientShare, SUBSCRIBED_PART, Taken, TenantPool, Whose};
+pub(crate) use outbox::whose_share;
+pub use outbox::{AnswerCharger, Framed, LineWriter, Outbox};
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -78,8 +81,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::Value;
-use tokio::io::{AsyncWrite, AsyncWriteExt};
-use tokio::sync::{Notify, mpsc};
+use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::auth::{Caller, Tenant, Tenants};
@@ -659,79 +661,6 @@ impl Server {
     }
 }
 
-/// Where a request's outgoing messages go, in the order each task sends them. Cheap to
-/// clone: a stdio connection shares one; HTTP gives each request its own.
-#[derive(Clone)]
-pub enum Outbox {
-    /// A channel, drained by the transport (e.g. into an HTTP response stream).
-    Channel(mpsc::Sender<Outgoing>),
-    /// A byte stream written in place, one message per line (stdio): no hand-off to
-    /// another task, which saves a thread wake-up per message.
-    Lines(Arc<tokio::sync::Mutex<LineWriter>>),
-}
-
-/// The stream of [`Outbox::Lines`], and the line being written to it. A send is a future
-/// its request may drop at any await (a cancel, a deadline, shutdown), and a pipe takes a
-/// large line in several writes: what a dropped send left of its line is kept here, and
-/// the next send writes it out before its own, so no line is ever cut into by another.
-/// (A line of which nothing went out is dropped with its send.)
-pub struct LineWriter {
-    writer: Box<dyn AsyncWrite + Send + Unpin>,
-    line: Vec<u8>,
-    /// How much of `line` is out.
-    written: usize,
-}
-
-impl LineWriter {
-    async fn write_line(&mut self, line: Vec<u8>) -> std::io::Result<()> {
-        if self.written > 0 {
-            self.finish_line().await?;
-        }
-        self.line = line;
-        self.written = 0;
-        self.finish_line().await?;
-        self.writer.flush().await
-    }
-
-    async fn finish_line(&mut self) -> std::io::Result<()> {
-        while self.written < self.line.len() {
-            match self.writer.write(&self.line[self.written..]).await? {
-                0 => return Err(std::io::ErrorKind::WriteZero.into()),
-                written => self.written += written,
-            }
-        }
-        // Not `clear`: a large answer's buffer is not kept for the stream's life.
-        self.line = Vec::new();
-        self.written = 0;
-        Ok(())
-    }
-}
-
-impl Outbox {
-    pub fn lines(writer: impl AsyncWrite + Send + Unpin + 'static) -> Self {
-        let writer = LineWriter { writer: Box::new(writer), line: Vec::new(), written: 0 };
-        Self::Lines(Arc::new(tokio::sync::Mutex::new(writer)))
-    }
-
-    /// Deliver `message`. A closed channel or stream means the client is gone: there is no
-    /// one left to tell, so the failure is only logged.
-    pub async fn send(&self, message: Outgoing) {
-        match self {
-            Self::Channel(sender) => {
-                let _ = sender.send(message).await;
-            }
-            Self::Lines(writer) => {
-                // serde_json never writes a raw newline: one message is one line.
-                let mut bytes = serde_json::to_vec(&message).expect("a message always serializes");
-                bytes.push(b'\n');
-                if let Err(error) = writer.lock().await.write_line(bytes).await {
-                    tracing::debug!("dropping a message: the client's stream is closed ({error})");
-                }
-            }
-        }
-    }
-}
-
 /// A call in flight: its handle once it has a slot, and whether the client cancelled it.
 ///
 /// `cancelled` is the one source of truth for "send nothing more for this request": it is
@@ -1199,7 +1128,7 @@ impl Connection {
                     // no idle moment to fill: free the instance now and make no spare
                     // (under concurrent HTTP load a spare made in a task of its own cost
                     // more than it saved: 15.5k against 16.8k requests/s, BENCHMARKS.md).
-                    Outbox::Channel(_) => drop(teardown),
+                    Outbox::Channel(..) => drop(teardown),
                 }
             }
             // Only now, with the teardown done and the call's event told to the observers
@@ -1745,7 +1674,7 @@ impl Connection {
             return Err(NotFollowed::AlreadyOpen);
         }
         let slot = match &out {
-            Outbox::Channel(_) => match ListenSlot::take(&self.server, self.tenant.clone(), self.client()) {
+            Outbox::Channel(..) => match ListenSlot::take(&self.server, self.tenant.clone(), self.client()) {
                 Ok(slot) => Some(slot),
                 Err(busy) => {
                     self.following.store(false, Ordering::Release);
@@ -1764,7 +1693,7 @@ impl Connection {
         tokio::spawn(async move {
             let closed = async {
                 match &out {
-                    Outbox::Channel(sender) => sender.closed().await,
+                    Outbox::Channel(sender, _) => sender.closed().await,
                     Outbox::Lines(_) => std::future::pending().await,
                 }
             };
@@ -2091,49 +2020,6 @@ mod tests {
         let passed: Vec<f64> =
             first_round.into_iter().chain(second_round).filter(|done| sent.advance(*done)).collect();
         assert_eq!(passed, [0.2, 0.5, 1.0, 1.5]);
-    }
-
-    /// A send dropped mid-line (its request cancelled while a client read slowly) leaves
-    /// no torn line: the next send finishes it first. Before, the rest was lost and the
-    /// next message glued onto the torn line, so the client lost both.
-    #[tokio::test]
-    async fn a_line_whose_send_was_dropped_midway_is_finished_before_the_next() {
-        use tokio::io::AsyncReadExt;
-        let (writer, mut reader) = tokio::io::duplex(1024);
-        let out = Outbox::lines(writer);
-        let message = |reason: &str| {
-            let id = RequestId::parse(&Value::from(7)).unwrap();
-            Outgoing::Notification(mcp::listen_cancelled(&id, reason))
-        };
-        let long = "x".repeat(10_000);
-        // Nothing is read: the send writes the pipe's 1 KiB and waits; it is dropped there.
-        tokio::select! {
-            biased;
-            () = out.send(message(&long)) => panic!("10 KB went into a 1 KiB pipe no one reads"),
-            () = std::future::ready(()) => {}
-        }
-        // So is one of which nothing went out: the pipe is full.
-        tokio::select! {
-            biased;
-            () = out.send(message("never started")) => panic!("sent into a full pipe"),
-            () = std::future::ready(()) => {}
-        }
-        let reading = tokio::spawn(async move {
-            let mut text = String::new();
-            reader.read_to_string(&mut text).await.map(|_| text)
-        });
-        out.send(message("after")).await;
-        drop(out);
-        let text = reading.await.unwrap().unwrap();
-        let reasons: Vec<String> = text
-            .lines()
-            .map(|line| {
-                let message: Value =
-                    serde_json::from_str(line).unwrap_or_else(|error| panic!("{error}: {line:.80}"));
-                message["params"]["reason"].as_str().unwrap().to_owned()
-            })
-            .collect();
-        assert_eq!(reasons, [long, "after".to_owned()]);
     }
 
     /// When a set is swapped in, every listen stream asks for its lists at once: they are

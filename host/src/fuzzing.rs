@@ -18,7 +18,6 @@ use hyper::header::{self, HeaderMap};
 use hyper::{Method, Request, StatusCode};
 use serde_json::Value;
 use tokio::io::AsyncWrite;
-use tokio::sync::mpsc;
 
 use crate::config::Config;
 use crate::dispatch::{self, Connection, Outbox, Server};
@@ -90,11 +89,11 @@ impl Dispatcher {
             connection.set_legacy();
         }
         // Without guests a message causes at most one answer: the channel never fills.
-        let (sender, mut outbox) = mpsc::channel(16);
-        self.tokio.block_on(connection.handle(message, &Outbox::Channel(sender)));
+        let (out, mut sent_to) = Outbox::channel(&self.server, 16);
+        self.tokio.block_on(connection.handle(message, &out));
         let mut sent = Vec::new();
-        while let Ok(message) = outbox.try_recv() {
-            sent.push(serde_json::to_value(message).expect("a message always serializes"));
+        while let Ok(message) = sent_to.try_recv() {
+            sent.push(message.value());
         }
         sent
     }

@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use common::wire::{Schema, meta};
 use cordon::auth::{ApiKeys, Tenant, TenantId, Tenants};
-use cordon::dispatch::{Connection, Outbox, RateCheck, Server, ServerLimits};
-use cordon::protocol::jsonrpc::{self, Outgoing};
+use cordon::dispatch::{Connection, Framed, Outbox, RateCheck, Server, ServerLimits};
+use cordon::protocol::jsonrpc;
 use cordon::runtime::{ComponentOptions, Runtime, TenantView};
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -311,6 +311,44 @@ async fn answers_a_client_does_not_read_stay_charged_until_written() {
     serving.await.unwrap().unwrap();
 }
 
+/// An answer leaves its call slot and its request's charge behind as it is sent, and may
+/// then wait in its request's outbox behind other messages for as long as the client
+/// takes to read them: it is charged from the moment it is sent. Before, it was charged
+/// only once the response's task took it to write, so answers waiting behind log lines
+/// for a slow client were held by nothing the bound saw.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_waiting_in_its_outbox_is_charged_from_the_moment_it_is_sent() {
+    const ANSWER: usize = 3 << 20;
+    let ended = Arc::new(Ended::default());
+    let mut runtime = Runtime::new(common::settings(2)).unwrap();
+    runtime.observe(ended.clone());
+    let data = common::fresh_dir("admission-outbox");
+    std::fs::write(data.join("big.txt"), "x".repeat(ANSWER)).unwrap();
+    let options = ComponentOptions {
+        limits: common::quick_limits(),
+        data_dir: Some(data),
+        ..ComponentOptions::default()
+    };
+    runtime.load_file(&common::hostile(), options).await.unwrap();
+    let server = Server::with_limits(Arc::new(runtime), Duration::from_millis(10), LIMITS);
+    let connection = Connection::new(server.clone());
+    // Room for the answer, and no one reads it yet.
+    let (out, mut sent) = Outbox::channel(&server, 64);
+    let call = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+        "params": {"name": "read_text", "arguments": {"path": "/data/big.txt"}, "_meta": meta()}});
+    connection.handle(jsonrpc::classify(call), &out).await;
+    ended.reach(1).await;
+    // The call is over, its slot and its request's charge given back: the answer waiting
+    // in the outbox is what holds the bound now.
+    let held = server.admission().used();
+    assert!(held >= ANSWER, "{held} bytes charged with a 3 MiB answer waiting to be read");
+    let answer = tokio::time::timeout(Duration::from_secs(10), sent.recv()).await.unwrap().unwrap();
+    assert!(answer.is_answer() && answer.json().len() > ANSWER);
+    assert_eq!(answer.value()["id"], 3);
+    drop(answer);
+    all_released(&server).await;
+}
+
 /// A small request may ask for a large answer, so requests let in at their own size could
 /// make the server hold far more than its bound in answers: one client with many calls in
 /// flight that reads slowly keeps at most its share of answers; the others' answers are
@@ -458,7 +496,7 @@ struct Asked {
     server: Arc<Server>,
     connection: Arc<Connection>,
     out: Outbox,
-    sent: tokio::sync::mpsc::Receiver<Outgoing>,
+    sent: tokio::sync::mpsc::Receiver<Framed>,
 }
 
 async fn asking_client(limits: ServerLimits) -> Asked {
@@ -467,8 +505,7 @@ async fn asking_client(limits: ServerLimits) -> Asked {
     runtime.load_file(&common::hostile(), options).await.unwrap();
     let server = Server::with_limits(Arc::new(runtime), Duration::from_millis(10), limits);
     let connection = Connection::new(server.clone());
-    let (out, mut sent) = tokio::sync::mpsc::channel(64);
-    let out = Outbox::Channel(out);
+    let (out, mut sent) = Outbox::channel(&server, 64);
     let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
         "params": {"protocolVersion": "2025-11-25", "capabilities": {"roots": {}},
                    "clientInfo": {"name": "t", "version": "1"}}});
@@ -478,9 +515,9 @@ async fn asking_client(limits: ServerLimits) -> Asked {
 }
 
 /// The next message the server sent, within 10 s.
-async fn next_sent(sent: &mut tokio::sync::mpsc::Receiver<Outgoing>) -> Value {
+async fn next_sent(sent: &mut tokio::sync::mpsc::Receiver<Framed>) -> Value {
     let message = tokio::time::timeout(Duration::from_secs(10), sent.recv()).await.unwrap().unwrap();
-    serde_json::to_value(&message).unwrap()
+    message.value()
 }
 
 /// A 2025-era client's answer to what a call asked waits, parsed, until the call has
@@ -945,14 +982,14 @@ fn spin_or_echo(body: &str) -> &'static str {
 /// (`Ok`) or refused, with the error's message.
 struct Listens {
     out: Outbox,
-    sent: tokio::sync::mpsc::Receiver<Outgoing>,
+    sent: tokio::sync::mpsc::Receiver<Framed>,
     id: i64,
 }
 
 impl Listens {
-    fn new() -> Self {
-        let (out, sent) = tokio::sync::mpsc::channel(64);
-        Self { out: Outbox::Channel(out), sent, id: 0 }
+    fn new(server: &Arc<Server>) -> Self {
+        let (out, sent) = Outbox::channel(server, 64);
+        Self { out, sent, id: 0 }
     }
 
     async fn open(&mut self, connection: &Arc<Connection>) -> Result<(), String> {
@@ -962,11 +999,12 @@ impl Listens {
             "params": {"notifications": {"toolsListChanged": true}, "_meta": meta()}}));
         connection.handle(request, &self.out).await;
         let message = tokio::time::timeout(Duration::from_secs(10), self.sent.recv()).await.unwrap().unwrap();
-        let value = serde_json::to_value(&message).unwrap();
-        match message {
-            Outgoing::Error { .. } => Err(value["error"]["message"].as_str().unwrap().to_owned()),
-            Outgoing::Notification(_) => Ok(()),
-            _ => panic!("{value}"),
+        let value = message.value();
+        if value.get("error").is_some() {
+            Err(value["error"]["message"].as_str().unwrap().to_owned())
+        } else {
+            assert!(value.get("method").is_some() && value.get("id").is_none(), "{value}");
+            Ok(())
         }
     }
 }
@@ -983,8 +1021,7 @@ async fn one_tenant_of_two_holds_at_most_half_the_listen_streams() {
         Connection::for_tenant(server.clone(), Some(tenant), RateCheck::Here)
     };
     let (a, b) = (of("a"), of("b"));
-    let (out, mut sent) = tokio::sync::mpsc::channel(64);
-    let out = Outbox::Channel(out);
+    let (out, mut sent) = Outbox::channel(&server, 64);
     let listen = |id: i64| {
         jsonrpc::classify(json!({"jsonrpc": "2.0", "id": id, "method": "subscriptions/listen",
             "params": {"notifications": {"toolsListChanged": true}, "_meta": meta()}}))
@@ -993,15 +1030,13 @@ async fn one_tenant_of_two_holds_at_most_half_the_listen_streams() {
     let mut answer_to = async |connection: &Arc<Connection>, id: i64| {
         connection.handle(listen(id), &out).await;
         let message = tokio::time::timeout(Duration::from_secs(10), sent.recv()).await.unwrap().unwrap();
-        let value = serde_json::to_value(&message).unwrap();
-        match message {
-            Outgoing::Error { .. } => Err(value),
-            Outgoing::Notification(_) => {
-                assert_eq!(value["method"], "notifications/subscriptions/acknowledged");
-                acknowledged.push(value);
-                Ok(())
-            }
-            _ => panic!("{value}"),
+        let value = message.value();
+        if value.get("error").is_some() {
+            Err(value)
+        } else {
+            assert_eq!(value["method"], "notifications/subscriptions/acknowledged");
+            acknowledged.push(value);
+            Ok(())
         }
     };
     for id in [1, 2] {
@@ -1028,7 +1063,7 @@ async fn two_tenants_of_three_cannot_take_the_thirds_listen_streams() {
         let tenant = tenants.get(name).unwrap().clone();
         Connection::for_tenant(server.clone(), Some(tenant), RateCheck::Here)
     };
-    let mut listens = Listens::new();
+    let mut listens = Listens::new(&server);
     let (a, b, c) = (of("a"), of("b"), of("c"));
     for _ in 0..3 {
         listens.open(&a).await.unwrap();
@@ -1057,7 +1092,7 @@ async fn one_client_holds_at_most_its_share_of_the_listen_streams() {
         connection.set_peer(std::net::IpAddr::from(address));
         connection
     };
-    let mut listens = Listens::new();
+    let mut listens = Listens::new(&server);
     let (first, again) = (from([127, 0, 0, 1], None), from([127, 0, 0, 1], None));
     for _ in 1..=8 {
         listens.open(&first).await.unwrap();
@@ -1118,30 +1153,30 @@ async fn an_open_listen_stream_keeps_a_small_charge_not_its_requests() {
     let charged = server.admission().used();
     assert!(charged > 4 << 20, "the padded request is charged its parsed size: {charged}");
     let connection = Connection::new(server.clone());
-    let (out, mut sent) = tokio::sync::mpsc::channel(64);
-    connection.handle_admitted(admitted, &Outbox::Channel(out)).await;
+    let (out, mut sent) = Outbox::channel(&server, 64);
+    connection.handle_admitted(admitted, &out).await;
     let message = tokio::time::timeout(Duration::from_secs(10), sent.recv()).await.unwrap().unwrap();
-    let value = serde_json::to_value(&message).unwrap();
+    let value = message.value();
     assert_eq!(value["method"], "notifications/subscriptions/acknowledged", "{value}");
     let held = server.admission().used();
     assert!(held <= 4 << 10, "an open listen stream holds {held} bytes of the bound");
     server.shutdown();
     let ended = tokio::time::timeout(Duration::from_secs(10), sent.recv()).await.unwrap().unwrap();
-    assert_eq!(serde_json::to_value(&ended).unwrap()["id"], "watch");
+    assert_eq!(ended.value()["id"], "watch");
     all_released(&server).await;
 }
 
 /// `resources/subscribe` sent in process, each on the session given, and its answer.
 struct Subscriber {
     out: Outbox,
-    sent: tokio::sync::mpsc::Receiver<Outgoing>,
+    sent: tokio::sync::mpsc::Receiver<Framed>,
     id: i64,
 }
 
 impl Subscriber {
-    fn new() -> Self {
-        let (out, sent) = tokio::sync::mpsc::channel(64);
-        Self { out: Outbox::Channel(out), sent, id: 0 }
+    fn new(server: &Arc<Server>) -> Self {
+        let (out, sent) = Outbox::channel(server, 64);
+        Self { out, sent, id: 0 }
     }
 
     async fn subscribe(&mut self, connection: &Arc<Connection>, uri: String) -> Value {
@@ -1150,7 +1185,7 @@ impl Subscriber {
             json!({"jsonrpc": "2.0", "id": self.id, "method": "resources/subscribe", "params": {"uri": uri}});
         connection.handle(jsonrpc::classify(request), &self.out).await;
         let answer = tokio::time::timeout(Duration::from_secs(10), self.sent.recv()).await.unwrap().unwrap();
-        serde_json::to_value(&answer).unwrap()
+        answer.value()
     }
 
     /// Subscribe sessions `open` makes, 16 URIs of about 4 KiB each, until one is refused:
@@ -1193,7 +1228,7 @@ async fn one_clients_sessions_keep_at_most_a_part_of_its_share_in_subscriptions(
         connection.set_legacy();
         connection
     };
-    let mut subscriber = Subscriber::new();
+    let mut subscriber = Subscriber::new(&server);
     let (refused, mut sessions) = subscriber.fill(|| session([192, 0, 2, 7])).await;
     assert_eq!(refused["error"]["code"], -32602, "{refused}");
     let message = refused["error"]["message"].as_str().unwrap();
@@ -1225,7 +1260,7 @@ async fn one_subject_in_two_tenants_keeps_a_share_of_listen_streams_in_each() {
         let caller = Some(cordon::auth::Caller::of_subject("user-1"));
         Connection::for_caller(server.clone(), Some(tenant), caller, RateCheck::Here)
     };
-    let mut listens = Listens::new();
+    let mut listens = Listens::new(&server);
     let (a, b) = (of("a"), of("b"));
     for _ in 0..4 {
         listens.open(&a).await.unwrap();
@@ -1252,14 +1287,14 @@ async fn a_running_call_keeps_the_charge_of_its_arguments_not_of_its_padding() {
     let charged = server.admission().used();
     assert!(charged > 4 << 20, "the padded request is charged its parsed size: {charged}");
     let connection = Connection::new(server.clone());
-    let (out, mut sent) = tokio::sync::mpsc::channel(64);
-    connection.handle_admitted(admitted, &Outbox::Channel(out)).await;
+    let (out, mut sent) = Outbox::channel(&server, 64);
+    connection.handle_admitted(admitted, &out).await;
     slot_taken(&server).await;
     let held = server.admission().used();
     assert!(held <= 8 << 10, "a running call holds {held} bytes of the bound");
     let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 1}});
-    connection.handle(jsonrpc::classify(cancel), &Outbox::Channel(tokio::sync::mpsc::channel(1).0)).await;
-    drop(connection);
+    connection.handle(jsonrpc::classify(cancel), &Outbox::channel(&server, 1).0).await;
+    drop((connection, out));
     while tokio::time::timeout(Duration::from_secs(10), sent.recv()).await.unwrap().is_some() {}
     all_released(&server).await;
 }
@@ -1280,7 +1315,7 @@ async fn one_caller_cannot_take_its_tenants_subscriptions() {
         connection.set_legacy();
         connection
     };
-    let mut subscriber = Subscriber::new();
+    let mut subscriber = Subscriber::new(&server);
     let (refused, _sessions) = subscriber.fill(|| session("user-1")).await;
     assert_eq!(refused["error"]["code"], -32602, "{refused}");
     let held = server.admission().used();

@@ -346,8 +346,7 @@ async fn a_cancel_read_while_held_log_lines_go_out_stops_them() {
     let server = Server::new(Arc::new(runtime), Duration::from_millis(10));
     let connection = Connection::new(server.clone());
     // Room for one message: the client reads nothing until the tool is done.
-    let (out, mut sent) = tokio::sync::mpsc::channel(1);
-    let out = Outbox::Channel(out);
+    let (out, mut sent) = Outbox::channel(&server, 1);
     let mut envelope = envelope(Some("warning"));
     envelope["progressToken"] = json!("p");
     let call = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
@@ -378,8 +377,7 @@ async fn a_cancel_read_while_held_log_lines_go_out_stops_them() {
     while let Ok(message) = sent.try_recv() {
         received.push(message);
     }
-    let received: Vec<Value> =
-        received.iter().map(|message| serde_json::to_value(message).unwrap()).collect();
+    let received: Vec<Value> = received.iter().map(|message| message.value()).collect();
     let schema = Schema::new();
     for message in &received {
         schema.check_sent(message, None);

@@ -175,12 +175,12 @@ async fn a_client_that_reads_nothing_cannot_keep_its_call_from_being_stopped() {
     let server = Server::new(runtime.clone(), Duration::from_millis(1));
     let connection = Connection::new(server.clone());
     // Room for one message, and nobody reads: the second progress notification waits.
-    let (outbox, unread) = tokio::sync::mpsc::channel(1);
+    let (outbox, unread) = Outbox::channel(&server, 1);
     let mut meta = common::wire::meta();
     meta["progressToken"] = json!("t");
     let request = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "reindex",
         "arguments": {"collection": "stalled", "total": 1_000_000, "step_ms": 1}, "_meta": meta}});
-    connection.handle(jsonrpc::classify(request), &Outbox::Channel(outbox)).await;
+    connection.handle(jsonrpc::classify(request), &outbox).await;
     let started = std::time::Instant::now();
     while !locks(&runtime).await.iter().any(|held| held == "stalled") {
         assert!(started.elapsed() < Duration::from_secs(5), "the call never took its lock");

@@ -40,7 +40,7 @@
 //! no read deadline running. A write left waiting for `write_timeout` by a client that
 //! took less than 64 KiB meanwhile fails ([`Socket`]), and hyper closes the connection. A client that reads a byte now and then
 //! makes progress, so an answer of 4 KiB or more stays charged to the admission ledger
-//! until its last byte is written ([`AnswerCharges`]): such clients make new requests
+//! from the moment it is sent until its last byte is written ([`AnswerCharger`]): such clients make new requests
 //! wait, not the server's memory grow past its bound. A small request can ask for a large
 //! answer, so an answer that does not fit in its client's share (or its tenant's), or
 //! would take the server past twice its bound, is not kept: that request is answered with
@@ -72,12 +72,10 @@ use super::tls::Tls;
 use crate::auth::oauth::{Claims, TokenError, Validator};
 use crate::auth::{AuthError, Caller, Tenant, TenantId};
 use crate::dispatch::{
-    Admitted, Charge, Client, ClientShare, Connection, NotFollowed, Outbox, RETRY_AFTER_SECONDS, RateCheck,
-    Refusal, SMALL_UNCHARGED_BYTES, Server, Whose, rate_limited,
+    Admitted, AnswerCharger, Charge, Client, Connection, Framed, NotFollowed, Outbox, RETRY_AFTER_SECONDS,
+    RateCheck, Refusal, SMALL_UNCHARGED_BYTES, Server, Whose, rate_limited, whose_share,
 };
-use crate::protocol::jsonrpc::{
-    self, HEADER_MISMATCH, INVALID_REQUEST, Incoming, Outgoing, RequestId, RpcError,
-};
+use crate::protocol::jsonrpc::{self, HEADER_MISMATCH, INVALID_REQUEST, Incoming, RequestId, RpcError};
 use crate::protocol::mcp;
 
 /// How the HTTP transport behaves.
@@ -1101,7 +1099,9 @@ async fn serve_request(
                 }
                 Some(connection) => {
                     let admitted = Admitted { message: notification, charge };
-                    connection.handle_admitted(admitted, &Outbox::Channel(mpsc::channel(1).0)).await
+                    // Nothing answers a notification: what it sends goes nowhere.
+                    let nowhere = Arc::new(AnswerCharger::new(server.clone(), None, None));
+                    connection.handle_admitted(admitted, &Outbox::Channel(mpsc::channel(1).0, nowhere)).await
                 }
                 // Its cancellation could reach nothing: the client must initialize again.
                 // (A 2026-07-28 notification ignores a session id, as its requests do.)
@@ -1157,7 +1157,7 @@ async fn serve_request(
     }
 
     let (sender, mut outbox) = mpsc::channel(64);
-    let charges = AnswerCharges { server: server.clone(), tenant: tenant.clone(), client };
+    let charger = Arc::new(AnswerCharger::new(server.clone(), tenant.clone(), client));
     let connection = match session.filter(|_| legacy) {
         Some(connection) => connection,
         None => {
@@ -1178,12 +1178,12 @@ async fn serve_request(
     // From here on, dropping the guard (the client went away) cancels the call.
     let guard = CancelOnDrop { connection: connection.clone(), id: id.clone(), armed: true };
     let admitted = Admitted { message: Incoming::Request { id, method, params }, charge };
-    connection.handle_admitted_in(admitted, Some(tools), &Outbox::Channel(sender)).await;
+    connection.handle_admitted_in(admitted, Some(tools), &Outbox::Channel(sender, charger)).await;
     drop(connection);
 
     let first = match tokio::time::timeout(settings.sse_after, outbox.recv()).await {
-        Ok(Some(message)) if message.id().is_some() => {
-            let mut response = json_answer(guard, &message, legacy, &charges);
+        Ok(Some(message)) if message.is_answer() => {
+            let mut response = json_answer(guard, &message, legacy);
             if let Some(session) = new_session
                 && let Ok(value) = HeaderValue::from_str(&session)
             {
@@ -1198,7 +1198,7 @@ async fn serve_request(
         Ok(None) => None,
         Err(_quiet) => None,
     };
-    Ok(sse_answer(Some(guard), first, outbox, settings.keep_alive, settings.stats.clone(), charges))
+    Ok(sse_answer(Some(guard), first, outbox, settings.keep_alive, settings.stats.clone()))
 }
 
 /// The tenant of the request's credentials (`None` when no tenants are configured: every
@@ -1314,8 +1314,12 @@ fn session_stream(
     else {
         return plain(StatusCode::NOT_FOUND, "Not Found: unknown or expired session; initialize again");
     };
+    let client = connection.client().map(|client| {
+        shared.server.admission().client_share(connection.tenant().map(|tenant| &**tenant), client)
+    });
+    let charger = Arc::new(AnswerCharger::new(shared.server.clone(), connection.tenant().cloned(), client));
     let (sender, outbox) = mpsc::channel(16);
-    match connection.follow_tool_changes(Outbox::Channel(sender), holder.expire) {
+    match connection.follow_tool_changes(Outbox::Channel(sender, charger), holder.expire) {
         Ok(()) => {}
         Err(NotFollowed::AlreadyOpen) => {
             return plain(StatusCode::CONFLICT, "Conflict: this session already has a GET stream open");
@@ -1326,12 +1330,7 @@ fn session_stream(
             return response;
         }
     }
-    let client = connection.client().map(|client| {
-        shared.server.admission().client_share(connection.tenant().map(|tenant| &**tenant), client)
-    });
-    let charges =
-        AnswerCharges { server: shared.server.clone(), tenant: connection.tenant().cloned(), client };
-    sse_answer(None, None, outbox, shared.settings.keep_alive, shared.settings.stats.clone(), charges)
+    sse_answer(None, None, outbox, shared.settings.keep_alive, shared.settings.stats.clone())
 }
 
 /// Whether a request comes from a 2025-era client: without the 2026 envelope, `initialize`,
@@ -1604,15 +1603,6 @@ async fn read_body(
     }
 }
 
-/// The share of the server's limit `share` names, for a refused client.
-fn whose_share(share: Option<Whose>) -> &'static str {
-    match share {
-        Some(Whose::Tenant) => "this tenant's share of the server's limit",
-        Some(Whose::Client) => "this client's share of the server's limit",
-        None => "the server's limit",
-    }
-}
-
 /// A message refused admission: 413 when it alone costs too much, 503 when the server's
 /// bound is reached; a JSON-RPC error either way, with its id when it could be read.
 fn refused(refusal: &Refusal) -> HttpResponse {
@@ -1822,8 +1812,8 @@ impl Drop for CancelOnDrop {
 /// The status for a 2026-era answer carrying `error`: 404 for an unknown method, 400 for
 /// the protocol-level refusals, 200 for errors of a request that was understood. (2025-era
 /// answers are always 200: a 404 would tell such a client its session is gone.)
-fn status_for(error: &RpcError) -> StatusCode {
-    match error.code {
+fn status_for(code: i64) -> StatusCode {
+    match code {
         jsonrpc::METHOD_NOT_FOUND => StatusCode::NOT_FOUND,
         jsonrpc::MISSING_REQUIRED_CLIENT_CAPABILITY
         | jsonrpc::UNSUPPORTED_PROTOCOL_VERSION
@@ -1832,91 +1822,21 @@ fn status_for(error: &RpcError) -> StatusCode {
     }
 }
 
-fn json_answer(
-    mut guard: CancelOnDrop,
-    message: &Outgoing,
-    legacy: bool,
-    charges: &AnswerCharges,
-) -> HttpResponse {
+fn json_answer(mut guard: CancelOnDrop, message: &Framed, legacy: bool) -> HttpResponse {
     guard.armed = false;
-    let status = match message.error() {
-        Some(error) if !legacy => status_for(error),
+    let status = match message.error_code() {
+        Some(code) if !legacy => status_for(code),
         _ => StatusCode::OK,
     };
-    let json = |message: &Outgoing| serde_json::to_vec(message).expect("a message always serializes");
-    with_json_body(status, charges.charged(message, json))
-}
-
-/// Answers at least this large are charged to the admission bound until written.
-const CHARGED_ANSWER_BYTES: usize = 4 << 10;
-
-/// Where an answer's bytes are charged: the admission bound requests are let in under
-/// (and the tenant's share of it). A client that reads slowly, or not at all, keeps its
-/// answers in this server's memory until the connection gives up on it; charged, they
-/// make new requests wait (503) instead of letting thousands of such clients hold
-/// gigabytes the bound never saw.
-struct AnswerCharges {
-    server: Arc<Server>,
-    tenant: Option<Arc<Tenant>>,
-    client: Option<ClientShare>,
-}
-
-impl AnswerCharges {
-    /// `message` as `frame` writes it, charged (when large) until the connection has
-    /// written the last of it and dropped it.
-    ///
-    /// An answer that fits neither in its client's (or tenant's) share nor within twice
-    /// the server's bound is not kept: the client gets an error for that request instead.
-    /// A request is let in at its own size, and a small one may ask for a large answer: a
-    /// client with a thousand such requests in flight that reads slowly would otherwise
-    /// make the server hold a thousand large answers. What answers no request (a
-    /// notification, a request to the client) is held whatever: its own queue bounds it.
-    fn charged(&self, message: &Outgoing, frame: impl Fn(&Outgoing) -> Vec<u8>) -> Bytes {
-        let bytes = frame(message);
-        if bytes.len() < CHARGED_ANSWER_BYTES {
-            return Bytes::from(bytes);
-        }
-        let mut charge = self.server.admission().empty_for(self.tenant.as_deref(), self.client.as_ref());
-        match message.id() {
-            Some(id) if !charge.grow_answer(bytes.len()) => {
-                // The request was handled (a tool may have acted): no retry is suggested.
-                let error = RpcError::new(
-                    jsonrpc::INTERNAL_ERROR,
-                    format!(
-                        "Server busy: the request was handled, but its answer ({} bytes) was not kept, as \
-                         answers not read yet hold {}; read those before asking for more",
-                        bytes.len(),
-                        whose_share(charge.full_share(bytes.len()))
-                    ),
-                );
-                return Bytes::from(frame(&Outgoing::Error { id: Some(id.clone()), error }));
-            }
-            Some(_) => {}
-            None => charge.hold(bytes.len()),
-        }
-        Bytes::from_owner(ChargedAnswer { bytes, _charge: charge })
-    }
-}
-
-/// An answer's bytes and their charge, released together.
-struct ChargedAnswer {
-    bytes: Vec<u8>,
-    _charge: Charge,
-}
-
-impl AsRef<[u8]> for ChargedAnswer {
-    fn as_ref(&self) -> &[u8] {
-        &self.bytes
-    }
+    with_json_body(status, message.json())
 }
 
 fn sse_answer(
     guard: Option<CancelOnDrop>,
-    first: Option<Outgoing>,
-    mut outbox: mpsc::Receiver<Outgoing>,
+    first: Option<Framed>,
+    mut outbox: mpsc::Receiver<Framed>,
     keep_alive: Duration,
     stats: Arc<HttpStats>,
-    charges: AnswerCharges,
 ) -> HttpResponse {
     let (events, body) = mpsc::channel::<Bytes>(16);
     // A client that stops reading (its connection still open) is treated as gone once a
@@ -1926,21 +1846,12 @@ fn sse_answer(
         // Own the whole guard here: it cancels the call if this task ends early.
         let mut guard = guard;
         let _open = HttpStats::hold(&stats.streams);
-        let event = |message: &Outgoing| {
-            let frame = |message: &Outgoing| {
-                let mut bytes = b"data: ".to_vec();
-                serde_json::to_writer(&mut bytes, message).expect("a message always serializes");
-                bytes.extend_from_slice(b"\n\n");
-                bytes
-            };
-            charges.charged(message, frame)
-        };
         let send = |bytes: Bytes| {
             let events = events.clone();
             async move { matches!(tokio::time::timeout(stall, events.send(bytes)).await, Ok(Ok(()))) }
         };
         if let Some(first) = first
-            && !send(event(&first)).await
+            && !send(first.event()).await
         {
             return; // the guard cancels
         }
@@ -1951,11 +1862,11 @@ fn sse_answer(
                 () = events.closed() => return, // the client went away: the guard cancels
                 message = outbox.recv() => {
                     let Some(message) = message else { break };
-                    let done = message.id().is_some();
+                    let done = message.is_answer();
                     if done && let Some(guard) = &mut guard {
                         guard.armed = false;
                     }
-                    if !send(event(&message)).await {
+                    if !send(message.event()).await {
                         return; // gone or stalled: the guard cancels
                     }
                     if done {
