@@ -492,6 +492,20 @@ fn call_keeps(charged: usize, arguments: &Value, feeds: &Feeds) -> usize {
     (parsed + text.len() + retry + CALL_HELD_BYTES).min(charged)
 }
 
+/// What a 2025-era call keeps while it waits for its client's answers: the note and state
+/// its guest left, and what it asked, parsed (about twice its JSON) and waiting for an
+/// answer.
+fn waiting_bytes(input: &InputRequired, note: Option<&[u8]>) -> usize {
+    let asked: usize = input
+        .requests
+        .iter()
+        .map(|(key, request)| {
+            key.len() + 2 * serde_json::to_vec(&request.params()).map_or(0, |json| json.len())
+        })
+        .sum();
+    asked + input.state.as_ref().map_or(0, Vec::len) + note.map_or(0, <[u8]>::len)
+}
+
 /// A call's name, id and bookkeeping, charged besides what [`call_keeps`] measures.
 const CALL_HELD_BYTES: usize = 4096;
 
@@ -1110,7 +1124,17 @@ impl Connection {
         spawn_unless_ready(async move {
             // What the call keeps of its request counts until its answer is out.
             let (answer, teardown) = connection
-                .run_rounds(&id, &tools, &name, &arguments, feeds, revision, &cancel_signal, &out)
+                .run_rounds(
+                    &id,
+                    &tools,
+                    &name,
+                    &arguments,
+                    feeds,
+                    revision,
+                    &cancel_signal,
+                    &out,
+                    &mut charge,
+                )
                 .await;
             // Left however it ended (a cancelled call has no answer, and must not stay).
             let cancelled = connection.leave_in_flight(&id, &cancel_signal);
@@ -1154,8 +1178,11 @@ impl Connection {
         revision: Revision,
         cancel_signal: &Notify,
         out: &Outbox,
+        charge: &mut Charge,
     ) -> (Option<Outgoing>, Option<Teardown>) {
         let abilities = self.client_abilities();
+        // What the request keeps for the whole call; a wait for the client holds more.
+        let kept = charge.bytes();
         // The whole call, every round and every wait for the client, within the tool's
         // maximum duration.
         let limits = tools.limits(name).cloned().unwrap_or_default();
@@ -1170,6 +1197,7 @@ impl Connection {
                 .run_call(id, tools, name, arguments, feeds.clone(), revision, round, cancel_signal, out)
                 .await;
             drop(std::mem::take(&mut answers_held));
+            charge.shrink_to(kept);
             let input = match ran {
                 Ran::Answered(answer, teardown) => return (answer, teardown),
                 Ran::NeedsInput(input, note_left, teardown) => {
@@ -1214,6 +1242,11 @@ impl Connection {
                 let answer = jsonrpc::success(id, CallToolResult::error(problem, revision));
                 return (None, give_up(Some(answer), Outcome::Cancelled, note).await);
             }
+            // The round's store and slot are gone, but what the guest left stays while the
+            // client is asked: counted in the bound as the request is, until the next round
+            // ends, so that waiting calls make new requests wait rather than hold memory
+            // nothing counts (already made, it is held whatever the bound).
+            charge.hold(waiting_bytes(&input, note.as_deref()));
             match self.ask_between_rounds(input, deadline, cancel_signal, out).await {
                 Ok((responses, state, held)) => {
                     round = InputRound::retry(abilities, responses, state);

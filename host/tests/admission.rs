@@ -557,6 +557,31 @@ async fn a_clients_answers_stay_charged_while_the_call_waits_for_the_rest() {
     server.shutdown();
 }
 
+/// A 2025-era call waiting for its client's answer has given back its slot and its store,
+/// but keeps what its guest left (the cleanup note, the state, what it asked): counted in
+/// the bound while it waits. Before, a call of a small request that left a 60 KB note
+/// waited with some 200 bytes charged, so thousands of such waits held memory the bound
+/// never saw.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_a_call_waiting_for_its_client_keeps_is_charged_while_it_waits() {
+    const NOTE: usize = 60_000;
+    let Asked { server, connection, out, mut sent } = asking_client(LIMITS).await;
+    let call = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+        "params": {"name": "note_then_ask", "arguments": {"note_bytes": NOTE}}});
+    connection.handle(jsonrpc::classify(call), &out).await;
+    let asked = next_sent(&mut sent).await;
+    assert_eq!(asked["method"], "roots/list", "{asked}");
+    let held = server.admission().used();
+    assert!(held >= NOTE, "{held} bytes charged while a call waits with a note of {NOTE}");
+    // Answered, the call ends, and what it kept is given back with it.
+    let answer = json!({"jsonrpc": "2.0", "id": asked["id"], "result": {"roots": []}});
+    connection.handle(jsonrpc::classify(answer), &out).await;
+    let done = next_sent(&mut sent).await;
+    assert_eq!(done["result"]["content"][0]["text"], "done", "{done}");
+    all_released(&server).await;
+    server.shutdown();
+}
+
 /// A client's answer too costly to admit is never answered: its id is the server's own
 /// request's, which the client's own requests may share, so a refusal would read as the
 /// answer to one of them. The call that asked gets the refusal as its answer, and ends now

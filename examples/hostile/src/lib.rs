@@ -61,8 +61,8 @@
 //! - `ask(count, key_len, state_bytes)` asks `count` roots requests with keys of
 //!   `key_len` characters and hands out `state_bytes` of state: over the host's bounds
 //!   when told.
-//! - `note_then_ask(note, log_lines?, then_spin?)` leaves the cleanup note `note` (`reserved
-//!   42` when absent; a cleanup given `sleep <ms>` takes that long, within its `cleanup_ms`),
+//! - `note_then_ask(note, note_bytes?, log_lines?, then_spin?)` leaves the cleanup note `note`
+//!   (`note_bytes` of `n` instead, if given; `reserved 42` when absent; a cleanup given `sleep <ms>` takes that long, within its `cleanup_ms`),
 //!   logs `log_lines` lines of 4,000 bytes (then creates `/data/asking`) and asks once
 //!   (`roots/list`); answered, it returns `done` (with `then_spin`, it creates
 //!   `/data/answered` and spins instead): a later round, or the cleanup of a call stopped
@@ -841,6 +841,9 @@ struct NoteThenAsk {
     /// The note to leave (`reserved 42` when absent).
     #[serde(default)]
     note: Option<String>,
+    /// Instead, a note of this many bytes.
+    #[serde(default)]
+    note_bytes: Option<usize>,
     /// Warning lines of 4,000 bytes to log before asking; with any, the file `/data/asking`
     /// is created just before the round returns (a test's sign that it has).
     #[serde(default)]
@@ -853,7 +856,11 @@ struct NoteThenAsk {
 
 fn note_then_ask(args: NoteThenAsk, round: &Round) -> Result<Reply<String>, ToolError> {
     if round.response("roots").is_none() {
-        cordon_guest::set_cleanup_note(args.note.as_deref().unwrap_or("reserved 42").as_bytes());
+        let note = match args.note_bytes {
+            Some(bytes) => "n".repeat(bytes),
+            None => args.note.unwrap_or_else(|| "reserved 42".to_owned()),
+        };
+        cordon_guest::set_cleanup_note(note.as_bytes());
         if args.log_lines > 0 {
             let line = "x".repeat(4000);
             for _ in 0..args.log_lines {

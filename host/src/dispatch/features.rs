@@ -152,7 +152,7 @@ impl Connection {
         revision: Revision,
         retry: Option<Retry>,
         out: Outbox,
-        charge: Charge,
+        mut charge: Charge,
     ) -> Reply {
         let cancel_signal = match self.enter_in_flight(id) {
             Ok(signal) => signal,
@@ -161,8 +161,9 @@ impl Connection {
         let connection = self.clone();
         let id = id.clone();
         spawn_unless_ready(async move {
-            let (answer, teardown) =
-                connection.run_feature(&id, &tools, request, revision, retry, &cancel_signal, &out).await;
+            let (answer, teardown) = connection
+                .run_feature(&id, &tools, request, revision, retry, &cancel_signal, &out, &mut charge)
+                .await;
             // Left however it ended (a cancelled request has no answer, and must not stay).
             let cancelled = connection.leave_in_flight(&id, &cancel_signal);
             if let Some(answer) = answer.filter(|_| !cancelled) {
@@ -189,8 +190,11 @@ impl Connection {
         mut retry: Option<Retry>,
         cancel_signal: &Notify,
         out: &Outbox,
+        charge: &mut Charge,
     ) -> (Option<Outgoing>, Option<Teardown>) {
         let runtime = &self.server.runtime;
+        // What the request keeps for the whole prompt; a wait for the client holds more.
+        let kept = charge.bytes();
         let uri = match &request {
             FeatureRequest::ReadResource { uri } => Some(uri.clone()),
             _ => None,
@@ -290,6 +294,7 @@ impl Connection {
             }
             let (report, teardown) = call.run_deferring_teardown().await;
             drop(std::mem::take(&mut answers_held));
+            charge.shrink_to(kept);
             if report.outcome == Outcome::Cancelled || self.is_cancelled(id) {
                 // A prompt that asked has run: cancelled now, it is cleaned up with its note
                 // (a 2026-07-28 client was never sent the state to come back with).
@@ -331,6 +336,8 @@ impl Connection {
                         let answer = jsonrpc::failure(Some(id), &RpcError::new(INTERNAL_ERROR, problem));
                         return (None, give_up(Some(answer), Outcome::Cancelled, note).await);
                     }
+                    // Held while the client is asked, as for a tool call.
+                    charge.hold(super::waiting_bytes(&input, note.as_deref()));
                     match self.ask_between_rounds(input, deadline, cancel_signal, out).await {
                         Ok((responses, state, held)) => {
                             let mut next = InputRound::retry(abilities, responses, state);
