@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use common::server::Process;
 use common::wire::{Schema, line_channel, meta};
-use cordon::runtime::{ComponentOptions, RELIST_INTERVAL, Runtime, ToolSet};
+use cordon::runtime::{ComponentOptions, RELIST_INTERVAL, RETIRED_SETS_MOST, Runtime, ToolSet};
 use serde_json::{Value, json};
 
 const WAIT: Duration = Duration::from_secs(20);
@@ -115,6 +115,34 @@ async fn a_tool_that_changes_the_list_is_listed_again() {
     let removed = next_set(&runtime, added.generation()).await;
     assert!(!lists(&removed, "test_dynamic_tool"));
     assert!(runtime.call("test_dynamic_tool", &json!({})).await.is_err(), "a removed tool is unknown");
+}
+
+/// Every version of the tool set that requests still run on keeps its lists, so a guest
+/// that relists without pause beside long calls could pile versions up: past
+/// [`RETIRED_SETS_MOST`] of them, a listing waits until requests let some go. Before, each
+/// listing swapped a new version in, however many older ones were held.
+#[tokio::test]
+async fn listings_wait_while_too_many_older_versions_serve_requests() {
+    let runtime = runtime("retired").await;
+    // Requests hold the set they started with: here, held by the test.
+    let mut held = vec![runtime.snapshot()];
+    for index in 0..RETIRED_SETS_MOST {
+        let generation = runtime.snapshot().generation();
+        common::call(&runtime, "relist", json!({"extra": format!("version_{index}"), "times": 1})).await;
+        held.push(next_set(&runtime, generation).await);
+    }
+    // One set served and eight older ones held: the next listing waits.
+    held.pop();
+    let generation = runtime.snapshot().generation();
+    common::call(&runtime, "relist", json!({"extra": "one_too_many", "times": 1})).await;
+    let mut sets = runtime.watch_tools();
+    let swapped =
+        tokio::time::timeout(RELIST_INTERVAL * 8, sets.wait_for(|set| set.generation() > generation)).await;
+    assert!(swapped.is_err(), "a ninth older version was swapped out while eight were held");
+    // Let go, the waiting listing lands.
+    drop(held);
+    let listed = next_set(&runtime, generation).await;
+    assert!(lists(&listed, "one_too_many"));
 }
 
 #[tokio::test]

@@ -84,7 +84,7 @@ pub use ledger::{DescriptorBudget, raise_open_file_limit};
 pub use limits::ToolLimits;
 pub use plain::ArgumentError;
 pub use registry::{ReloadReport, TenantView, ToolSet};
-pub use relist::RELIST_INTERVAL;
+pub use relist::{RELIST_INTERVAL, RETIRED_SETS_MOST};
 pub use schema::CHECK_BUDGET as SCHEMA_CHECK_BUDGET;
 
 use component::LoadedComponent;
@@ -767,6 +767,13 @@ impl Runtime {
         let mut retired = self.retired_sets.lock().unwrap();
         retired.retain(|set| set.strong_count() > 0);
         retired.push(Arc::downgrade(&old));
+    }
+
+    /// How many of the sets swapped out (by a reload or a listing) requests still run on.
+    fn retired_sets_alive(&self) -> usize {
+        let mut retired = self.retired_sets.lock().unwrap();
+        retired.retain(|set| set.strong_count() > 0);
+        retired.len()
     }
 
     /// How long a shutdown waits for the calls in flight to stop and be cleaned up: the

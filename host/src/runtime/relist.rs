@@ -16,7 +16,9 @@
 //! like any load's `list` (waiting for one at most the queue timeout, as a call would:
 //! it holds the reload lock meanwhile, and a saturated server must not hold reloads off),
 //! and one at a time with reloads (the reload lock), so that neither undoes the other; one
-//! that found no slot is queued again, paced as any listing. A listing that fails, or a new list that would be refused at
+//! that found no slot is queued again, paced as any listing, and so is one that finds
+//! [`RETIRED_SETS_MOST`] older versions of the set still serving requests (each keeps its
+//! lists, so that relisting beside long calls would otherwise pile them up). A listing that fails, or a new list that would be refused at
 //! load (a tool another component offers, limits configured for a tool that is gone),
 //! is logged and changes nothing, and the component is not listed again before a pause
 //! ([`RELIST_BACKOFF`], doubling at each failure in a row up to [`RELIST_BACKOFF_MAX`]):
@@ -49,6 +51,11 @@ pub const RELIST_INTERVAL: Duration = Duration::from_millis(250);
 /// budget, asked for again by each cheap call) take at most a fifth of the time, of a core
 /// and of the reload lock and call slot they hold.
 pub const RELIST_PAUSE_FACTOR: u32 = 4;
+
+/// The most versions of the tool set that requests still run on (swapped out by a listing
+/// or a reload) beside the one served: past it, a listing waits in the queue until some
+/// are let go.
+pub const RETIRED_SETS_MOST: usize = 8;
 
 /// The pause after a failed listing before the component is listed again.
 pub const RELIST_BACKOFF: Duration = Duration::from_secs(5);
@@ -172,6 +179,18 @@ impl Runtime {
     /// List `name` again, and swap a set with its new lists in when one differs. False
     /// when the listing failed or its lists were refused.
     async fn relist_locked(&self, name: &str) -> bool {
+        // Each version requests still run on keeps its lists (schemas parsed and compiled:
+        // many times the host-call allowance a listing may fill). A guest that relists
+        // without pause beside long calls (a 2025-era call waits minutes for its client)
+        // would pile them up: past the most, the listing waits, queued.
+        if self.retired_sets_alive() >= RETIRED_SETS_MOST {
+            tracing::debug!(
+                component = name,
+                "listing again after lists-changed: waiting for older lists to be let go"
+            );
+            self.relists.request(&Arc::from(name));
+            return true;
+        }
         let current = self.snapshot();
         // Removed or replaced by a reload since: the new version was listed at its load.
         let Some(old) = current.component(name).cloned() else { return true };
