@@ -508,6 +508,15 @@ async fn unsent_requests_bodies_and_header_fields_are_charged_to_the_call() {
     assert_eq!(answer(&report), "bodies 0 fields 30 of 30 buffering 0");
     let report = call(&runtime, "http_hoard", json!({ "count": 1000 })).await;
     assert_eq!(answer(&report), format!("bodies 20 of 1000 buffering {}", 20 * (64 << 10)));
+    // A body finished with trailers keeps them until it is sent: they stay charged, so
+    // requests with trailers fill the budget sooner and the guest traps building the 13th
+    // section. Before, their charge went with their resource, and 20 bodies held 20
+    // sections uncharged (the 21st body was refused, as without trailers).
+    let report = call(&runtime, "http_hoard", json!({ "count": 1000, "trailers": true })).await;
+    match &report.outcome {
+        Outcome::Trapped(message) => assert!(message.contains("HTTP header fields"), "{message}"),
+        other => panic!("expected a trap, got {other:?}"),
+    }
 }
 
 /// A response's head stays in host memory while the guest keeps the response, after its

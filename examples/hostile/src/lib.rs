@@ -1040,12 +1040,16 @@ struct Hoard {
     /// Keep `count` clones of one fields set whose long name has many values.
     #[serde(default)]
     cloned_fields: bool,
+    /// Finish each request's body at once, with a trailer section, and keep the request.
+    #[serde(default)]
+    trailers: bool,
 }
 
 fn http_hoard(args: Hoard) -> Result<String, ToolError> {
-    use wasi::http::types::{Fields, OutgoingRequest};
+    use wasi::http::types::{Fields, OutgoingBody, OutgoingRequest};
     let value = vec![b'v'; 1024];
     let (mut held, mut fields, mut buffered) = (Vec::new(), Vec::new(), 0usize);
+    let mut finished = Vec::new();
     if args.cloned_fields {
         let name = format!("x-{}", "n".repeat(4094));
         let entries: Vec<(String, Vec<u8>)> = (0..100).map(|_| (name.clone(), b"v".to_vec())).collect();
@@ -1067,6 +1071,14 @@ fn http_hoard(args: Hoard) -> Result<String, ToolError> {
         let Ok(body) = request.body() else {
             return Ok(format!("bodies {index} of {} buffering {buffered}", args.count));
         };
+        if args.trailers {
+            let trailers = Fields::from_list(&[("x-trailer".to_owned(), value.clone())])
+                .map_err(|error| ToolError::new(format!("{error:?}")))?;
+            OutgoingBody::finish(body, Some(trailers))
+                .map_err(|error| ToolError::new(format!("{error:?}")))?;
+            finished.push(request);
+            continue;
+        }
         let stream = body.write().map_err(|()| ToolError::new("no stream"))?;
         // As much as the body takes before it waits for the (never made) connection.
         loop {
@@ -1079,7 +1091,8 @@ fn http_hoard(args: Hoard) -> Result<String, ToolError> {
         // Children first: the stream, then the body, then the request.
         held.push((stream, body, request));
     }
-    Ok(format!("bodies {} fields {} of {} buffering {buffered}", held.len(), fields.len(), args.count))
+    let bodies = held.len() + finished.len();
+    Ok(format!("bodies {bodies} fields {} of {} buffering {buffered}", fields.len(), args.count))
 }
 
 #[derive(Deserialize, JsonSchema)]

@@ -52,7 +52,9 @@
 //!   body its buffer ([`CONNECTION_BUFFER_BYTES`]) until the body is dropped or sent and
 //!   done: `wasi:http/types` constructors are shadowed in front of wasmtime-wasi-http's
 //!   own, which still do the work. A refused fields set traps (the constructor has no
-//!   error to return); a refused body is `body()`'s error.
+//!   error to return); a refused body is `body()`'s error. A trailer section a body is
+//!   finished with stays charged as its fields were until the call ends (it lives on with
+//!   the body, which may never be sent).
 //! - **Stops**: a request runs in a task owned by the guest's resource table, so when a
 //!   stopped call's store is dropped the task is aborted and the connection closed; a
 //!   guest that checks for stops is woken from its wait on the response (waits.rs).
@@ -107,7 +109,8 @@ use wasmtime_wasi_http::FieldMap;
 use wasmtime_wasi_http::p2::bindings::http::types::{
     HostFields, HostFutureIncomingResponse as FutureIncomingResponseHost,
     HostFutureTrailers as FutureTrailersHost, HostIncomingResponse as IncomingResponseHost,
-    HostOutgoingRequest as OutgoingRequestHost, HostOutgoingResponse as OutgoingResponseHost, Method,
+    HostOutgoingBody as OutgoingBodyHost, HostOutgoingRequest as OutgoingRequestHost,
+    HostOutgoingResponse as OutgoingResponseHost, Method,
 };
 use wasmtime_wasi_http::p2::body::{HostFutureTrailers, HostOutgoingBody, HyperOutgoingBody};
 use wasmtime_wasi_http::p2::types::{
@@ -330,6 +333,26 @@ pub(crate) fn shadow_http_types(linker: &mut Linker<GuestState>) -> wasmtime::Re
                 state.track_charge::<FieldMap>(trailers.rep(), bytes);
             }
             Ok((got,))
+        },
+    )?;
+    // A body finished with trailers takes them over (their resource goes, and its charge
+    // with it), but the trailers live on with the body until it is sent or dropped:
+    // charged again, as they were, until the call ends.
+    types.func_wrap(
+        "[static]outgoing-body.finish",
+        |mut store: StoreContextMut<'_, GuestState>,
+         (body, trailers): (Resource<HostOutgoingBody>, Option<Resource<FieldMap>>)| {
+            let state = store.data_mut();
+            let bytes = trailers.as_ref().map(|trailers| fields_charge(state, trailers)).transpose()?;
+            match OutgoingBodyHost::finish(&mut state.http(), body, trailers) {
+                Ok(()) => {
+                    if let Some(bytes) = bytes {
+                        charge_held(state, bytes)?;
+                    }
+                    Ok((Ok(()),))
+                }
+                Err(error) => Ok((Err(error.downcast()?),)),
+            }
         },
     )?;
     shadow_outgoing::<HostOutgoingRequest>(&mut types)?;
