@@ -492,6 +492,16 @@ fn call_keeps(charged: usize, arguments: &Value, feeds: &Feeds) -> usize {
     (parsed + text.len() + retry + CALL_HELD_BYTES).min(charged)
 }
 
+/// Over a channel an answer is charged as it is sent ([`Outbox`]): its request's charge
+/// goes first, so that its client's share need not hold both at once (the answer is
+/// built, and the request's arguments are no longer needed). Written in place (stdio), an
+/// answer is not charged, and the request's charge stays until it is out.
+fn release_before_sending(out: &Outbox, charge: &mut Charge) {
+    if let Outbox::Channel(..) = out {
+        charge.shrink_to(0);
+    }
+}
+
 /// What a 2025-era call keeps while it waits for its client's answers: the note and state
 /// its guest left, and what it asked, parsed (about twice its JSON) and waiting for an
 /// answer.
@@ -1139,6 +1149,7 @@ impl Connection {
             // Left however it ended (a cancelled call has no answer, and must not stay).
             let cancelled = connection.leave_in_flight(&id, &cancel_signal);
             if let Some(answer) = answer.filter(|_| !cancelled) {
+                release_before_sending(&out, &mut charge);
                 out.send(answer).await;
             }
             drop((charge, arguments));

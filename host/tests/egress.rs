@@ -121,6 +121,16 @@ impl Upstream {
                         );
                         let _ = socket.write_all(response.as_bytes()).await;
                         return;
+                    } else if path == "/forbidden" {
+                        // A head of about 50 KiB, all of it one field wasmtime-wasi-http
+                        // hides from the guest (forbidden), and one short field.
+                        let head = format!(
+                            "HTTP/1.1 200 OK\r\ncontent-length: 0\r\nconnection: close\r\n\
+                             proxy-authenticate: {}\r\nx-small: 1\r\n\r\n",
+                            "p".repeat(50_000)
+                        );
+                        let _ = socket.write_all(head.as_bytes()).await;
+                        return;
                     } else if path == "/fat" {
                         // A head of about 50 KiB (60 fields of 800 bytes), no body.
                         let fields: String =
@@ -551,6 +561,32 @@ async fn the_heads_of_responses_a_guest_keeps_are_charged_to_the_call() {
     assert_eq!(answer(&report), "kept 10");
     let report = call(&runtime, "http_keep", json!({ "url": upstream.url("/fat"), "count": 10 })).await;
     assert_eq!(answer(&report), "kept 10");
+}
+
+/// A head whose bytes are mostly a field the guest never sees (forbidden, so dropped from
+/// its view) still keeps them: its values are slices of the one read buffer. It stays
+/// charged as it arrived. Before, taking the response recounted the head as the guest sees
+/// it (two short fields, so 8 KiB) and gave the rest back: 150 such heads kept, 15 MiB
+/// against a 2 MiB budget.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_head_is_charged_as_it_arrived_whatever_the_guest_is_shown() {
+    let upstream = Upstream::start().await;
+    let limits = ToolLimits { host_memory_bytes: 2 << 20, http_requests: 150, ..common::quick_limits() };
+    let runtime = runtime(&[format!("http://127.0.0.1:{}", upstream.port)], limits).await;
+    for fields_only in [false, true] {
+        let arguments =
+            json!({ "url": upstream.url("/forbidden"), "count": 150, "fields_only": fields_only });
+        let report = call(&runtime, "http_keep", arguments).await;
+        match &report.outcome {
+            Outcome::Trapped(message) => assert!(message.contains("responses"), "{message}"),
+            _ => {
+                let text = answer(&report);
+                let (kept, then) = kept_then(&text);
+                // Each charged about 130 KiB: the read buffer, twice its 50 KiB.
+                assert!((10..=16).contains(&kept) && then.starts_with("ErrorCode::"), "{text}");
+            }
+        }
+    }
 }
 
 /// What `http_keep` answered when something ended it early: how many it kept, and what

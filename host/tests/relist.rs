@@ -117,12 +117,13 @@ async fn a_tool_that_changes_the_list_is_listed_again() {
     assert!(runtime.call("test_dynamic_tool", &json!({})).await.is_err(), "a removed tool is unknown");
 }
 
-/// Every version of the tool set that requests still run on keeps its lists, so a guest
+/// Every version of a component that requests still run on keeps its lists, so a guest
 /// that relists without pause beside long calls could pile versions up: past
-/// [`RETIRED_SETS_MOST`] of them, a listing waits until requests let some go. Before, each
-/// listing swapped a new version in, however many older ones were held.
+/// [`RETIRED_SETS_MOST`] of them, its next listing waits until requests let some go, and
+/// other components' listings go on. Before, each listing swapped a new version in,
+/// however many older ones were held.
 #[tokio::test]
-async fn listings_wait_while_too_many_older_versions_serve_requests() {
+async fn a_listing_waits_while_too_many_older_versions_serve_requests() {
     let runtime = runtime("retired").await;
     // Requests hold the set they started with: here, held by the test.
     let mut held = vec![runtime.snapshot()];
@@ -131,18 +132,26 @@ async fn listings_wait_while_too_many_older_versions_serve_requests() {
         common::call(&runtime, "relist", json!({"extra": format!("version_{index}"), "times": 1})).await;
         held.push(next_set(&runtime, generation).await);
     }
-    // One set served and eight older ones held: the next listing waits.
+    // The hostile component's version served, and eight older ones held: its next
+    // listing waits. The fixture's does not.
     held.pop();
     let generation = runtime.snapshot().generation();
     common::call(&runtime, "relist", json!({"extra": "one_too_many", "times": 1})).await;
+    common::call(&runtime, "test_trigger_tool_change", json!({})).await;
+    let fixture_listed = next_set(&runtime, generation).await;
+    assert!(lists(&fixture_listed, "test_dynamic_tool"), "the other component was listed");
+    assert!(!lists(&fixture_listed, "one_too_many"));
     let mut sets = runtime.watch_tools();
-    let swapped =
-        tokio::time::timeout(RELIST_INTERVAL * 8, sets.wait_for(|set| set.generation() > generation)).await;
+    let swapped = tokio::time::timeout(
+        RELIST_INTERVAL * 8,
+        sets.wait_for(|set| set.generation() > fixture_listed.generation()),
+    )
+    .await;
     assert!(swapped.is_err(), "a ninth older version was swapped out while eight were held");
     // Let go, the waiting listing lands.
     drop(held);
-    let listed = next_set(&runtime, generation).await;
-    assert!(lists(&listed, "one_too_many"));
+    let listed = next_set(&runtime, fixture_listed.generation()).await;
+    assert!(lists(&listed, "one_too_many") && lists(&listed, "test_dynamic_tool"));
 }
 
 #[tokio::test]

@@ -167,6 +167,7 @@ impl Connection {
             // Left however it ended (a cancelled request has no answer, and must not stay).
             let cancelled = connection.leave_in_flight(&id, &cancel_signal);
             if let Some(answer) = answer.filter(|_| !cancelled) {
+                super::release_before_sending(&out, &mut charge);
                 out.send(answer).await;
             }
             drop(charge);

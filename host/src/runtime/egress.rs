@@ -289,9 +289,11 @@ pub(crate) fn shadow_http_types(linker: &mut Linker<GuestState>) -> wasmtime::Re
             };
             let got = FutureIncomingResponseHost::get(&mut state.http(), future)?;
             if let Some(Ok(Ok(response))) = &got {
-                // Its fields as the guest sees them (wasmtime-wasi-http may drop some).
-                let bytes = head_bytes(&state.table().get(response)?.headers);
+                // Its fields as the guest sees them (wasmtime-wasi-http drops forbidden
+                // ones, whose bytes stay in the read buffer the others keep): charged as
+                // they arrived, when that is more.
                 let held = arrived.map_or(0, MemoryCharge::hand_over);
+                let bytes = head_bytes(&state.table().get(response)?.headers).max(held);
                 match bytes.checked_sub(held) {
                     Some(more) => {
                         if let Err(refused) = charge_held(state, more) {
@@ -312,7 +314,12 @@ pub(crate) fn shadow_http_types(linker: &mut Linker<GuestState>) -> wasmtime::Re
         "[method]incoming-response.headers",
         |mut store: StoreContextMut<'_, GuestState>, (response,): (Resource<HostIncomingResponse>,)| {
             let state = store.data_mut();
-            let bytes = head_bytes(&state.table().get(&response)?.headers);
+            // As the response is charged: its head as it arrived.
+            state.settle_table_charges();
+            let bytes = match state.tracked_charge(response.rep()) {
+                Some(bytes) => bytes,
+                None => head_bytes(&state.table().get(&response)?.headers),
+            };
             let fields = IncomingResponseHost::headers(&mut state.http(), response)?;
             charge_held(state, bytes)?;
             state.track_charge::<FieldMap>(fields.rep(), bytes);
@@ -2067,14 +2074,14 @@ mod held_memory {
     /// What hyper's response to a request holds when `fields` and `trailers` arrive, and
     /// what it is charged: the head and the trailer section together, and the trailer
     /// section alone (the head dropped), each as (held, charged).
-    fn received(fields: &[(String, String)], trailers: &[(String, String)]) -> [(usize, usize); 2] {
+    fn received(fields: &[(String, String)], trailer_lines: &[(String, String)]) -> [(usize, usize); 2] {
         let lines = |fields: &[(String, String)]| -> String {
             fields.iter().map(|(name, value)| format!("{name}: {value}\r\n")).collect()
         };
         let raw = format!(
             "HTTP/1.1 200 OK\r\n{}transfer-encoding: chunked\r\n\r\n1\r\nx\r\n0\r\n{}\r\n",
             lines(fields),
-            lines(trailers)
+            lines(trailer_lines)
         );
         // One thread, so that the connection's task allocates where it is counted.
         let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
@@ -2098,7 +2105,7 @@ mod held_memory {
             drop((sender, server));
             driving.await.unwrap().unwrap();
             assert_eq!(head.headers.len(), fields.len() + 1, "hyper took every line");
-            assert_eq!(trailers.len(), trailers.len());
+            assert_eq!(trailers.len(), trailer_lines.len(), "hyper took every trailer");
             let both =
                 ((heap_count::live() - before) as usize, head_bytes(&head.headers) + fields_bytes(&trailers));
             drop(head);

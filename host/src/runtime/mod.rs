@@ -769,11 +769,21 @@ impl Runtime {
         retired.push(Arc::downgrade(&old));
     }
 
-    /// How many of the sets swapped out (by a reload or a listing) requests still run on.
-    fn retired_sets_alive(&self) -> usize {
+    /// How many versions of component `name` other than `served`, each with lists of its
+    /// own, the sets swapped out (by a reload or a listing) that requests still run on hold.
+    fn older_versions_alive(&self, name: &str, served: &Arc<component::LoadedComponent>) -> usize {
         let mut retired = self.retired_sets.lock().unwrap();
         retired.retain(|set| set.strong_count() > 0);
-        retired.len()
+        let mut versions: Vec<*const component::LoadedComponent> = retired
+            .iter()
+            .filter_map(std::sync::Weak::upgrade)
+            .filter_map(|set| {
+                set.component(name).filter(|older| !Arc::ptr_eq(older, served)).map(Arc::as_ptr)
+            })
+            .collect();
+        versions.sort_unstable();
+        versions.dedup();
+        versions.len()
     }
 
     /// How long a shutdown waits for the calls in flight to stop and be cleaned up: the

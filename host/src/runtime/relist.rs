@@ -17,8 +17,9 @@
 //! it holds the reload lock meanwhile, and a saturated server must not hold reloads off),
 //! and one at a time with reloads (the reload lock), so that neither undoes the other; one
 //! that found no slot is queued again, paced as any listing, and so is one that finds
-//! [`RETIRED_SETS_MOST`] older versions of the set still serving requests (each keeps its
-//! lists, so that relisting beside long calls would otherwise pile them up). A listing that fails, or a new list that would be refused at
+//! [`RETIRED_SETS_MOST`] older versions of its component still serving requests (each
+//! keeps its lists, so that relisting beside long calls would otherwise pile them up;
+//! logged once, as a warning). A listing that fails, or a new list that would be refused at
 //! load (a tool another component offers, limits configured for a tool that is gone),
 //! is logged and changes nothing, and the component is not listed again before a pause
 //! ([`RELIST_BACKOFF`], doubling at each failure in a row up to [`RELIST_BACKOFF_MAX`]):
@@ -52,9 +53,9 @@ pub const RELIST_INTERVAL: Duration = Duration::from_millis(250);
 /// and of the reload lock and call slot they hold.
 pub const RELIST_PAUSE_FACTOR: u32 = 4;
 
-/// The most versions of the tool set that requests still run on (swapped out by a listing
-/// or a reload) beside the one served: past it, a listing waits in the queue until some
-/// are let go.
+/// The most older versions of a component that requests still run on (swapped out by its
+/// listings or a reload) beside the one served: past it, its next listing waits in the
+/// queue until some are let go.
 pub const RETIRED_SETS_MOST: usize = 8;
 
 /// The pause after a failed listing before the component is listed again.
@@ -72,6 +73,8 @@ pub(crate) struct Relists {
 #[derive(Default)]
 struct Pending {
     queued: Vec<Arc<str>>,
+    /// Components whose listing waits for older versions to be let go (said once).
+    gated: std::collections::HashSet<Arc<str>>,
     /// Components whose last listing failed: not listed again before `until`.
     held_back: HashMap<Arc<str>, Backoff>,
 }
@@ -99,7 +102,7 @@ impl Relists {
             let earliest = {
                 let mut pending = self.pending.lock().unwrap();
                 let now = Instant::now();
-                let Pending { queued, held_back } = &mut *pending;
+                let Pending { queued, held_back, .. } = &mut *pending;
                 let held =
                     |component: &Arc<str>| held_back.get(component).filter(|backoff| backoff.until > now);
                 let (later, due): (Vec<_>, Vec<_>) =
@@ -122,6 +125,17 @@ impl Relists {
                 None => self.wake.notified().await,
             }
         }
+    }
+
+    /// Note that `component`'s listing waits for older versions to be let go: true the
+    /// first time in a row (to be said then).
+    fn gate(&self, component: &Arc<str>) -> bool {
+        self.pending.lock().unwrap().gated.insert(component.clone())
+    }
+
+    /// `component`'s listing waits no longer.
+    fn ungate(&self, component: &Arc<str>) {
+        self.pending.lock().unwrap().gated.remove(component);
     }
 
     /// Forget `component`'s failed listings (a reload loaded another version, or none).
@@ -179,21 +193,26 @@ impl Runtime {
     /// List `name` again, and swap a set with its new lists in when one differs. False
     /// when the listing failed or its lists were refused.
     async fn relist_locked(&self, name: &str) -> bool {
-        // Each version requests still run on keeps its lists (schemas parsed and compiled:
-        // many times the host-call allowance a listing may fill). A guest that relists
-        // without pause beside long calls (a 2025-era call waits minutes for its client)
-        // would pile them up: past the most, the listing waits, queued.
-        if self.retired_sets_alive() >= RETIRED_SETS_MOST {
-            tracing::debug!(
-                component = name,
-                "listing again after lists-changed: waiting for older lists to be let go"
-            );
-            self.relists.request(&Arc::from(name));
-            return true;
-        }
         let current = self.snapshot();
         // Removed or replaced by a reload since: the new version was listed at its load.
         let Some(old) = current.component(name).cloned() else { return true };
+        // Each version of the component that requests still run on keeps its lists
+        // (schemas parsed and compiled: many times the host-call allowance a listing may
+        // fill). A guest that relists without pause beside long calls (a 2025-era call
+        // waits minutes for its client) would pile them up: past the most, the listing
+        // waits, queued (this component's alone: others' versions are their own).
+        if self.older_versions_alive(name, &old) >= RETIRED_SETS_MOST {
+            if self.relists.gate(&old.name) {
+                tracing::warn!(
+                    component = name,
+                    "listing again after lists-changed: waits until requests let go of older versions \
+                     ({RETIRED_SETS_MOST} are still in use)"
+                );
+            }
+            self.relists.request(&old.name);
+            return true;
+        }
+        self.relists.ungate(&old.name);
         let mut fresh = old.relisted();
         // Waiting for a slot as a call would: the reload lock is held meanwhile.
         if let Err(error) = self.list_into(&mut fresh, name, old.tools.clone()).await {

@@ -47,6 +47,8 @@ pub(crate) fn wake_waits_on_stop(linker: &mut Linker<GuestState>) -> Result<()> 
         |mut store: StoreContextMut<'_, GuestState>, (pollables,): (Vec<Resource<DynPollable>>,)| {
             Box::new(async move {
                 let entries = pollables.len();
+                // What the guest dropped gives its charge back first.
+                store.data_mut().settle_table_charges();
                 let _charge =
                     store.data().ledger().hold_memory(entries.saturating_mul(POLL_ENTRY_BYTES)).map_err(
                         |refusal| {
