@@ -311,6 +311,23 @@ async fn answers_a_client_does_not_read_stay_charged_until_written() {
     serving.await.unwrap().unwrap();
 }
 
+/// The hostile component on `slots` call slots, its data directory holding `big.txt` of
+/// `bytes` bytes (for `read_text`), and the count of its calls ended.
+async fn reading_a_big_file(name: &str, slots: usize, bytes: usize) -> (Arc<Runtime>, Arc<Ended>) {
+    let ended = Arc::new(Ended::default());
+    let mut runtime = Runtime::new(common::settings(slots)).unwrap();
+    runtime.observe(ended.clone());
+    let data = common::fresh_dir(name);
+    std::fs::write(data.join("big.txt"), "x".repeat(bytes)).unwrap();
+    let options = ComponentOptions {
+        limits: common::quick_limits(),
+        data_dir: Some(data),
+        ..ComponentOptions::default()
+    };
+    runtime.load_file(&common::hostile(), options).await.unwrap();
+    (Arc::new(runtime), ended)
+}
+
 /// An answer leaves its call slot and its request's charge behind as it is sent, and may
 /// then wait in its request's outbox behind other messages for as long as the client
 /// takes to read them: it is charged from the moment it is sent. Before, it was charged
@@ -319,18 +336,8 @@ async fn answers_a_client_does_not_read_stay_charged_until_written() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_answer_waiting_in_its_outbox_is_charged_from_the_moment_it_is_sent() {
     const ANSWER: usize = 3 << 20;
-    let ended = Arc::new(Ended::default());
-    let mut runtime = Runtime::new(common::settings(2)).unwrap();
-    runtime.observe(ended.clone());
-    let data = common::fresh_dir("admission-outbox");
-    std::fs::write(data.join("big.txt"), "x".repeat(ANSWER)).unwrap();
-    let options = ComponentOptions {
-        limits: common::quick_limits(),
-        data_dir: Some(data),
-        ..ComponentOptions::default()
-    };
-    runtime.load_file(&common::hostile(), options).await.unwrap();
-    let server = Server::with_limits(Arc::new(runtime), Duration::from_millis(10), LIMITS);
+    let (runtime, ended) = reading_a_big_file("admission-outbox", 2, ANSWER).await;
+    let server = Server::with_limits(runtime, Duration::from_millis(10), LIMITS);
     let connection = Connection::new(server.clone());
     // Room for the answer, and no one reads it yet.
     let (out, mut sent) = Outbox::channel(&server, 64);
@@ -357,20 +364,10 @@ async fn an_answer_waiting_in_its_outbox_is_charged_from_the_moment_it_is_sent()
 async fn answers_past_a_clients_share_are_not_kept_but_answered_with_an_error() {
     const CALLS: usize = 8;
     const ANSWER: usize = 3 << 20;
-    let ended = Arc::new(Ended::default());
-    let mut runtime = Runtime::new(common::settings(4)).unwrap();
-    runtime.observe(ended.clone());
-    let data = common::fresh_dir("admission-answers");
-    std::fs::write(data.join("big.txt"), "x".repeat(ANSWER)).unwrap();
-    let options = ComponentOptions {
-        limits: common::quick_limits(),
-        data_dir: Some(data),
-        ..ComponentOptions::default()
-    };
-    runtime.load_file(&common::hostile(), options).await.unwrap();
+    let (runtime, ended) = reading_a_big_file("admission-answers", 4, ANSWER).await;
     // A client's share is 8 MiB: room for two answers.
     let limits = ServerLimits { max_queued_request_bytes: 16 << 20, ..LIMITS };
-    let server = Server::with_limits(Arc::new(runtime), Duration::from_millis(10), limits);
+    let server = Server::with_limits(runtime, Duration::from_millis(10), limits);
     let Serving { port, stop, serving } = serve_http(&server).await;
     let body = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
         "params": {"name": "read_text", "arguments": {"path": "/data/big.txt"}, "_meta": meta()}})
