@@ -38,13 +38,13 @@
 //! (pipelined refusals, a large result, an SSE stream): the answer then waits in the
 //! socket, and hyper with it, holding the connection's slot and what the answer holds, with
 //! no read deadline running. A write left waiting for `write_timeout` by a client that
-//! took less than 64 KiB meanwhile fails ([`Socket`]), and hyper closes the connection. A client that reads a byte now and then
-//! makes progress, so an answer of 4 KiB or more stays charged to the admission ledger
-//! from the moment it is sent until its last byte is written ([`AnswerCharger`]): such clients make new requests
-//! wait, not the server's memory grow past its bound. A small request can ask for a large
-//! answer, so an answer that does not fit in its client's share (or its tenant's), or
-//! would take the server past twice its bound, is not kept: that request is answered with
-//! an error saying why.
+//! took less than 64 KiB meanwhile fails ([`Socket`]), and hyper closes the connection. A
+//! client that reads a byte now and then makes progress, so a message of 4 KiB or more
+//! stays charged to the admission ledger from the moment it is sent until its last byte is
+//! written ([`AnswerCharger`]): such clients make new requests wait, not the server's
+//! memory grow past its bound. A small request can ask for a large answer, so an answer
+//! that does not fit in its client's share (or its tenant's), or would take the server
+//! past twice its bound, is not kept: that request is answered with an error saying why.
 
 use std::collections::{HashMap, HashSet};
 use std::convert::Infallible;
