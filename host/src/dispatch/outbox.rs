@@ -175,9 +175,9 @@ impl AnswerCharger {
     /// notification, a request to the client) is held whatever: its own queue bounds it.
     pub fn framed(&self, message: &Outgoing) -> Framed {
         let answer = message.id().is_some();
+        let error_code = message.error().map(|error| error.code);
         let event = event_bytes(message);
         if event.len() < CHARGED_MESSAGE_BYTES {
-            let error_code = message.error().map(|error| error.code);
             return Framed { event: Bytes::from(event), answer, error_code };
         }
         let mut charge = self.server.admission().empty_for(self.tenant.as_deref(), self.client.as_ref());
@@ -193,14 +193,13 @@ impl AnswerCharger {
                         whose_share(charge.full_share(event.len()))
                     ),
                 );
-                let error_code = Some(error.code);
+                let refused_code = Some(error.code);
                 let refusal = event_bytes(&Outgoing::Error { id: Some(id.clone()), error });
-                return Framed { event: Bytes::from(refusal), answer, error_code };
+                return Framed { event: Bytes::from(refusal), answer, error_code: refused_code };
             }
             Some(_) => {}
             None => charge.hold(event.len()),
         }
-        let error_code = message.error().map(|error| error.code);
         Framed {
             event: Bytes::from_owner(ChargedBytes { bytes: event, _charge: charge }),
             answer,

@@ -1100,8 +1100,7 @@ async fn serve_request(
                 Some(connection) => {
                     let admitted = Admitted { message: notification, charge };
                     // Nothing answers a notification: what it sends goes nowhere.
-                    let nowhere = Arc::new(AnswerCharger::new(server.clone(), None, None));
-                    connection.handle_admitted(admitted, &Outbox::Channel(mpsc::channel(1).0, nowhere)).await
+                    connection.handle_admitted(admitted, &Outbox::channel(server, 1).0).await
                 }
                 // Its cancellation could reach nothing: the client must initialize again.
                 // (A 2026-07-28 notification ignores a session id, as its requests do.)
