@@ -189,7 +189,7 @@ def reindex(collection: str, total: int = 120, step_ms: int = 100) -> str:
 
 
 @tool(read_only=True)
-def locks() -> list:
+def locks() -> list[str]:
     """Lists the locks currently held, as a JSON array of names."""
     try:
         names = os.listdir(LOCK_DIR)

@@ -140,7 +140,9 @@ export class CallResult {
  * - `run(args)`: the tool, sync or async. It returns a string (text content), a
  *   `CallResult`, or any other JSON value (sent as JSON text, and as structured content when
  *   `outputSchema` is given). What it throws becomes an error result.
- * - Optional: `title`, `outputSchema` (root `type: "object"`), `annotations`
+ * - Optional: `title`, `outputSchema` (any JSON Schema object: structured output may be
+ *   an array, a string...; `type: "object"` is added to a root with `properties` and no
+ *   type; 2025-11-25 clients get non-object output as its JSON text only), `annotations`
  *   (`{ readOnly, destructive, idempotent, openWorld }`: hints for clients) and `requires`
  *   (client capabilities such as `"sampling"`).
  */
@@ -160,7 +162,7 @@ export function defineTool(spec) {
     throw new TypeError(`${where}: run must be a function (args) => result`);
   }
   const input = objectSchema(inputSchema, `${where}: inputSchema`);
-  const output = outputSchema === undefined ? undefined : objectSchema(outputSchema, `${where}: outputSchema`);
+  const output = outputSchema === undefined ? undefined : outputSchemaOf(outputSchema, `${where}: outputSchema`);
   if (!Array.isArray(requires) || !requires.every((capability) => typeof capability === "string")) {
     throw new TypeError(`${where}: requires must be a list of capability names`);
   }
@@ -302,6 +304,16 @@ function objectSchema(schema, where) {
   }
   if (schema.type !== "object") {
     throw new TypeError(`${where}: its root must be "type": "object", not ${JSON.stringify(schema.type)}`);
+  }
+  return schema;
+}
+
+function outputSchemaOf(schema, where) {
+  if (schema === null || typeof schema !== "object" || Array.isArray(schema)) {
+    throw new TypeError(`${where} must be a JSON Schema object`);
+  }
+  if (schema.type === undefined && schema.properties !== undefined) {
+    return { type: "object", ...schema };
   }
   return schema;
 }

@@ -396,11 +396,23 @@ impl IntoCallResult for CallResult {
 
 /// Structured output: the value is sent as `structuredContent` (and as JSON text for clients
 /// that only read content), and the tool advertises `T`'s schema as its output schema.
+/// `T` may be any type: a struct, a `Vec`, a string... (MCP 2026-07-28 takes any JSON
+/// value; a 2025-11-25 client is sent structured output only when it is an object, and
+/// reads the rest from the text.)
+///
+/// ```
+/// use cordon_guest::{IntoCallResult, Json};
+///
+/// let schema = <Json<Vec<String>> as IntoCallResult>::output_schema().unwrap();
+/// assert_eq!(schema["type"], "array");
+/// let result = Json(vec!["books".to_owned()]).into_call_result().unwrap();
+/// assert_eq!(result.structured, Some(serde_json::json!(["books"])));
+/// ```
 pub struct Json<T>(pub T);
 
 impl<T: Serialize + JsonSchema> IntoCallResult for Json<T> {
     fn output_schema() -> Option<serde_json::Value> {
-        Some(schema_of::<T>())
+        Some(output_schema_of::<T>())
     }
 
     fn into_call_result(self) -> Result<CallResult, ToolError> {
@@ -758,6 +770,27 @@ pub mod __private {
 }
 
 /// The JSON Schema of `T`, as MCP wants it: root `type: object`, no `$schema` noise needed.
+/// `T`'s schema as an output schema: a JSON object (schemars' `true`, for any value, is
+/// `{}`), with `"type": "object"` added at a type-less root only where every form it
+/// allows is an object (an enum of structs), so that 2025-11-25 clients are shown it.
+fn output_schema_of<T: JsonSchema>() -> serde_json::Value {
+    let schema = schemars::schema_for!(T).to_value();
+    let serde_json::Value::Object(mut root) = schema else {
+        return serde_json::json!({});
+    };
+    let is_object =
+        |schema: &serde_json::Value| schema.get("type").and_then(serde_json::Value::as_str) == Some("object");
+    let all_objects = ["oneOf", "anyOf"].iter().any(|keyword| {
+        root.get(*keyword)
+            .and_then(serde_json::Value::as_array)
+            .is_some_and(|forms| !forms.is_empty() && forms.iter().all(is_object))
+    });
+    if !root.contains_key("type") && (root.contains_key("properties") || all_objects) {
+        root.insert("type".into(), "object".into());
+    }
+    serde_json::Value::Object(root)
+}
+
 fn schema_of<T: JsonSchema>() -> serde_json::Value {
     let mut schema = schemars::schema_for!(T).to_value();
     if let Some(object) = schema.as_object_mut() {

@@ -186,7 +186,7 @@ fn ctrl_c_cancels_a_spinning_call_and_says_how_it_stopped_and_what_cleanup_did()
     }
     // The cleanup really released the lock.
     let locks = cordon(&["call", tools.to_str().unwrap(), "locks", "--config", config.to_str().unwrap()]);
-    assert_eq!(json_out(&locks)["content"][0]["text"], "[]", "{}", locks.stderr);
+    assert_eq!(json_out(&locks)["structuredContent"], json!([]), "{}", locks.stderr);
 }
 
 #[test]

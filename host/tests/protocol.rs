@@ -128,8 +128,17 @@ fn discovery_initialize_ping_and_listen_results_match_their_revision() {
 
 #[test]
 fn tool_lists_match_their_revision() {
-    let tools: Vec<_> = (0..150).map(|i| dispatch::tool(&spec(&format!("t{i}"), i % 2 == 0))).collect();
+    let mut tools: Vec<_> = (0..150).map(|i| dispatch::tool(&spec(&format!("t{i}"), i % 2 == 0))).collect();
+    // Output of any JSON type (2026-07-28), which 2025-11-25 lists without its schema.
+    tools[2].output_schema = Some(json!({"type": "array", "items": {"type": "integer"}}));
+    tools[4].output_schema = Some(json!({"anyOf": [{"type": "string"}, {"type": "null"}]}));
     for revision in REVISIONS {
+        let first = mcp::list_result(&tools, None, false, revision).unwrap();
+        let listed: Vec<_> = first.tools[..5].iter().map(|tool| tool.output_schema.is_some()).collect();
+        match revision {
+            Revision::R2025_11_25 => assert_eq!(listed, [true, false, false, false, false]),
+            Revision::R2026_07_28 => assert_eq!(listed, [true, false, true, false, true]),
+        }
         for private in [false, true] {
             let first = mcp::list_result(&tools, None, private, revision).unwrap();
             let cursor = json!(first.next_cursor.clone().expect("a second page"));
@@ -196,6 +205,9 @@ fn every_content(is_error: bool, structured: Option<Value>) -> Outcome {
 fn every_call_outcome_is_a_valid_result_in_both_revisions() {
     let outcomes = [
         every_content(false, Some(json!({"count": 3}))),
+        every_content(false, Some(json!([1, 2, 3]))),
+        every_content(false, Some(json!("text"))),
+        every_content(false, Some(Value::Null)),
         every_content(true, None),
         Outcome::Completed(ToolResult { content: Vec::new(), structured: None, is_error: false }),
         Outcome::ToolError("no such collection".into()),
@@ -214,6 +226,11 @@ fn every_call_outcome_is_a_valid_result_in_both_revisions() {
             let result = dispatch::call_result(outcome.clone(), &ToolLimits::default(), revision);
             let failed = !matches!(outcome, Outcome::Completed(ToolResult { is_error: false, .. }));
             assert_eq!(result.is_error, failed, "{outcome:?}");
+            if let Outcome::Completed(ToolResult { structured: Some(structured), .. }) = outcome {
+                // 2025-11-25 takes an object only; the rest is left to the content.
+                let sent = revision == Revision::R2026_07_28 || structured.is_object();
+                assert_eq!(result.structured_content.as_ref(), sent.then_some(structured), "{revision:?}");
+            }
             check_result::<CallToolResult>(revision, "tools/call", result);
         }
         let refusals = [

@@ -156,6 +156,12 @@ fn discover_list_and_call_are_answered_per_the_schema() {
     assert_eq!(list["result"]["cacheScope"], "public");
     assert!(list["result"]["ttlMs"].is_u64());
     assert_eq!(server.call_text(3, "echo", json!({"text": "hi"})), "hi");
+    // Structured output of any JSON type: `locks` gives an array, and says so.
+    assert_eq!(list["result"]["tools"][2]["outputSchema"]["type"], "array");
+    server.request(4, "tools/call", json!({"name": "locks", "arguments": {}, "_meta": meta()}));
+    let locks = server.expect();
+    assert_eq!(locks["result"]["structuredContent"], json!([]), "{locks}");
+    assert_eq!(locks["result"]["content"][0]["text"], "[]");
 }
 
 #[test]
@@ -296,6 +302,13 @@ fn a_legacy_client_is_served_after_initialize() {
     server.request(4, "tools/call", json!({"name": "echo", "arguments": {"text": "old"}}));
     let call = server.expect();
     assert_eq!(call["result"]["content"][0]["text"], "old");
+    // 2025-11-25 knows object output only: an array is the text alone, with no schema.
+    assert_eq!(list["result"]["tools"][2]["name"], "locks");
+    assert!(list["result"]["tools"][2].get("outputSchema").is_none(), "{list}");
+    server.request(6, "tools/call", json!({"name": "locks", "arguments": {}}));
+    let locks = server.expect();
+    assert!(locks["result"].get("structuredContent").is_none(), "{locks}");
+    assert_eq!(locks["result"]["content"][0]["text"], "[]");
     // Nothing only 2026-07-28 defines: no resultType, no serverInfo in _meta, no caching hints.
     for answer in [&init, &list, &call] {
         let result = answer["result"].as_object().unwrap();

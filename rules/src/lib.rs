@@ -7,8 +7,9 @@
 //! only, and builds for the host and for `wasm32-wasip2` alike.
 //!
 //! The rules: a tool's name has 1 to 128 characters of `A-Z a-z 0-9 _ - .` and is listed
-//! once; each schema is JSON of at most [`MAX_SCHEMA_BYTES`] with `"type": "object"` at
-//! its root; `x-mcp-header` annotations name distinct HTTP tokens on string, integer or
+//! once; each schema is a JSON object of at most [`MAX_SCHEMA_BYTES`], the input schema
+//! with `"type": "object"` at its root (arguments are an object), the output schema with any
+//! root (MCP 2026-07-28: structured output may be any JSON value); `x-mcp-header` annotations name distinct HTTP tokens on string, integer or
 //! boolean properties reached from the root through `properties` alone. (The host also
 //! compiles each schema as JSON Schema 2020-12, which needs a JSON Schema library; the
 //! SDK's generated schemas always compile.)
@@ -122,7 +123,7 @@ pub fn check_tool(tool: ListedTool<'_>) -> Result<CheckedTool, Violation> {
         object_schema(tool.input_schema).map_err(|problem| fail(format!(": input schema {problem}")))?;
     let output_schema = tool
         .output_schema
-        .map(object_schema)
+        .map(output_schema)
         .transpose()
         .map_err(|problem| fail(format!(": output schema {problem}")))?;
     let param_headers =
@@ -141,16 +142,30 @@ pub fn check_tool_name(name: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// Parse a schema, which must be a JSON object with `"type": "object"` at its root.
+/// Parse an input schema, which must be a JSON object with `"type": "object"` at its root.
 pub fn object_schema(text: &str) -> Result<Value, String> {
-    if text.len() > MAX_SCHEMA_BYTES {
-        return Err(format!("is {} bytes, more than the limit of {MAX_SCHEMA_BYTES}", text.len()));
-    }
-    let schema: Value = serde_json::from_str(text).map_err(|error| format!("is not valid JSON: {error}"))?;
+    let schema = schema_object(text)?;
     match schema.get("type") {
         Some(Value::String(kind)) if kind == "object" => Ok(schema),
         _ => Err("must be a JSON object with `\"type\": \"object\"` at its root".into()),
     }
+}
+
+/// Parse an output schema, which must be a JSON object (a schema, not `true` or `false`)
+/// with any root: a tool's structured output may be an array, a string, a number...
+pub fn output_schema(text: &str) -> Result<Value, String> {
+    schema_object(text)
+}
+
+fn schema_object(text: &str) -> Result<Value, String> {
+    if text.len() > MAX_SCHEMA_BYTES {
+        return Err(format!("is {} bytes, more than the limit of {MAX_SCHEMA_BYTES}", text.len()));
+    }
+    let schema: Value = serde_json::from_str(text).map_err(|error| format!("is not valid JSON: {error}"))?;
+    if !schema.is_object() {
+        return Err("must be a JSON Schema object".into());
+    }
+    Ok(schema)
 }
 
 /// The `x-mcp-header` annotations of an input schema, checked as MCP requires (an HTTP
@@ -255,7 +270,9 @@ mod tests {
         let header = r#"{"type":"object","properties":{"a":{"type":"array","x-mcp-header":"A"}}}"#;
         assert!(refused(vec![tool("a", header)]).contains("not a string, integer or boolean"));
         let output = ListedTool { name: "a", input_schema: object, output_schema: Some("[]") };
-        assert!(refused(vec![output]).contains("output schema must be"));
+        assert!(refused(vec![output]).contains("output schema must be a JSON Schema object"));
+        let output = ListedTool { name: "a", input_schema: object, output_schema: Some("true") };
+        assert!(refused(vec![output]).contains("output schema must be a JSON Schema object"));
     }
 
     #[test]
@@ -268,5 +285,15 @@ mod tests {
             vec![ParamHeader { name: "Region".into(), path: vec!["region".into()], kind: ParamKind::String }]
         );
         assert_eq!(checked.len(), 2);
+    }
+
+    #[test]
+    fn an_output_schema_may_have_any_root() {
+        let object = r#"{"type":"object"}"#;
+        for root in [r#"{"type":"array","items":{"type":"integer"}}"#, r#"{"type":"string"}"#, "{}"] {
+            let listed = ListedTool { name: "a", input_schema: object, output_schema: Some(root) };
+            let checked = check_tools(vec![listed]).unwrap();
+            assert_eq!(checked[0].output_schema, Some(serde_json::from_str::<Value>(root).unwrap()));
+        }
     }
 }

@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 
 use cordon_guest::input::{Ask, Elicited, Reply, Round};
 use cordon_guest::{
-    CleanupContext, Plugin, Prompt, PromptMessage, Resource, ResourceBody, Tool, ToolError, http,
+    CleanupContext, Json, Plugin, Prompt, PromptMessage, Resource, ResourceBody, Tool, ToolError, http,
 };
 use schemars::JsonSchema;
 use serde::Deserialize;
@@ -258,7 +258,9 @@ fn delete_collection(args: DeleteArgs, round: &Round) -> Result<Reply<String>, T
     Ok(Reply::Done(format!("Deleted {}", args.collection)))
 }
 
-fn locks(_: NoArgs) -> Result<String, ToolError> {
+/// Structured output of any JSON type: the array itself (and as text, for clients that read
+/// only content).
+fn locks(_: NoArgs) -> Result<Json<Vec<String>>, ToolError> {
     let mut held = Vec::new();
     match fs::read_dir(lock_dir()) {
         Ok(entries) => {
@@ -272,7 +274,7 @@ fn locks(_: NoArgs) -> Result<String, ToolError> {
         Err(error) => return Err(error.into()),
     }
     held.sort();
-    Ok(serde_json::to_string(&held)?)
+    Ok(Json(held))
 }
 
 #[derive(Deserialize, JsonSchema)]
@@ -525,7 +527,9 @@ mod tests {
         // A call stopped by force leaves both behind (its guard never drops); cleanup
         // releases the lock.
         std::mem::forget(Lock::acquire("books").unwrap());
-        assert_eq!(host.call::<ExampleTools>("locks", json!({})).unwrap().joined_text(), r#"["books"]"#);
+        let held = host.call::<ExampleTools>("locks", json!({})).unwrap();
+        assert_eq!(held.joined_text(), r#"["books"]"#);
+        assert_eq!(held.structured, Some(json!(["books"])), "structured output may be an array");
         host.cleanup::<ExampleTools>("reindex", json!({"collection": "books"}), StopReason::Cancelled);
         assert_eq!(host.call::<ExampleTools>("locks", json!({})).unwrap().joined_text(), "[]");
         let logs = host.logs();

@@ -113,6 +113,24 @@ test("structured output, content items and the error flag come back in MCP's sha
   ]);
 });
 
+test("structured output may be any JSON value its output schema describes", async () => {
+  const sizes = defineTool({
+    name: "sizes",
+    description: "Returns the lengths of its words.",
+    inputSchema: { properties: { words: { type: "array", items: { type: "string" } } } },
+    outputSchema: { type: "array", items: { type: "integer" } },
+    run: ({ words }) => words.map((word) => word.length),
+  });
+  const host = new TestHost(plugin({ tools: [sizes] }));
+  assert.deepEqual(host.tools()[0].outputSchema, { type: "array", items: { type: "integer" } });
+  const result = await host.call("sizes", { words: ["a", "bcd"] });
+  assert.deepEqual(result.structured, [1, 3]);
+  assert.equal(result.text, "[1,3]");
+  const define = (outputSchema) => defineTool({ name: "s", description: "d", outputSchema, run: () => 1 });
+  assert.throws(() => define([]), /outputSchema must be a JSON Schema object/);
+  assert.deepEqual(JSON.parse(define({ properties: {} }).info.outputSchema), { type: "object", properties: {} });
+});
+
 test("errors reject with the text the client would see", async () => {
   const host = new TestHost(tool);
   await assert.rejects(host.call("shapes", { shape: "tool-error" }), {

@@ -91,11 +91,38 @@ def test_object_return_types_are_structured_output_with_a_schema():
         assert host.call("split", {"value": 5}).structured == {"left": 2, "right": 3}
 
 
-def test_other_returns_become_text_json_or_nothing():
+def test_lists_and_dicts_are_structured_output_of_any_json_type():
     @tool
     def listing() -> list:
         """A list."""
         return ["a", 1]
+
+    @tool
+    def names() -> list[str]:
+        """Names."""
+        return ["b", "a"]
+
+    @tool
+    def counts() -> dict[str, int]:
+        """Counts."""
+        return {"a": 1}
+
+    tools = {entry["name"]: entry for entry in TestHost.tools()}
+    assert tools["listing"]["output_schema"] == {"type": "array"}
+    assert tools["names"]["output_schema"] == {"type": "array", "items": {"type": "string"}}
+    assert tools["counts"]["output_schema"] == {"type": "object", "additionalProperties": {"type": "integer"}}
+    with TestHost() as host:
+        assert host.call("listing").content == [Text('["a", 1]')]
+        assert host.call("listing").structured == ["a", 1]
+        assert host.call("names").structured == ["b", "a"]
+        assert host.call("counts").structured == {"a": 1}
+
+
+def test_other_returns_become_text_json_or_nothing():
+    @tool
+    def number() -> int:
+        """A number, sent as JSON text."""
+        return 7
 
     @tool
     def nothing() -> None:
@@ -112,8 +139,8 @@ def test_other_returns_become_text_json_or_nothing():
         return object()
 
     with TestHost() as host:
-        assert host.call("listing").content == [Text('["a", 1]')]
-        assert host.call("listing").structured is None, "no output schema for a list"
+        assert host.call("number").content == [Text("7")]
+        assert host.call("number").structured is None, "no output schema for a number"
         assert host.call("nothing").content == []
         assert host.call("picture").content[1] == Image(b"\x89PNG", "image/png")
         with pytest.raises(ToolError, match="opaque returned what JSON cannot hold: a object is not JSON"):

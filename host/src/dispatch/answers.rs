@@ -11,8 +11,8 @@ use serde_json::Value;
 use crate::protocol::jsonrpc::{self, RequestId, RpcError};
 use crate::protocol::mcp;
 use crate::protocol::types::{
-    CallToolResult, Completion, ContentBlock, LoggingLevel, LoggingMessageParams, ProgressParams,
-    ResourceContents, Revision, ServerNotification, Tool, ToolAnnotations,
+    CallToolResult, ContentBlock, LoggingLevel, LoggingMessageParams, ProgressParams, ResourceContents,
+    Revision, ServerNotification, Tool, ToolAnnotations,
 };
 use crate::runtime::{
     CallError, Content, LogLevel, LogLine, Outcome, ParamKind, Progress, Timeout, ToolLimits, ToolResult,
@@ -92,12 +92,8 @@ pub fn call_result(outcome: Outcome, limits: &ToolLimits, revision: Revision) ->
 }
 
 fn completed_result(result: ToolResult, revision: Revision) -> CallToolResult {
-    CallToolResult {
-        content: result.content.into_iter().map(content_block).collect(),
-        structured_content: result.structured,
-        is_error: result.is_error,
-        completion: Completion::new(revision),
-    }
+    let content = result.content.into_iter().map(content_block).collect();
+    CallToolResult::completed(content, result.structured, result.is_error, revision)
 }
 
 /// A guest's content as the protocol writes it (tool results and prompt messages alike).

@@ -250,7 +250,7 @@ pub fn list_result(
 ) -> Result<ListToolsResult, RpcError> {
     let (page, next_cursor) = super::features::page(tools, |tool| &tool.name, cursor)?;
     Ok(ListToolsResult {
-        tools: page.to_vec(),
+        tools: page.iter().map(|tool| tool.for_revision(revision)).collect(),
         next_cursor,
         caching: Caching::new(revision, TTL.as_millis() as u64, cache_scope(private)),
         completion: Completion::new(revision),

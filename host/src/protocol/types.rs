@@ -214,7 +214,7 @@ impl ToolAnnotations {
     }
 }
 
-/// A tool as `tools/list` describes it (the same in both revisions).
+/// A tool as `tools/list` describes it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Tool {
     pub name: String,
@@ -227,6 +227,24 @@ pub struct Tool {
     pub output_schema: Option<Value>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub annotations: Option<ToolAnnotations>,
+}
+
+impl Tool {
+    /// The tool as `revision` describes it: 2025-11-25 knows output schemas with
+    /// `"type": "object"` at their root only, so another is left out there (and with it the
+    /// promise of structured output: [`CallToolResult::for_revision`]).
+    pub fn for_revision(&self, revision: Revision) -> Self {
+        let mut tool = self.clone();
+        if revision == Revision::R2025_11_25 && !tool.output_schema.as_ref().is_some_and(is_object_schema) {
+            tool.output_schema = None;
+        }
+        tool
+    }
+}
+
+/// Whether a schema describes an object at its root.
+fn is_object_schema(schema: &Value) -> bool {
+    schema.get("type").and_then(Value::as_str) == Some("object")
 }
 
 /// One page of `tools/list`.
@@ -303,7 +321,13 @@ impl ContentBlock {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CallToolResult {
     pub content: Vec<ContentBlock>,
-    #[serde(rename = "structuredContent", default, skip_serializing_if = "Option::is_none")]
+    /// Any JSON value in 2026-07-28, `null` included (`Some(Value::Null)`, read back so).
+    #[serde(
+        rename = "structuredContent",
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "present_value"
+    )]
     pub structured_content: Option<Value>,
     #[serde(rename = "isError", default, skip_serializing_if = "is_false")]
     pub is_error: bool,
@@ -321,6 +345,26 @@ impl CallToolResult {
             completion: Completion::new(revision),
         }
     }
+
+    /// A tool's result for `revision`: in 2025-11-25 `structuredContent` is an object, and
+    /// other structured output is left to the result's content (a tool's text block
+    /// carries it as JSON, as MCP asks; its `outputSchema` is left out there too).
+    pub fn completed(
+        content: Vec<ContentBlock>,
+        structured: Option<Value>,
+        is_error: bool,
+        revision: Revision,
+    ) -> Self {
+        let structured_content =
+            structured.filter(|value| revision == Revision::R2026_07_28 || value.is_object());
+        Self { content, structured_content, is_error, completion: Completion::new(revision) }
+    }
+}
+
+/// A field that is present reads as `Some`, `null` included (serde's default reads `null`
+/// as absent).
+fn present_value<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Option<Value>, D::Error> {
+    Value::deserialize(deserializer).map(Some)
 }
 
 /// Every result the server answers a request with.

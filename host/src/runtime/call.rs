@@ -67,7 +67,7 @@ pub enum Outcome {
     /// The result exceeded the tool's result size limit.
     ResultTooLarge { bytes: usize, limit: usize },
     /// The tool returned something that breaks the contract (e.g. structured output that
-    /// is not a JSON object).
+    /// is not JSON, or does not match its output schema).
     InvalidResult(String),
     /// The runtime shut down while the call ran.
     Shutdown,
@@ -746,10 +746,9 @@ impl Call {
         }
         let structured = match result.structured.as_deref().map(serde_json::from_str::<serde_json::Value>) {
             None => None,
-            Some(Ok(value @ serde_json::Value::Object(_))) => Some(value),
-            Some(Ok(_)) => {
-                return Outcome::InvalidResult("structured output is not a JSON object".into());
-            }
+            // Any JSON value (2026-07-28); a 2025-11-25 client is shown objects only
+            // (dispatch/answers.rs).
+            Some(Ok(value)) => Some(value),
             Some(Err(error)) => {
                 return Outcome::InvalidResult(format!("structured output is not JSON: {error}"));
             }

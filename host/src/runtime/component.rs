@@ -229,7 +229,7 @@ pub struct ToolSpec {
     pub description: String,
     /// JSON Schema of the arguments; root `type: object`.
     pub input_schema: Value,
-    /// JSON Schema of the structured result, if any; root `type: object`.
+    /// JSON Schema of the structured result, if any; any root (an array, a string...).
     pub output_schema: Option<Value>,
     pub annotations: Option<ToolAnnotations>,
     /// Client capabilities the tool needs.

@@ -39,9 +39,9 @@ is the component's export, which componentize-py looks up there.
   input schema, generated from the type hints (see `cordon_guest._schema` for each kind),
   with parameter descriptions from the docstring's `Args:` section or `Annotated[T, "text"]`.
   The host checks every call's arguments against the schema before an instance starts.
-- Return a `str` (text), a dataclass or `TypedDict` (structured output, with its schema
-  advertised as the tool's output schema), a `CallResult`, or `None`; anything else JSON
-  can hold is sent as JSON text.
+- Return a `str` (text), a dataclass, `TypedDict`, list or dict (structured output, with
+  its schema advertised as the tool's output schema, and its JSON as text), a `CallResult`,
+  or `None`; anything else JSON can hold is sent as JSON text.
 - `raise ToolError("...")` fails the call with a message the model sees; any other
   exception does too (its type and message; the traceback goes to the operator's log).
 - Everything runs when the component is built: module-level code, imports and the schemas
@@ -65,7 +65,7 @@ import typing
 from typing import Any, Callable, Optional, TypeVar, Union, overload
 
 from . import _host
-from ._schema import SchemaError, from_json, function_schema, is_object_type, to_json, type_schema
+from ._schema import SchemaError, from_json, function_schema, is_structured_type, to_json, type_schema
 
 __all__ = [
     "Tool",
@@ -246,11 +246,12 @@ Content = Union[Text, Image, Audio, ResourceLink, EmbeddedResource]
 
 @dataclasses.dataclass
 class CallResult:
-    """A tool's full result: content for the model, optional structured JSON (which must
-    match the tool's output schema), and whether it is an error the model should see."""
+    """A tool's full result: content for the model, optional structured JSON of any type
+    (which must match the tool's output schema), and whether it is an error the model
+    should see."""
 
     content: list[Content] = dataclasses.field(default_factory=list)
-    structured: Optional[dict[str, Any]] = None
+    structured: Any = None
     is_error: bool = False
 
     @property
@@ -382,7 +383,7 @@ def tool(
             raise SchemaError(f"tool {tool_name}: give it a docstring or a description, for the model")
         return_hint = _return_hint(function)
         output_schema = None
-        if is_object_type(return_hint) and return_hint not in _RESULT_TYPES:
+        if is_structured_type(return_hint) and return_hint not in _RESULT_TYPES:
             output_schema = json.dumps(type_schema(return_hint, f"tool {tool_name}, return type"))
         encoded_input = json.dumps(input_schema)
         for which, schema in (("input", encoded_input), ("output", output_schema)):

@@ -393,10 +393,16 @@ def to_json(value: Any) -> Any:
     raise TypeError(f"a {type(value).__name__} is not JSON")
 
 
-def is_object_type(hint: Any) -> bool:
-    """Whether values of `hint` are JSON objects with a schema: what an output schema may be."""
+def is_structured_type(hint: Any) -> bool:
+    """Whether values of `hint` are structured output with a schema: a dataclass, a
+    `TypedDict`, or a list, tuple, set or dict (never `None`, which is an empty result,
+    nor a `str`, which is text). MCP 2026-07-28 takes any JSON value as structured output;
+    a 2025-11-25 client is sent the objects only, and reads the rest from the text."""
     origin = typing.get_origin(hint)
     if origin is typing.Annotated:
-        return is_object_type(typing.get_args(hint)[0])
+        return is_structured_type(typing.get_args(hint)[0])
+    containers = (list, tuple, set, frozenset, dict, Sequence)
+    if origin in containers or hint in containers:
+        return True
     return isinstance(hint, type) and (dataclasses.is_dataclass(hint) or typing.is_typeddict(hint))
 
