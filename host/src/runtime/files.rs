@@ -22,12 +22,12 @@
 //! the work:
 //!
 //! - `open-at` counts the call's open descriptors against `open_files` and the server's
-//!   descriptor budget (ledger.rs) before it opens another, and opens files, directories
-//!   and links only: a FIFO, a device or a socket that sits in a mount (a guest cannot
+//!   descriptor budget (ledger.rs) before it opens another, and opens regular files and
+//!   directories only: a FIFO, a device or a socket that sits in a mount (a guest cannot
 //!   make one, a host process can) would block a host thread in `open` (a FIFO with no
-//!   writer) or in its reads, where no stop reaches it (`access`). What it looks at is what
-//!   it opens: it holds the grant's names shared meanwhile, and no other call can rename,
-//!   link or symlink a FIFO in under the name between the look and the open (moves.rs);
+//!   writer) or in its reads, where no stop reaches it (`access`). It opens the name
+//!   itself, without waiting, and looks at what it opened (opening.rs): no look at the
+//!   name beforehand that another call or a host process could make stale;
 //! - `read-via-stream`, `write-via-stream` and `append-via-stream` charge each stream's
 //!   64 KiB buffer to `host_memory_bytes` and its descriptor to `open_files`, until the
 //!   stream drops;
@@ -56,7 +56,7 @@ use wasmtime::component::{Linker, Resource, ResourceTable};
 use wasmtime::{Result, StoreContextMut};
 use wasmtime_wasi::filesystem::{Descriptor, WasiFilesystemCtx};
 use wasmtime_wasi::p2::bindings::filesystem::types::{
-    DescriptorFlags, DescriptorType, DirectoryEntryStream, ErrorCode, HostDescriptor, OpenFlags, PathFlags,
+    DescriptorFlags, DirectoryEntryStream, ErrorCode, HostDescriptor, OpenFlags, PathFlags,
 };
 use wasmtime_wasi::p2::{DynInputStream, DynOutputStream, FsError, FsResult, InputStream, OutputStream};
 use wasmtime_wasi::{FsPerms, WasiCtxBuilder};
@@ -64,6 +64,7 @@ use wasmtime_wasi::{FsPerms, WasiCtxBuilder};
 use super::guest::GuestState;
 use super::ledger::{Refusal, STREAM_BUFFER_BYTES, StreamCharge};
 use super::moves;
+use super::opening;
 use super::quota::{self, Quota};
 
 /// Where the tool's data directory appears inside the guest.
@@ -400,8 +401,7 @@ pub(crate) fn shadow_filesystem(linker: &mut Linker<GuestState>) -> Result<()> {
                 let state = store.data_mut();
                 let parent = dir.rep();
                 // Under a grant with a quota, a new name is charged and a truncation gives
-                // the file's bytes back (quota.rs). (The quota's lock before the names':
-                // one order everywhere, moves.rs.)
+                // the file's bytes back (quota.rs).
                 let change = match state.quota_of(parent) {
                     Some(quota) if open_flags.intersects(OpenFlags::TRUNCATE | OpenFlags::CREATE) => {
                         let create = open_flags.contains(OpenFlags::CREATE);
@@ -412,33 +412,22 @@ pub(crate) fn shadow_filesystem(linker: &mut Linker<GuestState>) -> Result<()> {
                     }
                     _ => None,
                 };
-                // What the name is now is what is opened: no rename, link or symlink in the
-                // grant until then (moves.rs).
-                let _names = moves::share_names().await;
-                let at = Resource::<Descriptor>::new_borrow(parent);
-                let refusal = match state.filesystem_view().stat_at(at, path_flags, path.clone()).await {
-                    Ok(stat) => (!matches!(
-                        stat.type_,
-                        DescriptorType::RegularFile
-                            | DescriptorType::Directory
-                            | DescriptorType::SymbolicLink
-                    ))
-                    .then_some(ErrorCode::Access),
-                    // Nothing there yet (to create): nothing to look at.
-                    Err(error) => Some(FsError::downcast(error)?).filter(|code| *code != ErrorCode::NoEntry),
-                };
                 let open = count_descriptors(state.table());
-                let refusal = match refusal {
-                    Some(code) => Some(code),
-                    None => state.ledger().charge_descriptors(open + 1).err().map(refused),
-                };
-                if let Some(code) = refusal {
+                if let Err(refusal) = state.ledger().charge_descriptors(open + 1) {
                     if let Some(change) = change {
                         change.settle(state, None);
                     }
-                    return Ok((Err(code),));
+                    return Ok((Err(refused(refusal)),));
                 }
-                let opened = state.filesystem_view().open_at(dir, path_flags, path, open_flags, flags).await;
+                // Files and directories only, and no open that waits (opening.rs).
+                let opened = match directory_of(state.table(), &dir)? {
+                    Ok(directory) => opening::open_at(&directory, path_flags, path, open_flags, flags).await,
+                    Err(code) => Err(code),
+                };
+                let opened = match opened {
+                    Ok(descriptor) => Ok(state.table().push(descriptor)?),
+                    Err(code) => Err(code),
+                };
                 match &opened {
                     // What is opened under a grant belongs to that grant.
                     Ok(fd) => state.tag_descriptor(fd.rep(), parent),
@@ -448,7 +437,7 @@ pub(crate) fn shadow_filesystem(linker: &mut Linker<GuestState>) -> Result<()> {
                 if let Some(change) = change {
                     change.settle(state, opened.as_ref().ok());
                 }
-                wasi_result(opened)
+                Ok((opened,))
             })
         },
     )?;
@@ -566,7 +555,6 @@ pub(crate) fn shadow_filesystem(linker: &mut Linker<GuestState>) -> Result<()> {
                     Ok(entry) => entry,
                     Err(code) => return Ok((Err(code),)),
                 };
-                let _names = moves::lock_names().await;
                 let linked = state.filesystem_view().symlink_at(dir, target, link).await;
                 quota::NewEntry::settle(entry, linked.is_ok());
                 wasi_result(linked)
@@ -578,6 +566,18 @@ pub(crate) fn shadow_filesystem(linker: &mut Linker<GuestState>) -> Result<()> {
 }
 
 /// Open descriptors (files and directories) in a call's table.
+/// The directory `descriptor` is, to open a name under (`not-directory` for a file, as
+/// wasmtime-wasi answers), shared with the table's entry.
+pub(crate) fn directory_of(
+    table: &ResourceTable,
+    descriptor: &Resource<Descriptor>,
+) -> Result<Result<wasmtime_wasi::filesystem::Dir, ErrorCode>> {
+    Ok(match table.get(descriptor)? {
+        Descriptor::Dir(directory) => Ok(directory.clone()),
+        Descriptor::File(_) => Err(ErrorCode::NotDirectory),
+    })
+}
+
 fn count_descriptors(table: &mut ResourceTable) -> usize {
     table.iter_mut().filter(|entry| entry.is::<Descriptor>()).count()
 }

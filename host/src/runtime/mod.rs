@@ -17,6 +17,8 @@
 //! - `files`: a component's data directory and mounts, opened once, and the guards on
 //!   its files.
 //! - `quota`: a read-write mount's `quota_mb`, charged at every write.
+//! - `opening`: every name a guest opens, opened so that nothing a host process left
+//!   there (a FIFO) can hold a thread.
 //! - `ledger`: what a call makes the host hold (host memory, descriptors), charged to it.
 //! - `waits`: a stop wakes a guest parked in a host wait.
 //! - `spare`: instances made ahead of the calls that will use them.
@@ -41,6 +43,7 @@ pub mod input;
 mod ledger;
 pub mod limits;
 mod moves;
+mod opening;
 mod plain;
 mod quota;
 pub mod registry;

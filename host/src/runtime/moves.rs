@@ -26,31 +26,22 @@
 //!   the same name (nor make a path on the way lead elsewhere) between the walk and the
 //!   rename. The host's own processes are not held by it.
 //!
-//! A second lock keeps `open-at`'s look at what a name is (files.rs: files, directories
-//! and links only, never a FIFO a host process left, whose `open` would block a host
-//! thread for good) true until the open: an open holds its file system's names lock
-//! shared, and whatever could put another file under a name (`rename-at`, `link-at`,
-//! `symlink-at`) holds it alone, for its own system call only: a walk never holds up an
-//! open. It is one for the process, as a read-only grant of one component may lie inside
-//! another's writable one, and a path may cross into a file system mounted inside a grant. The locks are always taken in one order: a grant's move lock,
-//! then its quota's (quota.rs), then the names lock.
+//! The locks are always taken in one order: a grant's move lock, then its quota's
+//! (quota.rs). What an open finds under a name needs no lock: every open is of one name,
+//! once, and refuses what is not a file or a directory without waiting on it (opening.rs).
 //!
-//! The paths a move names are looked at (`stat`) before they are opened to be walked:
-//! wasmtime-wasi opens a directory without `O_DIRECTORY`, and a FIFO on the way would
-//! block that open for good.
+//! The paths a move names are opened to be walked as a guest's opens are (opening.rs):
+//! a FIFO on the way is refused, never waited on.
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::{Component as PathPart, Path, PathBuf};
 use std::sync::{Arc, Weak};
 
-use tokio::sync::{Mutex, OwnedMutexGuard, OwnedRwLockReadGuard, OwnedRwLockWriteGuard, RwLock};
+use tokio::sync::{Mutex, OwnedMutexGuard};
 use wasmtime::Result;
 use wasmtime::component::Resource;
 use wasmtime_wasi::filesystem::Descriptor;
-use wasmtime_wasi::p2::FsError;
-use wasmtime_wasi::p2::bindings::filesystem::types::{
-    DescriptorFlags, DescriptorType, ErrorCode, HostDescriptor, OpenFlags, PathFlags,
-};
+use wasmtime_wasi::p2::bindings::filesystem::types::{DescriptorFlags, ErrorCode, OpenFlags, PathFlags};
 
 use super::guest::GuestState;
 
@@ -85,14 +76,9 @@ type MoveLocks = std::collections::HashMap<(u64, u64), Weak<Mutex<()>>>;
 static LIVE_MOVE_LOCKS: std::sync::LazyLock<std::sync::Mutex<MoveLocks>> =
     std::sync::LazyLock::new(Default::default);
 
-/// Held shared by every open-at and alone by whatever could put another file under a name:
-/// one for the process, as a read-only grant of one component may lie inside another's
-/// writable one, and a path may cross into another file system mounted inside a grant.
-static NAMES: std::sync::LazyLock<Arc<RwLock<()>>> = std::sync::LazyLock::new(Arc::default);
-
 /// Hold the move locks of the grants `dir` and `new_dir` lie under (one when it is the
 /// same grant), taken in one order (by address), so that two changes between the same two
-/// grants cannot each hold one and wait for the other; taken before [`lock_names`].
+/// grants cannot each hold one and wait for the other; taken before a quota's lock.
 pub(crate) fn lock_moves(
     state: &GuestState,
     dir: u32,
@@ -109,17 +95,6 @@ pub(crate) fn lock_moves(
         }
         guards
     }
-}
-
-/// Hold the names lock alone: no open-at looks at a name until the guard drops.
-pub(crate) async fn lock_names() -> OwnedRwLockWriteGuard<()> {
-    NAMES.clone().write_owned().await
-}
-
-/// Hold the names lock shared, for an open: what a name is stays as it was seen until the
-/// guard drops.
-pub(crate) async fn share_names() -> OwnedRwLockReadGuard<()> {
-    NAMES.clone().read_owned().await
 }
 
 /// Whether renaming `old_path` under `dir` to `new_path` under `new_dir` may go ahead:
@@ -185,39 +160,31 @@ fn split(path: &str) -> Option<(String, std::ffi::OsString)> {
     Some((parent.to_str()?.to_owned(), name.to_owned()))
 }
 
-/// The directory `path` names under `dir`, resolved by wasmtime-wasi's sandbox as the
-/// rename resolves it, as a host file of its own (the guest's table is left as it was).
+/// The directory `path` names under `dir`, resolved by the sandbox as the rename resolves
+/// it, as a host file of its own (the guest's table is left as it was). Opened as a
+/// guest's open is (opening.rs): a FIFO on the way is refused, not waited on.
 async fn open_parent(
     state: &mut GuestState,
     dir: u32,
     path: String,
 ) -> Result<Result<Arc<std::fs::File>, ErrorCode>> {
-    let mut view = state.filesystem_view();
-    // Looked at before it is opened: wasmtime-wasi opens a directory without `O_DIRECTORY`,
-    // and a FIFO left by a host process would block the open for good. (Under the move
-    // lock no call can put another file under the name in between.)
-    match view.stat_at(Resource::new_borrow(dir), PathFlags::SYMLINK_FOLLOW, path.clone()).await {
-        Ok(stat) if stat.type_ == DescriptorType::Directory => {}
-        Ok(_) => return Ok(Err(ErrorCode::NotDirectory)),
-        Err(error) => return Ok(Err(FsError::downcast(error)?)),
-    }
-    let opened = view
-        .open_at(
-            Resource::new_borrow(dir),
-            PathFlags::SYMLINK_FOLLOW,
-            path,
-            OpenFlags::DIRECTORY,
-            DescriptorFlags::READ,
-        )
-        .await;
-    let opened = match opened {
-        Ok(opened) => opened,
-        Err(error) => return Ok(Err(FsError::downcast(error)?)),
+    let directory = match super::files::directory_of(state.table(), &Resource::new_borrow(dir))? {
+        Ok(directory) => directory,
+        Err(code) => return Ok(Err(code)),
     };
-    Ok(Ok(match view.table.delete(opened)? {
-        Descriptor::Dir(directory) => directory.dir,
-        Descriptor::File(file) => file.file,
-    }))
+    let opened = super::opening::open_at(
+        &directory,
+        PathFlags::SYMLINK_FOLLOW,
+        path,
+        OpenFlags::DIRECTORY,
+        DescriptorFlags::READ,
+    )
+    .await;
+    Ok(match opened {
+        Ok(Descriptor::Dir(directory)) => Ok(directory.dir),
+        Ok(Descriptor::File(_)) => Err(ErrorCode::NotDirectory),
+        Err(code) => Err(code),
+    })
 }
 
 /// `name` in `parent`, opened as a directory when it is one (never through a symlink:

@@ -70,6 +70,7 @@ use wasmtime_wasi::p2::{OutputStream, StreamError, StreamResult};
 use super::guest::GuestState;
 use super::ledger::HeldDescriptor;
 use super::moves;
+use super::opening;
 
 /// The most a quota stream accepts in one write, like wasmtime-wasi's file streams.
 const STREAM_WRITE_BYTES: usize = 64 << 10;
@@ -537,15 +538,11 @@ pub(crate) fn shadow_quota(linker: &mut Linker<GuestState>) -> Result<()> {
                 if let Err(code) = moves::check_move(state, dir.rep(), &old_path, new_dir.rep(), &new_path).await? {
                     return Ok((Err(code),));
                 }
-                // Nor may the name become a FIFO under an open's feet (files.rs); the quota's
-                // lock first (one order everywhere, moves.rs).
                 let Some(quota) = state.quota_of(dir.rep()) else {
-                    let _names = moves::lock_names().await;
                     let renamed = state.filesystem_view().rename_at(dir, old_path, new_dir, new_path).await;
                     return super::files::wasi_result(renamed);
                 };
                 let _lock = quota.lock.clone().lock_owned().await;
-                let _names = moves::lock_names().await;
                 // The file a rename replaces is freed, unless it is the file renamed.
                 let same = same_file(state, (dir.rep(), &old_path), (new_dir.rep(), &new_path)).await;
                 let removal =
@@ -573,7 +570,7 @@ pub(crate) fn shadow_quota(linker: &mut Linker<GuestState>) -> Result<()> {
                 if let Some(refusal) = crossing(state, dir.rep(), new_dir.rep()) {
                     return Ok((Err(refusal),));
                 }
-                // A new name for a file: no open looks at names meanwhile.
+                // No other rename, link or symlink in the grant until this one is done.
                 let _moves = moves::lock_moves(state, dir.rep(), new_dir.rep()).await;
                 if super::files::is_climbing_link(state, dir.rep(), &old_path).await {
                     return Ok((Err(ErrorCode::NotPermitted),));
@@ -582,7 +579,6 @@ pub(crate) fn shadow_quota(linker: &mut Linker<GuestState>) -> Result<()> {
                     Ok(entry) => entry,
                     Err(code) => return Ok((Err(code),)),
                 };
-                let _names = moves::lock_names().await;
                 let linked = state.filesystem_view().link_at(dir, flags, old_path, new_dir, new_path).await;
                 NewEntry::settle(entry, linked.is_ok());
                 super::files::wasi_result(linked)
@@ -639,23 +635,25 @@ impl Removal {
         let Some(descriptor) = HeldDescriptor::take(state.ledger().server_descriptors()) else {
             return Self::Freed(ENTRY_BYTES);
         };
-        let opened = state
-            .filesystem_view()
-            .open_at(
-                Resource::new_borrow(dir),
-                PathFlags::empty(),
-                path.to_owned(),
-                OpenFlags::empty(),
-                DescriptorFlags::READ,
-            )
-            .await;
-        // Not opened (a guest that filled its table would otherwise get its bytes back at
-        // once while it holds the file): its bytes stay counted.
-        let Ok(fd) = opened else { return Self::Freed(ENTRY_BYTES) };
-        let file = file_of(state, &fd).ok().flatten();
-        // Only the host keeps it: the guest never saw this descriptor.
-        let _ = state.table().delete(fd);
-        file.map_or(Self::Freed(ENTRY_BYTES), |file| Self::LastLink(file, descriptor))
+        // Opened as a guest's open is (opening.rs): a FIFO a host process put there since
+        // the look is refused, not waited on. Only the host keeps it: the guest never sees
+        // this descriptor.
+        let Ok(Ok(directory)) = super::files::directory_of(state.table(), &Resource::new_borrow(dir)) else {
+            return Self::Freed(ENTRY_BYTES);
+        };
+        let opened = opening::open_at(
+            &directory,
+            PathFlags::empty(),
+            path.to_owned(),
+            OpenFlags::empty(),
+            DescriptorFlags::READ,
+        )
+        .await;
+        match opened {
+            Ok(Descriptor::File(file)) => Self::LastLink(file.file, descriptor),
+            // Not opened: its bytes stay counted.
+            Ok(Descriptor::Dir(_)) | Err(_) => Self::Freed(ENTRY_BYTES),
+        }
     }
 
     /// The name was removed: count what that freed.

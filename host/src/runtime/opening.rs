@@ -1,0 +1,268 @@
+//! # Opening a name under a grant, never held by what a host process left there
+//!
+//! wasmtime-wasi's `open-at` opens whatever a name is. Opening a FIFO blocks the opening
+//! thread until a peer comes (for reading with no writer, for writing with no reader),
+//! which may be never, and no stop reaches a thread inside `open`. A guest cannot make a
+//! FIFO, a device or a socket, but a host process can leave one in a mount. So every name a
+//! guest opens, and every name Cordon opens on a guest's behalf (moves.rs, quota.rs), is
+//! opened here:
+//!
+//! - with the same sandboxed resolution: cap-primitives' `open` (`openat2` with
+//!   `RESOLVE_BENEATH`, or its walk where that is missing), of which wasmtime-wasi 48's own
+//!   is a copy, and the same flags, permissions and errors as wasmtime-wasi's `open-at`;
+//! - with `O_NONBLOCK | O_NOCTTY` added, so that no open waits (a FIFO opens at once for
+//!   reading, or fails with `ENXIO` for writing) and no terminal becomes the server's;
+//! - then refused (`access`) unless it is a regular file or a directory, and closed again;
+//!   what is kept gets its `O_NONBLOCK` cleared.
+//!
+//! What is opened is what is checked: one system call, no look at the name beforehand that
+//! another call or a host process could make stale. (A device node a host process left is
+//! opened for an instant before it is refused.)
+
+use std::os::fd::AsRawFd;
+use std::path::Path;
+use std::sync::Arc;
+
+use cap_primitives::fs::{FollowSymlinks, OpenOptions, OpenOptionsExt};
+use wasmtime_wasi::filesystem::{Descriptor, Dir, File};
+use wasmtime_wasi::p2::bindings::filesystem::types::{DescriptorFlags, ErrorCode, OpenFlags, PathFlags};
+use wasmtime_wasi::{FsPerms, OpenMode};
+
+/// Open `path` under the directory `parent` as wasmtime-wasi's `open-at` would, save that
+/// nothing but a regular file or a directory is opened, and no open blocks. Runs on a
+/// blocking thread, as wasmtime-wasi's does.
+pub(crate) async fn open_at(
+    parent: &Dir,
+    path_flags: PathFlags,
+    path: String,
+    open_flags: OpenFlags,
+    flags: DescriptorFlags,
+) -> Result<Descriptor, ErrorCode> {
+    let (options, open_mode) = options(parent.perms, path_flags, open_flags, flags)?;
+    let perms = parent.perms;
+    let directory = parent.dir.clone();
+    let opened = tokio::task::spawn_blocking(move || open_checked(&directory, Path::new(&path), &options))
+        .await
+        .map_err(|_| ErrorCode::Io)??;
+    match opened {
+        Opened::Directory(dir) => Ok(Descriptor::Dir(Dir::new(dir, perms, open_mode, false))),
+        Opened::File(_) if open_flags.contains(OpenFlags::DIRECTORY) => Err(ErrorCode::NotDirectory),
+        Opened::File(file) => Ok(Descriptor::File(File::new(file, perms, open_mode, false))),
+    }
+}
+
+/// What an open found.
+enum Opened {
+    File(std::fs::File),
+    Directory(std::fs::File),
+}
+
+/// The options wasmtime-wasi 48's `Dir::open_at` gives the system for these flags, and the
+/// mode it records, with its refusals (same codes, same order).
+fn options(
+    perms: FsPerms,
+    path_flags: PathFlags,
+    open_flags: OpenFlags,
+    flags: DescriptorFlags,
+) -> Result<(OpenOptions, OpenMode), ErrorCode> {
+    let mut options = OpenOptions::new();
+    let mut open_mode = OpenMode::empty();
+    let create = open_flags.contains(OpenFlags::CREATE);
+    if create {
+        if open_flags.contains(OpenFlags::EXCLUSIVE) {
+            options.create_new(true);
+        } else {
+            options.create(true);
+        }
+        options.write(true);
+        open_mode |= OpenMode::WRITE;
+    }
+    if open_flags.contains(OpenFlags::TRUNCATE) {
+        options.truncate(true).write(true);
+        open_mode |= OpenMode::WRITE;
+    }
+    if flags.contains(DescriptorFlags::READ) {
+        options.read(true);
+        open_mode |= OpenMode::READ;
+    }
+    if flags.contains(DescriptorFlags::WRITE) {
+        options.write(true);
+        open_mode |= OpenMode::WRITE;
+    } else {
+        // Opened for reading when not for writing, as wasmtime-wasi does: the mode, not
+        // the system, refuses what the guest did not ask for.
+        options.read(true);
+        open_mode |= OpenMode::READ;
+    }
+    let follow =
+        if path_flags.contains(PathFlags::SYMLINK_FOLLOW) { FollowSymlinks::Yes } else { FollowSymlinks::No };
+    options._cap_fs_ext_follow(follow);
+    options.custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY);
+    if flags.intersects(
+        DescriptorFlags::FILE_INTEGRITY_SYNC
+            | DescriptorFlags::DATA_INTEGRITY_SYNC
+            | DescriptorFlags::REQUESTED_WRITE_SYNC,
+    ) {
+        return Err(ErrorCode::Unsupported);
+    }
+    if open_flags.contains(OpenFlags::DIRECTORY)
+        && open_flags.intersects(OpenFlags::CREATE | OpenFlags::EXCLUSIVE | OpenFlags::TRUNCATE)
+    {
+        return Err(ErrorCode::Invalid);
+    }
+    if perms.write_not_permitted() && (create || open_mode.contains(OpenMode::WRITE)) {
+        return Err(ErrorCode::NotPermitted);
+    }
+    Ok((options, open_mode))
+}
+
+/// Open, look at what was opened, and keep it only when it is a file or a directory.
+fn open_checked(
+    directory: &Arc<std::fs::File>,
+    path: &Path,
+    options: &OpenOptions,
+) -> Result<Opened, ErrorCode> {
+    let opened = cap_primitives::fs::open(directory, path, options)?;
+    let kind = opened.metadata()?.file_type();
+    if !kind.is_file() && !kind.is_dir() {
+        return Err(ErrorCode::Access);
+    }
+    clear_nonblocking(&opened)?;
+    Ok(if kind.is_dir() { Opened::Directory(opened) } else { Opened::File(opened) })
+}
+
+/// Make reads and writes on `file` wait again, as on any file the guest opens.
+fn clear_nonblocking(file: &std::fs::File) -> std::io::Result<()> {
+    let fd = file.as_raw_fd();
+    // SAFETY: `fcntl` on a descriptor `file` owns and keeps open.
+    let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+    // SAFETY: as above.
+    if flags < 0 || unsafe { libc::fcntl(fd, libc::F_SETFL, flags & !libc::O_NONBLOCK) } < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A folder of this process's own, removed when dropped.
+    struct Scratch(std::path::PathBuf);
+
+    impl Scratch {
+        fn new(name: &str) -> Self {
+            let path = std::env::temp_dir().join(format!("cordon-opening-{name}-{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&path);
+            std::fs::create_dir_all(&path).unwrap();
+            Self(path)
+        }
+
+        fn path(&self) -> &Path {
+            &self.0
+        }
+    }
+
+    impl Drop for Scratch {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn directory(path: &Path) -> Dir {
+        let file = std::fs::File::open(path).unwrap();
+        Dir::new(file, FsPerms::ReadWrite, OpenMode::READ | OpenMode::WRITE, false)
+    }
+
+    async fn open(
+        parent: &Dir,
+        path: &str,
+        open_flags: OpenFlags,
+        flags: DescriptorFlags,
+    ) -> Result<Descriptor, ErrorCode> {
+        open_at(parent, PathFlags::SYMLINK_FOLLOW, path.into(), open_flags, flags).await
+    }
+
+    /// A FIFO with no writer, opened to be read, would block wasmtime-wasi's open for
+    /// good; here it is refused at once, read or written, through a link or not.
+    #[tokio::test]
+    async fn a_fifo_is_refused_without_waiting_for_a_peer() {
+        let scratch = Scratch::new("fifo");
+        let fifo = scratch.path().join("pipe");
+        let name = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: a path that lives across the call.
+        assert_eq!(unsafe { libc::mkfifo(name.as_ptr(), 0o600) }, 0);
+        std::os::unix::fs::symlink("pipe", scratch.path().join("link")).unwrap();
+        let parent = directory(scratch.path());
+        let opens = async {
+            for path in ["pipe", "link"] {
+                let read = open(&parent, path, OpenFlags::empty(), DescriptorFlags::READ).await;
+                assert_eq!(read.err(), Some(ErrorCode::Access), "{path}");
+                // `ENXIO`: no reader.
+                assert!(
+                    open(&parent, path, OpenFlags::empty(), DescriptorFlags::WRITE).await.is_err(),
+                    "{path}"
+                );
+            }
+        };
+        tokio::time::timeout(std::time::Duration::from_secs(20), opens)
+            .await
+            .expect("no open waits for a peer");
+    }
+
+    /// Files and directories open as wasmtime-wasi opens them, with its refusals, and a
+    /// file is left waiting on its reads and writes as usual.
+    #[tokio::test]
+    async fn files_and_directories_open_as_wasmtime_wasi_opens_them() {
+        let scratch = Scratch::new("files");
+        std::fs::create_dir(scratch.path().join("sub")).unwrap();
+        let parent = directory(scratch.path());
+        let created = open(&parent, "new", OpenFlags::CREATE, DescriptorFlags::WRITE).await;
+        let Ok(Descriptor::File(file)) = created else { panic!("a file is made") };
+        // SAFETY: a descriptor `file` keeps open.
+        let flags = unsafe { libc::fcntl(file.file.as_raw_fd(), libc::F_GETFL) };
+        assert_eq!(flags & libc::O_NONBLOCK, 0, "a kept file blocks as usual");
+        assert_eq!(file.open_mode, OpenMode::WRITE);
+        assert!(matches!(
+            open(&parent, "sub", OpenFlags::DIRECTORY, DescriptorFlags::READ).await,
+            Ok(Descriptor::Dir(_))
+        ));
+        assert_eq!(
+            open(&parent, "new", OpenFlags::DIRECTORY, DescriptorFlags::READ).await.err(),
+            Some(ErrorCode::NotDirectory)
+        );
+        assert_eq!(
+            open(&parent, "new", OpenFlags::CREATE | OpenFlags::EXCLUSIVE, DescriptorFlags::WRITE)
+                .await
+                .err(),
+            Some(ErrorCode::Exist)
+        );
+        assert_eq!(
+            open(&parent, "sub", OpenFlags::DIRECTORY | OpenFlags::CREATE, DescriptorFlags::READ).await.err(),
+            Some(ErrorCode::Invalid)
+        );
+        assert_eq!(
+            open(&parent, "../x", OpenFlags::empty(), DescriptorFlags::READ).await.err(),
+            Some(ErrorCode::NotPermitted)
+        );
+        assert_eq!(
+            open(&parent, "missing", OpenFlags::empty(), DescriptorFlags::READ).await.err(),
+            Some(ErrorCode::NoEntry)
+        );
+        let read_only =
+            Dir::new(std::fs::File::open(scratch.path()).unwrap(), FsPerms::ReadOnly, OpenMode::READ, false);
+        assert_eq!(
+            open(&read_only, "new", OpenFlags::empty(), DescriptorFlags::WRITE).await.err(),
+            Some(ErrorCode::NotPermitted)
+        );
+        assert!(matches!(
+            open(&read_only, "new", OpenFlags::empty(), DescriptorFlags::READ).await,
+            Ok(Descriptor::File(_))
+        ));
+        std::os::unix::fs::symlink("new", scratch.path().join("link")).unwrap();
+        let nofollow =
+            open_at(&parent, PathFlags::empty(), "link".into(), OpenFlags::empty(), DescriptorFlags::READ)
+                .await;
+        assert_eq!(nofollow.err(), Some(ErrorCode::Loop));
+    }
+}
