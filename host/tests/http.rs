@@ -323,6 +323,26 @@ fn hosts_origins_and_oversized_or_slow_bodies_are_refused() {
     stream.write_all(head.as_bytes()).unwrap();
     assert_eq!(read_answer(stream, &server.schema).status, 413);
 
+    // A head past 64 KiB (hyper reads what its buffer has room for, up to twice that), or
+    // of more than 100 lines: 431, before it is all held.
+    let long_head = |pad: usize, lines: usize| {
+        let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        let extra: String = (0..lines).map(|line| format!("X-Line-{line}: {line}\r\n")).collect();
+        let head = format!(
+            "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\nX-Pad: {}\r\n{extra}\r\n",
+            "p".repeat(pad)
+        );
+        // The server may stop reading before the end: what it answered is read regardless.
+        let _ = stream.write_all(head.as_bytes());
+        let mut answer = Vec::new();
+        let _ = stream.read_to_end(&mut answer);
+        String::from_utf8_lossy(&answer).lines().next().unwrap_or_default().to_owned()
+    };
+    assert_eq!(long_head(200_000, 0), "HTTP/1.1 431 Request Header Fields Too Large");
+    assert_eq!(long_head(10, 101), "HTTP/1.1 431 Request Header Fields Too Large");
+    // Under both bounds the request goes on to its next check (no body: 400 or 415).
+    assert!(!long_head(60_000, 90).contains(" 431 "), "a long head under the bounds is read");
+
     // A body that never finishes arriving: 408 after the read timeout.
     let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
     let head = format!(
@@ -923,6 +943,52 @@ fn a_legacy_get_stream_holds_a_listen_slot_and_ends_with_its_session() {
         assert!(Instant::now() < deadline, "the slot never came back");
         std::thread::sleep(Duration::from_millis(20)); // polling for the slot, with a deadline
     }
+}
+
+/// An `initialize` sent with a live session's id starts a session of its own: ending the
+/// first does not end the second, nor the stream that follows it.
+#[test]
+fn an_initialize_that_names_a_session_starts_one_of_its_own() {
+    let server = Server::start("http-initialize-again");
+    let schema = Schema::legacy();
+    let base = [("Accept", "application/json, text/event-stream"), ("Content-Type", "application/json")];
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}});
+    let opened = post(server.port, &base, init.to_string().as_bytes(), &schema);
+    let first = opened.header("mcp-session-id").expect("a session id").to_owned();
+    let again = [base[0], base[1], ("Mcp-Session-Id", first.as_str())];
+    let reopened = post(server.port, &again, init.to_string().as_bytes(), &schema);
+    let second = reopened.header("mcp-session-id").expect("a session id").to_owned();
+    assert_ne!(first, second);
+    let mut delete = TcpStream::connect(("127.0.0.1", server.port)).unwrap();
+    write_request(&mut delete, server.port, "DELETE", &[("Mcp-Session-Id", &first)], b"");
+    assert_eq!(read_answer(delete, &schema).status, 200);
+    let mut following = TcpStream::connect(("127.0.0.1", server.port)).unwrap();
+    let headers = [
+        ("Accept", "text/event-stream"),
+        ("MCP-Protocol-Version", "2025-11-25"),
+        ("Mcp-Session-Id", &second),
+    ];
+    write_request(&mut following, server.port, "GET", &headers, b"");
+    following.set_read_timeout(Some(Duration::from_millis(200))).unwrap();
+    assert!(read_head(&mut following).starts_with("HTTP/1.1 200"));
+    // The stream stays open (keep-alives, or nothing) until the deadline.
+    let deadline = Instant::now() + Duration::from_millis(1500);
+    let mut buffer = [0u8; 256];
+    while Instant::now() < deadline {
+        match following.read(&mut buffer) {
+            Ok(0) => panic!("the second session's stream ended with the first session"),
+            Ok(_) => {}
+            Err(error) => assert!(
+                matches!(error.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut),
+                "{error}"
+            ),
+        }
+    }
+    let ping = json!({"jsonrpc": "2.0", "id": 2, "method": "ping"}).to_string();
+    let in_second =
+        [base[0], base[1], ("MCP-Protocol-Version", "2025-11-25"), ("Mcp-Session-Id", second.as_str())];
+    assert_eq!(post(server.port, &in_second, ping.as_bytes(), &schema).status, 200);
 }
 
 /// On an open server a client is its address: ten thousand 2025-era initializes from one

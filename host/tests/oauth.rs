@@ -309,6 +309,8 @@ fn every_bad_token_is_refused_and_a_good_one_is_served() {
     cases.push(("wrong issuer", with(&|claims| claims["iss"] = json!("https://evil.example.com"))));
     cases.push(("no exp", with(&|claims| drop(claims.as_object_mut().unwrap().remove("exp")))));
     cases.push(("no tenant", with(&|claims| drop(claims.as_object_mut().unwrap().remove("org")))));
+    // Nobody to hold its sessions and request states apart from every other such token's.
+    cases.push(("no caller", with(&|claims| drop(claims.as_object_mut().unwrap().remove("sub")))));
     cases.push(("alg none", forged(json!({"alg": "none", "typ": "JWT", "kid": "key-1"}), &good, None)));
     // HS256 with the issuer's public key as the HMAC secret: the point's bytes, and the
     // JWK's text, as an attacker who read the JWKS could use either.
@@ -413,6 +415,7 @@ fn every_bad_token_is_refused_and_a_good_one_is_served() {
             "wrong issuer",
             "a required claim is missing",
             "no tenant claim",
+            "names no caller (sub, client_id or azp)",
             "not a JWT with a known algorithm",
             "algorithm not allowed",
             "algorithm not allowed",
@@ -741,7 +744,7 @@ fn write_jwks(file: &std::path::Path, keys: &[&SigningKey]) {
 
 fn file_claims(tenant: &str, scope: &str, expires_in: i64) -> Value {
     let now = now();
-    json!({"iss": "https://idp.example.com", "aud": AUDIENCE, "org": tenant, "scope": scope, "exp": now + expires_in})
+    json!({"iss": "https://idp.example.com", "aud": AUDIENCE, "sub": "user-1", "org": tenant, "scope": scope, "exp": now + expires_in})
 }
 
 #[tokio::test]
@@ -856,7 +859,7 @@ async fn a_key_set_over_its_size_bound_is_not_taken() {
     settings.min_refetch_interval = Duration::ZERO;
     // A URL that cannot be read is a warning at startup, not an error...
     let validator = Validator::start(settings).await.unwrap();
-    let claims = json!({"iss": url, "aud": AUDIENCE, "org": "acme", "exp": now() + 300});
+    let claims = json!({"iss": url, "aud": AUDIENCE, "sub": "user-1", "org": "acme", "exp": now() + 300});
     // ...and its keys are never taken.
     assert_eq!(
         validator.validate(&key.sign(&claims)).await,

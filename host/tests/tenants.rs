@@ -353,6 +353,16 @@ fn over_its_rate_a_tenants_call_gets_429_with_retry_after() {
     let item = json!({"uri": "hostile://item/0"});
     let complete =
         json!({"ref": {"type": "ref/prompt", "name": "spin"}, "argument": {"name": "label", "value": "x"}});
+    // A request the transport refuses (its `Mcp-Name` is not the tool it calls) spends none
+    // of the rate: after three of them the burst is whole.
+    let mismatched = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": {"name": "park", "arguments": {"ms": 1}, "_meta": meta()}});
+    let bearer = format!("Bearer {BETA_KEY}");
+    let mut headers = modern_headers("tools/call", Some("spin"));
+    headers.push(("Authorization", &bearer));
+    for _ in 0..3 {
+        assert_eq!(server.post("/mcp", &headers, &mismatched).status, 400);
+    }
     let answers = [
         server.call(BETA_KEY, "park", json!({"ms": 1})),
         server.request(Some(BETA_KEY), "resources/read", Some("hostile://item/0"), item),

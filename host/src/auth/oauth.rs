@@ -115,8 +115,8 @@ pub struct Claims {
     /// The tenant the request acts for (the `tenant_claim`'s value).
     pub tenant: String,
     /// Who the token was issued to (its `sub`, or without one its client): the caller
-    /// within the tenant.
-    pub caller: Option<super::Caller>,
+    /// within the tenant. A token that names neither is refused.
+    pub caller: super::Caller,
     pub scopes: Vec<String>,
     /// Unix seconds after which the token is expired even with the [`LEEWAY`]: what was
     /// opened with it and has no end of its own (a listen stream) ends then.
@@ -285,7 +285,12 @@ impl Validator {
         let expires = claims.get("exp").and_then(|exp| exp.as_u64().or(exp.as_f64().map(|exp| exp as u64)));
         let expires = expires.unwrap_or(0);
         let usable_until = expires.saturating_add(LEEWAY.as_secs());
-        let checked = Claims { tenant, caller: caller(&claims), scopes: scopes(&claims), usable_until };
+        // A token that names no one would share its sessions and request states with every
+        // other such token of its tenant.
+        let Some(caller) = caller(&claims) else {
+            return Err(TokenError::Invalid("names no caller (sub, client_id or azp)"));
+        };
+        let checked = Claims { tenant, caller, scopes: scopes(&claims), usable_until };
         self.checked.remember(token, Remembered { claims: checked.clone(), generation }, now);
         Ok(checked)
     }
@@ -306,7 +311,7 @@ fn is_access_token_type(typ: &str) -> bool {
 /// it was issued to (`client_id`, RFC 9068, or `azp`): issuers of client-credentials
 /// tokens often leave `sub` out, and the clients of a tenant must not all be one caller
 /// (each may take back only the request states it was given). The two are kept apart
-/// ([`super::Caller::Client`]). Anything else names no one.
+/// ([`super::Caller::Client`]). Anything else names no one, and is refused.
 fn caller(claims: &Map<String, Value>) -> Option<super::Caller> {
     let text = |name: &str| match claims.get(name) {
         Some(Value::String(text)) if !text.is_empty() => Some(text.as_str()),

@@ -457,11 +457,15 @@ impl Sessions {
         id
     }
 
-    /// The session `id`, unless it has been idle for [`SESSION_IDLE`] (with no stream
-    /// following it): that one ends here.
-    fn get(&self, id: &str) -> Option<Arc<Connection>> {
+    /// The session `id` when `holds` it (its tenant and caller are the request's), unless
+    /// it has been idle for [`SESSION_IDLE`] (with no stream following it): that one ends
+    /// here. Another holder's request neither ends nor refreshes it.
+    fn get(&self, id: &str, holds: impl FnOnce(&Connection) -> bool) -> Option<Arc<Connection>> {
         let mut live = self.live.lock().unwrap();
         let (connection, used) = live.get(id)?;
+        if !holds(connection) {
+            return None;
+        }
         let now = std::time::Instant::now();
         if now.duration_since(used) >= SESSION_IDLE && !connection.is_following() {
             live.remove(id)?.end_session();
@@ -472,9 +476,13 @@ impl Sessions {
         Some(connection)
     }
 
-    fn close(&self, id: &str) -> bool {
-        let closed = self.live.lock().unwrap().remove(id);
-        closed.map(|connection| connection.end_session()).is_some()
+    /// End the session `id` when `holds` it.
+    fn close(&self, id: &str, holds: impl FnOnce(&Connection) -> bool) -> bool {
+        let mut live = self.live.lock().unwrap();
+        if !live.get(id).is_some_and(|(connection, _)| holds(connection)) {
+            return false;
+        }
+        live.remove(id).map(|connection| connection.end_session()).is_some()
     }
 }
 
@@ -893,6 +901,15 @@ async fn serve_accepted(
     }
 }
 
+/// The longest request head (its line and headers) a connection reads, and so about the
+/// most its read buffer holds: hyper answers 431 past it (it reads into whatever room its
+/// buffer has, so a head of up to about twice this may be read whole). hyper's default,
+/// about 400 KiB, held uncharged by each of thousands of connections, would be gigabytes;
+/// a bearer token and a tool's `Mcp-Param-*` headers fit in this many times over.
+pub const MAX_HEAD_BYTES: usize = 64 << 10;
+/// The most header lines a request may have (431 past it).
+const MAX_HEADERS: usize = 100;
+
 /// Serve HTTP/1.1 on one connection (plain or TLS) until it ends or the server closes.
 async fn serve_connection<I, S>(
     io: I,
@@ -906,6 +923,8 @@ async fn serve_connection<I, S>(
 {
     let connection = hyper::server::conn::http1::Builder::new()
         .keep_alive(true)
+        .max_buf_size(MAX_HEAD_BYTES)
+        .max_headers(MAX_HEADERS)
         .timer(hyper_util::rt::TokioTimer::new())
         .header_read_timeout(header_timeout)
         .serve_connection(TokioIo::new(io), service);
@@ -1021,18 +1040,15 @@ async fn serve_request(
     if request.method() == Method::DELETE
         && let Some(id) = &session_id
     {
-        // Ending a 2025-era session; a session that is gone is told so, as for any request.
-        if shared
-            .sessions
-            .get(id)
-            .is_some_and(|session| !same_holder(&session, tenant.as_ref(), caller.as_ref()))
-        {
-            return Err(plain(StatusCode::NOT_FOUND, "Not Found: unknown or expired session"));
-        }
-        return Err(match shared.sessions.close(id) {
-            true => empty(StatusCode::OK),
-            false => plain(StatusCode::NOT_FOUND, "Not Found: unknown or expired session"),
-        });
+        // Ending a 2025-era session; a session that is gone (or another's) is told so, as
+        // for any request.
+        return Err(
+            match shared.sessions.close(id, |session| same_holder(session, tenant.as_ref(), caller.as_ref()))
+            {
+                true => empty(StatusCode::OK),
+                false => plain(StatusCode::NOT_FOUND, "Not Found: unknown or expired session"),
+            },
+        );
     }
     if request.method() == Method::GET
         && let Some(id) = &session_id
@@ -1078,10 +1094,9 @@ async fn serve_request(
     drop((body, body_charge));
     // A 2025-era session, when the request names a live one (2026 requests ignore it).
     // Another tenant's session is no session at all.
-    let session = session_id
-        .as_deref()
-        .and_then(|id| shared.sessions.get(id))
-        .filter(|session| same_holder(session, tenant.as_ref(), caller.as_ref()));
+    let session = session_id.as_deref().and_then(|id| {
+        shared.sessions.get(id, |session| same_holder(session, tenant.as_ref(), caller.as_ref()))
+    });
     let (id, method, params) = match message {
         Incoming::Request { id, method, params } => (id, method, params),
         notification @ (Incoming::Notification { .. } | Incoming::Response { .. }) => {
@@ -1121,7 +1136,8 @@ async fn serve_request(
     };
 
     let legacy = is_legacy(&headers, &method, params.as_ref(), session_id.is_some());
-    // Before the rate limit: a request the era's transport refuses spends none of it.
+    // Before the rate limit, as every check of the transport's: a request the era's
+    // transport refuses spends none of it.
     if legacy
         && method != "initialize"
         && let Some(problem) = unsupported_legacy_version(&headers)
@@ -1131,17 +1147,6 @@ async fn serve_request(
     // The request's one snapshot of the tools: its headers are checked and its call runs
     // against the same set, whatever a reload swaps in meanwhile.
     let tools = server.snapshot();
-    if mcp::runs_guest_code(&method)
-        && let Some(tenant) = &tenant
-        && let Err(retry_after) = tenant.admit_call()
-    {
-        // Refused before any handler saw it: 429, and when to come back.
-        let mut response =
-            rpc_error(StatusCode::TOO_MANY_REQUESTS, Some(&id), &rate_limited(tenant, retry_after));
-        let seconds = retry_after.as_secs_f64().ceil().max(1.0) as u64;
-        response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(seconds));
-        return Err(response);
-    }
     let check_params = |required: bool| {
         let header = |name: &str| headers.get(name).map(HeaderValue::as_bytes);
         server.check_param_headers(&tools, tenant.as_deref(), &method, params.as_ref(), header, required)
@@ -1154,10 +1159,24 @@ async fn serve_request(
         legacy_routing_problem(&headers, &method, params.as_ref(), || check_params(false))
             .map_err(|what| header_mismatch(&id, what))?;
     }
+    // After every check of the transport's: a request it refuses spends none of the rate.
+    if mcp::runs_guest_code(&method)
+        && let Some(tenant) = &tenant
+        && let Err(retry_after) = tenant.admit_call()
+    {
+        // Refused before any handler saw it: 429, and when to come back.
+        let mut response =
+            rpc_error(StatusCode::TOO_MANY_REQUESTS, Some(&id), &rate_limited(tenant, retry_after));
+        let seconds = retry_after.as_secs_f64().ceil().max(1.0) as u64;
+        response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+        return Err(response);
+    }
 
     let (sender, mut outbox) = mpsc::channel(64);
     let charger = Arc::new(AnswerCharger::new(server.clone(), tenant.clone(), client));
-    let connection = match session.filter(|_| legacy) {
+    // An `initialize` starts a session of its own, whatever session id it came with: two
+    // ids on one connection would end together.
+    let connection = match session.filter(|_| legacy && method != "initialize") {
         Some(connection) => connection,
         None => {
             let connection = Connection::for_caller(server.clone(), tenant, caller, RateCheck::Done);
@@ -1229,7 +1248,7 @@ async fn authenticate(shared: &Shared, request: &Request<IncomingBody>) -> Resul
         return Ok(Credentials { tenant: None, caller: None, expire: None });
     };
     let claims = protection.authenticate(request.uri(), headers).await?;
-    let (caller, expire) = (claims.caller.clone(), Some(unix_instant(claims.usable_until)));
+    let (caller, expire) = (Some(claims.caller.clone()), Some(unix_instant(claims.usable_until)));
     if tenants.is_empty() {
         // One implicit tenant: the token lets the request in, as its subject.
         return Ok(Credentials { tenant: None, caller, expire });
@@ -1308,8 +1327,7 @@ fn session_stream(
     if !accepts_sse {
         return plain(StatusCode::NOT_ACCEPTABLE, "Not Acceptable: Accept must list text/event-stream");
     }
-    let Some(connection) =
-        shared.sessions.get(session_id).filter(|session| same_holder(session, tenant, caller))
+    let Some(connection) = shared.sessions.get(session_id, |session| same_holder(session, tenant, caller))
     else {
         return plain(StatusCode::NOT_FOUND, "Not Found: unknown or expired session; initialize again");
     };
