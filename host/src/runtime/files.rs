@@ -66,6 +66,7 @@ use super::ledger::{Refusal, STREAM_BUFFER_BYTES, StreamCharge};
 use super::moves;
 use super::opening;
 use super::quota::{self, Quota};
+use super::streams::{FileReader, FileWriter};
 
 /// Where the tool's data directory appears inside the guest.
 pub const GUEST_DATA_DIR: &str = "/data";
@@ -449,14 +450,21 @@ pub(crate) fn shadow_filesystem(linker: &mut Linker<GuestState>) -> Result<()> {
                 Ok(charge) => charge,
                 Err(code) => return Ok((Err(code),)),
             };
+            // wasmtime-wasi checks the descriptor (and answers its errors); the stream that
+            // reads is ours (streams.rs).
             let mut view = state.filesystem_view();
-            let stream = match view.read_via_stream(file, offset) {
-                Ok(stream) => stream,
+            let checked = match view.read_via_stream(Resource::new_borrow(file.rep()), offset) {
+                Ok(checked) => checked,
                 Err(error) => return wasi_result(Err(error)),
             };
-            let inner = view.table.delete(stream)?;
+            view.table.delete(checked)?;
+            let threads = state.ledger().stream_threads();
+            let Descriptor::File(opened) = state.table().get(&file)? else {
+                return Ok((Err(ErrorCode::BadDescriptor),));
+            };
+            let inner: DynInputStream = Box::new(FileReader::new(opened.file.clone(), offset, threads));
             let charged: DynInputStream = Box::new(Charged { inner, _charge: charge });
-            Ok((Ok(view.table.push(charged)?),))
+            Ok((Ok(state.table().push(charged)?),))
         },
     )?;
     for (name, append) in
@@ -467,26 +475,29 @@ pub(crate) fn shadow_filesystem(linker: &mut Linker<GuestState>) -> Result<()> {
                 Ok(charge) => charge,
                 Err(code) => return Ok((Err(code),)),
             };
-            // Under a mount with a quota, the stream is ours and charges each write.
-            match quota::quota_stream(state, &file, (!append).then_some(offset))? {
-                Some(Ok(stream)) => {
-                    let inner: DynOutputStream = Box::new(stream);
-                    let charged: DynOutputStream = Box::new(Charged { inner, _charge: charge });
-                    return Ok((Ok(state.table().push(charged)?),));
-                }
-                Some(Err(code)) => return Ok((Err(code),)),
-                None => {}
-            }
+            // wasmtime-wasi checks the descriptor (and answers its errors); the stream that
+            // writes is ours (streams.rs), and under a grant with a quota charges each write.
             let mut view = state.filesystem_view();
-            let opened =
-                if append { view.append_via_stream(file) } else { view.write_via_stream(file, offset) };
-            let stream = match opened {
-                Ok(stream) => stream,
+            let borrowed = Resource::new_borrow(file.rep());
+            let checked = if append {
+                view.append_via_stream(borrowed)
+            } else {
+                view.write_via_stream(borrowed, offset)
+            };
+            let checked = match checked {
+                Ok(checked) => checked,
                 Err(error) => return wasi_result(Err(error)),
             };
-            let inner = view.table.delete(stream)?;
+            view.table.delete(checked)?;
+            let (quota, threads) = (state.quota_of(file.rep()), state.ledger().stream_threads());
+            let Descriptor::File(opened) = state.table().get(&file)? else {
+                return Ok((Err(ErrorCode::BadDescriptor),));
+            };
+            let position = (!append).then_some(offset);
+            let inner: DynOutputStream =
+                Box::new(FileWriter::new(opened.file.clone(), quota, position, threads));
             let charged: DynOutputStream = Box::new(Charged { inner, _charge: charge });
-            Ok((Ok(view.table.push(charged)?),))
+            Ok((Ok(state.table().push(charged)?),))
         };
         if append {
             types.func_wrap(
@@ -565,7 +576,6 @@ pub(crate) fn shadow_filesystem(linker: &mut Linker<GuestState>) -> Result<()> {
     Ok(())
 }
 
-/// Open descriptors (files and directories) in a call's table.
 /// The directory `descriptor` is, to open a name under (`not-directory` for a file, as
 /// wasmtime-wasi answers), shared with the table's entry.
 pub(crate) fn directory_of(
@@ -578,6 +588,7 @@ pub(crate) fn directory_of(
     })
 }
 
+/// Open descriptors (files and directories) in a call's table.
 fn count_descriptors(table: &mut ResourceTable) -> usize {
     table.iter_mut().filter(|entry| entry.is::<Descriptor>()).count()
 }

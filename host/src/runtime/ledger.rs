@@ -18,6 +18,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use super::limits::ToolLimits;
+use super::streams::StreamThreads;
 
 /// Host memory charged for one file stream: wasmtime-wasi's read and write buffer
 /// (`MAX_READ_SIZE_ALLOC` and `FILE_WRITE_CAPACITY`, both 64 KiB and not configurable).
@@ -118,6 +119,8 @@ pub(crate) struct Ledger {
     open_files_limit: usize,
     held: Mutex<Held>,
     server: Arc<DescriptorBudget>,
+    /// The blocking threads its file streams may use at once (streams.rs).
+    stream_threads: StreamThreads,
 }
 
 impl Ledger {
@@ -128,7 +131,13 @@ impl Ledger {
             open_files_limit: limits.open_files,
             held: Mutex::default(),
             server,
+            stream_threads: StreamThreads::default(),
         }
+    }
+
+    /// The permits its file streams' reads and writes run with.
+    pub(crate) fn stream_threads(&self) -> StreamThreads {
+        self.stream_threads.clone()
     }
 
     /// The server's budget this store's descriptors come from.

@@ -20,6 +20,8 @@
 //! - `opening`: every name a guest opens, opened so that nothing a host process left
 //!   there (a FIFO) can hold a thread.
 //! - `ledger`: what a call makes the host hold (host memory, descriptors), charged to it.
+//! - `streams`: a call's file streams, at most a few of their reads and writes on
+//!   blocking threads at once.
 //! - `waits`: a stop wakes a guest parked in a host wait.
 //! - `spare`: instances made ahead of the calls that will use them.
 //! - `schema`: checking arguments and structured output against a tool's schemas, bounded.
@@ -50,6 +52,7 @@ pub mod registry;
 mod relist;
 mod schema;
 mod spare;
+mod streams;
 mod waits;
 
 use std::collections::HashMap;

@@ -2,22 +2,28 @@
 //!
 //! wasmtime-wasi's `open-at` opens whatever a name is. Opening a FIFO blocks the opening
 //! thread until a peer comes (for reading with no writer, for writing with no reader),
-//! which may be never, and no stop reaches a thread inside `open`. A guest cannot make a
-//! FIFO, a device or a socket, but a host process can leave one in a mount. So every name a
-//! guest opens, and every name Cordon opens on a guest's behalf (moves.rs, quota.rs), is
-//! opened here:
+//! which may be never, and no stop reaches a thread inside `open`; opening one at all wakes
+//! a host process waiting at its other end, and opening a device may act on it. A guest
+//! cannot make a FIFO, a device or a socket, but a host process can leave one in a mount.
+//! So every name a guest opens, and every name Cordon opens on a guest's behalf
+//! (moves.rs, quota.rs), is opened here:
 //!
 //! - with the same sandboxed resolution: cap-primitives' `open` (`openat2` with
 //!   `RESOLVE_BENEATH`, or its walk where that is missing), of which wasmtime-wasi 48's own
 //!   is a copy, and the same flags, permissions and errors as wasmtime-wasi's `open-at`;
-//! - with `O_NONBLOCK | O_NOCTTY` added, so that no open waits (a FIFO opens at once for
-//!   reading, or fails with `ENXIO` for writing) and no terminal becomes the server's;
-//! - then refused (`access`) unless it is a regular file or a directory, and closed again;
-//!   what is kept gets its `O_NONBLOCK` cleared.
+//! - a name that is there is first opened with `O_PATH`, which opens nothing but the
+//!   name's place: what it is is read from that descriptor (`fstat`), and only a regular
+//!   file or a directory is then opened, through `/proc/self/fd` (the very inode looked
+//!   at, whatever the name holds by then); anything else is refused (`access`, or
+//!   `not-directory` when a directory was asked for) without ever being opened;
+//! - a name that is not there is created `O_EXCL`: a new regular file, never something a
+//!   host process put there meanwhile (one that did is looked at as above). A link to a
+//!   name not there yet, which `O_EXCL` will not create through, is opened as wasmtime-wasi
+//!   opens it, with `O_NONBLOCK` so that nothing raced in can hold the open, and kept only
+//!   when it is a regular file.
 //!
-//! What is opened is what is checked: one system call, no look at the name beforehand that
-//! another call or a host process could make stale. (A device node a host process left is
-//! opened for an instant before it is refused.)
+//! What is opened is what was looked at: no lock is needed against another call or a host
+//! process changing the name in between.
 
 use std::os::fd::AsRawFd;
 use std::path::Path;
@@ -41,14 +47,39 @@ pub(crate) async fn open_at(
     let (options, open_mode) = options(parent.perms, path_flags, open_flags, flags)?;
     let perms = parent.perms;
     let directory = parent.dir.clone();
-    let opened = tokio::task::spawn_blocking(move || open_checked(&directory, Path::new(&path), &options))
-        .await
-        .map_err(|_| ErrorCode::Io)??;
+    let create = open_flags.contains(OpenFlags::CREATE);
+    let truncate = open_flags.contains(OpenFlags::TRUNCATE);
+    let wanted = Wanted {
+        create,
+        exclusive: open_flags.contains(OpenFlags::EXCLUSIVE),
+        directory: open_flags.contains(OpenFlags::DIRECTORY),
+        follow: path_flags.contains(PathFlags::SYMLINK_FOLLOW),
+        // As `options` asks the system (wasmtime-wasi's mapping).
+        read: flags.contains(DescriptorFlags::READ) || !flags.contains(DescriptorFlags::WRITE),
+        write: create || truncate || flags.contains(DescriptorFlags::WRITE),
+        truncate,
+    };
+    let opened =
+        tokio::task::spawn_blocking(move || open_checked(&directory, Path::new(&path), &options, wanted))
+            .await
+            .map_err(|_| ErrorCode::Io)??;
     match opened {
         Opened::Directory(dir) => Ok(Descriptor::Dir(Dir::new(dir, perms, open_mode, false))),
-        Opened::File(_) if open_flags.contains(OpenFlags::DIRECTORY) => Err(ErrorCode::NotDirectory),
+        Opened::File(_) if wanted.directory => Err(ErrorCode::NotDirectory),
         Opened::File(file) => Ok(Descriptor::File(File::new(file, perms, open_mode, false))),
     }
+}
+
+/// What the guest's flags ask of the name.
+#[derive(Clone, Copy)]
+struct Wanted {
+    create: bool,
+    exclusive: bool,
+    directory: bool,
+    follow: bool,
+    read: bool,
+    write: bool,
+    truncate: bool,
 }
 
 /// What an open found.
@@ -97,7 +128,7 @@ fn options(
     let follow =
         if path_flags.contains(PathFlags::SYMLINK_FOLLOW) { FollowSymlinks::Yes } else { FollowSymlinks::No };
     options._cap_fs_ext_follow(follow);
-    options.custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY);
+    options.custom_flags(libc::O_NOCTTY);
     if flags.intersects(
         DescriptorFlags::FILE_INTEGRITY_SYNC
             | DescriptorFlags::DATA_INTEGRITY_SYNC
@@ -116,19 +147,45 @@ fn options(
     Ok((options, open_mode))
 }
 
-/// Open, look at what was opened, and keep it only when it is a file or a directory.
+/// Open the name as `options` ask, having looked at what it is first (module docs).
 fn open_checked(
     directory: &Arc<std::fs::File>,
     path: &Path,
     options: &OpenOptions,
+    wanted: Wanted,
 ) -> Result<Opened, ErrorCode> {
-    let opened = cap_primitives::fs::open(directory, path, options)?;
-    let kind = opened.metadata()?.file_type();
-    if !kind.is_file() && !kind.is_dir() {
-        return Err(ErrorCode::Access);
+    if wanted.create && wanted.exclusive {
+        // A new file or nothing: never an open of what was there.
+        return Ok(Opened::File(cap_primitives::fs::open(directory, path, options)?));
     }
-    clear_nonblocking(&opened)?;
-    Ok(if kind.is_dir() { Opened::Directory(opened) } else { Opened::File(opened) })
+    if !wanted.create {
+        return reopen(&look(directory, path, wanted.follow)?, wanted);
+    }
+    let mut new = options.clone();
+    new.create_new(true);
+    match cap_primitives::fs::open(directory, path, &new) {
+        Ok(created) => return Ok(Opened::File(created)),
+        Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(error) => return Err(error.into()),
+    }
+    match look(directory, path, wanted.follow) {
+        Ok(place) => reopen(&place, wanted),
+        // Something there, yet nothing to look at: a link to a name not there yet (which
+        // `O_EXCL` refuses to create through), or a name removed meanwhile. Opened as
+        // wasmtime-wasi opens it, creating what is missing, but without waiting on what
+        // may have come since, and kept only when it is a file.
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+            let mut create = options.clone();
+            create.custom_flags(libc::O_NOCTTY | libc::O_NONBLOCK);
+            let opened = cap_primitives::fs::open(directory, path, &create)?;
+            if !opened.metadata()?.file_type().is_file() {
+                return Err(ErrorCode::Access);
+            }
+            clear_nonblocking(&opened)?;
+            Ok(Opened::File(opened))
+        }
+        Err(error) => Err(error.into()),
+    }
 }
 
 /// Make reads and writes on `file` wait again, as on any file the guest opens.
@@ -143,6 +200,35 @@ fn clear_nonblocking(file: &std::fs::File) -> std::io::Result<()> {
     Ok(())
 }
 
+/// The name's place, opened `O_PATH` (nothing behind it is opened), through the sandbox.
+fn look(directory: &Arc<std::fs::File>, path: &Path, follow: bool) -> std::io::Result<std::fs::File> {
+    let mut options = OpenOptions::new();
+    options.read(true);
+    options._cap_fs_ext_follow(if follow { FollowSymlinks::Yes } else { FollowSymlinks::No });
+    options.custom_flags(libc::O_PATH);
+    cap_primitives::fs::open(directory, path, &options)
+}
+
+/// Open what `place` is, with the access `options` ask, when it is a regular file or a
+/// directory; refuse anything else unopened.
+fn reopen(place: &std::fs::File, wanted: Wanted) -> Result<Opened, ErrorCode> {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let kind = place.metadata()?.file_type();
+    if kind.is_symlink() {
+        // Not followed (`O_NOFOLLOW`), as an open of it would refuse it.
+        return Err(ErrorCode::Loop);
+    }
+    if !kind.is_file() && !kind.is_dir() {
+        return Err(if wanted.directory { ErrorCode::NotDirectory } else { ErrorCode::Access });
+    }
+    let reopened = std::fs::OpenOptions::new()
+        .read(wanted.read)
+        .write(wanted.write)
+        .truncate(wanted.truncate)
+        .custom_flags(libc::O_NOCTTY)
+        .open(format!("/proc/self/fd/{}", place.as_raw_fd()))?;
+    Ok(if kind.is_dir() { Opened::Directory(reopened) } else { Opened::File(reopened) })
+}
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -196,18 +282,47 @@ mod tests {
         let parent = directory(scratch.path());
         let opens = async {
             for path in ["pipe", "link"] {
-                let read = open(&parent, path, OpenFlags::empty(), DescriptorFlags::READ).await;
-                assert_eq!(read.err(), Some(ErrorCode::Access), "{path}");
-                // `ENXIO`: no reader.
-                assert!(
-                    open(&parent, path, OpenFlags::empty(), DescriptorFlags::WRITE).await.is_err(),
-                    "{path}"
-                );
+                for flags in [DescriptorFlags::READ, DescriptorFlags::WRITE] {
+                    let opened = open(&parent, path, OpenFlags::empty(), flags).await;
+                    assert_eq!(opened.err(), Some(ErrorCode::Access), "{path} {flags:?}");
+                }
+                let create = open(&parent, path, OpenFlags::CREATE, DescriptorFlags::WRITE).await;
+                assert_eq!(create.err(), Some(ErrorCode::Access), "{path}: there already");
+                let directory = open(&parent, path, OpenFlags::DIRECTORY, DescriptorFlags::READ).await;
+                assert_eq!(directory.err(), Some(ErrorCode::NotDirectory), "{path}");
             }
         };
         tokio::time::timeout(std::time::Duration::from_secs(20), opens)
             .await
             .expect("no open waits for a peer");
+    }
+
+    /// A refused FIFO is never opened: a host process waiting to write to it is not woken
+    /// (to find its reader gone, `EPIPE`), and writes once a reader of its own comes.
+    #[tokio::test]
+    async fn a_refused_fifo_leaves_a_host_process_at_its_other_end_waiting() {
+        let scratch = Scratch::new("peer");
+        let fifo = scratch.path().join("pipe");
+        let name = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: a path that lives across the call.
+        assert_eq!(unsafe { libc::mkfifo(name.as_ptr(), 0o600) }, 0);
+        let writer = {
+            let fifo = fifo.clone();
+            std::thread::spawn(move || {
+                use std::io::Write as _;
+                std::fs::OpenOptions::new().write(true).open(&fifo)?.write_all(b"x")
+            })
+        };
+        let parent = directory(scratch.path());
+        for _ in 0..50 {
+            let opened = open(&parent, "pipe", OpenFlags::empty(), DescriptorFlags::READ).await;
+            assert_eq!(opened.err(), Some(ErrorCode::Access));
+        }
+        let mut reader = std::fs::File::open(&fifo).unwrap();
+        let mut read = Vec::new();
+        std::io::Read::read_to_end(&mut reader, &mut read).unwrap();
+        assert_eq!(read, b"x");
+        writer.join().unwrap().expect("the host's writer wrote to its own reader");
     }
 
     /// Files and directories open as wasmtime-wasi opens them, with its refusals, and a
@@ -259,6 +374,11 @@ mod tests {
             open(&read_only, "new", OpenFlags::empty(), DescriptorFlags::READ).await,
             Ok(Descriptor::File(_))
         ));
+        // Created through a link to a name not there yet, as wasmtime-wasi creates it.
+        std::os::unix::fs::symlink("later", scratch.path().join("ahead")).unwrap();
+        let ahead = open(&parent, "ahead", OpenFlags::CREATE, DescriptorFlags::WRITE).await;
+        assert!(matches!(ahead, Ok(Descriptor::File(_))), "created through the link");
+        assert!(scratch.path().join("later").is_file());
         std::os::unix::fs::symlink("new", scratch.path().join("link")).unwrap();
         let nofollow =
             open_at(&parent, PathFlags::empty(), "link".into(), OpenFlags::empty(), DescriptorFlags::READ)

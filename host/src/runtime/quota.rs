@@ -13,7 +13,7 @@
 //! front of wasmtime-wasi's own implementation:
 //!
 //! - `descriptor.write`, `descriptor.set-size` and the output streams of
-//!   `write-via-stream` / `append-via-stream` (the streams are our own, [`QuotaStream`]):
+//!   `write-via-stream` / `append-via-stream` (the streams are our own, streams.rs):
 //!   the growth a write would cause (its end past the file's current size) is charged
 //!   first; past the quota the write fails with `quota` and nothing is written. A write
 //!   that does not grow the file (an overwrite) always passes, even over the quota.
@@ -65,15 +65,11 @@ use wasmtime_wasi::p2::bindings::filesystem::preopens::Host as _;
 use wasmtime_wasi::p2::bindings::filesystem::types::{
     DescriptorFlags, DescriptorType, ErrorCode, Filesize, Host as _, HostDescriptor, OpenFlags, PathFlags,
 };
-use wasmtime_wasi::p2::{OutputStream, StreamError, StreamResult};
 
 use super::guest::GuestState;
 use super::ledger::HeldDescriptor;
 use super::moves;
 use super::opening;
-
-/// The most a quota stream accepts in one write, like wasmtime-wasi's file streams.
-const STREAM_WRITE_BYTES: usize = 64 << 10;
 
 /// What one name in a grant (a file, directory, symlink or hard link) counts against its
 /// quota besides a file's bytes: a file system block, about what an inode and its
@@ -85,7 +81,7 @@ pub(crate) struct Quota {
     limit: AtomicU64,
     used: AtomicU64,
     /// Held across every measurement and change of a size on the mount.
-    lock: Arc<tokio::sync::Mutex<()>>,
+    pub(crate) lock: Arc<tokio::sync::Mutex<()>>,
     /// Files whose last name was removed while something may still hold them open.
     orphans: std::sync::Mutex<Orphans>,
 }
@@ -395,8 +391,7 @@ fn size_of(file: &std::fs::File) -> u64 {
 }
 
 /// Put the quota guards in front of wasmtime-wasi's functions (besides `open-at` and the
-/// streams, which files.rs shadows and which call [`open_changing`] and
-/// [`quota_stream`]).
+/// streams, which files.rs shadows: they call [`open_changing`] and [`write_charged`]).
 pub(crate) fn shadow_quota(linker: &mut Linker<GuestState>) -> Result<()> {
     linker.allow_shadowing(true);
     // Which grant each preopen is, so that every descriptor opened under it is known.
@@ -752,55 +747,8 @@ impl OpenChange {
     }
 }
 
-/// The output stream for a file under a mount with a quota, in place of wasmtime-wasi's;
-/// `None` when `fd` is not such a file (wasmtime-wasi's own stream, or its error, then).
-pub(crate) fn quota_stream(
-    state: &mut GuestState,
-    fd: &Resource<Descriptor>,
-    offset: Option<u64>,
-) -> Result<Option<Result<QuotaStream, ErrorCode>>> {
-    let Some(quota) = state.quota_of(fd.rep()) else { return Ok(None) };
-    let Descriptor::File(file) = state.table().get(fd)? else { return Ok(None) };
-    if file.perms.write_not_permitted() {
-        return Ok(Some(Err(ErrorCode::NotPermitted)));
-    }
-    Ok(Some(Ok(QuotaStream { file: file.file.clone(), quota, position: offset, state: StreamState::Ready })))
-}
-
-/// An output stream over a file under a mount with a quota: each write is charged under
-/// the mount's lock, on a blocking thread, before its bytes are written. One write is in
-/// flight at a time, as with wasmtime-wasi's file streams.
-pub(crate) struct QuotaStream {
-    file: Arc<std::fs::File>,
-    quota: Arc<Quota>,
-    /// Where the next write goes; `None` appends.
-    position: Option<u64>,
-    state: StreamState,
-}
-
-enum StreamState {
-    Ready,
-    Writing(tokio::task::JoinHandle<Result<(), wasmtime::Error>>),
-    Failed(wasmtime::Error),
-    Closed,
-}
-
-impl QuotaStream {
-    /// The outcome of a finished write, taken: a failure closes the stream.
-    fn take_failure(&mut self) -> StreamResult<()> {
-        match std::mem::replace(&mut self.state, StreamState::Closed) {
-            StreamState::Failed(error) => Err(StreamError::LastOperationFailed(error)),
-            StreamState::Closed => Err(StreamError::Closed),
-            other => {
-                self.state = other;
-                Ok(())
-            }
-        }
-    }
-}
-
 /// Write `bytes` at `position` (the end when `None`), charging the growth first.
-fn write_charged(
+pub(crate) fn write_charged(
     file: &std::fs::File,
     quota: &Quota,
     position: Option<u64>,
@@ -817,121 +765,9 @@ fn write_charged(
     written.map_err(wasmtime::Error::from)
 }
 
-/// A stream dropped with a write still waiting for the grant's lock (its call ended, the
-/// table dropped without `cancel`) drops that write: its bytes and its file are held by no
-/// call once the call's charges are given back, and a guest could leave one per stream,
-/// call after call, faster than one lock lets them drain.
-impl Drop for QuotaStream {
-    fn drop(&mut self) {
-        if let StreamState::Writing(task) = &self.state {
-            task.abort();
-        }
-    }
-}
-
-#[wasmtime_wasi::async_trait]
-impl wasmtime_wasi::p2::Pollable for QuotaStream {
-    async fn ready(&mut self) {
-        if let StreamState::Writing(task) = &mut self.state {
-            self.state = match task.await {
-                Ok(Ok(())) => StreamState::Ready,
-                Ok(Err(error)) => StreamState::Failed(error),
-                Err(error) => StreamState::Failed(wasmtime::format_err!("the write did not finish: {error}")),
-            };
-        }
-    }
-}
-
-#[wasmtime_wasi::async_trait]
-impl OutputStream for QuotaStream {
-    fn write(&mut self, bytes: bytes::Bytes) -> StreamResult<()> {
-        match self.state {
-            StreamState::Ready => {}
-            StreamState::Closed => return Err(StreamError::Closed),
-            StreamState::Writing(_) | StreamState::Failed(_) => {
-                return Err(StreamError::trap("write not permitted: check_write not called first"));
-            }
-        }
-        if bytes.len() > STREAM_WRITE_BYTES {
-            return Err(StreamError::trap("write of more bytes than check_write allowed"));
-        }
-        let position = self.position;
-        if let Some(next) = &mut self.position {
-            *next = next.saturating_add(bytes.len() as u64);
-        }
-        let (file, quota) = (self.file.clone(), self.quota.clone());
-        // The lock goes with the write: once the write has begun, it finishes, charged and
-        // settled under the lock, even if the stream is dropped meanwhile (`Drop`).
-        self.state = StreamState::Writing(tokio::spawn(async move {
-            let lock = quota.lock.clone().lock_owned().await;
-            tokio::task::spawn_blocking(move || {
-                let _lock = lock;
-                write_charged(&file, &quota, position, &bytes)
-            })
-            .await
-            .unwrap_or_else(|error| Err(wasmtime::format_err!("the write did not finish: {error}")))
-        }));
-        Ok(())
-    }
-
-    fn flush(&mut self) -> StreamResult<()> {
-        // Nothing is buffered but the write in flight, which `ready` waits for.
-        self.take_failure()
-    }
-
-    fn check_write(&mut self) -> StreamResult<usize> {
-        self.take_failure()?;
-        Ok(match self.state {
-            StreamState::Ready => STREAM_WRITE_BYTES,
-            _ => 0,
-        })
-    }
-
-    async fn cancel(&mut self) {
-        if let StreamState::Writing(task) = std::mem::replace(&mut self.state, StreamState::Closed) {
-            let _ = task.await;
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// A write still waiting for the grant's lock when its stream is dropped (its call
-    /// over) is dropped with it, bytes, file and all; the file is left as it was. Before,
-    /// it waited on, held by no call, and wrote once the lock came free.
-    #[tokio::test]
-    async fn a_write_waiting_for_the_lock_goes_with_its_dropped_stream() {
-        let dir = std::env::temp_dir().join(format!("cordon-quota-dropped-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        let quota = Arc::new(Quota::measure(1 << 20, &std::fs::File::open(&dir).unwrap()).unwrap());
-        let file = Arc::new(std::fs::File::create(dir.join("f")).unwrap());
-        let held = quota.lock.clone().lock_owned().await;
-        let mut stream = QuotaStream {
-            file: file.clone(),
-            quota: quota.clone(),
-            position: Some(0),
-            state: StreamState::Ready,
-        };
-        stream.write(bytes::Bytes::from(vec![b'w'; 64 << 10])).unwrap();
-        assert!(matches!(stream.state, StreamState::Writing(_)));
-        drop(stream);
-        // The task held the file and the quota; both are let go once it is gone.
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        while Arc::strong_count(&file) > 1 || Arc::strong_count(&quota) > 1 {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "the dropped stream's write still waits for the lock"
-            );
-            tokio::task::yield_now().await;
-        }
-        drop(held);
-        assert_eq!(file.metadata().unwrap().len(), 0);
-        assert_eq!(quota.used(), 0, "the write was never charged");
-        std::fs::remove_dir_all(&dir).unwrap();
-    }
 
     #[test]
     fn usage_counts_regular_files_once_per_inode_and_every_name() {
