@@ -331,7 +331,9 @@ function defaultsOf(schema) {
 
 function toCallResult(value, hasOutputSchema) {
   if (typeof value === "string") {
-    return { content: [{ tag: "text", val: value }], structured: undefined, isError: false };
+    // With an output schema, a string is structured output too (its schema may be a string's).
+    const structured = hasOutputSchema ? JSON.stringify(value) : undefined;
+    return { content: [{ tag: "text", val: value }], structured, isError: false };
   }
   if (value instanceof CallResult) {
     return {

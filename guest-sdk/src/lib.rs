@@ -769,7 +769,6 @@ pub mod __private {
     }
 }
 
-/// The JSON Schema of `T`, as MCP wants it: root `type: object`, no `$schema` noise needed.
 /// `T`'s schema as an output schema: a JSON object (schemars' `true`, for any value, is
 /// `{}`), with `"type": "object"` added at a type-less root only where every form it
 /// allows is an object (an enum of structs), so that 2025-11-25 clients are shown it.
@@ -791,6 +790,7 @@ fn output_schema_of<T: JsonSchema>() -> serde_json::Value {
     serde_json::Value::Object(root)
 }
 
+/// The JSON Schema of `T` as an input schema, as MCP wants it: root `type: object`.
 fn schema_of<T: JsonSchema>() -> serde_json::Value {
     let mut schema = schemars::schema_for!(T).to_value();
     if let Some(object) = schema.as_object_mut() {

@@ -13,8 +13,8 @@ use cordon::dispatch::{self, Refusal};
 use cordon::protocol::jsonrpc::{self, Outgoing, RequestId, RpcError};
 use cordon::protocol::mcp;
 use cordon::protocol::types::{
-    CallToolResult, DiscoverResult, EmptyResult, InitializeResult, ListKind, ListToolsResult, ProgressParams,
-    Revision, ServerNotification, SubscriptionFilter,
+    CallToolResult, ContentBlock, DiscoverResult, EmptyResult, InitializeResult, ListKind, ListToolsResult,
+    ProgressParams, Revision, ServerNotification, SubscriptionFilter,
 };
 use cordon::runtime::{
     CallError, Content, EmbeddedResource, Media, Outcome, Progress, ResourceLink, Timeout, ToolAnnotations,
@@ -210,6 +210,7 @@ fn every_call_outcome_is_a_valid_result_in_both_revisions() {
         every_content(false, Some(Value::Null)),
         every_content(true, None),
         Outcome::Completed(ToolResult { content: Vec::new(), structured: None, is_error: false }),
+        Outcome::Completed(ToolResult { content: Vec::new(), structured: Some(json!([1])), is_error: false }),
         Outcome::ToolError("no such collection".into()),
         Outcome::Cancelled,
         Outcome::TimedOut(Timeout::Idle(Duration::from_millis(1500))),
@@ -230,6 +231,19 @@ fn every_call_outcome_is_a_valid_result_in_both_revisions() {
                 // 2025-11-25 takes an object only; the rest is left to the content.
                 let sent = revision == Revision::R2026_07_28 || structured.is_object();
                 assert_eq!(result.structured_content.as_ref(), sent.then_some(structured), "{revision:?}");
+                // What is left out is still said: as text, when the result had none.
+                let texts: Vec<&str> = result
+                    .content
+                    .iter()
+                    .filter_map(|block| match block {
+                        ContentBlock::Text { text } => Some(text.as_str()),
+                        _ => None,
+                    })
+                    .collect();
+                assert!(sent || !texts.is_empty(), "{revision:?}: {structured} is said nowhere");
+                if !sent && structured == &json!([1]) {
+                    assert_eq!(texts, ["[1]"]);
+                }
             }
             check_result::<CallToolResult>(revision, "tools/call", result);
         }

@@ -126,6 +126,15 @@ test("structured output may be any JSON value its output schema describes", asyn
   const result = await host.call("sizes", { words: ["a", "bcd"] });
   assert.deepEqual(result.structured, [1, 3]);
   assert.equal(result.text, "[1,3]");
+  const greeting = defineTool({
+    name: "greeting",
+    description: "Greets.",
+    outputSchema: { type: "string" },
+    run: () => "hi",
+  });
+  const text = await new TestHost(plugin({ tools: [greeting] })).call("greeting", {});
+  assert.equal(text.structured, "hi", "a string with an output schema is structured output");
+  assert.equal(text.text, "hi");
   const define = (outputSchema) => defineTool({ name: "s", description: "d", outputSchema, run: () => 1 });
   assert.throws(() => define([]), /outputSchema must be a JSON Schema object/);
   assert.deepEqual(JSON.parse(define({ properties: {} }).info.outputSchema), { type: "object", properties: {} });

@@ -107,7 +107,13 @@ def test_lists_and_dicts_are_structured_output_of_any_json_type():
         """Counts."""
         return {"a": 1}
 
+    @tool
+    def by_number() -> dict[int, str]:
+        """Keys JSON writes as strings, which no schema here describes: text only."""
+        return {1: "one"}
+
     tools = {entry["name"]: entry for entry in TestHost.tools()}
+    assert tools["by_number"]["output_schema"] is None
     assert tools["listing"]["output_schema"] == {"type": "array"}
     assert tools["names"]["output_schema"] == {"type": "array", "items": {"type": "string"}}
     assert tools["counts"]["output_schema"] == {"type": "object", "additionalProperties": {"type": "integer"}}
@@ -116,6 +122,8 @@ def test_lists_and_dicts_are_structured_output_of_any_json_type():
         assert host.call("listing").structured == ["a", 1]
         assert host.call("names").structured == ["b", "a"]
         assert host.call("counts").structured == {"a": 1}
+        assert host.call("by_number").content == [Text('{"1": "one"}')]
+        assert host.call("by_number").structured is None
 
 
 def test_other_returns_become_text_json_or_nothing():

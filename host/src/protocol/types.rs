@@ -232,7 +232,7 @@ pub struct Tool {
 impl Tool {
     /// The tool as `revision` describes it: 2025-11-25 knows output schemas with
     /// `"type": "object"` at their root only, so another is left out there (and with it the
-    /// promise of structured output: [`CallToolResult::for_revision`]).
+    /// promise of structured output: [`CallToolResult::completed`]).
     pub fn for_revision(&self, revision: Revision) -> Self {
         let mut tool = self.clone();
         if revision == Revision::R2025_11_25 && !tool.output_schema.as_ref().is_some_and(is_object_schema) {
@@ -350,13 +350,21 @@ impl CallToolResult {
     /// other structured output is left to the result's content (a tool's text block
     /// carries it as JSON, as MCP asks; its `outputSchema` is left out there too).
     pub fn completed(
-        content: Vec<ContentBlock>,
+        mut content: Vec<ContentBlock>,
         structured: Option<Value>,
         is_error: bool,
         revision: Revision,
     ) -> Self {
-        let structured_content =
-            structured.filter(|value| revision == Revision::R2026_07_28 || value.is_object());
+        let (structured_content, left_out) = match structured {
+            Some(value) if revision == Revision::R2025_11_25 && !value.is_object() => (None, Some(value)),
+            structured => (structured, None),
+        };
+        // A result with no text of its own carries what was left out as its JSON text.
+        if let Some(value) = left_out
+            && !content.iter().any(|block| matches!(block, ContentBlock::Text { .. }))
+        {
+            content.push(ContentBlock::text(value.to_string()));
+        }
         Self { content, structured_content, is_error, completion: Completion::new(revision) }
     }
 }

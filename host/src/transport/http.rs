@@ -1221,7 +1221,7 @@ async fn serve_request(
 
 /// The tenant of the request's credentials (`None` when no tenants are configured: every
 /// request is let in, as the one implicit tenant), the caller within it (`None`: no
-/// credentials, or a token without a subject) and when they expire ([`Credentials`]). A refusal is a 401 (403 for a missing
+/// credentials) and when they expire ([`Credentials`]). A refusal is a 401 (403 for a missing
 /// scope or a tenant not served, 400 for credentials in the query) with a
 /// `WWW-Authenticate` challenge: naming the protected resource metadata with OAuth, a
 /// realm with API keys alone.

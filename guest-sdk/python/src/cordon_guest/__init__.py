@@ -65,7 +65,15 @@ import typing
 from typing import Any, Callable, Optional, TypeVar, Union, overload
 
 from . import _host
-from ._schema import SchemaError, from_json, function_schema, is_structured_type, to_json, type_schema
+from ._schema import (
+    SchemaError,
+    from_json,
+    function_schema,
+    is_container_type,
+    is_object_type,
+    to_json,
+    type_schema,
+)
 
 __all__ = [
     "Tool",
@@ -383,8 +391,15 @@ def tool(
             raise SchemaError(f"tool {tool_name}: give it a docstring or a description, for the model")
         return_hint = _return_hint(function)
         output_schema = None
-        if is_structured_type(return_hint) and return_hint not in _RESULT_TYPES:
+        if is_object_type(return_hint) and return_hint not in _RESULT_TYPES:
             output_schema = json.dumps(type_schema(return_hint, f"tool {tool_name}, return type"))
+        elif is_container_type(return_hint):
+            try:
+                output_schema = json.dumps(type_schema(return_hint, f"tool {tool_name}, return type"))
+            except SchemaError:
+                # A container JSON holds but no schema describes (`dict[int, str]`, a
+                # recursive type): its JSON is sent as text only.
+                output_schema = None
         encoded_input = json.dumps(input_schema)
         for which, schema in (("input", encoded_input), ("output", output_schema)):
             if schema is not None and len(schema.encode()) > _MAX_SCHEMA_BYTES:

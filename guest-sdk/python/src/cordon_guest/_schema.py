@@ -393,16 +393,21 @@ def to_json(value: Any) -> Any:
     raise TypeError(f"a {type(value).__name__} is not JSON")
 
 
-def is_structured_type(hint: Any) -> bool:
-    """Whether values of `hint` are structured output with a schema: a dataclass, a
-    `TypedDict`, or a list, tuple, set or dict (never `None`, which is an empty result,
-    nor a `str`, which is text). MCP 2026-07-28 takes any JSON value as structured output;
-    a 2025-11-25 client is sent the objects only, and reads the rest from the text."""
+def is_object_type(hint: Any) -> bool:
+    """Whether values of `hint` are JSON objects with a schema: a dataclass or a `TypedDict`."""
     origin = typing.get_origin(hint)
     if origin is typing.Annotated:
-        return is_structured_type(typing.get_args(hint)[0])
-    containers = (list, tuple, set, frozenset, dict, Sequence)
-    if origin in containers or hint in containers:
-        return True
+        return is_object_type(typing.get_args(hint)[0])
     return isinstance(hint, type) and (dataclasses.is_dataclass(hint) or typing.is_typeddict(hint))
+
+
+def is_container_type(hint: Any) -> bool:
+    """Whether values of `hint` are a list, tuple, set or dict: structured output too, when
+    a schema describes them (never `None`, which is an empty result, nor a `str`, which is
+    text). MCP 2026-07-28 takes any JSON value as structured output; a 2025-11-25 client is
+    sent the objects only, and reads the rest from the text."""
+    origin = typing.get_origin(hint)
+    if origin is typing.Annotated:
+        return is_container_type(typing.get_args(hint)[0])
+    return origin in (list, tuple, set, frozenset, dict, Sequence) or hint in (list, tuple, set, frozenset, dict)
 
