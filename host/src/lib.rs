@@ -33,6 +33,8 @@ pub mod paths;
 pub mod protocol;
 pub mod reload;
 pub mod runtime;
+#[cfg(test)]
+mod scratch;
 pub mod telemetry;
 pub mod text;
 pub mod transport;

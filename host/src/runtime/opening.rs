@@ -229,31 +229,11 @@ fn reopen(place: &std::fs::File, wanted: Wanted) -> Result<Opened, ErrorCode> {
         .open(format!("/proc/self/fd/{}", place.as_raw_fd()))?;
     Ok(if kind.is_dir() { Opened::Directory(reopened) } else { Opened::File(reopened) })
 }
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// A folder of this process's own, removed when dropped.
-    struct Scratch(std::path::PathBuf);
-
-    impl Scratch {
-        fn new(name: &str) -> Self {
-            let path = std::env::temp_dir().join(format!("cordon-opening-{name}-{}", std::process::id()));
-            let _ = std::fs::remove_dir_all(&path);
-            std::fs::create_dir_all(&path).unwrap();
-            Self(path)
-        }
-
-        fn path(&self) -> &Path {
-            &self.0
-        }
-    }
-
-    impl Drop for Scratch {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
+    use crate::scratch::Scratch;
 
     fn directory(path: &Path) -> Dir {
         let file = std::fs::File::open(path).unwrap();
@@ -273,7 +253,7 @@ mod tests {
     /// good; here it is refused at once, read or written, through a link or not.
     #[tokio::test]
     async fn a_fifo_is_refused_without_waiting_for_a_peer() {
-        let scratch = Scratch::new("fifo");
+        let scratch = Scratch::new("opening-fifo");
         let fifo = scratch.path().join("pipe");
         let name = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
         // SAFETY: a path that lives across the call.
@@ -301,7 +281,7 @@ mod tests {
     /// (to find its reader gone, `EPIPE`), and writes once a reader of its own comes.
     #[tokio::test]
     async fn a_refused_fifo_leaves_a_host_process_at_its_other_end_waiting() {
-        let scratch = Scratch::new("peer");
+        let scratch = Scratch::new("opening-peer");
         let fifo = scratch.path().join("pipe");
         let name = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
         // SAFETY: a path that lives across the call.
@@ -329,7 +309,7 @@ mod tests {
     /// file is left waiting on its reads and writes as usual.
     #[tokio::test]
     async fn files_and_directories_open_as_wasmtime_wasi_opens_them() {
-        let scratch = Scratch::new("files");
+        let scratch = Scratch::new("opening-files");
         std::fs::create_dir(scratch.path().join("sub")).unwrap();
         let parent = directory(scratch.path());
         let created = open(&parent, "new", OpenFlags::CREATE, DescriptorFlags::WRITE).await;

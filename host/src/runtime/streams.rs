@@ -349,24 +349,7 @@ impl OutputStream for FileWriter {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// A folder of this process's own, removed when dropped.
-    struct Scratch(std::path::PathBuf);
-
-    impl Scratch {
-        fn new(name: &str) -> Self {
-            let path = std::env::temp_dir().join(format!("cordon-streams-{name}-{}", std::process::id()));
-            let _ = std::fs::remove_dir_all(&path);
-            std::fs::create_dir_all(&path).unwrap();
-            Self(path)
-        }
-    }
-
-    impl Drop for Scratch {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
+    use crate::scratch::Scratch;
 
     /// Every permit of `threads`, as reads or writes in flight would hold them.
     async fn all_of(threads: &StreamThreads) -> Vec<OwnedSemaphorePermit> {
@@ -381,9 +364,9 @@ mod tests {
     /// `ready` waits; a permit let go lets it read.
     #[tokio::test]
     async fn a_read_waits_while_the_calls_permits_are_all_in_use() {
-        let scratch = Scratch::new("read");
-        std::fs::write(scratch.0.join("f"), b"hello").unwrap();
-        let file = Arc::new(std::fs::File::open(scratch.0.join("f")).unwrap());
+        let scratch = Scratch::new("streams-read");
+        std::fs::write(scratch.path().join("f"), b"hello").unwrap();
+        let file = Arc::new(std::fs::File::open(scratch.path().join("f")).unwrap());
         let threads = StreamThreads::default();
         let mut held = all_of(&threads).await;
         let mut reader = FileReader::new(file, 1, threads.clone());
@@ -411,8 +394,8 @@ mod tests {
     /// it never lands.
     #[tokio::test]
     async fn a_write_waits_for_a_permit_and_goes_with_its_dropped_stream() {
-        let scratch = Scratch::new("write");
-        let file = Arc::new(std::fs::File::create(scratch.0.join("f")).unwrap());
+        let scratch = Scratch::new("streams-write");
+        let file = Arc::new(std::fs::File::create(scratch.path().join("f")).unwrap());
         let threads = StreamThreads::default();
         let mut held = all_of(&threads).await;
         let mut dropped = FileWriter::new(file.clone(), None, Some(0), threads.clone());
@@ -432,7 +415,7 @@ mod tests {
         writer.ready().await;
         writer.flush().unwrap();
         assert_eq!(
-            std::fs::read(scratch.0.join("f")).unwrap(),
+            std::fs::read(scratch.path().join("f")).unwrap(),
             b"abcdef",
             "appended, the dropped write never"
         );
@@ -443,9 +426,9 @@ mod tests {
     /// it waited on, held by no call, and wrote once the lock came free.
     #[tokio::test]
     async fn a_write_waiting_for_the_lock_goes_with_its_dropped_stream() {
-        let scratch = Scratch::new("quota");
-        let quota = Arc::new(Quota::measure(1 << 20, &std::fs::File::open(&scratch.0).unwrap()).unwrap());
-        let file = Arc::new(std::fs::File::create(scratch.0.join("f")).unwrap());
+        let scratch = Scratch::new("streams-quota");
+        let quota = Arc::new(Quota::measure(1 << 20, &std::fs::File::open(scratch.path()).unwrap()).unwrap());
+        let file = Arc::new(std::fs::File::create(scratch.path().join("f")).unwrap());
         let held = quota.lock.clone().lock_owned().await;
         let mut stream =
             FileWriter::new(file.clone(), Some(quota.clone()), Some(0), StreamThreads::default());
