@@ -401,6 +401,14 @@ pub(crate) fn shadow_filesystem(linker: &mut Linker<GuestState>) -> Result<()> {
             Box::new(async move {
                 let state = store.data_mut();
                 let parent = dir.rep();
+                // An open that may create holds the grant's move lock from its look to its
+                // open (opening.rs); taken before the quota's, one order everywhere.
+                let may_create =
+                    open_flags.contains(OpenFlags::CREATE) && !open_flags.contains(OpenFlags::EXCLUSIVE);
+                let _moves = match may_create {
+                    true => Some(moves::lock_moves(state, parent, parent).await),
+                    false => None,
+                };
                 // Under a grant with a quota, a new name is charged and a truncation gives
                 // the file's bytes back (quota.rs).
                 let change = match state.quota_of(parent) {

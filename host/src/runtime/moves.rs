@@ -27,8 +27,9 @@
 //!   rename. The host's own processes are not held by it.
 //!
 //! The locks are always taken in one order: a grant's move lock, then its quota's
-//! (quota.rs). What an open finds under a name needs no lock: every open is of one name,
-//! once, and refuses what is not a file or a directory without waiting on it (opening.rs).
+//! (quota.rs). An open that may create a name holds the move lock too, from its look at
+//! the name to its open of it (opening.rs), so that no call can put something else there
+//! in between; any other open looks and opens through one descriptor, with no lock.
 //!
 //! The paths a move names are opened to be walked as a guest's opens are (opening.rs):
 //! a FIFO on the way is refused, never waited on.

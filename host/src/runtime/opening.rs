@@ -16,16 +16,19 @@
 //!   file or a directory is then opened, through `/proc/self/fd` (the very inode looked
 //!   at, whatever the name holds by then); anything else is refused (`access`, or
 //!   `not-directory` when a directory was asked for) without ever being opened;
-//! - a name that is not there is created `O_EXCL`: a new regular file, never something a
-//!   host process put there meanwhile (one that did is looked at as above). A link to a
-//!   name not there yet, which `O_EXCL` will not create through, is opened as wasmtime-wasi
-//!   opens it, with `O_NONBLOCK` so that nothing raced in can hold the open, and kept only
-//!   when it is a regular file.
+//! - an open that may create (`create` without `exclusive`) looks first, as above, and
+//!   then opens the name with `O_CREAT` (the kernel's checks of a create apply, such as
+//!   `fs.protected_regular`) while holding the grant's move lock (moves.rs; files.rs takes
+//!   it), so that no other call can rename, link or symlink something else under the name
+//!   between the look and the open; it keeps what it opened only when it is the file it
+//!   looked at, or a new regular file. A host process that races a FIFO in finds the open
+//!   does not wait for it (`O_NONBLOCK`). An exclusive create opens nothing that was there.
 //!
 //! What is opened is what was looked at: no lock is needed against another call or a host
 //! process changing the name in between.
 
 use std::os::fd::AsRawFd;
+use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -161,31 +164,45 @@ fn open_checked(
     if !wanted.create {
         return reopen(&look(directory, path, wanted.follow)?, wanted);
     }
-    let mut new = options.clone();
-    new.create_new(true);
-    match cap_primitives::fs::open(directory, path, &new) {
-        Ok(created) => return Ok(Opened::File(created)),
-        Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => {}
-        Err(error) => return Err(error.into()),
-    }
-    match look(directory, path, wanted.follow) {
-        Ok(place) => reopen(&place, wanted),
-        // Something there, yet nothing to look at: a link to a name not there yet (which
-        // `O_EXCL` refuses to create through), or a name removed meanwhile. Opened as
-        // wasmtime-wasi opens it, creating what is missing, but without waiting on what
-        // may have come since, and kept only when it is a file.
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
-            let mut create = options.clone();
-            create.custom_flags(libc::O_NOCTTY | libc::O_NONBLOCK);
-            let opened = cap_primitives::fs::open(directory, path, &create)?;
-            if !opened.metadata()?.file_type().is_file() {
-                return Err(ErrorCode::Access);
-            }
-            clear_nonblocking(&opened)?;
-            Ok(Opened::File(opened))
+    // Create, or open what is there: by the name, with `O_CREAT` (so that the kernel's
+    // checks of a create, `fs.protected_regular`, apply), once a look has found nothing
+    // or a file or a directory there. The caller holds the grant's move lock, so no other
+    // call can put anything else under the name meanwhile; a host process that does finds
+    // the open does not wait (`O_NONBLOCK`), and what it put there is refused.
+    let looked = match look(directory, path, wanted.follow) {
+        Ok(place) => {
+            let metadata = place.metadata()?;
+            refuse_unless_file_or_directory(&metadata, wanted)?;
+            Some(metadata)
         }
-        Err(error) => Err(error.into()),
+        // Nothing there, or a link to a name not there yet: created through it.
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => None,
+        Err(error) => return Err(error.into()),
+    };
+    let mut create = options.clone();
+    create.custom_flags(libc::O_NOCTTY | libc::O_NONBLOCK);
+    let opened = cap_primitives::fs::open(directory, path, &create)?;
+    let metadata = opened.metadata()?;
+    let same = |looked: &std::fs::Metadata| (looked.dev(), looked.ino()) == (metadata.dev(), metadata.ino());
+    if !metadata.file_type().is_file() || !looked.as_ref().is_none_or(same) {
+        return Err(ErrorCode::Access);
     }
+    clear_nonblocking(&opened)?;
+    Ok(Opened::File(opened))
+}
+
+/// `loop` for a link not followed, `access` (or `not-directory`, when one was asked for)
+/// for anything but a regular file or a directory.
+fn refuse_unless_file_or_directory(metadata: &std::fs::Metadata, wanted: Wanted) -> Result<(), ErrorCode> {
+    let kind = metadata.file_type();
+    if kind.is_symlink() {
+        // Not followed (`O_NOFOLLOW`), as an open of it would refuse it.
+        return Err(ErrorCode::Loop);
+    }
+    if !kind.is_file() && !kind.is_dir() {
+        return Err(if wanted.directory { ErrorCode::NotDirectory } else { ErrorCode::Access });
+    }
+    Ok(())
 }
 
 /// Make reads and writes on `file` wait again, as on any file the guest opens.
@@ -213,14 +230,9 @@ fn look(directory: &Arc<std::fs::File>, path: &Path, follow: bool) -> std::io::R
 /// directory; refuse anything else unopened.
 fn reopen(place: &std::fs::File, wanted: Wanted) -> Result<Opened, ErrorCode> {
     use std::os::unix::fs::OpenOptionsExt as _;
-    let kind = place.metadata()?.file_type();
-    if kind.is_symlink() {
-        // Not followed (`O_NOFOLLOW`), as an open of it would refuse it.
-        return Err(ErrorCode::Loop);
-    }
-    if !kind.is_file() && !kind.is_dir() {
-        return Err(if wanted.directory { ErrorCode::NotDirectory } else { ErrorCode::Access });
-    }
+    let metadata = place.metadata()?;
+    refuse_unless_file_or_directory(&metadata, wanted)?;
+    let kind = metadata.file_type();
     let reopened = std::fs::OpenOptions::new()
         .read(wanted.read)
         .write(wanted.write)
@@ -318,6 +330,14 @@ mod tests {
         let flags = unsafe { libc::fcntl(file.file.as_raw_fd(), libc::F_GETFL) };
         assert_eq!(flags & libc::O_NONBLOCK, 0, "a kept file blocks as usual");
         assert_eq!(file.open_mode, OpenMode::WRITE);
+        // Opened again to create: the file that is there, as it is (no truncation unasked);
+        // a directory there is one, not a file to make.
+        std::fs::write(scratch.path().join("new"), b"kept").unwrap();
+        let again = open(&parent, "new", OpenFlags::CREATE, DescriptorFlags::WRITE).await;
+        assert!(matches!(again, Ok(Descriptor::File(_))));
+        assert_eq!(std::fs::read(scratch.path().join("new")).unwrap(), b"kept");
+        let over_directory = open(&parent, "sub", OpenFlags::CREATE, DescriptorFlags::WRITE).await;
+        assert_eq!(over_directory.err(), Some(ErrorCode::IsDirectory));
         assert!(matches!(
             open(&parent, "sub", OpenFlags::DIRECTORY, DescriptorFlags::READ).await,
             Ok(Descriptor::Dir(_))

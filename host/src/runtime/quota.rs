@@ -54,7 +54,6 @@
 //! file is taken from the server's budget for guests (ledger.rs): with none left, the
 //! file is not kept open and its bytes stay counted until the next load.
 
-use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -747,7 +746,8 @@ impl OpenChange {
     }
 }
 
-/// Write `bytes` at `position` (the end when `None`), charging the growth first.
+/// Write `bytes` at `position` (appended, atomically, when `None`), charging the growth
+/// first (all of it for an append: the end may move meanwhile, by another's append).
 pub(crate) fn write_charged(
     file: &std::fs::File,
     quota: &Quota,
@@ -755,12 +755,14 @@ pub(crate) fn write_charged(
     bytes: &[u8],
 ) -> Result<(), wasmtime::Error> {
     let before = size_of(file);
-    let offset = position.unwrap_or(before);
-    let growth = offset.saturating_add(bytes.len() as u64).saturating_sub(before);
+    let growth = match position {
+        Some(offset) => offset.saturating_add(bytes.len() as u64).saturating_sub(before),
+        None => bytes.len() as u64,
+    };
     if !quota.charge(growth) {
         return Err(QuotaExceeded.into());
     }
-    let written = file.write_all_at(bytes, offset);
+    let written = super::streams::write_plain(file, position, bytes);
     quota.settle(growth, before, size_of(file));
     written.map_err(wasmtime::Error::from)
 }

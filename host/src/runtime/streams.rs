@@ -199,9 +199,35 @@ pub(crate) struct FileWriter {
 
 enum WriteState {
     Ready,
-    Writing(JoinHandle<Result<(), wasmtime::Error>>),
+    Writing(JoinHandle<Result<(), wasmtime::Error>>, Arc<Begun>),
     Failed(wasmtime::Error),
     Closed,
+}
+
+/// Whether a write has begun on its blocking thread, or was called off before it could:
+/// whichever comes first wins.
+#[derive(Default)]
+struct Begun(std::sync::atomic::AtomicU8);
+
+impl Begun {
+    const WAITING: u8 = 0;
+    const BEGUN: u8 = 1;
+    const CALLED_OFF: u8 = 2;
+
+    fn change(&self, to: u8) -> bool {
+        use std::sync::atomic::Ordering;
+        self.0.compare_exchange(Self::WAITING, to, Ordering::AcqRel, Ordering::Acquire).is_ok()
+    }
+
+    /// The blocking thread begins the write, unless it was called off.
+    fn begin(&self) -> bool {
+        self.change(Self::BEGUN)
+    }
+
+    /// Call the write off, unless it has begun.
+    fn call_off(&self) -> bool {
+        self.change(Self::CALLED_OFF)
+    }
 }
 
 impl FileWriter {
@@ -228,7 +254,7 @@ impl FileWriter {
 }
 
 /// Write all of `bytes` at `position`, or at the end (atomically, `RWF_APPEND`).
-fn write_plain(file: &std::fs::File, position: Option<u64>, bytes: &[u8]) -> std::io::Result<()> {
+pub(crate) fn write_plain(file: &std::fs::File, position: Option<u64>, bytes: &[u8]) -> std::io::Result<()> {
     match position {
         Some(position) => file.write_all_at(bytes, position),
         None => {
@@ -248,7 +274,7 @@ fn append(file: &std::fs::File, bytes: &[u8]) -> std::io::Result<usize> {
     loop {
         // SAFETY: one vector over `bytes`, which lives across the call, on a descriptor
         // `file` keeps open.
-        let written = unsafe { libc::pwritev2(file.as_raw_fd(), &vector, 1, -1, libc::RWF_APPEND) };
+        let written = unsafe { libc::pwritev2(file.as_raw_fd(), &vector, 1, 0, libc::RWF_APPEND) };
         if written >= 0 {
             return Ok(written as usize);
         }
@@ -262,12 +288,15 @@ fn append(file: &std::fs::File, bytes: &[u8]) -> std::io::Result<usize> {
     }
 }
 
-/// A stream dropped with a write still waiting (for a permit, or for the grant's lock) drops
-/// that write: its bytes and its file are held by no call once the call's charges are given
-/// back, and a guest could leave one per stream, call after call.
+/// A stream dropped with a write still waiting (for a permit, for the grant's lock, or for
+/// a blocking thread) drops that write: its bytes and its file are held by no call once the
+/// call's charges are given back, and a guest could leave one per stream, call after call.
+/// A write that has begun finishes.
 impl Drop for FileWriter {
     fn drop(&mut self) {
-        if let WriteState::Writing(task) = &self.state {
+        if let WriteState::Writing(task, begun) = &self.state
+            && begun.call_off()
+        {
             task.abort();
         }
     }
@@ -276,7 +305,7 @@ impl Drop for FileWriter {
 #[wasmtime_wasi::async_trait]
 impl Pollable for FileWriter {
     async fn ready(&mut self) {
-        if let WriteState::Writing(task) = &mut self.state {
+        if let WriteState::Writing(task, _) = &mut self.state {
             self.state = match task.await {
                 Ok(Ok(())) => WriteState::Ready,
                 Ok(Err(error)) => WriteState::Failed(error),
@@ -292,7 +321,7 @@ impl OutputStream for FileWriter {
         match self.state {
             WriteState::Ready => {}
             WriteState::Closed => return Err(StreamError::Closed),
-            WriteState::Writing(_) | WriteState::Failed(_) => {
+            WriteState::Writing(..) | WriteState::Failed(_) => {
                 return Err(StreamError::trap("write not permitted: check_write not called first"));
             }
         }
@@ -304,10 +333,12 @@ impl OutputStream for FileWriter {
             *next = next.saturating_add(bytes.len() as u64);
         }
         let (file, quota, threads) = (self.file.clone(), self.quota.clone(), self.threads.clone());
+        let begun = Arc::new(Begun::default());
+        let called_off = begun.clone();
         // The permit, then the grant's lock, go with the write: once it has begun on its
         // thread it finishes, charged and settled under the lock, even if the stream is
-        // dropped meanwhile (`Drop`).
-        self.state = WriteState::Writing(tokio::spawn(async move {
+        // dropped meanwhile; until then it may be called off (`Drop`, `cancel`).
+        let task = tokio::spawn(async move {
             let permit = threads.take().await;
             let lock = match &quota {
                 Some(quota) => Some(quota.lock.clone().lock_owned().await),
@@ -315,6 +346,9 @@ impl OutputStream for FileWriter {
             };
             tokio::task::spawn_blocking(move || {
                 let (_permit, _lock) = (permit, lock);
+                if !called_off.begin() {
+                    return Ok(());
+                }
                 match &quota {
                     Some(quota) => quota::write_charged(&file, quota, position, &bytes),
                     None => write_plain(&file, position, &bytes).map_err(wasmtime::Error::from),
@@ -322,7 +356,8 @@ impl OutputStream for FileWriter {
             })
             .await
             .unwrap_or_else(|error| Err(wasmtime::format_err!("the write did not finish: {error}")))
-        }));
+        });
+        self.state = WriteState::Writing(task, begun);
         Ok(())
     }
 
@@ -339,9 +374,15 @@ impl OutputStream for FileWriter {
         })
     }
 
+    /// The guest drops the stream: a write not begun never begins; one begun is waited for,
+    /// so that it lands before the drop returns.
     async fn cancel(&mut self) {
-        if let WriteState::Writing(task) = std::mem::replace(&mut self.state, WriteState::Closed) {
-            let _ = task.await;
+        if let WriteState::Writing(task, begun) = std::mem::replace(&mut self.state, WriteState::Closed) {
+            if begun.call_off() {
+                task.abort();
+            } else {
+                let _ = task.await;
+            }
         }
     }
 }
@@ -401,6 +442,11 @@ mod tests {
         let mut dropped = FileWriter::new(file.clone(), None, Some(0), threads.clone());
         dropped.write(Bytes::from_static(b"never")).unwrap();
         drop(dropped);
+        let mut cancelled = FileWriter::new(file.clone(), None, Some(0), threads.clone());
+        cancelled.write(Bytes::from_static(b"never either")).unwrap();
+        tokio::time::timeout(std::time::Duration::from_secs(10), cancelled.cancel())
+            .await
+            .expect("a write not begun is called off at once, not waited for");
         let mut writer = FileWriter::new(file.clone(), None, None, threads.clone());
         assert_eq!(writer.check_write().unwrap(), STREAM_CHUNK_BYTES);
         writer.write(Bytes::from_static(b"abc")).unwrap();
@@ -433,7 +479,7 @@ mod tests {
         let mut stream =
             FileWriter::new(file.clone(), Some(quota.clone()), Some(0), StreamThreads::default());
         stream.write(Bytes::from(vec![b'w'; 64 << 10])).unwrap();
-        assert!(matches!(stream.state, WriteState::Writing(_)));
+        assert!(matches!(stream.state, WriteState::Writing(..)));
         drop(stream);
         // The task held the file and the quota; both are let go once it is gone.
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);

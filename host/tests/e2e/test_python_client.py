@@ -62,6 +62,17 @@ async def test_list_and_call(cordon, mode):
         assert reindex.input_schema["required"] == ["collection"]
         result = await client.call_tool("echo", {"text": "hello"})
         assert result.content[0].text == "hello" and not result.is_error
+        # Structured output of any JSON type: `locks` answers an array, which the client
+        # checks against the array schema it was listed with (2026-07-28); a 2025-11-25
+        # client is listed no schema for it and reads the array from the text.
+        listed = next(tool for tool in tools.tools if tool.name == "locks")
+        held = await client.call_tool("locks", {})
+        assert json.loads(held.content[0].text) == []
+        if mode == "legacy":
+            assert listed.output_schema is None and held.structured_content is None
+        else:
+            assert listed.output_schema["type"] == "array"
+            assert held.structured_content == []
 
 
 @pytest.mark.parametrize("mode", ERAS)
