@@ -405,7 +405,7 @@ pub(crate) fn shadow_filesystem(linker: &mut Linker<GuestState>) -> Result<()> {
                 // open (opening.rs); taken before the quota's, one order everywhere.
                 let may_create =
                     open_flags.contains(OpenFlags::CREATE) && !open_flags.contains(OpenFlags::EXCLUSIVE);
-                let _moves = match may_create {
+                let held_moves = match may_create {
                     true => Some(moves::lock_moves(state, parent, parent).await),
                     false => None,
                 };
@@ -430,7 +430,10 @@ pub(crate) fn shadow_filesystem(linker: &mut Linker<GuestState>) -> Result<()> {
                 }
                 // Files and directories only, and no open that waits (opening.rs).
                 let opened = match directory_of(state.table(), &dir)? {
-                    Ok(directory) => opening::open_at(&directory, path_flags, path, open_flags, flags).await,
+                    Ok(directory) => {
+                        opening::open_at_holding(&directory, path_flags, path, open_flags, flags, held_moves)
+                            .await
+                    }
                     Err(code) => Err(code),
                 };
                 let opened = match opened {

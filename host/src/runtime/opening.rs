@@ -20,15 +20,15 @@
 //!   then opens the name with `O_CREAT` (the kernel's checks of a create apply, such as
 //!   `fs.protected_regular`) while holding the grant's move lock (moves.rs; files.rs takes
 //!   it), so that no other call can rename, link or symlink something else under the name
-//!   between the look and the open; it keeps what it opened only when it is the file it
-//!   looked at, or a new regular file. A host process that races a FIFO in finds the open
-//!   does not wait for it (`O_NONBLOCK`). An exclusive create opens nothing that was there.
+//!   between the look and the open (the lock goes with the blocking open, so a call
+//!   stopped meanwhile does not let it go early); it keeps what it opened when it is a
+//!   regular file. A host process that races a FIFO in finds the open does not wait for it
+//!   (`O_NONBLOCK`). An exclusive create opens nothing that was there.
 //!
-//! What is opened is what was looked at: no lock is needed against another call or a host
-//! process changing the name in between.
+//! Any other open is one look and one reopen of the very inode looked at: no lock is
+//! needed against another call or a host process changing the name in between.
 
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -47,6 +47,20 @@ pub(crate) async fn open_at(
     open_flags: OpenFlags,
     flags: DescriptorFlags,
 ) -> Result<Descriptor, ErrorCode> {
+    open_at_holding(parent, path_flags, path, open_flags, flags, ()).await
+}
+
+/// [`open_at`], with `held` (locks) kept until the open on its blocking thread is done,
+/// even when the call that asked is stopped meanwhile: a stop drops the asking future, not
+/// the blocking work, which must not find the locks gone.
+pub(crate) async fn open_at_holding(
+    parent: &Dir,
+    path_flags: PathFlags,
+    path: String,
+    open_flags: OpenFlags,
+    flags: DescriptorFlags,
+    held: impl Send + 'static,
+) -> Result<Descriptor, ErrorCode> {
     let (options, open_mode) = options(parent.perms, path_flags, open_flags, flags)?;
     let perms = parent.perms;
     let directory = parent.dir.clone();
@@ -62,10 +76,12 @@ pub(crate) async fn open_at(
         write: create || truncate || flags.contains(DescriptorFlags::WRITE),
         truncate,
     };
-    let opened =
-        tokio::task::spawn_blocking(move || open_checked(&directory, Path::new(&path), &options, wanted))
-            .await
-            .map_err(|_| ErrorCode::Io)??;
+    let opened = tokio::task::spawn_blocking(move || {
+        let _held = held;
+        open_checked(&directory, Path::new(&path), &options, wanted)
+    })
+    .await
+    .map_err(|_| ErrorCode::Io)??;
     match opened {
         Opened::Directory(dir) => Ok(Descriptor::Dir(Dir::new(dir, perms, open_mode, false))),
         Opened::File(_) if wanted.directory => Err(ErrorCode::NotDirectory),
@@ -169,22 +185,18 @@ fn open_checked(
     // or a file or a directory there. The caller holds the grant's move lock, so no other
     // call can put anything else under the name meanwhile; a host process that does finds
     // the open does not wait (`O_NONBLOCK`), and what it put there is refused.
-    let looked = match look(directory, path, wanted.follow) {
-        Ok(place) => {
-            let metadata = place.metadata()?;
-            refuse_unless_file_or_directory(&metadata, wanted)?;
-            Some(metadata)
-        }
+    match look(directory, path, wanted.follow) {
+        Ok(place) => refuse_unless_file_or_directory(&place.metadata()?, wanted)?,
         // Nothing there, or a link to a name not there yet: created through it.
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => None,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
         Err(error) => return Err(error.into()),
-    };
+    }
     let mut create = options.clone();
     create.custom_flags(libc::O_NOCTTY | libc::O_NONBLOCK);
     let opened = cap_primitives::fs::open(directory, path, &create)?;
-    let metadata = opened.metadata()?;
-    let same = |looked: &std::fs::Metadata| (looked.dev(), looked.ino()) == (metadata.dev(), metadata.ino());
-    if !metadata.file_type().is_file() || !looked.as_ref().is_none_or(same) {
+    // A regular file is kept, whichever (a name removed meanwhile is made again, as
+    // wasmtime-wasi would): it is what the open made or truncated.
+    if !opened.metadata()?.file_type().is_file() {
         return Err(ErrorCode::Access);
     }
     clear_nonblocking(&opened)?;
