@@ -64,17 +64,14 @@ pub(crate) async fn open_at_holding(
     let (options, open_mode) = options(parent.perms, path_flags, open_flags, flags)?;
     let perms = parent.perms;
     let directory = parent.dir.clone();
-    let create = open_flags.contains(OpenFlags::CREATE);
-    let truncate = open_flags.contains(OpenFlags::TRUNCATE);
     let wanted = Wanted {
-        create,
+        create: open_flags.contains(OpenFlags::CREATE),
         exclusive: open_flags.contains(OpenFlags::EXCLUSIVE),
         directory: open_flags.contains(OpenFlags::DIRECTORY),
         follow: path_flags.contains(PathFlags::SYMLINK_FOLLOW),
-        // As `options` asks the system (wasmtime-wasi's mapping).
-        read: flags.contains(DescriptorFlags::READ) || !flags.contains(DescriptorFlags::WRITE),
-        write: create || truncate || flags.contains(DescriptorFlags::WRITE),
-        truncate,
+        truncate: open_flags.contains(OpenFlags::TRUNCATE),
+        // The access `options` asks the system for (wasmtime-wasi's mapping).
+        mode: open_mode,
     };
     let opened = tokio::task::spawn_blocking(move || {
         let _held = held;
@@ -96,9 +93,8 @@ struct Wanted {
     exclusive: bool,
     directory: bool,
     follow: bool,
-    read: bool,
-    write: bool,
     truncate: bool,
+    mode: OpenMode,
 }
 
 /// What an open found.
@@ -238,7 +234,7 @@ fn look(directory: &Arc<std::fs::File>, path: &Path, follow: bool) -> std::io::R
     cap_primitives::fs::open(directory, path, &options)
 }
 
-/// Open what `place` is, with the access `options` ask, when it is a regular file or a
+/// Open what `place` is, with the access `wanted` asks, when it is a regular file or a
 /// directory; refuse anything else unopened.
 fn reopen(place: &std::fs::File, wanted: Wanted) -> Result<Opened, ErrorCode> {
     use std::os::unix::fs::OpenOptionsExt as _;
@@ -246,8 +242,8 @@ fn reopen(place: &std::fs::File, wanted: Wanted) -> Result<Opened, ErrorCode> {
     refuse_unless_file_or_directory(&metadata, wanted)?;
     let kind = metadata.file_type();
     let reopened = std::fs::OpenOptions::new()
-        .read(wanted.read)
-        .write(wanted.write)
+        .read(wanted.mode.contains(OpenMode::READ))
+        .write(wanted.mode.contains(OpenMode::WRITE))
         .truncate(wanted.truncate)
         .custom_flags(libc::O_NOCTTY)
         .open(format!("/proc/self/fd/{}", place.as_raw_fd()))?;
@@ -273,15 +269,21 @@ mod tests {
         open_at(parent, PathFlags::SYMLINK_FOLLOW, path.into(), open_flags, flags).await
     }
 
+    /// A FIFO named `pipe` in `scratch`, as a host process would leave one.
+    fn fifo_in(scratch: &Scratch) -> std::path::PathBuf {
+        let fifo = scratch.path().join("pipe");
+        let name = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: a path that lives across the call.
+        assert_eq!(unsafe { libc::mkfifo(name.as_ptr(), 0o600) }, 0);
+        fifo
+    }
+
     /// A FIFO with no writer, opened to be read, would block wasmtime-wasi's open for
     /// good; here it is refused at once, read or written, through a link or not.
     #[tokio::test]
     async fn a_fifo_is_refused_without_waiting_for_a_peer() {
         let scratch = Scratch::new("opening-fifo");
-        let fifo = scratch.path().join("pipe");
-        let name = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
-        // SAFETY: a path that lives across the call.
-        assert_eq!(unsafe { libc::mkfifo(name.as_ptr(), 0o600) }, 0);
+        fifo_in(&scratch);
         std::os::unix::fs::symlink("pipe", scratch.path().join("link")).unwrap();
         let parent = directory(scratch.path());
         let opens = async {
@@ -306,10 +308,7 @@ mod tests {
     #[tokio::test]
     async fn a_refused_fifo_leaves_a_host_process_at_its_other_end_waiting() {
         let scratch = Scratch::new("opening-peer");
-        let fifo = scratch.path().join("pipe");
-        let name = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
-        // SAFETY: a path that lives across the call.
-        assert_eq!(unsafe { libc::mkfifo(name.as_ptr(), 0o600) }, 0);
+        let fifo = fifo_in(&scratch);
         let writer = {
             let fifo = fifo.clone();
             std::thread::spawn(move || {

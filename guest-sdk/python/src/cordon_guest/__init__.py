@@ -391,15 +391,15 @@ def tool(
             raise SchemaError(f"tool {tool_name}: give it a docstring or a description, for the model")
         return_hint = _return_hint(function)
         output_schema = None
-        if is_object_type(return_hint) and return_hint not in _RESULT_TYPES:
-            output_schema = json.dumps(type_schema(return_hint, f"tool {tool_name}, return type"))
-        elif is_container_type(return_hint):
+        objects = is_object_type(return_hint) and return_hint not in _RESULT_TYPES
+        if objects or is_container_type(return_hint):
             try:
                 output_schema = json.dumps(type_schema(return_hint, f"tool {tool_name}, return type"))
             except SchemaError:
                 # A container JSON holds but no schema describes (`dict[int, str]`, a
-                # recursive type): its JSON is sent as text only.
-                output_schema = None
+                # recursive type) is sent as text only; a class must have a schema.
+                if objects:
+                    raise
         encoded_input = json.dumps(input_schema)
         for which, schema in (("input", encoded_input), ("output", output_schema)):
             if schema is not None and len(schema.encode()) > _MAX_SCHEMA_BYTES:
