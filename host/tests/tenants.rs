@@ -518,6 +518,25 @@ fn refused_at_start(command: &mut Command) -> String {
 }
 
 #[test]
+fn a_symlink_where_a_tenants_data_directory_goes_is_refused_with_what_to_do() {
+    let config = config("symlinked", "");
+    let dir = config.parent().unwrap();
+    let elsewhere = dir.join("elsewhere");
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    std::fs::create_dir_all(dir.join("hdata")).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, dir.join("hdata/acme")).unwrap();
+    let error = refused_at_start(cordon(&["serve", "--stdio", "--tenant", "acme", "--config"]).arg(&config));
+    let expected = format!(
+        "the tenant's data directory {} is a symlink or not a directory (something wrote it there; \
+         a tenant's must be a directory of its own): remove it",
+        dir.join("hdata/acme").display()
+    );
+    assert!(error.contains(&expected), "{error}");
+    assert_eq!(std::fs::read_dir(&elsewhere).unwrap().count(), 0);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
 fn stdio_needs_a_known_tenant_and_open_http_needs_tenants_or_a_flag() {
     let config = config("startup", "");
     let serve = |args: &[&str]| {

@@ -172,15 +172,15 @@ impl FileGrants {
             std::fs::create_dir_all(path)
                 .map_err(|error| format!("cannot create {}: {error}", path.display()))?;
             let no_follow = if of_tenant { libc::O_NOFOLLOW } else { 0 };
-            let (dir, real) = open_directory_with(path, no_follow).map_err(|error| {
-                match error.raw_os_error() {
+            let (dir, real) =
+                open_directory_with(path, no_follow).map_err(|error| match error.raw_os_error() {
                     Some(libc::ELOOP) | Some(libc::ENOTDIR) => format!(
-                        "the tenant's data directory {} is a symlink or not a directory (something wrote                          it there; a tenant's must be a directory of its own): remove it",
+                        "the tenant's data directory {} is a symlink or not a directory (something wrote \
+                         it there; a tenant's must be a directory of its own): remove it",
                         path.display()
                     ),
                     _ => format!("cannot open the data directory {}: {error}", path.display()),
-                }
-            })?;
+                })?;
             if let Some(system) = system_tree_in(&real) {
                 return Err(format!(
                     "the data directory {} is or holds {system}: grant a directory of its own",
@@ -195,7 +195,8 @@ impl FileGrants {
                 writable: true,
                 quota: Some(quota),
                 limit: data_quota_bytes,
-                moves: moves::move_lock(&dir),
+                moves: moves::move_lock(&dir)
+                    .map_err(|error| format!("cannot read the data directory {}: {error}", path.display()))?,
             });
         }
         for mount in mounts {
@@ -233,7 +234,8 @@ impl FileGrants {
                 (Some(limit), None) => Some(measured(limit, &dir, &real)),
                 (None, _) => None,
             };
-            let moves = moves::move_lock(&dir);
+            let moves = moves::move_lock(&dir)
+                .map_err(|error| format!("mount {guest}: cannot read the host path {host}: {error}"))?;
             let limit = mount.quota_bytes.unwrap_or_default();
             grants.push(Grant { path: real, guest, writable: mount.writable, quota, limit, moves });
         }

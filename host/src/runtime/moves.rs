@@ -53,21 +53,20 @@ pub(crate) const MOVE_WALK_ENTRIES: usize = 100_000;
 /// The lock every rename, link and symlink in a granted directory takes, one at a time
 /// (what a move walks stays as it was until it moves): one per directory, by its device
 /// and inode, shared by whatever grants it (every loaded version and tenant of a
-/// component) while anything holds it.
-pub(crate) fn move_lock(directory: &std::fs::File) -> Arc<Mutex<()>> {
+/// component) while anything holds it. A directory whose identity cannot be read gets
+/// none: a lock of its own would not be shared with the other grants of that directory.
+pub(crate) fn move_lock(directory: &std::fs::File) -> std::io::Result<Arc<Mutex<()>>> {
     use std::os::unix::fs::MetadataExt;
-    let Ok(metadata) = directory.metadata() else {
-        return Arc::default();
-    };
+    let metadata = directory.metadata()?;
     let key = (metadata.dev(), metadata.ino());
     let mut live = LIVE_MOVE_LOCKS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     live.retain(|_, lock| lock.strong_count() > 0);
     if let Some(lock) = live.get(&key).and_then(Weak::upgrade) {
-        return lock;
+        return Ok(lock);
     }
     let lock = Arc::default();
     live.insert(key, Arc::downgrade(&lock));
-    lock
+    Ok(lock)
 }
 
 /// Move locks by their directory's device and inode.
