@@ -271,6 +271,13 @@ impl Server {
         }
     }
 
+    /// Whether `method` runs a guest for `tenant` with `tools`, and so spends its call
+    /// rate: a feature no component offers it is answered as unknown, spending nothing.
+    pub fn spends_rate(&self, tools: &ToolSet, tenant: Option<&Tenant>, method: &str) -> bool {
+        mcp::runs_guest_code(method)
+            && (method == "tools/call" || features::offered(tools, tenant.map(|tenant| &tenant.view), method))
+    }
+
     /// The tools of `tools` as MCP describes them (made once per tool set).
     pub fn tool_list(&self, tools: &ToolSet) -> Arc<Vec<Tool>> {
         let mut cached = self.tool_list.lock().unwrap();
@@ -957,10 +964,7 @@ impl Connection {
         charge: Charge,
     ) -> Reply {
         let modern = mcp::has_envelope(params.as_ref());
-        if method == "initialize" {
-            if modern {
-                return Reply::Error(RpcError::method_not_found(method));
-            }
+        if method == "initialize" && !modern {
             self.legacy.store(true, Ordering::Relaxed);
             self.set_client_capabilities(ClientCapabilities::from_initialize(params.as_ref()));
             let requested =
@@ -981,6 +985,20 @@ impl Connection {
         }
         let legacy = !modern && self.legacy.load(Ordering::Relaxed);
         let revision = if legacy { Revision::R2025_11_25 } else { Revision::R2026_07_28 };
+        // A 2026-07-28 request's envelope and version come before its method (§12.6), as
+        // on HTTP: whatever the method, a missing envelope is -32602, an unknown version
+        // -32022.
+        let envelope = if legacy {
+            None
+        } else {
+            match mcp::check_envelope(params.as_ref()) {
+                Ok(envelope) => Some(envelope),
+                Err(error) => return Reply::Error(error),
+            }
+        };
+        if method == "initialize" {
+            return Reply::Error(RpcError::method_not_found(method));
+        }
         if legacy && method == "ping" {
             return Reply::Result(mcp::empty_result(revision).into());
         }
@@ -996,14 +1014,6 @@ impl Connection {
         if !known {
             return Reply::Error(RpcError::method_not_found(method));
         }
-        let envelope = if legacy {
-            None
-        } else {
-            match mcp::check_envelope(params.as_ref()) {
-                Ok(envelope) => Some(envelope),
-                Err(error) => return Reply::Error(error),
-            }
-        };
         match method {
             // What a tenant sees is its own: never to be cached across tenants.
             "server/discover" => {
@@ -1012,6 +1022,11 @@ impl Connection {
                 Reply::Result(result.into())
             }
             method if features::METHODS.contains(&method) => {
+                // A feature not offered is unknown, before it spends any rate.
+                let tools = tools.unwrap_or_else(|| self.server.runtime.snapshot());
+                if !features::offered(&tools, self.view(), method) {
+                    return Reply::Error(RpcError::method_not_found(method));
+                }
                 if let Some(error) = self.over_rate(method) {
                     return Reply::Error(error);
                 }
@@ -1114,6 +1129,8 @@ impl Connection {
         };
         // Taken, not copied: a large request's arguments are held once.
         let arguments = match params.get_mut("arguments").map(Value::take) {
+            // `null` is read as absent, as a cursor's is: clients whose optional fields
+            // serialize as `null` send it, and it asks for nothing else.
             None | Some(Value::Null) => Value::Object(serde_json::Map::new()),
             Some(arguments @ Value::Object(_)) => arguments,
             Some(_) => {

@@ -194,7 +194,12 @@ fn the_validation_ladder_answers_each_refusal_with_its_status() {
     let answer = server.post(&stale, &notification.to_string());
     assert_eq!((answer.status, answer.body.as_str()), (202, ""));
     let legacy = r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1}}"#;
-    assert_eq!(server.post(&stale, legacy).status, 404);
+    let mut stale_legacy = stale.clone();
+    stale_legacy[2] = ("MCP-Protocol-Version", "2025-11-25");
+    assert_eq!(server.post(&stale_legacy, legacy).status, 404);
+    // With the 2026-07-28 header the id is ignored, as a request's is: accepted, as
+    // without one.
+    assert_eq!(server.post(&stale, legacy).status, 202);
     // Envelope, headers, version, method.
     let answer = server.post(
         &headers,
@@ -202,6 +207,17 @@ fn the_validation_ladder_answers_each_refusal_with_its_status() {
     );
     assert_eq!((answer.status, answer.error_code()), (400, Some(-32602)));
     assert_eq!(answer.messages[0]["id"], 7);
+    // With a session id too: the 2026-07-28 header says whose era it is, and the id is
+    // ignored (it once made the request a 2025-era one, refused as of an unknown version).
+    let answer = server
+        .post(&stale, &json!({"jsonrpc": "2.0", "id": 7, "method": "tools/list", "params": {}}).to_string());
+    assert_eq!((answer.status, answer.error_code()), (400, Some(-32602)), "{}", answer.body);
+    assert_eq!(answer.messages[0]["id"], 7);
+    // A response answers nothing outside a 2025-era session: clients post requests and
+    // notifications only.
+    let answer = server.post(&headers, r#"{"jsonrpc":"2.0","id":9,"result":{}}"#);
+    assert_eq!((answer.status, answer.error_code()), (400, Some(-32600)), "{}", answer.body);
+    assert!(answer.messages[0].get("id").is_none());
     let no_version: Vec<_> =
         headers.iter().filter(|(name, _)| *name != "MCP-Protocol-Version").cloned().collect();
     assert_eq!(server.post(&no_version, &list(8, meta())).error_code(), Some(-32020));

@@ -197,6 +197,13 @@ fn bad_lines_get_precise_errors_and_the_server_keeps_serving() {
     // An integer id beyond i64 is a valid id, echoed as it came.
     server.send_raw(b"{\"jsonrpc\":\"2.0\",\"id\":18446744073709551615,\"method\":\"tools/list\"}\n");
     assert_eq!(server.expect()["id"], json!(18446744073709551615u64));
+    // A string id past 256 bytes is refused, and the refusal answers to it.
+    let long_id = "i".repeat(300);
+    server.send_raw(
+        format!("{{\"jsonrpc\":\"2.0\",\"id\":\"{long_id}\",\"method\":\"tools/list\"}}\n").as_bytes(),
+    );
+    let answer = server.expect();
+    assert_eq!((&answer["id"], &answer["error"]["code"]), (&json!(long_id), &json!(-32600)), "{answer}");
     // An oversized line is skipped and answered, and the next line is served.
     let mut huge = vec![b'x'; 5 << 20];
     huge.push(b'\n');
@@ -252,6 +259,10 @@ fn envelope_version_method_and_argument_errors() {
         ("prompts/get", json!({"_meta": meta(), "name": 5}), -32602),
         ("logging/setLevel", json!({"_meta": meta()}), -32601),
         ("initialize", json!({"_meta": meta(), "protocolVersion": "2026-07-28"}), -32601),
+        // The envelope and version before the method (§12.6), as on HTTP.
+        ("foo/bar", json!({}), -32602),
+        ("foo/bar", json!({"_meta": old}), -32022),
+        ("initialize", json!({"_meta": old, "protocolVersion": "2026-07-28"}), -32022),
         ("tools/list", json!({"_meta": meta(), "cursor": "not-a-cursor"}), -32602),
         ("tools/call", json!({"_meta": meta(), "name": "nope"}), -32602),
         ("tools/call", json!({"_meta": meta(), "name": 5}), -32602),

@@ -511,6 +511,66 @@ fn stdio_serves_the_tenant_named_and_answers_over_its_rate_with_a_retry_hint() {
     let _ = std::fs::remove_dir_all(config.parent().unwrap());
 }
 
+#[test]
+fn a_feature_no_component_offers_is_unknown_and_spends_no_rate() {
+    // `legacy-tool` offers tools only: prompts, resources and completions are unknown
+    // methods to its tenant, answered before its one call a second is spent.
+    let dir = common::scratch("tenants-unoffered");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let tool = cordon::paths::default_tools_dir().join("legacy-tool.wasm");
+    let config = dir.join("cordon.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[server]\ncache = false\n[[components]]\nname = \"legacy\"\npath = {tool:?}\n\
+             [[tenants]]\nname = \"lone\"\ncomponents = [\"legacy\"]\napi_keys = {{ env = \"SOLO_KEYS\" }}\n\
+             calls_per_second = 1\n"
+        ),
+    )
+    .unwrap();
+    let mut child = cordon(&["serve", "--stdio", "--tenant", "lone", "--config"])
+        .arg(&config)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let schema = Schema::new();
+    let mut ask = |id: i64, method: &str, params: Value| {
+        let mut params = params;
+        params.as_object_mut().unwrap().insert("_meta".into(), meta());
+        writeln!(stdin, "{}", json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}))
+            .unwrap();
+        let mut line = String::new();
+        stdout.read_line(&mut line).unwrap();
+        let answer: Value = serde_json::from_str(&line).unwrap();
+        schema.check_sent(&answer, Some(method));
+        answer
+    };
+    let complete =
+        json!({"ref": {"type": "ref/prompt", "name": "p"}, "argument": {"name": "a", "value": "x"}});
+    for (id, (method, params)) in [
+        ("prompts/get", json!({"name": "p"})),
+        ("resources/read", json!({"uri": "a://b"})),
+        ("completion/complete", complete),
+        ("prompts/get", json!({"name": "p", "inputResponses": 5})),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let answer = ask(id as i64, method, params);
+        assert_eq!(answer["error"]["code"], -32601, "{method}: {answer}");
+    }
+    let answer = ask(9, "tools/call", json!({"name": "legacy_echo", "arguments": {"text": "whole"}}));
+    assert_eq!(answer["result"]["content"][0]["text"], "whole", "{answer}");
+    drop(stdin);
+    assert!(child.wait().unwrap().success());
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 fn refused_at_start(command: &mut Command) -> String {
     let output = command.stdin(Stdio::null()).output().unwrap();
     assert!(!output.status.success());

@@ -28,8 +28,8 @@ use crate::runtime::features::{
 };
 use crate::runtime::input::InputRound;
 use crate::runtime::{
-    CallEnded, CallOutcome, FeatureAnswer, FeatureError, FeatureRequest, Outcome, Teardown, Timeout,
-    ToolLimits, ToolSet,
+    CallEnded, CallOutcome, FeatureAnswer, FeatureError, FeatureRequest, Outcome, Teardown, TenantView,
+    Timeout, ToolLimits, ToolSet,
 };
 
 /// The methods answered here.
@@ -41,6 +41,18 @@ pub(super) const METHODS: [&str; 6] = [
     "prompts/get",
     "completion/complete",
 ];
+
+/// Whether `method`, one of [`METHODS`], is answered for `view` with `tools`: only what the
+/// capabilities advertise is. A server whose components offer no prompts does not know
+/// `prompts/list`, as a tools-only server would not.
+pub(super) fn offered(tools: &ToolSet, view: Option<&TenantView>, method: &str) -> bool {
+    let (resources, prompts, completions) = tools.features_for(view);
+    match method.split('/').next() {
+        Some("resources") => resources,
+        Some("prompts") => prompts,
+        _ => completions,
+    }
+}
 
 impl Connection {
     /// What the components this connection sees offer besides tools.
@@ -63,31 +75,19 @@ impl Connection {
         })
     }
 
-    /// Answer one of [`METHODS`].
+    /// Answer one of [`METHODS`], one that [`offered`] says is.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn route_feature(
         self: &Arc<Self>,
         id: &RequestId,
         method: &str,
         params: Option<Value>,
-        tools: Option<Arc<ToolSet>>,
+        tools: Arc<ToolSet>,
         revision: Revision,
         retry: Option<Retry>,
         out: &Outbox,
         charge: Charge,
     ) -> Reply {
-        let tools = tools.unwrap_or_else(|| self.server.runtime.snapshot());
-        // Only what the capabilities advertise is answered: a server whose components offer
-        // no prompts does not know `prompts/list`, as a tools-only server would not.
-        let (resources, prompts, completions) = tools.features_for(self.view());
-        let offered = match method.split('/').next() {
-            Some("resources") => resources,
-            Some("prompts") => prompts,
-            _ => completions,
-        };
-        if !offered {
-            return Reply::Error(RpcError::method_not_found(method));
-        }
         let caching = wire::list_caching(revision, self.tenant.is_some());
         let completion = wire::completion(revision);
         let cursor = params.as_ref().and_then(|params| params.get("cursor"));

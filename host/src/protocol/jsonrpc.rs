@@ -205,21 +205,30 @@ pub fn classify(value: Value) -> Incoming {
     // A notification (a method and no id) is never answered, even when it is malformed.
     let notification = message.get("method").is_some_and(Value::is_string) && !message.contains_key("id");
     let unanswered = |problem: &str| Incoming::Unanswered { problem: format!("a notification: {problem}") };
-    // Whether a bad id was null is all that is kept of it: it may be megabytes.
-    let id = message.get("id").map(|id| (RequestId::parse(id), id.is_null()));
     let invalid = |id: Option<RequestId>, problem: &str| Incoming::Invalid {
         id,
         error: RpcError::new(INVALID_REQUEST, format!("Invalid Request: {problem}")),
     };
-    if let Some((None, null)) = &id {
-        let problem = if *null {
-            "id must not be null"
-        } else {
-            &format!("id must be a string of at most {MAX_ID_BYTES} bytes or an integer")
-        };
-        return invalid(None, problem);
-    }
-    let id = id.and_then(|(id, _)| id);
+    let id = match message.get_mut("id") {
+        None => None,
+        Some(id) => match RequestId::parse(id) {
+            Some(id) => Some(id),
+            None if id.is_null() => return invalid(None, "id must not be null"),
+            // Refused, but answered to: the client can match the answer to its request
+            // (the message's size bounds the copy). A number that is no exact integer is
+            // not an id the answer could name again as it was sent.
+            None => {
+                let echo = match id.take() {
+                    Value::String(text) => Some(RequestId::String(text)),
+                    _ => None,
+                };
+                return invalid(
+                    echo,
+                    &format!("id must be a string of at most {MAX_ID_BYTES} bytes or an integer"),
+                );
+            }
+        },
+    };
     if message.get("jsonrpc") != Some(&Value::String("2.0".into())) {
         let problem = "`jsonrpc` must be \"2.0\"";
         return if notification { unanswered(problem) } else { invalid(id, problem) };
@@ -467,17 +476,23 @@ mod tests {
     }
 
     #[test]
-    fn a_string_id_is_at_most_256_bytes_and_a_longer_one_is_refused_unquoted() {
+    fn a_string_id_is_at_most_256_bytes_and_a_longer_one_is_refused_to_its_sender() {
         let longest = format!("\"{}\"", "i".repeat(MAX_ID_BYTES));
         assert!(request_id(&longest).is_some());
         let longer = format!("\"{}\"", "i".repeat(1 << 20));
         assert_eq!(request_id(&longer), None);
-        let Incoming::Invalid { id: None, error } =
+        let Incoming::Invalid { id: Some(RequestId::String(id)), error } =
             parse(format!(r#"{{"jsonrpc":"2.0","id":{longer},"method":"x"}}"#).as_bytes())
         else {
-            panic!("an invalid request")
+            panic!("an invalid request answered to its id")
         };
+        assert_eq!(id.len(), 1 << 20);
         assert!(error.message.contains("at most 256 bytes"), "{}", error.message);
+        // Numbers that are no exact integer are refused with no id: `1e20` is also `1e20 + 1`.
+        for id in ["1e20", "1.5", "true", "{}"] {
+            let message = format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"x"}}"#);
+            assert!(matches!(parse(message.as_bytes()), Incoming::Invalid { id: None, .. }), "{id}");
+        }
     }
 
     #[test]

@@ -1092,8 +1092,11 @@ async fn serve_request(
         server.admit_for(&body, tenant.as_deref(), client.as_ref()).map_err(|refusal| refused(&refusal))?;
     // From here on the parsed message is what is held.
     drop((body, body_charge));
-    // A 2025-era session, when the request names a live one (2026 requests ignore it).
-    // Another tenant's session is no session at all.
+    // A 2025-era session, when the request names a live one. A request whose version
+    // header names 2026-07-28 ignores the id (sessions are not of its era), whatever its
+    // body lacks: it is checked as a 2026 request. Another tenant's session is no session
+    // at all.
+    let session_id = session_id.filter(|_| !names_this_version(&headers));
     let session = session_id.as_deref().and_then(|id| {
         shared.sessions.get(id, |session| same_holder(session, tenant.as_ref(), caller.as_ref()))
     });
@@ -1121,6 +1124,17 @@ async fn serve_request(
                 // (A 2026-07-28 notification ignores a session id, as its requests do.)
                 None if session_id.is_some() && !notification_is_modern(&notification) => {
                     return Err(plain(StatusCode::NOT_FOUND, "Not Found: unknown or expired session"));
+                }
+                // Only a 2025-era session is ever asked anything: a response posted
+                // without one answers nothing (§12.2: clients post requests and
+                // notifications only).
+                None if matches!(notification, Incoming::Response { .. }) => {
+                    let error = RpcError::new(
+                        INVALID_REQUEST,
+                        "Invalid Request: a JSON-RPC response is posted only within the 2025-era \
+                         session whose call asked for it",
+                    );
+                    return Err(rpc_error(StatusCode::BAD_REQUEST, None, &error));
                 }
                 None => {}
             }
@@ -1160,8 +1174,8 @@ async fn serve_request(
             .map_err(|what| header_mismatch(&id, what))?;
     }
     // After every check of the transport's: a request it refuses spends none of the rate.
-    if mcp::runs_guest_code(&method)
-        && let Some(tenant) = &tenant
+    if let Some(tenant) = &tenant
+        && server.spends_rate(&tools, Some(tenant), &method)
         && let Err(retry_after) = tenant.admit_call()
     {
         // Refused before any handler saw it: 429, and when to come back.
@@ -1483,6 +1497,11 @@ fn unsupported_legacy_version(headers: &HeaderMap) -> Option<String> {
 /// Whether a notification carries the 2026-07-28 envelope (a response never does).
 fn notification_is_modern(message: &Incoming) -> bool {
     matches!(message, Incoming::Notification { params, .. } if mcp::has_envelope(params.as_ref()))
+}
+
+/// Whether the request's `MCP-Protocol-Version` header names the 2026-07-28 version.
+fn names_this_version(headers: &HeaderMap) -> bool {
+    header_text(headers, "mcp-protocol-version").as_deref() == Some(mcp::PROTOCOL_VERSION)
 }
 
 /// A header's value with optional whitespace trimmed (RFC 9110), if present and text.
