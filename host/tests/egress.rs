@@ -684,6 +684,15 @@ async fn a_secret_header_reaches_the_hosts_it_is_bound_to_and_no_other() {
     // Nor to another virtual host named in user info, which the `Host` header would carry.
     let disguised = format!("http://other.example:80@127.0.0.1:{}/authorization", bound.port);
     assert_eq!(get(&runtime, &disguised, 1).await, ["error ErrorCode::HttpRequestUriInvalid"]);
+    // Nor to one named after the host where a port goes: `http` reads no port there, so the
+    // rule's host and default port would match while `Host` carries the rest.
+    for disguised in ["http://127.0.0.1:x.other.example/authorization", "http://127.0.0.1:/authorization"] {
+        assert_eq!(
+            get(&runtime, disguised, 1).await,
+            ["error ErrorCode::HttpRequestUriInvalid"],
+            "{disguised}"
+        );
+    }
     let environment = answer(&call(&runtime, "env_names", json!({})).await);
     assert!(!environment.contains("s3cr3t"), "{environment}");
 }

@@ -878,12 +878,22 @@ impl HttpGrants {
         self.secret_headers.iter().map(describe).collect()
     }
 
-    /// Set on `headers` the secret headers of the hosts that include `target`, unless the
-    /// `method` is one whose answer shows the request as the server saw it (`TRACE`) or
-    /// that opens a tunnel (`CONNECT`).
+    /// Set on `headers` the secret headers of the hosts that include `target`, for the
+    /// methods of plain requests only: not `TRACE` (its answer shows the request as the
+    /// server saw it), `CONNECT` (a tunnel) or any extension method (`TRACK` reflects as
+    /// `TRACE` does on some servers; what others do is unknown).
     fn set_secret_headers(&self, target: &Target, method: &http::Method, headers: &mut http::HeaderMap) {
-        // Any case: a lenient server may take `trace`, sent as an extension method, for TRACE.
-        if ["TRACE", "CONNECT"].iter().any(|reflecting| method.as_str().eq_ignore_ascii_case(reflecting)) {
+        use http::Method;
+        let plain = [
+            Method::GET,
+            Method::HEAD,
+            Method::POST,
+            Method::PUT,
+            Method::PATCH,
+            Method::DELETE,
+            Method::OPTIONS,
+        ];
+        if !plain.contains(method) {
             return;
         }
         for secret in &self.secret_headers {
@@ -1325,7 +1335,11 @@ impl WasiHttpHooks for Egress {
 impl Egress {
     /// The rules, and the call's request count: what can be decided before any I/O.
     fn check(&self, request: &http::Request<WasiBody>) -> Result<Target, HttpError> {
-        let uri = request.uri();
+        self.check_head(request.uri(), request.headers())
+    }
+
+    /// [`Self::check`], from what it reads of the request.
+    fn check_head(&self, uri: &http::Uri, headers: &http::HeaderMap) -> Result<Target, HttpError> {
         let authority = uri.authority().map(|authority| authority.as_str()).unwrap_or("").to_owned();
         // User info (a password, say) never reaches the log.
         let logged = authority.rsplit_once('@').map_or(authority.as_str(), |(_, host)| host);
@@ -1351,13 +1365,26 @@ impl Egress {
         else {
             return refuse("no host", HttpError::HttpRequestUriInvalid);
         };
+        // The rest of the authority, also sent as it is in `Host`, must be a port:
+        // `http` reads no port from `api.example.com:x.evil.example` (its host is
+        // `api.example.com`, so a rule and its secrets would match) and does not check that
+        // `[::1]` ends there, while a front end routing on a `Host` suffix sends the
+        // request to the virtual host the rest names.
+        let rest = authority.strip_prefix(host).unwrap_or("?");
+        let port_only = rest.strip_prefix(':').is_some_and(|digits| {
+            !digits.is_empty()
+                && digits.bytes().all(|byte| byte.is_ascii_digit())
+                && digits.parse::<u16>().is_ok()
+        });
+        if !rest.is_empty() && !port_only {
+            return refuse("more than a port after its host", HttpError::HttpRequestUriInvalid);
+        }
         let Some(rule) = self.grants.rules.grant(tls, host, port) else {
             return refuse("no allow_http rule grants it", HttpError::HttpRequestDenied);
         };
         // A body declared past what the call may still send would fail on the way: refuse
         // it before it connects.
-        let declared = request
-            .headers()
+        let declared = headers
             .get(http::header::CONTENT_LENGTH)
             .and_then(|length| length.to_str().ok()?.parse::<u64>().ok());
         if declared.is_some_and(|length| length > self.call.request_bytes_left.load(Ordering::Acquire) as u64)
@@ -1500,11 +1527,15 @@ pub(crate) fn tls_config() -> Arc<rustls::ClientConfig> {
         .get_or_init(|| {
             let roots = rustls::RootCertStore { roots: webpki_roots::TLS_SERVER_ROOTS.into() };
             let provider = Arc::new(rustls::crypto::ring::default_provider());
-            let config = rustls::ClientConfig::builder_with_provider(provider)
+            let mut config = rustls::ClientConfig::builder_with_provider(provider)
                 .with_safe_default_protocol_versions()
                 .expect("ring supports the default TLS versions")
                 .with_root_certificates(roots)
                 .with_no_client_auth();
+            // No session cache: one for the whole process would keep tickets and chains no
+            // call is charged for, and a resumed handshake would let one tenant's tool
+            // tell, by its timing, which servers another's reached.
+            config.resumption = rustls::client::Resumption::disabled();
             Arc::new(config)
         })
         .clone()
@@ -1868,8 +1899,10 @@ mod tests {
         assert_eq!(headers[http::header::AUTHORIZATION], "the guest's own", "not a host it is bound to");
         grants.set_secret_headers(&target("a.example.org", false), &get, &mut headers);
         assert_eq!(headers[http::header::AUTHORIZATION], "the guest's own", "not over plain http");
-        let lower = http::Method::from_bytes(b"trace").unwrap();
-        for reflecting in [http::Method::TRACE, http::Method::CONNECT, lower] {
+        let extension = |name: &[u8]| http::Method::from_bytes(name).unwrap();
+        for reflecting in
+            [http::Method::TRACE, http::Method::CONNECT, extension(b"trace"), extension(b"TRACK")]
+        {
             grants.set_secret_headers(&target("a.example.org", true), &reflecting, &mut headers);
             assert_eq!(headers[http::header::AUTHORIZATION], "the guest's own", "{reflecting}");
         }
@@ -1877,6 +1910,46 @@ mod tests {
         assert_eq!(headers.get_all(http::header::AUTHORIZATION).iter().count(), 1);
         assert_eq!(headers[http::header::AUTHORIZATION], "Bearer s3cr3t");
         assert!(headers[http::header::AUTHORIZATION].is_sensitive());
+    }
+
+    /// `http` takes `api.example.com:x.evil.example` for a host with no port, which the
+    /// rule `https://api.example.com` (and its secrets) would match, while `Host` carries
+    /// all of it: only a port may follow the host.
+    #[test]
+    fn only_a_port_may_follow_the_host_a_rule_matched() {
+        let grants =
+            HttpGrants::parse(&["https://api.example.com".to_owned(), "http://[::1]:8080".to_owned()])
+                .unwrap();
+        let descriptors = Arc::new(super::super::ledger::DescriptorBudget::new(100_000, 1));
+        let egress = Egress::new(
+            Arc::new(ComponentEgress::resolving_with(grants, None)),
+            "c".into(),
+            &ToolLimits::default(),
+            call_ledger(&descriptors),
+        );
+        let check = |uri: &str| egress.check_head(&uri.parse().unwrap(), &http::HeaderMap::new());
+        for granted in ["https://api.example.com/", "https://api.example.com:443/", "http://[::1]:8080/"] {
+            assert!(check(granted).is_ok(), "{granted}");
+        }
+        for disguised in [
+            "https://api.example.com:x.evil.example/",
+            "https://api.example.com:/",
+            "https://api.example.com:443x/",
+            "http://[::1]x.evil.example:8080/",
+        ] {
+            assert!(matches!(check(disguised), Err(HttpError::HttpRequestUriInvalid)), "{disguised}");
+        }
+    }
+
+    /// Nothing of one handshake is kept for the next: no store of sessions for TLS 1.3
+    /// tickets, and no TLS 1.2 resumption.
+    #[test]
+    fn tls_keeps_no_sessions_between_requests() {
+        let resumption = format!("{:?}", tls_config().resumption);
+        assert!(
+            resumption.contains("NoClientSessionStorage") && resumption.contains("Disabled"),
+            "{resumption}"
+        );
     }
 
     #[test]
