@@ -8,8 +8,10 @@
 //! and swaps the new set in at once. A config that fails to read, parse or validate
 //! changes nothing; a component that fails keeps its old version. Either way the error
 //! is logged. A component that failed only because every call slot stayed busy while it
-//! waited to be listed is tried again after a pause (a reload of what changed, as a
-//! trigger would), so that a saturated server does not need another signal. Only
+//! waited to be listed, or because calls of a version the reload replaced or removed
+//! still hold a directory its grants overlap, is tried again after a pause (a reload of
+//! what changed, as a trigger would), so that neither a saturated server nor a drain
+//! needs another signal. Only
 //! `[[components]]` are reloaded: every other table (`[server]`, `[http]`, `[[tenants]]`,
 //! `[auth.oauth]`, ...) is read at start, and a reload that finds one changed says so in
 //! a warning naming it, so that an operator who revoked a key or
@@ -294,7 +296,7 @@ impl Reloader {
                     tracing::info!("a watched file changed: reloading the config");
                 }
                 () = async { tokio::time::sleep_until(retry_at.expect("guarded")).await }, if retry_at.is_some() => {
-                    tracing::info!("reloading the config again: components found no free call slot last time");
+                    tracing::info!("reloading the config again: components waited on calls last time");
                 }
                 () = async { let _ = shutdown.wait_for(|stopping| *stopping).await; } => return Ok(()),
             }
@@ -312,7 +314,8 @@ impl Reloader {
                     retry = None;
                     if !busy.is_empty() {
                         tracing::warn!(
-                            "reload: no call slot came free to list {}; reading the config again in {pause:?}",
+                            "reload: {} waited on calls (no call slot came free to list in, or calls of a replaced \
+                             version still hold a directory); reading the config again in {pause:?}",
                             busy.join(", ")
                         );
                         retry = again;

@@ -793,6 +793,52 @@ async fn what_is_served_wins_over_a_new_component_that_clashes_with_it() {
     assert_eq!(call_and_refill(&runtime, "alpha").await, "done", "the served alpha, not the new one");
 }
 
+/// A version a reload replaced or removed still runs its calls, and they hold its grants:
+/// a new grant inside or around one of them waits until they end. Before, a component
+/// granted a directory inside a removed one's was loaded at once, and a call the removed
+/// one still ran read and wrote its files, outside the new grant's quota and move lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_grant_overlapping_a_version_still_running_waits_for_its_calls() {
+    let setup = two_tools("draining-grants");
+    let runtime = cordon::runtime::Runtime::new(common::settings(8)).unwrap();
+    let report = runtime.reload(vec![source(&setup, "alpha.wasm", true)]).await;
+    assert_eq!(report.loaded, ["alpha"]);
+    // A call of alpha's, begun and not yet run: its store holds alpha's grants.
+    let in_flight = runtime.call("alpha", &json!({})).await.unwrap();
+    // alpha removed; beta granted a directory inside alpha's.
+    let mut inside = source(&setup, "beta.wasm", false);
+    inside.options.data_dir = Some(setup.dir.join("alpha.wasm.data/beta"));
+    let report = runtime.reload(vec![inside.clone()]).await;
+    assert_eq!(report.removed, ["alpha"]);
+    assert!(report.loaded.is_empty(), "{report:?}");
+    let failure = &report.failed[0];
+    assert!(failure.busy, "{failure}");
+    assert!(
+        failure.to_string().contains("overlaps") && failure.to_string().contains("component alpha"),
+        "{failure}"
+    );
+    // Once the call has ended, the same reload loads it.
+    let (answer, teardown) = in_flight.run_deferring_teardown().await;
+    teardown.finish().await;
+    assert_eq!(common::answer(&answer), "done");
+    let report = runtime.reload(vec![inside]).await;
+    assert_eq!(report.loaded, ["beta"], "{report:?}");
+
+    // A component moving its own directory inside the one its served version has: never
+    // loadable while that version is served, so said at once, not waited for.
+    let mut moved = source(&setup, "beta.wasm", false);
+    moved.options.data_dir = Some(setup.dir.join("alpha.wasm.data/beta/deeper"));
+    let report = runtime.reload(vec![moved]).await;
+    let failure = &report.failed[0];
+    assert!(!failure.busy && failure.to_string().contains("the version it replaces"), "{failure}");
+    assert_eq!(report.unchanged, ["beta"], "the served version stays");
+    // Its same directory, with other options, is the same grant: loaded.
+    let mut same = source(&setup, "beta.wasm", false);
+    same.options.data_dir = Some(setup.dir.join("alpha.wasm.data/beta"));
+    same.options.limits.memory_bytes /= 2;
+    assert_eq!(runtime.reload(vec![same]).await.loaded, ["beta"]);
+}
+
 #[test]
 fn watch_follows_a_config_behind_a_swapped_symlink_as_kubernetes_mounts_it() {
     // A ConfigMap volume: cordon.toml -> ..data/cordon.toml, ..data -> a versioned

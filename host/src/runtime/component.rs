@@ -85,7 +85,8 @@ pub struct LoadError {
     /// What is wrong with it.
     pub problem: String,
     /// Nothing is wrong with it: every call slot stayed busy while it waited for one to be
-    /// listed in. Loading it again later may succeed.
+    /// listed in, or calls of a version a reload replaced or removed still hold a
+    /// directory its grants overlap. Loading it again later may succeed.
     pub busy: bool,
 }
 

@@ -186,28 +186,114 @@ fn files_conflict(
 }
 
 /// Why `name`'s own `file` may not be loaded: it lies inside a writable grant of one of
-/// `others` (another component: one of the same name is its older version), whose guests
-/// could replace the code it runs (with its grants).
-fn file_in_writable_grant(
+/// `beside` (another component: one of the same name is its older version), whose guests
+/// could replace the code it runs (with its grants); one of a version still running:
+/// not yet.
+fn file_in_writable_grant(name: &str, origin: &str, file: &Path, beside: &Beside) -> Option<LoadError> {
+    let file = std::fs::canonicalize(file).unwrap_or_else(|_| file.to_owned());
+    let of_others = beside.components.iter().flat_map(|other| {
+        let files = other.files.iter().chain(other.tenant_files.values());
+        files.map(move |files| (&other.name, &**files, false))
+    });
+    // Versions still running are as able to write it, until they end.
+    let of_draining = beside.draining.iter().map(|other| (&other.name, &*other.files, true));
+    of_others.chain(of_draining).filter(|(other, _, _)| ***other != *name).find_map(
+        |(other, files, draining)| {
+            let grant = files.grants.iter().find(|grant| grant.writable && file.starts_with(&grant.path))?;
+            let (whose, then) = match draining {
+                false => ("", "move the file or the grant"),
+                true => (
+                    ", a version a reload replaced or removed whose calls may still run",
+                    "it is loaded once they have ended",
+                ),
+            };
+            Some(LoadError {
+                busy: draining,
+                ..LoadError::new(
+                    origin,
+                    format!(
+                        "the file of component {name} is inside {} of component {other}{whose}: its guests \
+                     could replace the code this component runs, with this component's grants; {then}",
+                        grant.describe(),
+                    ),
+                )
+            })
+        },
+    )
+}
+
+/// Grants of a component version that may still run guest code beside the versions a
+/// reload builds: the version served until the reload's swap, or one swapped out whose
+/// calls (and their stores, which hold its grants) still run, up to its `max_duration`.
+#[derive(Clone)]
+struct Draining {
+    name: Arc<str>,
+    files: Arc<files::FileGrants>,
+    /// Of the version served now, whose calls end only after the swap.
+    served: bool,
+}
+
+/// What a component being loaded is checked beside: the components of the set it joins,
+/// and the versions that may still run calls beside them.
+#[derive(Clone)]
+struct Beside {
+    components: Vec<Arc<LoadedComponent>>,
+    draining: Vec<Draining>,
+}
+
+impl Beside {
+    /// `components` alone.
+    fn of(components: &[Arc<LoadedComponent>]) -> Self {
+        Self { components: components.to_vec(), draining: Vec::new() }
+    }
+}
+
+/// Why `name`'s `grants` cannot be opened yet beside `draining`: one overlaps a grant of a
+/// version still running where either may be written. Its calls could read and write
+/// what the new grant holds, outside the new grant's quota and move lock. The same
+/// directory of the same component's versions is one grant (one quota, one move lock).
+/// A conflict with a version that will drain is `busy` (the reloader tries again); one
+/// with the same component's served version never drains before the swap, so it is not.
+fn draining_conflict(
     name: &str,
     origin: &str,
-    file: &Path,
-    others: &[Arc<LoadedComponent>],
+    grants: &files::FileGrants,
+    draining: &[Draining],
 ) -> Option<LoadError> {
-    let file = std::fs::canonicalize(file).unwrap_or_else(|_| file.to_owned());
-    others.iter().filter(|other| *other.name != *name).find_map(|other| {
-        let mut grants =
-            other.files.iter().chain(other.tenant_files.values()).flat_map(|files| &files.grants);
-        let grant = grants.find(|grant| grant.writable && file.starts_with(&grant.path))?;
-        Some(LoadError::new(
-            origin,
-            format!(
-                "the file of component {name} is inside {} of component {}: its guests could replace \
-                 the code this component runs, with this component's grants; move the file or the grant",
-                grant.describe(),
-                other.name
-            ),
-        ))
+    draining.iter().find_map(|other| {
+        let same_component = *other.name == *name;
+        let (mine, theirs) = grants
+            .grants
+            .iter()
+            .flat_map(|mine| other.files.grants.iter().map(move |theirs| (mine, theirs)))
+            .find(|(mine, theirs)| {
+                mine.conflicts_with(theirs) && !(same_component && mine.path == theirs.path)
+            })?;
+        if same_component && other.served {
+            return Some(LoadError::new(
+                origin,
+                format!(
+                    "{} of component {name} overlaps {} of the version it replaces, whose calls could \
+                     reach it: move a directory into or around its old place in two reloads (remove \
+                     the component, then add it back)",
+                    mine.describe(),
+                    theirs.describe()
+                ),
+            ));
+        }
+        Some(LoadError {
+            busy: true,
+            ..LoadError::new(
+                origin,
+                format!(
+                    "{} of component {name} overlaps {} of component {}, a version a reload replaced \
+                     or removed whose calls may still run: it is loaded once they have ended",
+                    mine.describe(),
+                    theirs.describe(),
+                    other.name
+                ),
+            )
+        })
     })
 }
 
@@ -393,6 +479,10 @@ pub struct Runtime {
     /// Sets a reload or a listing swapped out, held no longer here: each lives on only as
     /// long as a request still runs on it, and a drain waits for their budgets too.
     retired_sets: std::sync::Mutex<Vec<std::sync::Weak<ToolSet>>>,
+    /// The file grants of every component version loaded, by component name, while
+    /// anything holds them (a set, a store of a call still running): what a reload checks
+    /// new grants against besides the versions it keeps ([`Draining`]).
+    loaded_files: std::sync::Mutex<Vec<(Arc<str>, std::sync::Weak<files::FileGrants>)>>,
     /// One reload at a time: each builds on the set the previous one left.
     reloading: tokio::sync::Mutex<()>,
     call_permits: Arc<Semaphore>,
@@ -448,6 +538,7 @@ impl Runtime {
             linker: Arc::new(linker),
             tool_set: watch::Sender::new(Arc::default()),
             retired_sets: std::sync::Mutex::default(),
+            loaded_files: std::sync::Mutex::default(),
             reloading: tokio::sync::Mutex::new(()),
             call_permits: Arc::new(Semaphore::new(slots)),
             fair_slots: {
@@ -607,7 +698,11 @@ impl Runtime {
     ) -> Result<(), LoadError> {
         let current = self.snapshot();
         // `&mut self`: nothing is served yet.
-        let loaded = self.build(name, origin, file, compiling, options, &current.components).await?;
+        let beside = Beside {
+            draining: self.draining_beside(&current, &current.components),
+            components: current.components.clone(),
+        };
+        let loaded = self.build(name, origin, file, compiling, options, beside).await?;
         if let Some(clash) = current.clash(origin, &loaded) {
             return Err(clash);
         }
@@ -643,7 +738,7 @@ impl Runtime {
     }
 
     /// Open the component's files, check them (and its own `file`, when it was read from
-    /// one) against `others`, take what `compiling` made, and read its tools.
+    /// one) against what it joins (`beside`), take what `compiling` made, and read its tools.
     async fn build(
         &self,
         name: &str,
@@ -651,27 +746,35 @@ impl Runtime {
         file: Option<&Path>,
         compiling: Compiling,
         options: ComponentOptions,
-        others: &[Arc<LoadedComponent>],
+        beside: Beside,
     ) -> Result<LoadedComponent, LoadError> {
         // On the blocking pool: opening directories is file system work, and measuring a
         // quota walks a tree a guest filled (up to a name per 4 KiB of quota), which must
         // not hold up a thread that serves calls (a reload runs beside them).
         let opening = {
             let (name, origin, options) = (name.to_owned(), origin.to_owned(), options.clone());
-            let (others, file) = (others.to_vec(), file.map(Path::to_path_buf));
+            let file = file.map(Path::to_path_buf);
             let paths = self.server_paths.read().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
             tokio::task::spawn_blocking(move || {
                 if let Some(error) =
-                    file.and_then(|file| file_in_writable_grant(&name, &origin, &file, &others))
+                    file.and_then(|file| file_in_writable_grant(&name, &origin, &file, &beside))
                 {
                     return Err(error);
                 }
-                Self::open_tenant_files(&name, &origin, &options, &others, &paths)
+                Self::open_tenant_files(&name, &origin, &options, &beside, &paths)
             })
         };
         let (files, tenant_files) = opening
             .await
             .map_err(|error| LoadError::new(origin, format!("opening its directories failed: {error}")))??;
+        {
+            let mut loaded_files =
+                self.loaded_files.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            loaded_files.retain(|(_, files)| files.strong_count() > 0);
+            for files in files.iter().chain(tenant_files.values()) {
+                loaded_files.push((name.into(), Arc::downgrade(files)));
+            }
+        }
         let (prepared, digest) = compiling
             .await
             .map_err(|error| LoadError::new(origin, format!("compiling failed: {error}")))??;
@@ -816,7 +919,11 @@ impl Runtime {
     /// finish on them, and they make no more spare instances.
     ///
     /// What is already served wins: a new or changed component whose tools or directories
-    /// clash with one carried over (or kept after a failure) is the one refused.
+    /// clash with one carried over (or kept after a failure) is the one refused. Its
+    /// directories and file are also checked against the versions that may still run
+    /// calls beside it (the ones it replaces or removes, and older ones whose calls have
+    /// not ended: [`Draining`]); such a conflict is `busy`, loaded by a later reload once
+    /// those calls have ended.
     pub async fn reload(&self, sources: Vec<ComponentSource>) -> ReloadReport {
         let _one_at_a_time = self.reloading.lock().await;
         self.loading_files(&sources);
@@ -847,7 +954,7 @@ impl Runtime {
                     let old = old.expect("checked");
                     // Its file may have moved (same bytes) into another's writable grant.
                     let moved = source.file().and_then(|file| {
-                        file_in_writable_grant(&source.name, &origin, &file, &current.components)
+                        file_in_writable_grant(&source.name, &origin, &file, &Beside::of(&current.components))
                     });
                     match moved.map(|error| error.problem).or_else(|| self.grants_problem(&old, false)) {
                         Some(problem) => {
@@ -880,6 +987,8 @@ impl Runtime {
             };
             steps.push(step);
         }
+        // Computed once: what this loop loads joins `staying`, checked against it there.
+        let draining = self.draining_beside(&current, &staying.components);
         let mut order = Vec::new();
         for step in steps {
             let (source, origin, bytes, old) = match step {
@@ -898,7 +1007,7 @@ impl Runtime {
                     source.file().as_deref(),
                     compiling,
                     source.options,
-                    &staying.components,
+                    Beside { components: staying.components.clone(), draining: draining.clone() },
                 )
                 .await
                 .and_then(|loaded| match staying.clash(&origin, &loaded) {
@@ -964,6 +1073,33 @@ impl Runtime {
         report
     }
 
+    /// The grants of every loaded version still held, but not those of `staying`, which
+    /// are checked as components of the set: the versions of `current` are served until
+    /// the swap.
+    fn draining_beside(&self, current: &ToolSet, staying: &[Arc<LoadedComponent>]) -> Vec<Draining> {
+        let grants_of = |components: &[Arc<LoadedComponent>]| -> Vec<*const files::FileGrants> {
+            let files = components
+                .iter()
+                .flat_map(|component| component.files.iter().chain(component.tenant_files.values()));
+            files.map(Arc::as_ptr).collect()
+        };
+        let (kept, served) = (grants_of(staying), grants_of(&current.components));
+        let mut loaded_files = self.loaded_files.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        loaded_files.retain(|(_, files)| files.strong_count() > 0);
+        loaded_files
+            .iter()
+            .filter_map(|(name, files)| {
+                let files = files.upgrade()?;
+                let at = Arc::as_ptr(&files);
+                (!kept.contains(&at)).then(|| Draining {
+                    name: name.clone(),
+                    served: served.contains(&at),
+                    files,
+                })
+            })
+            .collect()
+    }
+
     /// The files of `sources`, which the components loaded from now on may not be granted
     /// to write around.
     fn loading_files(&self, sources: &[ComponentSource]) {
@@ -990,11 +1126,11 @@ impl Runtime {
         name: &str,
         origin: &str,
         options: &ComponentOptions,
-        others: &[Arc<LoadedComponent>],
+        beside: &Beside,
         paths: &ServerPaths,
     ) -> Result<(Option<Arc<files::FileGrants>>, HashMap<String, Arc<files::FileGrants>>), LoadError> {
         let open = |options: &ComponentOptions, quotas_from, of_tenant| {
-            Self::open_files(name, origin, options, others, quotas_from, of_tenant, paths)
+            Self::open_files(name, origin, options, beside, quotas_from, of_tenant, paths)
         };
         let Some(data_dir) = options.data_dir.as_ref().filter(|_| !options.tenants.is_empty()) else {
             return Ok((open(options, None, false)?, HashMap::new()));
@@ -1019,14 +1155,14 @@ impl Runtime {
     }
 
     /// Open `name`'s data directory and mounts once, refusing any that overlaps one of
-    /// `others` where either may be written, and any writable one inside or around the
+    /// `beside` where either may be written (one of a version still running: not yet), and any writable one inside or around the
     /// compile cache or around a server file (`paths`); a mount's quota is `quotas_from`'s
     /// when it has one.
     fn open_files(
         name: &str,
         origin: &str,
         options: &ComponentOptions,
-        others: &[Arc<LoadedComponent>],
+        beside: &Beside,
         quotas_from: Option<&files::FileGrants>,
         of_tenant: bool,
         paths: &ServerPaths,
@@ -1043,7 +1179,9 @@ impl Runtime {
         else {
             return Ok(None);
         };
-        if let Some(conflict) = files_conflict(name, origin, &grants, others) {
+        if let Some(conflict) = files_conflict(name, origin, &grants, &beside.components)
+            .or_else(|| draining_conflict(name, origin, &grants, &beside.draining))
+        {
             return Err(conflict);
         }
         if let Some(problem) = paths.problem_with(&grants, true) {
