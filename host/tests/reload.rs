@@ -793,6 +793,31 @@ async fn what_is_served_wins_over_a_new_component_that_clashes_with_it() {
     assert_eq!(call_and_refill(&runtime, "alpha").await, "done", "the served alpha, not the new one");
 }
 
+/// A component whose new version fails keeps its old one even when a new component
+/// listed before it in the config offers the same tool: updates are loaded first. Before,
+/// the new component loaded, and the old version, clashing with it, was dropped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_update_keeps_its_old_version_whatever_the_config_order() {
+    let setup = two_tools("failed-update");
+    setup.component("alpha2.wasm", &WatGuest::new("alpha", LOCK_BODY));
+    let runtime = cordon::runtime::Runtime::new(common::settings(8)).unwrap();
+    runtime.reload(vec![source(&setup, "alpha.wasm", true)]).await;
+    std::fs::write(setup.dir.join("alpha.wasm"), b"not a component").unwrap();
+    let report =
+        runtime.reload(vec![source(&setup, "alpha2.wasm", false), source(&setup, "alpha.wasm", true)]).await;
+    assert_eq!(report.unchanged, ["alpha"], "{report:?}");
+    assert!(report.loaded.is_empty() && report.removed.is_empty(), "{report:?}");
+    let problems: Vec<String> = report.failed.iter().map(ToString::to_string).collect();
+    assert!(
+        problems
+            .iter()
+            .any(|problem| problem.contains("alpha2.wasm")
+                && problem.contains("also offered by component alpha")),
+        "{problems:?}"
+    );
+    assert_eq!(call_and_refill(&runtime, "alpha").await, "done", "the old alpha still serves");
+}
+
 /// A version a reload replaced or removed still runs its calls, and they hold its grants:
 /// a new grant inside or around one of them waits until they end. Before, a component
 /// granted a directory inside a removed one's was loaded at once, and a call the removed

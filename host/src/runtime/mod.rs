@@ -989,16 +989,23 @@ impl Runtime {
         }
         // Computed once: what this loop loads joins `staying`, checked against it there.
         let draining = self.draining_beside(&current, &staying.components);
-        let mut order = Vec::new();
+        // Each in its place in the config's order, but updates loaded first: a component's
+        // new version (or its old one, kept when the new one fails) is what a new
+        // component is checked against, whatever the order, so that what is served wins.
+        let mut slots: Vec<Option<Arc<LoadedComponent>>> = Vec::with_capacity(steps.len());
+        let mut loads = Vec::new();
         for step in steps {
-            let (source, origin, bytes, old) = match step {
-                Step::Stay(component) => {
-                    order.push(component);
-                    continue;
+            match step {
+                Step::Stay(component) => slots.push(Some(component)),
+                Step::Skip => slots.push(None),
+                Step::Load(source, origin, bytes, old) => {
+                    loads.push((slots.len(), source, origin, bytes, old));
+                    slots.push(None);
                 }
-                Step::Skip => continue,
-                Step::Load(source, origin, bytes, old) => (source, origin, bytes, old),
-            };
+            }
+        }
+        loads.sort_by_key(|(_, _, _, _, old)| old.is_none());
+        for (at, source, origin, bytes, old) in loads {
             let compiling = self.compile(&origin, move || Ok(bytes), CompilePriority::Background);
             let built = self
                 .build(
@@ -1043,8 +1050,9 @@ impl Runtime {
                 }
             };
             staying.push(component.clone());
-            order.push(component);
+            slots[at] = Some(component);
         }
+        let order = slots.into_iter().flatten().collect();
         let next = ToolSet::new(order, current.generation());
         let same = next.components.len() == current.components.len()
             && next.components.iter().zip(&current.components).all(|(a, b)| Arc::ptr_eq(a, b));
