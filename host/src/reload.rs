@@ -157,12 +157,15 @@ fn changed_settings(before: &toml::Table, now: &toml::Table) -> Vec<String> {
 ///
 /// A component's granted directories (its data directory, a tenant's in it, its mounts)
 /// are no change, even in such a directory: a guest may touch its own directory (`set-times`
-/// on its root), and would otherwise make the server reload at will.
+/// on its root), and would otherwise make the server reload at will. They are known by
+/// their paths and by what they are (device and inode): a grant named through `..` or a
+/// symlink is still its directory when an event names it otherwise.
 #[derive(Default)]
 struct Watched {
     files: HashSet<PathBuf>,
     any_in: HashSet<PathBuf>,
     grants: HashSet<PathBuf>,
+    grant_ids: HashSet<(u64, u64)>,
 }
 
 impl Watched {
@@ -170,10 +173,20 @@ impl Watched {
         if self.files.contains(path) {
             return true;
         }
-        let granted =
-            self.grants.contains(path) || path.parent().is_some_and(|parent| self.grants.contains(parent));
-        !granted && path.parent().is_some_and(|directory| self.any_in.contains(directory))
+        let Some(directory) = path.parent().filter(|directory| self.any_in.contains(*directory)) else {
+            return false;
+        };
+        let is_grant = |path: &Path| {
+            self.grants.contains(path) || identity(path).is_some_and(|id| self.grant_ids.contains(&id))
+        };
+        !is_grant(path) && !is_grant(directory)
     }
+}
+
+/// The device and inode of what `path` names (a symlink itself, not where it leads).
+fn identity(path: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::symlink_metadata(path).ok().map(|metadata| (metadata.dev(), metadata.ino()))
 }
 
 /// Wait for `changed` to stay quiet for [`DEBOUNCE`] (a burst of events is one change),
@@ -255,6 +268,11 @@ impl Reloader {
             let on_disk = plan.components.into_iter().filter(|component| component.embedded.is_none());
             files.extend(on_disk.map(|component| component.path));
         }
+        let grant_ids = grants
+            .iter()
+            .filter_map(|grant| std::fs::canonicalize(grant).ok())
+            .filter_map(|grant| identity(&grant))
+            .collect();
         let grants =
             grants.iter().map(|grant| std::path::absolute(grant).unwrap_or_else(|_| grant.clone())).collect();
         let files: HashSet<PathBuf> =
@@ -276,7 +294,7 @@ impl Reloader {
                 .map_err(|source| ReloadError::Watch { path: new.clone(), source })?;
         }
         self.directories = directories;
-        *self.watched.lock().unwrap() = Watched { files, any_in, grants };
+        *self.watched.lock().unwrap() = Watched { files, any_in, grants, grant_ids };
         Ok(())
     }
 
@@ -441,6 +459,7 @@ mod tests {
             files: HashSet::from([PathBuf::from("/srv/cordon/cordon.toml")]),
             any_in: HashSet::from([PathBuf::from("/srv/cordon")]),
             grants: HashSet::from([PathBuf::from("/srv/cordon/data")]),
+            grant_ids: HashSet::new(),
         };
         assert!(watched.touched_by(Path::new("/srv/cordon/cordon.toml")));
         assert!(watched.touched_by(Path::new("/srv/cordon/..data")));
@@ -453,7 +472,32 @@ mod tests {
             files: HashSet::from([PathBuf::from("/srv/tools/tools.wasm")]),
             any_in: HashSet::new(),
             grants: HashSet::from([PathBuf::from("/srv/tools")]),
+            grant_ids: HashSet::new(),
         };
         assert!(watched.touched_by(Path::new("/srv/tools/tools.wasm")));
+    }
+
+    /// A grant the config names through `..` (or a link) is the directory an event names
+    /// by its plain path: a guest touching it is no change either. Before, it was known by
+    /// the configured path alone, and every touch reloaded the server.
+    #[test]
+    fn a_granted_directory_named_another_way_is_still_no_change() {
+        let scratch = crate::scratch::Scratch::new("reload-grant-ids");
+        let config_dir = scratch.path().join("conf");
+        std::fs::create_dir_all(config_dir.join("data/acme")).unwrap();
+        std::fs::create_dir_all(config_dir.join("other")).unwrap();
+        let data = config_dir.join("data");
+        let watched = Watched {
+            files: HashSet::from([config_dir.join("cordon.toml")]),
+            any_in: HashSet::from([config_dir.clone(), data.clone()]),
+            grants: HashSet::from([config_dir.join("other/../data")]),
+            grant_ids: HashSet::from([identity(&data).unwrap()]),
+        };
+        assert!(!watched.touched_by(&data));
+        assert!(!watched.touched_by(&data.join("acme")));
+        assert!(watched.touched_by(&config_dir.join("..data")));
+        // What made the ids: the configured name, resolved.
+        let resolved = std::fs::canonicalize(config_dir.join("other/../data")).unwrap();
+        assert_eq!(identity(&resolved), identity(&data));
     }
 }
