@@ -80,7 +80,8 @@
 //! hostile components held every lookup of the process): it is a future of the
 //! request's task, its sockets in it, dropped with it when the call stops, and bounded
 //! by the connect timeout. Each component has [`LOOKUPS_PER_COMPONENT`] under way at
-//! most (one that stalls waits behind itself), and each lookup is charged to its call
+//! most (one that stalls waits behind itself), one call of it [`LOOKUPS_PER_CALL`] of
+//! them, and each lookup is charged to its call
 //! like a connection: the sockets its queries may hold at once ([`LOOKUP_SOCKETS`])
 //! against `open_files` and the server's descriptor budget, and their buffers against
 //! `host_memory_bytes`. The connection tries the outside addresses in turn, IPv4 first.
@@ -591,8 +592,11 @@ pub struct GrantError {
     problem: &'static str,
 }
 
-/// Name lookups one component may have under way at once.
+/// Name lookups one component may have under way at once...
 pub(crate) const LOOKUPS_PER_COMPONENT: usize = 4;
+/// ...and one call of it: one call's stalling names leave the component turns for its
+/// other calls (and tenants).
+pub(crate) const LOOKUPS_PER_CALL: usize = 2;
 /// Name servers a lookup asks at once (hickory's `num_concurrent_reqs`, at most)...
 const LOOKUP_SERVERS_AT_ONCE: usize = 2;
 /// ...each for both families at once, each query sent up to this many times before the
@@ -725,11 +729,12 @@ enum LookupError {
 }
 
 /// Resolve `host`: from the hosts file when it names it (either family), else with
-/// `egress`'s resolver, within its share of lookups, charging the lookup to the call until
-/// it ends or whoever waits for it stops (the future is the lookup: dropped, its sockets
-/// close). IPv4 addresses first.
+/// `egress`'s resolver, within its share of lookups and the call's (`turns`), charging the
+/// lookup to the call until it ends or whoever waits for it stops (the future is the
+/// lookup: dropped, its sockets close). IPv4 addresses first.
 async fn lookup(
     egress: &ComponentEgress,
+    turns: &tokio::sync::Semaphore,
     ledger: &Arc<Ledger>,
     host: &str,
 ) -> Result<Vec<IpAddr>, LookupError> {
@@ -749,7 +754,11 @@ async fn lookup(
         return Ok(from_hosts);
     }
     let resolver = resolver.as_ref().map_err(|why| LookupError::Failed(why.clone()))?;
-    let _turn = egress.lookups.acquire().await.map_err(|error| LookupError::Failed(error.to_string()))?;
+    let failed = |error: tokio::sync::AcquireError| LookupError::Failed(error.to_string());
+    // The call's turn first: a call waiting on its own lookups holds none of the
+    // component's.
+    let _call_turn = turns.acquire().await.map_err(failed)?;
+    let _turn = egress.lookups.acquire().await.map_err(failed)?;
     let _charge = ledger.charge_lookup(LOOKUP_SOCKETS, LOOKUP_BYTES).map_err(LookupError::Refused)?;
     match resolver.lookup_ip(name).await {
         Ok(found) => Ok(found.iter().collect()),
@@ -1163,6 +1172,8 @@ struct CallEgress {
     first_byte_timeout: Duration,
     /// Whether a refusal has been logged for this call yet: once is enough.
     refusal_logged: AtomicBool,
+    /// The call's name lookups under way ([`LOOKUPS_PER_CALL`]).
+    lookup_turns: tokio::sync::Semaphore,
 }
 
 impl Egress {
@@ -1200,6 +1211,7 @@ impl CallEgress {
             connect_timeout: limits.http_connect_timeout,
             first_byte_timeout: limits.http_first_byte_timeout,
             refusal_logged: AtomicBool::new(false),
+            lookup_turns: tokio::sync::Semaphore::new(LOOKUPS_PER_CALL),
         }
     }
 
@@ -1421,7 +1433,7 @@ async fn connect(
     let addresses = match target.literal {
         Some(address) => vec![SocketAddr::new(address, target.port)],
         None => {
-            let addresses = match lookup(egress, ledger, &target.host).await {
+            let addresses = match lookup(egress, &call.lookup_turns, ledger, &target.host).await {
                 Ok(addresses) if !addresses.is_empty() => addresses,
                 Ok(_) | Err(LookupError::NoAddress) => return Err(HttpError::DestinationNotFound),
                 Err(LookupError::NoSuchName) => {
@@ -1730,6 +1742,11 @@ mod tests {
         address
     }
 
+    /// A call's lookup turns.
+    fn call_turns() -> Arc<tokio::sync::Semaphore> {
+        Arc::new(tokio::sync::Semaphore::new(LOOKUPS_PER_CALL))
+    }
+
     fn call_ledger(server: &Arc<super::super::ledger::DescriptorBudget>) -> Arc<Ledger> {
         Arc::new(Ledger::new(&ToolLimits::default(), server.clone()))
     }
@@ -1763,7 +1780,9 @@ mod tests {
             .flat_map(|(component, ledger)| {
                 (0..LOOKUPS_PER_COMPONENT).map(move |_| {
                     let (component, ledger) = (component.clone(), ledger.clone());
-                    tokio::spawn(async move { lookup(&component, &ledger, "stall.example").await })
+                    tokio::spawn(
+                        async move { lookup(&component, &call_turns(), &ledger, "stall.example").await },
+                    )
                 })
             })
             .collect();
@@ -1781,11 +1800,16 @@ mod tests {
         // and one that stalls are told apart from it.
         let other = egress();
         let ledger = call_ledger(&descriptors);
-        let answer = tokio::time::timeout(Duration::from_secs(10), lookup(&other, &ledger, "ok.example"))
-            .await
-            .expect("another component's lookup is not held up by the stalls");
+        let turns = call_turns();
+        let answer =
+            tokio::time::timeout(Duration::from_secs(10), lookup(&other, &turns, &ledger, "ok.example"))
+                .await
+                .expect("another component's lookup is not held up by the stalls");
         assert_eq!(answer.unwrap(), vec![IpAddr::V4(Ipv4Addr::new(203, 0, 113, 7))]);
-        assert!(matches!(lookup(&other, &ledger, "gone.example").await, Err(LookupError::NoSuchName)));
+        assert!(matches!(
+            lookup(&other, &turns, &ledger, "gone.example").await,
+            Err(LookupError::NoSuchName)
+        ));
         assert_eq!(ledger.host_memory(), 0, "an ended lookup's charge is given back");
 
         // The stalling calls stop: their turns and charges come back at once.
@@ -1795,6 +1819,41 @@ mod tests {
                 && ledgers.iter().all(|ledger| ledger.host_memory() == 0)
         })
         .await;
+    }
+
+    /// One call's stalling lookups take at most [`LOOKUPS_PER_CALL`] of its component's
+    /// turns: another call of the same component still resolves. Before, one call with
+    /// four requests to names that stall held all four, and every other call of the
+    /// component (any tenant's) waited out its connect timeout.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn one_calls_stalling_lookups_leave_its_components_other_calls_a_turn() {
+        let name_server = stub_name_server().await;
+        let component = Arc::new(ComponentEgress::resolving_with(
+            HttpGrants::default(),
+            Some((vec![name_server], String::new())),
+        ));
+        let descriptors = Arc::new(super::super::ledger::DescriptorBudget::new(100_000, 1));
+        let (stalling_turns, stalling_ledger) = (call_turns(), call_ledger(&descriptors));
+        let stalls: Vec<_> = (0..2 * LOOKUPS_PER_COMPONENT)
+            .map(|_| {
+                let (component, turns, ledger) =
+                    (component.clone(), stalling_turns.clone(), stalling_ledger.clone());
+                tokio::spawn(async move { lookup(&component, &turns, &ledger, "stall.example").await })
+            })
+            .collect();
+        wait_until("the stalling call's turns taken", || stalling_turns.available_permits() == 0).await;
+        assert_eq!(component.lookups.available_permits(), LOOKUPS_PER_COMPONENT - LOOKUPS_PER_CALL);
+        let other = call_ledger(&descriptors);
+        let answer = tokio::time::timeout(
+            Duration::from_secs(10),
+            lookup(&component, &call_turns(), &other, "ok.example"),
+        )
+        .await
+        .expect("another call of the component resolves beside the stalls");
+        assert_eq!(answer.unwrap(), vec![IpAddr::V4(Ipv4Addr::new(203, 0, 113, 7))]);
+        // Beside them, not after one gave up.
+        assert!(stalls.iter().all(|stall| !stall.is_finished()), "a stall ended first");
+        stalls.iter().for_each(tokio::task::JoinHandle::abort);
     }
 
     /// A name the hosts file gives either family is answered from it alone, before any
@@ -1810,12 +1869,14 @@ mod tests {
         let descriptors = Arc::new(super::super::ledger::DescriptorBudget::new(100_000, 1));
         let ledger = call_ledger(&descriptors);
         // Under `stall.`, the name server would never answer: the hosts file does.
-        let found =
-            tokio::time::timeout(Duration::from_secs(10), lookup(&egress, &ledger, "stall.internal.example"))
-                .await
-                .expect("answered from the hosts file, with no query");
+        let found = tokio::time::timeout(
+            Duration::from_secs(10),
+            lookup(&egress, &call_turns(), &ledger, "stall.internal.example"),
+        )
+        .await
+        .expect("answered from the hosts file, with no query");
         assert_eq!(found.unwrap(), vec![IpAddr::V4(Ipv4Addr::new(198, 51, 100, 9))]);
-        let underscored = lookup(&egress, &ledger, "a_b.example").await;
+        let underscored = lookup(&egress, &call_turns(), &ledger, "a_b.example").await;
         assert_eq!(underscored.unwrap(), vec![IpAddr::V4(Ipv4Addr::new(203, 0, 113, 7))]);
     }
 
@@ -1829,7 +1890,7 @@ mod tests {
         let descriptors = Arc::new(super::super::ledger::DescriptorBudget::new(100_000, 1));
         let limits = ToolLimits { open_files: LOOKUP_SOCKETS - 1, ..ToolLimits::default() };
         let ledger = Arc::new(Ledger::new(&limits, descriptors));
-        let refused = lookup(&egress, &ledger, "ok.example").await;
+        let refused = lookup(&egress, &call_turns(), &ledger, "ok.example").await;
         assert!(
             matches!(refused, Err(LookupError::Refused(super::super::ledger::Refusal::OpenFiles))),
             "{refused:?}"
