@@ -747,6 +747,31 @@ fn the_log_import_shares_the_stderr_budget_and_cannot_forge_lines() {
     assert!(!log.contains("stderr: after"), "stderr draws on the same budget: {log}");
 }
 
+#[test]
+fn each_log_line_costs_the_budget_what_it_writes_not_only_its_text() {
+    // 8,000 lines of a byte, half log events and half stderr lines: the 64 KiB budget
+    // pays for at most 512 events (128 bytes each besides their text), not all of them.
+    let log = capture_log(|| async {
+        let tiny = WatGuest::new(
+            "tiny",
+            "(local.set 0 (i32.const 0))
+             (loop $l
+               (call $log (i32.const 2) (i32.const 5000) (i32.const 1))
+               (call $eprint (i32.const 5100) (i32.const 2))
+               (local.set 0 (i32.add (local.get 0) (i32.const 1)))
+               (br_if $l (i32.lt_u (local.get 0) (i32.const 4000))))
+             (call $ok_text (i32.const 2000) (i32.const 4))",
+        )
+        .extra(r#"(data (i32.const 5000) "x") (data (i32.const 5100) "y\n")"#);
+        let runtime = runtime_with(&[tiny], quick_limits()).await;
+        let outcome = run(&runtime, "tiny").await.outcome;
+        assert!(matches!(outcome, Outcome::Completed(_)), "{:.300}", format!("{outcome:?}"));
+    });
+    let events = log.lines().filter(|line| line.contains("component=\"tiny\"")).count();
+    assert!((400..=513).contains(&events), "{events} events logged");
+    assert!(log.contains("more output dropped"), "{log}");
+}
+
 #[tokio::test]
 async fn a_request_for_64_mib_of_random_bytes_is_refused_in_the_host() {
     let greedy = WatGuest::new(

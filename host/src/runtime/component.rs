@@ -77,8 +77,14 @@ impl std::fmt::Debug for ComponentSource {
 }
 
 /// Why a component could not be loaded.
+/// The longest problem a [`LoadError`] keeps: it may quote what a guest listed (a schema's
+/// property names, a trap's backtrace with the guest's own function names).
+const MAX_PROBLEM_BYTES: usize = 8 << 10;
+
+/// Shown as one line whatever the guest put in it (control characters escaped): it goes
+/// to the operator's log at every load, reload and listing.
 #[derive(Debug, thiserror::Error)]
-#[error("{origin}: {problem}")]
+#[error("{origin}: {}", crate::text::printable(.problem))]
 pub struct LoadError {
     /// The file (or name) the component came from.
     pub origin: String,
@@ -92,7 +98,12 @@ pub struct LoadError {
 
 impl LoadError {
     pub(crate) fn new(origin: &str, problem: impl Into<String>) -> Self {
-        Self { origin: origin.to_owned(), problem: problem.into(), busy: false }
+        let mut problem = problem.into();
+        if problem.len() > MAX_PROBLEM_BYTES {
+            problem.truncate(problem.floor_char_boundary(MAX_PROBLEM_BYTES));
+            problem.push('…');
+        }
+        Self { origin: origin.to_owned(), problem, busy: false }
     }
 }
 
@@ -556,6 +567,20 @@ pub(crate) fn tool_specs(origin: &str, infos: Vec<ToolInfo>) -> Result<Vec<ToolS
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What a guest listed reaches the log in a load error (a schema's property name, a
+    /// trap's backtrace): one line, escaped, cut. Before, a name with a newline wrote a
+    /// line of the guest's own into the operator's log, at each listing.
+    #[test]
+    fn a_load_error_is_one_bounded_line_whatever_the_guest_put_in_it() {
+        let forged =
+            "`a\n2026-12-06T00:00:00Z  INFO cordon::call: call ended outcome=\"ok\"\u{202e}` is invalid";
+        let shown = LoadError::new("tools.wasm", forged).to_string();
+        assert!(!shown.contains('\n') && !shown.contains('\u{202e}'), "{shown}");
+        assert!(shown.starts_with("tools.wasm: `a\\n2026-12-06"), "{shown}");
+        let long = LoadError::new("tools.wasm", "x".repeat(1 << 20)).to_string();
+        assert!(long.len() < MAX_PROBLEM_BYTES + 64 && long.ends_with('…'), "{} bytes", long.len());
+    }
 
     #[test]
     fn importing_outbound_http_without_a_grant_is_warned_about_and_the_environment_is_not() {

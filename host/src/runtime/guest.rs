@@ -277,8 +277,8 @@ impl host::Host for GuestState {
         Ok(())
     }
 
-    /// Charged to the same budget as stderr, cut to [`MAX_LOG_LINE`] bytes, control
-    /// characters escaped; and held for the caller when it asked for this level (the
+    /// Cut to [`MAX_LOG_LINE`] bytes, control characters escaped, and charged as written
+    /// (with [`LOG_EVENT_COST`]) to the same budget as stderr; and held for the caller when it asked for this level (the
     /// call's own bound, apart from the operator's budget).
     fn log(&mut self, level: types::LogLevel, message: String) -> wasmtime::Result<()> {
         let client_level = match level {
@@ -289,9 +289,8 @@ impl host::Host for GuestState {
             types::LogLevel::Error => LogLevel::Error,
         };
         self.control.log_for_client(client_level, &message);
-        let wanted = message.floor_char_boundary(MAX_LOG_LINE);
-        let (granted, exhausted) = self.operator_log.take(wanted);
-        let text = printable(&message[..message.floor_char_boundary(granted)]);
+        let escaped = printable(&message[..message.floor_char_boundary(MAX_LOG_LINE)]);
+        let (text, exhausted) = self.operator_log.take_event(&escaped);
         let component = &*self.operator_log.component;
         if !text.is_empty() {
             match level {
@@ -346,6 +345,11 @@ const MAX_RANDOM_BYTES: usize = 1 << 20;
 /// message is cut, longer stderr output is split.
 const MAX_LOG_LINE: usize = super::control::MAX_CLIENT_LOG_LINE;
 
+/// What one event costs the budget besides its text: its time, level, target and
+/// component, as the operator's log writes them. Without it, a guest logging one byte at a
+/// time wrote some sixty times its budget, and filled the log's buffer every call shares.
+const LOG_EVENT_COST: usize = 128;
+
 /// The most of a guest's last stderr line kept for a trap's message.
 pub(crate) const LAST_LINE_BYTES: usize = 512;
 
@@ -385,13 +389,24 @@ impl LastLine {
 }
 
 impl OperatorLog {
-    /// Take up to `wanted` bytes of the budget: how many were granted, and whether this
-    /// take used up the last of it (then the caller writes, and calls `say_exhausted`).
-    fn take(&self, wanted: usize) -> (usize, bool) {
+    /// Take the budget for one event of `text` (escaped, as it is written): the text as far
+    /// as the budget allows, none when it cannot pay for the event itself
+    /// ([`LOG_EVENT_COST`]); and whether this take used up the last of it (then the caller
+    /// writes, and calls `say_exhausted`).
+    fn take_event<'t>(&self, text: &'t str) -> (&'t str, bool) {
+        // Escaping makes a control character up to eight bytes: a line is cut as written.
+        let text = &text[..text.floor_char_boundary(MAX_LOG_LINE)];
+        let wanted = text.len() + LOG_EVENT_COST;
         let take = |left: usize| Some(left - wanted.min(left));
         let before = self.left.fetch_update(Ordering::Relaxed, Ordering::Relaxed, take).unwrap_or(0);
         let granted = wanted.min(before);
-        (granted, before > 0 && granted == before)
+        let shown = granted.saturating_sub(LOG_EVENT_COST);
+        (&text[..text.floor_char_boundary(shown)], before > 0 && granted == before)
+    }
+
+    /// Whether the budget is spent: what comes now is dropped unread.
+    fn spent(&self) -> bool {
+        self.left.load(Ordering::Relaxed) == 0
     }
 
     fn say_exhausted(&self) {
@@ -441,8 +456,11 @@ struct StderrLines {
 impl StderrLines {
     fn push(&mut self, bytes: &[u8]) {
         self.log.last_line.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(bytes);
-        let (granted, exhausted) = self.log.take(bytes.len());
-        for &byte in &bytes[..granted] {
+        for &byte in bytes {
+            if self.log.spent() {
+                self.line.clear();
+                return;
+            }
             if byte == b'\n' {
                 self.emit();
             } else {
@@ -452,17 +470,21 @@ impl StderrLines {
                 }
             }
         }
-        if exhausted {
-            self.emit();
-            self.log.say_exhausted();
-        }
     }
 
+    /// Log the line held, charged as it is written ([`OperatorLog::take_event`]).
     fn emit(&mut self) {
         if !self.line.is_empty() {
-            let text = String::from_utf8_lossy(&self.line);
-            let component = &*self.log.component;
-            tracing::info!(target: "guest", component, "stderr: {}", printable(text.trim_end()));
+            let raw = String::from_utf8_lossy(&self.line);
+            let escaped = printable(raw.trim_end());
+            let (text, exhausted) = self.log.take_event(&escaped);
+            if !text.is_empty() {
+                let component = &*self.log.component;
+                tracing::info!(target: "guest", component, "stderr: {text}");
+            }
+            if exhausted {
+                self.log.say_exhausted();
+            }
             self.line.clear();
         }
     }
