@@ -1,4 +1,4 @@
-//! Runtime benchmarks: instance cost, stop latency, cleanup start, epoch overhead and
+//! Runtime benchmarks: instance cost, stop latency, cleanup start, epoch overhead, file reads and
 //! fairness. Every figure is a distribution or a ratio measured in this one run.
 //!
 //! ```sh
@@ -230,8 +230,71 @@ async fn sandbox_overhead() {
     );
 }
 
+/// File reads through the sandbox: the hostile component reads a 64 MiB file from its
+/// data directory in 64 KiB reads, through an input stream (Cordon's `FileReader`, each
+/// read on the blocking pool within the call's thread permits) and through the
+/// descriptor's `read`, against the same reads done natively in this process, each way
+/// five times, alternating; the page cache is warm for all of them.
+async fn file_reads() {
+    const FILE_BYTES: usize = 64 << 20;
+    let hostile = cordon::paths::default_tools_dir().join("hostile.wasm");
+    assert!(hostile.is_file(), "{} is missing: run `cargo xtask guests`", hostile.display());
+    let data_dir = std::env::temp_dir().join("cordon-bench-files");
+    std::fs::create_dir_all(&data_dir).unwrap();
+    let file = data_dir.join("big");
+    std::fs::write(&file, vec![7u8; FILE_BYTES]).unwrap();
+    let mut runtime = Runtime::new(settings(4)).unwrap();
+    let options =
+        cordon::runtime::ComponentOptions { data_dir: Some(data_dir.clone()), ..Default::default() };
+    runtime.load_file(&hostile, options).await.unwrap();
+    let through = |via: &'static str| {
+        let runtime = &runtime;
+        async move {
+            let arguments = json!({"dir": "/data", "path": "big", "via": via});
+            let started = Instant::now();
+            let report = runtime.call("read_through", &arguments).await.unwrap().run().await;
+            let elapsed = started.elapsed();
+            assert_eq!(answer(&report), format!("read {FILE_BYTES} bytes"), "{via}");
+            elapsed
+        }
+    };
+    let native = || {
+        use std::io::Read;
+        let started = Instant::now();
+        let mut reader = std::fs::File::open(&file).unwrap();
+        let (mut buffer, mut total) = (vec![0u8; 65536], 0);
+        loop {
+            let read = reader.read(&mut buffer).unwrap();
+            if read == 0 {
+                break;
+            }
+            total += std::hint::black_box(read);
+        }
+        assert_eq!(total, FILE_BYTES);
+        started.elapsed()
+    };
+    let (mut by_stream, mut by_read, mut by_host) = (Vec::new(), Vec::new(), Vec::new());
+    let _warm = native();
+    for _ in 0..5 {
+        by_host.push(native());
+        by_stream.push(through("stream").await);
+        by_read.push(through("read").await);
+    }
+    let rate = |mut samples: Vec<Duration>| {
+        samples.sort();
+        FILE_BYTES as f64 / (1 << 20) as f64 / samples[samples.len() / 2].as_secs_f64()
+    };
+    let (host, stream, read) = (rate(by_host), rate(by_stream), rate(by_read));
+    println!("file reads of 64 MiB in 64 KiB reads, median of 5 (MiB/s):");
+    println!("  natively, in this process:       {host:>8.0}");
+    println!("  guest, input stream:             {stream:>8.0}  ({:.0} % of native)", 100.0 * stream / host);
+    println!("  guest, descriptor read:          {read:>8.0}  ({:.0} % of native)", 100.0 * read / host);
+    println!("  stream / descriptor read:        {:>8.2}", stream / read);
+    let _ = std::fs::remove_dir_all(&data_dir);
+}
+
 /// `cargo bench ... -- NAME...` runs only the named sections (`instances`, `stop`,
-/// `fairness`, `sandbox`, `epoch`); with no names it runs them all.
+/// `fairness`, `sandbox`, `files`, `epoch`); with no names it runs them all.
 fn main() {
     let wanted: Vec<String> = std::env::args().skip(1).filter(|arg| !arg.starts_with("--")).collect();
     let run = |section: &str| wanted.is_empty() || wanted.iter().any(|name| name == section);
@@ -258,6 +321,9 @@ fn main() {
         }
         if run("sandbox") {
             sandbox_overhead().await;
+        }
+        if run("files") {
+            file_reads().await;
         }
     });
     if run("epoch") {

@@ -316,6 +316,50 @@ fn read_at(args: AtPath) -> Result<String, ToolError> {
 }
 
 #[derive(Deserialize, JsonSchema)]
+struct ReadThrough {
+    /// A preopen's guest path.
+    dir: String,
+    /// A path relative to it.
+    path: String,
+    /// `stream` (an input stream's blocking reads) or `read` (the descriptor's `read`).
+    via: String,
+}
+
+/// Read a whole file in 64 KiB reads, one way or the other, and answer only how many
+/// bytes came: what file reads through the sandbox cost (`cargo bench --bench runtime
+/// -- files`), with nothing else of the call's.
+fn read_through(args: ReadThrough) -> Result<String, ToolError> {
+    let dir = preopen(&args.dir)?;
+    let file = dir
+        .open_at(PathFlags::empty(), &args.path, OpenFlags::empty(), DescriptorFlags::READ)
+        .map_err(|code| ToolError::new(format!("open refused: {code:?}")))?;
+    let mut total = 0u64;
+    match args.via.as_str() {
+        "stream" => {
+            let stream =
+                file.read_via_stream(0).map_err(|code| ToolError::new(format!("no stream: {code:?}")))?;
+            loop {
+                match stream.blocking_read(65536) {
+                    Ok(chunk) => total += chunk.len() as u64,
+                    Err(wasi::io::streams::StreamError::Closed) => break,
+                    Err(error) => return Err(ToolError::new(format!("read: {error:?}"))),
+                }
+            }
+        }
+        "read" => loop {
+            let (chunk, end) =
+                file.read(65536, total).map_err(|code| ToolError::new(format!("read: {code:?}")))?;
+            total += chunk.len() as u64;
+            if end || chunk.is_empty() {
+                break;
+            }
+        },
+        other => return Err(ToolError::new(format!("via {other:?}: `stream` or `read`"))),
+    }
+    Ok(format!("read {total} bytes"))
+}
+
+#[derive(Deserialize, JsonSchema)]
 struct WriteAt {
     /// A preopen's guest path.
     dir: String,
@@ -649,6 +693,7 @@ impl Plugin for Hostile {
             Tool::new(&named("write_text"), "Writes a file.", write_text),
             Tool::new(&named("read_at"), "Reads a file relative to a preopen.", read_at),
             Tool::new(&named("write_at"), "Writes a file relative to a preopen.", write_at),
+            Tool::new(&named("read_through"), "Reads a whole file, answering only its size.", read_through),
             Tool::new(&named("stream_write"), "Writes a file in one stream write, unasked.", stream_write),
             Tool::new(&named("remove"), "Removes a file.", remove),
             Tool::new(
