@@ -371,6 +371,24 @@ fn every_bad_token_is_refused_and_a_good_one_is_served() {
     let headers: Vec<_> = headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
     let answer = server.request("POST", &format!("/mcp?access_token={valid}"), &headers, &list_body());
     assert_eq!(answer.status, 400, "{}", answer.body);
+    // However its name is written, and beside a valid header too.
+    let bearer = format!("Bearer {valid}");
+    let mut with_header = headers.clone();
+    with_header.push(("Authorization", bearer.as_str()));
+    for query in ["ACCESS_TOKEN=x", "%61ccess_token=x", "token=x"] {
+        let answer = server.request("POST", &format!("/mcp?{query}"), &with_header, &list_body());
+        assert_eq!(answer.status, 400, "{query}: {}", answer.body);
+    }
+    // Two Authorization headers: a proxy in front might read the other one.
+    let mut twice = with_header.clone();
+    twice.push(("Authorization", "Bearer another"));
+    let answer = server.request("POST", "/mcp", &twice, &list_body());
+    assert_eq!(answer.status, 400, "{}", answer.body);
+    assert!(
+        answer.header("www-authenticate").unwrap_or_default().contains("invalid_request"),
+        "{}",
+        answer.body
+    );
 
     // The valid token is served end to end: tools/list, then a call.
     let answer = server.list(Some(&valid));

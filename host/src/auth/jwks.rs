@@ -20,7 +20,7 @@ use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
 use http_body_util::{BodyExt, Empty, Limited};
-use jsonwebtoken::jwk::{AlgorithmParameters, Jwk, JwkSet, KeyAlgorithm};
+use jsonwebtoken::jwk::{AlgorithmParameters, Jwk, KeyAlgorithm};
 use jsonwebtoken::{Algorithm, DecodingKey};
 use tokio_rustls::rustls;
 
@@ -192,13 +192,24 @@ pub struct KeySet {
 }
 
 impl KeySet {
-    /// Parse a JWKS document, keeping its asymmetric signing keys.
+    /// Parse a JWKS document, keeping its asymmetric signing keys. Each key is read on its
+    /// own: one of a type, curve or algorithm this server does not know (an X25519
+    /// encryption key, an `ES512` key) is skipped, not the whole set. Before, such a key
+    /// made the set unreadable: its rotations were never learned, and a withdrawn key
+    /// stayed trusted.
     pub fn parse(bytes: &[u8], source_name: &str) -> Result<Self, JwksError> {
-        let set: JwkSet = serde_json::from_slice(bytes)
+        /// The document's shape: the keys are read one by one.
+        #[derive(serde::Deserialize)]
+        struct Document {
+            keys: Vec<serde_json::Value>,
+        }
+        let document: Document = serde_json::from_slice(bytes)
             .map_err(|error| JwksError::Parse { source_name: source_name.to_owned(), error })?;
         let mut keys = Self::default();
         let mut count = 0;
-        for jwk in &set.keys {
+        for value in document.keys {
+            let Ok(jwk) = serde_json::from_value::<Jwk>(value) else { continue };
+            let jwk = &jwk;
             let Some(key) = signing_key(jwk) else { continue };
             let key = Arc::new(key);
             count += 1;
@@ -453,6 +464,21 @@ mod tests {
         assert_eq!(set.find(Some("e")).unwrap().algorithms, [Algorithm::EdDSA]);
         // The one signing key is found without a kid too.
         assert!(set.find(None).is_some());
+    }
+
+    #[test]
+    fn a_key_this_server_cannot_read_is_skipped_not_the_set() {
+        let set = br#"{"keys":[
+            {"kty":"OKP","crv":"X25519","x":"hSDwCYkwp1R0i33ctD73Wg2_Og0mOBr066SpjqqbTmo","use":"enc","kid":"x"},
+            {"kty":"EC","crv":"P-521","alg":"ES512","x":"AQ","y":"AQ","kid":"p"},
+            {"kty":"PQ","kid":"future"},
+            {"kty":"OKP","crv":"Ed25519","x":"11qYAYKxCrfVS_7TyWQHOg7hcvPapiMlrwIaaPcHURo","kid":"e"}]}"#;
+        let set = KeySet::parse(set, "test").unwrap();
+        assert_eq!(set.find(Some("e")).unwrap().algorithms, [Algorithm::EdDSA]);
+        assert!(set.find(Some("x")).is_none() && set.find(Some("p")).is_none());
+        assert_eq!(set.len(), 1);
+        // A document that is not a key set is still refused whole.
+        assert!(matches!(KeySet::parse(br#"{"keys":{}}"#, "test"), Err(JwksError::Parse { .. })));
     }
 
     #[test]

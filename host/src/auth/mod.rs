@@ -115,6 +115,9 @@ pub enum AuthError {
     Invalid,
     #[error("credentials in the query string are refused: send `Authorization: Bearer <key>`")]
     InQuery,
+    /// Two `Authorization` headers: a proxy and this server could each read another.
+    #[error("send one Authorization header, not several")]
+    Twice,
     #[error("the token lacks the scope {scope:?}")]
     InsufficientScope { scope: String },
 }
@@ -125,7 +128,7 @@ impl AuthError {
     pub fn status(&self) -> u16 {
         match self {
             Self::InsufficientScope { .. } => 403,
-            Self::InQuery => 400,
+            Self::InQuery | Self::Twice => 400,
             _ => 401,
         }
     }
@@ -142,7 +145,7 @@ impl AuthError {
         match self {
             Self::Missing => base,
             Self::Invalid => format!("{base}, error=\"invalid_token\""),
-            Self::InQuery => format!("{base}, error=\"invalid_request\""),
+            Self::InQuery | Self::Twice => format!("{base}, error=\"invalid_request\""),
             Self::InsufficientScope { scope } => {
                 format!("{base}, error=\"insufficient_scope\", scope=\"{scope}\"")
             }
@@ -165,8 +168,8 @@ pub fn bearer_token(authorization: &[u8]) -> Option<&[u8]> {
 /// Whether a query string carries a credential (`access_token`, `api_key`, `key`,
 /// `token`): refused outright, since URLs end up in logs and histories.
 pub fn query_has_credential(query: &str) -> bool {
-    query.split('&').any(|pair| {
-        let name = pair.split('=').next().unwrap_or("");
+    // Names as a server reading the query would take them: percent-decoded, any case.
+    form_urlencoded::parse(query.as_bytes()).any(|(name, _)| {
         ["access_token", "api_key", "apikey", "key", "token"]
             .iter()
             .any(|known| name.eq_ignore_ascii_case(known))
@@ -342,6 +345,10 @@ mod tests {
         assert!(query_has_credential("a=1&access_token=x"));
         assert!(query_has_credential("api_key=x"));
         assert!(!query_has_credential("a=1&keys=2"));
+        // As a server reading the query takes the names: any case, percent-decoded.
+        assert!(query_has_credential("ACCESS_TOKEN=x"));
+        assert!(query_has_credential("a=1&%61ccess_token=x"));
+        assert!(query_has_credential("Token"));
     }
 
     #[test]

@@ -557,7 +557,7 @@ impl Protection {
     #[allow(clippy::result_large_err)]
     async fn authenticate(&self, uri: &hyper::Uri, headers: &HeaderMap) -> Result<Claims, HttpResponse> {
         // A token in the URL ends up in logs and histories (MCP authorization: never).
-        if uri.query().is_some_and(|query| query.split('&').any(|pair| pair.starts_with("access_token="))) {
+        if uri.query().is_some_and(crate::auth::query_has_credential) {
             let challenge = format!("{}, error=\"invalid_request\"", self.challenge);
             return Err(self.refusal(
                 StatusCode::BAD_REQUEST,
@@ -1243,6 +1243,9 @@ async fn serve_request(
 async fn authenticate(shared: &Shared, request: &Request<IncomingBody>) -> Result<Credentials, HttpResponse> {
     let tenants = shared.server.tenants();
     let headers = request.headers();
+    if headers.get_all(header::AUTHORIZATION).iter().nth(1).is_some() {
+        return Err(unauthorized(shared, &AuthError::Twice));
+    }
     if !tenants.is_empty() {
         let authorization = headers.get(header::AUTHORIZATION).map(HeaderValue::as_bytes);
         match tenants.authenticate(authorization, request.uri().query()) {
