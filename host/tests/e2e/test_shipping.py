@@ -135,7 +135,16 @@ def test_the_service_budget_and_autoscaler_select_the_deployment():
     assert service["selector"] == labels
     assert service.get("sessionAffinity", "None") == "None"
     container_ports = {port["name"] for port in deployment["spec"]["template"]["spec"]["containers"][0]["ports"]}
-    assert {port["targetPort"] for port in service["ports"]} == container_ports
+    # The metrics listener has no authentication and names every tenant: not published to
+    # clients through the Service, and reached only from the monitoring namespace.
+    assert {port["targetPort"] for port in service["ports"]} == container_ports - {"metrics"}
+    policy = objects["NetworkPolicy"]["spec"]
+    assert policy["podSelector"]["matchLabels"] == labels
+    assert policy["policyTypes"] == ["Ingress"]
+    open_to_all = [rule for rule in policy["ingress"] if "from" not in rule]
+    assert [port["port"] for rule in open_to_all for port in rule["ports"]] == ["mcp"]
+    [metrics] = [rule for rule in policy["ingress"] if any(port["port"] == "metrics" for port in rule["ports"])]
+    assert metrics["from"] == [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}]
     budget = objects["PodDisruptionBudget"]["spec"]
     assert budget["selector"]["matchLabels"] == labels
     assert 0 < budget["minAvailable"] < deployment["spec"]["replicas"]
