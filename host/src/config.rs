@@ -219,9 +219,24 @@ impl OAuthConfig {
                 self.issuer
             ),
         }
-        if self.audience.is_empty() {
+        // The canonical resource URI (RFC 8707, MCP authorization): absolute, so that the
+        // protected resource metadata and its challenge URL name it, and https but on a
+        // loopback host.
+        let audience: Option<http::Uri> = self.audience.parse().ok();
+        let audience_ok = audience.as_ref().is_some_and(|uri| {
+            let loopback = uri.host().is_some_and(is_loopback_host);
+            let scheme_ok = match uri.scheme_str() {
+                Some("https") => true,
+                Some("http") => loopback,
+                _ => false,
+            };
+            scheme_ok && uri.host().is_some_and(|host| !host.is_empty()) && uri.query().is_none()
+        });
+        if !audience_ok {
             bail!(
-                "[auth.oauth] audience must be this server's resource URI, e.g. https://mcp.example.com/mcp"
+                "[auth.oauth] audience {:?} must be this server's resource URI, an absolute https:// URL \
+                 with no query (http:// only on a loopback address), e.g. https://mcp.example.com/mcp",
+                self.audience
             );
         }
         if self.tenant_claim.is_empty() {
@@ -1036,6 +1051,23 @@ mod tests {
         assert!(plain("https://idp.example.com", "http://127.0.0.1:9000/jwks.json").is_err());
         assert!(plain("http://idp.example.com", "https://idp.example.com/jwks.json").is_err());
         assert!(plain("https://idp.example.com", "http://idp.example.com/jwks.json").is_err());
+        // The audience is the resource URI the metadata publishes: absolute, https.
+        let audience = |audience: &str| {
+            oauth(&format!(
+                "issuer = \"https://idp.example.com\"\naudience = {audience:?}\njwks = {{ file = \"j\" }}\ntenant_claim = \"org\""
+            ))
+        };
+        assert!(audience("https://mcp.example.com/mcp").is_ok());
+        assert!(audience("http://127.0.0.1:8080/mcp").is_ok());
+        for refused in
+            ["", "mcp", "/mcp", "http://mcp.example.com/mcp", "https://mcp.example.com/mcp?x=1", "urn:mcp"]
+        {
+            let error = audience(refused).unwrap_err();
+            assert!(
+                format!("{error:#}").contains("must be this server's resource URI"),
+                "{refused}: {error:#}"
+            );
+        }
     }
 
     #[test]
