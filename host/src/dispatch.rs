@@ -2071,6 +2071,17 @@ fn lower_priority() {
 mod tests {
     use super::*;
 
+    /// A call's log line carries the request id as one line of JSON text, cut to its bound:
+    /// a client's megabyte id does not make megabyte log lines.
+    #[test]
+    fn the_call_line_carries_the_request_id_escaped_and_cut() {
+        let long = RequestId::String(format!("a\n{}", "i".repeat(1 << 20)));
+        let tagged = call_tags(&long).request_id.unwrap();
+        assert!(tagged.len() <= MAX_TAGGED_ID && tagged.starts_with("\"a\\n"), "{tagged}");
+        let id = RequestId::parse(&serde_json::json!(7)).unwrap();
+        assert_eq!(call_tags(&id).request_id.unwrap(), "7");
+    }
+
     /// The rounds of a 2025-era call share a token, and each round's guest counts from
     /// nothing: what the client is sent under the token only ever rises.
     #[test]

@@ -325,3 +325,28 @@ impl CallControl {
         self.lists_changed.load(Ordering::Relaxed)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What the caller asked for, cut to its bound, at most the queue's length; the rest
+    /// counted as dropped.
+    #[test]
+    fn client_log_lines_are_cut_queued_to_their_bound_and_the_rest_counted() {
+        let control = CallControl::new(&ToolLimits::default());
+        control.log_for_client(LogLevel::Error, "before anyone asked");
+        assert!(!control.has_logs());
+        control.forward_logs(LogLevel::Warn);
+        control.log_for_client(LogLevel::Info, "below the level asked");
+        assert!(!control.has_logs());
+        control.log_for_client(LogLevel::Warn, &"é".repeat(MAX_CLIENT_LOG_LINE));
+        let line = control.next_log().unwrap();
+        assert!(line.message.len() <= MAX_CLIENT_LOG_LINE && line.message.len() > MAX_CLIENT_LOG_LINE - 2);
+        for _ in 0..CLIENT_LOG_QUEUE + 5 {
+            control.log_for_client(LogLevel::Error, "x");
+        }
+        assert_eq!(control.dropped_logs(), 5);
+        assert_eq!(std::iter::from_fn(|| control.next_log()).count(), CLIENT_LOG_QUEUE);
+    }
+}
