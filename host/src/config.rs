@@ -117,7 +117,7 @@
 //! # host_resources (10000), host_memory_kb (16384: file stream buffers and directory
 //! # listings the host holds for a call; the parsed structured output apart), open_files (256: files, directories and
 //! # file streams a call holds open), stderr_kb (64: stderr and the log import
-//! # together), grace_ms (250), cleanup_ms (1000), http_requests (32 per call),
+//! # together, each line charged 128 bytes beside its text), grace_ms (250), cleanup_ms (1000), http_requests (32 per call),
 //! # http_response_kb (8192: response bodies of a call, all together),
 //! # http_request_kb (8192: request bodies a call sends, all together),
 //! # http_connect_timeout_ms (5000), http_first_byte_timeout_ms (30000)

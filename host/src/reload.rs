@@ -84,7 +84,7 @@ pub async fn reload(runtime: &Runtime, path: Option<&Path>) -> Result<(ReloadRep
     let report = runtime.reload(std::mem::take(&mut plan.components)).await;
     for error in &report.failed {
         if error.busy {
-            tracing::warn!("reload: {error} (the component keeps its old version meanwhile)");
+            tracing::warn!("reload: {error} (a component that had a version keeps it meanwhile)");
         } else {
             tracing::error!(
                 "reload: {error} (the component keeps its old version if it had one that still fits)"
@@ -300,7 +300,8 @@ impl Reloader {
 
     /// Reload on every trigger until the runtime shuts down; and again after a pause
     /// (from [`BUSY_RETRY`], doubling up to [`BUSY_RETRY_MAX`]) while a reload left
-    /// components unloaded only because every call slot stayed busy.
+    /// components unloaded only because they waited on calls (a free call slot, or the end
+    /// of calls of a version the reload replaced or removed).
     pub async fn run(mut self) -> Result<(), ReloadError> {
         let mut shutdown = self.runtime.shutting_down();
         // When to reload again, and the pause after that.

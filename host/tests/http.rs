@@ -200,6 +200,17 @@ fn the_validation_ladder_answers_each_refusal_with_its_status() {
     // With the 2026-07-28 header the id is ignored, as a request's is: accepted, as
     // without one.
     assert_eq!(server.post(&stale, legacy).status, 202);
+    // And by GET and DELETE too: without a session, only POST is served.
+    for method in ["GET", "DELETE"] {
+        let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        write_request(&mut stream, port, method, &stale, b"");
+        assert_eq!(read_answer(stream, &server.schema).status, 405, "{method}");
+    }
+    // A server with no credentials to check reads no Authorization header: two are no
+    // concern of its.
+    let mut twice = headers.clone();
+    twice.extend([("Authorization", "Bearer a"), ("Authorization", "Bearer b")]);
+    assert_eq!(server.post(&twice, &list(19, meta())).status, 200);
     // Envelope, headers, version, method.
     let answer = server.post(
         &headers,

@@ -842,6 +842,10 @@ async fn a_new_grant_overlapping_a_version_still_running_waits_for_its_calls() {
         failure.to_string().contains("overlaps") && failure.to_string().contains("component alpha"),
         "{failure}"
     );
+    // alpha is served no more, but the call's store still holds its grants: still busy.
+    let report = runtime.reload(vec![inside.clone()]).await;
+    assert!(report.loaded.is_empty(), "{report:?}");
+    assert!(report.failed[0].busy, "{}", report.failed[0]);
     // Once the call has ended, the same reload loads it.
     let (answer, teardown) = in_flight.run_deferring_teardown().await;
     teardown.finish().await;
@@ -862,6 +866,34 @@ async fn a_new_grant_overlapping_a_version_still_running_waits_for_its_calls() {
     same.options.data_dir = Some(setup.dir.join("alpha.wasm.data/beta"));
     same.options.limits.memory_bytes /= 2;
     assert_eq!(runtime.reload(vec![same]).await.loaded, ["beta"]);
+}
+
+/// Two components swapping directories in one reload: each new version meets the other's
+/// served one, which stays when that one's update fails too. Said as it is (not busy, so
+/// the reloader does not retry forever), and both keep their versions.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn components_swapping_directories_are_told_to_do_it_in_two_reloads() {
+    let setup = two_tools("swapping-grants");
+    let runtime = cordon::runtime::Runtime::new(common::settings(8)).unwrap();
+    let with_dir = |file: &str, dir: &str| {
+        let mut component = source(&setup, file, false);
+        component.options.data_dir = Some(setup.dir.join(dir));
+        component
+    };
+    let report = runtime.reload(vec![with_dir("alpha.wasm", "one"), with_dir("beta.wasm", "two")]).await;
+    assert_eq!(report.loaded, ["alpha", "beta"]);
+    let report = runtime.reload(vec![with_dir("alpha.wasm", "two"), with_dir("beta.wasm", "one")]).await;
+    assert!(report.loaded.is_empty() && !report.swapped, "{report:?}");
+    assert_eq!(report.unchanged, ["alpha", "beta"]);
+    assert_eq!(report.failed.len(), 2, "{report:?}");
+    // The first meets the other's served version; the second, the first's kept one.
+    assert!(report.failed.iter().all(|failure| !failure.busy), "{report:?}");
+    assert!(report.failed[0].to_string().contains("which stays served"), "{}", report.failed[0]);
+    assert!(
+        report.failed[1].to_string().contains("each component needs a directory of its own"),
+        "{}",
+        report.failed[1]
+    );
 }
 
 #[test]

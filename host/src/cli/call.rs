@@ -166,10 +166,8 @@ fn from_config(
     // Paths in the config are relative to its directory (a bare file name's is empty).
     let base = path.parent().filter(|parent| !parent.as_os_str().is_empty()).unwrap_or(Path::new("."));
     let base = std::path::absolute(base).map_err(|error| CallSetupError::Config(error.to_string()))?;
-    let wanted = request.component.canonicalize().map_err(|error| LoadError {
-        origin: request.component.display().to_string(),
-        problem: format!("cannot read: {error}"),
-        busy: false,
+    let wanted = request.component.canonicalize().map_err(|error| {
+        LoadError::new(&request.component.display().to_string(), format!("cannot read: {error}"))
     })?;
     let entry = config
         .components

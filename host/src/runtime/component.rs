@@ -94,6 +94,10 @@ pub struct LoadError {
     /// listed in, or calls of a version a reload replaced or removed still hold a
     /// directory its grants overlap. Loading it again later may succeed.
     pub busy: bool,
+    /// While a reload decides: the grants (by address) of another component's served
+    /// version this one waits on, and what to say instead should that version stay
+    /// served after all (then it never goes, and nothing is busy).
+    pub(crate) unless_kept: Option<(usize, String)>,
 }
 
 impl LoadError {
@@ -103,7 +107,7 @@ impl LoadError {
             problem.truncate(problem.floor_char_boundary(MAX_PROBLEM_BYTES));
             problem.push('…');
         }
-        Self { origin: origin.to_owned(), problem, busy: false }
+        Self { origin: origin.to_owned(), problem, busy: false, unless_kept: None }
     }
 }
 

@@ -342,7 +342,8 @@ impl super::bindings::v2::cordon::tool::host::Host for GuestState {
 const MAX_RANDOM_BYTES: usize = 1 << 20;
 
 /// The longest line a guest writes to the operator's log as one event: a longer `log`
-/// message is cut, longer stderr output is split.
+/// message is cut, longer stderr output is split; a line whose escaping makes it longer
+/// (a control character becomes up to eight bytes) is cut as written.
 const MAX_LOG_LINE: usize = super::control::MAX_CLIENT_LOG_LINE;
 
 /// What one event costs the budget besides its text: its time, level, target and

@@ -191,35 +191,24 @@ fn files_conflict(
 /// not yet.
 fn file_in_writable_grant(name: &str, origin: &str, file: &Path, beside: &Beside) -> Option<LoadError> {
     let file = std::fs::canonicalize(file).unwrap_or_else(|_| file.to_owned());
-    let of_others = beside.components.iter().flat_map(|other| {
-        let files = other.files.iter().chain(other.tenant_files.values());
-        files.map(move |files| (&other.name, &**files, false))
+    let inside = |other: &str, files: &files::FileGrants| {
+        let grant = files.grants.iter().find(|grant| grant.writable && file.starts_with(&grant.path))?;
+        Some(format!(
+            "the file of component {name} is inside {} of component {other}, whose guests could replace \
+             the code this component runs, with this component's grants",
+            grant.describe()
+        ))
+    };
+    let of_others = beside.components.iter().filter(|other| *other.name != *name).find_map(|other| {
+        let mut files = other.files.iter().chain(other.tenant_files.values());
+        let what = files.find_map(|files| inside(&other.name, files))?;
+        Some(LoadError::new(origin, format!("{what}: move the file or the grant")))
     });
     // Versions still running are as able to write it, until they end.
-    let of_draining = beside.draining.iter().map(|other| (&other.name, &*other.files, true));
-    of_others.chain(of_draining).filter(|(other, _, _)| ***other != *name).find_map(
-        |(other, files, draining)| {
-            let grant = files.grants.iter().find(|grant| grant.writable && file.starts_with(&grant.path))?;
-            let (whose, then) = match draining {
-                false => ("", "move the file or the grant"),
-                true => (
-                    ", a version a reload replaced or removed whose calls may still run",
-                    "it is loaded once they have ended",
-                ),
-            };
-            Some(LoadError {
-                busy: draining,
-                ..LoadError::new(
-                    origin,
-                    format!(
-                        "the file of component {name} is inside {} of component {other}{whose}: its guests \
-                     could replace the code this component runs, with this component's grants; {then}",
-                        grant.describe(),
-                    ),
-                )
-            })
-        },
-    )
+    of_others.or_else(|| {
+        let mut draining = beside.draining.iter().filter(|other| *other.name != *name);
+        draining.find_map(|other| Some(waiting_on(origin, other, inside(&other.name, &other.files)?)))
+    })
 }
 
 /// Grants of a component version that may still run guest code beside the versions a
@@ -281,20 +270,36 @@ fn draining_conflict(
                 ),
             ));
         }
-        Some(LoadError {
-            busy: true,
-            ..LoadError::new(
-                origin,
-                format!(
-                    "{} of component {name} overlaps {} of component {}, a version a reload replaced \
-                     or removed whose calls may still run: it is loaded once they have ended",
-                    mine.describe(),
-                    theirs.describe(),
-                    other.name
-                ),
-            )
-        })
+        let overlap = format!(
+            "{} of component {name} overlaps {} of component {}",
+            mine.describe(),
+            theirs.describe(),
+            other.name
+        );
+        Some(waiting_on(origin, other, overlap))
     })
+}
+
+/// The error of a component whose grants (or file) meet those of `other`, a version that
+/// may still run calls (`what` says how): busy, loaded once those calls end; but should
+/// `other` be a served version that this reload keeps (its update failed, say), it never
+/// goes, which [`Runtime::reload`] tells once the set is decided.
+fn waiting_on(origin: &str, other: &Draining, what: String) -> LoadError {
+    let stays = format!(
+        "{what}, which stays served: give each component a directory of its own, or move one \
+         between components in two reloads (first out of one, then into the other)"
+    );
+    LoadError {
+        busy: true,
+        unless_kept: other.served.then_some((Arc::as_ptr(&other.files) as usize, stays)),
+        ..LoadError::new(
+            origin,
+            format!(
+                "{what}, a version a reload replaces or removed whose calls may still run: it is loaded \
+                 once they have ended"
+            ),
+        )
+    }
 }
 
 /// What the server itself reads, as the file system resolves it.
@@ -1052,7 +1057,23 @@ impl Runtime {
             staying.push(component.clone());
             slots[at] = Some(component);
         }
-        let order = slots.into_iter().flatten().collect();
+        let order: Vec<Arc<LoadedComponent>> = slots.into_iter().flatten().collect();
+        // A wait on another component's served version that this reload keeps would never
+        // end (two components swapping directories, or one whose update failed): said as it
+        // is, not busy, so that the reloader does not try again forever.
+        let kept: Vec<usize> = order
+            .iter()
+            .flat_map(|component| component.files.iter().chain(component.tenant_files.values()))
+            .map(|files| Arc::as_ptr(files) as usize)
+            .collect();
+        for failure in &mut report.failed {
+            if let Some((at, stays)) = failure.unless_kept.take()
+                && kept.contains(&at)
+            {
+                failure.problem = stays;
+                failure.busy = false;
+            }
+        }
         let next = ToolSet::new(order, current.generation());
         let same = next.components.len() == current.components.len()
             && next.components.iter().zip(&current.components).all(|(a, b)| Arc::ptr_eq(a, b));

@@ -1029,7 +1029,9 @@ async fn serve_request(
     }
     // Who is asking, before anything else of the request is read.
     let Credentials { tenant, caller, expire } = authenticate(shared, &request).await.map_err(closing)?;
-    let session_id = header_text(headers, "mcp-session-id");
+    // A 2025-era session's id; a request whose version header names 2026-07-28 ignores
+    // one (sessions are not of its era), whatever its method.
+    let session_id = header_text(headers, "mcp-session-id").filter(|_| !names_this_version(headers));
     // GET and DELETE name a session: only 2025-era clients send them.
     if session_id.is_some()
         && matches!(*request.method(), Method::GET | Method::DELETE)
@@ -1092,11 +1094,8 @@ async fn serve_request(
         server.admit_for(&body, tenant.as_deref(), client.as_ref()).map_err(|refusal| refused(&refusal))?;
     // From here on the parsed message is what is held.
     drop((body, body_charge));
-    // A 2025-era session, when the request names a live one. A request whose version
-    // header names 2026-07-28 ignores the id (sessions are not of its era), whatever its
-    // body lacks: it is checked as a 2026 request. Another tenant's session is no session
-    // at all.
-    let session_id = session_id.filter(|_| !names_this_version(&headers));
+    // A 2025-era session, when the request names a live one (with the 2026-07-28 header,
+    // none: above), whatever its body lacks. Another tenant's session is no session at all.
     let session = session_id.as_deref().and_then(|id| {
         shared.sessions.get(id, |session| same_holder(session, tenant.as_ref(), caller.as_ref()))
     });
@@ -1243,7 +1242,9 @@ async fn serve_request(
 async fn authenticate(shared: &Shared, request: &Request<IncomingBody>) -> Result<Credentials, HttpResponse> {
     let tenants = shared.server.tenants();
     let headers = request.headers();
-    if headers.get_all(header::AUTHORIZATION).iter().nth(1).is_some() {
+    // Read only where there are credentials to check.
+    let authenticating = !tenants.is_empty() || shared.protection.is_some();
+    if authenticating && headers.get_all(header::AUTHORIZATION).iter().nth(1).is_some() {
         return Err(unauthorized(shared, &AuthError::Twice));
     }
     if !tenants.is_empty() {
