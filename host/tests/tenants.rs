@@ -468,31 +468,53 @@ fn another_tenants_flood_does_not_delay_a_tenants_call() {
     }
 }
 
+/// `cordon serve --stdio --tenant NAME` on a config, asked one 2026-07-28 request at a
+/// time, every answer checked against the schema.
+struct StdioTenant {
+    child: Child,
+    stdin: std::process::ChildStdin,
+    stdout: BufReader<std::process::ChildStdout>,
+    schema: Schema,
+}
+
+impl StdioTenant {
+    fn start(config: &Path, tenant: &str) -> Self {
+        let mut child = cordon(&["serve", "--stdio", "--tenant", tenant, "--config"])
+            .arg(config)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let stdin = child.stdin.take().unwrap();
+        let stdout = BufReader::new(child.stdout.take().unwrap());
+        Self { child, stdin, stdout, schema: Schema::new() }
+    }
+
+    fn ask(&mut self, id: i64, method: &str, mut params: Value) -> Value {
+        params.as_object_mut().unwrap().insert("_meta".into(), meta());
+        let message = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        writeln!(self.stdin, "{message}").unwrap();
+        let mut line = String::new();
+        self.stdout.read_line(&mut line).unwrap();
+        let answer: Value = serde_json::from_str(&line).unwrap();
+        self.schema.check_sent(&answer, Some(method));
+        answer
+    }
+
+    /// End of input: the server exits cleanly.
+    fn finish(self) {
+        let Self { mut child, stdin, .. } = self;
+        drop(stdin);
+        assert!(child.wait().unwrap().success());
+    }
+}
+
 #[test]
 fn stdio_serves_the_tenant_named_and_answers_over_its_rate_with_a_retry_hint() {
     let config = config("stdio", "");
-    let mut child = cordon(&["serve", "--stdio", "--tenant", "beta", "--config"])
-        .arg(&config)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut stdin = child.stdin.take().unwrap();
-    let mut stdout = BufReader::new(child.stdout.take().unwrap());
-    let schema = Schema::new();
-    let mut ask = |id: i64, method: &str, params: Value| {
-        let mut params = params;
-        params.as_object_mut().unwrap().insert("_meta".into(), meta());
-        let message = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
-        writeln!(stdin, "{message}").unwrap();
-        let mut line = String::new();
-        stdout.read_line(&mut line).unwrap();
-        let answer: Value = serde_json::from_str(&line).unwrap();
-        schema
-            .check_sent(&answer, Some("tools/call").filter(|_| answer.pointer("/result/content").is_some()));
-        answer
-    };
+    let mut server = StdioTenant::start(&config, "beta");
+    let mut ask = |id: i64, method: &str, params: Value| server.ask(id, method, params);
     let list = ask(1, "tools/list", json!({}));
     let tools: Vec<&str> =
         list["result"]["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
@@ -506,8 +528,7 @@ fn stdio_serves_the_tenant_named_and_answers_over_its_rate_with_a_retry_hint() {
     let refused = ask(4, "resources/read", json!({"uri": "hostile://item/0"}));
     assert!(refused["error"]["message"].as_str().unwrap().starts_with("Rate limited"), "{refused}");
     assert!(refused["error"]["data"]["retryAfterMs"].as_u64().unwrap() > 0, "{refused}");
-    drop(stdin);
-    assert!(child.wait().unwrap().success());
+    server.finish();
     let _ = std::fs::remove_dir_all(config.parent().unwrap());
 }
 
@@ -529,27 +550,8 @@ fn a_feature_no_component_offers_is_unknown_and_spends_no_rate() {
         ),
     )
     .unwrap();
-    let mut child = cordon(&["serve", "--stdio", "--tenant", "lone", "--config"])
-        .arg(&config)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut stdin = child.stdin.take().unwrap();
-    let mut stdout = BufReader::new(child.stdout.take().unwrap());
-    let schema = Schema::new();
-    let mut ask = |id: i64, method: &str, params: Value| {
-        let mut params = params;
-        params.as_object_mut().unwrap().insert("_meta".into(), meta());
-        writeln!(stdin, "{}", json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}))
-            .unwrap();
-        let mut line = String::new();
-        stdout.read_line(&mut line).unwrap();
-        let answer: Value = serde_json::from_str(&line).unwrap();
-        schema.check_sent(&answer, Some(method));
-        answer
-    };
+    let mut server = StdioTenant::start(&config, "lone");
+    let mut ask = |id: i64, method: &str, params: Value| server.ask(id, method, params);
     let complete =
         json!({"ref": {"type": "ref/prompt", "name": "p"}, "argument": {"name": "a", "value": "x"}});
     for (id, (method, params)) in [
@@ -566,8 +568,7 @@ fn a_feature_no_component_offers_is_unknown_and_spends_no_rate() {
     }
     let answer = ask(9, "tools/call", json!({"name": "legacy_echo", "arguments": {"text": "whole"}}));
     assert_eq!(answer["result"]["content"][0]["text"], "whole", "{answer}");
-    drop(stdin);
-    assert!(child.wait().unwrap().success());
+    server.finish();
     let _ = std::fs::remove_dir_all(dir);
 }
 
