@@ -697,6 +697,26 @@ async fn a_secret_header_reaches_the_hosts_it_is_bound_to_and_no_other() {
     assert!(!environment.contains("s3cr3t"), "{environment}");
 }
 
+/// A connection that fails after its response head (the guest's body passes the call's
+/// limit while the server already answered) is the guest's to learn of, and a debug line
+/// for the operator: wasmtime-wasi-http logged each as a warning, outside the call's log
+/// budget, so a guest and a server it talks to could write one per request.
+#[test]
+fn a_connection_failing_after_its_answer_writes_no_warning() {
+    let log = common::capture_log(|| async {
+        let upstream = Upstream::start().await;
+        let rules = [format!("http://127.0.0.1:{}", upstream.port)];
+        let limits = ToolLimits { http_request_bytes: 64 << 10, ..common::quick_limits() };
+        let runtime = runtime(&rules, limits).await;
+        let arguments =
+            json!({ "url": upstream.url("/ok"), "kib": 1024, "times": 3, "declare_length": false });
+        let report = call(&runtime, "http_post", arguments).await;
+        // Each request is answered (the server reads no body) before its body fails.
+        assert_eq!(answer(&report).lines().count(), 3, "{}", answer(&report));
+    });
+    assert!(!log.contains("dropping error") && !log.contains("WARN"), "{log}");
+}
+
 /// wasmtime-wasi-http keeps a request's method, authority and path as long as the guest
 /// gives them (its host-call fuel bounds one call, not what is kept): a guest holding a
 /// thousand requests with 16 MiB each would hold gigabytes. Each is bounded: 64 bytes,

@@ -1327,6 +1327,18 @@ impl WasiHttpHooks for Egress {
                 }
                 .boxed_unsync()
             });
+            // wasmtime-wasi-http logs a connection's error as a warning, outside the call's
+            // log budget: a guest and a server failing every connection would write one per
+            // request. The guest learns of it from its streams; the operator at debug level.
+            let io: ConnectionFuture = Box::new(async move {
+                if let Err(error) = Pin::from(io).await {
+                    tracing::debug!(
+                        component = &*call.component,
+                        "an outbound connection ended in error: {error}"
+                    );
+                }
+                Ok(())
+            });
             Ok((response, io))
         })
     }
