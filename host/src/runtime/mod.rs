@@ -703,11 +703,10 @@ impl Runtime {
     ) -> Result<(), LoadError> {
         let current = self.snapshot();
         // `&mut self`: nothing is served yet.
-        let beside = Beside {
-            draining: self.draining_beside(&current, &current.components),
-            components: current.components.clone(),
-        };
-        let loaded = self.build(name, origin, file, compiling, options, beside).await?;
+        // Nothing is served yet, so no other version runs calls: the set is all there is to
+        // check against (walking every loaded grant per load made start-up quadratic).
+        let loaded =
+            self.build(name, origin, file, compiling, options, Beside::of(&current.components)).await?;
         if let Some(clash) = current.clash(origin, &loaded) {
             return Err(clash);
         }
