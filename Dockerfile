@@ -17,6 +17,7 @@ FROM rust:1.95-bookworm AS build
 # hadolint ignore=DL3008
 RUN apt-get update \
     && apt-get install -y --no-install-recommends rustc-web cargo-web rust-web-src lld-22 wasi-libc \
+        python3-venv npm \
     && rm -rf /var/lib/apt/lists/*
 
 WORKDIR /src

@@ -50,9 +50,12 @@ pub enum ToolchainError {
         /// What was found missing, starting with "; ", or empty.
         detail: String,
     },
-    /// Installing the Debian packages failed.
-    #[error("installing the Debian guest toolchain failed: {0}")]
+    /// Installing Debian packages failed.
+    #[error("installing Debian packages failed: {0}")]
     Install(String),
+    /// Programs a step needs are missing, and this process may not install them.
+    #[error("{0}")]
+    Lacks(String),
     /// No Python that can make the virtualenv componentize-py is installed into.
     #[error(
         "no python3 here that can make a virtualenv, which Python tools are built in \
@@ -228,6 +231,11 @@ fn can_apt() -> bool {
 
 fn install_debian_packages() -> Result<(), ToolchainError> {
     eprintln!("installing the Debian guest toolchain: {}", DEBIAN_PACKAGES.join(" "));
+    apt_install(DEBIAN_PACKAGES)
+}
+
+/// `apt-get update`, then `apt-get install` of `packages` (as root).
+fn apt_install(packages: &[&str]) -> Result<(), ToolchainError> {
     let status =
         |command: &mut Command| command.status().map_err(|error| ToolchainError::Install(error.to_string()));
     let update = status(Command::new("apt-get").args(["update", "-qq"]))?;
@@ -237,14 +245,103 @@ fn install_debian_packages() -> Result<(), ToolchainError> {
     let install = status(
         Command::new("apt-get")
             .args(["install", "-y", "-qq", "--no-install-recommends"])
-            .args(DEBIAN_PACKAGES)
+            .args(packages)
             .env("DEBIAN_FRONTEND", "noninteractive"),
     )?;
     if !install.success() {
-        return Err(ToolchainError::Install(format!(
-            "apt-get install {} ({install})",
-            DEBIAN_PACKAGES.join(" ")
-        )));
+        return Err(ToolchainError::Install(format!("apt-get install {} ({install})", packages.join(" "))));
     }
     Ok(())
+}
+
+/// A program a build or test step runs from the system, and the Debian package that has it.
+#[derive(Debug, Clone, Copy)]
+pub struct SystemTool {
+    /// What it is for, in the error when it is missing.
+    pub purpose: &'static str,
+    /// The Debian bookworm package that brings it.
+    pub package: &'static str,
+    /// Whether this machine has it.
+    pub present: fn() -> bool,
+}
+
+/// python3 with its `venv` and `ensurepip` modules (Debian splits them into python3-venv).
+pub const PYTHON_VENV: SystemTool = SystemTool {
+    purpose: "Python guests' and the end-to-end suite's virtualenvs",
+    package: "python3-venv",
+    present: || {
+        Command::new("python3")
+            .args(["-c", "import ensurepip, venv"])
+            .output()
+            .is_ok_and(|out| out.status.success())
+    },
+};
+
+/// npm, which brings componentize-js and the conformance suite.
+pub const NPM: SystemTool = SystemTool {
+    purpose: "JavaScript guests and the conformance suite",
+    package: "npm",
+    present: || on_path("npm"),
+};
+
+/// Whether `program` is an executable in `PATH`, or in the system directories root's
+/// `PATH` has and a user's may not (`/usr/sbin`, `/sbin`).
+pub fn on_path(program: &str) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    let path = env::var_os("PATH").unwrap_or_default();
+    env::split_paths(&path).chain(["/usr/sbin", "/sbin"].map(PathBuf::from)).map(|dir| dir.join(program)).any(
+        |file| {
+            file.metadata()
+                .is_ok_and(|metadata| metadata.is_file() && metadata.permissions().mode() & 0o111 != 0)
+        },
+    )
+}
+
+/// Make sure this machine has every one of `tools`: the missing ones are installed with
+/// apt-get when running as root on Debian (one update, one install); otherwise the error
+/// names each with its package.
+pub fn ensure_system_tools(tools: &[SystemTool]) -> Result<(), ToolchainError> {
+    let missing: Vec<&SystemTool> = tools.iter().filter(|tool| !(tool.present)()).collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    let packages: Vec<&str> = missing.iter().map(|tool| tool.package).collect();
+    if !can_apt() {
+        let each: Vec<String> =
+            missing.iter().map(|tool| format!("{} ({})", tool.package, tool.purpose)).collect();
+        return Err(ToolchainError::Lacks(format!(
+            "this machine lacks {}: install them (on Debian, as root: `apt-get install -y {}`)",
+            each.join(", "),
+            packages.join(" ")
+        )));
+    }
+    eprintln!("installing what this machine lacks: {}", packages.join(" "));
+    apt_install(&packages)?;
+    match missing.iter().find(|tool| !(tool.present)()) {
+        Some(tool) => Err(ToolchainError::Install(format!(
+            "{} was installed but {} is still missing",
+            tool.package, tool.purpose
+        ))),
+        None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_program_is_found_on_the_path_or_in_the_system_directories() {
+        assert!(on_path("sh"));
+        // Not in a user's PATH on Debian, but always in /sbin or /usr/sbin.
+        assert!(on_path("ldconfig"));
+        assert!(!on_path("no-such-program-cordon"));
+        assert!(!on_path("sh/"));
+    }
+
+    #[test]
+    fn present_tools_need_nothing_installed() {
+        let here = SystemTool { purpose: "a shell", package: "dash", present: || on_path("sh") };
+        ensure_system_tools(&[here]).unwrap();
+    }
 }

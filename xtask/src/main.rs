@@ -32,6 +32,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 
 use anyhow::{Context, Result, bail};
+use cordon_toolchain::{SystemTool, on_path};
 
 mod fuzz;
 mod js;
@@ -59,6 +60,7 @@ fn run_task() -> Result<()> {
     match args.first().map(String::as_str) {
         Some("guests") => build_guests(),
         Some("test") => {
+            cordon_toolchain::ensure_system_tools(TEST_TOOLS)?;
             stage("guests", build_guests)?;
             // The test build first, alone: it keeps both cores busy, and the fuzz build
             // beside it slowed it more than it gained (fuzz.rs, `BuildBeside`).
@@ -134,9 +136,31 @@ fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("xtask lives in the repository").to_path_buf()
 }
 
+/// What the Python and JavaScript guests need from the system (installed as root on Debian).
+const GUEST_TOOLS: &[SystemTool] = &[cordon_toolchain::PYTHON_VENV, cordon_toolchain::NPM];
+
+/// What the tests need from the system beyond the guests' tools: so that README's test
+/// command works on a fresh Debian machine (as root it installs them; otherwise it names them).
+const TEST_TOOLS: &[SystemTool] = &[
+    cordon_toolchain::PYTHON_VENV,
+    cordon_toolchain::NPM,
+    SystemTool {
+        purpose: "the replicas test's load balancer",
+        package: "haproxy",
+        present: || on_path("haproxy"),
+    },
+    // `cordon call`'s progress bar is tested on a pseudo-terminal through util-linux's `script`.
+    SystemTool { purpose: "the pseudo-terminal tests", package: "bsdutils", present: || on_path("script") },
+    // The egress own-address test gives a namespace's loopback an address with `ip`.
+    SystemTool { purpose: "the egress namespace test", package: "iproute2", present: || on_path("ip") },
+    // The fuzz targets' libFuzzer is C++.
+    SystemTool { purpose: "the fuzz targets' libFuzzer", package: "g++", present: || on_path("c++") },
+];
+
 fn build_guests() -> Result<()> {
     let root = repo_root();
     let route = cordon_toolchain::discover(cordon_toolchain::Install::AptAsRoot)?;
+    cordon_toolchain::ensure_system_tools(GUEST_TOOLS)?;
     let build_dir = root.join("target/guest-build");
     let out_dir = root.join("target/guests");
     fs::create_dir_all(&out_dir)?;

@@ -77,7 +77,7 @@ def haproxy_path() -> str:
     found = shutil.which("haproxy") or next(
         (path for path in ("/usr/sbin/haproxy", "/usr/local/sbin/haproxy") if os.access(path, os.X_OK)), None
     )
-    assert found, "haproxy is missing (Debian: apt-get install haproxy; .ci/run installs it)"
+    assert found, "haproxy is missing (Debian: apt-get install haproxy; `cargo xtask test` as root installs it)"
     return found
 
 

@@ -62,6 +62,10 @@ def test_the_image_builds_host_and_guests_then_runs_slim_and_unprivileged():
     build = " ".join(arguments for instruction, arguments in instructions if instruction == "RUN")
     # Debian's rustc-web route for the guests, before the release build that embeds them.
     assert "rustc-web cargo-web rust-web-src lld-22 wasi-libc" in build
+    # `cargo xtask guests` also builds the Python and JavaScript guests: their virtualenv
+    # and npm (xtask/src/main.rs, `GUEST_TOOLS`), which the rust image lacks.
+    installed = build.split()
+    assert "python3-venv" in installed and "npm" in installed, build
     assert build.index("cargo xtask guests") < build.index("cargo build --release --locked -p cordon")
     runtime = runtime_stage(instructions)
     values = {instruction: arguments for instruction, arguments in runtime}
