@@ -584,6 +584,45 @@ fn bytes(value: usize, shift: u32, key: &str) -> Result<usize> {
     value.checked_mul(1 << shift).with_context(|| format!("{key} = {value} is too large"))
 }
 
+/// Why the file at `path` is not a config, with the line and column at fault but never the
+/// line itself (toml's own message quotes it): a config may hold `request_state_key`, and
+/// this message goes to stderr and, at a reload, into the log.
+fn invalid_config(path: &Path, text: &str, error: toml::de::Error) -> anyhow::Error {
+    let at = error.span().map(|span| {
+        let before = &text.as_bytes()[..span.start.min(text.len())];
+        let line = before.iter().filter(|&&byte| byte == b'\n').count() + 1;
+        let column = before.iter().rev().take_while(|&&byte| byte != b'\n').count() + 1;
+        format!(" (line {line}, column {column})")
+    });
+    anyhow::anyhow!(
+        "{} is not a valid Cordon config{}: {}",
+        path.display(),
+        at.unwrap_or_default(),
+        error.message().trim_end()
+    )
+}
+
+/// The most a count of connections may be: far above any process's descriptor limit, and
+/// far below what tokio's semaphores hold (`usize::MAX >> 3`, past which they panic).
+const MAX_COUNT: usize = 1 << 24;
+
+/// A count that must be at least 1 and at most [`MAX_COUNT`].
+fn count(value: usize, key: &str) -> Result<usize> {
+    if !(1..=MAX_COUNT).contains(&value) {
+        bail!("{key} = {value} is out of range: from 1 to {MAX_COUNT}");
+    }
+    Ok(value)
+}
+
+/// A timeout or interval that 0 would break (every connection dropped, a keep-alive every
+/// instant): at least 1 ms, said so rather than read as something else.
+fn positive_ms(ms: u64, key: &str) -> Result<Duration> {
+    if ms == 0 {
+        bail!("{key} = 0 is not allowed: at least 1 (milliseconds)");
+    }
+    Ok(Duration::from_millis(ms))
+}
+
 /// A component to load, resolved.
 pub type ComponentPlan = crate::runtime::ComponentSource;
 
@@ -651,9 +690,9 @@ impl Config {
     /// ([`Plan::settings`]).
     pub fn load_with_settings(path: &Path) -> Result<(Self, toml::Table)> {
         let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-        let invalid = || format!("{} is not a valid Cordon config", path.display());
-        let config = toml::from_str(&text).with_context(invalid)?;
-        let mut settings: toml::Table = text.parse().with_context(invalid)?;
+        let invalid = |error| invalid_config(path, &text, error);
+        let config = toml::from_str(&text).map_err(invalid)?;
+        let mut settings: toml::Table = text.parse().map_err(invalid)?;
         settings.remove("components");
         Ok((config, settings))
     }
@@ -706,25 +745,25 @@ impl Config {
             http.max_body_bytes = bytes(kb, 10, "http.max_body_kb")?;
         }
         if let Some(ms) = self.http.body_timeout_ms {
-            http.body_timeout = Duration::from_millis(ms);
+            http.body_timeout = positive_ms(ms, "http.body_timeout_ms")?;
         }
         if let Some(ms) = self.http.sse_after_ms {
             http.sse_after = Duration::from_millis(ms);
         }
         if let Some(ms) = self.http.keep_alive_ms {
-            http.keep_alive = Duration::from_millis(ms.max(1));
+            http.keep_alive = positive_ms(ms, "http.keep_alive_ms")?;
         }
         if let Some(connections) = self.http.max_connections {
-            http.max_connections = connections.max(1);
+            http.max_connections = count(connections, "http.max_connections")?;
         }
         if let Some(connections) = self.http.max_connections_per_ip {
-            http.max_connections_per_ip = connections.max(1);
+            http.max_connections_per_ip = count(connections, "http.max_connections_per_ip")?;
         }
         if let Some(connections) = self.http.max_header_connections_per_ip {
-            http.max_header_connections_per_ip = connections.max(1);
+            http.max_header_connections_per_ip = count(connections, "http.max_header_connections_per_ip")?;
         }
         if let Some(ms) = self.http.header_timeout_ms {
-            http.header_timeout = Duration::from_millis(ms.max(1));
+            http.header_timeout = positive_ms(ms, "http.header_timeout_ms")?;
         }
         if let Some(ms) = self.http.linger_ms {
             http.linger_timeout = Duration::from_millis(ms);
@@ -733,12 +772,14 @@ impl Config {
             http.linger_bytes = bytes(kb, 10, "http.linger_kb")?;
         }
         if let Some(ms) = self.http.write_timeout_ms {
-            http.write_timeout = Duration::from_millis(ms.max(1));
+            http.write_timeout = positive_ms(ms, "http.write_timeout_ms")?;
         }
         if let Some(ms) = self.http.close_delay_ms {
             http.close_delay = Duration::from_millis(ms);
         }
-        http.allowed_hosts.extend(self.http.allowed_hosts.iter().map(|host| host.to_ascii_lowercase()));
+        for host in &self.http.allowed_hosts {
+            http.allow_host(host).context("[http] allowed_hosts")?;
+        }
         http.trusted_proxies = TrustedProxies::parse(&self.http.trusted_proxies)
             .map_err(|why| anyhow::anyhow!("[http] trusted_proxies: {why}"))?;
 

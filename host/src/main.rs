@@ -440,7 +440,9 @@ async fn serve(
         let mut settings = plan.http;
         settings.tls = tls;
         settings.oauth = oauth;
-        settings.allowed_hosts.extend(allow_host.into_iter().map(|host| host.to_ascii_lowercase()));
+        for host in &allow_host {
+            settings.allow_host(host).context("--allow-host")?;
+        }
         cordon::transport::http::bind_and_serve(server, address, settings, shutdown, drain)
             .await
             .with_context(|| format!("serving HTTP on {address}"))?;

@@ -31,6 +31,7 @@ use std::time::Duration;
 
 use tokio::sync::Notify;
 
+use crate::auth::jwks::{JwksError, JwksSource, KeyCache};
 use crate::config::{Config, Plan};
 use crate::runtime::{LoadError, ReloadReport, Runtime};
 
@@ -396,6 +397,9 @@ pub enum CheckError {
     Runtime(anyhow::Error),
     #[error(transparent)]
     RequestStateKey(#[from] crate::dispatch::sealed::KeyError),
+    /// `[auth.oauth] jwks = { file = ... }` that `serve --http` could not start with.
+    #[error(transparent)]
+    Jwks(#[from] JwksError),
     /// Every component that failed to load, each naming its file.
     #[error("{} of {total} components failed to load:\n{}", .failed.len(), list(.failed))]
     Components { total: usize, failed: Vec<LoadError> },
@@ -415,6 +419,11 @@ pub async fn check(path: &Path) -> Result<CheckSummary, CheckError> {
         plan.request_state_key.as_deref(),
         plan.request_state_ttl,
     )?;
+    // The issuer's key set in a file, as `serve --http` reads it at startup (where one that
+    // cannot be read is fatal). A URL is not fetched: serving tolerates it down.
+    if let Some(oauth) = plan.oauth.as_ref().filter(|oauth| matches!(oauth.jwks, JwksSource::File(_))) {
+        KeyCache::start(oauth.jwks.clone(), oauth.min_refetch_interval).await?;
+    }
     let mut runtime = Runtime::new(plan.runtime.clone()).map_err(CheckError::Runtime)?;
     let total = plan.components.len();
     let failed = runtime.load_all(plan.components).await;

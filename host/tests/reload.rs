@@ -510,6 +510,62 @@ fn cordon_check_validates_a_config_and_compiles_every_component() {
     let (code, _, stderr) = check(&setup.dir.join("absent.toml"));
     assert_eq!(code, Some(1));
     assert!(stderr.contains("absent.toml"), "{stderr}");
+
+    // An issuer's key set in a file that `serve --http` could not start with.
+    let config = setup.dir.join("no-jwks.toml");
+    std::fs::write(
+        &config,
+        "[auth.oauth]\nissuer = \"https://idp.example.com\"\naudience = \"https://mcp.example.com/mcp\"\n\
+         jwks = { file = \"missing-jwks.json\" }\ntenant_claim = \"org\"\n[[components]]\npath = \"alpha.wasm\"\n",
+    )
+    .unwrap();
+    let (code, _, stderr) = check(&config);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("missing-jwks.json"), "{stderr}");
+
+    // A mistake on the line of the sealing key says where, never what the line holds.
+    let key = "9f".repeat(32);
+    let config = setup.dir.join("key-typo.toml");
+    std::fs::write(&config, format!("[server]\nrequest_state_kye = \"{key}\"\n")).unwrap();
+    let (code, _, stderr) = check(&config);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("unknown field `request_state_kye`") && stderr.contains("line 2"), "{stderr}");
+    assert!(!stderr.contains(&key), "the key was printed: {stderr}");
+}
+
+#[test]
+fn cordon_check_refuses_http_settings_that_would_break_serving() {
+    let setup = two_tools("http-settings");
+    let refused = |settings: &str, expected: &str| {
+        let config = setup.dir.join("http.toml");
+        std::fs::write(&config, format!("[http]\n{settings}\n")).unwrap();
+        let output = Command::new(env!("CARGO_BIN_EXE_cordon"))
+            .args(["check", "--config"])
+            .arg(&config)
+            .env("CORDON_LOG", "error")
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8(output.stderr).unwrap();
+        assert_eq!(output.status.code(), Some(1), "{settings}: {stderr}");
+        assert!(stderr.contains(expected), "{settings}: {stderr}");
+    };
+    // Past tokio's semaphores, which would panic at bind or at the first connection.
+    refused(
+        "max_connections = 3000000000000000000",
+        "http.max_connections = 3000000000000000000 is out of range",
+    );
+    refused("max_header_connections_per_ip = 3000000000000000000", "http.max_header_connections_per_ip");
+    refused("max_connections_per_ip = 0", "http.max_connections_per_ip = 0 is out of range");
+    // 0 would drop every connection, answer every body 408, or keep-alive without pause.
+    for key in ["header_timeout_ms", "body_timeout_ms", "keep_alive_ms", "write_timeout_ms"] {
+        refused(&format!("{key} = 0"), &format!("http.{key} = 0 is not allowed"));
+    }
+    // Hosts that no Host header can match.
+    for host in
+        ["mcp.example.com:8443", "https://mcp.example.com", "*.example.com", "mcp.example.com.", "::1"]
+    {
+        refused(&format!("allowed_hosts = [{host:?}]"), &format!("{host:?} can never match a Host header"));
+    }
 }
 
 #[test]

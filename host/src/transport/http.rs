@@ -128,6 +128,41 @@ pub struct HttpSettings {
     pub trusted_proxies: TrustedProxies,
 }
 
+/// Why an entry of `allowed_hosts` (or `--allow-host`) would never match a request.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "{entry:?} can never match a Host header: give a bare host name (`mcp.example.com`), an \
+     IPv4 address, or an IPv6 one in brackets (`[::1]`); no scheme, port, path, wildcard or trailing dot"
+)]
+pub struct AllowedHostError {
+    entry: String,
+}
+
+impl HttpSettings {
+    /// Accept `entry` in `Host` and `Origin` besides the defaults, as it is compared: the
+    /// name alone, without port, in lower case.
+    pub fn allow_host(&mut self, entry: &str) -> Result<(), AllowedHostError> {
+        let name = entry.to_ascii_lowercase();
+        let valid = match name.strip_prefix('[').and_then(|rest| rest.strip_suffix(']')) {
+            Some(address) => address.parse::<std::net::Ipv6Addr>().is_ok(),
+            None => {
+                !name.is_empty()
+                    && !name.starts_with('.')
+                    && !name.ends_with('.')
+                    && !name.contains("..")
+                    && name
+                        .bytes()
+                        .all(|byte| byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'.' | b'_'))
+            }
+        };
+        if !valid {
+            return Err(AllowedHostError { entry: entry.to_owned() });
+        }
+        self.allowed_hosts.insert(name);
+        Ok(())
+    }
+}
+
 /// What an HTTP listener holds open right now: counted here, read by the metrics.
 #[derive(Debug, Default)]
 pub struct HttpStats {
