@@ -89,6 +89,7 @@ impl GuestState {
             limit: limits.stderr_bytes,
             left: Arc::new(AtomicUsize::new(limits.stderr_bytes)),
             last_line: Arc::default(),
+            unfinished: Arc::default(),
         };
         let mut wasi = WasiCtxBuilder::new();
         wasi.stderr(GuestStderr(operator_log.clone()))
@@ -366,6 +367,10 @@ struct OperatorLog {
     left: Arc<AtomicUsize>,
     /// The last line written to stderr, kept whatever the budget.
     last_line: Arc<std::sync::Mutex<LastLine>>,
+    /// The stderr line being written, shared by every stream: wasmtime-wasi makes a stream
+    /// per `get-stderr`, and a line each would let one call hold 4 KiB per stream (10,000
+    /// streams: 40 MiB) outside every budget.
+    unfinished: Arc<std::sync::Mutex<Vec<u8>>>,
 }
 
 /// The line being written and the last one finished, each cut to [`LAST_LINE_BYTES`].
@@ -443,50 +448,58 @@ impl wasmtime_wasi::cli::StdoutStream for GuestStderr {
 
 impl GuestStderr {
     fn lines(&self) -> StderrLines {
-        StderrLines { log: self.0.clone(), line: Vec::new() }
+        StderrLines { log: self.0.clone() }
     }
 }
 
-/// Bytes of a guest's stderr, logged a line at a time; a last line without a newline is
-/// logged when the stream drops.
+/// One stream of a guest's stderr, logged a line at a time into the instance's one
+/// unfinished line ([`OperatorLog::unfinished`]); a line without a newline is logged when
+/// a stream drops.
 struct StderrLines {
     log: OperatorLog,
-    line: Vec<u8>,
 }
 
 impl StderrLines {
     fn push(&mut self, bytes: &[u8]) {
         self.log.last_line.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(bytes);
+        let mut line = self.log.unfinished.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         for &byte in bytes {
             if self.log.spent() {
-                self.line.clear();
+                *line = Vec::new();
                 return;
             }
             if byte == b'\n' {
-                self.emit();
+                self.log.emit(&mut line);
             } else {
-                self.line.push(byte);
-                if self.line.len() >= MAX_LOG_LINE {
-                    self.emit();
+                line.push(byte);
+                if line.len() >= MAX_LOG_LINE {
+                    self.log.emit(&mut line);
                 }
             }
         }
     }
 
-    /// Log the line held, charged as it is written ([`OperatorLog::take_event`]).
     fn emit(&mut self) {
-        if !self.line.is_empty() {
-            let raw = String::from_utf8_lossy(&self.line);
+        let mut line = self.log.unfinished.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        self.log.emit(&mut line);
+    }
+}
+
+impl OperatorLog {
+    /// Log `line` and empty it, charged as it is written ([`OperatorLog::take_event`]).
+    fn emit(&self, line: &mut Vec<u8>) {
+        if !line.is_empty() {
+            let raw = String::from_utf8_lossy(line);
             let escaped = printable(raw.trim_end());
-            let (text, exhausted) = self.log.take_event(&escaped);
+            let (text, exhausted) = self.take_event(&escaped);
             if !text.is_empty() {
-                let component = &*self.log.component;
+                let component = &*self.component;
                 tracing::info!(target: "guest", component, "stderr: {text}");
             }
             if exhausted {
-                self.log.say_exhausted();
+                self.say_exhausted();
             }
-            self.line.clear();
+            line.clear();
         }
     }
 }
@@ -541,5 +554,37 @@ impl tokio::io::AsyncWrite for StderrLines {
 impl Drop for StderrLines {
     fn drop(&mut self) {
         self.emit();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::heap_count;
+
+    /// wasmtime-wasi makes a stream at each `get-stderr`: 1,000 streams each holding an
+    /// unfinished 4 KiB line held 4 MiB of host memory, outside the log's budget and the
+    /// call's host memory.
+    #[test]
+    fn unfinished_stderr_lines_share_one_buffer_whatever_the_streams() {
+        let log = OperatorLog {
+            component: "flood".into(),
+            limit: 64 << 10,
+            left: Arc::new(AtomicUsize::new(64 << 10)),
+            last_line: Arc::default(),
+            unfinished: Arc::default(),
+        };
+        let stderr = GuestStderr(log);
+        let before = heap_count::live();
+        let streams: Vec<StderrLines> = (0..1_000)
+            .map(|_| {
+                let mut stream = stderr.lines();
+                stream.push(&[b'x'; MAX_LOG_LINE - 1]);
+                stream
+            })
+            .collect();
+        let held = (heap_count::live() - before) as usize;
+        assert!(held < 64 << 10, "1,000 unfinished lines hold {held} bytes");
+        drop(streams);
     }
 }
