@@ -742,6 +742,9 @@ pub struct Connection {
     legacy: AtomicBool,
     /// Whether a stream of this connection gets 2025-era tool list changes (one at most).
     following: Arc<AtomicBool>,
+    /// When a stream last stopped following it: a 2025-era session followed for hours is
+    /// used until then, not idle since the stream opened.
+    followed_until: std::sync::Mutex<Option<std::time::Instant>>,
     /// Turns true when the 2025-era session this connection serves ends (DELETE, or
     /// closed to make room): its stream of list changes ends with it.
     session_ended: tokio::sync::watch::Sender<bool>,
@@ -840,6 +843,7 @@ impl Connection {
             server,
             legacy: AtomicBool::new(false),
             following: Arc::default(),
+            followed_until: std::sync::Mutex::default(),
             session_ended: tokio::sync::watch::Sender::new(false),
             in_flight: Mutex::new(HashMap::new()),
             tenant,
@@ -1784,9 +1788,16 @@ impl Connection {
                 }
             }
             drop(slot);
+            *connection.followed_until.lock().unwrap_or_else(std::sync::PoisonError::into_inner) =
+                Some(std::time::Instant::now());
             following.store(false, Ordering::Release);
         });
         Ok(())
+    }
+
+    /// When a stream last stopped following this connection's list changes, if one did.
+    pub fn followed_until(&self) -> Option<std::time::Instant> {
+        *self.followed_until.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Whether a stream follows this connection's list changes.
@@ -2065,6 +2076,23 @@ const WAITING_CALLS_BLOCKING_THREADS: usize = 32;
 /// busy. Any process may lower its own threads' priority.
 fn lower_priority() {
     crate::runtime::engine::lower_thread_priority();
+}
+
+#[cfg(test)]
+impl Server {
+    /// A server of the smallest pool and no components, for tests of what surrounds calls.
+    pub(crate) fn with_no_components() -> Arc<Self> {
+        use crate::runtime::engine::EngineSettings;
+        let engine = EngineSettings {
+            max_concurrent_calls: 1,
+            max_memory_bytes: 1 << 20,
+            cache_dir: None,
+            ..EngineSettings::default()
+        };
+        let runtime = Runtime::new(crate::runtime::RuntimeSettings { engine, ..Default::default() })
+            .expect("the smallest runtime starts");
+        Self::new(Arc::new(runtime), Duration::from_millis(50))
+    }
 }
 
 #[cfg(test)]

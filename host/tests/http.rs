@@ -565,6 +565,10 @@ fn a_legacy_client_gets_a_session_whose_cancellations_reach_its_calls() {
         post_legacy(&unversioned, &call.to_string()).messages[0]["result"]["content"][0]["text"],
         "old"
     );
+    // ...and so is one naming the version a missing header stands for (the conformance
+    // suite's 2025 scenarios send it on every session request).
+    let assumed = [base[0], base[1], ("MCP-Protocol-Version", "2025-03-26"), ("Mcp-Session-Id", &session)];
+    assert_eq!(post_legacy(&assumed, &call.to_string()).messages[0]["result"]["content"][0]["text"], "old");
 
     // A long call, then its cancellation as a POST of its own: the call stops, its answer
     // stream ends with nothing, and cleanup releases the lock.
@@ -578,6 +582,18 @@ fn a_legacy_client_gets_a_session_whose_cancellations_reach_its_calls() {
     let started = Instant::now();
     while !server.locks().contains("spin") {
         assert!(started.elapsed() < Duration::from_secs(5));
+    }
+    // A 2026-07-28 cancellation ignores the session id it carries, as its requests do: it
+    // reaches no session, and the session's call 3 runs on.
+    let modern_cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 3, "_meta": meta()}});
+    let unversioned = [base[0], base[1], ("Mcp-Session-Id", session.as_str())];
+    assert_eq!(post_legacy(&unversioned, &modern_cancel.to_string()).status, 202);
+    let watched = Instant::now();
+    while watched.elapsed() < Duration::from_millis(500) {
+        assert!(
+            server.locks().contains("spin") && !long.is_finished(),
+            "a 2026 notification cancelled a session's call"
+        );
     }
     let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 3}});
     assert_eq!(post_legacy(&legacy, &cancel.to_string()).status, 202);

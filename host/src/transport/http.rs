@@ -479,9 +479,7 @@ impl Sessions {
         // Idle sessions go, unless a stream still follows them; what goes, ends. (Between
         // sweeps, `get` ends an idle session it is asked for.)
         if sweep {
-            let idle = live.remove_unless(|session, used| {
-                now.duration_since(used) < SESSION_IDLE || session.is_following()
-            });
+            let idle = live.remove_unless(|session, used| !is_idle(session, used, now));
             idle.iter().for_each(|session| session.end_session());
         }
         let closing = live.to_close(&owner, MAX_SESSIONS, SessionOwner::cap(owner.as_ref())).cloned();
@@ -502,7 +500,7 @@ impl Sessions {
             return None;
         }
         let now = std::time::Instant::now();
-        if now.duration_since(used) >= SESSION_IDLE && !connection.is_following() {
+        if is_idle(connection, used, now) {
             live.remove(id)?.end_session();
             return None;
         }
@@ -519,6 +517,13 @@ impl Sessions {
         }
         live.remove(id).map(|connection| connection.end_session()).is_some()
     }
+}
+
+/// Whether a session last used at `used` has been idle for [`SESSION_IDLE`] by `now`: no
+/// request and no stream following it in that time.
+fn is_idle(session: &Connection, used: std::time::Instant, now: std::time::Instant) -> bool {
+    let used = session.followed_until().map_or(used, |followed| followed.max(used));
+    now.duration_since(used) >= SESSION_IDLE && !session.is_following()
 }
 
 /// What every HTTP request shares.
@@ -1149,7 +1154,8 @@ async fn serve_request(
                 {
                     return Err(plain(StatusCode::BAD_REQUEST, &problem));
                 }
-                Some(connection) => {
+                // ...and reaches no session: it cancels nothing of one.
+                Some(connection) if !notification_is_modern(&notification) => {
                     let admitted = Admitted { message: notification, charge };
                     // Nothing answers a notification: what it sends goes nowhere.
                     connection.handle_admitted(admitted, &Outbox::channel(server, 1).0).await
@@ -1170,7 +1176,7 @@ async fn serve_request(
                     );
                     return Err(rpc_error(StatusCode::BAD_REQUEST, None, &error));
                 }
-                None => {}
+                Some(_) | None => {}
             }
             return Ok(empty(StatusCode::ACCEPTED));
         }
@@ -1516,13 +1522,18 @@ fn legacy_routing_problem(
     check_params()
 }
 
+/// The version a 2025-era request without `MCP-Protocol-Version` is taken to speak (the
+/// 2025-06-18 and 2025-11-25 transports say so). Such a request is served, so one that
+/// names it is too: clients of those eras (the conformance suite's among them) send it.
+const VERSION_WITHOUT_HEADER: &str = "2025-03-26";
+
 /// What is wrong with a 2025-era request's `MCP-Protocol-Version`, if it is sent and is
 /// not one of that era's versions: the 2025-06-18 and 2025-11-25 transports answer "an
 /// invalid or unsupported" one with 400 (one left out means the oldest, and is served).
 fn unsupported_legacy_version(headers: &HeaderMap) -> Option<String> {
     let sent = headers.get("mcp-protocol-version")?;
     let version = sent.to_str().map(str::trim).unwrap_or_default();
-    if mcp::LEGACY_VERSIONS.contains(&version) {
+    if mcp::LEGACY_VERSIONS.contains(&version) || version == VERSION_WITHOUT_HEADER {
         return None;
     }
     // Quoted only when short: a header may be kilobytes long.
@@ -2055,6 +2066,30 @@ impl Body for ResponseBody {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A 2025-era session whose GET stream followed it past the idle time is in use until
+    /// the stream ends: before, it counted as idle since the GET opened, and the client's
+    /// reconnecting GET (after a network blip, or its token's expiry) got 404.
+    #[tokio::test]
+    async fn a_session_followed_past_the_idle_time_survives_its_stream_ending() {
+        let server = Server::with_no_components();
+        let sessions = Sessions::default();
+        let session = Connection::new(server.clone());
+        session.set_peer("127.0.0.1".parse().unwrap());
+        let id = sessions.open(session.clone());
+        let (outbox, stream) = Outbox::channel(&server, 16);
+        session.follow_tool_changes(outbox, None).unwrap();
+        // The GET was the session's last request, two idle times ago.
+        let opened = std::time::Instant::now().checked_sub(2 * SESSION_IDLE).expect("uptime");
+        sessions.live.lock().unwrap().touch(&id, opened);
+        drop(stream);
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while session.is_following() {
+            assert!(tokio::time::Instant::now() < deadline, "the stream never ended");
+            tokio::task::yield_now().await;
+        }
+        assert!(sessions.get(&id, |_| true).is_some(), "the session ended with its stream");
+    }
 
     #[test]
     fn two_callers_of_one_tenant_own_their_sessions_apart() {
