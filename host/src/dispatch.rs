@@ -1239,6 +1239,13 @@ impl Connection {
                 }
                 Ran::CancelledUnstarted(reserved) => {
                     let teardown = match (rounds > 1, reserved) {
+                        // A 2026-07-28 retry: its guest ran in the request before.
+                        (false, reserved)
+                            if let Some(retry) =
+                                feeds.retry.as_ref().filter(|retry| retry.brings_state()) =>
+                        {
+                            self.clean_up_cancelled_retry(id, tools, name, arguments, reserved, retry).await
+                        }
                         (false, _) => self.cancelled_before_first_round(id, name),
                         (true, reserved @ Some(_)) => {
                             stop_between_rounds(reserved, Outcome::Cancelled, None, name).await
@@ -1307,6 +1314,47 @@ impl Connection {
         let event = CallEnded::unstarted(self.call_tags(id), CallOutcome::Cancelled);
         self.server.runtime.report_unstarted(event, self.view(), Some(name));
         None
+    }
+
+    /// A 2026-07-28 retry cancelled before its guest ran: the guest of the request before
+    /// ran and sealed its state for the client, who now gives the call up, so it is
+    /// cleaned up with the note it sealed (the retry's `reserved` call has its state
+    /// opened; without one, waiting for a slot, it is opened here). A state that does not
+    /// open was never this call's: nothing is cleaned up for it.
+    async fn clean_up_cancelled_retry(
+        &self,
+        id: &RequestId,
+        tools: &ToolSet,
+        name: &str,
+        arguments: &Value,
+        reserved: Option<Call>,
+        retry: &input::Retry,
+    ) -> Option<Teardown> {
+        let call = match reserved {
+            Some(call) => call,
+            None => {
+                let cleaning = self.server.runtime.call_to_clean_up(
+                    tools,
+                    self.view(),
+                    name,
+                    arguments,
+                    self.call_tags(id),
+                );
+                let Some(call) = cleaning else { return self.cancelled_before_first_round(id, name) };
+                let component = call.component();
+                match retry.round_for(&self.server.sealer, || self.tool_binding(&component, name, arguments))
+                {
+                    Ok((round, _)) => call.with_input(round),
+                    Err(_) => return self.cancelled_before_first_round(id, name),
+                }
+            }
+        };
+        stop_between_rounds(Some(call), Outcome::Cancelled, None, name).await
+    }
+
+    /// What a tool call's sealed state is bound to.
+    fn tool_binding(&self, component: &str, name: &str, arguments: &Value) -> sealed::Binding {
+        sealed::Binding::new(component, format!("tools/call {name}"), self.holder(), arguments)
     }
 
     /// Stop a tool call whose guest ran a round, between rounds (`outcome`: why), and run
@@ -1483,9 +1531,7 @@ impl Connection {
                 // What a sealed state is bound to, made only when a state is opened or
                 // sealed: most calls do neither, and hashing the arguments is not free.
                 let component = call.component();
-                let holder = self.holder();
-                let binding =
-                    move || sealed::Binding::new(&component, format!("tools/call {name}"), holder, arguments);
+                let binding = move || self.tool_binding(&component, name, arguments);
                 match retry.round_for(&self.server.sealer, binding.clone()) {
                     Ok((round, number)) => {
                         let call = call.with_input(round);

@@ -23,8 +23,8 @@ const KEY: &str = "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1
 const OTHER_KEY: &str = "ff0102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f";
 
 /// A config serving the example tools, the conformance fixture and the hostile component,
-/// sealing with `key`, states valid `ttl_secs`.
-fn config(name: &str, key: &str, ttl_secs: u64) -> PathBuf {
+/// sealing with `key`, states valid `ttl_secs`; `extra` TOML ending its `[server]` table.
+fn config(name: &str, key: &str, ttl_secs: u64, extra: &str) -> PathBuf {
     let guests = cordon::paths::default_tools_dir();
     let path = |file: &str| {
         let path = guests.join(file);
@@ -36,7 +36,7 @@ fn config(name: &str, key: &str, ttl_secs: u64) -> PathBuf {
     std::fs::write(
         &config,
         format!(
-            "[server]\ncache = false\nrequest_state_key = {key:?}\nrequest_state_ttl_secs = {ttl_secs}\n\n\
+            "[server]\ncache = false\nrequest_state_key = {key:?}\nrequest_state_ttl_secs = {ttl_secs}\n{extra}\n\
              [[components]]\npath = {:?}\ndata_dir = \"examples\"\n\n\
              [[components]]\npath = {:?}\n\n\
              [[components]]\npath = {:?}\ndata_dir = \"hostile\"\nlimits = {{ cleanup_ms = 3000 }}\n",
@@ -58,7 +58,11 @@ struct Server {
 
 impl Server {
     fn start(name: &str, key: &str, ttl_secs: u64) -> Self {
-        let config = config(name, key, ttl_secs);
+        Self::start_with(name, key, ttl_secs, "")
+    }
+
+    fn start_with(name: &str, key: &str, ttl_secs: u64, extra: &str) -> Self {
+        let config = config(name, key, ttl_secs, extra);
         let mut command = Command::new(env!("CARGO_BIN_EXE_cordon"));
         command.args(["serve", "--http", "127.0.0.1:0", "--config"]).arg(&config);
         command.stdin(Stdio::null()).stdout(Stdio::null());
@@ -310,6 +314,57 @@ fn a_later_round_stopped_is_cleaned_up_with_the_note_an_earlier_round_left() {
     }
     drop(stream);
     server.wait_for_cleanup("Cancelled Some(\"reserved 42\")");
+}
+
+/// A retry cancelled while it waits for a call slot gives the call up: the guest of the
+/// request before ran and sealed its note, so its cleanup runs with it, a tool's as a
+/// prompt's. Before, a retry cancelled before its guest ran counted as a call that never
+/// started, and the reservation the note names was never undone.
+#[test]
+fn a_retry_cancelled_while_it_waits_for_a_slot_is_cleaned_up_with_the_sealed_note() {
+    let mut server = Server::start_with(
+        "mrtr-queued-retry",
+        KEY,
+        600,
+        "max_concurrent_calls = 1\nqueue_timeout_ms = 60000\n[http]\nsse_after_ms = 100\n",
+    );
+    let asked = call(&server, "note_then_ask", json!({}), EVERYTHING);
+    assert_eq!(asked["result"]["resultType"], "input_required", "{asked}");
+    let prompt = "test_input_required_result_prompt";
+    let (_, prompt_asked) = post(&server, "prompts/get", json!({"name": prompt}), EVERYTHING);
+    assert_eq!(prompt_asked["result"]["resultType"], "input_required", "{prompt_asked}");
+    // The only slot, held by a call that spins until its stream closes.
+    let spinning =
+        send(&server, "tools/call", json!({"name": "spin", "arguments": {"seconds": 600}}), EVERYTHING);
+    let lock = server.hostile_data.with_file_name("examples").join("locks").join("spin.lock");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !lock.exists() {
+        assert!(Instant::now() < deadline, "spin never took its lock");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // A retry waits for the slot; its answer turns into an event stream after 100 ms, so
+    // its head says the server holds it. Then the client gives up.
+    let give_up_waiting = |method: &str, params: Value| {
+        let waiting = send(&server, method, params, EVERYTHING);
+        waiting.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        let mut head = [0_u8; 12];
+        (&waiting).read_exact(&mut head).unwrap();
+        assert_eq!(&head, b"HTTP/1.1 200");
+    };
+    let params = retry_params("note_then_ask", json!({}), json!({"roots": {"roots": []}}), &asked);
+    give_up_waiting("tools/call", params);
+    server.wait_for_cleanup("Cancelled Some(\"reserved 42\")");
+    let answer = json!({"user_context": accept(json!({"context": "the changelog"}))});
+    let params = json!({"name": prompt, "inputResponses": answer, "requestState": prompt_asked["result"]["requestState"]});
+    give_up_waiting("prompts/get", params);
+    let ended = loop {
+        let line = server.process.wait_log("cleanup=\"completed\"");
+        if line.contains("tool=\"prompts/get\"") {
+            break line;
+        }
+    };
+    assert!(ended.contains("outcome=\"cancelled\""), "{ended}");
+    drop(spinning);
 }
 
 /// What a request uses within a capability is declared too: sampling with tools needs

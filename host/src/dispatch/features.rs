@@ -242,6 +242,20 @@ impl Connection {
                     if rounds > 1 {
                         return (None, clean_up(Outcome::Cancelled, note).await);
                     }
+                    // A 2026-07-28 retry: the guest of the request before ran and sealed
+                    // its note, so the prompt given up now is cleaned up with it (as a
+                    // tool's: `Connection::clean_up_cancelled_retry`).
+                    if let (Some(retry), Some((target, arguments))) =
+                        (retry.as_ref().filter(|retry| retry.brings_state()), &bound)
+                        && let Some(call) = runtime.feature_to_clean_up(tools, self.view(), request.clone(), self.call_tags(id))
+                    {
+                        let component = call.component();
+                        let binding = || Binding::new(&component, target.clone(), self.holder(), arguments);
+                        if let Ok((opened, _)) = retry.round_for(&self.server.sealer, binding) {
+                            let call = Some(call.with_input(opened));
+                            return (None, stop_between_rounds(call, Outcome::Cancelled, None, method).await);
+                        }
+                    }
                     runtime.report_unstarted(CallEnded::unstarted(self.call_tags(id), CallOutcome::Cancelled), self.view(), None);
                     return (None, None);
                 }
@@ -266,6 +280,7 @@ impl Connection {
                 limits.max_duration.map(|max| (tokio::time::Instant::now() + max, max))
             });
             let mut asking = None;
+            let retried = rounds == 1 && retry.as_ref().is_some_and(Retry::brings_state);
             let call = match (retry.take(), &bound, round.take()) {
                 (_, _, Some(round)) => call.with_input(round),
                 (Some(retry), Some((target, arguments)), None) => {
@@ -283,7 +298,8 @@ impl Connection {
                 _ => call,
             };
             if !self.attach_handle(id, call.handle()) {
-                if rounds > 1 {
+                // A later round, or a retry whose state just opened: a guest ran before.
+                if rounds > 1 || retried {
                     return (None, stop_between_rounds(Some(call), Outcome::Cancelled, None, method).await);
                 }
                 runtime.report_unstarted(

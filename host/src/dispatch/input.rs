@@ -124,6 +124,12 @@ impl Retry {
     /// arguments) with the answers to the keys it asked.
     ///
     /// `binding` is made only to open a state: a first round never hashes its arguments.
+    /// Whether it brings a state back: the guest ran in the request before, and what it
+    /// sealed (its note among it) is this call's to clean up with if this one stops.
+    pub(crate) fn brings_state(&self) -> bool {
+        self.request_state.is_some()
+    }
+
     pub(crate) fn round_for(
         &self,
         sealer: &Sealer,
