@@ -378,6 +378,7 @@ pub mod glue {
     use crate::Plugin;
 
     pub fn list_resources<P: Plugin>() -> wit_resources::Catalog {
+        crate::__private::install_panic_hook();
         wit_resources::Catalog {
             resources: P::resources().into_iter().map(|resource| resource.info).collect(),
             templates: P::resource_templates().into_iter().map(|template| template.info).collect(),
@@ -385,6 +386,7 @@ pub mod glue {
     }
 
     pub fn read<P: Plugin>(uri: &str) -> Result<wit_resources::ReadResult, wit_resources::ReadError> {
+        crate::__private::install_panic_hook();
         let (read, mime_type, ttl) =
             match P::resources().into_iter().find(|resource| resource.info.uri == uri) {
                 Some(resource) => ((resource.read)(), resource.info.mime_type, resource.ttl),
@@ -413,6 +415,7 @@ pub mod glue {
     }
 
     pub fn list_prompts<P: Plugin>() -> Vec<wit_prompts::PromptInfo> {
+        crate::__private::install_panic_hook();
         P::prompts().into_iter().map(|prompt| prompt.info).collect()
     }
 
@@ -421,6 +424,7 @@ pub mod glue {
         arguments: Vec<(String, String)>,
         round: crate::bindings::cordon::tool::input::InputRound,
     ) -> Result<wit_prompts::PromptReply, String> {
+        crate::__private::install_panic_hook();
         let prompt = P::prompts()
             .into_iter()
             .find(|prompt| prompt.info.name == name)
@@ -449,6 +453,7 @@ pub mod glue {
         value: &str,
         context: Vec<(String, String)>,
     ) -> Result<wit_completions::Completion, String> {
+        crate::__private::install_panic_hook();
         let context: BTreeMap<String, String> = context.into_iter().collect();
         let completers = match reference {
             wit_completions::Reference::Prompt(name) => P::prompts()

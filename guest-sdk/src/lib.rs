@@ -750,8 +750,9 @@ pub mod __private {
     /// A panic's message and location on stderr as one line, which the host quotes in the
     /// error the client sees and in the cleanup's trap reason (std's own hook writes three
     /// lines, the last a note about backtraces). Natively, std's hook stays: a test shows
-    /// panics as usual.
-    fn install_panic_hook() {
+    /// panics as usual. Every export calls it first: each request may run in a fresh
+    /// instance that never ran another export (a `resources/read` never lists tools).
+    pub(crate) fn install_panic_hook() {
         #[cfg(target_arch = "wasm32")]
         {
             static ONCE: std::sync::Once = std::sync::Once::new();

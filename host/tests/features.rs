@@ -365,6 +365,24 @@ fn a_spinning_read_or_prompt_is_stopped_by_its_timeout_and_by_a_cancel_and_clean
     // The next answer is the next request's: the cancelled ones were never answered.
     let after = server.request("prompts/list", json!({}));
     assert!(after["result"]["prompts"].is_array(), "{after}");
+
+    // A panic in a read or a prompt is told as the SDK tells a tool's: its message and
+    // where, to the client and to the cleanup. Before, only tool calls set the SDK's panic
+    // hook, and these quoted std's last line ("note: run with `RUST_BACKTRACE=1`...").
+    for (method, params, what) in [
+        ("resources/read", json!({"uri": "hostile://spin/panic-read"}), "reading panic-read"),
+        (
+            "prompts/get",
+            json!({"name": "spin", "arguments": {"label": "panic-prompt"}}),
+            "prompting panic-prompt",
+        ),
+    ] {
+        let crashed = server.request(method, params);
+        let message = error_of(&crashed, -32603);
+        assert!(message.contains("panicked at") && message.contains(what), "{crashed}");
+        let reason = wait_for_file(&hostile.join("cleanup-reason"), |text| text.contains(what));
+        assert!(reason.contains("panicked at") && !reason.contains("RUST_BACKTRACE"), "{reason}");
+    }
 }
 
 /// POST one 2026-07-28 request with every header right; the answer's messages are

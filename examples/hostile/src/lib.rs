@@ -93,7 +93,8 @@
 //!   cleanup note `reading <label>` and, granted `/data`, the file `/data/reading-<label>`
 //!   first), so only a hard stop ends the read.
 //! - the prompt `spin(label)` spins forever when got, as the template does when read
-//!   (note `prompting <label>`, file `/data/prompting-<label>`).
+//!   (note `prompting <label>`, file `/data/prompting-<label>`). With a label starting
+//!   `panic`, either panics with `reading <label>` or `prompting <label>` instead.
 //! - 150 resources `hostile://item/<n>`, more than one page of `resources/list`.
 //!
 //! Every tool answers with what it managed before the host refused, so a test sees where
@@ -939,6 +940,10 @@ fn progress_then_ask(_: Nothing, round: &Round) -> Result<Reply<String>, ToolErr
 /// `/data/<what>-<label>`, then spins.
 fn spin_leaving(what: &str, label: &str) -> ! {
     cordon_guest::set_cleanup_note(format!("{what} {label}").as_bytes());
+    // The SDK's one-line panic message, in a request that is no tool call.
+    if label.starts_with("panic") {
+        panic!("{what} {label}");
+    }
     let _ = std::fs::write(format!("{DATA}/{what}-{label}"), "");
     spin()
 }
