@@ -184,6 +184,10 @@ impl CheckThreads {
         self.overran.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(digest);
     }
 
+    fn forget_overrun(&self, digest: &[u8; 32]) {
+        self.overran.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(digest);
+    }
+
     /// Checker threads abandoned and still running, in the runtime.
     #[cfg(test)]
     pub(crate) fn abandoned(&self) -> usize {
@@ -207,7 +211,10 @@ pub(crate) struct Schema {
     costly: bool,
     /// The component's one permit to check off the caller's thread ([`CheckThreads`]).
     checker: Arc<Semaphore>,
-    /// Set once a check ran past its budget.
+    /// Set once a check ran past its budget, until its abandoned thread ends: a schema whose
+    /// check never ends is refused for good, but one that a client's large instance ran
+    /// over (a costly schema is costly per item) is checked again once that check is done,
+    /// rather than left uncallable for every tenant until a restart.
     overran: Arc<AtomicBool>,
     /// The SHA-256 of the schema's JSON text: how [`CheckThreads`] knows it again.
     digest: [u8; 32],
@@ -257,7 +264,11 @@ impl Schema {
     async fn check_within(&self, instance: &Value, budget: Duration) -> Check {
         let overran = || Check::Unchecked(format!("a check ran past {budget:?}: the schema is too costly"));
         if self.overran.load(Ordering::Relaxed) {
-            return overran();
+            // Another compile of the schema (a reload's) may have seen its check end.
+            if self.threads.ran_over(&self.digest) {
+                return overran();
+            }
+            self.overran.store(false, Ordering::Relaxed);
         }
         if !self.costly && self.nodes.saturating_mul(node_count(instance)) <= IN_PLACE_WORK {
             return check(&self.validator, instance);
@@ -291,14 +302,18 @@ impl Schema {
         let (answer, answered) = oneshot::channel();
         let (validator, owned) = (self.validator.clone(), instance.clone());
         let state = Arc::new(AtomicU8::new(RUNNING));
-        let (thread_state, abandoned) = (state.clone(), threads.abandoned.clone());
+        let (thread_state, thread_threads, thread_flag, digest) =
+            (state.clone(), threads.clone(), self.overran.clone(), self.digest);
         let spawned = std::thread::Builder::new().name("cordon-schema".into()).spawn(move || {
             // Behind every thread that serves calls, should it never end.
             super::engine::lower_thread_priority();
             let check = check(&validator, &owned);
             if thread_state.compare_exchange(RUNNING, FINISHED, Ordering::AcqRel, Ordering::Acquire).is_err()
             {
-                abandoned.take_back();
+                // Abandoned, and ended after all: the schema is checked again.
+                thread_threads.forget_overrun(&digest);
+                thread_flag.store(false, Ordering::Relaxed);
+                thread_threads.abandoned.take_back();
             }
             drop(permits);
             let _ = answer.send(check);
@@ -325,7 +340,7 @@ impl Schema {
                         threads.abandoned.take_back();
                     }
                     tracing::warn!(
-                        "a schema check ran past {budget:?}: its thread is abandoned, and the schema refuses every further check"
+                        "a schema check ran past {budget:?}: its thread is abandoned, and the schema refuses every check until it ends"
                     );
                 }
             }
@@ -480,6 +495,29 @@ mod tests {
         assert!(is_unchecked(&schema.check_within(&json!({"a": 1}), budget).await));
         assert!(started.elapsed() < Duration::from_secs(2), "answered at its budget");
         assert!(is_unchecked(&schema.check(&json!({"a": "x"})).await), "refused at once");
+    }
+
+    /// A schema costly per item, run over by one large instance (a client's): refused
+    /// while that check runs on, checked again once it ends. Before, the schema was
+    /// refused for good, so one client's request left a tool uncallable for every tenant.
+    #[tokio::test]
+    async fn a_check_that_ran_over_and_ended_after_all_lets_the_schema_be_checked_again() {
+        let threads = Arc::new(CheckThreads::default());
+        let per_item = doubling(8);
+        let schema =
+            json!({"type": "array", "items": per_item["properties"]["a"], "$defs": per_item["$defs"]});
+        let compiled = Schema::compile(&schema, &threads).unwrap();
+        // About a million steps: past a budget of nothing, done within seconds.
+        let large = Value::Array(vec![json!(1); 4_000]);
+        assert!(is_unchecked(&compiled.check_within(&large, Duration::ZERO).await));
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while threads.abandoned() > 0 {
+            assert!(std::time::Instant::now() < deadline, "the abandoned check never ended");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(compiled.check(&json!(["x"])).await, Check::Valid);
+        // A reload compiles it again: checked too.
+        assert_eq!(Schema::compile(&schema, &threads).unwrap().check(&json!(["x"])).await, Check::Valid);
     }
 
     #[tokio::test]
