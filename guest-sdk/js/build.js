@@ -9,9 +9,10 @@
 // 2. componentize-js runs that module in StarlingMonkey, snapshots the initialised engine
 //    (wizer) and wraps it as a component of the `cordon:tool/plugin` world (wit/).
 //
-// The component's WASI use is cut to what the host serves a tool: stdio (console output
-// goes to the operator's log), random, clocks. No fetch(): Cordon's HTTP grants are made
-// for the Rust SDK's client, and StarlingMonkey's fetch needs wasi:http's incoming side.
+// The component's WASI use is cut to what the host serves a tool: stdio (console.error's
+// stderr goes to the operator's log; console.log's stdout is discarded), random, clocks.
+// No fetch(): Cordon's HTTP grants are made for the Rust SDK's client, and
+// StarlingMonkey's fetch needs wasi:http's incoming side.
 
 import { mkdtemp, rm, stat, writeFile, mkdir } from "node:fs/promises";
 import { tmpdir } from "node:os";

@@ -98,7 +98,12 @@ export function clearCleanupNote() {
   host.setCleanupNote(new Uint8Array(0));
 }
 
-/** Write a line to the operator's log (not to the client); `level` is one of trace, debug, info, warn, error. */
+/**
+ * Write a line to the operator's log, tagged with the tool's name; `level` is one of trace,
+ * debug, info, warn, error. The line also reaches the client (a `notifications/message`)
+ * when the client asked for that level or a more severe one: keep secrets out of it, or
+ * write them with `console.error`, which only the operator's log gets.
+ */
 export function log(level, message) {
   if (!LOG_LEVELS.includes(level)) {
     throw new TypeError(`log level must be one of ${LOG_LEVELS.join(", ")}, not ${JSON.stringify(level)}`);
@@ -136,7 +141,9 @@ export class CallResult {
  * - `description`: what it does, for the model.
  * - `inputSchema`: JSON Schema of the arguments; its root is `type: "object"` (added when
  *   missing). The host validates every call's arguments against it before the tool runs;
- *   top-level `default`s are filled in for missing properties.
+ *   top-level `default`s are filled in for missing properties. An integer beyond
+ *   `Number.MAX_SAFE_INTEGER` (2^53 - 1) in magnitude fails the call rather than reach
+ *   `run` rounded: a client sends such numbers (ids, 64-bit counters) as strings.
  * - `run(args)`: the tool, sync or async. It returns a string (text content), a
  *   `CallResult`, or any other JSON value (sent as JSON text, and as structured content when
  *   `outputSchema` is given). What it throws becomes an error result.
@@ -194,9 +201,11 @@ export function defineTool(spec) {
  *
  * `cleanup(context)` runs exactly once, in a fresh instance with a short time budget, after
  * a call the host stopped (cancel, timeout, shutdown, trap) and not after one that returned.
- * `context` is `{ callId, tool, arguments, reason, trapMessage, note, noteText }`: `reason`
- * is one of "cancelled", "idle-timeout", "max-duration", "trapped", "out-of-memory",
- * "shutdown"; `note` the bytes left with `setCleanupNote` (`noteText` as text), if any.
+ * `context` is `{ callId, tool, arguments, reason, trapMessage, note, noteText }`:
+ * `arguments` parsed (null when they are not JSON or hold an integer JSON.parse would
+ * round); `reason` one of "cancelled", "idle-timeout", "max-duration", "trapped",
+ * "out-of-memory", "shutdown"; `note` the bytes left with `setCleanupNote` (`noteText` as
+ * text, undefined when they are not UTF-8), if any.
  */
 export function plugin({ tools, cleanup = () => {} } = {}) {
   if (!Array.isArray(tools) || tools.length === 0) {
@@ -231,6 +240,13 @@ export function plugin({ tools, cleanup = () => {} } = {}) {
       } catch (error) {
         return failure(`invalid arguments: ${error.message}`);
       }
+      const unsafe = unsafeInteger(argumentsText);
+      if (unsafe !== undefined) {
+        return failure(
+          `invalid arguments: the integer ${shortened(unsafe)} is beyond what JavaScript holds exactly ` +
+            "(2^53 - 1 in magnitude), and would be rounded; send such numbers as strings",
+        );
+      }
       if (args !== null && typeof args === "object" && !Array.isArray(args)) {
         for (const [key, value] of entry.defaults) {
           if (args[key] === undefined) {
@@ -255,7 +271,7 @@ export function plugin({ tools, cleanup = () => {} } = {}) {
         reason,
         trapMessage: reason === "trapped" ? context.reason.val : undefined,
         note: context.note,
-        noteText: context.note === undefined ? undefined : new TextDecoder().decode(context.note),
+        noteText: context.note === undefined ? undefined : utf8OrUndefined(context.note),
       });
       try {
         await handler();
@@ -287,12 +303,65 @@ function messageOf(error) {
   return String(error);
 }
 
+/** Parsed JSON, or null when it is not JSON or holds an integer JSON.parse would round. */
 function parseOrNull(text) {
   try {
-    return JSON.parse(text);
+    const value = JSON.parse(text);
+    return unsafeInteger(text) === undefined ? value : null;
   } catch {
     return null;
   }
+}
+
+/** `bytes` as UTF-8 text, or `undefined` when they are not UTF-8 (as the Rust SDK does). */
+function utf8OrUndefined(bytes) {
+  try {
+    return new TextDecoder("utf-8", { fatal: true }).decode(bytes);
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * The first integer literal in `text` (JSON that parsed) beyond Number.MAX_SAFE_INTEGER in
+ * magnitude, which JSON.parse silently rounds; undefined when there is none. One pass over
+ * the text, skipping the contents of strings (`"12345678901234567890"` is a string).
+ */
+function unsafeInteger(text) {
+  // The largest safe integer has 16 digits: without a run of 16 digits there is nothing to
+  // find, and most arguments end here, at the cost of one native search.
+  if (!/\d{16}/.test(text)) {
+    return undefined;
+  }
+  let at = 0;
+  while (at < text.length) {
+    const char = text[at];
+    if (char === '"') {
+      at++;
+      while (at < text.length && text[at] !== '"') {
+        at += text[at] === "\\" ? 2 : 1;
+      }
+      at++;
+    } else if (char === "-" || (char >= "0" && char <= "9")) {
+      const start = at;
+      while (at < text.length && "0123456789+-.eE".includes(text[at])) {
+        at++;
+      }
+      const literal = text.slice(start, at);
+      // A fraction or an exponent makes it a number the author expects as one.
+      if (/^-?\d+$/.test(literal) && !Number.isSafeInteger(Number(literal))) {
+        return literal;
+      }
+    } else {
+      at++;
+    }
+  }
+  return undefined;
+}
+
+/** A literal short enough for a message. */
+function shortened(literal) {
+  return literal.length <= 40 ? literal : `${literal.slice(0, 20)}... (${literal.length} characters)`;
 }
 
 function objectSchema(schema, where) {

@@ -49,7 +49,7 @@ export const STOP_REASONS = Object.freeze([
  *
  * What the tools asked for is kept in `progress` (`[done, total, message]` each), `logs`
  * (`[level, message]` each) and `note` (the cleanup note as it stands, a `Uint8Array`;
- * `noteText` as text).
+ * `noteText` as text, `undefined` when it is not UTF-8).
  */
 export class TestHost {
   constructor(tool, { cancelled = false, cancelAfterProgress = undefined, timeLeftMs = undefined } = {}) {
@@ -65,9 +65,14 @@ export class TestHost {
     this.note = new Uint8Array(0);
   }
 
-  /** The cleanup note as text. */
+  /** The cleanup note as text ("" when there is none), or `undefined` when it is not UTF-8. */
   get noteText() {
-    return new TextDecoder().decode(this.note);
+    // Fatal, as the component's `context.noteText`: never a note with U+FFFD in it.
+    try {
+      return new TextDecoder("utf-8", { fatal: true }).decode(this.note);
+    } catch {
+      return undefined;
+    }
   }
 
   /** Make `cancelled()` true from now on, as a client's cancel would. */

@@ -207,3 +207,64 @@ test("outside a test host nothing is cancelled and no limit applies", () => {
   assert.doesNotThrow(checkCancelled);
   assert.equal(timeLeft(), undefined);
 });
+
+test("an integer JavaScript would round fails the call instead of reaching run rounded", async () => {
+  const seen = [];
+  const ids = defineTool({
+    name: "ids",
+    description: "Takes ids.",
+    inputSchema: { properties: { id: {}, note: { type: "string" } } },
+    run(args) {
+      seen.push(args);
+      return "taken";
+    },
+  });
+  const tool = plugin({ tools: [ids] });
+  const refused = (literal) =>
+    `invalid arguments: the integer ${literal} is beyond what JavaScript holds exactly ` +
+    "(2^53 - 1 in magnitude), and would be rounded; send such numbers as strings";
+  // The export itself, given the text a client sent: no JavaScript value stringifies to it.
+  const call = (text) => tool.call("ids", text);
+  for (const literal of ["9007199254740992", "-9007199254740993", "18446744073709551615"]) {
+    assert.deepEqual(await call(`{"id": ${literal}}`), { tag: "err", val: refused(literal) });
+    assert.deepEqual(await call(`{"note": "x", "id": [1, {"deep": ${literal}}]}`), { tag: "err", val: refused(literal) });
+  }
+  const long = "1".repeat(400);
+  assert.deepEqual(await call(`{"id": ${long}}`), { tag: "err", val: refused(`${"1".repeat(20)}... (400 characters)`) });
+  await assert.rejects(new TestHost(tool).call("ids", { id: 2 ** 60 }), { message: refused("1152921504606847000") });
+  assert.deepEqual(seen, [], "run never saw a rounded number");
+  // The largest safe integers, numbers with a fraction or an exponent, digits inside strings
+  // (escaped quotes included) and keys are all fine.
+  const fine = [
+    '{"id": 9007199254740991}',
+    '{"id": -9007199254740991}',
+    '{"id": 12345678901234567890.5}',
+    '{"id": 1e300}',
+    '{"note": "18446744073709551615"}',
+    '{"note": "say \\"18446744073709551615\\" \\\\", "id": 1}',
+    '{"18446744073709551615": 1}',
+  ];
+  const taken = { tag: "ok", val: { content: [{ tag: "text", val: "taken" }], structured: undefined, isError: false } };
+  for (const text of fine) {
+    assert.deepEqual(await call(text), taken, text);
+  }
+  assert.equal(seen.length, fine.length);
+});
+
+test("cleanup gets no arguments JavaScript would round, and no note text that is not UTF-8", async () => {
+  const contexts = [];
+  const tool = plugin({ tools: [steps], cleanup: (context) => contexts.push(context) });
+  const host = new TestHost(tool);
+  const notUtf8 = new Uint8Array([0x66, 0xff, 0xfe]);
+  await host.cleanup("steps", { id: 2 ** 60 }, { note: notUtf8 });
+  assert.equal(contexts[0].arguments, null);
+  assert.deepEqual(contexts[0].note, notUtf8);
+  assert.equal(contexts[0].noteText, undefined, "not text, rather than text with U+FFFD in it");
+  await host.cleanup("steps", { id: 7 }, { note: "é" });
+  assert.deepEqual(contexts[1].arguments, { id: 7 });
+  assert.equal(contexts[1].noteText, "é");
+  host.setCleanupNote(notUtf8);
+  assert.equal(host.noteText, undefined);
+  host.setCleanupNote(new Uint8Array(0));
+  assert.equal(host.noteText, "");
+});

@@ -210,6 +210,34 @@ def test_parameters_the_schema_cannot_describe_are_refused(signature, problem):
         function_schema(namespace["tool"])
 
 
+@dataclasses.dataclass
+class Limit:
+    ceiling: float = float("inf")
+
+
+class Level(enum.Enum):
+    UNSET = float("nan")
+
+
+@pytest.mark.parametrize(
+    "signature, problem",
+    [
+        ("def tool(x: float = float('inf')): pass", r"parameter x: its default is not JSON: inf is not JSON \(it has no NaN or Infinity\)"),
+        ("def tool(x: list[float] = [1.0, float('nan')]): pass", "parameter x: its default is not JSON: nan"),
+        ("def tool(x: float = -float('inf')): pass", "-inf is not JSON"),
+        ("def tool(x: Limit): pass", "field Limit.ceiling: its default is not JSON: inf"),
+        ("def tool(x: Level): pass", "the value nan is not JSON"),
+        ("def tool(x: object = object()): pass", "parameter x: its default is not JSON: a object is not JSON"),
+    ],
+)
+def test_defaults_and_values_json_cannot_hold_are_refused(signature, problem):
+    # `json.dumps` would write them as NaN or Infinity, and the host refuses such a schema.
+    namespace = {"Limit": Limit, "Level": Level}
+    exec(signature, namespace)
+    with pytest.raises(SchemaError, match=problem):
+        function_schema(namespace["tool"])
+
+
 class Mode(enum.Enum):
     FAST = "fast"
 

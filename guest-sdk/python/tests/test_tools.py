@@ -206,7 +206,18 @@ def test_a_schema_over_the_host_s_limit_fails_at_definition():
             return choice
 
 
-def test_a_python_exception_is_the_call_s_error_text_and_its_traceback_is_logged():
+def test_a_default_json_cannot_hold_fails_at_definition():
+    with pytest.raises(SchemaError, match=r"^tool scale, parameter factor: its default is not JSON: inf is not JSON"):
+
+        @tool
+        def scale(factor: float = float("inf")) -> str:
+            """Scales."""
+            return str(factor)
+
+    assert TestHost.tools() == []
+
+
+def test_a_python_exception_is_the_call_s_error_text_and_its_traceback_goes_to_stderr(capsys):
     @tool
     def divide(a: float, b: float) -> str:
         """Divides."""
@@ -217,8 +228,9 @@ def test_a_python_exception_is_the_call_s_error_text_and_its_traceback_is_logged
             host.call("divide", {"a": 1, "b": 0})
     assert str(raised.value).startswith("ZeroDivisionError: float division by zero (test_tools.py, line ")
     assert str(raised.value).endswith(", in divide)")
-    [(level, traceback)] = host.logs
-    assert level == "error" and "Traceback" in traceback and "return str(a / b)" in traceback
+    assert host.logs == [], "a log line may reach the client: the traceback must not"
+    traceback = capsys.readouterr().err
+    assert "Traceback" in traceback and "return str(a / b)" in traceback
 
 
 def test_tool_errors_and_bad_arguments_are_the_error_text_as_given():
@@ -290,7 +302,7 @@ def test_the_cleanup_handler_gets_the_note_the_call_left():
         TestHost().cleanup("hold", reason="bored")
 
 
-def test_a_failing_cleanup_handler_is_logged_and_raised_so_the_host_reports_it_failed():
+def test_a_failing_cleanup_handler_is_logged_and_raised_so_the_host_reports_it_failed(capsys):
     @cleanup
     def broken(context: CleanupContext) -> None:
         raise RuntimeError("disk gone")
@@ -298,7 +310,8 @@ def test_a_failing_cleanup_handler_is_logged_and_raised_so_the_host_reports_it_f
     with TestHost() as host:
         with pytest.raises(RuntimeError, match="disk gone"):
             host.cleanup("any", reason="trapped", note=b"x")
-    assert host.logs[0][0] == "error" and "RuntimeError: disk gone" in host.logs[0][1]
+    assert host.logs == []
+    assert "RuntimeError: disk gone" in capsys.readouterr().err, "stderr is the operator's log"
 
 
 def test_log_levels_and_the_logging_handler():
@@ -337,3 +350,114 @@ def test_running_out_of_memory_says_which_limit():
 
     with TestHost() as host, pytest.raises(ToolError, match=r"^MemoryError: out of memory \(the call reached its memory limit, `memory_mb`"):
         host.call("hungry")
+
+
+@dataclasses.dataclass
+class Positive:
+    value: int
+
+    def __post_init__(self) -> None:
+        if self.value == 0:
+            raise ToolError("zero is not welcome")
+        if self.value < 0:
+            raise ValueError(f"{self.value} is not positive")
+
+
+def test_any_exception_while_reading_the_arguments_is_the_call_s_error(capsys):
+    @tool
+    def take(number: Positive) -> str:
+        """Takes a positive number."""
+        return str(number.value)
+
+    @tool
+    def anything(value: list) -> str:
+        """Takes any list."""
+        return "taken"
+
+    with TestHost() as host:
+        assert host.call("take", {"number": {"value": 2}}).text == "2"
+        with pytest.raises(ToolError) as raised:
+            host.call("take", {"number": {"value": -1}})
+        assert str(raised.value).startswith("invalid arguments: number: ValueError: -1 is not positive (test_tools.py")
+        assert str(raised.value).endswith(", in __post_init__)")
+        assert "Traceback" in capsys.readouterr().err
+        with pytest.raises(ToolError, match="^zero is not welcome$"):
+            host.call("take", {"number": {"value": 0}})
+        # Nesting deeper than Python's parser recurses (the host's schema check comes first
+        # in a component; a native caller may send anything).
+        deep = '{"value": ' + "[" * 100_000 + "]" * 100_000 + "}"
+        with pytest.raises(ToolError, match="^invalid arguments: RecursionError: "):
+            cordon_guest._call("anything", deep)
+    assert host.logs == []
+
+
+def test_any_exception_while_converting_the_result_is_the_call_s_error():
+    @tool
+    def cyclic() -> object:
+        """Returns a list that holds itself."""
+        loop: list = []
+        loop.append(loop)
+        return loop
+
+    with TestHost() as host, pytest.raises(ToolError, match="^tool cyclic returned what JSON cannot hold: RecursionError: "):
+        host.call("cyclic")
+
+
+@pytest.mark.parametrize(
+    "result, problem",
+    [
+        (CallResult(content=["plain str"]), "a str is not content"),
+        (CallResult(content=[Text(7)]), "Text.text must be str, not int"),
+        (CallResult(content=[Image("png", "image/png")]), "Image.data must be bytes, not str"),
+        (CallResult(structured={"when": object()}), "a object is not JSON"),
+        (CallResult(structured=[float("nan")]), r"nan is not JSON \(it has no NaN or Infinity\)"),
+    ],
+)
+def test_a_result_the_component_cannot_send_fails_natively_too(result, problem):
+    @tool
+    def malformed() -> CallResult:
+        """Returns what it is given."""
+        return result
+
+    with TestHost() as host, pytest.raises(ToolError, match=f"^tool malformed returned a malformed result: {problem}"):
+        host.call("malformed")
+
+
+def test_a_result_with_optional_fields_unset_or_bytes_of_any_kind_is_sent():
+    from cordon_guest import EmbeddedResource, ResourceLink
+
+    @tool
+    def shapes() -> CallResult:
+        """Every item with its optional fields unset."""
+        return CallResult(
+            [
+                ResourceLink("file:///a", "a"),
+                EmbeddedResource("file:///b", blob=bytearray(b"b")),
+                Image(memoryview(b"i"), "image/png"),
+            ],
+            structured={"n": 1},
+            is_error=1,
+        )
+
+    with TestHost() as host:
+        assert len(host.call("shapes").content) == 3
+        content, structured, is_error = cordon_guest._encoded("shapes", host.call("shapes"))
+    assert (structured, is_error) == ('{"n": 1}', True)
+
+
+def test_nan_and_infinity_in_a_result_are_the_call_s_error_not_json_the_host_refuses():
+    @tool
+    def ratio() -> float:
+        """A number."""
+        return float("inf")
+
+    @tool
+    def stats() -> dict[str, float]:
+        """Structured output."""
+        return {"mean": float("nan")}
+
+    with TestHost() as host:
+        with pytest.raises(ToolError, match=r"^tool ratio returned what JSON cannot hold: inf is not JSON \(it has no NaN or Infinity\)$"):
+            host.call("ratio")
+        with pytest.raises(ToolError, match=r"^tool stats returned what JSON cannot hold: nan is not JSON"):
+            host.call("stats")

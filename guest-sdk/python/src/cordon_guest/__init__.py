@@ -43,7 +43,8 @@ is the component's export, which componentize-py looks up there.
   its schema advertised as the tool's output schema, and its JSON as text), a `CallResult`,
   or `None`; anything else JSON can hold is sent as JSON text.
 - `raise ToolError("...")` fails the call with a message the model sees; any other
-  exception does too (its type and message; the traceback goes to the operator's log).
+  exception does too (its type and message; the traceback goes to stderr, which only the
+  operator's log gets).
 - Everything runs when the component is built: module-level code, imports and the schemas
   are snapshotted, so a call starts with them ready, and a mistake in a tool's definition
   fails the build. Import what a tool needs at the top of the module: a call has no
@@ -60,6 +61,7 @@ import dataclasses
 import json
 import logging
 import re
+import sys
 import traceback
 import typing
 from typing import Any, Callable, Optional, TypeVar, Union, overload
@@ -153,16 +155,20 @@ def clear_cleanup_note() -> None:
 
 
 def log(level: str, message: str) -> None:
-    """Write a line to the operator's log (not to the client), tagged with the tool's name.
-    `level` is one of `trace`, `debug`, `info`, `warn`, `error`."""
+    """Write a line to the operator's log, tagged with the tool's name. `level` is one of
+    `trace`, `debug`, `info`, `warn`, `error`.
+
+    The line also reaches the client (a `notifications/message`) when the client asked for
+    that level or a more severe one: keep secrets and internals out of it, or write them to
+    `sys.stderr`, which only the operator's log gets."""
     if level not in _host.LEVELS:
         raise ValueError(f"log level {level!r} is not one of {', '.join(_host.LEVELS)}")
     _host.current.log(level, message)
 
 
 class LogHandler(logging.Handler):
-    """Send Python `logging` records to the operator's log:
-    `logging.getLogger().addHandler(LogHandler())`."""
+    """Send Python `logging` records through `log` (so to the operator's log, and to a client
+    that asked for their level): `logging.getLogger().addHandler(LogHandler())`."""
 
     def emit(self, record: logging.LogRecord) -> None:
         if record.levelno >= logging.ERROR:
@@ -394,13 +400,13 @@ def tool(
         objects = is_object_type(return_hint) and return_hint not in _RESULT_TYPES
         if objects or is_container_type(return_hint):
             try:
-                output_schema = json.dumps(type_schema(return_hint, f"tool {tool_name}, return type"))
+                output_schema = json.dumps(type_schema(return_hint, f"tool {tool_name}, return type"), allow_nan=False)
             except SchemaError:
                 # A container JSON holds but no schema describes (`dict[int, str]`, a
                 # recursive type) is sent as text only; a class must have a schema.
                 if objects:
                     raise
-        encoded_input = json.dumps(input_schema)
+        encoded_input = json.dumps(input_schema, allow_nan=False)
         for which, schema in (("input", encoded_input), ("output", output_schema)):
             if schema is not None and len(schema.encode()) > _MAX_SCHEMA_BYTES:
                 raise SchemaError(f"tool {tool_name}: its {which} schema is over the host's 64 KiB")
@@ -469,6 +475,8 @@ def _call(name: str, arguments: str) -> CallResult:
         values = json.loads(arguments)
     except json.JSONDecodeError as error:
         raise ToolError(f"invalid arguments: {error}") from None
+    except Exception as error:  # noqa: BLE001 - nesting too deep, an integer too long: not a trap
+        raise ToolError(f"invalid arguments: {_describe_exception(error)}") from None
     if not isinstance(values, dict):
         raise ToolError("invalid arguments: expected a JSON object")
     keywords = {}
@@ -476,8 +484,12 @@ def _call(name: str, arguments: str) -> CallResult:
         if parameter.name in values:
             try:
                 keywords[parameter.name] = from_json(parameter.hint, values[parameter.name], parameter.name)
+            except ToolError:
+                raise  # the author's own words, from a dataclass's `__post_init__`
             except TypeError as error:
                 raise ToolError(f"invalid arguments: {error}") from None
+            except Exception as error:  # noqa: BLE001 - a `__post_init__` that raises, a RecursionError
+                raise ToolError(f"invalid arguments: {parameter.name}: {_describe_exception(error)}") from None
         elif parameter.required:
             raise ToolError(f"invalid arguments: missing {parameter.name}")
     try:
@@ -490,17 +502,19 @@ def _call(name: str, arguments: str) -> CallResult:
 
 
 def _describe_exception(error: BaseException) -> str:
-    """`ZeroDivisionError: division by zero (app.py, line 12, in ratio)`; the traceback
-    goes to the operator's log."""
+    """`ZeroDivisionError: division by zero (app.py, line 12, in ratio)`, for the client; the
+    traceback goes to stderr, which only the operator's log gets (a `log` line may reach
+    the client, and a traceback shows the code and its paths)."""
     frames = traceback.extract_tb(error.__traceback__)
     where = ""
     if frames:
         last = frames[-1]
         where = f" ({last.filename.rsplit('/', 1)[-1]}, line {last.lineno}, in {last.name})"
-    details = "".join(traceback.format_exception(type(error), error, error.__traceback__))
     try:
-        _host.current.log("error", details.rstrip())
-    except Exception:  # noqa: BLE001 - a log that fails must not hide the error itself
+        traceback.print_exception(type(error), error, error.__traceback__, file=sys.stderr)
+        # The instance is dropped when the call returns: nothing may wait in a buffer.
+        sys.stderr.flush()
+    except Exception:  # noqa: BLE001 - a write that fails must not hide the error itself
         pass
     message = str(error)
     if isinstance(error, MemoryError) and not message:
@@ -520,12 +534,52 @@ def _result(spec: _ToolSpec, returned: Any) -> CallResult:
         return CallResult([returned])
     try:
         value = to_json(returned)
+        text = json.dumps(value, ensure_ascii=False, allow_nan=False)
     except TypeError as error:
         raise ToolError(f"tool {spec.name} returned what JSON cannot hold: {error}") from None
-    text = json.dumps(value, ensure_ascii=False)
+    except Exception as error:  # noqa: BLE001 - a cycle (RecursionError), an integer too long to write
+        raise ToolError(f"tool {spec.name} returned what JSON cannot hold: {_describe_exception(error)}") from None
     if spec.output_schema is not None:
         return CallResult([Text(text)], structured=value)
     return CallResult([Text(text)])
+
+
+def _encoded(name: str, result: CallResult) -> tuple[list[Content], Optional[str], bool]:
+    """What the component sends for `result`: its content items, checked, its structured
+    output as JSON text, and its error flag. A result the host cannot take raises
+    ToolError, so the call fails with a message rather than trapping the instance (and
+    `TestHost.call` runs this too, so it fails natively as well)."""
+    try:
+        content = list(result.content)
+        for item in content:
+            _check_content(item)
+        structured = None
+        if result.structured is not None:
+            structured = json.dumps(to_json(result.structured), allow_nan=False)
+    except TypeError as error:
+        raise ToolError(f"tool {name} returned a malformed result: {error}") from None
+    except Exception as error:  # noqa: BLE001 - a cycle (RecursionError): the tool's error
+        raise ToolError(f"tool {name} returned a malformed result: {_describe_exception(error)}") from None
+    return content, structured, bool(result.is_error)
+
+
+_BYTES = (bytes, bytearray, memoryview)
+
+
+def _check_content(item: Any) -> None:
+    """Raise TypeError unless `item` is a content item whose fields the WIT types take: a
+    field the component cannot lower would trap it."""
+    if not isinstance(item, (Text, Image, Audio, ResourceLink, EmbeddedResource)):
+        raise TypeError(f"a {type(item).__name__} is not content (Text, Image, Audio, ResourceLink, EmbeddedResource)")
+    for field in dataclasses.fields(item):
+        value = getattr(item, field.name)
+        # The fields that default to None are the optional ones.
+        if value is None and field.default is None:
+            continue
+        binary = field.name in ("data", "blob")
+        if not isinstance(value, _BYTES if binary else str):
+            kind = "bytes" if binary else "str"
+            raise TypeError(f"{type(item).__name__}.{field.name} must be {kind}, not {type(value).__name__}")
 
 
 def _run_cleanup(context: CleanupContext) -> None:
@@ -534,9 +588,10 @@ def _run_cleanup(context: CleanupContext) -> None:
     try:
         _cleanup(context)
     except BaseException as error:
-        # Logged with its traceback, then raised on: the component traps and the host
-        # reports the cleanup as failed (as a Rust handler's panic or a JavaScript
-        # handler's throw), so the operator's log and metrics never count it completed.
+        # Its traceback to stderr (the operator's log), then raised on: the component traps
+        # and the host reports the cleanup as failed (as a Rust handler's panic or a
+        # JavaScript handler's throw), so the operator's log and metrics never count it
+        # completed.
         _describe_exception(error)
         raise
 
@@ -570,18 +625,19 @@ if _host.IN_COMPONENT:
             ]
 
         def call(self, name: str, arguments: str) -> Any:
+            # Only an `Err` is the call's error: any exception that escapes traps the
+            # instance, and the host reports a crash instead of the tool's error.
             try:
-                result = _call(name, arguments)
+                content, structured, is_error = _encoded(name, _call(name, arguments))
+                return _types.CallResult(
+                    content=[_wit_content(item) for item in content],
+                    structured=structured,
+                    is_error=is_error,
+                )
             except ToolError as error:
                 raise _Err(error.message) from None
-            try:
-                return _types.CallResult(
-                    content=[_wit_content(item) for item in result.content],
-                    structured=None if result.structured is None else json.dumps(to_json(result.structured)),
-                    is_error=result.is_error,
-                )
-            except Exception as error:  # noqa: BLE001 - a malformed CallResult is the tool's error
-                raise _Err(f"tool {name} returned a malformed result: {_describe_exception(error)}") from None
+            except Exception as error:  # noqa: BLE001 - whatever else escaped is the call's error too
+                raise _Err(f"tool {name} failed: {_describe_exception(error)}") from None
 
         def cleanup(self, context: Any) -> None:
             reason = type(context.reason).__name__.split("_", 1)[1]

@@ -12,7 +12,8 @@ A tool's parameters become the properties of its input schema. What each type hi
 - `Any`: any JSON value
 - `Annotated[T, "text"]`: `T`, described by the text
 
-A parameter without a default is required; a default is shown as `default`. Descriptions
+A parameter without a default is required; a default is shown as `default` (so it must be
+JSON: not NaN or Infinity, which JSON has no numbers for). Descriptions
 come from `Annotated` text first, then from the docstring's `Args:` section (or
 `Attributes:` for a class). Recursive classes and types not listed are refused with an
 error that names the parameter, when the tool is defined (so at build time).
@@ -23,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import inspect
+import math
 import re
 import typing
 from collections.abc import Sequence
@@ -72,7 +74,7 @@ def function_schema(function: Callable[..., Any]) -> tuple[dict[str, Any], list[
         _describe(schema, hint, docs["args"].get(parameter.name))
         has_default = parameter.default is not parameter.empty
         if has_default:
-            schema["default"] = to_json(parameter.default)
+            schema["default"] = _default(parameter.default, f"{where}, parameter {parameter.name}")
         else:
             required.append(parameter.name)
         properties[parameter.name] = schema
@@ -143,10 +145,21 @@ def type_schema(hint: Any, where: str = "type", _seen: tuple[type, ...] = ()) ->
     )
 
 
+def _default(value: Any, where: str) -> Any:
+    """A default as JSON for the schema; one JSON cannot hold (a NaN, an Infinity) is
+    refused here, at build time: the host refuses a schema that is not JSON."""
+    try:
+        return to_json(value)
+    except TypeError as error:
+        raise SchemaError(f"{where}: its default is not JSON: {error}") from None
+
+
 def _enum_schema(values: list[Any], where: str) -> dict[str, Any]:
     for value in values:
         if not isinstance(value, (str, int, float, bool)) and value is not None:
             raise SchemaError(f"{where}: the value {value!r} is not JSON")
+        if isinstance(value, float) and not math.isfinite(value):
+            raise SchemaError(f"{where}: the value {value!r} is not JSON (it has no NaN or Infinity)")
     schema: dict[str, Any] = {"enum": values}
     kinds = {_json_type(value) for value in values}
     if len(kinds) == 1:
@@ -189,12 +202,13 @@ def _class_schema(cls: type, where: str, seen: tuple[type, ...]) -> dict[str, An
             if not field.init:
                 continue
             hint = hints[field.name]
-            schema = type_schema(hint, f"{where}, field {cls.__name__}.{field.name}", seen)
+            field_where = f"{where}, field {cls.__name__}.{field.name}"
+            schema = type_schema(hint, field_where, seen)
             _describe(schema, hint, docs["args"].get(field.name))
             if field.default is not dataclasses.MISSING:
-                schema["default"] = to_json(field.default)
+                schema["default"] = _default(field.default, field_where)
             elif field.default_factory is not dataclasses.MISSING:
-                schema["default"] = to_json(field.default_factory())
+                schema["default"] = _default(field.default_factory(), field_where)
             else:
                 required.append(field.name)
             properties[field.name] = schema
@@ -368,6 +382,7 @@ def from_json(hint: Any, value: Any, where: str) -> Any:
                 return hint(**known)
             except TypeError as error:  # a required field missing
                 raise TypeError(f"{where}: {error}") from None
+            # Anything else its `__post_init__` raises goes up to the call, which reports it.
         return {name: from_json(hints[name], item, f"{where}.{name}") for name, item in value.items() if name in hints}
     raise TypeError(f"{where}: cannot read a {_name(hint)} from JSON")
 
@@ -379,7 +394,9 @@ def _json_name(value: Any) -> str:
 
 def to_json(value: Any) -> Any:
     """`value` as plain JSON data: dataclasses become objects, enums their values, tuples
-    and sets arrays. Anything else that `json` cannot write is refused."""
+    and sets arrays. Anything else JSON cannot hold is refused with a TypeError: NaN and
+    Infinity too, which `json` would write although JSON has no such numbers (and the host
+    refuses them)."""
     if isinstance(value, enum.Enum):
         return to_json(value.value)
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
@@ -388,6 +405,8 @@ def to_json(value: Any) -> Any:
         return {str(key): to_json(item) for key, item in value.items()}
     if isinstance(value, (list, tuple, set, frozenset)):
         return [to_json(item) for item in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        raise TypeError(f"{value!r} is not JSON (it has no NaN or Infinity)")
     if value is None or isinstance(value, (str, int, float, bool)):
         return value
     raise TypeError(f"a {type(value).__name__} is not JSON")

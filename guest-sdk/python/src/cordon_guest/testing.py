@@ -17,7 +17,8 @@
 
 `call` checks the arguments against the tool's schema as far as Python types go (the
 host checks the full JSON Schema); it returns the `CallResult` and raises `ToolError` (or
-`Cancelled`) as the component would report them.
+`Cancelled`) as the component would report them, a result the component could not send
+(content that is not content, structured output that is not JSON) included.
 """
 
 from __future__ import annotations
@@ -74,7 +75,11 @@ class TestHost:
 
     def call(self, tool: str, arguments: Optional[dict[str, Any]] = None) -> cordon_guest.CallResult:
         """Call `tool` with `arguments`, as the host would."""
-        return cordon_guest._call(tool, json.dumps(arguments or {}))
+        # The host sends JSON, which has no NaN or Infinity.
+        result = cordon_guest._call(tool, json.dumps(arguments or {}, allow_nan=False))
+        # Encoded as the component does, so a result it could not send fails here too.
+        cordon_guest._encoded(tool, result)
+        return result
 
     def cleanup(
         self,
