@@ -8,9 +8,11 @@
 //! request's charge behind as it goes into the channel, and may then wait there behind
 //! a queue of log lines for as long as a slow client takes to read them. Charged only
 //! when written, such answers (up to the result limit each, one per connection) were held
-//! by nothing the admission bound saw. Messages of [`CHARGED_MESSAGE_BYTES`] or more are
-//! charged to the bound, and to the tenant's and the client's shares ([`AnswerCharger`]),
-//! until the transport drops their bytes, written.
+//! by nothing the admission bound saw. Every notification, and every answer of
+//! [`CHARGED_MESSAGE_BYTES`] or more, is charged to the bound, and to the tenant's and the
+//! client's shares ([`AnswerCharger`]), until the transport drops their bytes, written. (A
+//! small answer is the one message its request leaves, after its request's charge: it
+//! goes uncharged, off every call's path.)
 
 use std::sync::Arc;
 
@@ -104,7 +106,9 @@ impl LineWriter {
     }
 }
 
-/// Messages at least this large are charged to the admission bound until written.
+/// Answers at least this large are charged to the admission bound until written (every
+/// notification is: a stream queues up to some 80 of them, and small ones uncharged let
+/// connections that never read hold hundreds of megabytes the bound never saw).
 const CHARGED_MESSAGE_BYTES: usize = 4 << 10;
 
 /// A message made into bytes for a channel's transport: as a server-sent event
@@ -177,7 +181,7 @@ impl AnswerCharger {
         let answer = message.id().is_some();
         let error_code = message.error().map(|error| error.code);
         let event = event_bytes(message);
-        if event.len() < CHARGED_MESSAGE_BYTES {
+        if answer && event.len() < CHARGED_MESSAGE_BYTES {
             return Framed { event: Bytes::from(event), answer, error_code };
         }
         let mut charge = self.server.admission().empty_for(self.tenant.as_deref(), self.client.as_ref());
@@ -285,5 +289,22 @@ mod tests {
             })
             .collect();
         assert_eq!(reasons, [long, "after".to_owned()]);
+    }
+
+    /// Small notifications waiting for a client that does not read are charged as large
+    /// ones are: 64 of 3.9 KB held before, charged to nothing.
+    #[tokio::test]
+    async fn notifications_waiting_to_be_read_are_charged_whatever_their_size() {
+        let server = Server::with_no_components();
+        let (out, unread) = Outbox::channel(&server, 64);
+        let reason = "x".repeat(3_900);
+        let id = RequestId::parse(&Value::from(7)).unwrap();
+        for _ in 0..64 {
+            out.send(Outgoing::Notification(mcp::listen_cancelled(&id, &reason))).await;
+        }
+        let used = server.admission().used();
+        assert!(used >= 64 * 3_900, "64 notifications unread hold {used} bytes of the bound");
+        drop(unread);
+        assert_eq!(server.admission().used(), 0, "given back once dropped");
     }
 }
