@@ -129,6 +129,36 @@ async fn memory_growth_is_refused_at_the_limit_and_reported_as_out_of_memory() {
     assert_eq!(run(&runtime, "hog").await.outcome, Outcome::OutOfMemory, "the runtime keeps serving");
 }
 
+/// A `memory_mb` above the pool's size for one memory (`server.max_memory_mb`) is a load
+/// error naming both. Before, it loaded: growth the limiter granted failed in the pool, so
+/// the guest's trap was told as a crash, not out of memory, and the failed growth stayed
+/// charged to the call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_memory_limit_above_the_pools_memory_size_is_a_load_error() {
+    let mut settings = common::settings(4);
+    settings.engine.max_memory_bytes = 16 << 20;
+    let mut runtime = Runtime::new(settings).unwrap();
+    let guest = WatGuest::new("hog", DONE_BODY);
+    let mut limits = quick_limits();
+    limits.memory_bytes = 64 << 20;
+    let options = ComponentOptions { limits: limits.clone(), ..ComponentOptions::default() };
+    let refused = runtime.load_bytes("hog", &guest.component(), options).await.unwrap_err().to_string();
+    assert!(
+        refused.contains("memory_mb = 64 for component hog is more than server.max_memory_mb = 16"),
+        "{refused}"
+    );
+    let mut tool_limits = limits.clone();
+    limits.memory_bytes = 16 << 20;
+    tool_limits.memory_bytes = 32 << 20;
+    let options = ComponentOptions {
+        limits,
+        tool_limits: [("hog".to_owned(), tool_limits)].into(),
+        ..ComponentOptions::default()
+    };
+    let refused = runtime.load_bytes("hog", &guest.component(), options).await.unwrap_err().to_string();
+    assert!(refused.contains("memory_mb = 32 for tool \"hog\" of component hog"), "{refused}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deep_recursion_traps_with_a_stack_overflow() {
     let guest = WatGuest::new("deep", "(call $recurse (i32.const 0))").extra(

@@ -752,6 +752,7 @@ impl Runtime {
         options: ComponentOptions,
         beside: Beside,
     ) -> Result<LoadedComponent, LoadError> {
+        self.check_memory_limits(name, origin, &options)?;
         // On the blocking pool: opening directories is file system work, and measuring a
         // quota walks a tree a guest filled (up to a name per 4 KiB of quota), which must
         // not hold up a thread that serves calls (a reload runs beside them).
@@ -804,6 +805,38 @@ impl Runtime {
         };
         self.list_into(&mut loaded, origin, plain_tools).await?;
         Ok(loaded)
+    }
+
+    /// Refuse a `memory_mb` (the component's, or a tool's) above the pool's size for one
+    /// linear memory (`server.max_memory_mb`): the limiter would grant growth the pool's
+    /// slot cannot hold, and the guest would see a failed grow it was told it may have
+    /// (its trap then told as a crash, not as out of memory).
+    fn check_memory_limits(
+        &self,
+        name: &str,
+        origin: &str,
+        options: &ComponentOptions,
+    ) -> Result<(), LoadError> {
+        let pool = self.settings.engine.max_memory_bytes;
+        let mut limits: Vec<(Option<&String>, &ToolLimits)> = vec![(None, &options.limits)];
+        limits.extend(options.tool_limits.iter().map(|(tool, limits)| (Some(tool), limits)));
+        limits.sort_by_key(|(tool, _)| *tool);
+        match limits.into_iter().find(|(_, limits)| limits.memory_bytes > pool) {
+            None => Ok(()),
+            Some((tool, limits)) => Err(LoadError::new(
+                origin,
+                format!(
+                    "memory_mb = {} {} is more than server.max_memory_mb = {}, the most one linear memory may take: \
+                     lower it or raise server.max_memory_mb",
+                    limits.memory_bytes >> 20,
+                    match tool {
+                        Some(tool) => format!("for tool {tool:?} of component {name}"),
+                        None => format!("for component {name}"),
+                    },
+                    pool >> 20,
+                ),
+            )),
+        }
     }
 
     /// Run `loaded`'s `list` (and a 0.2.0 component's resource and prompt lists) and keep
