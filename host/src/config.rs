@@ -112,7 +112,8 @@
 //! prefix = "Bearer "             # `secrets` are; a guest can use it with those hosts
 //! to = ["https://api.github.com"]     # only (never TRACE), and send it nowhere else
 //! limits = { memory_mb = 64, idle_timeout_ms = 60000, max_duration_ms = 300000 }
-//! # memory_mb counts all of the component's linear memories together. Also:
+//! # memory_mb counts all of the component's linear memories together (at most
+//! # server.max_memory_mb, 256 by default: the most one memory may take). Also:
 //! # table_elements, instances, tables, memories, hostcall_kb, result_kb, note_kb,
 //! # host_resources (10000), host_memory_kb (16384: file stream buffers and directory
 //! # listings the host holds for a call; the parsed structured output apart), open_files (256: files, directories and
@@ -592,7 +593,17 @@ fn invalid_config(path: &Path, text: &str, error: toml::de::Error) -> anyhow::Er
         let before = &text.as_bytes()[..span.start.min(text.len())];
         let line = before.iter().filter(|&&byte| byte == b'\n').count() + 1;
         let column = before.iter().rev().take_while(|&&byte| byte != b'\n').count() + 1;
-        format!(" (line {line}, column {column})")
+        // A value's error names no key: the key just before it, from its own line (its
+        // name only, never a value).
+        let on_line = &before[before.len() - (column - 1)..];
+        let key = String::from_utf8_lossy(on_line.trim_ascii_end().strip_suffix(b"=").unwrap_or_default())
+            .trim_end()
+            .rsplit(|c: char| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.')))
+            .next()
+            .filter(|key| !key.is_empty())
+            .map(|key| format!(", at `{key}`"))
+            .unwrap_or_default();
+        format!(" (line {line}, column {column}{key})")
     });
     anyhow::anyhow!(
         "{} is not a valid Cordon config{}: {}",

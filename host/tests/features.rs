@@ -255,6 +255,16 @@ fn both_worlds_are_served_at_once_and_every_new_method_answers_over_stdio() {
         json!({"name": "test_prompt_with_embedded_resource", "arguments": {"resourceUri": "test://x"}}),
     );
     assert_eq!(embedded["result"]["messages"][0]["content"]["resource"]["uri"], "test://x", "{embedded}");
+    // A URI that is no URI (the schema's `format: uri`) is the component's wrong answer,
+    // not a message a client that checks formats would refuse whole.
+    let relative = server.request(
+        "prompts/get",
+        json!({"name": "test_prompt_with_embedded_resource", "arguments": {"resourceUri": "notes/1"}}),
+    );
+    assert!(
+        error_of(&relative, -32603).contains("an embedded resource's URI \"notes/1\" is not a URI"),
+        "{relative}"
+    );
     let reindex = server
         .request("prompts/get", json!({"name": "reindex_collection", "arguments": {"collection": "books"}}));
     assert!(reindex["result"]["messages"][0]["content"]["text"].as_str().unwrap().contains("\"books\""));

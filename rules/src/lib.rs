@@ -15,12 +15,16 @@
 //! SDK's generated schemas always compile.)
 //!
 //! Resource templates ([`UriTemplate`]) live here too: the host routes a URI to the
-//! template it matches and the SDK reads the variables out of it, the same way.
+//! template it matches and the SDK reads the variables out of it, the same way. So do the
+//! URIs a component hands the host to send ([`check_uri`]): absolute, as the protocol's
+//! schema says.
 
 use std::fmt;
 
 mod template;
+mod uri;
 pub use template::{MAX_TEMPLATE_BYTES, Overlap, UriTemplate};
+pub use uri::{check_uri, check_uri_template};
 
 use serde_json::Value;
 

@@ -681,6 +681,8 @@ impl Call {
                 let (bytes, limit) = (self.note_result_bytes(answer.size()), self.limits.result_bytes);
                 if bytes > limit {
                     Outcome::ResultTooLarge { bytes, limit }
+                } else if let Some(problem) = answer.uri_problem() {
+                    Outcome::InvalidResult(problem)
                 } else {
                     Outcome::Answered(answer)
                 }
@@ -724,6 +726,9 @@ impl Call {
         let bytes = self.note_result_bytes(result_size(&result));
         if bytes > limit {
             return Outcome::ResultTooLarge { bytes, limit };
+        }
+        if let Some(problem) = super::features::uri_problem(&result.content) {
+            return Outcome::InvalidResult(problem);
         }
         // Parsed, a small text of many values takes many times its length (4 MiB of
         // `[0,0,…]` is 64 MiB as a `Value`), and a check on a thread of its own takes a copy:

@@ -113,6 +113,8 @@ impl Offered {
                     resource.uri, resource.name
                 )));
             }
+            cordon_rules::check_uri(&resource.uri)
+                .map_err(|why| problem(format!("resource {:?}: {why}", resource.uri)))?;
             if !seen.insert(resource.uri.as_str()) {
                 return Err(problem(format!("resource {:?} is listed twice", resource.uri)));
             }
@@ -161,6 +163,7 @@ pub struct Template {
 impl Template {
     fn parse(info: ResourceTemplate) -> Result<Self, String> {
         let parsed = cordon_rules::UriTemplate::parse(&info.uri_template)
+            .and_then(|parsed| cordon_rules::check_uri_template(&info.uri_template).map(|()| parsed))
             .map_err(|why| format!("resource template {:?}: {why}", info.uri_template))?;
         if info.name.is_empty() {
             return Err(format!("resource template {:?} needs a name", info.uri_template));
@@ -255,7 +258,33 @@ pub enum FeatureAnswer {
     Completion(Completion),
 }
 
+/// What is wrong with the first URI in `content` that is no URI (a resource link's, an
+/// embedded resource's), if one is: the client would refuse the whole message.
+pub(crate) fn uri_problem<'c>(content: impl IntoIterator<Item = &'c super::Content>) -> Option<String> {
+    content.into_iter().find_map(|item| {
+        let (what, uri) = match item {
+            super::Content::ResourceLink(link) => ("a resource link", &link.uri),
+            super::Content::EmbeddedResource(resource) => ("an embedded resource", &resource.uri),
+            _ => return None,
+        };
+        cordon_rules::check_uri(uri).err().map(|why| format!("{what}'s URI {uri:?} is not a URI: {why}"))
+    })
+}
+
 impl FeatureAnswer {
+    /// What is wrong with the first URI it holds that is no URI, if one is.
+    pub(crate) fn uri_problem(&self) -> Option<String> {
+        match self {
+            Self::Read(result) => result.contents.iter().find_map(|contents| {
+                cordon_rules::check_uri(&contents.uri)
+                    .err()
+                    .map(|why| format!("the contents' URI {:?} is not a URI: {why}", contents.uri))
+            }),
+            Self::Prompt(result) => uri_problem(result.messages.iter().map(|message| &message.content)),
+            Self::NotFound | Self::Completion(_) => None,
+        }
+    }
+
     /// The bytes it takes in the answer, near enough for the result size limit.
     pub(crate) fn size(&self) -> usize {
         const ITEM: usize = 32;
