@@ -872,7 +872,7 @@ impl Listening {
                 let _ = stream.try_write(TOO_MANY_CONNECTIONS);
                 continue;
             };
-            let _ = stream.set_nodelay(true);
+            configure_accepted(&stream, settings);
             connections.spawn(serve_accepted(
                 self.shared.clone(),
                 stream,
@@ -883,6 +883,16 @@ impl Listening {
             ));
         }
     }
+}
+
+/// An accepted connection's socket options: no Nagle delay for answers, and a bound on
+/// unacknowledged writes. A peer gone without a word (its network lost) leaves what was
+/// written unacked: the kernel ends the connection after the write timeout, not after its
+/// retransmissions' 15 minutes, so its streams end with it (a 2025 session's GET among
+/// them, whose client's reconnecting GET is refused while it lasts).
+fn configure_accepted(stream: &TcpStream, settings: &HttpSettings) {
+    let _ = stream.set_nodelay(true);
+    let _ = socket2::SockRef::from(stream).set_tcp_user_timeout(Some(settings.write_timeout));
 }
 
 /// One accepted connection, from its address's turn to send a head until it closes.
@@ -2066,6 +2076,18 @@ impl Body for ResponseBody {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn an_accepted_connection_gives_up_on_unacknowledged_writes_after_the_write_timeout() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let _client = tokio::net::TcpStream::connect(listener.local_addr().unwrap()).await.unwrap();
+        let (accepted, _) = listener.accept().await.unwrap();
+        let settings = HttpSettings { write_timeout: Duration::from_secs(7), ..HttpSettings::default() };
+        configure_accepted(&accepted, &settings);
+        let socket = socket2::SockRef::from(&accepted);
+        assert_eq!(socket.tcp_user_timeout().unwrap(), Some(Duration::from_secs(7)));
+        assert!(accepted.nodelay().unwrap());
+    }
 
     /// A 2025-era session whose GET stream followed it past the idle time is in use until
     /// the stream ends: before, it counted as idle since the GET opened, and the client's
