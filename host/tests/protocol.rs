@@ -132,12 +132,20 @@ fn tool_lists_match_their_revision() {
     // Output of any JSON type (2026-07-28), which 2025-11-25 lists without its schema.
     tools[2].output_schema = Some(json!({"type": "array", "items": {"type": "integer"}}));
     tools[4].output_schema = Some(json!({"anyOf": [{"type": "string"}, {"type": "null"}]}));
+    // Boolean property schemas (JSON Schema 2020-12), which 2025-11-25 takes as objects only.
+    tools[0].input_schema = json!({"type": "object", "properties": {"anything": true, "nothing": false}});
+    tools[0].output_schema = Some(json!({"type": "object", "properties": {"any": true}}));
     for revision in REVISIONS {
         let first = mcp::list_result(&tools, None, false, revision).unwrap();
         let listed: Vec<_> = first.tools[..5].iter().map(|tool| tool.output_schema.is_some()).collect();
         match revision {
             Revision::R2025_11_25 => assert_eq!(listed, [true, false, false, false, false]),
             Revision::R2026_07_28 => assert_eq!(listed, [true, false, true, false, true]),
+        }
+        let properties = &first.tools[0].input_schema["properties"];
+        match revision {
+            Revision::R2025_11_25 => assert_eq!(properties, &json!({"anything": {}, "nothing": {"not": {}}})),
+            Revision::R2026_07_28 => assert_eq!(properties, &json!({"anything": true, "nothing": false})),
         }
         for private in [false, true] {
             let first = mcp::list_result(&tools, None, private, revision).unwrap();

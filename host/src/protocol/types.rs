@@ -233,12 +233,32 @@ impl Tool {
     /// The tool as `revision` describes it: 2025-11-25 knows output schemas with
     /// `"type": "object"` at their root only, so another is left out there (and with it the
     /// promise of structured output: [`CallToolResult::completed`]).
+    ///
+    /// 2025-11-25 also takes each of a schema's `properties` as an object: a boolean one
+    /// (`true`, any value; `false`, none, as JSON Schema 2020-12 allows) is written as the
+    /// object that means the same (`{}`, `{"not": {}}`).
     pub fn for_revision(&self, revision: Revision) -> Self {
         let mut tool = self.clone();
-        if revision == Revision::R2025_11_25 && !tool.output_schema.as_ref().is_some_and(is_object_schema) {
-            tool.output_schema = None;
+        if revision == Revision::R2025_11_25 {
+            if !tool.output_schema.as_ref().is_some_and(is_object_schema) {
+                tool.output_schema = None;
+            }
+            objects_for_boolean_properties(&mut tool.input_schema);
+            if let Some(schema) = &mut tool.output_schema {
+                objects_for_boolean_properties(schema);
+            }
         }
         tool
+    }
+}
+
+/// Each boolean schema among `schema`'s `properties` as the object schema that means the same.
+fn objects_for_boolean_properties(schema: &mut Value) {
+    let Some(Value::Object(properties)) = schema.get_mut("properties") else { return };
+    for property in properties.values_mut() {
+        if let Value::Bool(any) = property {
+            *property = if *any { serde_json::json!({}) } else { serde_json::json!({"not": {}}) };
+        }
     }
 }
 
