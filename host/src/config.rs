@@ -7,6 +7,9 @@
 //! max_concurrent_calls = 64      # calls at once; more wait up to queue_timeout_ms
 //! queue_timeout_ms = 5000
 //! epoch_tick_ms = 1              # worst-case stop latency without a kick (at most 100)
+//! max_memory_mb = 256            # the most one linear memory may take (a pool slot's size):
+//!                                # a memory_mb above it is a load error; below 64 it is
+//!                                # also the default memory_mb
 //! progress_interval_ms = 50      # at most one progress notification per call per interval
 //! cache_dir = "/var/cache/cordon"   # compiled components; `cache = false` turns it off
 //! reserved_descriptors = 256     # file descriptors guests never get (the listener,
@@ -818,7 +821,14 @@ impl Config {
                 );
             }
             let in_limits = || format!("in the limits of {}", path.display());
-            let limits = component.limits.apply(&ToolLimits::default()).with_context(in_limits)?;
+            // The default memory_mb fits a smaller pool (server.max_memory_mb) as it is; one
+            // written above it is refused at load, naming both.
+            let defaults = ToolLimits::default();
+            let fitted = ToolLimits {
+                memory_bytes: defaults.memory_bytes.min(runtime.engine.max_memory_bytes),
+                ..defaults
+            };
+            let limits = component.limits.apply(&fitted).with_context(in_limits)?;
             let tool_limits = component
                 .tools
                 .iter()
@@ -1154,6 +1164,16 @@ mod tests {
         assert_eq!(spin.memory_bytes, 32 << 20, "tool limits build on the component's");
         assert_eq!((spin.host_resources, spin.stderr_bytes), (100, 8 << 10));
         assert_eq!(component.options.limits_for("echo").max_duration, ToolLimits::default().max_duration);
+    }
+
+    /// A pool smaller than the default memory_mb takes a component that sets none: its
+    /// calls get the pool's size. (Written above the pool, memory_mb is a load error.)
+    #[test]
+    fn the_default_memory_limit_fits_a_smaller_pool() {
+        let config: Config =
+            toml::from_str("[server]\nmax_memory_mb = 32\n[[components]]\npath = \"tools.wasm\"\n").unwrap();
+        let plan = config.plan(Path::new("/etc/cordon")).unwrap();
+        assert_eq!(plan.components[0].options.limits.memory_bytes, 32 << 20);
     }
 
     #[test]

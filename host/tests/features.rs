@@ -228,6 +228,9 @@ fn both_worlds_are_served_at_once_and_every_new_method_answers_over_stdio() {
     assert_eq!(missing["error"]["data"]["uri"], "test://nonexistent");
     let malformed = server.request("resources/read", json!({"uri": 7}));
     assert!(error_of(&malformed, -32602).contains("resources/read"), "{malformed}");
+    // A template would match it, and its component echo it back: the client's mistake.
+    let spaced = server.request("resources/read", json!({"uri": "hostile://spin/a b"}));
+    assert!(error_of(&spaced, -32602).contains("`uri` is not a URI"), "{spaced}");
 
     // Prompts: listed, rendered with arguments, with an image and an embedded resource.
     let prompts = server.request("prompts/list", json!({}));

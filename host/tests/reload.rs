@@ -565,7 +565,7 @@ fn cordon_check_refuses_http_settings_that_would_break_serving() {
     }
     // Hosts that no Host header can match.
     for host in
-        ["mcp.example.com:8443", "https://mcp.example.com", "*.example.com", "mcp.example.com.", "::1"]
+        ["mcp.example.com:8443", "https://mcp.example.com", "*.example.com", "mcp..example.com", "::1"]
     {
         refused(&format!("allowed_hosts = [{host:?}]"), &format!("{host:?} can never match a Host header"));
     }

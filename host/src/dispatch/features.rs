@@ -472,6 +472,11 @@ fn request(method: &str, params: Option<&Value>) -> Result<FeatureRequest, RpcEr
     Ok(match method {
         "resources/read" => {
             let wire::ReadResourceParams { uri } = wire::params(method, params)?;
+            // A template may match what is no URI (a variable holds any text but `/`): such
+            // a read is the client's mistake, refused before a component echoes it back.
+            cordon_rules::check_uri(&uri).map_err(|why| {
+                RpcError::invalid_params(format!("Invalid params: `uri` is not a URI: {why}"))
+            })?;
             FeatureRequest::ReadResource { uri }
         }
         "prompts/get" => {

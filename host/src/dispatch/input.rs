@@ -119,17 +119,17 @@ impl Retry {
         Ok(Self { client, declared, responses, request_state })
     }
 
-    /// The round to run, and its number: the first without a state; else the state opened
-    /// (`-32602` if it fails: changed, expired, another key, another tool, tenant or
-    /// arguments) with the answers to the keys it asked.
-    ///
-    /// `binding` is made only to open a state: a first round never hashes its arguments.
     /// Whether it brings a state back: the guest ran in the request before, and what it
     /// sealed (its note among it) is this call's to clean up with if this one stops.
     pub(crate) fn brings_state(&self) -> bool {
         self.request_state.is_some()
     }
 
+    /// The round to run, and its number: the first without a state; else the state opened
+    /// (`-32602` if it fails: changed, expired, another key, another tool, tenant or
+    /// arguments) with the answers to the keys it asked.
+    ///
+    /// `binding` is made only to open a state: a first round never hashes its arguments.
     pub(crate) fn round_for(
         &self,
         sealer: &Sealer,

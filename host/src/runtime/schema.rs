@@ -337,6 +337,9 @@ impl Schema {
                         .compare_exchange(RUNNING, ABANDONED, Ordering::AcqRel, Ordering::Acquire)
                         .is_err()
                     {
+                        // It finished just now, after all: nothing is left to unmark it.
+                        threads.forget_overrun(&digest);
+                        flag.store(false, Ordering::Relaxed);
                         threads.abandoned.take_back();
                     }
                     tracing::warn!(

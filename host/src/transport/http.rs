@@ -132,7 +132,7 @@ pub struct HttpSettings {
 #[derive(Debug, thiserror::Error)]
 #[error(
     "{entry:?} can never match a Host header: give a bare host name (`mcp.example.com`), an \
-     IPv4 address, or an IPv6 one in brackets (`[::1]`); no scheme, port, path, wildcard or trailing dot"
+     IPv4 address, or an IPv6 one in brackets (`[::1]`); no scheme, port, path or wildcard"
 )]
 pub struct AllowedHostError {
     entry: String,
@@ -142,7 +142,8 @@ impl HttpSettings {
     /// Accept `entry` in `Host` and `Origin` besides the defaults, as it is compared: the
     /// name alone, without port, in lower case.
     pub fn allow_host(&mut self, entry: &str) -> Result<(), AllowedHostError> {
-        let name = entry.to_ascii_lowercase();
+        // A fully qualified name's root dot is the same host (`Host` is compared without it).
+        let name = entry.strip_suffix('.').unwrap_or(entry).to_ascii_lowercase();
         let valid = match name.strip_prefix('[').and_then(|rest| rest.strip_suffix(']')) {
             Some(address) => address.parse::<std::net::Ipv6Addr>().is_ok(),
             None => {
@@ -522,8 +523,13 @@ impl Sessions {
 /// Whether a session last used at `used` has been idle for [`SESSION_IDLE`] by `now`: no
 /// request and no stream following it in that time.
 fn is_idle(session: &Connection, used: std::time::Instant, now: std::time::Instant) -> bool {
+    // Following first: a stream ending sets when it stopped, then clears following, so a
+    // stream seen ended has its time seen too.
+    if session.is_following() {
+        return false;
+    }
     let used = session.followed_until().map_or(used, |followed| followed.max(used));
-    now.duration_since(used) >= SESSION_IDLE && !session.is_following()
+    now.duration_since(used) >= SESSION_IDLE
 }
 
 /// What every HTTP request shares.
@@ -1594,11 +1600,13 @@ pub(crate) fn is_json(headers: &HeaderMap) -> bool {
 }
 
 /// `host[:port]` → `host`, keeping IPv6 brackets.
+/// The host of `authority`, without its port or a fully qualified name's root dot.
 fn host_name(authority: &str) -> &str {
     if authority.starts_with('[') {
         authority.split_inclusive(']').next().unwrap_or(authority)
     } else {
-        authority.split(':').next().unwrap_or(authority)
+        let host = authority.split(':').next().unwrap_or(authority);
+        host.strip_suffix('.').unwrap_or(host)
     }
 }
 
@@ -2128,6 +2136,7 @@ mod tests {
         let allowed = HttpSettings::default().allowed_hosts;
         let host = |value: &'static str| host_allowed(Some(&HeaderValue::from_static(value)), &allowed);
         assert!(host("localhost:8080") && host("127.0.0.1") && host("[::1]:3000"));
+        assert!(host("localhost.:8080"), "a fully qualified name is the same host");
         assert!(!host("evil.example:8080") && !host_allowed(None, &allowed));
         let origin = |value: &'static str| origin_allowed(&HeaderValue::from_static(value), &allowed);
         assert!(origin("http://localhost:3000") && origin("https://127.0.0.1"));
