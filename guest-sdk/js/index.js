@@ -324,8 +324,9 @@ function utf8OrUndefined(bytes) {
 
 /**
  * The first integer literal in `text` (JSON that parsed) beyond Number.MAX_SAFE_INTEGER in
- * magnitude, which JSON.parse silently rounds; undefined when there is none. One pass over
- * the text, skipping the contents of strings (`"12345678901234567890"` is a string).
+ * magnitude, which JSON.parse silently rounds; undefined when there is none. One native
+ * regex pass, skipping the contents of strings (`"12345678901234567890"` is a string): a
+ * loop over the characters is slow in StarlingMonkey, which has no JIT.
  */
 function unsafeInteger(text) {
   // The largest safe integer has 16 digits: without a run of 16 digits there is nothing to
@@ -333,27 +334,19 @@ function unsafeInteger(text) {
   if (!/\d{16}/.test(text)) {
     return undefined;
   }
-  let at = 0;
-  while (at < text.length) {
-    const char = text[at];
-    if (char === '"') {
-      at++;
-      while (at < text.length && text[at] !== '"') {
-        at += text[at] === "\\" ? 2 : 1;
-      }
-      at++;
-    } else if (char === "-" || (char >= "0" && char <= "9")) {
-      const start = at;
-      while (at < text.length && "0123456789+-.eE".includes(text[at])) {
-        at++;
-      }
-      const literal = text.slice(start, at);
-      // A fraction or an exponent makes it a number the author expects as one.
-      if (/^-?\d+$/.test(literal) && !Number.isSafeInteger(Number(literal))) {
-        return literal;
-      }
-    } else {
-      at++;
+  // Each match is a string, or up to 256 escapes of one: a regex loop keeps a backtrack
+  // entry per iteration, and one over all of a string's escapes overflows the backtrack
+  // stack on a few million. A match that stops inside a string stops before a backslash,
+  // which only strings hold, so the next resumes it. Otherwise, a run of 16+ digits that is
+  // all of a literal: not the fraction or exponent of another (lookbehind), nor followed by
+  // one (lookahead; its digit also stops a shorter match).
+  const pattern = /(?:"|\\.)[^"\\]*(?:\\.[^"\\]*){0,255}"?|(?<![\d.eE+-])(-?\d{16,})(?![\d.eE])/g;
+  let match;
+  // exec rather than matchAll: no iterator to step through for every string.
+  while ((match = pattern.exec(text)) !== null) {
+    const literal = match[1];
+    if (literal !== undefined && !Number.isSafeInteger(Number(literal))) {
+      return literal;
     }
   }
   return undefined;
@@ -405,54 +398,99 @@ function toCallResult(value, hasOutputSchema) {
     return { content: [{ tag: "text", val: value }], structured, isError: false };
   }
   if (value instanceof CallResult) {
+    if (!Array.isArray(value.content)) {
+      throw new ToolError(`a CallResult's content must be an array of content items, not ${kindOf(value.content)}`);
+    }
     return {
       content: value.content.map(toContent),
-      structured: value.structured === undefined ? undefined : JSON.stringify(value.structured),
+      structured: value.structured === undefined ? undefined : json(value.structured),
       isError: Boolean(value.isError),
     };
   }
   if (value === undefined) {
     return { content: [], structured: undefined, isError: false };
   }
-  const text = JSON.stringify(value);
+  const text = json(value);
   if (text === undefined) {
     throw new ToolError(`the tool returned a ${typeof value}, which is not JSON`);
   }
   return { content: [{ tag: "text", val: text }], structured: hasOutputSchema ? text : undefined, isError: false };
 }
 
-function toContent(item) {
-  switch (item?.type) {
+/**
+ * `value` as JSON text; ToolError when it holds NaN or Infinity, which JSON.stringify would
+ * silently write as null.
+ */
+function json(value) {
+  const text = JSON.stringify(value);
+  // Both come out as null: text without one needs no second pass, whose replacer is called
+  // for every value (slow without a JIT).
+  if (text !== undefined && text.includes("null")) {
+    JSON.stringify(value, refuseNonFinite);
+  }
+  return text;
+}
+
+function refuseNonFinite(key, value) {
+  const number = value instanceof Number ? value.valueOf() : value;
+  if (typeof number === "number" && !Number.isFinite(number)) {
+    const where = key === "" ? "" : ` (at ${JSON.stringify(key)})`;
+    throw new ToolError(`the tool returned ${number}${where}, which is not JSON (it has no NaN or Infinity)`);
+  }
+  return value;
+}
+
+/**
+ * The WIT's content variant for one item, its fields checked: one the component's lowering
+ * cannot take would throw outside the call's try and trap the instance, not fail the call.
+ */
+function toContent(item, index) {
+  const type = item?.type;
+  const field = (name, kind, optional = false) => {
+    const value = item[name];
+    if (optional && (value === undefined || value === null)) {
+      return undefined;
+    }
+    if (kind === "bytes" ? value instanceof Uint8Array : typeof value === kind) {
+      return value;
+    }
+    const wanted = `${kind === "bytes" ? "a Uint8Array" : `a ${kind}`}${optional ? " or undefined" : ""}`;
+    throw new ToolError(`content item ${index} (${type}): ${name} must be ${wanted}, not ${kindOf(value)}`);
+  };
+  switch (type) {
     case "text":
-      return { tag: "text", val: String(item.text) };
+      return { tag: "text", val: field("text", "string") };
     case "image":
     case "audio":
-      return { tag: item.type, val: { data: bytes(item.data, item.type), mimeType: String(item.mimeType) } };
+      return { tag: type, val: { data: field("data", "bytes"), mimeType: field("mimeType", "string") } };
     case "resource_link":
       return {
         tag: "resource-link",
-        val: { uri: item.uri, name: item.name, description: item.description, mimeType: item.mimeType },
+        val: {
+          uri: field("uri", "string"),
+          name: field("name", "string"),
+          description: field("description", "string", true),
+          mimeType: field("mimeType", "string", true),
+        },
       };
     case "resource":
       return {
         tag: "embedded-resource",
         val: {
-          uri: item.uri,
-          mimeType: item.mimeType,
-          text: item.text,
-          blob: item.blob === undefined ? undefined : bytes(item.blob, "resource blob"),
+          uri: field("uri", "string"),
+          mimeType: field("mimeType", "string", true),
+          text: field("text", "string", true),
+          blob: field("blob", "bytes", true),
         },
       };
     default:
       throw new ToolError(
-        `a content item's type must be text, image, audio, resource_link or resource, not ${JSON.stringify(item?.type)}`,
+        `a content item's type must be text, image, audio, resource_link or resource, not ${JSON.stringify(type)}`,
       );
   }
 }
 
-function bytes(data, what) {
-  if (data instanceof Uint8Array) {
-    return data;
-  }
-  throw new ToolError(`${what} data must be a Uint8Array`);
+/** What a value is, for a message: `null`, `array` or its typeof. */
+function kindOf(value) {
+  return value === null ? "null" : Array.isArray(value) ? "array" : typeof value;
 }

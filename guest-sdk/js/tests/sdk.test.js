@@ -208,6 +208,105 @@ test("outside a test host nothing is cancelled and no limit applies", () => {
   assert.equal(timeLeft(), undefined);
 });
 
+test("a content item with a field of the wrong type fails the call, naming the item and field", async () => {
+  // Unchecked, such a field reaches the component's lowering, which throws outside the
+  // SDK's try and traps the instance: the client would see a crash, not this message.
+  const items = [
+    [{ type: "text", text: 42 }, "(text): text must be a string, not number"],
+    [{ type: "image", data: [1, 2], mimeType: "image/png" }, "(image): data must be a Uint8Array, not array"],
+    [{ type: "audio", data: new Uint8Array(1) }, "(audio): mimeType must be a string, not undefined"],
+    [
+      { type: "resource_link", uri: new URL("file:///a"), name: "a" },
+      "(resource_link): uri must be a string, not object",
+    ],
+    [{ type: "resource_link", uri: "file:///a" }, "(resource_link): name must be a string, not undefined"],
+    [
+      { type: "resource_link", uri: "file:///a", name: "a", description: 7 },
+      "(resource_link): description must be a string or undefined, not number",
+    ],
+    [
+      { type: "resource_link", uri: "file:///a", name: "a", mimeType: ["text/plain"] },
+      "(resource_link): mimeType must be a string or undefined, not array",
+    ],
+    [{ type: "resource", uri: 1, text: "b" }, "(resource): uri must be a string, not number"],
+    [
+      { type: "resource", uri: "file:///b", mimeType: false },
+      "(resource): mimeType must be a string or undefined, not boolean",
+    ],
+    [
+      { type: "resource", uri: "file:///b", text: { body: "b" } },
+      "(resource): text must be a string or undefined, not object",
+    ],
+    [
+      { type: "resource", uri: "file:///b", blob: "Yg==" },
+      "(resource): blob must be a Uint8Array or undefined, not string",
+    ],
+  ];
+  const malformed = defineTool({
+    name: "malformed",
+    description: "Returns a good item, then the item it is asked for.",
+    inputSchema: { properties: { item: { type: "integer" } } },
+    run: ({ item }) => new CallResult({ content: [{ type: "text", text: "fine" }, items[item][0]] }),
+  });
+  const tool = plugin({ tools: [malformed] });
+  const host = new TestHost(tool);
+  for (const [index, [, problem]] of items.entries()) {
+    const message = `content item 1 ${problem}`;
+    await assert.rejects(host.call("malformed", { item: index }), { name: "ToolError", message });
+    // The export resolves to the call's error: nothing is left to throw in the lowering.
+    assert.deepEqual(await tool.call("malformed", JSON.stringify({ item: index })), { tag: "err", val: message });
+  }
+  const content = (content) => {
+    const returns = defineTool({ name: "c", description: "d", run: () => new CallResult({ content }) });
+    return new TestHost(plugin({ tools: [returns] }));
+  };
+  await assert.rejects(content("text").call("c"), {
+    message: "a CallResult's content must be an array of content items, not string",
+  });
+  // Optional fields may be null or left out; a Buffer is a Uint8Array.
+  const optional = await content([
+    { type: "resource_link", uri: "file:///a", name: "a", description: null },
+    { type: "resource", uri: "file:///b", mimeType: null, blob: Buffer.from("b") },
+  ]).call("c");
+  assert.deepEqual(optional.content, [
+    { type: "resource_link", uri: "file:///a", name: "a", description: undefined, mimeType: undefined },
+    { type: "resource", uri: "file:///b", mimeType: undefined, text: undefined, blob: Buffer.from("b") },
+  ]);
+});
+
+test("NaN and Infinity in a result fail the call rather than reach the client as null", async () => {
+  const values = [
+    [NaN, "the tool returned NaN, which is not JSON (it has no NaN or Infinity)"],
+    [{ mean: NaN }, 'the tool returned NaN (at "mean"), which is not JSON (it has no NaN or Infinity)'],
+    [[1, -Infinity], 'the tool returned -Infinity (at "1"), which is not JSON (it has no NaN or Infinity)'],
+    [
+      new CallResult({ structured: { ratio: Infinity } }),
+      'the tool returned Infinity (at "ratio"), which is not JSON (it has no NaN or Infinity)',
+    ],
+    [{ boxed: new Number(NaN) }, 'the tool returned NaN (at "boxed"), which is not JSON (it has no NaN or Infinity)'],
+  ];
+  const stats = defineTool({
+    name: "stats",
+    description: "Returns the value it is asked for.",
+    inputSchema: { properties: { value: { type: "integer" } } },
+    outputSchema: {},
+    run: ({ value }) => values[value][0],
+  });
+  const host = new TestHost(plugin({ tools: [stats] }));
+  for (const [index, [, message]] of values.entries()) {
+    await assert.rejects(host.call("stats", { value: index }), { name: "ToolError", message });
+  }
+  // null itself, and "null" in a string, are JSON.
+  const nulls = defineTool({
+    name: "nulls",
+    description: "Returns nulls.",
+    outputSchema: {},
+    run: () => ({ mean: null, note: "null" }),
+  });
+  const result = await new TestHost(plugin({ tools: [nulls] })).call("nulls");
+  assert.deepEqual(result.structured, { mean: null, note: "null" });
+});
+
 test("an integer JavaScript would round fails the call instead of reaching run rounded", async () => {
   const seen = [];
   const ids = defineTool({
@@ -249,6 +348,39 @@ test("an integer JavaScript would round fails the call instead of reaching run r
     assert.deepEqual(await call(text), taken, text);
   }
   assert.equal(seen.length, fine.length);
+});
+
+test("integers are found past strings of digits and escapes, and fractions and exponents are not", async () => {
+  const ids = defineTool({ name: "ids", description: "Takes ids.", run: () => "taken" });
+  const tool = plugin({ tools: [ids] });
+  const call = async (text) => (await tool.call("ids", text)).tag;
+  // Digits in a string, however many, are text; so are those among more escapes than one
+  // match of the scan takes (256).
+  const phones = "+44 1234567890123456, ".repeat(100_000);
+  const quoted = '\\"18446744073709551615\\" '.repeat(300);
+  const fine = [
+    `{"note": "${phones}", "id": 9007199254740991}`,
+    `{"note": "${quoted}"}`,
+    '{"id": 12345678901234567.5}',
+    '{"id": 1234567890123456789e2}',
+    '{"id": 1.12345678901234567890}',
+    '{"id": 1e-12345678901234567}',
+    '{"id": -1E+00000000000000000001}',
+  ];
+  for (const text of fine) {
+    assert.equal(await call(text), "ok", text.slice(0, 80));
+  }
+  // An integer after a string with escaped quotes and backslashes, after one with more
+  // escapes than a match takes, and after millions of them (a regex loop over a string's
+  // escapes overflows the backtrack stack).
+  const refused = [
+    '{"note": "say \\"hi\\" \\\\", "id": 18446744073709551615}',
+    `{"note": "${quoted}\\\\", "id": -18446744073709551615}`,
+    `{"note": "${"\\n".repeat(1 << 22)}", "id": [18446744073709551615]}`,
+  ];
+  for (const text of refused) {
+    assert.equal(await call(text), "err", text.slice(0, 80));
+  }
 });
 
 test("cleanup gets no arguments JavaScript would round, and no note text that is not UTF-8", async () => {
