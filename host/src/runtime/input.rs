@@ -204,26 +204,77 @@ fn check_request_shape(
     request: &InputRequest,
     json: &serde_json::Map<String, serde_json::Value>,
 ) -> Result<(), String> {
+    use serde_json::Value;
+    let strings = |value: &Value| value.as_array().is_some_and(|items| items.iter().all(Value::is_string));
     match request {
         InputRequest::Elicit(_) => {
-            let fields = json.get("properties").and_then(serde_json::Value::as_object).into_iter().flatten();
+            if json.get("required").is_some_and(|required| !strings(required)) {
+                return Err(format!("`required` of input request {key:?} must be a list of field names"));
+            }
+            let fields = json.get("properties").and_then(Value::as_object).into_iter().flatten();
             for (name, field) in fields {
-                let kind = field.get("type").and_then(serde_json::Value::as_str);
-                if !matches!(kind, Some("string" | "number" | "integer" | "boolean" | "array")) {
-                    return Err(format!(
-                        "field {name:?} of input request {key:?} is not a string, number, boolean or \
-                         list of choices: a form cannot ask for it"
-                    ));
+                let problem = match field.get("type").and_then(Value::as_str) {
+                    Some("number" | "integer" | "boolean") => None,
+                    Some("string") => field
+                        .get("format")
+                        .filter(|format| {
+                            !matches!(format.as_str(), Some("date" | "date-time" | "email" | "uri"))
+                        })
+                        .map(|_| "a string's `format` may only be date, date-time, email or uri"),
+                    Some("array") => {
+                        // A list of choices: `items` of string `enum` values, or of `anyOf`
+                        // `{const, title}` options.
+                        let items = field.get("items");
+                        let plain = items.is_some_and(|items| {
+                            items.get("type") == Some(&Value::from("string"))
+                                && items.get("enum").is_some_and(strings)
+                        });
+                        let titled = items
+                            .and_then(|items| items.get("anyOf"))
+                            .and_then(Value::as_array)
+                            .is_some_and(|options| {
+                                options.iter().all(|option| {
+                                    option.get("const").is_some_and(Value::is_string)
+                                        && option.get("title").is_some_and(Value::is_string)
+                                })
+                            });
+                        (!plain && !titled).then_some(
+                            "a list of choices needs `items` with string `enum` values or `anyOf` \
+                             options of `const` and `title`",
+                        )
+                    }
+                    _ => Some("a form asks for a string, number, boolean or list of choices only"),
+                };
+                if let Some(problem) = problem {
+                    return Err(format!("field {name:?} of input request {key:?}: {problem}"));
                 }
             }
         }
         InputRequest::CreateMessage(_) => {
-            let messages = json.get("messages").is_some_and(serde_json::Value::is_array);
-            let max_tokens = json.get("maxTokens").is_some_and(serde_json::Value::is_u64);
-            if !(messages && max_tokens) {
+            let messages = json.get("messages").and_then(Value::as_array);
+            let max_tokens = json.get("maxTokens").is_some_and(Value::is_u64);
+            if messages.is_none() || !max_tokens {
                 return Err(format!(
                     "the sampling params of input request {key:?} need `messages` (a list) and \
                      `maxTokens` (a whole number)"
+                ));
+            }
+            let well_formed = |message: &Value| {
+                matches!(message.get("role").and_then(Value::as_str), Some("user" | "assistant"))
+                    && message.get("content").is_some_and(|content| content.is_object() || content.is_array())
+            };
+            if !messages.into_iter().flatten().all(well_formed) {
+                return Err(format!(
+                    "each sampling message of input request {key:?} needs a `role` (user or assistant) \
+                     and `content`"
+                ));
+            }
+            let context = json.get("includeContext");
+            if context.is_some_and(|context| {
+                !matches!(context.as_str(), Some("none" | "thisServer" | "allServers"))
+            }) {
+                return Err(format!(
+                    "`includeContext` of input request {key:?} is none, thisServer or allServers"
                 ));
             }
         }
@@ -287,7 +338,9 @@ mod tests {
         };
         assert!(check_input_required(&object_field).unwrap_err().contains("field \"x\""));
         let fields = r#"{"type":"object","properties":{"s":{"type":"string"},"n":{"type":"integer"},
-            "b":{"type":"boolean"},"m":{"type":"array","items":{"enum":["a"]}}}}"#;
+            "b":{"type":"boolean"},"m":{"type":"array","items":{"type":"string","enum":["a"]}},
+            "t":{"type":"array","items":{"anyOf":[{"const":"a","title":"A"}]}},
+            "d":{"type":"string","format":"date"}},"required":["s"]}"#;
         assert_eq!(
             check_input_required(&InputRequired {
                 requests: vec![("a".into(), elicit(fields))],
@@ -302,6 +355,24 @@ mod tests {
         assert!(check_input_required(&sample("{}")).unwrap_err().contains("`maxTokens`"));
         assert!(check_input_required(&sample(r#"{"messages":[],"maxTokens":-1}"#)).is_err());
         assert_eq!(check_input_required(&sample(r#"{"messages":[],"maxTokens":10}"#)), Ok(()));
+        // The rest the official schema asks of a form and of sampling.
+        for (form, problem) in [
+            (r#"{"type":"object","properties":{"x":{"type":"array"}}}"#, "list of choices needs `items`"),
+            (r#"{"type":"object","properties":{"x":{"type":"string","format":"hostname"}}}"#, "`format`"),
+            (r#"{"type":"object","properties":{},"required":"x"}"#, "`required`"),
+        ] {
+            let request = InputRequired { requests: vec![("a".into(), elicit(form))], state: None };
+            assert!(check_input_required(&request).unwrap_err().contains(problem), "{form}");
+        }
+        assert!(
+            check_input_required(&sample(r#"{"messages":[{}],"maxTokens":5}"#))
+                .unwrap_err()
+                .contains("`role`")
+        );
+        let everything = r#"{"messages":[{"role":"user","content":{"type":"text","text":"hi"}}],"maxTokens":5,"includeContext":"everything"}"#;
+        assert!(check_input_required(&sample(everything)).unwrap_err().contains("includeContext"));
+        let good = r#"{"messages":[{"role":"user","content":{"type":"text","text":"hi"}}],"maxTokens":5,"includeContext":"none"}"#;
+        assert_eq!(check_input_required(&sample(good)), Ok(()));
         let not_object = InputRequired { requests: vec![("a".into(), elicit("[1]"))], state: None };
         assert!(check_input_required(&not_object).unwrap_err().contains("not a JSON object"));
         let huge = InputRequired {
