@@ -468,8 +468,7 @@ impl Tool {
         F: Fn(A, &input::Round) -> Result<input::Reply<R>, ToolError> + 'static,
     {
         let handler = Box::new(move |arguments: &str, round: &input::Round| {
-            let arguments = serde_json::from_str(arguments)
-                .map_err(|error| ToolError::new(format!("invalid arguments: {error}")))?;
+            let arguments = parse_arguments(arguments)?;
             Ok(match handler(arguments, round)? {
                 input::Reply::Done(result) => input::Reply::Done(result.into_call_result()?),
                 input::Reply::Ask(ask) => input::Reply::Ask(ask),
@@ -767,6 +766,44 @@ pub mod __private {
                 }));
             });
         }
+    }
+}
+
+/// A call's arguments as `A`. JSON Schema's `integer` takes `5.0` (the host checked the
+/// arguments so), and serde's integers do not: when they fail to read, whole numbers
+/// written with a fraction are read as integers, and they are read again. (Only then: a
+/// call whose arguments read pays nothing.)
+fn parse_arguments<A: DeserializeOwned>(text: &str) -> Result<A, ToolError> {
+    let invalid = |error: serde_json::Error| ToolError::new(format!("invalid arguments: {error}"));
+    let first = match serde_json::from_str(text) {
+        Ok(arguments) => return Ok(arguments),
+        Err(error) => error,
+    };
+    let Ok(mut value) = serde_json::from_str::<serde_json::Value>(text) else { return Err(invalid(first)) };
+    if !whole_floats_as_integers(&mut value) {
+        return Err(invalid(first));
+    }
+    serde_json::from_value(value).map_err(|_| invalid(first))
+}
+
+/// Rewrite each float in `value` with no fraction (within i64) as an integer; whether any was.
+fn whole_floats_as_integers(value: &mut serde_json::Value) -> bool {
+    match value {
+        serde_json::Value::Number(number) if number.is_f64() => {
+            let float = number.as_f64().unwrap_or(f64::NAN);
+            if float.fract() == 0.0 && float.abs() < 9.0e15 {
+                *value = serde_json::Value::from(float as i64);
+                return true;
+            }
+            false
+        }
+        serde_json::Value::Array(items) => {
+            items.iter_mut().fold(false, |any, item| whole_floats_as_integers(item) | any)
+        }
+        serde_json::Value::Object(fields) => {
+            fields.values_mut().fold(false, |any, field| whole_floats_as_integers(field) | any)
+        }
+        _ => false,
     }
 }
 

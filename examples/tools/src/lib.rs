@@ -510,6 +510,14 @@ mod tests {
         assert_eq!(done, [40.0, 80.0, 100.0]);
         assert_eq!(host.call::<ExampleTools>("locks", json!({})).unwrap().joined_text(), "[]");
         assert_eq!(host.note(), None, "a finished call leaves no note");
+        // `40.0` is an integer to JSON Schema, and so to the host's check: the SDK reads it
+        // as one too (a `u32` field refused it before).
+        let whole =
+            host.call::<ExampleTools>("reindex", json!({"collection": "d", "total": 40.0, "step_ms": 0}));
+        assert_eq!(whole.unwrap().joined_text(), "Reindexed 40 documents in d");
+        let fraction =
+            host.call::<ExampleTools>("reindex", json!({"collection": "d", "total": 40.5, "step_ms": 0}));
+        assert!(fraction.unwrap_err().message().contains("invalid arguments"));
     }
 
     #[test]
