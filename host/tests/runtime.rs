@@ -159,6 +159,29 @@ async fn a_memory_limit_above_the_pools_memory_size_is_a_load_error() {
     assert!(refused.contains("memory_mb = 32 for tool \"hog\" of component hog"), "{refused}");
 }
 
+/// An instance the host cannot make (a store limit its component breaks) is a call that
+/// never started: no guest code ran, so no cleanup runs and the client is told so. Before,
+/// it was told the tool crashed, and a cleanup ran (and failed the same way).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_instance_the_host_cannot_make_is_a_start_failure_with_no_cleanup() {
+    let mut runtime = Runtime::new(common::settings(4)).unwrap();
+    let guest = WatGuest::new("crowded", DONE_BODY);
+    let mut one_instance = quick_limits();
+    one_instance.instances = 1;
+    let options = ComponentOptions {
+        limits: quick_limits(),
+        tool_limits: [("crowded".to_owned(), one_instance)].into(),
+        ..ComponentOptions::default()
+    };
+    runtime.load_bytes("crowded", &guest.component(), options).await.unwrap();
+    let report = run(&runtime, "crowded").await;
+    match &report.outcome {
+        Outcome::StartFailed(message) => assert!(message.contains("instance"), "{message}"),
+        other => panic!("{other:?}"),
+    }
+    assert!(report.cleanup.is_none(), "no guest ran: {:?}", report.cleanup);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deep_recursion_traps_with_a_stack_overflow() {
     let guest = WatGuest::new("deep", "(call $recurse (i32.const 0))").extra(

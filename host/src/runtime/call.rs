@@ -113,6 +113,17 @@ impl Outcome {
     }
 }
 
+/// Marks an instantiation that failed without a trap: the host could not make the
+/// instance, so the guest never ran ([`Outcome::StartFailed`]).
+#[derive(Debug)]
+struct NotStarted;
+
+impl std::fmt::Display for NotStarted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("the instance could not be made")
+    }
+}
+
 /// Which timeout stopped a call, with its configured length.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Timeout {
@@ -523,7 +534,14 @@ impl Call {
         let mut call = Box::pin(async move {
             let instance = match spare {
                 Some(instance) => instance,
-                None => pre.instantiate(&mut *store_ref).await?,
+                // A failure that is no trap is the host's (a store limit, the pool): the
+                // guest never ran, and no cleanup follows.
+                None => pre.instantiate(&mut *store_ref).await.map_err(|error| {
+                    match error.downcast_ref::<Trap>() {
+                        Some(_) => error,
+                        None => error.context(NotStarted),
+                    }
+                })?,
             };
             let returned = match feature {
                 None => {
@@ -704,6 +722,8 @@ impl Call {
                     self.stopped_outcome()
                 } else if self.control.memory.refused.load(Ordering::Relaxed) {
                     Outcome::OutOfMemory
+                } else if error.downcast_ref::<NotStarted>().is_some() {
+                    Outcome::StartFailed(format!("{:#}", error.root_cause()))
                 } else {
                     let message = trap_message(&error, &self.limits);
                     Outcome::Trapped(match last_words {
