@@ -423,9 +423,11 @@ function toCallResult(value, hasOutputSchema) {
  */
 function json(value) {
   const text = JSON.stringify(value);
-  // Both come out as null: text without one needs no second pass, whose replacer is called
-  // for every value (slow without a JIT).
-  if (text !== undefined && text.includes("null")) {
+  // Both come out as a null value: text without one needs no second pass, whose replacer
+  // is called for every value (slow without a JIT). JSON.stringify writes no whitespace, so
+  // a null value starts the text or follows `:`, `,` or `[` (a string holding ",null" only
+  // costs the second pass).
+  if (text !== undefined && /(?:^|[:,[])null/.test(text)) {
     JSON.stringify(value, refuseNonFinite);
   }
   return text;

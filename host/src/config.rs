@@ -821,13 +821,7 @@ impl Config {
                 );
             }
             let in_limits = || format!("in the limits of {}", path.display());
-            // The default memory_mb fits a smaller pool (server.max_memory_mb) as it is; one
-            // written above it is refused at load, naming both.
-            let defaults = ToolLimits::default();
-            let fitted = ToolLimits {
-                memory_bytes: defaults.memory_bytes.min(runtime.engine.max_memory_bytes),
-                ..defaults
-            };
+            let fitted = default_limits(runtime.engine.max_memory_bytes);
             let limits = component.limits.apply(&fitted).with_context(in_limits)?;
             let tool_limits = component
                 .tools
@@ -876,7 +870,7 @@ impl Config {
             });
         }
         if components.is_empty() {
-            components = default_components()?;
+            components = default_components(runtime.engine.max_memory_bytes)?;
         }
         let tenants = plan_tenants(self.tenants, &mut components, base)?;
         runtime.tenants = tenants.len();
@@ -1039,7 +1033,15 @@ fn check_component_name(name: &str, path: &Path) -> Result<()> {
 
 /// The example tools, with their default data directory: those built into this binary,
 /// else the repository's (`paths::example_tools_source`).
-fn default_components() -> Result<Vec<ComponentPlan>> {
+/// The limits a component gets where its config sets none: the default memory_mb fits a
+/// smaller pool (`max_memory_bytes`, server.max_memory_mb) as it is; one written above it
+/// is refused at load, naming both.
+fn default_limits(max_memory_bytes: usize) -> ToolLimits {
+    let defaults = ToolLimits::default();
+    ToolLimits { memory_bytes: defaults.memory_bytes.min(max_memory_bytes), ..defaults }
+}
+
+fn default_components(max_memory_bytes: usize) -> Result<Vec<ComponentPlan>> {
     let (path, embedded) = match paths::example_tools_source()? {
         paths::ExampleTools::Embedded(bytes) => {
             tracing::info!("no --config: serving the example tools built into this binary");
@@ -1056,7 +1058,11 @@ fn default_components() -> Result<Vec<ComponentPlan>> {
         name,
         path,
         embedded,
-        options: ComponentOptions { data_dir, ..ComponentOptions::default() },
+        options: ComponentOptions {
+            data_dir,
+            limits: default_limits(max_memory_bytes),
+            ..ComponentOptions::default()
+        },
     }])
 }
 
@@ -1172,6 +1178,10 @@ mod tests {
     fn the_default_memory_limit_fits_a_smaller_pool() {
         let config: Config =
             toml::from_str("[server]\nmax_memory_mb = 32\n[[components]]\npath = \"tools.wasm\"\n").unwrap();
+        let plan = config.plan(Path::new("/etc/cordon")).unwrap();
+        assert_eq!(plan.components[0].options.limits.memory_bytes, 32 << 20);
+        // The example tools, served without a [[components]] table, alike.
+        let config: Config = toml::from_str("[server]\nmax_memory_mb = 32\n").unwrap();
         let plan = config.plan(Path::new("/etc/cordon")).unwrap();
         assert_eq!(plan.components[0].options.limits.memory_bytes, 32 << 20);
     }

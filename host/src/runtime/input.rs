@@ -215,12 +215,15 @@ fn check_request_shape(
             for (name, field) in fields {
                 let problem = match field.get("type").and_then(Value::as_str) {
                     Some("number" | "integer" | "boolean") => None,
-                    Some("string") => field
+                    // A plain string's `format` is one of four; a choice (`enum`, `oneOf`)
+                    // may carry any.
+                    Some("string") if field.get("enum").is_none() && field.get("oneOf").is_none() => field
                         .get("format")
                         .filter(|format| {
                             !matches!(format.as_str(), Some("date" | "date-time" | "email" | "uri"))
                         })
                         .map(|_| "a string's `format` may only be date, date-time, email or uri"),
+                    Some("string") => None,
                     Some("array") => {
                         // A list of choices: `items` of string `enum` values, or of `anyOf`
                         // `{const, title}` options.
@@ -252,7 +255,11 @@ fn check_request_shape(
         }
         InputRequest::CreateMessage(_) => {
             let messages = json.get("messages").and_then(Value::as_array);
-            let max_tokens = json.get("maxTokens").is_some_and(Value::is_u64);
+            // A whole number, as JSON Schema's integer takes it (`100.0` too).
+            let max_tokens = json
+                .get("maxTokens")
+                .and_then(Value::as_f64)
+                .is_some_and(|tokens| tokens.fract() == 0.0 && tokens >= 0.0);
             if messages.is_none() || !max_tokens {
                 return Err(format!(
                     "the sampling params of input request {key:?} need `messages` (a list) and \
@@ -373,6 +380,12 @@ mod tests {
         assert!(check_input_required(&sample(everything)).unwrap_err().contains("includeContext"));
         let good = r#"{"messages":[{"role":"user","content":{"type":"text","text":"hi"}}],"maxTokens":5,"includeContext":"none"}"#;
         assert_eq!(check_input_required(&sample(good)), Ok(()));
+        assert_eq!(check_input_required(&sample(r#"{"messages":[],"maxTokens":100.0}"#)), Ok(()));
+        // A choice's `format` is open (the schema's enum forms leave it so).
+        let choice =
+            r#"{"type":"object","properties":{"x":{"type":"string","enum":["a"],"format":"hostname"}}}"#;
+        let request = InputRequired { requests: vec![("a".into(), elicit(choice))], state: None };
+        assert_eq!(check_input_required(&request), Ok(()));
         let not_object = InputRequired { requests: vec![("a".into(), elicit("[1]"))], state: None };
         assert!(check_input_required(&not_object).unwrap_err().contains("not a JSON object"));
         let huge = InputRequired {

@@ -28,7 +28,7 @@
 //! likes whenever it likes. So each pattern is held to [`PATTERN_BYTES`], and a
 //! component's schemas to [`MAX_PATTERNS`] (component.rs, `compile_schemas`).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -105,8 +105,9 @@ pub(crate) struct CheckThreads {
     threads: Arc<tokio::sync::Semaphore>,
     /// Checks that ran past their budget and whose threads still run.
     abandoned: Abandoned,
-    /// The digests of the schemas whose check ran past its budget.
-    overran: Arc<Mutex<HashSet<[u8; 32]>>>,
+    /// The digests of the schemas whose check ran past its budget, each with how many such
+    /// checks still run: one component's ending must not unmark another's.
+    overran: Arc<Mutex<HashMap<[u8; 32], usize>>>,
     /// Each component's share, by its name: kept across its reloads and relists, which
     /// list new schemas but are the same guest.
     components: Arc<Mutex<HashMap<String, ComponentShare>>>,
@@ -177,15 +178,25 @@ impl CheckThreads {
     }
 
     fn ran_over(&self, digest: &[u8; 32]) -> bool {
-        self.overran.lock().unwrap_or_else(std::sync::PoisonError::into_inner).contains(digest)
+        self.overran.lock().unwrap_or_else(std::sync::PoisonError::into_inner).contains_key(digest)
     }
 
     fn remember_overrun(&self, digest: [u8; 32]) {
-        self.overran.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(digest);
+        *self.overran.lock().unwrap_or_else(std::sync::PoisonError::into_inner).entry(digest).or_default() +=
+            1;
     }
 
-    fn forget_overrun(&self, digest: &[u8; 32]) {
-        self.overran.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(digest);
+    /// One check of the schema that ran over has ended: unmarked once none still runs
+    /// (then true).
+    fn forget_overrun(&self, digest: &[u8; 32]) -> bool {
+        let mut overran = self.overran.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let Some(running) = overran.get_mut(digest) else { return true };
+        *running -= 1;
+        let ended = *running == 0;
+        if ended {
+            overran.remove(digest);
+        }
+        ended
     }
 
     /// Checker threads abandoned and still running, in the runtime.
@@ -311,8 +322,9 @@ impl Schema {
             if thread_state.compare_exchange(RUNNING, FINISHED, Ordering::AcqRel, Ordering::Acquire).is_err()
             {
                 // Abandoned, and ended after all: the schema is checked again.
-                thread_threads.forget_overrun(&digest);
-                thread_flag.store(false, Ordering::Relaxed);
+                if thread_threads.forget_overrun(&digest) {
+                    thread_flag.store(false, Ordering::Relaxed);
+                }
                 thread_threads.abandoned.take_back();
             }
             drop(permits);
@@ -338,8 +350,9 @@ impl Schema {
                         .is_err()
                     {
                         // It finished just now, after all: nothing is left to unmark it.
-                        threads.forget_overrun(&digest);
-                        flag.store(false, Ordering::Relaxed);
+                        if threads.forget_overrun(&digest) {
+                            flag.store(false, Ordering::Relaxed);
+                        }
                         threads.abandoned.take_back();
                     }
                     tracing::warn!(

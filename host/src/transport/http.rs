@@ -1599,8 +1599,8 @@ pub(crate) fn is_json(headers: &HeaderMap) -> bool {
     })
 }
 
-/// `host[:port]` → `host`, keeping IPv6 brackets.
-/// The host of `authority`, without its port or a fully qualified name's root dot.
+/// `host[:port]` → `host`, keeping IPv6 brackets and dropping a fully qualified name's
+/// root dot.
 fn host_name(authority: &str) -> &str {
     if authority.starts_with('[') {
         authority.split_inclusive(']').next().unwrap_or(authority)
@@ -2137,6 +2137,16 @@ mod tests {
         let host = |value: &'static str| host_allowed(Some(&HeaderValue::from_static(value)), &allowed);
         assert!(host("localhost:8080") && host("127.0.0.1") && host("[::1]:3000"));
         assert!(host("localhost.:8080"), "a fully qualified name is the same host");
+        let mut settings = HttpSettings::default();
+        settings.allow_host("MCP.Example.com.").unwrap();
+        let named = |value: &'static str| {
+            host_allowed(Some(&HeaderValue::from_static(value)), &settings.allowed_hosts)
+        };
+        assert!(named("mcp.example.com") && named("mcp.example.com.:443"));
+        assert!(origin_allowed(
+            &HeaderValue::from_static("https://mcp.example.com."),
+            &settings.allowed_hosts
+        ));
         assert!(!host("evil.example:8080") && !host_allowed(None, &allowed));
         let origin = |value: &'static str| origin_allowed(&HeaderValue::from_static(value), &allowed);
         assert!(origin("http://localhost:3000") && origin("https://127.0.0.1"));
